@@ -1,0 +1,307 @@
+//! The graph arena: values and nodes in vectors, addressed by u32 ids.
+//!
+//! Invariant kept by every builder method and checked by the verifier: values are numbered
+//! in definition order (graph inputs first, then node outputs in node order) and nodes are
+//! stored in a topological order, so printing and re-parsing yields identical ids.
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::infer::{InferError, infer_types};
+use crate::{Attr, Attrs, Op, Tensor, TensorType};
+
+/// A value (an SSA tensor). Displays as `%N`.
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct ValueId(pub u32);
+
+/// A node. Displays as `nN`.
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+impl ValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// Where a value comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueDef {
+    /// The i-th graph input.
+    Input(u32),
+    /// Output `index` of a node.
+    Node { node: NodeId, index: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Value {
+    pub ty: TensorType,
+    pub def: ValueDef,
+    /// Source name (ONNX value name, graph input name), kept for explanations and export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Node {
+    pub op: Op,
+    /// `None` is an omitted optional input.
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<ValueId>,
+    #[serde(default, skip_serializing_if = "Attrs::is_empty")]
+    pub attrs: Attrs,
+    /// Source node name, kept for explanations and policy globs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Elementwise fusion group assigned by the fusion pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+}
+
+impl Node {
+    /// The defined (non-omitted) inputs.
+    pub fn input_values(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.inputs.iter().flatten().copied()
+    }
+
+    /// A human label for errors: `n3 (matmul "fc1")`.
+    pub fn label(&self, id: NodeId) -> String {
+        match &self.name {
+            Some(n) => format!("{id} ({} {n:?})", self.op),
+            None => format!("{id} ({})", self.op),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GraphOutput {
+    pub name: String,
+    pub value: ValueId,
+}
+
+/// An SGR-ML graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Graph {
+    pub name: String,
+    pub values: Vec<Value>,
+    pub nodes: Vec<Node>,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<GraphOutput>,
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Graph {
+        Graph {
+            name: name.into(),
+            values: Vec::new(),
+            nodes: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    pub fn value(&self, v: ValueId) -> &Value {
+        &self.values[v.index()]
+    }
+
+    pub fn node(&self, n: NodeId) -> &Node {
+        &self.nodes[n.index()]
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + use<> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.values[v.index()].ty
+    }
+
+    pub fn add_input(&mut self, name: impl Into<String>, ty: TensorType) -> ValueId {
+        let id = ValueId(self.values.len() as u32);
+        let index = self.inputs.len() as u32;
+        self.values.push(Value { ty, def: ValueDef::Input(index), name: Some(name.into()) });
+        self.inputs.push(id);
+        id
+    }
+
+    /// Appends a node whose output types are given.
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        attrs: Attrs,
+        output_types: Vec<TensorType>,
+    ) -> NodeId {
+        let node = NodeId(self.nodes.len() as u32);
+        let outputs = output_types
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                let id = ValueId(self.values.len() as u32);
+                self.values.push(Value {
+                    ty,
+                    def: ValueDef::Node { node, index: i as u32 },
+                    name: None,
+                });
+                id
+            })
+            .collect();
+        self.nodes.push(Node { op, inputs, outputs, attrs, name: None, group: None });
+        node
+    }
+
+    /// Appends a node with `n_outputs` outputs whose types come from shape inference.
+    pub fn add_inferred(
+        &mut self,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        attrs: Attrs,
+        n_outputs: usize,
+    ) -> Result<NodeId, InferError> {
+        let types = self.infer_node_types(op, &inputs, &attrs, n_outputs)?;
+        Ok(self.add_node(op, inputs, attrs, types))
+    }
+
+    /// Convenience: a single-output inferred node, returning its value.
+    pub fn add_op(
+        &mut self,
+        op: Op,
+        inputs: &[ValueId],
+        attrs: Attrs,
+    ) -> Result<ValueId, InferError> {
+        let n = self.add_inferred(op, inputs.iter().map(|&v| Some(v)).collect(), attrs, 1)?;
+        Ok(self.nodes[n.index()].outputs[0])
+    }
+
+    pub fn add_const(&mut self, t: Tensor) -> ValueId {
+        let ty = t.ty();
+        let n = self.add_node(Op::Constant, vec![], Attrs::new().with("value", Attr::Tensor(t)), vec![ty]);
+        self.nodes[n.index()].outputs[0]
+    }
+
+    pub fn add_output(&mut self, name: impl Into<String>, value: ValueId) {
+        self.outputs.push(GraphOutput { name: name.into(), value });
+    }
+
+    /// Runs shape inference for a prospective node against this graph's values.
+    pub fn infer_node_types(
+        &self,
+        op: Op,
+        inputs: &[Option<ValueId>],
+        attrs: &Attrs,
+        n_outputs: usize,
+    ) -> Result<Vec<TensorType>, InferError> {
+        let tys: Vec<Option<(&TensorType, Option<&Tensor>)>> =
+            inputs.iter().map(|v| v.map(|v| (self.ty(v), self.const_value(v)))).collect();
+        infer_types(op, attrs, &tys, n_outputs)
+    }
+
+    /// The node defining `v`, if any.
+    pub fn producer(&self, v: ValueId) -> Option<NodeId> {
+        match self.values[v.index()].def {
+            ValueDef::Node { node, .. } => Some(node),
+            ValueDef::Input(_) => None,
+        }
+    }
+
+    /// The tensor of a value defined by a `constant` node.
+    pub fn const_value(&self, v: ValueId) -> Option<&Tensor> {
+        let n = self.producer(v)?;
+        let node = &self.nodes[n.index()];
+        if node.op == Op::Constant { node.attrs.tensor("value") } else { None }
+    }
+
+    /// For every value, the nodes using it (in node order, one entry per use).
+    pub fn uses(&self) -> Vec<Vec<NodeId>> {
+        let mut uses = vec![Vec::new(); self.values.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for v in n.input_values() {
+                uses[v.index()].push(NodeId(i as u32));
+            }
+        }
+        uses
+    }
+
+    /// Whether `v` is a graph output.
+    pub fn is_output(&self, v: ValueId) -> bool {
+        self.outputs.iter().any(|o| o.value == v)
+    }
+
+    /// Rebuilds the graph keeping only `keep[n]` nodes, with values renumbered densely and
+    /// uses remapped through `replace` first (value → replacement value). Used by passes.
+    pub fn rebuild(&self, keep: &[bool], replace: &[Option<ValueId>]) -> Graph {
+        let resolve = |mut v: ValueId| {
+            while let Some(r) = replace.get(v.index()).copied().flatten() {
+                if r == v {
+                    break;
+                }
+                v = r;
+            }
+            v
+        };
+        let mut out = Graph::new(self.name.clone());
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        for &inp in &self.inputs {
+            let v = &self.values[inp.index()];
+            map[inp.index()] = Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
+            out.values.last_mut().unwrap().name = v.name.clone();
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !keep[i] {
+                continue;
+            }
+            let inputs = n.inputs.iter().map(|v| v.map(|v| map[resolve(v).index()].expect("use before def"))).collect();
+            let tys = n.outputs.iter().map(|&o| self.values[o.index()].ty.clone()).collect();
+            let id = out.add_node(n.op, inputs, n.attrs.clone(), tys);
+            let new_node = &mut out.nodes[id.index()];
+            new_node.name = n.name.clone();
+            new_node.group = n.group;
+            let new_outputs = new_node.outputs.clone();
+            for (&old, new) in n.outputs.iter().zip(new_outputs) {
+                map[old.index()] = Some(new);
+                out.values[new.index()].name = self.values[old.index()].name.clone();
+            }
+        }
+        for o in &self.outputs {
+            let v = map[resolve(o.value).index()].expect("graph output removed");
+            out.add_output(o.name.clone(), v);
+        }
+        out
+    }
+
+    /// Stable content hash of the graph's JSON form (plan caches, explanations).
+    pub fn content_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let json = serde_json::to_vec(self).expect("graph serializes");
+        let digest = Sha256::digest(&json);
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}

@@ -1,0 +1,330 @@
+//! The SGR-ML op set: one registry row per op with its text name, ONNX name, class,
+//! arity, attribute schema and meaning. ONNX semantics (newest opset) are the reference;
+//! `docs/sgr-ops.md` is generated from this table.
+
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::AttrKind;
+
+/// Coarse op families: what policies name (`[kernels] matmul = …`) and what passes reason about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpClass {
+    /// Elementwise math on one input.
+    Unary,
+    /// Elementwise activations with parameters.
+    Activation,
+    /// Elementwise arithmetic with multidirectional broadcasting.
+    Binary,
+    /// Elementwise comparisons producing bool.
+    Compare,
+    /// Boolean logic.
+    Logical,
+    /// Integer bit operations.
+    Bitwise,
+    /// Selection and conversion (where, cast).
+    Select,
+    MatMul,
+    Conv,
+    Pool,
+    Norm,
+    Softmax,
+    Reduction,
+    /// Index-producing or scan ops (argmax, top_k, cumsum).
+    Index,
+    /// Shape and data movement (reshape, transpose, slice, concat, pad, …).
+    Movement,
+    Gather,
+    Scatter,
+    /// Constants and generators (constant, range, eye_like).
+    Constant,
+    Attention,
+    Loss,
+    Resize,
+}
+
+impl OpClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpClass::Unary => "unary",
+            OpClass::Activation => "activation",
+            OpClass::Binary => "binary",
+            OpClass::Compare => "compare",
+            OpClass::Logical => "logical",
+            OpClass::Bitwise => "bitwise",
+            OpClass::Select => "select",
+            OpClass::MatMul => "matmul",
+            OpClass::Conv => "conv",
+            OpClass::Pool => "pool",
+            OpClass::Norm => "norm",
+            OpClass::Softmax => "softmax",
+            OpClass::Reduction => "reduction",
+            OpClass::Index => "index",
+            OpClass::Movement => "movement",
+            OpClass::Gather => "gather",
+            OpClass::Scatter => "scatter",
+            OpClass::Constant => "constant",
+            OpClass::Attention => "attention",
+            OpClass::Loss => "loss",
+            OpClass::Resize => "resize",
+        }
+    }
+
+    /// Classes whose ops are pointwise over (broadcast) inputs: candidates for fusion.
+    pub fn is_elementwise(self) -> bool {
+        matches!(
+            self,
+            OpClass::Unary
+                | OpClass::Activation
+                | OpClass::Binary
+                | OpClass::Compare
+                | OpClass::Logical
+                | OpClass::Bitwise
+                | OpClass::Select
+        )
+    }
+}
+
+/// Variadic arity marker.
+pub const MANY: usize = usize::MAX;
+
+/// Static description of one op.
+#[derive(Debug)]
+pub struct OpInfo {
+    pub name: &'static str,
+    pub onnx: &'static str,
+    pub class: OpClass,
+    pub inputs: (usize, usize),
+    pub outputs: (usize, usize),
+    pub attrs: &'static [(&'static str, AttrKind)],
+    pub doc: &'static str,
+}
+
+macro_rules! define_ops {
+    ($( $variant:ident $text:literal $onnx:literal $class:ident
+        ($imin:expr, $imax:expr) -> ($omin:expr, $omax:expr)
+        [$($aname:literal : $akind:ident),*] $doc:literal ;)*) => {
+        /// An SGR-ML operation. Its `Display` is the text-form name.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum Op { $($variant,)* }
+
+        impl Op {
+            pub const ALL: &'static [Op] = &[$(Op::$variant,)*];
+
+            pub fn info(self) -> &'static OpInfo {
+                match self {
+                    $(Op::$variant => {
+                        const INFO: OpInfo = OpInfo {
+                            name: $text,
+                            onnx: $onnx,
+                            class: OpClass::$class,
+                            inputs: ($imin, $imax),
+                            outputs: ($omin, $omax),
+                            attrs: &[$(($aname, AttrKind::$akind)),*],
+                            doc: $doc,
+                        };
+                        &INFO
+                    })*
+                }
+            }
+        }
+    };
+}
+
+define_ops! {
+    // ---- constants and generators
+    Constant "constant" "Constant" Constant (0,0)->(1,1) ["value": Tensor] "The tensor in `value`.";
+    ConstantOfShape "constant_of_shape" "ConstantOfShape" Constant (1,1)->(1,1) ["value": Tensor] "A tensor of shape `input` (i64 dims) filled with the one element of `value` (default f32 0).";
+    Range "range" "Range" Constant (3,3)->(1,1) [] "`start, start+delta, …` up to (excluding) `limit`; inputs are scalars start, limit, delta.";
+    EyeLike "eye_like" "EyeLike" Constant (1,1)->(1,1) ["dtype": DType, "k": Int] "A 2-D tensor shaped like the input with ones on diagonal `k`.";
+    // ---- unary math
+    Identity "identity" "Identity" Unary (1,1)->(1,1) [] "The input, unchanged.";
+    Abs "abs" "Abs" Unary (1,1)->(1,1) [] "|x|.";
+    Neg "neg" "Neg" Unary (1,1)->(1,1) [] "-x.";
+    Exp "exp" "Exp" Unary (1,1)->(1,1) [] "e^x.";
+    Log "log" "Log" Unary (1,1)->(1,1) [] "Natural logarithm.";
+    Sqrt "sqrt" "Sqrt" Unary (1,1)->(1,1) [] "Square root.";
+    Reciprocal "reciprocal" "Reciprocal" Unary (1,1)->(1,1) [] "1/x.";
+    Floor "floor" "Floor" Unary (1,1)->(1,1) [] "Round toward -inf.";
+    Ceil "ceil" "Ceil" Unary (1,1)->(1,1) [] "Round toward +inf.";
+    Round "round" "Round" Unary (1,1)->(1,1) [] "Round half to even.";
+    Sign "sign" "Sign" Unary (1,1)->(1,1) [] "-1, 0 or 1.";
+    Sin "sin" "Sin" Unary (1,1)->(1,1) [] "Sine.";
+    Cos "cos" "Cos" Unary (1,1)->(1,1) [] "Cosine.";
+    Tan "tan" "Tan" Unary (1,1)->(1,1) [] "Tangent.";
+    Asin "asin" "Asin" Unary (1,1)->(1,1) [] "Arcsine.";
+    Acos "acos" "Acos" Unary (1,1)->(1,1) [] "Arccosine.";
+    Atan "atan" "Atan" Unary (1,1)->(1,1) [] "Arctangent.";
+    Sinh "sinh" "Sinh" Unary (1,1)->(1,1) [] "Hyperbolic sine.";
+    Cosh "cosh" "Cosh" Unary (1,1)->(1,1) [] "Hyperbolic cosine.";
+    Asinh "asinh" "Asinh" Unary (1,1)->(1,1) [] "Inverse hyperbolic sine.";
+    Acosh "acosh" "Acosh" Unary (1,1)->(1,1) [] "Inverse hyperbolic cosine.";
+    Atanh "atanh" "Atanh" Unary (1,1)->(1,1) [] "Inverse hyperbolic tangent.";
+    Erf "erf" "Erf" Unary (1,1)->(1,1) [] "Gauss error function.";
+    Tanh "tanh" "Tanh" Unary (1,1)->(1,1) [] "Hyperbolic tangent.";
+    Sigmoid "sigmoid" "Sigmoid" Unary (1,1)->(1,1) [] "1/(1+e^-x).";
+    Relu "relu" "Relu" Unary (1,1)->(1,1) [] "max(x, 0).";
+    Softplus "softplus" "Softplus" Unary (1,1)->(1,1) [] "ln(1+e^x).";
+    Softsign "softsign" "Softsign" Unary (1,1)->(1,1) [] "x/(1+|x|).";
+    Mish "mish" "Mish" Unary (1,1)->(1,1) [] "x·tanh(softplus(x)).";
+    HardSwish "hard_swish" "HardSwish" Unary (1,1)->(1,1) [] "x·max(0, min(1, x/6 + 1/2)).";
+    Not "not" "Not" Logical (1,1)->(1,1) [] "Logical negation of a bool tensor.";
+    IsNaN "is_nan" "IsNaN" Compare (1,1)->(1,1) [] "Whether each element is NaN.";
+    IsInf "is_inf" "IsInf" Compare (1,1)->(1,1) ["detect_negative": Int, "detect_positive": Int] "Whether each element is ±inf (each sign selectable).";
+    BitwiseNot "bitwise_not" "BitwiseNot" Bitwise (1,1)->(1,1) [] "Bitwise complement.";
+    // ---- parameterised activations
+    LeakyRelu "leaky_relu" "LeakyRelu" Activation (1,1)->(1,1) ["alpha": Float] "x if x ≥ 0 else alpha·x (alpha 0.01).";
+    Elu "elu" "Elu" Activation (1,1)->(1,1) ["alpha": Float] "x if x ≥ 0 else alpha·(e^x − 1).";
+    Selu "selu" "Selu" Activation (1,1)->(1,1) ["alpha": Float, "gamma": Float] "gamma·(x if x > 0 else alpha·(e^x − 1)).";
+    Celu "celu" "Celu" Activation (1,1)->(1,1) ["alpha": Float] "max(0,x) + min(0, alpha·(e^(x/alpha) − 1)).";
+    HardSigmoid "hard_sigmoid" "HardSigmoid" Activation (1,1)->(1,1) ["alpha": Float, "beta": Float] "max(0, min(1, alpha·x + beta)).";
+    ThresholdedRelu "thresholded_relu" "ThresholdedRelu" Activation (1,1)->(1,1) ["alpha": Float] "x if x > alpha else 0.";
+    Shrink "shrink" "Shrink" Activation (1,1)->(1,1) ["bias": Float, "lambd": Float] "x+bias if x < −lambd, x−bias if x > lambd, else 0.";
+    Gelu "gelu" "Gelu" Activation (1,1)->(1,1) ["approximate": Str] "Gaussian error linear unit (`none` or `tanh` approximation).";
+    Swish "swish" "Swish" Activation (1,1)->(1,1) ["alpha": Float] "x·sigmoid(alpha·x).";
+    Clip "clip" "Clip" Activation (1,3)->(1,1) [] "Clamp to optional inputs min and max.";
+    PRelu "prelu" "PRelu" Activation (2,2)->(1,1) [] "x if x ≥ 0 else slope·x, slope broadcast unidirectionally.";
+    // ---- binary arithmetic
+    Add "add" "Add" Binary (2,2)->(1,1) [] "a + b with broadcasting.";
+    Sub "sub" "Sub" Binary (2,2)->(1,1) [] "a − b with broadcasting.";
+    Mul "mul" "Mul" Binary (2,2)->(1,1) [] "a · b with broadcasting.";
+    Div "div" "Div" Binary (2,2)->(1,1) [] "a / b with broadcasting (integer division truncates).";
+    Pow "pow" "Pow" Binary (2,2)->(1,1) [] "a^b; the result has a's dtype.";
+    Mod "mod" "Mod" Binary (2,2)->(1,1) ["fmod": Int] "Remainder: sign of the divisor (fmod=0, ints) or of the dividend (fmod=1).";
+    Max "max" "Max" Binary (1,MANY)->(1,1) [] "Elementwise maximum of all inputs.";
+    Min "min" "Min" Binary (1,MANY)->(1,1) [] "Elementwise minimum of all inputs.";
+    Sum "sum" "Sum" Binary (1,MANY)->(1,1) [] "Elementwise sum of all inputs.";
+    Mean "mean" "Mean" Binary (1,MANY)->(1,1) [] "Elementwise mean of all inputs.";
+    BitShift "bit_shift" "BitShift" Bitwise (2,2)->(1,1) ["direction": Str] "Shift unsigned ints left or right.";
+    BitwiseAnd "bitwise_and" "BitwiseAnd" Bitwise (2,2)->(1,1) [] "Bitwise and.";
+    BitwiseOr "bitwise_or" "BitwiseOr" Bitwise (2,2)->(1,1) [] "Bitwise or.";
+    BitwiseXor "bitwise_xor" "BitwiseXor" Bitwise (2,2)->(1,1) [] "Bitwise xor.";
+    And "and" "And" Logical (2,2)->(1,1) [] "Logical and.";
+    Or "or" "Or" Logical (2,2)->(1,1) [] "Logical or.";
+    Xor "xor" "Xor" Logical (2,2)->(1,1) [] "Logical xor.";
+    Equal "equal" "Equal" Compare (2,2)->(1,1) [] "a == b.";
+    Less "less" "Less" Compare (2,2)->(1,1) [] "a < b.";
+    LessOrEqual "less_or_equal" "LessOrEqual" Compare (2,2)->(1,1) [] "a ≤ b.";
+    Greater "greater" "Greater" Compare (2,2)->(1,1) [] "a > b.";
+    GreaterOrEqual "greater_or_equal" "GreaterOrEqual" Compare (2,2)->(1,1) [] "a ≥ b.";
+    Where "where" "Where" Select (3,3)->(1,1) [] "cond ? a : b with broadcasting.";
+    Cast "cast" "Cast" Select (1,1)->(1,1) ["to": DType, "saturate": Int] "Convert to dtype `to`.";
+    CastLike "cast_like" "CastLike" Select (2,2)->(1,1) ["saturate": Int] "Convert input 0 to the dtype of input 1.";
+    // ---- linear algebra
+    MatMul "matmul" "MatMul" MatMul (2,2)->(1,1) [] "numpy matmul: batched, broadcasting over leading dims.";
+    Gemm "gemm" "Gemm" MatMul (2,3)->(1,1) ["alpha": Float, "beta": Float, "transA": Int, "transB": Int] "alpha·op(A)·op(B) + beta·C.";
+    Einsum "einsum" "Einsum" MatMul (1,MANY)->(1,1) ["equation": Str] "Einstein summation.";
+    Det "det" "Det" MatMul (1,1)->(1,1) [] "Determinant of the trailing square matrices.";
+    // ---- convolution and pooling
+    Conv "conv" "Conv" Conv (2,3)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "N-d convolution (cross-correlation) with optional bias.";
+    ConvTranspose "conv_transpose" "ConvTranspose" Conv (2,3)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "output_padding": Ints, "output_shape": Ints, "pads": Ints, "strides": Ints] "Transposed convolution.";
+    MaxPool "max_pool" "MaxPool" Pool (1,1)->(1,2) ["auto_pad": Str, "ceil_mode": Int, "dilations": Ints, "kernel_shape": Ints, "pads": Ints, "storage_order": Int, "strides": Ints] "Max over windows; optional flat indices output.";
+    AveragePool "average_pool" "AveragePool" Pool (1,1)->(1,1) ["auto_pad": Str, "ceil_mode": Int, "count_include_pad": Int, "dilations": Ints, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "Mean over windows.";
+    LpPool "lp_pool" "LpPool" Pool (1,1)->(1,1) ["auto_pad": Str, "ceil_mode": Int, "dilations": Ints, "kernel_shape": Ints, "p": Int, "pads": Ints, "strides": Ints] "Lp norm over windows.";
+    GlobalAveragePool "global_average_pool" "GlobalAveragePool" Pool (1,1)->(1,1) [] "Mean over all spatial dims.";
+    GlobalMaxPool "global_max_pool" "GlobalMaxPool" Pool (1,1)->(1,1) [] "Max over all spatial dims.";
+    GlobalLpPool "global_lp_pool" "GlobalLpPool" Pool (1,1)->(1,1) ["p": Int] "Lp norm over all spatial dims.";
+    // ---- normalisation
+    BatchNormalization "batch_normalization" "BatchNormalization" Norm (5,5)->(1,3) ["epsilon": Float, "momentum": Float, "training_mode": Int] "Per-channel (x−mean)/sqrt(var+eps)·scale + bias.";
+    InstanceNormalization "instance_normalization" "InstanceNormalization" Norm (3,3)->(1,1) ["epsilon": Float] "Normalise each (n, c) over spatial dims.";
+    LayerNormalization "layer_normalization" "LayerNormalization" Norm (2,3)->(1,3) ["axis": Int, "epsilon": Float, "stash_type": Int] "Normalise over dims ≥ axis; outputs Y, mean, inv_std_dev.";
+    GroupNormalization "group_normalization" "GroupNormalization" Norm (3,3)->(1,1) ["epsilon": Float, "num_groups": Int, "stash_type": Int] "Normalise channel groups; per-channel scale and bias.";
+    RmsNormalization "rms_normalization" "RMSNormalization" Norm (2,2)->(1,1) ["axis": Int, "epsilon": Float, "stash_type": Int] "x / sqrt(mean(x²)+eps) · scale over dims ≥ axis.";
+    Lrn "lrn" "LRN" Norm (1,1)->(1,1) ["alpha": Float, "beta": Float, "bias": Float, "size": Int] "Local response normalisation across channels.";
+    LpNormalization "lp_normalization" "LpNormalization" Norm (1,1)->(1,1) ["axis": Int, "p": Int] "x / ||x||_p along axis.";
+    MeanVarianceNormalization "mean_variance_normalization" "MeanVarianceNormalization" Norm (1,1)->(1,1) ["axes": Ints] "(x − mean)/std over axes (default 0, 2, 3).";
+    // ---- softmax family
+    Softmax "softmax" "Softmax" Softmax (1,1)->(1,1) ["axis": Int] "exp(x)/sum(exp(x)) along axis (default −1).";
+    LogSoftmax "log_softmax" "LogSoftmax" Softmax (1,1)->(1,1) ["axis": Int] "log(softmax(x)) along axis.";
+    Hardmax "hardmax" "Hardmax" Softmax (1,1)->(1,1) ["axis": Int] "1 at the first maximum along axis, 0 elsewhere.";
+    // ---- reductions (axes as optional input 1)
+    ReduceSum "reduce_sum" "ReduceSum" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Sum over axes.";
+    ReduceMean "reduce_mean" "ReduceMean" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Mean over axes.";
+    ReduceMax "reduce_max" "ReduceMax" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Maximum over axes.";
+    ReduceMin "reduce_min" "ReduceMin" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Minimum over axes.";
+    ReduceProd "reduce_prod" "ReduceProd" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Product over axes.";
+    ReduceL1 "reduce_l1" "ReduceL1" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "Sum of |x| over axes.";
+    ReduceL2 "reduce_l2" "ReduceL2" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "sqrt(sum(x²)) over axes.";
+    ReduceLogSum "reduce_log_sum" "ReduceLogSum" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "log(sum(x)) over axes.";
+    ReduceLogSumExp "reduce_log_sum_exp" "ReduceLogSumExp" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "log(sum(e^x)) over axes.";
+    ReduceSumSquare "reduce_sum_square" "ReduceSumSquare" Reduction (1,2)->(1,1) ["keepdims": Int, "noop_with_empty_axes": Int] "sum(x²) over axes.";
+    ArgMax "arg_max" "ArgMax" Index (1,1)->(1,1) ["axis": Int, "keepdims": Int, "select_last_index": Int] "Index of the maximum along axis.";
+    ArgMin "arg_min" "ArgMin" Index (1,1)->(1,1) ["axis": Int, "keepdims": Int, "select_last_index": Int] "Index of the minimum along axis.";
+    CumSum "cum_sum" "CumSum" Index (2,2)->(1,1) ["exclusive": Int, "reverse": Int] "Running sum along the axis given by input 1.";
+    CumProd "cum_prod" "CumProd" Index (2,2)->(1,1) ["exclusive": Int, "reverse": Int] "Running product along the axis given by input 1.";
+    TopK "top_k" "TopK" Index (2,2)->(2,2) ["axis": Int, "largest": Int, "sorted": Int] "The k largest (or smallest) values and their indices along axis.";
+    NonZero "non_zero" "NonZero" Index (1,1)->(1,1) [] "Indices of non-zero elements, shape [rank, count].";
+    // ---- shape and movement
+    Reshape "reshape" "Reshape" Movement (2,2)->(1,1) ["allowzero": Int] "Same data, shape from input 1 (0 copies, −1 infers).";
+    Transpose "transpose" "Transpose" Movement (1,1)->(1,1) ["perm": Ints] "Permute dims (default: reverse).";
+    Squeeze "squeeze" "Squeeze" Movement (1,2)->(1,1) [] "Drop size-1 dims (listed in input 1, or all).";
+    Unsqueeze "unsqueeze" "Unsqueeze" Movement (2,2)->(1,1) [] "Insert size-1 dims at the axes in input 1.";
+    Flatten "flatten" "Flatten" Movement (1,1)->(1,1) ["axis": Int] "2-D: dims before axis × dims from axis.";
+    Concat "concat" "Concat" Movement (1,MANY)->(1,1) ["axis": Int] "Join along axis.";
+    Split "split" "Split" Movement (1,2)->(1,MANY) ["axis": Int, "num_outputs": Int] "Split along axis into parts (sizes in input 1, or equal).";
+    Slice "slice" "Slice" Movement (3,5)->(1,1) [] "Strided slice: starts, ends, axes, steps inputs.";
+    Expand "expand" "Expand" Movement (2,2)->(1,1) [] "Broadcast to the shape in input 1.";
+    Tile "tile" "Tile" Movement (2,2)->(1,1) [] "Repeat along each dim by input 1.";
+    Pad "pad" "Pad" Movement (2,4)->(1,1) ["mode": Str] "Pad with pads, constant value and axes inputs; mode constant, reflect, edge or wrap.";
+    Shape "shape" "Shape" Movement (1,1)->(1,1) ["end": Int, "start": Int] "The input's dims as i64, optionally sliced.";
+    Size "size" "Size" Movement (1,1)->(1,1) [] "Element count as an i64 scalar.";
+    DepthToSpace "depth_to_space" "DepthToSpace" Movement (1,1)->(1,1) ["blocksize": Int, "mode": Str] "Move channel blocks into spatial blocks (DCR or CRD).";
+    SpaceToDepth "space_to_depth" "SpaceToDepth" Movement (1,1)->(1,1) ["blocksize": Int] "Move spatial blocks into channels.";
+    Trilu "trilu" "Trilu" Movement (1,2)->(1,1) ["upper": Int] "Keep the upper or lower triangle, offset by input 1.";
+    OneHot "one_hot" "OneHot" Movement (3,3)->(1,1) ["axis": Int] "One-hot encode indices with depth and [off, on] values.";
+    Compress "compress" "Compress" Movement (2,2)->(1,1) ["axis": Int] "Keep slices where the bool condition is true.";
+    ReverseSequence "reverse_sequence" "ReverseSequence" Movement (2,2)->(1,1) ["batch_axis": Int, "time_axis": Int] "Reverse the first seq_lens[b] steps of each batch entry.";
+    Dropout "dropout" "Dropout" Movement (1,3)->(1,2) ["seed": Int] "Identity at inference (training_mode false); optional all-true mask.";
+    Resize "resize" "Resize" Resize (1,4)->(1,1) ["antialias": Int, "axes": Ints, "coordinate_transformation_mode": Str, "cubic_coeff_a": Float, "exclude_outside": Int, "extrapolation_value": Float, "keep_aspect_ratio_policy": Str, "mode": Str, "nearest_mode": Str] "Resample with roi, scales or sizes inputs (nearest, linear, cubic).";
+    // ---- gather and scatter
+    Gather "gather" "Gather" Gather (2,2)->(1,1) ["axis": Int] "Take slices along axis at the indices.";
+    GatherElements "gather_elements" "GatherElements" Gather (2,2)->(1,1) ["axis": Int] "Take elements along axis, indices shaped like the output.";
+    GatherNd "gather_nd" "GatherND" Gather (2,2)->(1,1) ["batch_dims": Int] "Take slices addressed by index tuples.";
+    ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
+    ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
+    // ---- attention and losses
+    Attention "attention" "Attention" Attention (3,6)->(1,4) ["is_causal": Int, "kv_num_heads": Int, "q_num_heads": Int, "qk_matmul_output_mode": Int, "scale": Float, "softcap": Float, "softmax_precision": Int] "Scaled dot-product attention (ONNX opset 23) with optional mask and past key/value.";
+    SoftmaxCrossEntropyLoss "softmax_cross_entropy_loss" "SoftmaxCrossEntropyLoss" Loss (2,3)->(1,2) ["ignore_index": Int, "reduction": Str] "Cross entropy of softmax(scores) against labels; optional log-prob output.";
+    NegativeLogLikelihoodLoss "negative_log_likelihood_loss" "NegativeLogLikelihoodLoss" Loss (2,3)->(1,1) ["ignore_index": Int, "reduction": Str] "−input[n, target[n], …]·weight, reduced.";
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    pub fn class(self) -> OpClass {
+        self.info().class
+    }
+
+    pub fn is_elementwise(self) -> bool {
+        self.class().is_elementwise()
+    }
+
+    /// Looks an op up by its ONNX (default domain) name.
+    pub fn from_onnx(name: &str) -> Option<Op> {
+        Op::ALL.iter().copied().find(|op| op.info().onnx == name)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error for an unknown op name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown op `{0}` (see docs/sgr-ops.md for the op set)")]
+pub struct UnknownOp(pub String);
+
+impl FromStr for Op {
+    type Err = UnknownOp;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Op::ALL.iter().copied().find(|op| op.name() == s).ok_or_else(|| UnknownOp(s.into()))
+    }
+}

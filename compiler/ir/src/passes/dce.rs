@@ -1,0 +1,20 @@
+//! Dead-code elimination: drop nodes none of whose outputs reach a graph output.
+
+use crate::Graph;
+
+pub fn eliminate_dead_code(g: &Graph) -> Graph {
+    let mut live_value = vec![false; g.values.len()];
+    for o in &g.outputs {
+        live_value[o.value.index()] = true;
+    }
+    let mut keep = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate().rev() {
+        if n.outputs.iter().any(|o| live_value[o.index()]) {
+            keep[i] = true;
+            for v in n.input_values() {
+                live_value[v.index()] = true;
+            }
+        }
+    }
+    g.rebuild(&keep, &[])
+}

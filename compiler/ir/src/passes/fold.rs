@@ -1,0 +1,63 @@
+//! Constant folding: a node whose inputs are all constants becomes constants, computed by
+//! the caller's evaluator. Results larger than [`MAX_FOLDED_ELEMENTS`] stay as nodes so the
+//! graph does not bloat; a node the evaluator rejects is left alone.
+
+use crate::{Graph, Op, Tensor, ValueId};
+
+use super::Evaluator;
+
+/// Largest tensor folding will materialise.
+pub const MAX_FOLDED_ELEMENTS: usize = 1 << 16;
+
+pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
+    let mut out = Graph::new(g.name.clone());
+    let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
+    for &i in &g.inputs {
+        let v = g.value(i);
+        map[i.index()] = Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
+    }
+    for n in &g.nodes {
+        let inputs: Vec<Option<ValueId>> = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("verified graph"))).collect();
+        let consts: Option<Vec<Option<&Tensor>>> = inputs
+            .iter()
+            .map(|v| match v {
+                Some(v) => out.const_value(*v).map(Some),
+                None => Some(None),
+            })
+            .collect();
+        let folded = match consts {
+            Some(c) if n.op != Op::Constant && !n.inputs.is_empty() => {
+                let c: Vec<Option<&Tensor>> = c;
+                match eval.evaluate(n, &c) {
+                    Ok(ts) if ts.len() == n.outputs.len() && ts.iter().all(|t| t.numel() <= MAX_FOLDED_ELEMENTS) => Some(ts),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match folded {
+            Some(ts) => {
+                for (&o, t) in n.outputs.iter().zip(ts) {
+                    let c = out.add_const(t);
+                    out.values[c.index()].name = g.value(o).name.clone();
+                    map[o.index()] = Some(c);
+                }
+            }
+            None => {
+                let tys = n.outputs.iter().map(|&o| g.ty(o).clone()).collect();
+                let id = out.add_node(n.op, inputs, n.attrs.clone(), tys);
+                let node = &mut out.nodes[id.index()];
+                node.name = n.name.clone();
+                node.group = n.group;
+                for (&o, &new) in n.outputs.iter().zip(&out.nodes[id.index()].outputs.clone()) {
+                    map[o.index()] = Some(new);
+                    out.values[new.index()].name = g.value(o).name.clone();
+                }
+            }
+        }
+    }
+    for o in &g.outputs {
+        out.add_output(o.name.clone(), map[o.value.index()].expect("verified graph"));
+    }
+    out
+}

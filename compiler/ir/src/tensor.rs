@@ -1,0 +1,429 @@
+//! Dense host tensors: constants in the IR and the buffers engines exchange.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
+use half::{bf16, f16};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{DType, TensorType};
+
+/// Typed element storage, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector inside a [`TensorData`].
+#[macro_export]
+macro_rules! with_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::TensorData::F32($v) => $body,
+            $crate::TensorData::F64($v) => $body,
+            $crate::TensorData::F16($v) => $body,
+            $crate::TensorData::BF16($v) => $body,
+            $crate::TensorData::I8($v) => $body,
+            $crate::TensorData::I16($v) => $body,
+            $crate::TensorData::I32($v) => $body,
+            $crate::TensorData::I64($v) => $body,
+            $crate::TensorData::U8($v) => $body,
+            $crate::TensorData::U16($v) => $body,
+            $crate::TensorData::U32($v) => $body,
+            $crate::TensorData::U64($v) => $body,
+            $crate::TensorData::Bool($v) => $body,
+            $crate::TensorData::String($v) => $body,
+        }
+    };
+}
+
+/// Element types that can live in a [`TensorData`].
+pub trait Element: Clone + Send + Sync + fmt::Debug + PartialEq + 'static {
+    const DTYPE: DType;
+    fn wrap(v: Vec<Self>) -> TensorData;
+    fn slice(d: &TensorData) -> Option<&[Self]>;
+    fn vec_mut(d: &mut TensorData) -> Option<&mut Vec<Self>>;
+}
+
+macro_rules! element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn wrap(v: Vec<Self>) -> TensorData {
+                TensorData::$variant(v)
+            }
+            fn slice(d: &TensorData) -> Option<&[Self]> {
+                match d {
+                    TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_mut(d: &mut TensorData) -> Option<&mut Vec<Self>> {
+                match d {
+                    TensorData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+element!(f32, F32);
+element!(f64, F64);
+element!(f16, F16);
+element!(bf16, BF16);
+element!(i8, I8);
+element!(i16, I16);
+element!(i32, I32);
+element!(i64, I64);
+element!(u8, U8);
+element!(u16, U16);
+element!(u32, U32);
+element!(u64, U64);
+element!(bool, Bool);
+element!(String, String);
+
+impl TensorData {
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F64(_) => DType::F64,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::I8(_) => DType::I8,
+            TensorData::I16(_) => DType::I16,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::U8(_) => DType::U8,
+            TensorData::U16(_) => DType::U16,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U64(_) => DType::U64,
+            TensorData::Bool(_) => DType::Bool,
+            TensorData::String(_) => DType::String,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        with_data!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `n` default (zero / false / empty) elements of `dtype`.
+    pub fn zeros(dtype: DType, n: usize) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(vec![0.0; n]),
+            DType::F64 => TensorData::F64(vec![0.0; n]),
+            DType::F16 => TensorData::F16(vec![f16::ZERO; n]),
+            DType::BF16 => TensorData::BF16(vec![bf16::ZERO; n]),
+            DType::I8 => TensorData::I8(vec![0; n]),
+            DType::I16 => TensorData::I16(vec![0; n]),
+            DType::I32 => TensorData::I32(vec![0; n]),
+            DType::I64 => TensorData::I64(vec![0; n]),
+            DType::U8 => TensorData::U8(vec![0; n]),
+            DType::U16 => TensorData::U16(vec![0; n]),
+            DType::U32 => TensorData::U32(vec![0; n]),
+            DType::U64 => TensorData::U64(vec![0; n]),
+            DType::Bool => TensorData::Bool(vec![false; n]),
+            DType::String => TensorData::String(vec![String::new(); n]),
+        }
+    }
+
+    /// Element `i` as f64 (strings parse, bools are 0/1); used by folding and shape arithmetic.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            TensorData::F32(v) => v[i] as f64,
+            TensorData::F64(v) => v[i],
+            TensorData::F16(v) => v[i].to_f64(),
+            TensorData::BF16(v) => v[i].to_f64(),
+            TensorData::I8(v) => v[i] as f64,
+            TensorData::I16(v) => v[i] as f64,
+            TensorData::I32(v) => v[i] as f64,
+            TensorData::I64(v) => v[i] as f64,
+            TensorData::U8(v) => v[i] as f64,
+            TensorData::U16(v) => v[i] as f64,
+            TensorData::U32(v) => v[i] as f64,
+            TensorData::U64(v) => v[i] as f64,
+            TensorData::Bool(v) => v[i] as u8 as f64,
+            TensorData::String(v) => v[i].parse().unwrap_or(f64::NAN),
+        }
+    }
+
+    /// Little-endian bytes of the elements (strings: length-prefixed UTF-8).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        macro_rules! le {
+            ($v:expr) => {
+                $v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            };
+        }
+        match self {
+            TensorData::F32(v) => le!(v),
+            TensorData::F64(v) => le!(v),
+            TensorData::F16(v) => le!(v),
+            TensorData::BF16(v) => le!(v),
+            TensorData::I8(v) => le!(v),
+            TensorData::I16(v) => le!(v),
+            TensorData::I32(v) => le!(v),
+            TensorData::I64(v) => le!(v),
+            TensorData::U8(v) => v.clone(),
+            TensorData::U16(v) => le!(v),
+            TensorData::U32(v) => le!(v),
+            TensorData::U64(v) => le!(v),
+            TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            TensorData::String(v) => {
+                let mut out = Vec::new();
+                for s in v {
+                    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                out
+            }
+        }
+    }
+
+    /// Inverse of [`TensorData::to_le_bytes`] for `n` elements of a fixed-width dtype.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<TensorData, String> {
+        let width = dtype.size_bytes();
+        if dtype == DType::String {
+            let mut out = Vec::new();
+            let mut rest = bytes;
+            while !rest.is_empty() {
+                if rest.len() < 8 {
+                    return Err("truncated string length".into());
+                }
+                let n = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+                rest = &rest[8..];
+                if rest.len() < n {
+                    return Err("truncated string data".into());
+                }
+                out.push(String::from_utf8(rest[..n].to_vec()).map_err(|e| e.to_string())?);
+                rest = &rest[n..];
+            }
+            return Ok(TensorData::String(out));
+        }
+        if bytes.len() % width != 0 {
+            return Err(format!(
+                "{} bytes is not a whole number of {} elements ({} bytes each)",
+                bytes.len(),
+                dtype,
+                width
+            ));
+        }
+        macro_rules! de {
+            ($t:ty, $variant:ident) => {
+                TensorData::$variant(
+                    bytes
+                        .chunks_exact(width)
+                        .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
+                )
+            };
+        }
+        Ok(match dtype {
+            DType::F32 => de!(f32, F32),
+            DType::F64 => de!(f64, F64),
+            DType::F16 => de!(f16, F16),
+            DType::BF16 => de!(bf16, BF16),
+            DType::I8 => de!(i8, I8),
+            DType::I16 => de!(i16, I16),
+            DType::I32 => de!(i32, I32),
+            DType::I64 => de!(i64, I64),
+            DType::U8 => TensorData::U8(bytes.to_vec()),
+            DType::U16 => de!(u16, U16),
+            DType::U32 => de!(u32, U32),
+            DType::U64 => de!(u64, U64),
+            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::String => unreachable!("handled above"),
+        })
+    }
+}
+
+/// A dense, row-major tensor with a static shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+/// Error building a tensor whose data length does not match its shape.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("tensor data has {len} elements but shape {shape:?} needs {need}")]
+pub struct ShapeMismatch {
+    pub shape: Vec<usize>,
+    pub len: usize,
+    pub need: usize,
+}
+
+impl Tensor {
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Tensor, ShapeMismatch> {
+        let need: usize = shape.iter().product();
+        if need != data.len() {
+            return Err(ShapeMismatch { shape, len: data.len(), need });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    pub fn from_vec<T: Element>(shape: Vec<usize>, v: Vec<T>) -> Result<Tensor, ShapeMismatch> {
+        Tensor::new(shape, T::wrap(v))
+    }
+
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Tensor { shape: vec![], data: T::wrap(vec![v]) }
+    }
+
+    pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
+        let n = shape.iter().product();
+        Tensor { shape, data: TensorData::zeros(dtype, n) }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    pub fn into_parts(self) -> (Vec<usize>, TensorData) {
+        (self.shape, self.data)
+    }
+
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype().size_bytes()
+    }
+
+    pub fn ty(&self) -> TensorType {
+        TensorType::of_shape(self.dtype(), &self.shape)
+    }
+
+    /// The elements as a typed slice, if the dtype is `T`.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::slice(&self.data)
+    }
+
+    /// Same data, new shape (element counts must agree).
+    pub fn reshaped(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
+        Tensor::new(shape, self.data)
+    }
+
+    /// Integer view of an int tensor (shape operands: axes, pads, sizes).
+    pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        match &self.data {
+            TensorData::I64(v) => Some(v.clone()),
+            TensorData::I32(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::I16(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::I8(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::U8(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::U16(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::U32(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::U64(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            _ => None,
+        }
+    }
+
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.data.get_f64(i)).collect()
+    }
+
+    /// Stable content hash (dtype, shape, bytes) used by CSE and caches.
+    pub fn content_hash(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.dtype().name().as_bytes());
+        for d in &self.shape {
+            h.update((*d as u64).to_le_bytes());
+        }
+        h.update(self.data.to_le_bytes());
+        h.finalize().into()
+    }
+}
+
+/// Serialized form of a tensor: fixed-width data as base64 little-endian bytes, strings verbatim.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TensorRepr {
+    dtype: DType,
+    shape: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data_b64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    strings: Option<Vec<String>>,
+}
+
+impl Serialize for Tensor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let repr = match &self.data {
+            TensorData::String(v) => TensorRepr {
+                dtype: DType::String,
+                shape: self.shape.clone(),
+                data_b64: None,
+                strings: Some(v.clone()),
+            },
+            d => TensorRepr {
+                dtype: d.dtype(),
+                shape: self.shape.clone(),
+                data_b64: Some(base64::engine::general_purpose::STANDARD.encode(d.to_le_bytes())),
+                strings: None,
+            },
+        };
+        repr.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tensor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let repr = TensorRepr::deserialize(d)?;
+        let data = match (repr.dtype, repr.strings, repr.data_b64) {
+            (DType::String, Some(v), None) => TensorData::String(v),
+            (dtype, None, Some(b)) if dtype != DType::String => {
+                let bytes =
+                    base64::engine::general_purpose::STANDARD.decode(b).map_err(D::Error::custom)?;
+                TensorData::from_le_bytes(dtype, &bytes).map_err(D::Error::custom)?
+            }
+            _ => {
+                return Err(D::Error::custom(
+                    "a tensor needs `strings` (dtype string) or `data_b64` (other dtypes)",
+                ));
+            }
+        };
+        Tensor::new(repr.shape, data).map_err(D::Error::custom)
+    }
+}
+
+impl JsonSchema for Tensor {
+    fn schema_name() -> Cow<'static, str> {
+        "Tensor".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        TensorRepr::json_schema(generator)
+    }
+}

@@ -1,0 +1,85 @@
+"""Export ONNX's node test cases into a cache the Rust conformance runner reads.
+
+Each case becomes DIR/<case>/model.onnx plus DIR/<case>/<k>/input_<i>.pb and
+output_<i>.pb (TensorProto, or SequenceProto / OptionalProto for non-tensor values),
+and DIR/manifest.json lists every case with its rtol/atol and the kind of each value.
+The export is keyed by the onnx version: a cache made by another version is rebuilt.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.case.node import collect_testcases
+
+
+def value_to_proto(value, vinfo):
+    """Serialize one input/output value the way ONNX's own backend tests do."""
+    kind = vinfo.type.WhichOneof("value") if vinfo is not None else "tensor_type"
+    if isinstance(value, onnx.TensorProto):
+        return "tensor", value.SerializeToString()
+    if kind == "tensor_type":
+        arr = np.asarray(value)
+        return "tensor", numpy_helper.from_array(arr).SerializeToString()
+    if kind == "sequence_type":
+        return "sequence", numpy_helper.from_list(list(value)).SerializeToString()
+    if kind == "optional_type":
+        return "optional", numpy_helper.from_optional(value).SerializeToString()
+    if kind == "map_type":
+        return "map", numpy_helper.from_dict(value).SerializeToString()
+    return kind or "unknown", b""
+
+
+def main(out_dir):
+    stamp_path = os.path.join(out_dir, "manifest.json")
+    if os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            if json.load(f).get("onnx_version") == onnx.__version__:
+                print(f"conformance cache up to date: {out_dir}")
+                return
+    os.makedirs(out_dir, exist_ok=True)
+    warnings.simplefilter("ignore")
+    np.seterr(all="ignore")
+    cases = []
+    for case in collect_testcases(None):
+        case_dir = os.path.join(out_dir, case.name)
+        os.makedirs(case_dir, exist_ok=True)
+        with open(os.path.join(case_dir, "model.onnx"), "wb") as f:
+            f.write(case.model.SerializeToString())
+        graph = case.model.graph
+        data_sets = []
+        for k, (inputs, outputs) in enumerate(case.data_sets or []):
+            ds_dir = os.path.join(case_dir, str(k))
+            os.makedirs(ds_dir, exist_ok=True)
+            kinds = {"inputs": [], "outputs": []}
+            for role, values, infos in (("input", inputs, graph.input), ("output", outputs, graph.output)):
+                for i, value in enumerate(values):
+                    info = infos[i] if i < len(infos) else None
+                    try:
+                        kind, blob = value_to_proto(value, info)
+                    except Exception as e:  # a value numpy_helper cannot serialize
+                        kind, blob = f"unexportable: {type(e).__name__}", b""
+                    with open(os.path.join(ds_dir, f"{role}_{i}.pb"), "wb") as f:
+                        f.write(blob)
+                    kinds[role + "s"].append(kind)
+            data_sets.append(kinds)
+        cases.append(
+            {
+                "name": case.name,
+                "rtol": float(case.rtol),
+                "atol": float(case.atol),
+                "data_sets": data_sets,
+                "ops": sorted({n.op_type for n in graph.node}),
+            }
+        )
+    with open(stamp_path, "w") as f:
+        json.dump({"onnx_version": onnx.__version__, "cases": cases}, f, indent=1)
+    print(f"exported {len(cases)} ONNX node test cases to {out_dir}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else ".cache/onnx-node")
