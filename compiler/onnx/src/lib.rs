@@ -1,0 +1,50 @@
+//! ONNX frontend and exporter for SGR-ML.
+//!
+//! [`import_model`] turns ONNX bytes (opsets 7 to the newest onnx 1.23 knows) into a
+//! [`Graph`], normalising older opsets to the newest semantics (attributes that later became
+//! inputs, legacy 2-D softmax, `Upsample`, …). [`export_model`] writes a graph — or a
+//! partition cut out of one with [`xpu_ir::Graph`] tools — back to ONNX bytes at
+//! [`EXPORT_OPSET`]. Protobuf is generated from the vendored `onnx.proto` by prost.
+//! Malformed input is an [`OnnxError`], never a panic.
+
+mod export;
+mod import;
+mod tensor;
+
+pub use export::{EXPORT_IR_VERSION, EXPORT_OPSET, export_model};
+pub use import::{import_model, import_model_proto};
+pub use tensor::{dtype_from_onnx, dtype_to_onnx, onnx_type_name, read_tensor_proto, tensor_from_proto, tensor_to_proto};
+
+/// Generated protobuf types of `onnx.proto` (onnx-ml) and `onnx-data.proto`.
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+/// Where the list of supported ONNX ops is documented (named in unsupported-op errors).
+pub const SUPPORTED_OPS_DOC: &str = "docs/onnx-support.md";
+
+/// Anything that stops an import or export.
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    #[error("not a valid ONNX protobuf: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("the model has no graph")]
+    NoGraph,
+    #[error(
+        "unsupported op `{op_type}`{} (node {node:?}, opset {opset}); supported ops are listed in {}",
+        if domain.is_empty() { String::new() } else { format!(" in domain `{domain}`") },
+        SUPPORTED_OPS_DOC
+    )]
+    UnsupportedOp { op_type: String, domain: String, node: String, opset: i64 },
+    #[error("{context}: unsupported data type {name}")]
+    UnsupportedDType { context: String, name: String },
+    #[error("node {node:?} ({op_type}): {message}")]
+    Node { node: String, op_type: String, message: String },
+    #[error("{context}: {message}")]
+    Invalid { context: String, message: String },
+}
+
+fn invalid(context: impl Into<String>, message: impl Into<String>) -> OnnxError {
+    OnnxError::Invalid { context: context.into(), message: message.into() }
+}
