@@ -1,0 +1,218 @@
+//! The engine API: what every execution engine (cpu, llvm, cuda, ort, openvino, table)
+//! implements and how the rest of xpu talks to it. An engine reports its capabilities —
+//! ops × dtypes per named kernel, devices, and whether it is available at all, as data —
+//! prepares an executable for a graph partition under an [`Assignment`] (engine, kernels,
+//! precision, device, options; never a policy), and runs it, reporting outputs, per-node
+//! timings and facts back.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use xpu_ir::{DType, Graph, NodeId, Op, Tensor};
+
+pub use xpu_ir;
+
+/// Whether an engine can run here. Never a panic: a missing library is data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Availability {
+    Available,
+    /// Compiled out: the cargo feature is off.
+    SupportDisabled { feature: String },
+    /// Compiled in, but its library or device is missing here.
+    Unavailable { reason: String },
+}
+
+impl Availability {
+    pub fn is_available(&self) -> bool {
+        matches!(self, Availability::Available)
+    }
+}
+
+impl fmt::Display for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Availability::Available => f.write_str("available"),
+            Availability::SupportDisabled { feature } => write!(f, "support disabled (built without feature `{feature}`)"),
+            Availability::Unavailable { reason } => write!(f, "unavailable: {reason}"),
+        }
+    }
+}
+
+/// A named kernel and what it accepts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCaps {
+    /// `engine.kernel`, e.g. `cpu.gemm`.
+    pub name: String,
+    pub ops: Vec<Op>,
+    pub dtypes: Vec<DType>,
+    pub description: String,
+}
+
+/// A device an engine can place work on (`host`, `cuda:0`, `NPU`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    pub name: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+/// An engine's capability report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub engine: String,
+    pub version: String,
+    pub availability: Availability,
+    pub devices: Vec<Device>,
+    pub kernels: Vec<KernelCaps>,
+}
+
+impl Capabilities {
+    /// Kernels able to run `op` on `dtype`, in preference order.
+    pub fn kernels_for(&self, op: Op, dtype: DType) -> impl Iterator<Item = &KernelCaps> {
+        self.kernels.iter().filter(move |k| k.ops.contains(&op) && k.dtypes.contains(&dtype))
+    }
+
+    pub fn supports(&self, op: Op, dtype: DType) -> bool {
+        self.kernels_for(op, dtype).next().is_some()
+    }
+}
+
+/// Every engine known to a process or declared for a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub engines: Vec<Capabilities>,
+}
+
+impl Inventory {
+    pub fn engine(&self, name: &str) -> Option<&Capabilities> {
+        self.engines.iter().find(|e| e.engine == name)
+    }
+
+    /// Stable hash of the inventory (plan-cache keys, explanations).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let json = serde_json::to_vec(self).expect("inventory serializes");
+        Sha256::digest(&json).iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// What the planner decided for a partition: the engine receives this, never a policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub engine: String,
+    /// Kernel per node of the partition; nodes not listed use the engine's default.
+    pub kernels: BTreeMap<NodeId, String>,
+    /// Compute precision, when the plan lowers it; `None` keeps the graph's dtypes.
+    pub precision: Option<DType>,
+    pub device: String,
+    /// Engine-specific options (threads, determinism, …) as strings.
+    pub options: BTreeMap<String, String>,
+}
+
+impl Assignment {
+    pub fn new(engine: &str) -> Assignment {
+        Assignment { engine: engine.to_string(), device: "host".into(), ..Default::default() }
+    }
+}
+
+/// Wall time of one node, with the kernel that ran it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTiming {
+    pub node: NodeId,
+    pub kernel: String,
+    pub nanos: u64,
+}
+
+/// Something an engine observed and wants in the explanation (e.g. ORT's provider per node).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fact {
+    pub node: Option<NodeId>,
+    pub key: String,
+    pub value: String,
+}
+
+/// The result of one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Execution {
+    pub outputs: Vec<Tensor>,
+    pub timings: Vec<NodeTiming>,
+    pub facts: Vec<Fact>,
+}
+
+/// Why an engine could not prepare or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("engine {engine} is not available here: {reason}")]
+    Unavailable { engine: String, reason: String },
+    #[error("{node}: {engine} does not support {what}")]
+    Unsupported { engine: String, node: String, what: String },
+    #[error("input {name:?}: {message}")]
+    Input { name: String, message: String },
+    #[error("{node}: {message}")]
+    Kernel { node: String, message: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// An execution engine.
+pub trait Engine: Send + Sync {
+    fn name(&self) -> &str;
+    fn version(&self) -> String;
+    fn capabilities(&self) -> Capabilities;
+    /// Compiles a partition for repeated execution.
+    fn prepare(&self, partition: &Graph, assignment: &Assignment) -> Result<Box<dyn Executable>, EngineError>;
+}
+
+/// A prepared partition.
+pub trait Executable: Send {
+    /// Runs with one tensor per graph input, in order; returns one per graph output.
+    fn run(&mut self, inputs: Vec<Tensor>) -> Result<Execution, EngineError>;
+}
+
+/// Checks run-time inputs against a graph's declared inputs: count, dtype, rank, static
+/// dims and consistent binding of symbolic dims. Engines call this before running.
+pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
+    use xpu_ir::Dim;
+    if inputs.len() != g.inputs.len() {
+        return Err(EngineError::Other(format!(
+            "the graph takes {} inputs ({}), got {}",
+            g.inputs.len(),
+            g.inputs.iter().map(|&v| format!("{:?}", g.value(v).name.as_deref().unwrap_or(""))).collect::<Vec<_>>().join(", "),
+            inputs.len()
+        )));
+    }
+    let mut bound: BTreeMap<&str, usize> = BTreeMap::new();
+    for (&v, t) in g.inputs.iter().zip(inputs) {
+        let val = g.value(v);
+        let name = val.name.clone().unwrap_or_else(|| v.to_string());
+        let err = |message: String| EngineError::Input { name: name.clone(), message };
+        if t.dtype() != val.ty.dtype {
+            return Err(err(format!("expected dtype {}, got {}", val.ty.dtype, t.dtype())));
+        }
+        let Some(dims) = &val.ty.dims else { continue };
+        if dims.len() != t.rank() {
+            return Err(err(format!("expected shape {}, got rank {} {:?}", val.ty, t.rank(), t.shape())));
+        }
+        for (i, (d, &n)) in dims.iter().zip(t.shape()).enumerate() {
+            match d {
+                Dim::Known(k) if *k as usize != n => {
+                    return Err(err(format!("dim {i} must be {k} (declared {}), got {n} in shape {:?}", val.ty, t.shape())));
+                }
+                Dim::Sym(s) => {
+                    if let Some(&prev) = bound.get(s.as_str()) {
+                        if prev != n {
+                            return Err(err(format!("dim {i} is symbol {s}, bound to {prev} by an earlier input, but is {n} here")));
+                        }
+                    } else {
+                        bound.insert(s, n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! Convolution (im2col + GEMM, kernel `cpu.im2col_conv`), transposed convolution and
+//! pooling, for any number of spatial dims.
+
+use ndarray::{ArrayD, IxDyn};
+use xpu_ir::{Attrs, Op, Tensor};
+
+use crate::linalg::MatMulKernel;
+use crate::reduce::{from_f64, to_f64};
+use crate::scalar::Scalar;
+use crate::util::{KResult, is_half, narrow, opt, req, strides, widen};
+
+/// Resolved geometry of one spatial dim.
+#[derive(Clone, Copy, Debug)]
+struct Geo {
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+    out: usize,
+}
+
+fn geometry(attrs: &Attrs, in_spatial: &[usize], kernel: &[usize], ceil: bool) -> KResult<Vec<Geo>> {
+    let n = in_spatial.len();
+    let get = |key: &str, default: i64, len: usize| -> KResult<Vec<i64>> {
+        match attrs.ints(key) {
+            Some(v) if v.len() == len => Ok(v.to_vec()),
+            Some(v) => Err(format!("attribute `{key}` has {} values, expected {len}", v.len())),
+            None => Ok(vec![default; len]),
+        }
+    };
+    let strides = get("strides", 1, n)?;
+    let dil = get("dilations", 1, n)?;
+    let pads = get("pads", 0, 2 * n)?;
+    let auto_pad = attrs.str("auto_pad", "NOTSET");
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (x, k, s, d) = (in_spatial[i] as i64, kernel[i] as i64, strides[i], dil[i]);
+        if s <= 0 || d <= 0 {
+            return Err("strides and dilations must be positive".into());
+        }
+        let eff = (k - 1) * d + 1;
+        let (pb, o) = match auto_pad {
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let o = (x + s - 1) / s;
+                let total = ((o - 1) * s + eff - x).max(0);
+                let pb = if auto_pad == "SAME_UPPER" { total / 2 } else { total - total / 2 };
+                (pb, o)
+            }
+            "VALID" => (0, (x - eff) / s + 1),
+            "NOTSET" | "" => {
+                let o = xpu_ir::infer::window_out(x, k, s, d, pads[i], pads[i + n], "NOTSET", ceil);
+                (pads[i], o)
+            }
+            other => return Err(format!("unknown auto_pad `{other}`")),
+        };
+        if o < 0 {
+            return Err(format!("window of {eff} does not fit spatial dim {x}"));
+        }
+        out.push(Geo { input: x as usize, kernel: k as usize, stride: s as usize, dilation: d as usize, pad_begin: pb.max(0) as usize, out: o as usize });
+    }
+    Ok(out)
+}
+
+/// Input coordinate of output position `o` and kernel offset `k`, if inside the input.
+#[inline]
+fn src(g: &Geo, o: usize, k: usize) -> Option<usize> {
+    let p = (o * g.stride + k * g.dilation) as isize - g.pad_begin as isize;
+    (p >= 0 && (p as usize) < g.input).then_some(p as usize)
+}
+
+fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
+    for d in (0..dims.len()).rev() {
+        out[d] = i % dims[d];
+        i /= dims[d];
+    }
+}
+
+pub fn conv(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let x = req(inputs, 0)?;
+    if is_half(x.dtype()) {
+        let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
+        let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
+        return Ok(narrow(conv(kernel, attrs, &refs)?, x.dtype()));
+    }
+    crate::float!(x.dtype(), T => conv_t::<T>(kernel, attrs, inputs), Err(format!("conv does not support dtype {}", x.dtype())))
+}
+
+fn conv_t<T: Scalar>(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
+    let (xs, ws) = (x.shape(), w.shape());
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(format!("X {xs:?} and W {ws:?} must have the same rank ≥ 3"));
+    }
+    let g = attrs.int("group", 1).max(1) as usize;
+    let (n, c, m) = (xs[0], xs[1], ws[0]);
+    let cg = c / g;
+    if c % g != 0 || m % g != 0 || ws[1] != cg {
+        return Err(format!("channels do not match: X has {c}, W {ws:?}, group {g}"));
+    }
+    let geo = geometry(attrs, &xs[2..], &ws[2..], false)?;
+    let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
+    let ksp: Vec<usize> = geo.iter().map(|g| g.kernel).collect();
+    let (osz, ksz): (usize, usize) = (out_sp.iter().product(), ksp.iter().product());
+    let isz: usize = xs[2..].iter().product();
+    let in_st = strides(&xs[2..]);
+    let xv = x.as_slice::<T>().ok_or("X dtype")?;
+    let wv = w.as_slice::<T>().ok_or("W dtype")?;
+    let mg = m / g;
+    let rows = cg * ksz;
+    let mut out = vec![T::zero(); n * m * osz];
+    let mut col = vec![T::zero(); rows * osz];
+    let (mut oi, mut ki) = (vec![0; geo.len()], vec![0; geo.len()]);
+    for b in 0..n {
+        for gi in 0..g {
+            // im2col: row (ci, kpos), column opos.
+            for ci in 0..cg {
+                let chan = &xv[(b * c + gi * cg + ci) * isz..][..isz];
+                for kp in 0..ksz {
+                    unravel(kp, &ksp, &mut ki);
+                    let row = &mut col[(ci * ksz + kp) * osz..][..osz];
+                    for (op, slot) in row.iter_mut().enumerate() {
+                        unravel(op, &out_sp, &mut oi);
+                        let mut off = 0;
+                        let mut inside = true;
+                        for d in 0..geo.len() {
+                            match src(&geo[d], oi[d], ki[d]) {
+                                Some(p) => off += p * in_st[d],
+                                None => {
+                                    inside = false;
+                                    break;
+                                }
+                            }
+                        }
+                        *slot = if inside { chan[off] } else { T::zero() };
+                    }
+                }
+            }
+            let wg = &wv[gi * mg * rows..][..mg * rows];
+            let dst = &mut out[(b * m + gi * mg) * osz..][..mg * osz];
+            crate::linalg::mm_public(kernel, mg, osz, rows, wg, rows, &col, osz, dst);
+        }
+    }
+    if let Some(bias) = opt(inputs, 2) {
+        let bv = bias.as_slice::<T>().ok_or("B dtype")?;
+        for b in 0..n {
+            for oc in 0..m {
+                for v in &mut out[(b * m + oc) * osz..][..osz] {
+                    *v = v.add(bv[oc]);
+                }
+            }
+        }
+    }
+    let mut shape = vec![n, m];
+    shape.extend(out_sp);
+    Tensor::from_vec(shape, out).map_err(|e| e.to_string())
+}
+
+pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(format!("X {xs:?} and W {ws:?} must have the same rank ≥ 3"));
+    }
+    let nsp = xs.len() - 2;
+    let g = attrs.int("group", 1).max(1) as usize;
+    let (n, c) = (xs[0], xs[1]);
+    if ws[0] != c || c % g != 0 {
+        return Err(format!("W {ws:?} does not match {c} input channels"));
+    }
+    let mg = ws[1];
+    let m = mg * g;
+    let get = |key: &str, default: i64, len: usize| -> Vec<i64> { attrs.ints(key).filter(|v| v.len() == len).map(<[i64]>::to_vec).unwrap_or_else(|| vec![default; len]) };
+    let strides_ = get("strides", 1, nsp);
+    let dil = get("dilations", 1, nsp);
+    let out_pad = get("output_padding", 0, nsp);
+    let mut pads = get("pads", 0, 2 * nsp);
+    let kernel: Vec<i64> = attrs.ints("kernel_shape").map(<[i64]>::to_vec).unwrap_or_else(|| ws[2..].iter().map(|&k| k as i64).collect());
+    let auto_pad = attrs.str("auto_pad", "NOTSET");
+    let mut out_sp = vec![0usize; nsp];
+    let explicit = attrs.ints("output_shape").map(|s| s[s.len().saturating_sub(nsp)..].to_vec());
+    for i in 0..nsp {
+        let full = strides_[i] * (xs[2 + i] as i64 - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
+        if let Some(target) = explicit.as_ref().map(|s| s[i]).or_else(|| auto_pad.starts_with("SAME").then(|| xs[2 + i] as i64 * strides_[i])) {
+            let total = (full - target).max(0);
+            let (b, e) = if auto_pad == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
+            pads[i] = b;
+            pads[i + nsp] = e;
+        }
+        out_sp[i] = (full - pads[i] - pads[i + nsp]).max(0) as usize;
+    }
+    let xf = to_f64(x)?;
+    let wf = to_f64(w)?;
+    let osz: usize = out_sp.iter().product();
+    let isp = &xs[2..];
+    let isz: usize = isp.iter().product();
+    let ksp: Vec<usize> = kernel.iter().map(|&k| k as usize).collect();
+    let ksz: usize = ksp.iter().product();
+    let ost = strides(&out_sp);
+    let xd = xf.as_standard_layout();
+    let xd = xd.as_slice().ok_or("layout")?;
+    let wd = wf.as_standard_layout();
+    let wd = wd.as_slice().ok_or("layout")?;
+    let mut out = vec![0.0; n * m * osz];
+    let cg = c / g;
+    let (mut ii, mut ki) = (vec![0; nsp], vec![0; nsp]);
+    for b in 0..n {
+        for gi in 0..g {
+            for ci in 0..cg {
+                let cin = gi * cg + ci;
+                for ip in 0..isz {
+                    let xv = xd[(b * c + cin) * isz + ip];
+                    unravel(ip, isp, &mut ii);
+                    for kp in 0..ksz {
+                        unravel(kp, &ksp, &mut ki);
+                        let mut off = 0usize;
+                        let mut inside = true;
+                        for d in 0..nsp {
+                            let p = ii[d] as i64 * strides_[d] + ki[d] as i64 * dil[d] - pads[d];
+                            if p < 0 || p >= out_sp[d] as i64 {
+                                inside = false;
+                                break;
+                            }
+                            off += p as usize * ost[d];
+                        }
+                        if !inside {
+                            continue;
+                        }
+                        for mo in 0..mg {
+                            let wv = wd[((cin * mg) + mo) * ksz + kp];
+                            out[(b * m + gi * mg + mo) * osz + off] += xv * wv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(bias) = opt(inputs, 2) {
+        let bv = to_f64(bias)?;
+        for b in 0..n {
+            for oc in 0..m {
+                for v in &mut out[(b * m + oc) * osz..][..osz] {
+                    *v += bv[[oc]];
+                }
+            }
+        }
+    }
+    let mut shape = vec![n, m];
+    shape.extend(out_sp);
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
+}
+
+pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tensor>> {
+    let xs = x.shape().to_vec();
+    if xs.len() < 3 {
+        return Err("pooling needs rank ≥ 3 (N, C, spatial…)".into());
+    }
+    let nsp = xs.len() - 2;
+    let global = matches!(op, Op::GlobalAveragePool | Op::GlobalMaxPool | Op::GlobalLpPool);
+    let kernel: Vec<usize> = if global {
+        xs[2..].to_vec()
+    } else {
+        attrs.ints("kernel_shape").ok_or("attribute `kernel_shape` is required")?.iter().map(|&k| k as usize).collect()
+    };
+    if kernel.len() != nsp {
+        return Err(format!("kernel_shape has {} dims for {nsp} spatial dims", kernel.len()));
+    }
+    let geo = if global { geometry(&Attrs::new(), &xs[2..], &kernel, false)? } else { geometry(attrs, &xs[2..], &kernel, attrs.int("ceil_mode", 0) != 0)? };
+    let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
+    let osz: usize = out_sp.iter().product();
+    let isz: usize = xs[2..].iter().product();
+    let ksz: usize = kernel.iter().product();
+    let in_st = strides(&xs[2..]);
+    let xf = to_f64(x)?;
+    let xd = xf.as_standard_layout();
+    let xd = xd.as_slice().ok_or("layout")?;
+    let nc = xs[0] * xs[1];
+    let p = if matches!(op, Op::LpPool | Op::GlobalLpPool) { attrs.int("p", 2) as f64 } else { 2.0 };
+    let include_pad = attrs.int("count_include_pad", 0) != 0;
+    let is_max = matches!(op, Op::MaxPool | Op::GlobalMaxPool);
+    let mut out = vec![0.0; nc * osz];
+    let mut idx = vec![0i64; nc * osz];
+    let (mut oi, mut ki) = (vec![0; nsp], vec![0; nsp]);
+    for ch in 0..nc {
+        let plane = &xd[ch * isz..][..isz];
+        for op_ in 0..osz {
+            unravel(op_, &out_sp, &mut oi);
+            let mut acc = if is_max { f64::NEG_INFINITY } else { 0.0 };
+            let mut best = -1i64;
+            let mut count = 0usize;
+            let mut padded_count = 0usize;
+            for kp in 0..ksz {
+                unravel(kp, &kernel, &mut ki);
+                let mut off = 0;
+                let mut inside = true;
+                let mut in_padded = true;
+                for d in 0..nsp {
+                    let pos = (oi[d] * geo[d].stride + ki[d] * geo[d].dilation) as isize - geo[d].pad_begin as isize;
+                    // Positions past input + end padding (ceil mode) never count.
+                    let pads_end = attrs.ints("pads").map(|p| p[d + nsp]).unwrap_or(0).max(0) as isize;
+                    if pos >= geo[d].input as isize + pads_end {
+                        in_padded = false;
+                    }
+                    match src(&geo[d], oi[d], ki[d]) {
+                        Some(p) => off += p * in_st[d],
+                        None => inside = false,
+                    }
+                }
+                if in_padded {
+                    padded_count += 1;
+                }
+                if !inside {
+                    continue;
+                }
+                let v = plane[off];
+                count += 1;
+                if is_max {
+                    if v > acc || best < 0 || v.is_nan() {
+                        if !(acc.is_nan()) {
+                            acc = v;
+                            best = off as i64;
+                        }
+                    }
+                } else if matches!(op, Op::LpPool | Op::GlobalLpPool) {
+                    acc += v.abs().powf(p);
+                } else {
+                    acc += v;
+                }
+            }
+            out[ch * osz + op_] = match op {
+                Op::MaxPool | Op::GlobalMaxPool => acc,
+                Op::LpPool | Op::GlobalLpPool => acc.powf(1.0 / p),
+                _ => acc / (if include_pad { padded_count } else { count }).max(1) as f64,
+            };
+            idx[ch * osz + op_] = if attrs.int("storage_order", 0) != 0 {
+                // Column-major flat index within the plane (2-D only in practice).
+                let mut pos = vec![0; nsp];
+                unravel(best.max(0) as usize, &xs[2..], &mut pos);
+                let mut o = 0usize;
+                let mut mul = 1usize;
+                for d in 0..nsp {
+                    o += pos[d] * mul;
+                    mul *= xs[2 + d];
+                }
+                (ch * isz + o) as i64
+            } else {
+                ch as i64 * isz as i64 + best.max(0)
+            };
+        }
+    }
+    let mut shape = vec![xs[0], xs[1]];
+    shape.extend(out_sp);
+    let mut res = vec![from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())?];
+    if n_out > 1 {
+        res.push(Tensor::from_vec(shape, idx).map_err(|e| e.to_string())?);
+    }
+    Ok(res)
+}

@@ -1,0 +1,329 @@
+//! The CPU reference engine: every SGR-ML op on the host, written for clarity first and
+//! speed where it matters (matrix products through the gemm crate with rayon threads,
+//! convolution as im2col + GEMM). Its kernels are named — `cpu.gemm`, `cpu.im2col_conv`,
+//! `cpu.naive` — so a policy can pin them, and its results are the reference other engines
+//! are compared with. f16/bf16 are computed by widening to f32. It also serves as the
+//! constant-folding evaluator of the IR passes.
+
+mod cast;
+mod conv;
+mod elementwise;
+mod gather;
+mod linalg;
+mod movement;
+mod norm;
+mod reduce;
+mod scalar;
+mod util;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use xpu_engine::{Assignment, Capabilities, Device, Engine, EngineError, Executable, Execution, KernelCaps, NodeTiming, Availability};
+use xpu_ir::{DType, Graph, Node, NodeId, Op, OpClass, Tensor};
+
+pub use cast::cast;
+pub use linalg::MatMulKernel;
+
+use util::{KResult, is_half, narrow, opt, req, widen};
+
+/// Kernel names this engine offers.
+pub const KERNEL_GEMM: &str = "cpu.gemm";
+pub const KERNEL_IM2COL: &str = "cpu.im2col_conv";
+pub const KERNEL_NAIVE: &str = "cpu.naive";
+
+/// Ops the CPU engine implements.
+pub fn supported_ops() -> Vec<Op> {
+    Op::ALL.iter().copied().filter(|op| !matches!(op, Op::Resize | Op::Attention | Op::SoftmaxCrossEntropyLoss | Op::NegativeLogLikelihoodLoss)).collect()
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Kernel {
+    Gemm,
+    Im2col,
+    Naive,
+}
+
+impl Kernel {
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::Gemm => KERNEL_GEMM,
+            Kernel::Im2col => KERNEL_IM2COL,
+            Kernel::Naive => KERNEL_NAIVE,
+        }
+    }
+
+    fn default_for(op: Op) -> Kernel {
+        match op {
+            Op::MatMul | Op::Gemm => Kernel::Gemm,
+            Op::Conv => Kernel::Im2col,
+            _ => Kernel::Naive,
+        }
+    }
+
+    fn parse(name: &str, op: Op) -> Option<Kernel> {
+        let k = match name {
+            KERNEL_GEMM => Kernel::Gemm,
+            KERNEL_IM2COL => Kernel::Im2col,
+            KERNEL_NAIVE => Kernel::Naive,
+            _ => return None,
+        };
+        let ok = match k {
+            Kernel::Gemm => matches!(op, Op::MatMul | Op::Gemm),
+            Kernel::Im2col => op == Op::Conv,
+            Kernel::Naive => true,
+        };
+        ok.then_some(k)
+    }
+}
+
+/// Evaluates one node. `out_dtypes` are the declared output dtypes (f16/bf16 results are
+/// computed in f32 and narrowed to them).
+fn eval(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], out_dtypes: &[DType]) -> KResult<Vec<Tensor>> {
+    let class = node.op.class();
+    let computes = !matches!(class, OpClass::Movement | OpClass::Gather | OpClass::Scatter | OpClass::Constant | OpClass::Select | OpClass::Compare | OpClass::Logical)
+        && !matches!(node.op, Op::MatMul | Op::Gemm | Op::Conv | Op::Identity);
+    if computes && inputs.iter().flatten().any(|t| is_half(t.dtype())) {
+        let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
+        let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
+        let out = eval_native(node, kernel, &refs, out_dtypes.len())?;
+        return Ok(out.into_iter().enumerate().map(|(i, t)| {
+            let to = out_dtypes.get(i).copied().unwrap_or(t.dtype());
+            narrow(t, to)
+        }).collect());
+    }
+    eval_native(node, kernel, inputs, out_dtypes.len())
+}
+
+fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: usize) -> KResult<Vec<Tensor>> {
+    let a = &node.attrs;
+    let x = || req(inputs, 0);
+    let all = || -> KResult<Vec<&Tensor>> { inputs.iter().enumerate().map(|(i, t)| t.ok_or_else(|| format!("input {i} is required"))).collect() };
+    let mk = if kernel == Kernel::Naive { MatMulKernel::Naive } else { MatMulKernel::Gemm };
+    let one = |t: KResult<Tensor>| t.map(|t| vec![t]);
+    use Op::*;
+    match node.op {
+        Constant => one(a.tensor("value").cloned().ok_or_else(|| "constant without `value`".to_string())),
+        ConstantOfShape => one(movement::constant_of_shape(a, x()?)),
+        Range => one(movement::range(inputs)),
+        EyeLike => one(movement::eye_like(a, x()?)),
+        Max | Min | Sum | Mean if inputs.len() != 2 => one(elementwise::variadic(node.op, &all()?)),
+        Mean => one(elementwise::variadic(node.op, &all()?)),
+        Clip => one(elementwise::clip(inputs)),
+        Where => one(elementwise::where_(x()?, req(inputs, 1)?, req(inputs, 2)?)),
+        Cast => one(cast::cast(x()?, a.dtype("to").ok_or("cast needs `to`")?)),
+        CastLike => one(cast::cast(x()?, req(inputs, 1)?.dtype())),
+        MatMul => one(linalg::matmul(mk, x()?, req(inputs, 1)?)),
+        Gemm => one(linalg::gemm_op(mk, a, inputs)),
+        Einsum => one(linalg::einsum(a, &all()?)),
+        Det => one(linalg::det(x()?)),
+        Conv => one(conv::conv(mk, a, inputs)),
+        ConvTranspose => one(conv::conv_transpose(a, inputs)),
+        MaxPool | AveragePool | LpPool | GlobalAveragePool | GlobalMaxPool | GlobalLpPool => conv::pool(node.op, a, x()?, n_out),
+        BatchNormalization => norm::batch_norm(a, inputs, n_out),
+        LayerNormalization | RmsNormalization => norm::layer_norm(node.op, a, inputs, n_out),
+        InstanceNormalization => one(norm::instance_norm(a, inputs)),
+        GroupNormalization => one(norm::group_norm(a, inputs)),
+        Lrn => one(norm::lrn(a, x()?)),
+        LpNormalization => one(norm::lp_norm(a, x()?)),
+        MeanVarianceNormalization => one(norm::mvn(a, x()?)),
+        Softmax | LogSoftmax | Hardmax => one(reduce::softmax(node.op, a, x()?)),
+        ReduceSum | ReduceMean | ReduceMax | ReduceMin | ReduceProd | ReduceL1 | ReduceL2 | ReduceLogSum | ReduceLogSumExp | ReduceSumSquare => {
+            one(reduce::reduce(node.op, a, inputs))
+        }
+        ArgMax | ArgMin => one(reduce::arg(node.op, a, x()?)),
+        CumSum | CumProd => one(reduce::cumulative(node.op, a, x()?, req(inputs, 1)?)),
+        TopK => reduce::top_k(a, x()?, req(inputs, 1)?),
+        NonZero => one(movement::non_zero(x()?)),
+        Reshape => one(movement::reshape(a, x()?, req(inputs, 1)?)),
+        Transpose => one(movement::transpose(x()?, a.ints("perm"))),
+        Squeeze => one(movement::squeeze(x()?, opt(inputs, 1))),
+        Unsqueeze => one(movement::unsqueeze(x()?, req(inputs, 1)?)),
+        Flatten => one(movement::flatten(a, x()?)),
+        Concat => one(movement::concat(a, &all()?)),
+        Split => movement::split(a, inputs, n_out),
+        Slice => one(movement::slice(inputs)),
+        Expand => one(movement::expand(x()?, req(inputs, 1)?)),
+        Tile => one(movement::tile(x()?, req(inputs, 1)?)),
+        Pad => one(movement::pad(a, inputs)),
+        Shape => one(movement::shape_of(a, x()?)),
+        Size => one(Ok(Tensor::scalar(x()?.numel() as i64))),
+        DepthToSpace | SpaceToDepth => one(movement::depth_space(node.op, a, x()?)),
+        Trilu => one(movement::trilu(a, inputs)),
+        OneHot => one(movement::one_hot(a, inputs)),
+        Compress => one(movement::compress(a, x()?, req(inputs, 1)?)),
+        ReverseSequence => one(movement::reverse_sequence(a, x()?, req(inputs, 1)?)),
+        Dropout => {
+            let training = opt(inputs, 2).map(|t| t.to_f64_vec().first().copied().unwrap_or(0.0) != 0.0).unwrap_or(false);
+            let ratio = opt(inputs, 1).map(|t| t.to_f64_vec().first().copied().unwrap_or(0.5)).unwrap_or(0.5);
+            if training && ratio != 0.0 {
+                return Err("dropout in training mode (random masks) is not supported".into());
+            }
+            let t = x()?.clone();
+            let mut out = vec![t.clone()];
+            if n_out > 1 {
+                out.push(Tensor::from_vec(t.shape().to_vec(), vec![true; t.numel()]).map_err(|e| e.to_string())?);
+            }
+            Ok(out)
+        }
+        Gather => one(gather::gather(a, x()?, req(inputs, 1)?)),
+        GatherElements => one(gather::gather_elements(a, x()?, req(inputs, 1)?)),
+        GatherNd => one(gather::gather_nd(a, x()?, req(inputs, 1)?)),
+        ScatterElements => one(gather::scatter_elements(a, x()?, req(inputs, 1)?, req(inputs, 2)?)),
+        ScatterNd => one(gather::scatter_nd(a, x()?, req(inputs, 1)?, req(inputs, 2)?)),
+        op if matches!(op.class(), OpClass::Unary | OpClass::Activation) && inputs.len() == 1 || op == BitwiseNot || op == Not || op == IsNaN || op == IsInf => {
+            one(elementwise::unary(op, a, x()?))
+        }
+        op if inputs.len() == 2 && matches!(op.class(), OpClass::Binary | OpClass::Compare | OpClass::Logical | OpClass::Bitwise | OpClass::Activation) => {
+            one(elementwise::binary(op, a, x()?, req(inputs, 1)?))
+        }
+        op => Err(format!("the cpu engine does not implement {op}")),
+    }
+}
+
+/// The CPU engine.
+#[derive(Debug, Default)]
+pub struct CpuEngine;
+
+impl CpuEngine {
+    pub fn new() -> CpuEngine {
+        CpuEngine
+    }
+}
+
+impl Engine for CpuEngine {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let floats = vec![DType::F32, DType::F64, DType::F16, DType::BF16];
+        let mut all = DType::ALL.to_vec();
+        all.retain(|d| *d != DType::String);
+        Capabilities {
+            engine: "cpu".into(),
+            version: self.version(),
+            availability: Availability::Available,
+            devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
+            kernels: vec![
+                KernelCaps { name: KERNEL_GEMM.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: floats.clone(), description: "packed GEMM (gemm crate), rayon threads".into() },
+                KernelCaps { name: KERNEL_IM2COL.into(), ops: vec![Op::Conv], dtypes: floats, description: "im2col + GEMM convolution".into() },
+                KernelCaps { name: KERNEL_NAIVE.into(), ops: supported_ops(), dtypes: all, description: "reference loops for every op".into() },
+            ],
+        }
+    }
+
+    fn prepare(&self, partition: &Graph, assignment: &Assignment) -> Result<Box<dyn Executable>, EngineError> {
+        let supported = supported_ops();
+        let mut kernels = Vec::with_capacity(partition.nodes.len());
+        for id in partition.node_ids() {
+            let node = partition.node(id);
+            if !supported.contains(&node.op) {
+                return Err(EngineError::Unsupported { engine: "cpu".into(), node: node.label(id), what: format!("op {}", node.op) });
+            }
+            let k = match assignment.kernels.get(&id) {
+                Some(name) => Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {
+                    engine: "cpu".into(),
+                    node: node.label(id),
+                    what: format!("kernel {name} for op {}", node.op),
+                })?,
+                None => Kernel::default_for(node.op),
+            };
+            kernels.push(k);
+        }
+        let mut last_use = vec![usize::MAX; partition.values.len()];
+        for (i, n) in partition.nodes.iter().enumerate() {
+            for v in n.input_values() {
+                last_use[v.index()] = i;
+            }
+        }
+        for o in &partition.outputs {
+            last_use[o.value.index()] = usize::MAX;
+        }
+        let consts = partition
+            .nodes
+            .iter()
+            .map(|n| if n.op == Op::Constant { n.attrs.tensor("value").cloned().map(Arc::new) } else { None })
+            .collect();
+        Ok(Box::new(CpuExecutable { graph: partition.clone(), kernels, last_use, consts }))
+    }
+}
+
+struct CpuExecutable {
+    graph: Graph,
+    kernels: Vec<Kernel>,
+    /// Index of the last node reading each value (`usize::MAX`: graph output or unused).
+    last_use: Vec<usize>,
+    consts: Vec<Option<Arc<Tensor>>>,
+}
+
+impl Executable for CpuExecutable {
+    fn run(&mut self, inputs: Vec<Tensor>) -> Result<Execution, EngineError> {
+        let g = &self.graph;
+        xpu_engine::check_inputs(g, &inputs)?;
+        let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.values.len()];
+        for (&v, t) in g.inputs.iter().zip(inputs) {
+            values[v.index()] = Some(Arc::new(t));
+        }
+        let mut timings = Vec::with_capacity(g.nodes.len());
+        for (i, node) in g.nodes.iter().enumerate() {
+            let start = Instant::now();
+            let outs: Vec<Arc<Tensor>> = if let Some(c) = &self.consts[i] {
+                vec![c.clone()]
+            } else {
+                let args: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| values[v.index()].as_deref())).collect();
+                let out_dtypes: Vec<DType> = node.outputs.iter().map(|&o| g.ty(o).dtype).collect();
+                let id = NodeId(i as u32);
+                let outs = eval(node, self.kernels[i], &args, &out_dtypes).map_err(|message| EngineError::Kernel { node: node.label(id), message })?;
+                if outs.len() != node.outputs.len() {
+                    return Err(EngineError::Kernel { node: node.label(id), message: format!("produced {} outputs, expected {}", outs.len(), node.outputs.len()) });
+                }
+                outs.into_iter().map(Arc::new).collect()
+            };
+            for (&o, t) in node.outputs.iter().zip(outs) {
+                values[o.index()] = Some(t);
+            }
+            // Move semantics: a value's buffer is released after its last use.
+            for v in node.input_values() {
+                if self.last_use[v.index()] == i {
+                    values[v.index()] = None;
+                }
+            }
+            timings.push(NodeTiming { node: NodeId(i as u32), kernel: self.kernels[i].name().to_string(), nanos: start.elapsed().as_nanos() as u64 });
+        }
+        let outputs = g
+            .outputs
+            .iter()
+            .map(|o| {
+                let t = values[o.value.index()].clone().ok_or_else(|| EngineError::Other(format!("output {:?} was not computed", o.name)))?;
+                Ok(Arc::try_unwrap(t).unwrap_or_else(|a| (*a).clone()))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        Ok(Execution { outputs, timings, facts: vec![] })
+    }
+}
+
+/// Constant folding through the CPU kernels.
+#[derive(Debug, Default)]
+pub struct CpuEvaluator;
+
+impl xpu_ir::passes::Evaluator for CpuEvaluator {
+    fn evaluate(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, String> {
+        if !supported_ops().contains(&node.op) {
+            return Err(format!("cpu does not implement {}", node.op));
+        }
+        let dtypes: Vec<DType> = inputs.iter().flatten().map(|t| t.dtype()).take(1).collect();
+        let n = node.outputs.len();
+        let out_dtypes = vec![dtypes.first().copied().unwrap_or(DType::F32); n];
+        eval(node, Kernel::default_for(node.op), inputs, &out_dtypes)
+    }
+}
+
+/// Runs a whole graph on the CPU engine with default kernels (tests, folding, `xpuctl run`).
+pub fn run_graph(g: &Graph, inputs: Vec<Tensor>) -> Result<Execution, EngineError> {
+    CpuEngine.prepare(g, &Assignment::new("cpu"))?.run(inputs)
+}

@@ -1,0 +1,267 @@
+//! Matrix products: `matmul` and `gemm` through the gemm crate (kernel `cpu.gemm`) or a
+//! plain triple loop (`cpu.naive`), plus `einsum` and `det`.
+
+use gemm::Parallelism;
+use ndarray::{ArrayD, IxDyn};
+use xpu_ir::{Attrs, DType, Tensor};
+
+use crate::elementwise::broadcast_shape;
+use crate::reduce::{from_f64, to_f64};
+use crate::scalar::Scalar;
+use crate::util::{KResult, is_half, narrow, opt, req, strides, widen};
+use crate::numeric;
+
+/// Which implementation a matrix product uses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MatMulKernel {
+    Gemm,
+    Naive,
+}
+
+fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
+    // Small products lose more to scheduling than they gain from threads.
+    if m * n * k < 64 * 64 * 64 { Parallelism::None } else { Parallelism::Rayon(rayon::current_num_threads()) }
+}
+
+/// C[m×n] = A[m×k] · B[k×n] on row-major slices with given row strides.
+fn mm<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T]) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.iter_mut().for_each(|v| *v = T::zero());
+        return;
+    }
+    let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
+    if kernel == MatMulKernel::Gemm && float {
+        // SAFETY: the slices cover m×k, k×n and m×n elements at the given row strides (checked
+        // by the callers' shape logic); T is f32 or f64, which gemm supports; dst is not read.
+        unsafe {
+            gemm::gemm(
+                m, n, k,
+                c.as_mut_ptr(), 1, n as isize, false,
+                a.as_ptr(), 1, lda as isize,
+                b.as_ptr(), 1, ldb as isize,
+                T::zero(), T::one(),
+                false, false, false,
+                parallelism(m, n, k),
+            );
+        }
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = T::zero();
+            for p in 0..k {
+                acc = acc.add(a[i * lda + p].mul(b[p * ldb + j]));
+            }
+            c[i * n + j] = acc;
+        }
+    }
+}
+
+pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+    if is_half(a.dtype()) {
+        return Ok(narrow(matmul(kernel, &widen(a), &widen(b))?, a.dtype()));
+    }
+    if a.dtype() != b.dtype() {
+        return Err(format!("operand dtypes differ ({} and {})", a.dtype(), b.dtype()));
+    }
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err("matmul operands must have rank ≥ 1".into());
+    }
+    let (sa, sb) = (a.shape(), b.shape());
+    let a2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.to_vec() };
+    let b2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.to_vec() };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(format!("matmul inner dims differ: {sa:?} × {sb:?}"));
+    }
+    let ba = &a2[..a2.len() - 2];
+    let bb = &b2[..b2.len() - 2];
+    let batch = broadcast_shape(ba, bb)?;
+    let nb: usize = batch.iter().product();
+    let mut out_shape = batch.clone();
+    if sa.len() > 1 {
+        out_shape.push(m);
+    }
+    if sb.len() > 1 {
+        out_shape.push(n);
+    }
+    let offset = |shape: &[usize], idx: &[usize], mat: usize| -> usize {
+        let st = strides(shape);
+        let pad = idx.len() - shape.len();
+        shape.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { idx[pad + i] * st[i] }).sum::<usize>() * mat
+    };
+    numeric!(a.dtype(), T => {
+        let (av, bv) = (a.as_slice::<T>().unwrap(), b.as_slice::<T>().unwrap());
+        let mut out = vec![T::zero(); nb * m * n];
+        let bst = strides(&batch);
+        for bi in 0..nb {
+            let idx: Vec<usize> = bst.iter().zip(&batch).map(|(&s, &d)| (bi / s) % d.max(1)).collect();
+            let oa = offset(ba, &idx, m * k);
+            let ob = offset(bb, &idx, k * n);
+            mm(kernel, m, n, k, &av[oa..oa + m * k], k, &bv[ob..ob + k * n], n, &mut out[bi * m * n..(bi + 1) * m * n]);
+        }
+        Tensor::from_vec(out_shape, out).map_err(|e| e.to_string())
+    }, Err(format!("matmul does not support dtype {}", a.dtype())))
+}
+
+pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    if is_half(a.dtype()) {
+        let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
+        let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
+        return Ok(narrow(gemm_op(kernel, attrs, &refs)?, a.dtype()));
+    }
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err("gemm operands must be 2-D".into());
+    }
+    let t = |x: &Tensor, on: bool| -> KResult<Tensor> { if on { crate::movement::transpose(x, Some(&[1, 0])) } else { Ok(x.clone()) } };
+    let a = t(a, attrs.int("transA", 0) != 0)?;
+    let b = t(b, attrs.int("transB", 0) != 0)?;
+    let ab = matmul(kernel, &a, &b)?;
+    let (alpha, beta) = (attrs.float("alpha", 1.0), attrs.float("beta", 1.0));
+    let dtype = ab.dtype();
+    let mut y = to_f64(&ab)?;
+    if alpha != 1.0 {
+        y.mapv_inplace(|v| v * alpha);
+    }
+    if let Some(c) = opt(inputs, 2) {
+        let cf = to_f64(c)?;
+        let cb = cf.broadcast(IxDyn(y.shape())).ok_or_else(|| format!("C of shape {:?} does not broadcast to {:?}", c.shape(), y.shape()))?;
+        y = y + cb.mapv(|v| v * beta);
+    }
+    if dtype == DType::F32 && alpha == 1.0 && opt(inputs, 2).is_none() {
+        return Ok(ab);
+    }
+    from_f64(y, dtype)
+}
+
+pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
+    let eq: String = attrs.str("equation", "").chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != inputs.len() {
+        return Err(format!("equation has {} operands, got {} inputs", terms.len(), inputs.len()));
+    }
+    // Expand `...` into fresh upper-case letters per operand rank.
+    let ell_rank = terms.iter().zip(inputs).map(|(t, x)| if t.contains("...") { x.rank() + 3 - t.len() } else { 0 }).max().unwrap_or(0);
+    let ell: String = (0..ell_rank).map(|i| (b'A' + i as u8) as char).collect();
+    // Replaces `...` with the last `n` ellipsis letters.
+    let expand = |t: &str, n: usize| -> String {
+        match t.find("...") {
+            Some(pos) => format!("{}{}{}", &t[..pos], &ell[ell_rank - n..], &t[pos + 3..]),
+            None => t.to_string(),
+        }
+    };
+    let terms: Vec<Vec<char>> = terms
+        .iter()
+        .zip(inputs)
+        .map(|(t, x)| expand(t, if t.contains("...") { (x.rank() + 3).saturating_sub(t.len()) } else { 0 }).chars().collect())
+        .collect();
+    let mut sizes: std::collections::BTreeMap<char, usize> = Default::default();
+    for (t, x) in terms.iter().zip(inputs) {
+        if t.len() != x.rank() {
+            return Err(format!("term {:?} does not match an operand of rank {}", t.iter().collect::<String>(), x.rank()));
+        }
+        for (&c, &d) in t.iter().zip(x.shape()) {
+            let e = sizes.entry(c).or_insert(d);
+            if *e != d && d != 1 {
+                if *e == 1 {
+                    *e = d;
+                } else {
+                    return Err(format!("letter {c} has sizes {e} and {d}"));
+                }
+            }
+        }
+    }
+    let out: Vec<char> = match rhs {
+        Some(r) => expand(&r, ell_rank).chars().collect(),
+        None => {
+            let mut counts: std::collections::BTreeMap<char, usize> = Default::default();
+            for t in &terms {
+                for &c in t {
+                    *counts.entry(c).or_default() += 1;
+                }
+            }
+            ell.chars().chain(counts.iter().filter(|(c, n)| **n == 1 && !ell.contains(**c)).map(|(c, _)| *c)).collect()
+        }
+    };
+    let letters: Vec<char> = out.iter().copied().chain(sizes.keys().copied().filter(|c| !out.contains(c))).collect();
+    let dims: Vec<usize> = letters.iter().map(|c| sizes[c]).collect();
+    let dtype = inputs[0].dtype();
+    let data: Vec<ArrayD<f64>> = inputs.iter().map(|t| to_f64(t)).collect::<KResult<_>>()?;
+    let out_shape: Vec<usize> = out.iter().map(|c| sizes[c]).collect();
+    let out_n: usize = out_shape.iter().product();
+    let mut result = vec![0.0; out_n];
+    let total: usize = dims.iter().product();
+    let pos: Vec<Vec<usize>> = terms.iter().map(|t| t.iter().map(|c| letters.iter().position(|l| l == c).unwrap()).collect()).collect();
+    let out_st = strides(&out_shape);
+    let mut idx = vec![0usize; letters.len()];
+    for _ in 0..total {
+        let mut prod = 1.0;
+        for (k, a) in data.iter().enumerate() {
+            let i: Vec<usize> = pos[k].iter().zip(a.shape()).map(|(&p, &d)| if d == 1 { 0 } else { idx[p] }).collect();
+            prod *= a[IxDyn(&i)];
+        }
+        let o: usize = (0..out.len()).map(|p| idx[p] * out_st[p]).sum();
+        result[o] += prod;
+        for p in (0..idx.len()).rev() {
+            idx[p] += 1;
+            if idx[p] < dims[p] {
+                break;
+            }
+            idx[p] = 0;
+        }
+    }
+    from_f64(ArrayD::from_shape_vec(IxDyn(&out_shape), result).map_err(|e| e.to_string())?, dtype)
+}
+
+pub fn det(x: &Tensor) -> KResult<Tensor> {
+    let r = x.rank();
+    if r < 2 || x.shape()[r - 1] != x.shape()[r - 2] {
+        return Err(format!("det needs square trailing matrices, got shape {:?}", x.shape()));
+    }
+    let n = x.shape()[r - 1];
+    let a = to_f64(x)?;
+    let flat = a.as_standard_layout();
+    let data = flat.as_slice().ok_or("layout")?;
+    let out: Vec<f64> = data
+        .chunks(n * n)
+        .map(|m| {
+            let mut m = m.to_vec();
+            let mut det = 1.0;
+            for col in 0..n {
+                let piv = (col..n).max_by(|&i, &j| m[i * n + col].abs().total_cmp(&m[j * n + col].abs())).unwrap();
+                if m[piv * n + col] == 0.0 {
+                    return 0.0;
+                }
+                if piv != col {
+                    for k in 0..n {
+                        m.swap(piv * n + k, col * n + k);
+                    }
+                    det = -det;
+                }
+                det *= m[col * n + col];
+                for row in col + 1..n {
+                    let f = m[row * n + col] / m[col * n + col];
+                    for k in col..n {
+                        m[row * n + k] -= f * m[col * n + k];
+                    }
+                }
+            }
+            det
+        })
+        .collect();
+    from_f64(ArrayD::from_shape_vec(IxDyn(&x.shape()[..r - 2]), out).map_err(|e| e.to_string())?, x.dtype())
+}
+
+/// Matrix product on row-major slices for other kernels (convolution's GEMM step).
+pub fn mm_public<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T]) {
+    mm(kernel, m, n, k, a, lda, b, ldb, c)
+}

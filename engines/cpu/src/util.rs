@@ -1,0 +1,128 @@
+//! Conversions between tensors and ndarray arrays, and small shared helpers.
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use xpu_ir::{DType, Element, Tensor, TensorData};
+
+pub type KResult<T> = Result<T, String>;
+
+pub fn view<T: Element>(t: &Tensor) -> KResult<ArrayViewD<'_, T>> {
+    let s = t.as_slice::<T>().ok_or_else(|| format!("expected {} data, got {}", T::DTYPE, t.dtype()))?;
+    ArrayViewD::from_shape(IxDyn(t.shape()), s).map_err(|e| e.to_string())
+}
+
+pub fn owned<T: Element>(t: &Tensor) -> KResult<ArrayD<T>> {
+    Ok(view::<T>(t)?.to_owned())
+}
+
+pub fn tensor<T: Element>(a: ArrayD<T>) -> Tensor {
+    let shape = a.shape().to_vec();
+    let v = if a.is_standard_layout() {
+        a.into_raw_vec_and_offset().0
+    } else {
+        a.iter().cloned().collect()
+    };
+    Tensor::from_vec(shape, v).expect("array shape matches data")
+}
+
+pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
+    t.to_i64_vec().ok_or_else(|| format!("{what} must be an integer tensor, got {}", t.dtype()))
+}
+
+pub fn norm_axis(axis: i64, rank: usize) -> KResult<usize> {
+    xpu_ir::infer::normalize_axis(axis, rank).ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))
+}
+
+pub fn req<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> KResult<&'a Tensor> {
+    inputs.get(i).copied().flatten().ok_or_else(|| format!("input {i} is required"))
+}
+
+pub fn opt<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+    inputs.get(i).copied().flatten()
+}
+
+/// Upcasts f16/bf16 to f32 (compute by conversion); other dtypes pass through.
+pub fn widen(t: &Tensor) -> Tensor {
+    match t.data() {
+        TensorData::F16(v) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap(),
+        TensorData::BF16(v) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap(),
+        _ => t.clone(),
+    }
+}
+
+/// Narrows an f32 result back to f16/bf16 when the op's dtype was half precision.
+pub fn narrow(t: Tensor, to: DType) -> Tensor {
+    match (to, t.data()) {
+        (DType::F16, TensorData::F32(v)) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| f16::from_f32(x)).collect()).unwrap(),
+        (DType::BF16, TensorData::F32(v)) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| bf16::from_f32(x)).collect()).unwrap(),
+        _ => t,
+    }
+}
+
+pub fn is_half(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16)
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of a numeric dtype (f16/bf16 excluded).
+#[macro_export]
+macro_rules! numeric {
+    ($dtype:expr, $T:ident => $body:expr, $else:expr) => {
+        match $dtype {
+            xpu_ir::DType::F32 => { type $T = f32; $body }
+            xpu_ir::DType::F64 => { type $T = f64; $body }
+            xpu_ir::DType::I8 => { type $T = i8; $body }
+            xpu_ir::DType::I16 => { type $T = i16; $body }
+            xpu_ir::DType::I32 => { type $T = i32; $body }
+            xpu_ir::DType::I64 => { type $T = i64; $body }
+            xpu_ir::DType::U8 => { type $T = u8; $body }
+            xpu_ir::DType::U16 => { type $T = u16; $body }
+            xpu_ir::DType::U32 => { type $T = u32; $body }
+            xpu_ir::DType::U64 => { type $T = u64; $body }
+            _ => $else,
+        }
+    };
+}
+
+/// Like [`numeric!`] but over every dtype, for ops that only move data.
+#[macro_export]
+macro_rules! any_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            xpu_ir::DType::F32 => { type $T = f32; $body }
+            xpu_ir::DType::F64 => { type $T = f64; $body }
+            xpu_ir::DType::F16 => { type $T = half::f16; $body }
+            xpu_ir::DType::BF16 => { type $T = half::bf16; $body }
+            xpu_ir::DType::I8 => { type $T = i8; $body }
+            xpu_ir::DType::I16 => { type $T = i16; $body }
+            xpu_ir::DType::I32 => { type $T = i32; $body }
+            xpu_ir::DType::I64 => { type $T = i64; $body }
+            xpu_ir::DType::U8 => { type $T = u8; $body }
+            xpu_ir::DType::U16 => { type $T = u16; $body }
+            xpu_ir::DType::U32 => { type $T = u32; $body }
+            xpu_ir::DType::U64 => { type $T = u64; $body }
+            xpu_ir::DType::Bool => { type $T = bool; $body }
+            xpu_ir::DType::String => { type $T = String; $body }
+        }
+    };
+}
+
+/// Float dtypes computed natively (f16/bf16 are widened first).
+#[macro_export]
+macro_rules! float {
+    ($dtype:expr, $T:ident => $body:expr, $else:expr) => {
+        match $dtype {
+            xpu_ir::DType::F32 => { type $T = f32; $body }
+            xpu_ir::DType::F64 => { type $T = f64; $body }
+            _ => $else,
+        }
+    };
+}
