@@ -3,7 +3,7 @@
 Each case becomes DIR/<case>/model.onnx plus DIR/<case>/<k>/input_<i>.pb and
 output_<i>.pb (TensorProto, or SequenceProto / OptionalProto for non-tensor values),
 and DIR/manifest.json lists every case with its rtol/atol and the kind of each value.
-The export is keyed by the onnx version: a cache made by another version is rebuilt.
+The export is keyed by the onnx version and the export format: a stale cache is rebuilt.
 """
 
 import json
@@ -17,14 +17,22 @@ from onnx import numpy_helper
 from onnx.backend.test.case.node import collect_testcases
 
 
+# Bump when the export layout changes, so stale caches are rebuilt.
+FORMAT = f"onnx-{onnx.__version__}/2"
+
+
 def value_to_proto(value, vinfo):
     """Serialize one input/output value the way ONNX's own backend tests do."""
     kind = vinfo.type.WhichOneof("value") if vinfo is not None else "tensor_type"
+    name = vinfo.name if vinfo is not None else ""
     if isinstance(value, onnx.TensorProto):
-        return "tensor", value.SerializeToString()
+        proto = onnx.TensorProto()
+        proto.CopyFrom(value)
+        proto.name = name
+        return "tensor", proto.SerializeToString()
     if kind == "tensor_type":
         arr = np.asarray(value)
-        return "tensor", numpy_helper.from_array(arr).SerializeToString()
+        return "tensor", numpy_helper.from_array(arr, name=name).SerializeToString()
     if kind == "sequence_type":
         return "sequence", numpy_helper.from_list(list(value)).SerializeToString()
     if kind == "optional_type":
@@ -38,7 +46,7 @@ def main(out_dir):
     stamp_path = os.path.join(out_dir, "manifest.json")
     if os.path.exists(stamp_path):
         with open(stamp_path) as f:
-            if json.load(f).get("onnx_version") == onnx.__version__:
+            if json.load(f).get("format") == FORMAT:
                 print(f"conformance cache up to date: {out_dir}")
                 return
     os.makedirs(out_dir, exist_ok=True)
@@ -77,7 +85,7 @@ def main(out_dir):
             }
         )
     with open(stamp_path, "w") as f:
-        json.dump({"onnx_version": onnx.__version__, "cases": cases}, f, indent=1)
+        json.dump({"format": FORMAT, "onnx_version": onnx.__version__, "cases": cases}, f, indent=1)
     print(f"exported {len(cases)} ONNX node test cases to {out_dir}")
 
 

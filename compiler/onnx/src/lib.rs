@@ -28,7 +28,7 @@ pub const SUPPORTED_OPS_DOC: &str = "docs/onnx-support.md";
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
     #[error("not a valid ONNX protobuf: {0}")]
-    Decode(#[from] prost::DecodeError),
+    Decode(prost::DecodeError),
     #[error("the model has no graph")]
     NoGraph,
     #[error(
@@ -43,6 +43,12 @@ pub enum OnnxError {
     Node { node: String, op_type: String, message: String },
     #[error("{context}: {message}")]
     Invalid { context: String, message: String },
+}
+
+impl From<prost::DecodeError> for OnnxError {
+    fn from(e: prost::DecodeError) -> Self {
+        OnnxError::Decode(e)
+    }
 }
 
 fn invalid(context: impl Into<String>, message: impl Into<String>) -> OnnxError {

@@ -182,8 +182,9 @@ pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
     for i in 0..nsp {
         let full = strides_[i] * (xs[2 + i] as i64 - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
         if let Some(target) = explicit.as_ref().map(|s| s[i]).or_else(|| auto_pad.starts_with("SAME").then(|| xs[2 + i] as i64 * strides_[i])) {
-            let total = (full - target).max(0);
-            let (b, e) = if auto_pad == "SAME_UPPER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
+            // May be negative: the output is then zero-extended to the requested shape.
+            let total = full - target;
+            let (b, e) = if auto_pad == "SAME_UPPER" || explicit.is_some() && auto_pad != "SAME_LOWER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
             pads[i] = b;
             pads[i + nsp] = e;
         }

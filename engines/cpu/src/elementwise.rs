@@ -161,6 +161,9 @@ fn unary_numeric(op: Op, x: &Tensor) -> KResult<Tensor> {
 }
 
 pub fn unary(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
+    if matches!(op, Op::IsNaN | Op::IsInf) && crate::util::is_half(x.dtype()) {
+        return unary(op, attrs, &crate::util::widen(x));
+    }
     match op {
         Op::Identity | Op::Abs | Op::Neg | Op::Relu | Op::Sign | Op::Floor | Op::Ceil | Op::Round => unary_numeric(op, x),
         Op::Not => {
@@ -209,9 +212,6 @@ pub fn binary(op: Op, attrs: &Attrs, a: &Tensor, b: &Tensor) -> KResult<Tensor> 
         Op::BitShift | Op::BitwiseAnd | Op::BitwiseOr | Op::BitwiseXor => return bitwise(op, attrs, a, b),
         Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => return compare(op, a, b),
         _ => {}
-    }
-    if op == Op::Mod && a.dtype().is_float() && !fmod {
-        return Err("Mod with float inputs requires fmod = 1".into());
     }
     numeric!(a.dtype(), T => {
         let out = match op {
@@ -265,8 +265,17 @@ fn bitwise(op: Op, attrs: &Attrs, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
                         Op::BitwiseOr => x | y,
                         Op::BitwiseXor => x ^ y,
                         _ => {
-                            let s = y as u64;
-                            if s >= bits as u64 { 0 } else if left { x.wrapping_shl(s as u32) } else { x.wrapping_shr(s as u32) }
+                            // Shift counts are taken as unsigned; counts ≥ the width shift every
+                            // bit out (right shifts of signed values fill with the sign bit).
+                            let s = (y as u64).min(bits as u64 - 1) as u32;
+                            let all_out = (y as u64) >= bits as u64;
+                            if left {
+                                if all_out { 0 } else { x.wrapping_shl(s) }
+                            } else if all_out {
+                                x.wrapping_shr(bits - 1).wrapping_shr(1)
+                            } else {
+                                x.wrapping_shr(s)
+                            }
                         }
                     })?;
                     Ok(tensor(out))

@@ -321,6 +321,11 @@ pub fn trilu(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
 
 pub fn range(inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let (s, l, d) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    if crate::util::is_half(s.dtype()) {
+        let w: Vec<Tensor> = [s, l, d].iter().map(|t| crate::util::widen(t)).collect();
+        let r = range(&[Some(&w[0]), Some(&w[1]), Some(&w[2])])?;
+        return Ok(crate::util::narrow(r, s.dtype()));
+    }
     numeric!(s.dtype(), T => {
         let (start, limit, delta) = (view::<T>(s)?.iter().next().copied().ok_or("empty start")?, view::<T>(l)?.iter().next().copied().ok_or("empty limit")?, view::<T>(d)?.iter().next().copied().ok_or("empty delta")?);
         use crate::scalar::Scalar;

@@ -64,7 +64,9 @@ pub fn reduce(op: Op, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
     let xf = to_f64(x)?;
     let (_, inner, data) = rows(&xf, &axes);
     let is_int = !x.dtype().is_float();
-    let (lowest, highest) = if is_int {
+    let (lowest, highest) = if x.dtype() == DType::Bool {
+        (0.0, 1.0)
+    } else if is_int {
         numeric!(x.dtype(), T => (<T as num_traits::Bounded>::min_value().to_f64(), <T as num_traits::Bounded>::max_value().to_f64()), (f64::NEG_INFINITY, f64::INFINITY))
     } else {
         (f64::NEG_INFINITY, f64::INFINITY)

@@ -1,0 +1,276 @@
+//! `xpuctl`: the xpu command line. Runs SGR-ML or ONNX programs locally on the CPU engine,
+//! prints, optimises, imports and exports IR, and lists engines. Exit codes: 0 ok,
+//! 1 program/run/check error, 2 usage error.
+
+mod program;
+mod tensors;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use xpu_engine::Engine;
+use xpu_ir::Tensor;
+
+#[derive(Parser)]
+#[command(name = "xpuctl", version, about = "xpu: run, inspect and explain ML and data jobs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a program (.onnx, .sgr or .json) on the CPU engine and write its outputs as .npy.
+    Run {
+        program: PathBuf,
+        /// An input: NAME=PATH (.npy or .pb), or PATH.pb (the name comes from the proto).
+        #[arg(long = "input", short = 'i')]
+        inputs: Vec<String>,
+        /// Directory for the outputs (created if missing).
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Parse and verify a program; report every problem.
+    Check {
+        program: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// SGR-ML tools.
+    #[command(subcommand)]
+    Ir(IrCommand),
+    /// List the engines of this build and what they can run.
+    Engines {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[derive(Subcommand)]
+enum IrCommand {
+    /// Print a program as SGR-ML text (or JSON).
+    Print {
+        program: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Run passes over a program and print the result (and optionally the memory plan).
+    Opt {
+        program: PathBuf,
+        /// Comma-separated passes (fold, dce, cse, canon, fuse); default: canon,fold,cse,dce,fuse.
+        #[arg(long, value_delimiter = ',')]
+        passes: Option<Vec<String>>,
+        /// Also print the memory plan (liveness, buffer reuse, peak bytes).
+        #[arg(long)]
+        memory: bool,
+        /// Bind a symbolic dim for the memory plan: N=64.
+        #[arg(long = "bind")]
+        bind: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Import an ONNX model into SGR-ML (.sgr text or .json by the output's extension).
+    Import {
+        model: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Export a program to ONNX.
+    Export {
+        program: PathBuf,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+}
+
+/// An error in how xpuctl was invoked (exit code 2).
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() { ExitCode::from(2) } else { ExitCode::from(1) }
+        }
+    }
+}
+
+fn dispatch(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Run { program, inputs, out, format } => run(&program, &inputs, &out, format),
+        Command::Check { program, format } => {
+            let g = program::load(&program)?;
+            match format {
+                Format::Text => println!("{}: ok ({} inputs, {} nodes, {} outputs)", program.display(), g.inputs.len(), g.nodes.len(), g.outputs.len()),
+                Format::Json => println!("{}", serde_json::json!({"program": program, "ok": true, "inputs": g.inputs.len(), "nodes": g.nodes.len(), "outputs": g.outputs.len()})),
+            }
+            Ok(())
+        }
+        Command::Engines { format } => {
+            let caps = xpu_engine_cpu::CpuEngine::new().capabilities();
+            let inv = xpu_engine::Inventory { engines: vec![caps] };
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&inv)?),
+                Format::Text => {
+                    for e in &inv.engines {
+                        println!("{} {} — {}", e.engine, e.version, e.availability);
+                        for k in &e.kernels {
+                            println!("  {:<18} {} ops, dtypes {}", k.name, k.ops.len(), k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" "));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Ir(ir) => ir_command(ir),
+    }
+}
+
+fn print_graph(g: &xpu_ir::Graph, format: Format) {
+    match format {
+        Format::Text => print!("{}", xpu_ir::text::print(g)),
+        Format::Json => println!("{}", xpu_ir::to_json(g)),
+    }
+}
+
+fn ir_command(cmd: IrCommand) -> Result<()> {
+    match cmd {
+        IrCommand::Print { program, format } => {
+            print_graph(&program::load(&program)?, format);
+            Ok(())
+        }
+        IrCommand::Opt { program, passes, memory, bind, format } => {
+            let mut g = program::load(&program)?;
+            let passes = passes.unwrap_or_else(|| xpu_ir::passes::DEFAULT_PIPELINE.iter().map(|s| s.to_string()).collect());
+            let eval = xpu_engine_cpu::CpuEvaluator;
+            for p in &passes {
+                g = xpu_ir::passes::run_pass(p, &g, Some(&eval)).map_err(|e| usage(e.to_string()))?;
+                if let Err(errs) = xpu_ir::verify(&g) {
+                    bail!("internal error: pass `{p}` produced an invalid graph: {}", errs[0]);
+                }
+            }
+            print_graph(&g, format);
+            if memory {
+                let mut bindings = BTreeMap::new();
+                for b in &bind {
+                    let (k, v) = b.split_once('=').ok_or_else(|| usage(format!("--bind {b:?}: expected NAME=SIZE")))?;
+                    let v: u64 = v.parse().map_err(|_| usage(format!("--bind {b:?}: SIZE must be a non-negative integer")))?;
+                    bindings.insert(k.to_string(), v);
+                }
+                print!("{}", xpu_ir::passes::plan_memory(&g, &bindings));
+            }
+            Ok(())
+        }
+        IrCommand::Import { model, output } => {
+            let g = program::load(&model)?;
+            let text = match output.extension().and_then(|e| e.to_str()) {
+                Some("json") => xpu_ir::to_json(&g),
+                _ => xpu_ir::text::print(&g),
+            };
+            std::fs::write(&output, text).with_context(|| format!("cannot write {}", output.display()))?;
+            eprintln!("wrote {} ({} nodes)", output.display(), g.nodes.len());
+            Ok(())
+        }
+        IrCommand::Export { program, output } => {
+            let g = program::load(&program)?;
+            std::fs::write(&output, xpu_onnx::export_model(&g)).with_context(|| format!("cannot write {}", output.display()))?;
+            eprintln!("wrote {} (ONNX opset {})", output.display(), xpu_onnx::EXPORT_OPSET);
+            Ok(())
+        }
+    }
+}
+
+/// Binds `--input` arguments to the graph's inputs by name.
+fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
+    let names: Vec<String> = g.inputs.iter().map(|&v| g.value(v).name.clone().unwrap_or_default()).collect();
+    let mut bound: BTreeMap<String, Tensor> = BTreeMap::new();
+    for arg in args {
+        let (name, path) = match arg.split_once('=') {
+            Some((n, p)) => (Some(n.to_string()), PathBuf::from(p)),
+            None => (None, PathBuf::from(arg)),
+        };
+        if name.is_none() && path.extension().and_then(|e| e.to_str()) != Some("pb") {
+            return Err(usage(format!("--input {arg:?}: give NAME=PATH (only .pb files carry their own name)")));
+        }
+        let (proto_name, t) = tensors::read(&path)?;
+        let name = match name.or(proto_name) {
+            Some(n) => n,
+            None => return Err(usage(format!("--input {arg:?}: the TensorProto has no name; give NAME={arg}"))),
+        };
+        if !names.contains(&name) {
+            bail!("--input {arg:?}: the program has no input named {name:?} (its inputs: {})", names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "));
+        }
+        if bound.insert(name.clone(), t).is_some() {
+            return Err(usage(format!("input {name:?} is given twice")));
+        }
+    }
+    let missing: Vec<&String> = names.iter().filter(|n| !bound.contains_key(*n)).collect();
+    if !missing.is_empty() {
+        bail!("missing input(s): {} (pass them with --input NAME=PATH)", missing.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "));
+    }
+    Ok(names.iter().map(|n| bound.remove(n).expect("checked above")).collect())
+}
+
+fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) -> Result<()> {
+    let g = program::load(program)?;
+    let inputs = bind_inputs(&g, input_args)?;
+    let engine = xpu_engine_cpu::CpuEngine::new();
+    let mut exe = engine.prepare(&g, &xpu_engine::Assignment::new("cpu")).with_context(|| format!("{}: cannot prepare on the cpu engine", program.display()))?;
+    let start = std::time::Instant::now();
+    let result = exe.run(inputs).with_context(|| format!("{}: run failed", program.display()))?;
+    let wall = start.elapsed();
+    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let mut written = Vec::new();
+    for (o, t) in g.outputs.iter().zip(&result.outputs) {
+        let path = out_dir.join(format!("{}.npy", tensors::output_file_name(&o.name)));
+        tensors::write_npy(&path, t)?;
+        written.push((o.name.clone(), path, t));
+    }
+    match format {
+        Format::Text => {
+            for (name, path, t) in &written {
+                println!("{name}: {}  -> {}", tensors::summary(t), path.display());
+            }
+            println!("ran {} nodes on cpu in {:.3} ms", g.nodes.len(), wall.as_secs_f64() * 1e3);
+        }
+        Format::Json => {
+            let outputs: Vec<_> = written
+                .iter()
+                .map(|(name, path, t)| serde_json::json!({"name": name, "file": path, "dtype": t.dtype().name(), "shape": t.shape()}))
+                .collect();
+            let timings: Vec<_> = result
+                .timings
+                .iter()
+                .map(|t| serde_json::json!({"node": t.node.0, "op": g.node(t.node).op.name(), "kernel": t.kernel, "nanos": t.nanos}))
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({"program": program, "engine": "cpu", "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings}))?);
+        }
+    }
+    Ok(())
+}

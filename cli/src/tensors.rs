@@ -1,0 +1,124 @@
+//! Tensor files: `.npy` (numpy) and ONNX TensorProto `.pb`, read as inputs and written as outputs.
+
+use std::io::BufWriter;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use half::f16;
+use npyz::WriterBuilder;
+use xpu_ir::{DType, Tensor, TensorData};
+
+/// Reads a `.npy` or `.pb` file; returns the name stored in a `.pb`, if any.
+pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "pb" => xpu_onnx::read_tensor_proto(&bytes).with_context(|| format!("{}: not a valid ONNX TensorProto", path.display())),
+        "npy" => read_npy(&bytes).map(|t| (None, t)).with_context(|| format!("{}: not a valid .npy file", path.display())),
+        other => bail!("{}: unknown tensor file type `.{other}` (expected .npy or .pb)", path.display()),
+    }
+}
+
+fn read_npy(bytes: &[u8]) -> Result<Tensor> {
+    let npy = npyz::NpyFile::new(bytes)?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    if npy.order() == npyz::Order::Fortran {
+        bail!("Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
+    }
+    let type_str = match npy.dtype() {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => bail!("structured dtype {other:?} is not supported"),
+    };
+    let code = type_str.trim_start_matches(['<', '>', '|', '=']);
+    let data = match code {
+        "f4" => TensorData::F32(npy.into_vec()?),
+        "f8" => TensorData::F64(npy.into_vec()?),
+        "f2" => TensorData::F16(npy.into_vec::<f16>()?),
+        "i1" => TensorData::I8(npy.into_vec()?),
+        "i2" => TensorData::I16(npy.into_vec()?),
+        "i4" => TensorData::I32(npy.into_vec()?),
+        "i8" => TensorData::I64(npy.into_vec()?),
+        "u1" => TensorData::U8(npy.into_vec()?),
+        "u2" => TensorData::U16(npy.into_vec()?),
+        "u4" => TensorData::U32(npy.into_vec()?),
+        "u8" => TensorData::U64(npy.into_vec()?),
+        "b1" => TensorData::Bool(npy.into_vec::<bool>()?),
+        c if c.starts_with('U') => {
+            let raw: Vec<Vec<char>> = npy.into_vec()?;
+            TensorData::String(raw.into_iter().map(|cs| cs.into_iter().take_while(|&c| c != '\0').collect()).collect())
+        }
+        other => bail!("numpy dtype `{type_str}` ({other}) is not supported"),
+    };
+    Tensor::new(shape, data).map_err(|e| anyhow!("{e}"))
+}
+
+/// Writes a tensor as `.npy`. bf16 has no numpy dtype: it is written as f32.
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+    macro_rules! put {
+        ($v:expr) => {{
+            let mut wr = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(&mut w).begin_nd()?;
+            wr.extend($v.iter().cloned())?;
+            wr.finish()?;
+        }};
+    }
+    match t.data() {
+        TensorData::F32(v) => put!(v),
+        TensorData::F64(v) => put!(v),
+        TensorData::F16(v) => put!(v),
+        TensorData::BF16(v) => {
+            let w32: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+            put!(w32)
+        }
+        TensorData::I8(v) => put!(v),
+        TensorData::I16(v) => put!(v),
+        TensorData::I32(v) => put!(v),
+        TensorData::I64(v) => put!(v),
+        TensorData::U8(v) => put!(v),
+        TensorData::U16(v) => put!(v),
+        TensorData::U32(v) => put!(v),
+        TensorData::U64(v) => put!(v),
+        TensorData::Bool(v) => put!(v),
+        TensorData::String(v) => {
+            // Fixed-width unicode, like numpy's `<U{n}`.
+            let width = v.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1);
+            let dtype = npyz::DType::Plain(format!("<U{width}").parse().map_err(|e| anyhow!("{e:?}"))?);
+            let mut wr = npyz::WriteOptions::new().dtype(dtype).shape(&shape).writer(&mut w).begin_nd()?;
+            for s in v {
+                let chars: Vec<char> = s.chars().collect();
+                wr.push(&chars)?;
+            }
+            wr.finish()?;
+        }
+    }
+    Ok(())
+}
+
+/// A one-line summary of a tensor for stdout.
+pub fn summary(t: &Tensor) -> String {
+    let mut s = format!("{} {:?}", t.dtype(), t.shape());
+    if t.dtype().is_numeric() && t.numel() > 0 {
+        let v = t.to_f64_vec();
+        let (min, max) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        s.push_str(&format!(" min {min:.6} max {max:.6} mean {mean:.6}"));
+    }
+    let head: Vec<String> = (0..t.numel().min(6))
+        .map(|i| match t.data() {
+            TensorData::String(v) => format!("{:?}", v[i]),
+            TensorData::Bool(v) => v[i].to_string(),
+            d if t.dtype().is_float() => format!("{:.6}", d.get_f64(i)),
+            d => format!("{}", d.get_f64(i)),
+        })
+        .collect();
+    s.push_str(&format!(" [{}{}]", head.join(", "), if t.numel() > 6 { ", …" } else { "" }));
+    let _ = DType::F32;
+    s
+}
+
+/// File name for an output: `/` (and other path separators) become `_`.
+pub fn output_file_name(name: &str) -> String {
+    let cleaned: String = name.chars().map(|c| if c == '/' || c == '\\' || c == '\0' { '_' } else { c }).collect();
+    if cleaned.is_empty() || cleaned == "." || cleaned == ".." { format!("output_{cleaned}") } else { cleaned }
+}
