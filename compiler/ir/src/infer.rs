@@ -526,7 +526,7 @@ pub fn infer_types(
             let dims = match (&t.dims, cx.const_ints(1)) {
                 (Some(d), Some(r)) => {
                     cx.require(r.len() == d.len(), "repeats must have one entry per dim")?;
-                    Some(d.iter().zip(&r).map(|(x, &k)| match x { Dim::Known(n) => known(*n as i64 * k), _ if k == 1 => x.clone(), _ => Dim::Unknown }).collect())
+                    Some(d.iter().zip(&r).map(|(x, &k)| match x { Dim::Known(n) => known((*n as i64).saturating_mul(k)), _ if k == 1 => x.clone(), _ => Dim::Unknown }).collect())
                 }
                 (Some(d), None) => Some(vec![Dim::Unknown; d.len()]),
                 _ => None,
@@ -546,7 +546,7 @@ pub fn infer_types(
                     let mut out = d.clone();
                     for (k, &a) in axes.iter().enumerate() {
                         if let Dim::Known(n) = d[a] {
-                            out[a] = known(n as i64 + p[k] + p[k + axes.len()]);
+                            out[a] = known((n as i64).saturating_add(p[k]).saturating_add(p[k + axes.len()]));
                         } else {
                             out[a] = Dim::Unknown;
                         }
@@ -579,11 +579,11 @@ pub fn infer_types(
                 Some(d) => {
                     cx.require(d.len() == 4, "input must be 4-D (N, C, H, W)")?;
                     let f = |x: &Dim, mul: bool| match x {
-                        Dim::Known(n) => known(if mul { *n as i64 * b * b } else { *n as i64 / (b * b) }),
+                        Dim::Known(n) => known(if mul { (*n as i64).saturating_mul(b.saturating_mul(b)) } else { *n as i64 / b.saturating_mul(b) }),
                         _ => Dim::Unknown,
                     };
                     let g = |x: &Dim, mul: bool| match x {
-                        Dim::Known(n) => known(if mul { *n as i64 * b } else { *n as i64 / b }),
+                        Dim::Known(n) => known(if mul { (*n as i64).saturating_mul(b) } else { *n as i64 / b }),
                         _ => Dim::Unknown,
                     };
                     let s2d = op == Op::SpaceToDepth;
@@ -753,7 +753,7 @@ fn product(d: &[Dim]) -> Dim {
     let mut p = 1u64;
     for x in d {
         match x {
-            Dim::Known(n) => p *= n,
+            Dim::Known(n) => p = p.saturating_mul(*n),
             _ => return Dim::Unknown,
         }
     }
@@ -822,11 +822,19 @@ fn einsum_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
     Ok(Some(rhs.chars().map(|c| letter_dims.get(&c).cloned().unwrap_or(Dim::Unknown)).collect()))
 }
 
-fn spatial_params(cx: &Cx<'_>, n: usize) -> (Vec<i64>, Vec<i64>, Vec<i64>) {
-    let strides = cx.attrs.ints("strides").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
-    let dil = cx.attrs.ints("dilations").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
-    let pads = cx.attrs.ints("pads").map(<[i64]>::to_vec).unwrap_or_else(|| vec![0; 2 * n]);
-    (strides, dil, pads)
+fn spatial_params(cx: &Cx<'_>, n: usize) -> Result<(Vec<i64>, Vec<i64>, Vec<i64>), InferError> {
+    let get = |key: &str, default: i64, len: usize| -> Result<Vec<i64>, InferError> {
+        match cx.attrs.ints(key) {
+            Some(v) if v.len() == len => Ok(v.to_vec()),
+            Some(v) => cx.err(format!("attribute `{key}` has {} values, expected {len}", v.len())),
+            None => Ok(vec![default; len]),
+        }
+    };
+    let strides = get("strides", 1, n)?;
+    let dil = get("dilations", 1, n)?;
+    let pads = get("pads", 0, 2 * n)?;
+    cx.require(strides.iter().chain(&dil).all(|&v| v > 0), "strides and dilations must be positive")?;
+    Ok((strides, dil, pads))
 }
 
 /// Output extent of one pooled/convolved spatial dim.
@@ -840,16 +848,18 @@ pub fn window_out(
     auto_pad: &str,
     ceil: bool,
 ) -> i64 {
-    let eff = (kernel - 1) * dilation + 1;
+    // Saturating arithmetic: attribute values come from untrusted files.
+    let stride = stride.max(1);
+    let eff = kernel.saturating_sub(1).saturating_mul(dilation).saturating_add(1);
     match auto_pad {
-        "SAME_UPPER" | "SAME_LOWER" => (input + stride - 1) / stride,
-        "VALID" => (input - eff) / stride + 1,
+        "SAME_UPPER" | "SAME_LOWER" => input.saturating_add(stride - 1) / stride,
+        "VALID" => input.saturating_sub(eff) / stride + 1,
         _ => {
-            let span = input + pad_begin + pad_end - eff;
+            let span = input.saturating_add(pad_begin).saturating_add(pad_end).saturating_sub(eff);
             if ceil {
-                let mut out = (span + stride - 1).div_euclid(stride) + 1;
+                let mut out = span.saturating_add(stride - 1).div_euclid(stride) + 1;
                 // The last window must start inside the input or left padding.
-                if (out - 1) * stride >= input + pad_begin {
+                if (out - 1).saturating_mul(stride) >= input.saturating_add(pad_begin) {
                     out -= 1;
                 }
                 out
@@ -869,7 +879,7 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
         Some(k) => k.iter().map(|&k| Some(k)).collect(),
         None => w[2..].iter().map(|d| d.known().map(|k| k as i64)).collect(),
     };
-    let (strides, dil, pads) = spatial_params(cx, n);
+    let (strides, dil, pads) = spatial_params(cx, n)?;
     let auto_pad = cx.attrs.str("auto_pad", "NOTSET");
     let mut out = vec![x[0].clone()];
     if cx.op == Op::Conv {
@@ -882,7 +892,7 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
         }
     } else {
         out.push(match w[1].known() {
-            Some(m) => known(m as i64 * group),
+            Some(m) => known((m as i64).saturating_mul(group)),
             None => Dim::Unknown,
         });
         let out_pad = cx.attrs.ints("output_padding").map(<[i64]>::to_vec).unwrap_or_else(|| vec![0; n]);
@@ -894,7 +904,7 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
         for i in 0..n {
             out.push(match (x[2 + i].known(), kernel.get(i).copied().flatten()) {
                 (Some(xi), Some(k)) => {
-                    let full = strides[i] * (xi as i64 - 1) + out_pad[i] + (k - 1) * dil[i] + 1;
+                    let full = strides[i].saturating_mul(xi as i64 - 1).saturating_add(out_pad[i]).saturating_add((k - 1).saturating_mul(dil[i])).saturating_add(1);
                     if auto_pad.starts_with("SAME") {
                         known(xi as i64 * strides[i])
                     } else {
@@ -916,7 +926,7 @@ fn pool_dims(cx: &Cx<'_>, t: &TensorType) -> Result<Option<Vec<Dim>>, InferError
         return cx.err("attribute `kernel_shape` is required");
     };
     cx.require(kernel.len() == n, format!("kernel_shape has {} dims for {n} spatial dims", kernel.len()))?;
-    let (strides, dil, pads) = spatial_params(cx, n);
+    let (strides, dil, pads) = spatial_params(cx, n)?;
     let auto_pad = cx.attrs.str("auto_pad", "NOTSET");
     let ceil = cx.attrs.int("ceil_mode", 0) != 0;
     let mut out = vec![x[0].clone(), x[1].clone()];
@@ -950,12 +960,12 @@ fn reshape_dims(cx: &Cx<'_>, t: &TensorType, shape: &[i64]) -> Result<Vec<Dim>, 
         });
     }
     if let (Some(at), Some(total)) = (infer_at, t.numel()) {
-        let rest: Option<u64> = out.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, d)| d.known()).product();
+        let rest: Option<u64> = out.iter().enumerate().filter(|(i, _)| *i != at).try_fold(1u64, |acc, (_, d)| acc.checked_mul(d.known()?));
         if let Some(rest) = rest {
             cx.require(rest != 0 && total as u64 % rest == 0, format!("cannot reshape {} elements into {shape:?}", total))?;
             out[at] = Dim::Known(total as u64 / rest);
         }
-    } else if let (None, Some(total), Some(n)) = (infer_at, t.numel(), out.iter().map(Dim::known).product::<Option<u64>>()) {
+    } else if let (None, Some(total), Some(n)) = (infer_at, t.numel(), out.iter().try_fold(1u64, |acc, d| acc.checked_mul(d.known()?))) {
         cx.require(total as u64 == n, format!("cannot reshape {total} elements into {shape:?}"))?;
     }
     Ok(out)

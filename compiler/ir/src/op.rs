@@ -328,3 +328,30 @@ impl FromStr for Op {
         Op::ALL.iter().copied().find(|op| op.name() == s).ok_or_else(|| UnknownOp(s.into()))
     }
 }
+
+/// The op reference (`docs/sgr-ops.md`), generated from the registry so it cannot drift.
+pub fn reference_markdown() -> String {
+    let arity = |(lo, hi): (usize, usize)| if lo == hi { lo.to_string() } else if hi == MANY { format!("{lo}+") } else { format!("{lo}–{hi}") };
+    let mut s = String::from(
+        "# SGR-ML op reference\n\nGenerated from `compiler/ir/src/op.rs` (`XPU_BLESS=1 cargo test -p xpu-tests --test generated` rewrites it). \
+Semantics follow the newest ONNX opset of the op of the same name; older ONNX opsets are normalised by the importer. \
+Inputs listed as a range are optional from the lower bound on; an omitted optional input is written `_` in the text form. \
+Every op has a shape-inference rule (`compiler/ir/src/infer.rs`): dtypes are always inferred, dims where the inputs make them knowable.\n\n\
+| op | ONNX | class | inputs | outputs | attributes | meaning |\n|---|---|---|---|---|---|---|\n",
+    );
+    for op in Op::ALL {
+        let i = op.info();
+        let attrs: Vec<String> = i.attrs.iter().map(|(n, k)| format!("`{n}`: {}", k.name())).collect();
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {} |\n",
+            i.name,
+            i.onnx,
+            i.class.name(),
+            arity(i.inputs),
+            arity(i.outputs),
+            attrs.join(", "),
+            i.doc.replace('|', "\\|")
+        ));
+    }
+    s
+}

@@ -89,9 +89,9 @@ impl TensorType {
         self.dims.as_ref()?.iter().map(|d| d.known().map(|n| n as usize)).collect()
     }
 
-    /// Element count when static.
+    /// Element count when static (and representable).
     pub fn numel(&self) -> Option<usize> {
-        self.static_shape().map(|s| s.iter().product())
+        self.static_shape()?.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 
     /// Whether a value of type `other` may flow where `self` is declared.

@@ -568,8 +568,9 @@ impl<'a> Parser<'a> {
 
     fn ty(&mut self) -> Result<TensorType, ParseError> {
         let dtype: DType = {
+            let (line, col) = (self.line, self.col);
             let name = self.ident()?;
-            name.parse().map_err(|e: crate::dtype::UnknownDType| self.err(e.to_string()))?
+            name.parse().map_err(|e: crate::dtype::UnknownDType| ParseError { line, col, message: e.to_string() })?
         };
         self.punct('[')?;
         if self.eat('*')? {
@@ -627,6 +628,7 @@ impl<'a> Parser<'a> {
                 Ok(Attr::Str(s))
             }
             Tok::Punct('[') => {
+                let (line, col) = (self.line, self.col);
                 self.advance()?;
                 let mut items = Vec::new();
                 if !self.eat(']')? {
@@ -638,6 +640,7 @@ impl<'a> Parser<'a> {
                         self.punct(',')?;
                     }
                 }
+                let at = |message: &str| ParseError { line, col, message: message.to_string() };
                 if items.iter().all(|t| matches!(t, Tok::Int(_))) {
                     items.iter().map(|t| match t { Tok::Int(v) => i64::try_from(*v).map_err(|_| self.err("integer out of range")), _ => unreachable!() }).collect::<Result<_, _>>().map(Attr::Ints)
                 } else if items.iter().all(|t| matches!(t, Tok::Int(_) | Tok::Float(_))) {
@@ -645,7 +648,7 @@ impl<'a> Parser<'a> {
                 } else if items.iter().all(|t| matches!(t, Tok::Str(_))) {
                     Ok(Attr::Strs(items.into_iter().map(|t| match t { Tok::Str(s) => s, _ => unreachable!() }).collect()))
                 } else {
-                    Err(self.err("a list attribute holds only integers, only numbers or only strings"))
+                    Err(at("a list attribute holds only integers, only numbers or only strings"))
                 }
             }
             Tok::Ident(s) if s == "dtype" => {

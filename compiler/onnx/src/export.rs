@@ -93,8 +93,8 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
     }
     let mut renamed_outputs = std::collections::HashSet::new();
     for o in &g.outputs {
-        let from_node = g.producer(o.value).is_some_and(|n| g.node(n).op != Op::Constant);
-        if from_node && output_count[&o.value] == 1 {
+        // Node outputs and constants (initializers) can carry the output's name directly.
+        if g.producer(o.value).is_some() && output_count[&o.value] == 1 {
             names[o.value.index()] = o.name.clone();
             renamed_outputs.insert(o.value);
         }

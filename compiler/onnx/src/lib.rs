@@ -54,3 +54,29 @@ impl From<prost::DecodeError> for OnnxError {
 fn invalid(context: impl Into<String>, message: impl Into<String>) -> OnnxError {
     OnnxError::Invalid { context: context.into(), message: message.into() }
 }
+
+/// ONNX op types (default domain) the importer accepts, with the SGR-ML op each maps to.
+pub fn supported_onnx_ops() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<(&'static str, &'static str)> = xpu_ir::Op::ALL.iter().map(|op| (op.info().onnx, op.name())).collect();
+    v.push(("Upsample", "resize"));
+    v.push(("Scatter", "scatter_elements"));
+    v.sort();
+    v
+}
+
+/// The import support page (`docs/onnx-support.md`), generated so it cannot drift.
+pub fn support_markdown() -> String {
+    let mut s = String::from(
+        "# ONNX import support\n\nGenerated from the importer (`XPU_BLESS=1 cargo test -p xpu-tests --test generated` rewrites it). \
+Models of opset 7 and newer in the default domain import; older forms (attributes that later became inputs, 2-D Softmax, \
+Upsample, …) are rewritten into the newest semantics. Element types: float, double, float16, bfloat16, int8/16/32/64, \
+uint8/16/32/64, bool, string. Not supported: other domains (ai.onnx.ml, training, preview), control flow (If, Loop, Scan), \
+sequence/optional/map values, float8/int4/float4 types, sparse and external-data tensors. Whether an engine can run an op \
+is a separate question: see `xpuctl engines` and the conformance report `tests/conformance/onnx-node-report.md`.\n\n\
+| ONNX op | SGR-ML op |\n|---|---|\n",
+    );
+    for (onnx, sgr) in supported_onnx_ops() {
+        s.push_str(&format!("| {onnx} | `{sgr}` |\n"));
+    }
+    s
+}

@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 use xpu_ir::{Attrs, DType, Op, Tensor};
 
-use crate::util::{KResult, ints, norm_axis, opt, req, strides, tensor, view};
+use crate::util::{KResult, checked_numel, ints, norm_axis, opt, req, strides, tensor, view};
 use crate::{any_dtype, numeric};
 
 pub fn reshape_dims(x: &Tensor, spec: &[i64], allow_zero: bool) -> KResult<Vec<usize>> {
@@ -178,6 +178,7 @@ pub fn slice(inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
 pub fn expand(x: &Tensor, shape: &Tensor) -> KResult<Tensor> {
     let s: Vec<usize> = ints(shape, "shape")?.iter().map(|&v| v.max(0) as usize).collect();
     let target = crate::elementwise::broadcast_shape(x.shape(), &s)?;
+    checked_numel(&target)?;
     any_dtype!(x.dtype(), T => {
         let v = view::<T>(x)?;
         Ok(tensor(v.broadcast(IxDyn(&target)).ok_or("broadcast failed")?.to_owned()))
@@ -189,7 +190,8 @@ pub fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
     if reps.len() != x.rank() || reps.iter().any(|&r| r < 0) {
         return Err(format!("repeats {reps:?} must be {} non-negative values", x.rank()));
     }
-    let shape: Vec<usize> = x.shape().iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+    let shape: Vec<usize> = x.shape().iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r as usize)).collect();
+    checked_numel(&shape)?;
     any_dtype!(x.dtype(), T => {
         let v = view::<T>(x)?;
         let src = x.shape().to_vec();
@@ -217,7 +219,8 @@ pub fn pad(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
         before[a] = p[k];
         after[a] = p[k + axes.len()];
     }
-    let shape: Vec<usize> = (0..r).map(|d| (x.shape()[d] as i64 + before[d] + after[d]).max(0) as usize).collect();
+    let shape: Vec<usize> = (0..r).map(|d| (x.shape()[d] as i64).saturating_add(before[d]).saturating_add(after[d]).max(0) as usize).collect();
+    checked_numel(&shape)?;
     let mode = attrs.str("mode", "constant").to_string();
     let src = x.shape().to_vec();
     if mode != "constant" && src.contains(&0) && shape.iter().any(|&d| d > 0) {
@@ -349,7 +352,7 @@ pub fn range(inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
 pub fn constant_of_shape(attrs: &Attrs, shape: &Tensor) -> KResult<Tensor> {
     let dims: Vec<usize> = ints(shape, "shape")?.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}"))).collect::<KResult<_>>()?;
     let value = attrs.tensor("value").cloned().unwrap_or_else(|| Tensor::scalar(0.0f32));
-    let n: usize = dims.iter().product();
+    let n = checked_numel(&dims)?;
     any_dtype!(value.dtype(), T => {
         let v = value.as_slice::<T>().and_then(|s| s.first().cloned()).ok_or("`value` must hold one element")?;
         Tensor::from_vec(dims, vec![v; n]).map_err(|e| e.to_string())
@@ -363,6 +366,7 @@ pub fn eye_like(attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
     let dtype = attrs.dtype("dtype").unwrap_or(x.dtype());
     let k = attrs.int("k", 0);
     let (r, c) = (x.shape()[0], x.shape()[1]);
+    checked_numel(&[r, c])?;
     let ones: Vec<f64> = (0..r * c).map(|i| if (i % c) as i64 - (i / c) as i64 == k { 1.0 } else { 0.0 }).collect();
     crate::reduce::from_f64(ArrayD::from_shape_vec(IxDyn(&[r, c]), ones).map_err(|e| e.to_string())?, dtype)
 }
@@ -378,6 +382,7 @@ pub fn one_hot(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let iv = idx.to_f64_vec();
     let mut shape = idx.shape().to_vec();
     shape.insert(axis, depth as usize);
+    checked_numel(&shape)?;
     let inner: usize = idx.shape()[axis..].iter().product();
     any_dtype!(values.dtype(), T => {
         let vals = values.as_slice::<T>().ok_or("values dtype")?;

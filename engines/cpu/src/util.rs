@@ -25,6 +25,18 @@ pub fn tensor<T: Element>(a: ArrayD<T>) -> Tensor {
     Tensor::from_vec(shape, v).expect("array shape matches data")
 }
 
+/// Largest tensor a kernel will allocate (elements); shapes come from untrusted inputs, and
+/// an allocation failure would abort the process instead of reporting an error.
+pub const MAX_ELEMENTS: usize = 1 << 32;
+
+/// Element count of `shape`, or an error when it overflows or exceeds [`MAX_ELEMENTS`].
+pub fn checked_numel(shape: &[usize]) -> KResult<usize> {
+    match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
+        Some(n) if n <= MAX_ELEMENTS => Ok(n),
+        _ => Err(format!("a tensor of shape {shape:?} is too large to allocate (limit {MAX_ELEMENTS} elements)")),
+    }
+}
+
 pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
     t.to_i64_vec().ok_or_else(|| format!("{what} must be an integer tensor, got {}", t.dtype()))
 }

@@ -1,0 +1,59 @@
+//! Enforces the crate dependency direction of ARCHITECTURE.md: frontends depend only on the
+//! IR, engines only on the engine API and the IR, and nothing below the CLI/daemon depends on
+//! them. A new workspace crate must be placed in this table.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Crate -> the workspace crates it may depend on (normal and build dependencies).
+fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
+    BTreeMap::from([
+        ("xpu-ir", &[][..]),
+        ("xpu-onnx", &["xpu-ir"][..]),
+        ("xpu-engine", &["xpu-ir"][..]),
+        ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
+        ("xpuctl", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
+        ("xpu-tests", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
+    ])
+}
+
+#[test]
+fn dependency_direction() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(xpu_tests::repo_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let members: BTreeSet<String> = meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let table = allowed();
+    let mut problems = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let Some(ok) = table.get(name) else {
+            problems.push(format!("{name} is not in the dependency table of tests/tests/architecture.rs"));
+            continue;
+        };
+        for d in p["dependencies"].as_array().unwrap() {
+            let dep = d["name"].as_str().unwrap();
+            let dev = d["kind"].as_str() == Some("dev");
+            if members.contains(dep) && !dev && !ok.contains(&dep) {
+                problems.push(format!("{name} must not depend on {dep}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn heavy_native_dependencies_stay_out_of_the_core() {
+    // DuckDB and other C++-heavy crates belong only in the crates that need them.
+    let lock = std::fs::read_to_string(xpu_tests::repo_root().join("Cargo.toml")).unwrap();
+    for core in ["compiler/ir/Cargo.toml", "compiler/onnx/Cargo.toml", "engines/api/Cargo.toml"] {
+        let text = std::fs::read_to_string(xpu_tests::repo_root().join(core)).unwrap();
+        for heavy in ["duckdb", "ort", "openvino", "inkwell", "cudarc", "tantivy"] {
+            assert!(!text.lines().any(|l| l.trim_start().starts_with(&format!("{heavy} ")) || l.trim_start().starts_with(&format!("{heavy}."))), "{core} depends on {heavy}");
+        }
+    }
+    assert!(lock.contains("[workspace.lints"), "workspace lints are configured");
+}
