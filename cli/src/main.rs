@@ -243,7 +243,7 @@ fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) ->
     let engine = xpu_engine_cpu::CpuEngine::new();
     let mut exe = engine.prepare(&g, &xpu_engine::Assignment::new("cpu")).with_context(|| format!("{}: cannot prepare on the cpu engine", program.display()))?;
     let start = std::time::Instant::now();
-    let result = exe.run(inputs).with_context(|| format!("{}: run failed", program.display()))?;
+    let result = exe.run(&inputs).with_context(|| format!("{}: run failed", program.display()))?;
     let wall = start.elapsed();
     std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();

@@ -163,7 +163,7 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
             Ok(v) => v,
             Err(e) => return (Status::Unsupported, format!("expected data: {e}")),
         };
-        let out = match exe.run(inputs) {
+        let out = match exe.run(&inputs) {
             Ok(o) => o.outputs,
             Err(e) => return (Status::Error, e.to_string()),
         };

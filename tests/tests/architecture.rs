@@ -12,6 +12,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-engine", &["xpu-ir"][..]),
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
         ("xpuctl", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
+        ("xpu-bench", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
         ("xpu-tests", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
     ])
 }

@@ -46,9 +46,9 @@ fn exported_partition_runs_like_the_whole() {
     part.add_output("r", r);
     let back = xpu_onnx::import_model(&xpu_onnx::export_model(&part)).unwrap();
     let input = xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
-    let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), vec![input.clone()]).unwrap().outputs.remove(0);
-    let via_part = xpu_engine_cpu::run_graph(&back, vec![exp_in]).unwrap().outputs.remove(0);
-    let whole = xpu_engine_cpu::run_graph(&g, vec![input]).unwrap().outputs.remove(0);
+    let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), &[input.clone()]).unwrap().outputs.remove(0);
+    let via_part = xpu_engine_cpu::run_graph(&back, &[exp_in]).unwrap().outputs.remove(0);
+    let whole = xpu_engine_cpu::run_graph(&g, &[input]).unwrap().outputs.remove(0);
     let neg: Vec<f32> = via_part.as_slice::<f32>().unwrap().iter().map(|v| -v).collect();
     assert_eq!(neg, whole.as_slice::<f32>().unwrap());
 }

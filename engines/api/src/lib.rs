@@ -168,8 +168,9 @@ pub trait Engine: Send + Sync {
 
 /// A prepared partition.
 pub trait Executable: Send {
-    /// Runs with one tensor per graph input, in order; returns one per graph output.
-    fn run(&mut self, inputs: Vec<Tensor>) -> Result<Execution, EngineError>;
+    /// Runs with one tensor per graph input, in order; returns one per graph output. Inputs
+    /// stay the caller's: an engine copies what it must keep.
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError>;
 }
 
 /// Checks run-time inputs against a graph's declared inputs: count, dtype, rank, static

@@ -5,6 +5,8 @@
 //! are compared with. f16/bf16 are computed by widening to f32. It also serves as the
 //! constant-folding evaluator of the IR passes.
 
+#[cfg(feature = "openblas")]
+mod blas;
 mod cast;
 mod conv;
 mod elementwise;
@@ -28,6 +30,7 @@ pub use linalg::MatMulKernel;
 use util::{KResult, is_half, narrow, opt, req, widen};
 
 /// Kernel names this engine offers.
+pub const KERNEL_BLAS: &str = "cpu.blas";
 pub const KERNEL_GEMM: &str = "cpu.gemm";
 pub const KERNEL_IM2COL: &str = "cpu.im2col_conv";
 pub const KERNEL_NAIVE: &str = "cpu.naive";
@@ -37,8 +40,12 @@ pub fn supported_ops() -> Vec<Op> {
     Op::ALL.iter().copied().filter(|op| !matches!(op, Op::Resize | Op::Attention | Op::SoftmaxCrossEntropyLoss | Op::NegativeLogLikelihoodLoss)).collect()
 }
 
+/// Whether this build links OpenBLAS (the `cpu.blas` kernel).
+pub const HAS_BLAS: bool = cfg!(feature = "openblas");
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Kernel {
+    Blas,
     Gemm,
     Im2col,
     Naive,
@@ -47,6 +54,7 @@ enum Kernel {
 impl Kernel {
     fn name(self) -> &'static str {
         match self {
+            Kernel::Blas => KERNEL_BLAS,
             Kernel::Gemm => KERNEL_GEMM,
             Kernel::Im2col => KERNEL_IM2COL,
             Kernel::Naive => KERNEL_NAIVE,
@@ -55,6 +63,7 @@ impl Kernel {
 
     fn default_for(op: Op) -> Kernel {
         match op {
+            Op::MatMul | Op::Gemm if HAS_BLAS => Kernel::Blas,
             Op::MatMul | Op::Gemm => Kernel::Gemm,
             Op::Conv => Kernel::Im2col,
             _ => Kernel::Naive,
@@ -63,17 +72,29 @@ impl Kernel {
 
     fn parse(name: &str, op: Op) -> Option<Kernel> {
         let k = match name {
+            KERNEL_BLAS if HAS_BLAS => Kernel::Blas,
             KERNEL_GEMM => Kernel::Gemm,
             KERNEL_IM2COL => Kernel::Im2col,
             KERNEL_NAIVE => Kernel::Naive,
             _ => return None,
         };
         let ok = match k {
-            Kernel::Gemm => matches!(op, Op::MatMul | Op::Gemm),
+            Kernel::Blas | Kernel::Gemm => matches!(op, Op::MatMul | Op::Gemm),
             Kernel::Im2col => op == Op::Conv,
             Kernel::Naive => true,
         };
         ok.then_some(k)
+    }
+
+    /// The matrix-product implementation this kernel uses (convolution's GEMM step uses the
+    /// best one built in).
+    fn matmul(self) -> MatMulKernel {
+        match self {
+            Kernel::Naive => MatMulKernel::Naive,
+            Kernel::Gemm => MatMulKernel::Gemm,
+            Kernel::Blas | Kernel::Im2col if HAS_BLAS => MatMulKernel::Blas,
+            Kernel::Blas | Kernel::Im2col => MatMulKernel::Gemm,
+        }
     }
 }
 
@@ -99,7 +120,7 @@ fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: u
     let a = &node.attrs;
     let x = || req(inputs, 0);
     let all = || -> KResult<Vec<&Tensor>> { inputs.iter().enumerate().map(|(i, t)| t.ok_or_else(|| format!("input {i} is required"))).collect() };
-    let mk = if kernel == Kernel::Naive { MatMulKernel::Naive } else { MatMulKernel::Gemm };
+    let mk = kernel.matmul();
     let one = |t: KResult<Tensor>| t.map(|t| vec![t]);
     use Op::*;
     match node.op {
@@ -209,11 +230,15 @@ impl Engine for CpuEngine {
             version: self.version(),
             availability: Availability::Available,
             devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
-            kernels: vec![
-                KernelCaps { name: KERNEL_GEMM.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: floats.clone(), description: "packed GEMM (gemm crate), rayon threads".into() },
-                KernelCaps { name: KERNEL_IM2COL.into(), ops: vec![Op::Conv], dtypes: floats, description: "im2col + GEMM convolution".into() },
-                KernelCaps { name: KERNEL_NAIVE.into(), ops: supported_ops(), dtypes: all, description: "reference loops for every op".into() },
-            ],
+            kernels: [
+                HAS_BLAS.then(|| KernelCaps { name: KERNEL_BLAS.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16], description: "OpenBLAS SGEMM/DGEMM".into() }),
+                Some(KernelCaps { name: KERNEL_GEMM.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: floats.clone(), description: "packed GEMM (gemm crate), rayon threads".into() }),
+                Some(KernelCaps { name: KERNEL_IM2COL.into(), ops: vec![Op::Conv], dtypes: floats, description: "im2col + GEMM convolution".into() }),
+                Some(KernelCaps { name: KERNEL_NAIVE.into(), ops: supported_ops(), dtypes: all, description: "reference loops for every op".into() }),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         }
     }
 
@@ -261,33 +286,56 @@ struct CpuExecutable {
     consts: Vec<Option<Arc<Tensor>>>,
 }
 
+/// A value during execution: borrowed from the caller (graph inputs) or produced here.
+#[derive(Clone)]
+enum Slot<'a> {
+    Borrowed(&'a Tensor),
+    Shared(Arc<Tensor>),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> &Tensor {
+        match self {
+            Slot::Borrowed(t) => t,
+            Slot::Shared(t) => t,
+        }
+    }
+
+    fn into_owned(self) -> Tensor {
+        match self {
+            Slot::Borrowed(t) => t.clone(),
+            Slot::Shared(t) => Arc::try_unwrap(t).unwrap_or_else(|a| (*a).clone()),
+        }
+    }
+}
+
 impl Executable for CpuExecutable {
-    fn run(&mut self, inputs: Vec<Tensor>) -> Result<Execution, EngineError> {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let g = &self.graph;
-        xpu_engine::check_inputs(g, &inputs)?;
-        let mut values: Vec<Option<Arc<Tensor>>> = vec![None; g.values.len()];
+        xpu_engine::check_inputs(g, inputs)?;
+        let mut values: Vec<Option<Slot<'_>>> = vec![None; g.values.len()];
         for (&v, t) in g.inputs.iter().zip(inputs) {
-            values[v.index()] = Some(Arc::new(t));
+            values[v.index()] = Some(Slot::Borrowed(t));
         }
         let mut timings = Vec::with_capacity(g.nodes.len());
         for (i, node) in g.nodes.iter().enumerate() {
             let start = Instant::now();
-            let outs: Vec<Arc<Tensor>> = if let Some(c) = &self.consts[i] {
-                vec![c.clone()]
+            let outs: Vec<Slot<'_>> = if let Some(c) = &self.consts[i] {
+                vec![Slot::Shared(c.clone())]
             } else {
-                let args: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| values[v.index()].as_deref())).collect();
+                let args: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| values[v.index()].as_ref().map(Slot::get))).collect();
                 let out_dtypes: Vec<DType> = node.outputs.iter().map(|&o| g.ty(o).dtype).collect();
                 let id = NodeId(i as u32);
                 let outs = eval(node, self.kernels[i], &args, &out_dtypes).map_err(|message| EngineError::Kernel { node: node.label(id), message })?;
                 if outs.len() != node.outputs.len() {
                     return Err(EngineError::Kernel { node: node.label(id), message: format!("produced {} outputs, expected {}", outs.len(), node.outputs.len()) });
                 }
-                outs.into_iter().map(Arc::new).collect()
+                outs.into_iter().map(|t| Slot::Shared(Arc::new(t))).collect()
             };
             for (&o, t) in node.outputs.iter().zip(outs) {
                 values[o.index()] = Some(t);
             }
-            // Move semantics: a value's buffer is released after its last use.
+            // Move semantics: an intermediate's buffer is released after its last use.
             for v in node.input_values() {
                 if self.last_use[v.index()] == i {
                     values[v.index()] = None;
@@ -295,14 +343,14 @@ impl Executable for CpuExecutable {
             }
             timings.push(NodeTiming { node: NodeId(i as u32), kernel: self.kernels[i].name().to_string(), nanos: start.elapsed().as_nanos() as u64 });
         }
-        let outputs = g
-            .outputs
-            .iter()
-            .map(|o| {
-                let t = values[o.value.index()].clone().ok_or_else(|| EngineError::Other(format!("output {:?} was not computed", o.name)))?;
-                Ok(Arc::try_unwrap(t).unwrap_or_else(|a| (*a).clone()))
-            })
-            .collect::<Result<_, EngineError>>()?;
+        // Move each output out of its slot (the last output naming a value takes it; earlier
+        // ones copy), so a result is never copied needlessly.
+        let mut outputs = Vec::with_capacity(g.outputs.len());
+        for (k, o) in g.outputs.iter().enumerate() {
+            let last = !g.outputs[k + 1..].iter().any(|later| later.value == o.value);
+            let slot = if last { values[o.value.index()].take() } else { values[o.value.index()].clone() };
+            outputs.push(slot.map(Slot::into_owned).ok_or_else(|| EngineError::Other(format!("output {:?} was not computed", o.name)))?);
+        }
         Ok(Execution { outputs, timings, facts: vec![] })
     }
 }
@@ -324,6 +372,6 @@ impl xpu_ir::passes::Evaluator for CpuEvaluator {
 }
 
 /// Runs a whole graph on the CPU engine with default kernels (tests, folding, `xpuctl run`).
-pub fn run_graph(g: &Graph, inputs: Vec<Tensor>) -> Result<Execution, EngineError> {
+pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Execution, EngineError> {
     CpuEngine.prepare(g, &Assignment::new("cpu"))?.run(inputs)
 }

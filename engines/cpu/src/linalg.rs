@@ -14,7 +14,11 @@ use crate::numeric;
 /// Which implementation a matrix product uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum MatMulKernel {
+    /// OpenBLAS SGEMM/DGEMM (`cpu.blas`, needs the `openblas` feature).
+    Blas,
+    /// The gemm crate (`cpu.gemm`).
     Gemm,
+    /// Triple loop (`cpu.naive`).
     Naive,
 }
 
@@ -32,8 +36,12 @@ fn mm<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], ld
         c.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
+    #[cfg(feature = "openblas")]
+    if kernel == MatMulKernel::Blas && crate::blas::gemm(m, n, k, a, lda, b, ldb, c) {
+        return;
+    }
     let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
-    if kernel == MatMulKernel::Gemm && float {
+    if kernel != MatMulKernel::Naive && float {
         // SAFETY: the slices cover m×k, k×n and m×n elements at the given row strides (checked
         // by the callers' shape logic); T is f32 or f64, which gemm supports; dst is not read.
         unsafe {
@@ -96,14 +104,30 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     };
     numeric!(a.dtype(), T => {
         let (av, bv) = (a.as_slice::<T>().unwrap(), b.as_slice::<T>().unwrap());
-        let mut out = vec![T::zero(); nb * m * n];
+        let total = nb * m * n;
         let bst = strides(&batch);
+        let direct = kernel != MatMulKernel::Naive && T::IS_FLOAT && k > 0;
+        // The GEMM kernel writes every output element without reading it: skip zero-filling
+        // (a measurable share of a large product) by writing into uninitialised memory.
+        let mut out = crate::util::alloc_uninit::<T>(total);
+        if !direct {
+            out.iter_mut().for_each(|v| *v = std::mem::MaybeUninit::new(T::zero()));
+        }
         for bi in 0..nb {
             let idx: Vec<usize> = bst.iter().zip(&batch).map(|(&s, &d)| (bi / s) % d.max(1)).collect();
             let oa = offset(ba, &idx, m * k);
             let ob = offset(bb, &idx, k * n);
-            mm(kernel, m, n, k, &av[oa..oa + m * k], k, &bv[ob..ob + k * n], n, &mut out[bi * m * n..(bi + 1) * m * n]);
+            let dst = &mut out[bi * m * n..(bi + 1) * m * n];
+            // SAFETY: MaybeUninit<T> has T's layout; `mm` only writes `dst` on the direct path
+            // (read_dst = false) and the other paths run over initialised zeros.
+            let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut T, dst.len()) };
+            mm(kernel, m, n, k, &av[oa..oa + m * k], k, &bv[ob..ob + k * n], n, dst);
         }
+        // SAFETY: every element was written above (GEMM over m×n per batch, or zero-filled).
+        let out: Vec<T> = unsafe {
+            let mut out = std::mem::ManuallyDrop::new(out);
+            Vec::from_raw_parts(out.as_mut_ptr() as *mut T, out.len(), out.capacity())
+        };
         Tensor::from_vec(out_shape, out).map_err(|e| e.to_string())
     }, Err(format!("matmul does not support dtype {}", a.dtype())))
 }

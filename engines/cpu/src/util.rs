@@ -37,6 +37,32 @@ pub fn checked_numel(shape: &[usize]) -> KResult<usize> {
     }
 }
 
+/// Allocations at least this large ask the kernel for transparent huge pages.
+const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
+
+/// An uninitialised buffer of `n` elements. Large buffers are advised to use transparent
+/// huge pages (as numpy does), which removes most first-touch page faults: on a 36 MB
+/// matmul output that is ~9,000 faults, several percent of the product's time.
+pub fn alloc_uninit<T>(n: usize) -> Vec<std::mem::MaybeUninit<T>> {
+    let mut v: Vec<std::mem::MaybeUninit<T>> = Vec::with_capacity(n);
+    // SAFETY: MaybeUninit<T> needs no initialisation.
+    unsafe { v.set_len(n) };
+    let bytes = n * std::mem::size_of::<T>();
+    #[cfg(target_os = "linux")]
+    if bytes >= HUGE_PAGE_THRESHOLD {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_ptr() as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let end = (start + bytes) & !(HUGE - 1);
+        if end > aligned {
+            // SAFETY: the range lies inside the allocation just made; MADV_HUGEPAGE is only
+            // advice and does not change its contents or validity.
+            unsafe { libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE) };
+        }
+    }
+    v
+}
+
 pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
     t.to_i64_vec().ok_or_else(|| format!("{what} must be an integer tensor, got {}", t.dtype()))
 }

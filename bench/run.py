@@ -1,0 +1,140 @@
+"""`make bench`: xpu's CPU engine side by side with its peers, in one run, on the same cores.
+
+- f32 matmul 1024³ and 3072³: xpu (kernels cpu.blas and cpu.gemm) vs numpy (OpenBLAS).
+  Bar: ≥ 0.9× numpy.
+- An MLP (784-512-512-10) and a small conv net, batch 1 and 64: xpu's CPU engine vs
+  onnxruntime's CPU provider with the same thread count. Reported, no bar yet.
+
+Every figure is a median over the same number of back-to-back runs on each side, after a
+warm-up; ratios are peer_time / xpu_time (above 1: xpu is faster). Results are printed and
+written to .cache/bench/results.md.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, ".cache", "bench")
+THREADS = int(os.environ.get("XPU_BENCH_THREADS", os.cpu_count() or 2))
+BENCH_BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "xpu-bench")
+
+
+def median_time(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def xpu(*args):
+    out = subprocess.run([BENCH_BIN, *map(str, args)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["median_s"]
+
+
+def mlp_model(path):
+    rng = np.random.default_rng(0)
+    dims = [784, 512, 512, 10]
+    nodes, inits, prev = [], [], "x"
+    for i in range(3):
+        w = (rng.standard_normal((dims[i], dims[i + 1])) / np.sqrt(dims[i])).astype(np.float32)
+        b = (rng.standard_normal(dims[i + 1]) * 0.01).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"])]
+        prev = f"a{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
+            prev = f"r{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 784])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    save(g, path)
+
+
+def conv_model(path):
+    rng = np.random.default_rng(1)
+    def w(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+    inits = [w("c1w", (16, 1, 3, 3)), w("c1b", (16,)), w("c2w", (32, 16, 3, 3)), w("c2b", (32,)), w("fw", (10, 32 * 7 * 7)), w("fb", (10,))]
+    nodes = [
+        helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p2"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1),
+    ]
+    g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    save(g, path)
+
+
+def save(graph, path):
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="xpu-bench")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def main():
+    if not os.path.exists(BENCH_BIN):
+        sys.exit(f"{BENCH_BIN} is missing: build it with `cargo build --release -p xpu-bench`")
+    os.makedirs(OUT, exist_ok=True)
+    rows = []
+    print(f"threads: {THREADS} (numpy/OpenBLAS, onnxruntime intra-op, xpu)")
+    print("\nf32 matmul                       xpu GFLOP/s   numpy GFLOP/s   ratio (bar ≥ 0.9)")
+    matmul_ok = True
+    for n, reps in ((1024, 50), (3072, 7)):
+        a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+        b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+        t_np = median_time(lambda: a @ b, reps)
+        for kernel in ("cpu.blas", "cpu.gemm"):
+            t_x = xpu("matmul", n, reps, kernel)
+            flops = 2 * n ** 3
+            ratio = t_np / t_x
+            bar = kernel == "cpu.blas"
+            if bar and ratio < 0.9:
+                matmul_ok = False
+            line = f"{n}³ {kernel:<9}                 {flops / t_x / 1e9:8.1f}      {flops / t_np / 1e9:8.1f}      {ratio:5.2f}{'  (bar)' if bar else '  (pure-Rust kernel, no bar)'}"
+            print(line)
+            rows.append(("matmul", f"{n}³", kernel, flops / t_x / 1e9, flops / t_np / 1e9, ratio))
+    mlp, conv = os.path.join(OUT, "mlp.onnx"), os.path.join(OUT, "convnet.onnx")
+    mlp_model(mlp)
+    conv_model(conv)
+    print("\nmodel            batch    xpu ms   onnxruntime ms   ratio (ort/xpu)")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    for name, path, shape in (("mlp", mlp, (784,)), ("convnet", conv, (1, 28, 28))):
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        for batch, reps in ((1, 300), (64, 100)):
+            x = np.random.default_rng(2).standard_normal((batch, *shape)).astype(np.float32)
+            t_ort = median_time(lambda: sess.run(None, {"x": x}), reps)
+            t_x = xpu("model", path, batch, reps)
+            print(f"{name:<16} {batch:5}  {t_x * 1e3:8.3f}   {t_ort * 1e3:12.3f}     {t_ort / t_x:5.2f}")
+            rows.append((name, str(batch), "cpu", t_x * 1e3, t_ort * 1e3, t_ort / t_x))
+    with open(os.path.join(OUT, "results.md"), "w") as f:
+        f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:.2f} |\n")
+    print(f"\nwrote {os.path.join(OUT, 'results.md')}")
+    if not matmul_ok:
+        sys.exit("matmul is below 0.9× numpy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+//! Times the CPU engine on the benchmark workloads and prints JSON for bench/run.py.
+//!
+//! `xpu-bench matmul N [REPS [KERNEL]]` — f32 N×N·N×N through a prepared matmul graph,
+//! optionally pinned to a kernel (`cpu.blas`, `cpu.gemm`).
+//! `xpu-bench model PATH.onnx BATCH [REPS]` — a warm, prepared ONNX model at a batch size.
+//! Each prints `{"median_s": …, "min_s": …, "reps": …}`. Preparation happens once, as a
+//! deployed engine would; inputs are borrowed by every run, as a peer's are.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use xpu_engine::{Assignment, Engine};
+use xpu_ir::{DType, Dim, Graph, Op, Tensor, TensorType};
+
+fn time_runs(g: &Graph, inputs: &[Tensor], reps: usize, kernel: Option<&str>) -> Result<(f64, f64)> {
+    let mut assignment = Assignment::new("cpu");
+    if let Some(k) = kernel {
+        for id in g.node_ids() {
+            if matches!(g.node(id).op, Op::MatMul | Op::Gemm) {
+                assignment.kernels.insert(id, k.to_string());
+            }
+        }
+    }
+    let mut exe = xpu_engine_cpu::CpuEngine::new().prepare(g, &assignment)?;
+    exe.run(inputs)?; // warm-up
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        let out = exe.run(inputs)?;
+        times.push(t.elapsed().as_secs_f64());
+        drop(out);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times[0]))
+}
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (median, min, reps) = match args.get(1).map(String::as_str) {
+        Some("matmul") => {
+            let n: usize = args.get(2).context("matmul N")?.parse()?;
+            let reps: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(5);
+            let kernel = args.get(4).map(String::as_str);
+            let mut g = Graph::new("matmul");
+            let ty = TensorType::new(DType::F32, vec![Dim::Known(n as u64), Dim::Known(n as u64)]);
+            let a = g.add_input("a", ty.clone());
+            let b = g.add_input("b", ty);
+            let c = g.add_op(Op::MatMul, &[a, b], Default::default())?;
+            g.add_output("c", c);
+            let inputs = vec![
+                Tensor::from_vec(vec![n, n], pseudo_random(n * n, 1))?,
+                Tensor::from_vec(vec![n, n], pseudo_random(n * n, 2))?,
+            ];
+            let (m, mi) = time_runs(&g, &inputs, reps, kernel)?;
+            (m, mi, reps)
+        }
+        Some("model") => {
+            let path = args.get(2).context("model PATH")?;
+            let batch: usize = args.get(3).context("model BATCH")?.parse()?;
+            let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(200);
+            let g = xpu_onnx::import_model(&std::fs::read(path)?)?;
+            let inputs: Vec<Tensor> = g
+                .inputs
+                .iter()
+                .map(|&v| {
+                    let dims: Vec<usize> = g.ty(v).dims.as_ref().map(|d| d.iter().map(|d| d.known().map(|k| k as usize).unwrap_or(batch)).collect()).unwrap_or_default();
+                    let n = dims.iter().product();
+                    Tensor::from_vec(dims, pseudo_random(n, 3)).map_err(anyhow::Error::from)
+                })
+                .collect::<Result<_>>()?;
+            let (m, mi) = time_runs(&g, &inputs, reps, None)?;
+            (m, mi, reps)
+        }
+        _ => bail!("usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS]"),
+    };
+    println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));
+    Ok(())
+}
