@@ -12,7 +12,12 @@ use anyhow::{Context, Result, bail};
 use xpu_engine::{Assignment, Engine};
 use xpu_ir::{DType, Dim, Graph, Op, Tensor, TensorType};
 
-fn time_runs(g: &Graph, inputs: &[Tensor], reps: usize, kernel: Option<&str>) -> Result<(f64, f64)> {
+fn time_runs(
+    g: &Graph,
+    inputs: &[Tensor],
+    reps: usize,
+    kernel: Option<&str>,
+) -> Result<(f64, f64)> {
     let mut assignment = Assignment::new("cpu");
     if let Some(k) = kernel {
         for id in g.node_ids() {
@@ -75,7 +80,16 @@ fn main() -> Result<()> {
                 .inputs
                 .iter()
                 .map(|&v| {
-                    let dims: Vec<usize> = g.ty(v).dims.as_ref().map(|d| d.iter().map(|d| d.known().map(|k| k as usize).unwrap_or(batch)).collect()).unwrap_or_default();
+                    let dims: Vec<usize> = g
+                        .ty(v)
+                        .dims
+                        .as_ref()
+                        .map(|d| {
+                            d.iter()
+                                .map(|d| d.known().map(|k| k as usize).unwrap_or(batch))
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     let n = dims.iter().product();
                     Tensor::from_vec(dims, pseudo_random(n, 3)).map_err(anyhow::Error::from)
                 })
@@ -83,7 +97,9 @@ fn main() -> Result<()> {
             let (m, mi) = time_runs(&g, &inputs, reps, None)?;
             (m, mi, reps)
         }
-        _ => bail!("usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS]"),
+        _ => bail!(
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS]"
+        ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));
     Ok(())

@@ -116,7 +116,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() { ExitCode::from(2) } else { ExitCode::from(1) }
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }
@@ -127,8 +131,17 @@ fn dispatch(cmd: Command) -> Result<()> {
         Command::Check { program, format } => {
             let g = program::load(&program)?;
             match format {
-                Format::Text => println!("{}: ok ({} inputs, {} nodes, {} outputs)", program.display(), g.inputs.len(), g.nodes.len(), g.outputs.len()),
-                Format::Json => println!("{}", serde_json::json!({"program": program, "ok": true, "inputs": g.inputs.len(), "nodes": g.nodes.len(), "outputs": g.outputs.len()})),
+                Format::Text => println!(
+                    "{}: ok ({} inputs, {} nodes, {} outputs)",
+                    program.display(),
+                    g.inputs.len(),
+                    g.nodes.len(),
+                    g.outputs.len()
+                ),
+                Format::Json => println!(
+                    "{}",
+                    serde_json::json!({"program": program, "ok": true, "inputs": g.inputs.len(), "nodes": g.nodes.len(), "outputs": g.outputs.len()})
+                ),
             }
             Ok(())
         }
@@ -141,7 +154,12 @@ fn dispatch(cmd: Command) -> Result<()> {
                     for e in &inv.engines {
                         println!("{} {} — {}", e.engine, e.version, e.availability);
                         for k in &e.kernels {
-                            println!("  {:<18} {} ops, dtypes {}", k.name, k.ops.len(), k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" "));
+                            println!(
+                                "  {:<18} {} ops, dtypes {}",
+                                k.name,
+                                k.ops.len(),
+                                k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ")
+                            );
                         }
                     }
                 }
@@ -167,10 +185,13 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
         }
         IrCommand::Opt { program, passes, memory, bind, format } => {
             let mut g = program::load(&program)?;
-            let passes = passes.unwrap_or_else(|| xpu_ir::passes::DEFAULT_PIPELINE.iter().map(|s| s.to_string()).collect());
+            let passes = passes.unwrap_or_else(|| {
+                xpu_ir::passes::DEFAULT_PIPELINE.iter().map(|s| s.to_string()).collect()
+            });
             let eval = xpu_engine_cpu::CpuEvaluator;
             for p in &passes {
-                g = xpu_ir::passes::run_pass(p, &g, Some(&eval)).map_err(|e| usage(e.to_string()))?;
+                g = xpu_ir::passes::run_pass(p, &g, Some(&eval))
+                    .map_err(|e| usage(e.to_string()))?;
                 if let Err(errs) = xpu_ir::verify(&g) {
                     bail!("internal error: pass `{p}` produced an invalid graph: {}", errs[0]);
                 }
@@ -179,8 +200,12 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
             if memory {
                 let mut bindings = BTreeMap::new();
                 for b in &bind {
-                    let (k, v) = b.split_once('=').ok_or_else(|| usage(format!("--bind {b:?}: expected NAME=SIZE")))?;
-                    let v: u64 = v.parse().map_err(|_| usage(format!("--bind {b:?}: SIZE must be a non-negative integer")))?;
+                    let (k, v) = b
+                        .split_once('=')
+                        .ok_or_else(|| usage(format!("--bind {b:?}: expected NAME=SIZE")))?;
+                    let v: u64 = v.parse().map_err(|_| {
+                        usage(format!("--bind {b:?}: SIZE must be a non-negative integer"))
+                    })?;
                     bindings.insert(k.to_string(), v);
                 }
                 print!("{}", xpu_ir::passes::plan_memory(&g, &bindings));
@@ -193,13 +218,15 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
                 Some("json") => xpu_ir::to_json(&g),
                 _ => xpu_ir::text::print(&g),
             };
-            std::fs::write(&output, text).with_context(|| format!("cannot write {}", output.display()))?;
+            std::fs::write(&output, text)
+                .with_context(|| format!("cannot write {}", output.display()))?;
             eprintln!("wrote {} ({} nodes)", output.display(), g.nodes.len());
             Ok(())
         }
         IrCommand::Export { program, output } => {
             let g = program::load(&program)?;
-            std::fs::write(&output, xpu_onnx::export_model(&g)).with_context(|| format!("cannot write {}", output.display()))?;
+            std::fs::write(&output, xpu_onnx::export_model(&g))
+                .with_context(|| format!("cannot write {}", output.display()))?;
             eprintln!("wrote {} (ONNX opset {})", output.display(), xpu_onnx::EXPORT_OPSET);
             Ok(())
         }
@@ -208,7 +235,8 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
 
 /// Binds `--input` arguments to the graph's inputs by name.
 fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
-    let names: Vec<String> = g.inputs.iter().map(|&v| g.value(v).name.clone().unwrap_or_default()).collect();
+    let names: Vec<String> =
+        g.inputs.iter().map(|&v| g.value(v).name.clone().unwrap_or_default()).collect();
     let mut bound: BTreeMap<String, Tensor> = BTreeMap::new();
     for arg in args {
         let (name, path) = match arg.split_once('=') {
@@ -216,15 +244,24 @@ fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
             None => (None, PathBuf::from(arg)),
         };
         if name.is_none() && path.extension().and_then(|e| e.to_str()) != Some("pb") {
-            return Err(usage(format!("--input {arg:?}: give NAME=PATH (only .pb files carry their own name)")));
+            return Err(usage(format!(
+                "--input {arg:?}: give NAME=PATH (only .pb files carry their own name)"
+            )));
         }
         let (proto_name, t) = tensors::read(&path)?;
         let name = match name.or(proto_name) {
             Some(n) => n,
-            None => return Err(usage(format!("--input {arg:?}: the TensorProto has no name; give NAME={arg}"))),
+            None => {
+                return Err(usage(format!(
+                    "--input {arg:?}: the TensorProto has no name; give NAME={arg}"
+                )));
+            }
         };
         if !names.contains(&name) {
-            bail!("--input {arg:?}: the program has no input named {name:?} (its inputs: {})", names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "));
+            bail!(
+                "--input {arg:?}: the program has no input named {name:?} (its inputs: {})",
+                names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+            );
         }
         if bound.insert(name.clone(), t).is_some() {
             return Err(usage(format!("input {name:?} is given twice")));
@@ -232,7 +269,10 @@ fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
     }
     let missing: Vec<&String> = names.iter().filter(|n| !bound.contains_key(*n)).collect();
     if !missing.is_empty() {
-        bail!("missing input(s): {} (pass them with --input NAME=PATH)", missing.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "));
+        bail!(
+            "missing input(s): {} (pass them with --input NAME=PATH)",
+            missing.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+        );
     }
     Ok(names.iter().map(|n| bound.remove(n).expect("checked above")).collect())
 }
@@ -241,11 +281,14 @@ fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) ->
     let g = program::load(program)?;
     let inputs = bind_inputs(&g, input_args)?;
     let engine = xpu_engine_cpu::CpuEngine::new();
-    let mut exe = engine.prepare(&g, &xpu_engine::Assignment::new("cpu")).with_context(|| format!("{}: cannot prepare on the cpu engine", program.display()))?;
+    let mut exe = engine
+        .prepare(&g, &xpu_engine::Assignment::new("cpu"))
+        .with_context(|| format!("{}: cannot prepare on the cpu engine", program.display()))?;
     let start = std::time::Instant::now();
     let result = exe.run(&inputs).with_context(|| format!("{}: run failed", program.display()))?;
     let wall = start.elapsed();
-    std::fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    std::fs::create_dir_all(out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for (o, t) in g.outputs.iter().zip(&result.outputs) {
         let path = out_dir.join(format!("{}.npy", tensors::output_file_name(&o.name)));
@@ -269,7 +312,12 @@ fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) ->
                 .iter()
                 .map(|t| serde_json::json!({"node": t.node.0, "op": g.node(t.node).op.name(), "kernel": t.kernel, "nanos": t.nanos}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({"program": program, "engine": "cpu", "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings}))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"program": program, "engine": "cpu", "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings})
+                )?
+            );
         }
     }
     Ok(())

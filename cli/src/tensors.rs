@@ -12,9 +12,14 @@ use xpu_ir::{DType, Tensor, TensorData};
 pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
-        "pb" => xpu_onnx::read_tensor_proto(&bytes).with_context(|| format!("{}: not a valid ONNX TensorProto", path.display())),
-        "npy" => read_npy(&bytes).map(|t| (None, t)).with_context(|| format!("{}: not a valid .npy file", path.display())),
-        other => bail!("{}: unknown tensor file type `.{other}` (expected .npy or .pb)", path.display()),
+        "pb" => xpu_onnx::read_tensor_proto(&bytes)
+            .with_context(|| format!("{}: not a valid ONNX TensorProto", path.display())),
+        "npy" => read_npy(&bytes)
+            .map(|t| (None, t))
+            .with_context(|| format!("{}: not a valid .npy file", path.display())),
+        other => {
+            bail!("{}: unknown tensor file type `.{other}` (expected .npy or .pb)", path.display())
+        }
     }
 }
 
@@ -44,7 +49,11 @@ fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         "b1" => TensorData::Bool(npy.into_vec::<bool>()?),
         c if c.starts_with('U') => {
             let raw: Vec<Vec<char>> = npy.into_vec()?;
-            TensorData::String(raw.into_iter().map(|cs| cs.into_iter().take_while(|&c| c != '\0').collect()).collect())
+            TensorData::String(
+                raw.into_iter()
+                    .map(|cs| cs.into_iter().take_while(|&c| c != '\0').collect())
+                    .collect(),
+            )
         }
         other => bail!("numpy dtype `{type_str}` ({other}) is not supported"),
     };
@@ -53,12 +62,17 @@ fn read_npy(bytes: &[u8]) -> Result<Tensor> {
 
 /// Writes a tensor as `.npy`. bf16 has no numpy dtype: it is written as f32.
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut w = BufWriter::new(file);
     let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
     macro_rules! put {
         ($v:expr) => {{
-            let mut wr = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(&mut w).begin_nd()?;
+            let mut wr = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut w)
+                .begin_nd()?;
             wr.extend($v.iter().cloned())?;
             wr.finish()?;
         }};
@@ -83,8 +97,10 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         TensorData::String(v) => {
             // Fixed-width unicode, like numpy's `<U{n}`.
             let width = v.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1);
-            let dtype = npyz::DType::Plain(format!("<U{width}").parse().map_err(|e| anyhow!("{e:?}"))?);
-            let mut wr = npyz::WriteOptions::new().dtype(dtype).shape(&shape).writer(&mut w).begin_nd()?;
+            let dtype =
+                npyz::DType::Plain(format!("<U{width}").parse().map_err(|e| anyhow!("{e:?}"))?);
+            let mut wr =
+                npyz::WriteOptions::new().dtype(dtype).shape(&shape).writer(&mut w).begin_nd()?;
             for s in v {
                 let chars: Vec<char> = s.chars().collect();
                 wr.push(&chars)?;
@@ -100,7 +116,8 @@ pub fn summary(t: &Tensor) -> String {
     let mut s = format!("{} {:?}", t.dtype(), t.shape());
     if t.dtype().is_numeric() && t.numel() > 0 {
         let v = t.to_f64_vec();
-        let (min, max) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        let (min, max) =
+            v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
         let mean = v.iter().sum::<f64>() / v.len() as f64;
         s.push_str(&format!(" min {min:.6} max {max:.6} mean {mean:.6}"));
     }
@@ -119,6 +136,11 @@ pub fn summary(t: &Tensor) -> String {
 
 /// File name for an output: `/` (and other path separators) become `_`.
 pub fn output_file_name(name: &str) -> String {
-    let cleaned: String = name.chars().map(|c| if c == '/' || c == '\\' || c == '\0' { '_' } else { c }).collect();
-    if cleaned.is_empty() || cleaned == "." || cleaned == ".." { format!("output_{cleaned}") } else { cleaned }
+    let cleaned: String =
+        name.chars().map(|c| if c == '/' || c == '\\' || c == '\0' { '_' } else { c }).collect();
+    if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
+        format!("output_{cleaned}")
+    } else {
+        cleaned
+    }
 }

@@ -10,7 +10,11 @@ fn repo() -> PathBuf {
 
 fn xpuctl(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_xpuctl")).args(args).output().expect("xpuctl runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A minimal little-endian f32 .npy file.
@@ -35,7 +39,10 @@ fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
 
 fn example() -> (String, String) {
     let r = repo();
-    (r.join("examples/mlp.sgr").display().to_string(), format!("x={}", r.join("examples/mlp_input.npy").display()))
+    (
+        r.join("examples/mlp.sgr").display().to_string(),
+        format!("x={}", r.join("examples/mlp_input.npy").display()),
+    )
 }
 
 #[test]
@@ -45,13 +52,17 @@ fn runs_the_example_and_writes_npy_outputs() {
     let out = dir.path().display().to_string();
     let (code, stdout, stderr) = xpuctl(&["run", &prog, "--input", &input, "--out", &out]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("probs: f32 [3, 4]") && stdout.contains("logits: f32 [3, 4]"), "{stdout}");
+    assert!(
+        stdout.contains("probs: f32 [3, 4]") && stdout.contains("logits: f32 [3, 4]"),
+        "{stdout}"
+    );
     for name in ["probs", "logits"] {
         let bytes = std::fs::read(dir.path().join(format!("{name}.npy"))).unwrap();
         assert!(bytes.starts_with(b"\x93NUMPY"));
         assert_eq!(bytes.len() - (10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize), 12 * 4);
     }
-    let (code, stdout, _) = xpuctl(&["run", &prog, "--input", &input, "--out", &out, "--format", "json"]);
+    let (code, stdout, _) =
+        xpuctl(&["run", &prog, "--input", &input, "--out", &out, "--format", "json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["outputs"][0]["name"], "probs");
@@ -66,9 +77,34 @@ fn same_results_from_onnx_and_sgr_forms() {
     let input = format!("x={}", r.join("examples/mlp_input.npy").display());
     let a = dir.path().join("a");
     let b = dir.path().join("b");
-    assert_eq!(xpuctl(&["run", &r.join("examples/mlp.onnx").display().to_string(), "-i", &input, "--out", &a.display().to_string()]).0, 0);
-    assert_eq!(xpuctl(&["run", &r.join("examples/mlp.sgr").display().to_string(), "-i", &input, "--out", &b.display().to_string()]).0, 0);
-    assert_eq!(std::fs::read(a.join("probs.npy")).unwrap(), std::fs::read(b.join("probs.npy")).unwrap());
+    assert_eq!(
+        xpuctl(&[
+            "run",
+            &r.join("examples/mlp.onnx").display().to_string(),
+            "-i",
+            &input,
+            "--out",
+            &a.display().to_string()
+        ])
+        .0,
+        0
+    );
+    assert_eq!(
+        xpuctl(&[
+            "run",
+            &r.join("examples/mlp.sgr").display().to_string(),
+            "-i",
+            &input,
+            "--out",
+            &b.display().to_string()
+        ])
+        .0,
+        0
+    );
+    assert_eq!(
+        std::fs::read(a.join("probs.npy")).unwrap(),
+        std::fs::read(b.join("probs.npy")).unwrap()
+    );
 }
 
 #[test]
@@ -79,7 +115,14 @@ fn output_names_with_slashes_and_string_outputs() {
     let x = dir.path().join("x.npy");
     write_npy_f32(&x, &[2], &[1.0, -2.0]);
     let out = dir.path().join("o");
-    let (code, _, stderr) = xpuctl(&["run", &prog.display().to_string(), "--input", &format!("x={}", x.display()), "--out", &out.display().to_string()]);
+    let (code, _, stderr) = xpuctl(&[
+        "run",
+        &prog.display().to_string(),
+        "--input",
+        &format!("x={}", x.display()),
+        "--out",
+        &out.display().to_string(),
+    ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(out.join("layer_out:0.npy").exists());
     let names = std::fs::read(out.join("names.npy")).unwrap();
@@ -92,7 +135,16 @@ fn tensor_proto_inputs_take_their_name() {
     let case = repo().join(".cache/onnx-node/test_add");
     let dir = tempfile::tempdir().unwrap();
     let model = case.join("model.onnx").display().to_string();
-    let (code, stdout, stderr) = xpuctl(&["run", &model, "--input", &case.join("0/input_0.pb").display().to_string(), "--input", &case.join("0/input_1.pb").display().to_string(), "--out", &dir.path().display().to_string()]);
+    let (code, stdout, stderr) = xpuctl(&[
+        "run",
+        &model,
+        "--input",
+        &case.join("0/input_0.pb").display().to_string(),
+        "--input",
+        &case.join("0/input_1.pb").display().to_string(),
+        "--out",
+        &dir.path().display().to_string(),
+    ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("sum: f32 [3, 4, 5]"), "{stdout}");
 }
@@ -119,28 +171,56 @@ fn run_errors_exit_1_with_one_clear_line() {
     let check = |args: &[&str], needle: &str| {
         let (code, _, err) = xpuctl(args);
         assert_eq!(code, 1, "args {args:?}: {err}");
-        assert!(err.starts_with("error: ") && err.contains(needle), "args {args:?}: {err:?} lacks {needle:?}");
+        assert!(
+            err.starts_with("error: ") && err.contains(needle),
+            "args {args:?}: {err:?} lacks {needle:?}"
+        );
         assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
     };
     check(&["run", &p("missing.onnx")], "cannot read");
     check(&["run", &p("missing.onnx")], "missing.onnx");
     std::fs::write(p("prog.txt"), "x").unwrap();
     check(&["run", &p("prog.txt")], "unknown program type `.txt`");
-    std::fs::write(p("bad.sgr"), "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%7)\n}\n").unwrap();
+    std::fs::write(
+        p("bad.sgr"),
+        "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%7)\n}\n",
+    )
+    .unwrap();
     check(&["run", &p("bad.sgr")], "bad.sgr:3:21: %7 is used before it is defined");
     let onnx = std::fs::read(repo().join("examples/mlp.onnx")).unwrap();
     std::fs::write(p("trunc.onnx"), &onnx[..onnx.len() / 2]).unwrap();
-    check(&["run", &p("trunc.onnx")], "trunc.onnx: cannot import the ONNX model: not a valid ONNX protobuf");
+    check(
+        &["run", &p("trunc.onnx")],
+        "trunc.onnx: cannot import the ONNX model: not a valid ONNX protobuf",
+    );
     std::fs::write(p("bad.json"), "{\"name\": 1}").unwrap();
     check(&["check", &p("bad.json")], "bad.json:1:");
-    check(&["run", &prog, "--input", &format!("y={}", repo().join("examples/mlp_input.npy").display())], "has no input named \"y\" (its inputs: \"x\")");
+    check(
+        &[
+            "run",
+            &prog,
+            "--input",
+            &format!("y={}", repo().join("examples/mlp_input.npy").display()),
+        ],
+        "has no input named \"y\" (its inputs: \"x\")",
+    );
     check(&["run", &prog], "missing input(s): \"x\"");
-    std::fs::write(p("trunc.npy"), &std::fs::read(repo().join("examples/mlp_input.npy")).unwrap()[..40]).unwrap();
-    check(&["run", &prog, "--input", &format!("x={}", p("trunc.npy"))], "trunc.npy: not a valid .npy file");
+    std::fs::write(
+        p("trunc.npy"),
+        &std::fs::read(repo().join("examples/mlp_input.npy")).unwrap()[..40],
+    )
+    .unwrap();
+    check(
+        &["run", &prog, "--input", &format!("x={}", p("trunc.npy"))],
+        "trunc.npy: not a valid .npy file",
+    );
     std::fs::write(p("garbage.pb"), b"\xff\xff\xff\xff garbage").unwrap();
     check(&["run", &prog, "--input", &p("garbage.pb")], "garbage.pb: not a valid ONNX TensorProto");
     write_npy_f32(std::path::Path::new(&p("wide.npy")), &[3, 8], &[0.0; 24]);
-    check(&["run", &prog, "--input", &format!("x={}", p("wide.npy"))], "input \"x\": dim 1 must be 16");
+    check(
+        &["run", &prog, "--input", &format!("x={}", p("wide.npy"))],
+        "input \"x\": dim 1 must be 16",
+    );
     let _ = input;
 }
 
@@ -150,13 +230,19 @@ fn ir_commands() {
     let onnx = repo().join("examples/mlp.onnx").display().to_string();
     let sgr = dir.path().join("m.sgr").display().to_string();
     assert_eq!(xpuctl(&["ir", "import", &onnx, "-o", &sgr]).0, 0);
-    assert_eq!(std::fs::read_to_string(&sgr).unwrap(), std::fs::read_to_string(repo().join("examples/mlp.sgr")).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&sgr).unwrap(),
+        std::fs::read_to_string(repo().join("examples/mlp.sgr")).unwrap()
+    );
     let (code, out, _) = xpuctl(&["ir", "print", &sgr]);
     assert_eq!(code, 0);
     assert!(out.starts_with("graph \"mlp\" {"));
     let (code, out, _) = xpuctl(&["ir", "opt", &sgr, "--memory", "--bind", "N=8"]);
     assert_eq!(code, 0);
-    assert!(out.contains("@group(") && out.contains("peak ") && out.contains("bytes live"), "{out}");
+    assert!(
+        out.contains("@group(") && out.contains("peak ") && out.contains("bytes live"),
+        "{out}"
+    );
     let back = dir.path().join("m.onnx").display().to_string();
     assert_eq!(xpuctl(&["ir", "export", &sgr, "-o", &back]).0, 0);
     let (code, out, _) = xpuctl(&["check", &back]);

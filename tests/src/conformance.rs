@@ -61,7 +61,9 @@ pub struct CaseResult {
 
 /// Where the exported cases live: `$XPU_ONNX_NODE_CACHE` or `.cache/onnx-node` in the repo.
 pub fn cache_dir() -> PathBuf {
-    std::env::var_os("XPU_ONNX_NODE_CACHE").map(PathBuf::from).unwrap_or_else(|| crate::repo_root().join(".cache/onnx-node"))
+    std::env::var_os("XPU_ONNX_NODE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join(".cache/onnx-node"))
 }
 
 pub fn load_manifest(dir: &Path) -> Result<Manifest, String> {
@@ -110,7 +112,9 @@ fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(
                     x == y
                 };
                 if !ok {
-                    return Err(format!("element {i}: {x} != expected {y} (rtol {rtol}, atol {atol})"));
+                    return Err(format!(
+                        "element {i}: {x} != expected {y} (rtol {rtol}, atol {atol})"
+                    ));
                 }
             }
         }
@@ -120,7 +124,12 @@ fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(
 
 fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
     let case_dir = dir.join(&case.name);
-    if let Some(kind) = case.data_sets.iter().flat_map(|d| d.inputs.iter().chain(&d.outputs)).find(|k| k.as_str() != "tensor") {
+    if let Some(kind) = case
+        .data_sets
+        .iter()
+        .flat_map(|d| d.inputs.iter().chain(&d.outputs))
+        .find(|k| k.as_str() != "tensor")
+    {
         return (Status::Unsupported, format!("non-tensor value ({kind})"));
     }
     let bytes = match std::fs::read(case_dir.join("model.onnx")) {
@@ -129,10 +138,14 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
     };
     let graph = match xpu_onnx::import_model(&bytes) {
         Ok(g) => g,
-        Err(e @ (xpu_onnx::OnnxError::UnsupportedOp { .. } | xpu_onnx::OnnxError::UnsupportedDType { .. })) => return (Status::Unsupported, e.to_string()),
+        Err(
+            e @ (xpu_onnx::OnnxError::UnsupportedOp { .. }
+            | xpu_onnx::OnnxError::UnsupportedDType { .. }),
+        ) => return (Status::Unsupported, e.to_string()),
         Err(e) => {
             let msg = e.to_string();
-            let status = if msg.contains("not supported") { Status::Unsupported } else { Status::Error };
+            let status =
+                if msg.contains("not supported") { Status::Unsupported } else { Status::Error };
             return (status, msg);
         }
     };
@@ -140,17 +153,21 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
         return (Status::Error, format!("verifier: {}", errs[0]));
     }
     let engine = xpu_engine_cpu::CpuEngine::new();
-    let mut exe = match xpu_engine::Engine::prepare(&engine, &graph, &xpu_engine::Assignment::new("cpu")) {
-        Ok(e) => e,
-        Err(e @ xpu_engine::EngineError::Unsupported { .. }) => return (Status::Unsupported, e.to_string()),
-        Err(e) => return (Status::Error, e.to_string()),
-    };
+    let mut exe =
+        match xpu_engine::Engine::prepare(&engine, &graph, &xpu_engine::Assignment::new("cpu")) {
+            Ok(e) => e,
+            Err(e @ xpu_engine::EngineError::Unsupported { .. }) => {
+                return (Status::Unsupported, e.to_string());
+            }
+            Err(e) => return (Status::Error, e.to_string()),
+        };
     for (k, ds) in case.data_sets.iter().enumerate() {
         let ds_dir = case_dir.join(k.to_string());
         let read = |role: &str, n: usize| -> Result<Vec<Tensor>, String> {
             (0..n)
                 .map(|i| {
-                    let b = std::fs::read(ds_dir.join(format!("{role}_{i}.pb"))).map_err(|e| e.to_string())?;
+                    let b = std::fs::read(ds_dir.join(format!("{role}_{i}.pb")))
+                        .map_err(|e| e.to_string())?;
                     xpu_onnx::read_tensor_proto(&b).map(|(_, t)| t).map_err(|e| e.to_string())
                 })
                 .collect()
@@ -168,7 +185,10 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
             Err(e) => return (Status::Error, e.to_string()),
         };
         if out.len() != expected.len() {
-            return (Status::Mismatch, format!("{} outputs, expected {}", out.len(), expected.len()));
+            return (
+                Status::Mismatch,
+                format!("{} outputs, expected {}", out.len(), expected.len()),
+            );
         }
         for (i, (a, e)) in out.iter().zip(&expected).enumerate() {
             if let Err(m) = compare(a, e, case.rtol, case.atol) {
@@ -182,7 +202,8 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
 /// Runs every case in the cache.
 pub fn run_all(dir: &Path, filter: Option<&str>) -> Result<(Manifest, Vec<CaseResult>), String> {
     let manifest = load_manifest(dir)?;
-    let by_name: BTreeMap<&str, &CaseInfo> = manifest.cases.iter().map(|c| (c.name.as_str(), c)).collect();
+    let by_name: BTreeMap<&str, &CaseInfo> =
+        manifest.cases.iter().map(|c| (c.name.as_str(), c)).collect();
     let mut results = Vec::new();
     for case in &manifest.cases {
         if filter.is_some_and(|f| !case.name.contains(f)) {
@@ -190,9 +211,20 @@ pub fn run_all(dir: &Path, filter: Option<&str>) -> Result<(Manifest, Vec<CaseRe
         }
         let (status, detail) = match std::panic::catch_unwind(|| run_case(dir, case)) {
             Ok(r) => r,
-            Err(p) => (Status::Crash, p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()),
+            Err(p) => (
+                Status::Crash,
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default(),
+            ),
         };
-        results.push(CaseResult { name: case.name.clone(), op: primary_op(case, &by_name), status, detail });
+        results.push(CaseResult {
+            name: case.name.clone(),
+            op: primary_op(case, &by_name),
+            status,
+            detail,
+        });
     }
     Ok((manifest, results))
 }
@@ -223,7 +255,15 @@ pub fn report(manifest: &Manifest, results: &[CaseResult]) -> String {
     ));
     s.push_str("## Per op\n\n| op | cases | pass | mismatch | unsupported | error | crash |\n|---|---|---|---|---|---|---|\n");
     for (op, c) in &per_op {
-        s.push_str(&format!("| {op} | {} | {} | {} | {} | {} | {} |\n", c.iter().sum::<usize>(), c[0], c[1], c[2], c[3], c[4]));
+        s.push_str(&format!(
+            "| {op} | {} | {} | {} | {} | {} | {} |\n",
+            c.iter().sum::<usize>(),
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4]
+        ));
     }
     s.push_str("\n## Cases that do not pass\n\n| case | status | detail |\n|---|---|---|\n");
     for r in results.iter().filter(|r| r.status != Status::Pass) {

@@ -24,15 +24,26 @@ fn dependency_direction() {
         .current_dir(xpu_tests::repo_root())
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let members: BTreeSet<String> = meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let members: BTreeSet<String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
     let table = allowed();
     let mut problems = Vec::new();
     for p in meta["packages"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap();
         let Some(ok) = table.get(name) else {
-            problems.push(format!("{name} is not in the dependency table of tests/tests/architecture.rs"));
+            problems.push(format!(
+                "{name} is not in the dependency table of tests/tests/architecture.rs"
+            ));
             continue;
         };
         for d in p["dependencies"].as_array().unwrap() {
@@ -53,7 +64,11 @@ fn heavy_native_dependencies_stay_out_of_the_core() {
     for core in ["compiler/ir/Cargo.toml", "compiler/onnx/Cargo.toml", "engines/api/Cargo.toml"] {
         let text = std::fs::read_to_string(xpu_tests::repo_root().join(core)).unwrap();
         for heavy in ["duckdb", "ort", "openvino", "inkwell", "cudarc", "tantivy"] {
-            assert!(!text.lines().any(|l| l.trim_start().starts_with(&format!("{heavy} ")) || l.trim_start().starts_with(&format!("{heavy}."))), "{core} depends on {heavy}");
+            assert!(
+                !text.lines().any(|l| l.trim_start().starts_with(&format!("{heavy} "))
+                    || l.trim_start().starts_with(&format!("{heavy}."))),
+                "{core} depends on {heavy}"
+            );
         }
     }
     assert!(lock.contains("[workspace.lints"), "workspace lints are configured");

@@ -14,14 +14,19 @@ fn onnx_node_suite() {
     assert!(results.len() >= 1800, "only {} cases exported", results.len());
     let root = xpu_tests::repo_root().join("tests/conformance");
     let expected_path = root.join("onnx-node-expected-pass.txt");
-    let passing: BTreeSet<&str> = results.iter().filter(|r| r.status == Status::Pass).map(|r| r.name.as_str()).collect();
+    let passing: BTreeSet<&str> =
+        results.iter().filter(|r| r.status == Status::Pass).map(|r| r.name.as_str()).collect();
     let md = report(&manifest, &results);
     if xpu_tests::bless() {
         let list: String = passing.iter().map(|n| format!("{n}\n")).collect();
         std::fs::write(&expected_path, list).unwrap();
         std::fs::write(root.join("onnx-node-report.md"), &md).unwrap();
     }
-    let crashes: Vec<String> = results.iter().filter(|r| r.status == Status::Crash).map(|r| format!("{}: {}", r.name, r.detail)).collect();
+    let crashes: Vec<String> = results
+        .iter()
+        .filter(|r| r.status == Status::Crash)
+        .map(|r| format!("{}: {}", r.name, r.detail))
+        .collect();
     assert!(crashes.is_empty(), "cases crashed the process:\n{}", crashes.join("\n"));
     let expected = std::fs::read_to_string(&expected_path).expect("expectations file exists");
     let regressed: Vec<String> = expected
@@ -29,11 +34,24 @@ fn onnx_node_suite() {
         .filter(|n| !n.is_empty() && !passing.contains(n))
         .map(|n| {
             let r = results.iter().find(|r| r.name == n);
-            format!("{n}: {}", r.map(|r| format!("{} {}", r.status.name(), r.detail)).unwrap_or_else(|| "missing".into()))
+            format!(
+                "{n}: {}",
+                r.map(|r| format!("{} {}", r.status.name(), r.detail))
+                    .unwrap_or_else(|| "missing".into())
+            )
         })
         .collect();
-    assert!(regressed.is_empty(), "{} previously passing cases regressed:\n{}", regressed.len(), regressed.join("\n"));
-    let ops: BTreeSet<&str> = results.iter().filter(|r| r.status == Status::Pass && !r.op.starts_with('(')).map(|r| r.op.as_str()).collect();
+    assert!(
+        regressed.is_empty(),
+        "{} previously passing cases regressed:\n{}",
+        regressed.len(),
+        regressed.join("\n")
+    );
+    let ops: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.status == Status::Pass && !r.op.starts_with('('))
+        .map(|r| r.op.as_str())
+        .collect();
     println!("{} / {} cases pass over {} op types", passing.len(), results.len(), ops.len());
     assert!(passing.len() >= 1000, "{} cases pass; the bar is 1,000", passing.len());
     assert!(ops.len() >= 110, "{} op types pass; the bar is 110", ops.len());

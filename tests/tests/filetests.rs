@@ -21,7 +21,8 @@ fn run_file(path: &Path) -> Result<(), String> {
     let mut memory: Option<BTreeMap<String, u64>> = None;
     for line in input.lines() {
         if let Some(rest) = line.strip_prefix("; test:") {
-            passes = rest.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            passes =
+                rest.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         }
         if let Some(rest) = line.strip_prefix("; memory:") {
             let mut b = BTreeMap::new();
@@ -51,19 +52,31 @@ fn run_file(path: &Path) -> Result<(), String> {
     }
     if xpu_tests::bless() {
         let header = input.trim_end();
-        std::fs::write(path, format!("{header}\n{SEPARATOR}\n{actual}")).map_err(|e| e.to_string())?;
+        std::fs::write(path, format!("{header}\n{SEPARATOR}\n{actual}"))
+            .map_err(|e| e.to_string())?;
         return Ok(());
     }
-    let diff = similar::TextDiff::from_lines(&expected, &actual).unified_diff().header("expected", "actual").to_string();
+    let diff = similar::TextDiff::from_lines(&expected, &actual)
+        .unified_diff()
+        .header("expected", "actual")
+        .to_string();
     Err(format!("output differs (XPU_BLESS=1 to accept):\n{diff}"))
 }
 
 #[test]
 fn filetests() {
     let dir = xpu_tests::repo_root().join("tests/filetests");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("tests/filetests exists").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "sgr")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/filetests exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sgr"))
+        .collect();
     files.sort();
     assert!(files.len() >= 6, "expected the pass filetests in {}", dir.display());
-    let failures: Vec<String> = files.iter().filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display()))).collect();
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display())))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -10,7 +10,10 @@ fn check_generated(rel: &str, actual: String) {
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     if committed != actual {
-        let diff = similar::TextDiff::from_lines(&committed, &actual).unified_diff().header("committed", "generated").to_string();
+        let diff = similar::TextDiff::from_lines(&committed, &actual)
+            .unified_diff()
+            .header("committed", "generated")
+            .to_string();
         panic!("{rel} is stale (run with XPU_BLESS=1 to regenerate):\n{diff}");
     }
 }

@@ -6,7 +6,11 @@ use xpu_ir::{Graph, text::print};
 fn suite_models() -> Vec<(String, Vec<u8>)> {
     let dir = xpu_tests::conformance::cache_dir();
     let manifest = xpu_tests::conformance::load_manifest(&dir).unwrap_or_else(|e| panic!("{e}"));
-    manifest.cases.iter().map(|c| (c.name.clone(), std::fs::read(dir.join(&c.name).join("model.onnx")).unwrap())).collect()
+    manifest
+        .cases
+        .iter()
+        .map(|c| (c.name.clone(), std::fs::read(dir.join(&c.name).join("model.onnx")).unwrap()))
+        .collect()
 }
 
 #[test]
@@ -18,7 +22,11 @@ fn import_export_import_round_trips() {
         let exported = xpu_onnx::export_model(&g);
         match xpu_onnx::import_model(&exported) {
             Ok(g2) if print(&g2) == print(&g) => checked += 1,
-            Ok(g2) => failures.push(format!("{name}: differs after round trip:\n{}\nvs\n{}", print(&g), print(&g2))),
+            Ok(g2) => failures.push(format!(
+                "{name}: differs after round trip:\n{}\nvs\n{}",
+                print(&g),
+                print(&g2)
+            )),
             Err(e) => failures.push(format!("{name}: exported model does not import: {e}")),
         }
     }
@@ -45,7 +53,8 @@ fn exported_partition_runs_like_the_whole() {
     let r = part.add_op(xpu_ir::Op::Relu, &[t], Default::default()).unwrap();
     part.add_output("r", r);
     let back = xpu_onnx::import_model(&xpu_onnx::export_model(&part)).unwrap();
-    let input = xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
+    let input =
+        xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
     let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), &[input.clone()]).unwrap().outputs.remove(0);
     let via_part = xpu_engine_cpu::run_graph(&back, &[exp_in]).unwrap().outputs.remove(0);
     let whole = xpu_engine_cpu::run_graph(&g, &[input]).unwrap().outputs.remove(0);
@@ -92,7 +101,13 @@ fn malformed_models_are_errors_not_panics() {
 #[test]
 fn unsupported_op_error_names_op_node_opset_and_doc() {
     let models = suite_models();
-    let (_, bytes) = models.iter().find(|(n, _)| n == "test_nonmaxsuppression_center_point_box_format").unwrap();
+    let (_, bytes) =
+        models.iter().find(|(n, _)| n == "test_nonmaxsuppression_center_point_box_format").unwrap();
     let err = xpu_onnx::import_model(bytes).unwrap_err().to_string();
-    assert!(err.contains("unsupported op `NonMaxSuppression`") && err.contains("opset 11") && err.contains("docs/onnx-support.md"), "{err}");
+    assert!(
+        err.contains("unsupported op `NonMaxSuppression`")
+            && err.contains("opset 11")
+            && err.contains("docs/onnx-support.md"),
+        "{err}"
+    );
 }

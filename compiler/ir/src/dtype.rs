@@ -112,7 +112,9 @@ impl fmt::Display for DType {
 
 /// Error for an unknown dtype name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dtype `{0}` (expected one of f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64, bool, string)")]
+#[error(
+    "unknown dtype `{0}` (expected one of f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64, bool, string)"
+)]
 pub struct UnknownDType(pub String);
 
 impl FromStr for DType {

@@ -203,7 +203,12 @@ impl Graph {
 
     pub fn add_const(&mut self, t: Tensor) -> ValueId {
         let ty = t.ty();
-        let n = self.add_node(Op::Constant, vec![], Attrs::new().with("value", Attr::Tensor(t)), vec![ty]);
+        let n = self.add_node(
+            Op::Constant,
+            vec![],
+            Attrs::new().with("value", Attr::Tensor(t)),
+            vec![ty],
+        );
         self.nodes[n.index()].outputs[0]
     }
 
@@ -271,14 +276,19 @@ impl Graph {
         let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
         for &inp in &self.inputs {
             let v = &self.values[inp.index()];
-            map[inp.index()] = Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
+            map[inp.index()] =
+                Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
             out.values.last_mut().unwrap().name = v.name.clone();
         }
         for (i, n) in self.nodes.iter().enumerate() {
             if !keep[i] {
                 continue;
             }
-            let inputs = n.inputs.iter().map(|v| v.map(|v| map[resolve(v).index()].expect("use before def"))).collect();
+            let inputs = n
+                .inputs
+                .iter()
+                .map(|v| v.map(|v| map[resolve(v).index()].expect("use before def")))
+                .collect();
             let tys = n.outputs.iter().map(|&o| self.values[o.index()].ty.clone()).collect();
             let id = out.add_node(n.op, inputs, n.attrs.clone(), tys);
             let new_node = &mut out.nodes[id.index()];

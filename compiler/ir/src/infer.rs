@@ -141,14 +141,19 @@ pub fn infer_types(
             let dtype = attrs.tensor("value").map(|t| t.dtype()).unwrap_or(DType::F32);
             let dims = match cx.const_ints(0) {
                 Some(s) => Some(s.into_iter().map(known).collect()),
-                None => cx.dims(0)?.and_then(|d| d.first()?.known()).map(|n| vec![Dim::Unknown; n as usize]),
+                None => cx
+                    .dims(0)?
+                    .and_then(|d| d.first()?.known())
+                    .map(|n| vec![Dim::Unknown; n as usize]),
             };
             one(TensorType { dtype, dims })
         }
         Op::Range => {
             let dtype = cx.same_dtype(&[0, 1, 2])?;
             let dim = match (cx.const_tensor(0), cx.const_tensor(1), cx.const_tensor(2)) {
-                (Some(s), Some(l), Some(d)) if s.numel() == 1 && l.numel() == 1 && d.numel() == 1 => {
+                (Some(s), Some(l), Some(d))
+                    if s.numel() == 1 && l.numel() == 1 && d.numel() == 1 =>
+                {
                     let (s, l, d) = (s.data().get_f64(0), l.data().get_f64(0), d.data().get_f64(0));
                     known(((l - s) / d).ceil().max(0.0) as i64)
                 }
@@ -186,7 +191,14 @@ pub fn infer_types(
             let t = cx.ty(0)?;
             let float_only = !matches!(
                 op,
-                Op::Identity | Op::Abs | Op::Neg | Op::Sign | Op::Relu | Op::Floor | Op::Ceil | Op::Round
+                Op::Identity
+                    | Op::Abs
+                    | Op::Neg
+                    | Op::Sign
+                    | Op::Relu
+                    | Op::Floor
+                    | Op::Ceil
+                    | Op::Round
             );
             if float_only {
                 cx.require(t.dtype.is_float(), format!("needs a float input, got {}", t.dtype))?;
@@ -277,7 +289,10 @@ pub fn infer_types(
         Op::GlobalAveragePool | Op::GlobalMaxPool | Op::GlobalLpPool => {
             let t = cx.ty(0)?;
             let dims = t.dims.as_ref().map(|d| {
-                d.iter().enumerate().map(|(i, x)| if i < 2 { x.clone() } else { Dim::Known(1) }).collect()
+                d.iter()
+                    .enumerate()
+                    .map(|(i, x)| if i < 2 { x.clone() } else { Dim::Known(1) })
+                    .collect()
             });
             one(TensorType { dtype: t.dtype, dims })
         }
@@ -296,7 +311,12 @@ pub fn infer_types(
             let stat_dims = match &t.dims {
                 Some(d) => {
                     let axis = cx.axis(attrs.int("axis", -1), d.len())?;
-                    Some(d.iter().enumerate().map(|(i, x)| if i < axis { x.clone() } else { Dim::Known(1) }).collect())
+                    Some(
+                        d.iter()
+                            .enumerate()
+                            .map(|(i, x)| if i < axis { x.clone() } else { Dim::Known(1) })
+                            .collect(),
+                    )
                 }
                 None => None,
             };
@@ -323,10 +343,15 @@ pub fn infer_types(
                     }
                 }
                 (Some(d), Some(_)) => match cx.const_ints(1) {
-                    Some(axes) if axes.is_empty() && attrs.int("noop_with_empty_axes", 0) != 0 => Some(d.clone()),
-                    Some(axes) if axes.is_empty() => Some(if keep { vec![Dim::Known(1); d.len()] } else { vec![] }),
+                    Some(axes) if axes.is_empty() && attrs.int("noop_with_empty_axes", 0) != 0 => {
+                        Some(d.clone())
+                    }
+                    Some(axes) if axes.is_empty() => {
+                        Some(if keep { vec![Dim::Known(1); d.len()] } else { vec![] })
+                    }
                     Some(axes) => {
-                        let axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?;
+                        let axes: Vec<usize> =
+                            axes.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?;
                         Some(reduce_dims(d, &axes, keep))
                     }
                     None if keep => Some(vec![Dim::Unknown; d.len()]),
@@ -353,12 +378,19 @@ pub fn infer_types(
                 Some(d) => {
                     let a = cx.axis(attrs.int("axis", -1), d.len())?;
                     let mut d = d.clone();
-                    d[a] = cx.const_ints(1).and_then(|k| k.first().copied()).map(known).unwrap_or(Dim::Unknown);
+                    d[a] = cx
+                        .const_ints(1)
+                        .and_then(|k| k.first().copied())
+                        .map(known)
+                        .unwrap_or(Dim::Unknown);
                     Some(d)
                 }
                 None => None,
             };
-            Ok(vec![TensorType { dtype: t.dtype, dims: dims.clone() }, TensorType { dtype: DType::I64, dims }])
+            Ok(vec![
+                TensorType { dtype: t.dtype, dims: dims.clone() },
+                TensorType { dtype: DType::I64, dims },
+            ])
         }
         Op::NonZero => {
             let r = cx.ty(0)?.rank().map(|r| Dim::Known(r as u64)).unwrap_or(Dim::Unknown);
@@ -368,7 +400,10 @@ pub fn infer_types(
             let t = cx.ty(0)?;
             let dims = match cx.const_ints(1) {
                 Some(shape) => Some(reshape_dims(&cx, t, &shape)?),
-                None => cx.dims(1)?.and_then(|d| d.first()?.known()).map(|n| vec![Dim::Unknown; n as usize]),
+                None => cx
+                    .dims(1)?
+                    .and_then(|d| d.first()?.known())
+                    .map(|n| vec![Dim::Unknown; n as usize]),
             };
             one(TensorType { dtype: t.dtype, dims })
         }
@@ -376,8 +411,14 @@ pub fn infer_types(
             let t = cx.ty(0)?;
             let dims = match &t.dims {
                 Some(d) => {
-                    let perm: Vec<i64> = attrs.ints("perm").map(<[i64]>::to_vec).unwrap_or_else(|| (0..d.len() as i64).rev().collect());
-                    cx.require(perm.len() == d.len(), format!("perm has {} entries for rank {}", perm.len(), d.len()))?;
+                    let perm: Vec<i64> = attrs
+                        .ints("perm")
+                        .map(<[i64]>::to_vec)
+                        .unwrap_or_else(|| (0..d.len() as i64).rev().collect());
+                    cx.require(
+                        perm.len() == d.len(),
+                        format!("perm has {} entries for rank {}", perm.len(), d.len()),
+                    )?;
                     let mut seen = vec![false; d.len()];
                     let mut out = Vec::new();
                     for &p in &perm {
@@ -404,11 +445,21 @@ pub fn infer_types(
                 }
                 (Some(d), Some(_)) => match cx.const_ints(1) {
                     Some(axes) => {
-                        let axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?;
+                        let axes: Vec<usize> =
+                            axes.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?;
                         for &a in &axes {
-                            cx.require(d[a].known().is_none_or(|n| n == 1), format!("cannot squeeze axis {a} of size {}", d[a]))?;
+                            cx.require(
+                                d[a].known().is_none_or(|n| n == 1),
+                                format!("cannot squeeze axis {a} of size {}", d[a]),
+                            )?;
                         }
-                        Some(d.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, x)| x.clone()).collect())
+                        Some(
+                            d.iter()
+                                .enumerate()
+                                .filter(|(i, _)| !axes.contains(i))
+                                .map(|(_, x)| x.clone())
+                                .collect(),
+                        )
                     }
                     None => None,
                 },
@@ -421,9 +472,20 @@ pub fn infer_types(
             let dims = match (&t.dims, cx.const_ints(1)) {
                 (Some(d), Some(axes)) => {
                     let r = d.len() + axes.len();
-                    let axes: Vec<usize> = axes.iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?;
+                    let axes: Vec<usize> =
+                        axes.iter().map(|&a| cx.axis(a, r)).collect::<Result<_, _>>()?;
                     let mut it = d.iter();
-                    Some((0..r).map(|i| if axes.contains(&i) { Dim::Known(1) } else { it.next().cloned().unwrap_or(Dim::Unknown) }).collect())
+                    Some(
+                        (0..r)
+                            .map(|i| {
+                                if axes.contains(&i) {
+                                    Dim::Known(1)
+                                } else {
+                                    it.next().cloned().unwrap_or(Dim::Unknown)
+                                }
+                            })
+                            .collect(),
+                    )
                 }
                 _ => None,
             };
@@ -438,7 +500,10 @@ pub fn infer_types(
                     if axis < 0 {
                         axis += r;
                     }
-                    cx.require((0..=r).contains(&axis), format!("axis {axis} is out of range for rank {r}"))?;
+                    cx.require(
+                        (0..=r).contains(&axis),
+                        format!("axis {axis} is out of range for rank {r}"),
+                    )?;
                     let (a, b) = d.split_at(axis as usize);
                     Some(vec![product(a), product(b)])
                 }
@@ -456,7 +521,14 @@ pub fn infer_types(
                     Some(d) => match &mut acc {
                         None => acc = Some(d.clone()),
                         Some(a) => {
-                            cx.require(a.len() == d.len(), format!("input {i} has rank {} but input 0 has rank {}", d.len(), a.len()))?;
+                            cx.require(
+                                a.len() == d.len(),
+                                format!(
+                                    "input {i} has rank {} but input 0 has rank {}",
+                                    d.len(),
+                                    a.len()
+                                ),
+                            )?;
                             let axis = cx.axis(attrs.int("axis", 0), a.len())?;
                             a[axis] = match (&a[axis], &d[axis]) {
                                 (Dim::Known(x), Dim::Known(y)) => Dim::Known(x + y),
@@ -485,7 +557,10 @@ pub fn infer_types(
                     let axis = cx.axis(attrs.int("axis", 0), d.len())?;
                     let sizes: Option<Vec<i64>> = match cx.const_ints(1) {
                         Some(s) => {
-                            cx.require(s.len() == n_outputs, format!("split has {} sizes for {n_outputs} outputs", s.len()))?;
+                            cx.require(
+                                s.len() == n_outputs,
+                                format!("split has {} sizes for {n_outputs} outputs", s.len()),
+                            )?;
                             Some(s)
                         }
                         None if cx.opt_ty(1).is_none() => d[axis].known().map(|n| {
@@ -526,7 +601,16 @@ pub fn infer_types(
             let dims = match (&t.dims, cx.const_ints(1)) {
                 (Some(d), Some(r)) => {
                     cx.require(r.len() == d.len(), "repeats must have one entry per dim")?;
-                    Some(d.iter().zip(&r).map(|(x, &k)| match x { Dim::Known(n) => known((*n as i64).saturating_mul(k)), _ if k == 1 => x.clone(), _ => Dim::Unknown }).collect())
+                    Some(
+                        d.iter()
+                            .zip(&r)
+                            .map(|(x, &k)| match x {
+                                Dim::Known(n) => known((*n as i64).saturating_mul(k)),
+                                _ if k == 1 => x.clone(),
+                                _ => Dim::Unknown,
+                            })
+                            .collect(),
+                    )
                 }
                 (Some(d), None) => Some(vec![Dim::Unknown; d.len()]),
                 _ => None,
@@ -538,15 +622,27 @@ pub fn infer_types(
             let dims = match (&t.dims, cx.const_ints(1)) {
                 (Some(d), Some(p)) => {
                     let axes: Vec<usize> = match cx.const_ints(3) {
-                        Some(a) => a.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?,
-                        None if cx.opt_ty(3).is_some() => return one(TensorType { dtype: t.dtype, dims: Some(vec![Dim::Unknown; d.len()]) }),
+                        Some(a) => {
+                            a.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?
+                        }
+                        None if cx.opt_ty(3).is_some() => {
+                            return one(TensorType {
+                                dtype: t.dtype,
+                                dims: Some(vec![Dim::Unknown; d.len()]),
+                            });
+                        }
                         None => (0..d.len()).collect(),
                     };
-                    cx.require(p.len() == 2 * axes.len(), format!("pads has {} entries, needs {}", p.len(), 2 * axes.len()))?;
+                    cx.require(
+                        p.len() == 2 * axes.len(),
+                        format!("pads has {} entries, needs {}", p.len(), 2 * axes.len()),
+                    )?;
                     let mut out = d.clone();
                     for (k, &a) in axes.iter().enumerate() {
                         if let Dim::Known(n) = d[a] {
-                            out[a] = known((n as i64).saturating_add(p[k]).saturating_add(p[k + axes.len()]));
+                            out[a] = known(
+                                (n as i64).saturating_add(p[k]).saturating_add(p[k + axes.len()]),
+                            );
                         } else {
                             out[a] = Dim::Unknown;
                         }
@@ -579,11 +675,17 @@ pub fn infer_types(
                 Some(d) => {
                     cx.require(d.len() == 4, "input must be 4-D (N, C, H, W)")?;
                     let f = |x: &Dim, mul: bool| match x {
-                        Dim::Known(n) => known(if mul { (*n as i64).saturating_mul(b.saturating_mul(b)) } else { *n as i64 / b.saturating_mul(b) }),
+                        Dim::Known(n) => known(if mul {
+                            (*n as i64).saturating_mul(b.saturating_mul(b))
+                        } else {
+                            *n as i64 / b.saturating_mul(b)
+                        }),
                         _ => Dim::Unknown,
                     };
                     let g = |x: &Dim, mul: bool| match x {
-                        Dim::Known(n) => known(if mul { (*n as i64).saturating_mul(b) } else { *n as i64 / b }),
+                        Dim::Known(n) => {
+                            known(if mul { (*n as i64).saturating_mul(b) } else { *n as i64 / b })
+                        }
                         _ => Dim::Unknown,
                     };
                     let s2d = op == Op::SpaceToDepth;
@@ -599,12 +701,16 @@ pub fn infer_types(
             let dims = match &t.dims {
                 Some(d) => {
                     let axes: Vec<usize> = match attrs.ints("axes") {
-                        Some(a) => a.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?,
+                        Some(a) => {
+                            a.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?
+                        }
                         None => (0..d.len()).collect(),
                     };
                     let mut out = d.clone();
                     if let Some(sizes) = cx.const_ints(3).filter(|s| !s.is_empty()) {
-                        if attrs.str("keep_aspect_ratio_policy", "stretch") == "stretch" && sizes.len() == axes.len() {
+                        if attrs.str("keep_aspect_ratio_policy", "stretch") == "stretch"
+                            && sizes.len() == axes.len()
+                        {
                             for (k, &a) in axes.iter().enumerate() {
                                 out[a] = known(sizes[k]);
                             }
@@ -635,7 +741,11 @@ pub fn infer_types(
                 Some(d) => {
                     let r = d.len() + 1;
                     let axis = cx.axis(attrs.int("axis", -1), r)?;
-                    let depth = cx.const_tensor(1).filter(|t| t.numel() == 1).map(|t| known(t.data().get_f64(0) as i64)).unwrap_or(Dim::Unknown);
+                    let depth = cx
+                        .const_tensor(1)
+                        .filter(|t| t.numel() == 1)
+                        .map(|t| known(t.data().get_f64(0) as i64))
+                        .unwrap_or(Dim::Unknown);
                     let mut out = d.clone();
                     out.insert(axis, depth);
                     Some(out)
@@ -714,8 +824,12 @@ pub fn infer_types(
             let v = cx.ty(2)?;
             let mut out = Vec::new();
             let y_dims = match (&q.dims, &v.dims) {
-                (Some(qd), Some(vd)) if qd.len() == 4 && vd.len() == 4 => Some(vec![qd[0].clone(), qd[1].clone(), qd[2].clone(), vd[3].clone()]),
-                (Some(qd), _) if qd.len() == 3 => Some(vec![qd[0].clone(), qd[1].clone(), Dim::Unknown]),
+                (Some(qd), Some(vd)) if qd.len() == 4 && vd.len() == 4 => {
+                    Some(vec![qd[0].clone(), qd[1].clone(), qd[2].clone(), vd[3].clone()])
+                }
+                (Some(qd), _) if qd.len() == 3 => {
+                    Some(vec![qd[0].clone(), qd[1].clone(), Dim::Unknown])
+                }
                 _ => None,
             };
             out.push(TensorType { dtype: q.dtype, dims: y_dims });
@@ -728,7 +842,11 @@ pub fn infer_types(
             let t = cx.ty(0)?;
             let labels = cx.ty(1)?;
             cx.require(labels.dtype.is_int(), "labels must be integers")?;
-            let dims = if attrs.str("reduction", "mean") == "none" { labels.dims.clone() } else { Some(vec![]) };
+            let dims = if attrs.str("reduction", "mean") == "none" {
+                labels.dims.clone()
+            } else {
+                Some(vec![])
+            };
             let mut out = vec![TensorType { dtype: t.dtype, dims }];
             if n_outputs == 2 {
                 out.push(t.clone());
@@ -763,13 +881,11 @@ fn product(d: &[Dim]) -> Dim {
 fn reduce_dims(d: &[Dim], axes: &[usize], keep: bool) -> Vec<Dim> {
     d.iter()
         .enumerate()
-        .filter_map(|(i, x)| {
-            if axes.contains(&i) {
-                keep.then_some(Dim::Known(1))
-            } else {
-                Some(x.clone())
-            }
-        })
+        .filter_map(
+            |(i, x)| {
+                if axes.contains(&i) { keep.then_some(Dim::Known(1)) } else { Some(x.clone()) }
+            },
+        )
         .collect()
 }
 
@@ -777,7 +893,10 @@ fn broadcast_all(cx: &Cx<'_>, idx: &[usize]) -> Result<Option<Vec<Dim>>, InferEr
     let mut acc: Vec<Dim> = Vec::new();
     for &i in idx {
         match cx.dims(i)? {
-            Some(d) => acc = broadcast_dims(&acc, d).or_else(|e| cx.err(format!("inputs do not broadcast: {e}")))?,
+            Some(d) => {
+                acc = broadcast_dims(&acc, d)
+                    .or_else(|e| cx.err(format!("inputs do not broadcast: {e}")))?
+            }
             None => return Ok(None),
         }
     }
@@ -812,7 +931,11 @@ fn einsum_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
     for (i, term) in lhs.split(',').enumerate() {
         if let Some(d) = cx.dims(i)? {
             if d.len() != term.len() {
-                return cx.err(format!("term `{term}` has {} letters but input {i} has rank {}", term.len(), d.len()));
+                return cx.err(format!(
+                    "term `{term}` has {} letters but input {i} has rank {}",
+                    term.len(),
+                    d.len()
+                ));
             }
             for (c, x) in term.chars().zip(d) {
                 letter_dims.entry(c).or_insert_with(|| x.clone());
@@ -833,7 +956,10 @@ fn spatial_params(cx: &Cx<'_>, n: usize) -> Result<(Vec<i64>, Vec<i64>, Vec<i64>
     let strides = get("strides", 1, n)?;
     let dil = get("dilations", 1, n)?;
     let pads = get("pads", 0, 2 * n)?;
-    cx.require(strides.iter().chain(&dil).all(|&v| v > 0), "strides and dilations must be positive")?;
+    cx.require(
+        strides.iter().chain(&dil).all(|&v| v > 0),
+        "strides and dilations must be positive",
+    )?;
     Ok((strides, dil, pads))
 }
 
@@ -886,7 +1012,16 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
         out.push(w[0].clone());
         for i in 0..n {
             out.push(match (x[2 + i].known(), kernel.get(i).copied().flatten()) {
-                (Some(xi), Some(k)) => known(window_out(xi as i64, k, strides[i], dil[i], pads[i], pads[i + n], auto_pad, false)),
+                (Some(xi), Some(k)) => known(window_out(
+                    xi as i64,
+                    k,
+                    strides[i],
+                    dil[i],
+                    pads[i],
+                    pads[i + n],
+                    auto_pad,
+                    false,
+                )),
                 _ => Dim::Unknown,
             });
         }
@@ -895,7 +1030,8 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
             Some(m) => known((m as i64).saturating_mul(group)),
             None => Dim::Unknown,
         });
-        let out_pad = cx.attrs.ints("output_padding").map(<[i64]>::to_vec).unwrap_or_else(|| vec![0; n]);
+        let out_pad =
+            cx.attrs.ints("output_padding").map(<[i64]>::to_vec).unwrap_or_else(|| vec![0; n]);
         if let Some(shape) = cx.attrs.ints("output_shape") {
             let shape = &shape[shape.len().saturating_sub(n)..];
             out.extend(shape.iter().map(|&s| known(s)));
@@ -904,7 +1040,11 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
         for i in 0..n {
             out.push(match (x[2 + i].known(), kernel.get(i).copied().flatten()) {
                 (Some(xi), Some(k)) => {
-                    let full = strides[i].saturating_mul(xi as i64 - 1).saturating_add(out_pad[i]).saturating_add((k - 1).saturating_mul(dil[i])).saturating_add(1);
+                    let full = strides[i]
+                        .saturating_mul(xi as i64 - 1)
+                        .saturating_add(out_pad[i])
+                        .saturating_add((k - 1).saturating_mul(dil[i]))
+                        .saturating_add(1);
                     if auto_pad.starts_with("SAME") {
                         known(xi as i64 * strides[i])
                     } else {
@@ -925,14 +1065,26 @@ fn pool_dims(cx: &Cx<'_>, t: &TensorType) -> Result<Option<Vec<Dim>>, InferError
     let Some(kernel) = cx.attrs.ints("kernel_shape") else {
         return cx.err("attribute `kernel_shape` is required");
     };
-    cx.require(kernel.len() == n, format!("kernel_shape has {} dims for {n} spatial dims", kernel.len()))?;
+    cx.require(
+        kernel.len() == n,
+        format!("kernel_shape has {} dims for {n} spatial dims", kernel.len()),
+    )?;
     let (strides, dil, pads) = spatial_params(cx, n)?;
     let auto_pad = cx.attrs.str("auto_pad", "NOTSET");
     let ceil = cx.attrs.int("ceil_mode", 0) != 0;
     let mut out = vec![x[0].clone(), x[1].clone()];
     for i in 0..n {
         out.push(match x[2 + i].known() {
-            Some(xi) => known(window_out(xi as i64, kernel[i], strides[i], dil[i], pads[i], pads[i + n], auto_pad, ceil)),
+            Some(xi) => known(window_out(
+                xi as i64,
+                kernel[i],
+                strides[i],
+                dil[i],
+                pads[i],
+                pads[i + n],
+                auto_pad,
+                ceil,
+            )),
             None => Dim::Unknown,
         });
     }
@@ -952,7 +1104,9 @@ fn reshape_dims(cx: &Cx<'_>, t: &TensorType, shape: &[i64]) -> Result<Vec<Dim>, 
             }
             0 if !allow_zero => match &t.dims {
                 Some(d) if i < d.len() => d[i].clone(),
-                Some(_) => return cx.err(format!("shape[{i}] = 0 copies a dim the input does not have")),
+                Some(_) => {
+                    return cx.err(format!("shape[{i}] = 0 copies a dim the input does not have"));
+                }
                 None => Dim::Unknown,
             },
             s if s < 0 => return cx.err(format!("shape[{i}] = {s} is negative")),
@@ -960,12 +1114,21 @@ fn reshape_dims(cx: &Cx<'_>, t: &TensorType, shape: &[i64]) -> Result<Vec<Dim>, 
         });
     }
     if let (Some(at), Some(total)) = (infer_at, t.numel()) {
-        let rest: Option<u64> = out.iter().enumerate().filter(|(i, _)| *i != at).try_fold(1u64, |acc, (_, d)| acc.checked_mul(d.known()?));
+        let rest: Option<u64> = out
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != at)
+            .try_fold(1u64, |acc, (_, d)| acc.checked_mul(d.known()?));
         if let Some(rest) = rest {
-            cx.require(rest != 0 && total as u64 % rest == 0, format!("cannot reshape {} elements into {shape:?}", total))?;
+            cx.require(
+                rest != 0 && total as u64 % rest == 0,
+                format!("cannot reshape {} elements into {shape:?}", total),
+            )?;
             out[at] = Dim::Known(total as u64 / rest);
         }
-    } else if let (None, Some(total), Some(n)) = (infer_at, t.numel(), out.iter().try_fold(1u64, |acc, d| acc.checked_mul(d.known()?))) {
+    } else if let (None, Some(total), Some(n)) =
+        (infer_at, t.numel(), out.iter().try_fold(1u64, |acc, d| acc.checked_mul(d.known()?)))
+    {
         cx.require(total as u64 == n, format!("cannot reshape {total} elements into {shape:?}"))?;
     }
     Ok(out)
@@ -987,7 +1150,10 @@ fn slice_dims(cx: &Cx<'_>, t: &TensorType) -> Result<Option<Vec<Dim>>, InferErro
         (Some(_), Some(s)) => s,
         (Some(_), None) => return Ok(Some(vec![Dim::Unknown; d.len()])),
     };
-    cx.require(axes.len() == starts.len() && steps.len() == starts.len(), "axes and steps must match starts")?;
+    cx.require(
+        axes.len() == starts.len() && steps.len() == starts.len(),
+        "axes and steps must match starts",
+    )?;
     let mut out = d.clone();
     for (k, &a) in axes.iter().enumerate() {
         cx.require(steps[k] != 0, "slice step 0")?;

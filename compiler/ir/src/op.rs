@@ -331,7 +331,15 @@ impl FromStr for Op {
 
 /// The op reference (`docs/sgr-ops.md`), generated from the registry so it cannot drift.
 pub fn reference_markdown() -> String {
-    let arity = |(lo, hi): (usize, usize)| if lo == hi { lo.to_string() } else if hi == MANY { format!("{lo}+") } else { format!("{lo}–{hi}") };
+    let arity = |(lo, hi): (usize, usize)| {
+        if lo == hi {
+            lo.to_string()
+        } else if hi == MANY {
+            format!("{lo}+")
+        } else {
+            format!("{lo}–{hi}")
+        }
+    };
     let mut s = String::from(
         "# SGR-ML op reference\n\nGenerated from `compiler/ir/src/op.rs` (`XPU_BLESS=1 cargo test -p xpu-tests --test generated` rewrites it). \
 Semantics follow the newest ONNX opset of the op of the same name; older ONNX opsets are normalised by the importer. \
@@ -341,7 +349,8 @@ Every op has a shape-inference rule (`compiler/ir/src/infer.rs`): dtypes are alw
     );
     for op in Op::ALL {
         let i = op.info();
-        let attrs: Vec<String> = i.attrs.iter().map(|(n, k)| format!("`{n}`: {}", k.name())).collect();
+        let attrs: Vec<String> =
+            i.attrs.iter().map(|(n, k)| format!("`{n}`: {}", k.name())).collect();
         s.push_str(&format!(
             "| `{}` | {} | {} | {} | {} | {} | {} |\n",
             i.name,

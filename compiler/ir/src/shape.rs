@@ -100,7 +100,9 @@ impl TensorType {
             return false;
         }
         match (&self.dims, &other.dims) {
-            (Some(a), Some(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.compatible(y)),
+            (Some(a), Some(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.compatible(y))
+            }
             _ => true,
         }
     }

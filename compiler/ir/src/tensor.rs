@@ -405,8 +405,9 @@ impl<'de> Deserialize<'de> for Tensor {
         let data = match (repr.dtype, repr.strings, repr.data_b64) {
             (DType::String, Some(v), None) => TensorData::String(v),
             (dtype, None, Some(b)) if dtype != DType::String => {
-                let bytes =
-                    base64::engine::general_purpose::STANDARD.decode(b).map_err(D::Error::custom)?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b)
+                    .map_err(D::Error::custom)?;
                 TensorData::from_le_bytes(dtype, &bytes).map_err(D::Error::custom)?
             }
             _ => {

@@ -275,12 +275,16 @@ impl<'a> Lexer<'a> {
                     _ => Tok::Ident(s),
                 }
             }
-            b'{' | b'}' | b'(' | b')' | b'[' | b']' | b'<' | b'>' | b',' | b':' | b'=' | b'@' | b'?' | b'*' => {
+            b'{' | b'}' | b'(' | b')' | b'[' | b']' | b'<' | b'>' | b',' | b':' | b'=' | b'@'
+            | b'?' | b'*' => {
                 self.bump();
                 Tok::Punct(c as char)
             }
             _ => {
-                let ch = std::str::from_utf8(&self.src[self.pos..]).ok().and_then(|s| s.chars().next()).unwrap_or('?');
+                let ch = std::str::from_utf8(&self.src[self.pos..])
+                    .ok()
+                    .and_then(|s| s.chars().next())
+                    .unwrap_or('?');
                 return Err(self.err(format!("unexpected character {ch:?}")));
             }
         };
@@ -351,7 +355,12 @@ impl<'a> Lexer<'a> {
                         if self.bump() != Some(b'}') {
                             return Err(self.err("expected `}` closing `\\u{…}`"));
                         }
-                        let ch = u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32).ok_or_else(|| self.err(format!("invalid unicode escape `\\u{{{hex}}}`")))?;
+                        let ch = u32::from_str_radix(&hex, 16)
+                            .ok()
+                            .and_then(char::from_u32)
+                            .ok_or_else(|| {
+                                self.err(format!("invalid unicode escape `\\u{{{hex}}}`"))
+                            })?;
                         let mut buf = [0u8; 4];
                         bytes.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                     }
@@ -373,7 +382,12 @@ struct Parser<'a> {
 
 /// Parses the text form into a graph. Types are taken as written; run the verifier to check them.
 pub fn parse(src: &str) -> Result<Graph, ParseError> {
-    let mut p = Parser { lex: Lexer { src: src.as_bytes(), pos: 0, line: 1, col: 1 }, tok: Tok::Eof, line: 1, col: 1 };
+    let mut p = Parser {
+        lex: Lexer { src: src.as_bytes(), pos: 0, line: 1, col: 1 },
+        tok: Tok::Eof,
+        line: 1,
+        col: 1,
+    };
     p.advance()?;
     let g = p.graph()?;
     if p.tok != Tok::Eof {
@@ -444,7 +458,8 @@ impl<'a> Parser<'a> {
     fn int(&mut self) -> Result<i64, ParseError> {
         match &self.tok {
             Tok::Int(v) => {
-                let v = i64::try_from(*v).map_err(|_| self.err(format!("integer {v} out of range")))?;
+                let v =
+                    i64::try_from(*v).map_err(|_| self.err(format!("integer {v} out of range")))?;
                 self.advance()?;
                 Ok(v)
             }
@@ -478,15 +493,24 @@ impl<'a> Parser<'a> {
                     }
                 }
                 Tok::Value(_) => self.statement(&mut g, &mut ids)?,
-                t => return Err(self.err(format!("expected a statement (`%N: type = …`), `return` or `}}`, found {t}"))),
+                t => {
+                    return Err(self.err(format!(
+                        "expected a statement (`%N: type = …`), `return` or `}}`, found {t}"
+                    )));
+                }
             }
         }
     }
 
-    fn use_value(&mut self, ids: &std::collections::HashMap<u32, ValueId>) -> Result<ValueId, ParseError> {
+    fn use_value(
+        &mut self,
+        ids: &std::collections::HashMap<u32, ValueId>,
+    ) -> Result<ValueId, ParseError> {
         match self.tok {
             Tok::Value(n) => {
-                let v = *ids.get(&n).ok_or_else(|| self.err(format!("%{n} is used before it is defined")))?;
+                let v = *ids
+                    .get(&n)
+                    .ok_or_else(|| self.err(format!("%{n} is used before it is defined")))?;
                 self.advance()?;
                 Ok(v)
             }
@@ -494,13 +518,21 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn statement(&mut self, g: &mut Graph, ids: &mut std::collections::HashMap<u32, ValueId>) -> Result<(), ParseError> {
+    fn statement(
+        &mut self,
+        g: &mut Graph,
+        ids: &mut std::collections::HashMap<u32, ValueId>,
+    ) -> Result<(), ParseError> {
         let mut defs = Vec::new();
         loop {
             let (line, col) = (self.line, self.col);
             let Tok::Value(n) = self.advance()? else { unreachable!("checked by caller or below") };
             if ids.contains_key(&n) {
-                return Err(ParseError { line, col, message: format!("%{n} is defined twice (values are single-assignment)") });
+                return Err(ParseError {
+                    line,
+                    col,
+                    message: format!("%{n} is defined twice (values are single-assignment)"),
+                });
             }
             self.punct(':')?;
             let ty = self.ty()?;
@@ -518,16 +550,28 @@ impl<'a> Parser<'a> {
         if op_name == "input" {
             let name = self.string()?;
             if defs.len() != 1 {
-                return Err(ParseError { line, col, message: "an input defines exactly one value".into() });
+                return Err(ParseError {
+                    line,
+                    col,
+                    message: "an input defines exactly one value".into(),
+                });
             }
             if !g.nodes.is_empty() {
-                return Err(ParseError { line, col, message: "inputs must come before every node".into() });
+                return Err(ParseError {
+                    line,
+                    col,
+                    message: "inputs must come before every node".into(),
+                });
             }
             let (n, ty) = defs.pop().unwrap();
             ids.insert(n, g.add_input(name, ty));
             return Ok(());
         }
-        let op: Op = op_name.parse().map_err(|e: crate::op::UnknownOp| ParseError { line, col, message: e.to_string() })?;
+        let op: Op = op_name.parse().map_err(|e: crate::op::UnknownOp| ParseError {
+            line,
+            col,
+            message: e.to_string(),
+        })?;
         let mut inputs = Vec::new();
         if self.eat('(')? && !self.eat(')')? {
             loop {
@@ -550,8 +594,17 @@ impl<'a> Parser<'a> {
             self.punct('(')?;
             match key.as_str() {
                 "name" => name = Some(self.string()?),
-                "group" => group = Some(u32::try_from(self.int()?).map_err(|_| self.err("group must be a non-negative 32-bit integer"))?),
-                other => return Err(self.err(format!("unknown node annotation `@{other}` (expected @name or @group)"))),
+                "group" => {
+                    group = Some(
+                        u32::try_from(self.int()?)
+                            .map_err(|_| self.err("group must be a non-negative 32-bit integer"))?,
+                    )
+                }
+                other => {
+                    return Err(self.err(format!(
+                        "unknown node annotation `@{other}` (expected @name or @group)"
+                    )));
+                }
             }
             self.punct(')')?;
         }
@@ -570,7 +623,11 @@ impl<'a> Parser<'a> {
         let dtype: DType = {
             let (line, col) = (self.line, self.col);
             let name = self.ident()?;
-            name.parse().map_err(|e: crate::dtype::UnknownDType| ParseError { line, col, message: e.to_string() })?
+            name.parse().map_err(|e: crate::dtype::UnknownDType| ParseError {
+                line,
+                col,
+                message: e.to_string(),
+            })?
         };
         self.punct('[')?;
         if self.eat('*')? {
@@ -581,10 +638,16 @@ impl<'a> Parser<'a> {
         if !self.eat(']')? {
             loop {
                 dims.push(match self.advance()? {
-                    Tok::Int(n) if n >= 0 => Dim::Known(u64::try_from(n).map_err(|_| self.err("dim too large"))?),
+                    Tok::Int(n) if n >= 0 => {
+                        Dim::Known(u64::try_from(n).map_err(|_| self.err("dim too large"))?)
+                    }
                     Tok::Ident(s) => Dim::Sym(s),
                     Tok::Punct('?') => Dim::Unknown,
-                    t => return Err(self.err(format!("expected a dim (size, symbol or `?`), found {t}"))),
+                    t => {
+                        return Err(
+                            self.err(format!("expected a dim (size, symbol or `?`), found {t}"))
+                        );
+                    }
                 });
                 if self.eat(']')? {
                     break;
@@ -642,11 +705,37 @@ impl<'a> Parser<'a> {
                 }
                 let at = |message: &str| ParseError { line, col, message: message.to_string() };
                 if items.iter().all(|t| matches!(t, Tok::Int(_))) {
-                    items.iter().map(|t| match t { Tok::Int(v) => i64::try_from(*v).map_err(|_| self.err("integer out of range")), _ => unreachable!() }).collect::<Result<_, _>>().map(Attr::Ints)
+                    items
+                        .iter()
+                        .map(|t| match t {
+                            Tok::Int(v) => {
+                                i64::try_from(*v).map_err(|_| self.err("integer out of range"))
+                            }
+                            _ => unreachable!(),
+                        })
+                        .collect::<Result<_, _>>()
+                        .map(Attr::Ints)
                 } else if items.iter().all(|t| matches!(t, Tok::Int(_) | Tok::Float(_))) {
-                    Ok(Attr::Floats(items.iter().map(|t| match t { Tok::Int(v) => *v as f64, Tok::Float(f) => *f, _ => unreachable!() }).collect()))
+                    Ok(Attr::Floats(
+                        items
+                            .iter()
+                            .map(|t| match t {
+                                Tok::Int(v) => *v as f64,
+                                Tok::Float(f) => *f,
+                                _ => unreachable!(),
+                            })
+                            .collect(),
+                    ))
                 } else if items.iter().all(|t| matches!(t, Tok::Str(_))) {
-                    Ok(Attr::Strs(items.into_iter().map(|t| match t { Tok::Str(s) => s, _ => unreachable!() }).collect()))
+                    Ok(Attr::Strs(
+                        items
+                            .into_iter()
+                            .map(|t| match t {
+                                Tok::Str(s) => s,
+                                _ => unreachable!(),
+                            })
+                            .collect(),
+                    ))
                 } else {
                     Err(at("a list attribute holds only integers, only numbers or only strings"))
                 }
@@ -655,7 +744,9 @@ impl<'a> Parser<'a> {
                 self.advance()?;
                 self.punct('<')?;
                 let name = self.ident()?;
-                let d = name.parse().map_err(|e: crate::dtype::UnknownDType| self.err(e.to_string()))?;
+                let d = name
+                    .parse()
+                    .map_err(|e: crate::dtype::UnknownDType| self.err(e.to_string()))?;
                 self.punct('>')?;
                 Ok(Attr::DType(d))
             }
@@ -672,11 +763,17 @@ impl<'a> Parser<'a> {
         let (line, col) = (self.line, self.col);
         let ty = self.ty()?;
         self.punct('>')?;
-        let shape = ty.static_shape().ok_or(ParseError { line, col, message: "a tensor literal needs a static shape".into() })?;
+        let shape = ty.static_shape().ok_or(ParseError {
+            line,
+            col,
+            message: "a tensor literal needs a static shape".into(),
+        })?;
         let data = match self.tok.clone() {
             Tok::B64(b) => {
                 self.advance()?;
-                let bytes = base64::engine::general_purpose::STANDARD.decode(b.as_bytes()).map_err(|e| self.err(format!("bad base64 tensor data: {e}")))?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b.as_bytes())
+                    .map_err(|e| self.err(format!("bad base64 tensor data: {e}")))?;
                 TensorData::from_le_bytes(ty.dtype, &bytes).map_err(|e| self.err(e))?
             }
             Tok::Punct('[') => {
@@ -693,7 +790,9 @@ impl<'a> Parser<'a> {
                 }
                 literal_data(ty.dtype, &items).map_err(|m| self.err(m))?
             }
-            t => return Err(self.err(format!("expected tensor data `[…]` or `b64\"…\"`, found {t}"))),
+            t => {
+                return Err(self.err(format!("expected tensor data `[…]` or `b64\"…\"`, found {t}")));
+            }
         };
         Tensor::new(shape, data).map_err(|e| ParseError { line, col, message: e.to_string() })
     }
@@ -718,16 +817,32 @@ fn literal_data(dtype: DType, items: &[Tok]) -> Result<TensorData, String> {
             TensorData::$variant(
                 items
                     .iter()
-                    .map(|t| int(t).and_then(|v| <$t>::try_from(v).map_err(|_| format!("{v} does not fit {}", dtype))))
+                    .map(|t| {
+                        int(t).and_then(|v| {
+                            <$t>::try_from(v).map_err(|_| format!("{v} does not fit {}", dtype))
+                        })
+                    })
                     .collect::<Result<_, _>>()?,
             )
         };
     }
     Ok(match dtype {
-        DType::F32 => TensorData::F32(items.iter().map(|t| num(t).map(|x| x as f32)).collect::<Result<_, _>>()?),
+        DType::F32 => TensorData::F32(
+            items.iter().map(|t| num(t).map(|x| x as f32)).collect::<Result<_, _>>()?,
+        ),
         DType::F64 => TensorData::F64(items.iter().map(num).collect::<Result<_, _>>()?),
-        DType::F16 => TensorData::F16(items.iter().map(|t| num(t).map(|x| f16::from_f32(x as f32))).collect::<Result<_, _>>()?),
-        DType::BF16 => TensorData::BF16(items.iter().map(|t| num(t).map(|x| bf16::from_f32(x as f32))).collect::<Result<_, _>>()?),
+        DType::F16 => TensorData::F16(
+            items
+                .iter()
+                .map(|t| num(t).map(|x| f16::from_f32(x as f32)))
+                .collect::<Result<_, _>>()?,
+        ),
+        DType::BF16 => TensorData::BF16(
+            items
+                .iter()
+                .map(|t| num(t).map(|x| bf16::from_f32(x as f32)))
+                .collect::<Result<_, _>>()?,
+        ),
         DType::I8 => ints!(i8, I8),
         DType::I16 => ints!(i16, I16),
         DType::I32 => ints!(i32, I32),

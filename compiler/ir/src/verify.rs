@@ -53,11 +53,21 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
     };
     for (i, &v) in g.inputs.iter().enumerate() {
         if v.index() >= g.values.len() {
-            err(&mut errs, None, Rule::DefinedBeforeUse, format!("graph input {i} is {v}, which does not exist"));
+            err(
+                &mut errs,
+                None,
+                Rule::DefinedBeforeUse,
+                format!("graph input {i} is {v}, which does not exist"),
+            );
             continue;
         }
         if g.value(v).def != ValueDef::Input(i as u32) {
-            err(&mut errs, None, Rule::SingleAssignment, format!("{v} is graph input {i} but records {:?}", g.value(v).def));
+            err(
+                &mut errs,
+                None,
+                Rule::SingleAssignment,
+                format!("{v} is graph input {i} but records {:?}", g.value(v).def),
+            );
         }
         defined[v.index()] = true;
     }
@@ -67,12 +77,28 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
         let mut ok = true;
         for v in n.input_values() {
             if v.index() >= g.values.len() || !defined[v.index()] {
-                err(&mut errs, Some(id), Rule::DefinedBeforeUse, format!("uses {v} before it is defined"));
+                err(
+                    &mut errs,
+                    Some(id),
+                    Rule::DefinedBeforeUse,
+                    format!("uses {v} before it is defined"),
+                );
                 ok = false;
             }
         }
         if n.inputs.len() < info.inputs.0 || n.inputs.len() > info.inputs.1 {
-            err(&mut errs, Some(id), Rule::Arity, format!("has {} inputs; {} takes {}..={}", n.inputs.len(), n.op, info.inputs.0, info.inputs.1.min(9999)));
+            err(
+                &mut errs,
+                Some(id),
+                Rule::Arity,
+                format!(
+                    "has {} inputs; {} takes {}..={}",
+                    n.inputs.len(),
+                    n.op,
+                    info.inputs.0,
+                    info.inputs.1.min(9999)
+                ),
+            );
             ok = false;
         }
         for i in 0..info.inputs.0.min(n.inputs.len()) {
@@ -83,19 +109,45 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
         }
         for (k, a) in n.attrs.iter() {
             match info.attrs.iter().find(|(name, _)| name == k) {
-                None => err(&mut errs, Some(id), Rule::Attribute, format!("{} has no attribute `{k}` (it has: {})", n.op, info.attrs.iter().map(|a| a.0).collect::<Vec<_>>().join(", "))),
-                Some((_, kind)) if !a.fits(*kind) => err(&mut errs, Some(id), Rule::Attribute, format!("attribute `{k}` must be {}, got {}", kind.name(), a.kind().name())),
+                None => err(
+                    &mut errs,
+                    Some(id),
+                    Rule::Attribute,
+                    format!(
+                        "{} has no attribute `{k}` (it has: {})",
+                        n.op,
+                        info.attrs.iter().map(|a| a.0).collect::<Vec<_>>().join(", ")
+                    ),
+                ),
+                Some((_, kind)) if !a.fits(*kind) => err(
+                    &mut errs,
+                    Some(id),
+                    Rule::Attribute,
+                    format!("attribute `{k}` must be {}, got {}", kind.name(), a.kind().name()),
+                ),
                 _ => {}
             }
         }
         for (i, &o) in n.outputs.iter().enumerate() {
             if o.index() >= g.values.len() {
-                err(&mut errs, Some(id), Rule::SingleAssignment, format!("output {i} is {o}, which does not exist"));
+                err(
+                    &mut errs,
+                    Some(id),
+                    Rule::SingleAssignment,
+                    format!("output {i} is {o}, which does not exist"),
+                );
                 ok = false;
                 continue;
             }
-            if defined[o.index()] || g.value(o).def != (ValueDef::Node { node: id, index: i as u32 }) {
-                err(&mut errs, Some(id), Rule::SingleAssignment, format!("output {o} is defined more than once or records another definition"));
+            if defined[o.index()]
+                || g.value(o).def != (ValueDef::Node { node: id, index: i as u32 })
+            {
+                err(
+                    &mut errs,
+                    Some(id),
+                    Rule::SingleAssignment,
+                    format!("output {o} is defined more than once or records another definition"),
+                );
             }
             defined[o.index()] = true;
         }
@@ -108,7 +160,12 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
                 for (o, inferred) in n.outputs.iter().zip(tys) {
                     let declared = g.ty(*o);
                     if !declared.compatible(&inferred) {
-                        err(&mut errs, Some(id), Rule::Types, format!("{o} is declared {declared} but the op produces {inferred}"));
+                        err(
+                            &mut errs,
+                            Some(id),
+                            Rule::Types,
+                            format!("{o} is declared {declared} but the op produces {inferred}"),
+                        );
                     }
                 }
             }
@@ -117,13 +174,23 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
     for (i, v) in g.values.iter().enumerate() {
         if !defined[i] {
             let _ = v;
-            err(&mut errs, None, Rule::SingleAssignment, format!("{} has no definition", ValueId(i as u32)));
+            err(
+                &mut errs,
+                None,
+                Rule::SingleAssignment,
+                format!("{} has no definition", ValueId(i as u32)),
+            );
         }
     }
     let mut names = std::collections::HashSet::new();
     for o in &g.outputs {
         if o.value.index() >= g.values.len() || !defined[o.value.index()] {
-            err(&mut errs, None, Rule::Outputs, format!("output {:?} refers to {}, which is not defined", o.name, o.value));
+            err(
+                &mut errs,
+                None,
+                Rule::Outputs,
+                format!("output {:?} refers to {}, which is not defined", o.name, o.value),
+            );
         }
         if !names.insert(&o.name) {
             err(&mut errs, None, Rule::Outputs, format!("output name {:?} is used twice", o.name));

@@ -14,7 +14,11 @@ fn check(src: &str, expect: &str) {
     let again = parse(&printed).expect("printed form parses");
     assert_eq!(again, g, "round trip changed the graph");
     let json = xpu_ir::to_json(&g);
-    assert_eq!(xpu_ir::from_json(&json).expect("JSON parses"), g, "JSON round trip changed the graph");
+    assert_eq!(
+        xpu_ir::from_json(&json).expect("JSON parses"),
+        g,
+        "JSON round trip changed the graph"
+    );
 }
 
 fn check_err(src: &str, line: usize, col: usize, contains: &str) {
@@ -70,7 +74,8 @@ fn omitted_inputs_strings_and_special_floats() {
 fn large_tensors_use_base64() {
     let mut g = Graph::new("big");
     let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Known(32)]));
-    let c = g.add_const(Tensor::from_vec(vec![32], (0..32).map(|i| i as f32 * 0.1).collect()).unwrap());
+    let c =
+        g.add_const(Tensor::from_vec(vec![32], (0..32).map(|i| i as f32 * 0.1).collect()).unwrap());
     let y = g.add_op(Op::Add, &[x, c], Attrs::new()).unwrap();
     g.add_output("y", y);
     let text = print(&g);
@@ -80,12 +85,32 @@ fn large_tensors_use_base64() {
 
 #[test]
 fn located_errors() {
-    check_err("graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = frobnicate(%0)\n}", 3, 16, "unknown op `frobnicate`");
-    check_err("graph \"g\" {\n  %1: f32[2] = relu(%0)\n}", 2, 21, "%0 is used before it is defined");
-    check_err("graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %0: f32[2] = relu(%0)\n}", 3, 3, "defined twice");
+    check_err(
+        "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = frobnicate(%0)\n}",
+        3,
+        16,
+        "unknown op `frobnicate`",
+    );
+    check_err(
+        "graph \"g\" {\n  %1: f32[2] = relu(%0)\n}",
+        2,
+        21,
+        "%0 is used before it is defined",
+    );
+    check_err(
+        "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %0: f32[2] = relu(%0)\n}",
+        3,
+        3,
+        "defined twice",
+    );
     check_err("graph \"g\" {\n  %0: f33[2] = input \"x\"\n}", 2, 7, "unknown dtype `f33`");
     check_err("graph \"g\" {\n  %0: f32[2] = input \"x\n", 3, 1, "unterminated string");
-    check_err("graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0) {alpha = [1, \"a\"]}\n}", 3, 34, "a list attribute holds only");
+    check_err(
+        "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0) {alpha = [1, \"a\"]}\n}",
+        3,
+        34,
+        "a list attribute holds only",
+    );
 }
 
 #[test]
@@ -93,7 +118,12 @@ fn verifier_names_node_and_rule() {
     let g = parse("graph \"g\" {\n  %0: f32[2,3] = input \"a\"\n  %1: f32[4,5] = input \"b\"\n  %2: f32[2,5] = matmul(%0, %1) @name(\"fc\")\n  return \"y\" = %2\n}").unwrap();
     let errs = verify(&g).unwrap_err();
     let msg = errs[0].to_string();
-    assert!(msg.contains("n0 (matmul \"fc\")") && msg.contains("[types]") && msg.contains("inner dims 3 and 4 differ"), "{msg}");
+    assert!(
+        msg.contains("n0 (matmul \"fc\")")
+            && msg.contains("[types]")
+            && msg.contains("inner dims 3 and 4 differ"),
+        "{msg}"
+    );
 
     let g = parse("graph \"g\" {\n  %0: f32[2] = input \"a\"\n  %1: f32[2] = relu(%0) {alpha = 1.0}\n  return \"y\" = %1\n}").unwrap();
     let msg = verify(&g).unwrap_err()[0].to_string();
@@ -103,7 +133,10 @@ fn verifier_names_node_and_rule() {
     let msg = verify(&g).unwrap_err()[0].to_string();
     assert!(msg.contains("declared i64[2] but the op produces f32[2]"), "{msg}");
 
-    let g = parse("graph \"g\" {\n  %0: f32[2] = input \"a\"\n  %1: f32[2] = add(%0)\n  return \"y\" = %1\n}").unwrap();
+    let g = parse(
+        "graph \"g\" {\n  %0: f32[2] = input \"a\"\n  %1: f32[2] = add(%0)\n  return \"y\" = %1\n}",
+    )
+    .unwrap();
     let msg = verify(&g).unwrap_err()[0].to_string();
     assert!(msg.contains("n0 (add): [arity] has 1 inputs; add takes 2..=2"), "{msg}");
 }
@@ -166,7 +199,12 @@ fn garbage_never_panics() {
 fn json_garbage_is_an_error() {
     assert!(xpu_ir::from_json("{").is_err());
     assert!(xpu_ir::from_json("{\"name\": 3}").is_err());
-    assert!(xpu_ir::from_json("{\"name\":\"g\",\"values\":[],\"nodes\":[],\"inputs\":[],\"outputs\":[],\"extra\":1}").is_err());
+    assert!(
+        xpu_ir::from_json(
+            "{\"name\":\"g\",\"values\":[],\"nodes\":[],\"inputs\":[],\"outputs\":[],\"extra\":1}"
+        )
+        .is_err()
+    );
     let bad_tensor = r#"{"name":"g","values":[{"ty":{"dtype":"f32","dims":[2]},"def":{"node":{"node":0,"index":0}}}],"nodes":[{"op":"constant","inputs":[],"outputs":[0],"attrs":{"value":{"kind":"tensor","value":{"dtype":"f32","shape":[2],"data_b64":"AAAAAA=="}}}}],"inputs":[],"outputs":[]}"#;
     let err = xpu_ir::from_json(bad_tensor).unwrap_err().to_string();
     assert!(err.contains("tensor data has 1 elements but shape [2] needs 2"), "{err}");

@@ -26,8 +26,12 @@ fn type_proto(t: &TensorType) -> TypeProto {
                     .map(|d| tensor_shape_proto::Dimension {
                         denotation: None,
                         value: match d {
-                            Dim::Known(n) => Some(tensor_shape_proto::dimension::Value::DimValue(*n as i64)),
-                            Dim::Sym(s) => Some(tensor_shape_proto::dimension::Value::DimParam(s.clone())),
+                            Dim::Known(n) => {
+                                Some(tensor_shape_proto::dimension::Value::DimValue(*n as i64))
+                            }
+                            Dim::Sym(s) => {
+                                Some(tensor_shape_proto::dimension::Value::DimParam(s.clone()))
+                            }
                             Dim::Unknown => None,
                         },
                     })
@@ -39,7 +43,11 @@ fn type_proto(t: &TensorType) -> TypeProto {
 }
 
 fn value_info(name: &str, t: &TensorType) -> ValueInfoProto {
-    ValueInfoProto { name: Some(name.to_string()), r#type: Some(type_proto(t)), ..Default::default() }
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(type_proto(t)),
+        ..Default::default()
+    }
 }
 
 fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
@@ -116,7 +124,11 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         graph.node.push(NodeProto {
             op_type: Some(n.op.info().onnx.to_string()),
             name: n.name.clone(),
-            input: n.inputs.iter().map(|v| v.map(|v| names[v.index()].clone()).unwrap_or_default()).collect(),
+            input: n
+                .inputs
+                .iter()
+                .map(|v| v.map(|v| names[v.index()].clone()).unwrap_or_default())
+                .collect(),
             output: n.outputs.iter().map(|v| names[v.index()].clone()).collect(),
             attribute: n.attrs.iter().map(|(k, a)| attr_proto(k, a)).collect(),
             ..Default::default()
@@ -137,7 +149,10 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         ir_version: Some(EXPORT_IR_VERSION),
         producer_name: Some("xpu".into()),
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(EXPORT_OPSET) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(EXPORT_OPSET),
+        }],
         graph: Some(graph),
         ..Default::default()
     };

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use prost::Message;
 use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorType, ValueId};
 
-use crate::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType, type_proto};
+use crate::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, type_proto,
+};
 use crate::tensor::{dtype_from_onnx, onnx_type_name, tensor_from_proto};
 use crate::{OnnxError, invalid};
 
@@ -63,23 +66,36 @@ fn tensor_type(ty: &TypeProto, context: &str) -> Result<TensorType, OnnxError> {
     match &ty.value {
         Some(type_proto::Value::TensorType(t)) => {
             let code = t.elem_type.unwrap_or(0);
-            let dtype = dtype_from_onnx(code)
-                .ok_or_else(|| OnnxError::UnsupportedDType { context: context.to_string(), name: onnx_type_name(code) })?;
-            let dims = t.shape.as_ref().map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match &d.value {
-                        Some(crate::proto::tensor_shape_proto::dimension::Value::DimValue(n)) if *n >= 0 => Dim::Known(*n as u64),
-                        Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => Dim::Sym(sanitize_symbol(p)),
-                        _ => Dim::Unknown,
-                    })
-                    .collect()
-            });
+            let dtype = dtype_from_onnx(code).ok_or_else(|| OnnxError::UnsupportedDType {
+                context: context.to_string(),
+                name: onnx_type_name(code),
+            })?;
+            let dims =
+                t.shape.as_ref().map(|s| {
+                    s.dim
+                        .iter()
+                        .map(|d| match &d.value {
+                            Some(crate::proto::tensor_shape_proto::dimension::Value::DimValue(
+                                n,
+                            )) if *n >= 0 => Dim::Known(*n as u64),
+                            Some(crate::proto::tensor_shape_proto::dimension::Value::DimParam(
+                                p,
+                            )) if !p.is_empty() => Dim::Sym(sanitize_symbol(p)),
+                            _ => Dim::Unknown,
+                        })
+                        .collect()
+                });
             Ok(TensorType { dtype, dims })
         }
-        Some(type_proto::Value::SequenceType(_)) => Err(invalid(context, "sequence values are not supported (tensors only)")),
-        Some(type_proto::Value::OptionalType(_)) => Err(invalid(context, "optional values are not supported (tensors only)")),
-        Some(type_proto::Value::MapType(_)) => Err(invalid(context, "map values are not supported (tensors only)")),
+        Some(type_proto::Value::SequenceType(_)) => {
+            Err(invalid(context, "sequence values are not supported (tensors only)"))
+        }
+        Some(type_proto::Value::OptionalType(_)) => {
+            Err(invalid(context, "optional values are not supported (tensors only)"))
+        }
+        Some(type_proto::Value::MapType(_)) => {
+            Err(invalid(context, "map values are not supported (tensors only)"))
+        }
         Some(_) => Err(invalid(context, "only tensor values are supported")),
         None => Err(invalid(context, "has no type")),
     }
@@ -87,7 +103,10 @@ fn tensor_type(ty: &TypeProto, context: &str) -> Result<TensorType, OnnxError> {
 
 /// Symbols in the text form are identifiers; other characters become `_`.
 fn sanitize_symbol(p: &str) -> String {
-    let mut s: String = p.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
+    let mut s: String = p
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' })
+        .collect();
     if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         s.insert(0, '_');
     }
@@ -122,7 +141,12 @@ impl<'m> Importer<'m> {
         }
         for vi in &graph.output {
             let name = vi.name.clone().unwrap_or_default();
-            let v = self.lookup(&name).map_err(|_| invalid(format!("graph output {name:?}"), "is not produced by any node, input or initializer"))?;
+            let v = self.lookup(&name).map_err(|_| {
+                invalid(
+                    format!("graph output {name:?}"),
+                    "is not produced by any node, input or initializer",
+                )
+            })?;
             self.g.add_output(name, v);
         }
         Ok(())
@@ -146,11 +170,20 @@ impl<'m> Importer<'m> {
         let domain = node.domain.clone().unwrap_or_default();
         let name = node.name.clone().unwrap_or_default();
         let opset = self.opset;
-        let unsupported = || OnnxError::UnsupportedOp { op_type: op_type.clone(), domain: domain.clone(), node: name.clone(), opset };
+        let unsupported = || OnnxError::UnsupportedOp {
+            op_type: op_type.clone(),
+            domain: domain.clone(),
+            node: name.clone(),
+            opset,
+        };
         if !(domain.is_empty() || domain == "ai.onnx") {
             return Err(unsupported());
         }
-        let node_err = |message: String| OnnxError::Node { node: name.clone(), op_type: op_type.clone(), message };
+        let node_err = |message: String| OnnxError::Node {
+            node: name.clone(),
+            op_type: op_type.clone(),
+            message,
+        };
 
         let mut attrs = Attrs::new();
         for a in &node.attribute {
@@ -160,7 +193,11 @@ impl<'m> Importer<'m> {
         }
         let mut inputs: Vec<Option<ValueId>> = Vec::with_capacity(node.input.len());
         for i in &node.input {
-            inputs.push(if i.is_empty() { None } else { Some(self.lookup(i).map_err(|e| node_err(e.to_string()))?) });
+            inputs.push(if i.is_empty() {
+                None
+            } else {
+                Some(self.lookup(i).map_err(|e| node_err(e.to_string()))?)
+            });
         }
         // Trailing omitted inputs carry no meaning.
         while inputs.last() == Some(&None) {
@@ -184,21 +221,31 @@ impl<'m> Importer<'m> {
         let const_input = |this: &mut Self, t: Tensor| Some(this.g.add_const(t));
         let to_dtype = |attrs: &mut Attrs, key: &str| -> Result<(), OnnxError> {
             if let Some(Attr::Int(code)) = attrs.get(key).cloned() {
-                let d = dtype_from_onnx(code as i32).ok_or_else(|| OnnxError::UnsupportedDType {
-                    context: format!("node {name:?} ({op_type}) attribute `{key}`"),
-                    name: onnx_type_name(code as i32),
-                })?;
+                let d =
+                    dtype_from_onnx(code as i32).ok_or_else(|| OnnxError::UnsupportedDType {
+                        context: format!("node {name:?} ({op_type}) attribute `{key}`"),
+                        name: onnx_type_name(code as i32),
+                    })?;
                 attrs.set(key, Attr::DType(d));
             }
             if let Some(Attr::Str(s)) = attrs.get(key).cloned() {
                 // Cast-1 spelled the type as a string.
-                let code = crate::proto::tensor_proto::DataType::from_str_name(&s.to_uppercase()).map(|d| d as i32).unwrap_or(0);
-                let d = dtype_from_onnx(code).ok_or_else(|| OnnxError::UnsupportedDType { context: format!("node {name:?} ({op_type})"), name: s.clone() })?;
+                let code = crate::proto::tensor_proto::DataType::from_str_name(&s.to_uppercase())
+                    .map(|d| d as i32)
+                    .unwrap_or(0);
+                let d = dtype_from_onnx(code).ok_or_else(|| OnnxError::UnsupportedDType {
+                    context: format!("node {name:?} ({op_type})"),
+                    name: s.clone(),
+                })?;
                 attrs.set(key, Attr::DType(d));
             }
             Ok(())
         };
-        let move_ints_attr_to_input = |this: &mut Self, attrs: &mut Attrs, key: &str, inputs: &mut Vec<Option<ValueId>>, at: usize| {
+        let move_ints_attr_to_input = |this: &mut Self,
+                                       attrs: &mut Attrs,
+                                       key: &str,
+                                       inputs: &mut Vec<Option<ValueId>>,
+                                       at: usize| {
             if let Some(Attr::Ints(v)) = attrs.0.remove(key) {
                 while inputs.len() < at {
                     inputs.push(None);
@@ -221,12 +268,28 @@ impl<'m> Importer<'m> {
         match op {
             Op::Cast => to_dtype(&mut attrs, "to")?,
             Op::EyeLike => to_dtype(&mut attrs, "dtype")?,
-            Op::ReduceSum if opset < 13 => move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1),
-            Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd | Op::ReduceL1 | Op::ReduceL2 | Op::ReduceLogSum | Op::ReduceLogSumExp | Op::ReduceSumSquare if opset < 18 => {
+            Op::ReduceSum if opset < 13 => {
                 move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1)
             }
-            Op::Squeeze | Op::Unsqueeze if opset < 13 => move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1),
-            Op::Split if opset < 13 => move_ints_attr_to_input(self, &mut attrs, "split", &mut inputs, 1),
+            Op::ReduceMean
+            | Op::ReduceMax
+            | Op::ReduceMin
+            | Op::ReduceProd
+            | Op::ReduceL1
+            | Op::ReduceL2
+            | Op::ReduceLogSum
+            | Op::ReduceLogSumExp
+            | Op::ReduceSumSquare
+                if opset < 18 =>
+            {
+                move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1)
+            }
+            Op::Squeeze | Op::Unsqueeze if opset < 13 => {
+                move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1)
+            }
+            Op::Split if opset < 13 => {
+                move_ints_attr_to_input(self, &mut attrs, "split", &mut inputs, 1)
+            }
             Op::Slice if opset < 10 => {
                 let starts = attrs.0.remove("starts");
                 let ends = attrs.0.remove("ends");
@@ -241,25 +304,41 @@ impl<'m> Importer<'m> {
                 }
             }
             Op::TopK if opset < 10 => {
-                let k = attrs.0.remove("k").and_then(|a| if let Attr::Int(k) = a { Some(k) } else { None }).ok_or_else(|| node_err("TopK-1 needs `k`".into()))?;
+                let k = attrs
+                    .0
+                    .remove("k")
+                    .and_then(|a| if let Attr::Int(k) = a { Some(k) } else { None })
+                    .ok_or_else(|| node_err("TopK-1 needs `k`".into()))?;
                 let c = const_input(self, i64s(&[k]));
                 inputs.push(c);
             }
             Op::Pad if opset < 11 => {
                 let pads = attrs.0.remove("pads").or_else(|| attrs.0.remove("paddings"));
                 let value = attrs.0.remove("value");
-                let Some(Attr::Ints(p)) = pads else { return Err(node_err("Pad-2 needs `pads`".into())) };
+                let Some(Attr::Ints(p)) = pads else {
+                    return Err(node_err("Pad-2 needs `pads`".into()));
+                };
                 let c = const_input(self, i64s(&p));
                 inputs.push(c);
                 let dtype = inputs[0].map(|v| self.g.ty(v).dtype).unwrap_or(DType::F32);
-                let v = match value { Some(Attr::Float(f)) => f, Some(Attr::Int(i)) => i as f64, _ => 0.0 };
+                let v = match value {
+                    Some(Attr::Float(f)) => f,
+                    Some(Attr::Int(i)) => i as f64,
+                    _ => 0.0,
+                };
                 let c = const_input(self, scalar_of(dtype, v));
                 inputs.push(c);
             }
             Op::Clip if opset < 11 => {
                 let dtype = inputs[0].map(|v| self.g.ty(v).dtype).unwrap_or(DType::F32);
-                let min = attrs.0.remove("min").map(|a| if let Attr::Float(f) = a { f } else { f64::NEG_INFINITY });
-                let max = attrs.0.remove("max").map(|a| if let Attr::Float(f) = a { f } else { f64::INFINITY });
+                let min = attrs
+                    .0
+                    .remove("min")
+                    .map(|a| if let Attr::Float(f) = a { f } else { f64::NEG_INFINITY });
+                let max = attrs
+                    .0
+                    .remove("max")
+                    .map(|a| if let Attr::Float(f) = a { f } else { f64::INFINITY });
                 let c = const_input(self, scalar_of(dtype, min.unwrap_or(f32::MIN as f64)));
                 inputs.push(c);
                 let c = const_input(self, scalar_of(dtype, max.unwrap_or(f32::MAX as f64)));
@@ -272,7 +351,10 @@ impl<'m> Importer<'m> {
                 // Upsample-7 (scales attribute), Upsample-9 and Resize-10 (scales input):
                 // asymmetric coordinates; nearest rounds down for Upsample.
                 let scales = match attrs.0.remove("scales") {
-                    Some(Attr::Floats(s)) => Some(Tensor::from_vec(vec![s.len()], s.iter().map(|&x| x as f32).collect()).expect("1-D")),
+                    Some(Attr::Floats(s)) => Some(
+                        Tensor::from_vec(vec![s.len()], s.iter().map(|&x| x as f32).collect())
+                            .expect("1-D"),
+                    ),
                     _ => None,
                 };
                 let x = inputs[0];
@@ -283,9 +365,17 @@ impl<'m> Importer<'m> {
                 inputs = vec![x, None, scales_v];
                 attrs.set("coordinate_transformation_mode", Attr::Str("asymmetric".into()));
                 if attrs.str("mode", "nearest") == "nearest" {
-                    attrs.set("nearest_mode", Attr::Str(if op_type == "Upsample" { "floor" } else { "round_prefer_ceil" }.into()));
+                    attrs.set(
+                        "nearest_mode",
+                        Attr::Str(
+                            if op_type == "Upsample" { "floor" } else { "round_prefer_ceil" }
+                                .into(),
+                        ),
+                    );
                 }
-                if attrs.str("mode", "nearest") == "bilinear" || attrs.str("mode", "nearest") == "trilinear" {
+                if attrs.str("mode", "nearest") == "bilinear"
+                    || attrs.str("mode", "nearest") == "trilinear"
+                {
                     attrs.set("mode", Attr::Str("linear".into()));
                 }
             }
@@ -315,7 +405,9 @@ impl<'m> Importer<'m> {
             if out_name.is_empty() {
                 continue;
             }
-            if let Some(decl) = self.declared.get(out_name.as_str()).and_then(|t| tensor_type(t, "").ok()) {
+            if let Some(decl) =
+                self.declared.get(out_name.as_str()).and_then(|t| tensor_type(t, "").ok())
+            {
                 let ty = &mut self.g.values[v.index()].ty;
                 if decl.dtype == ty.dtype {
                     match (&mut ty.dims, decl.dims) {
@@ -337,14 +429,35 @@ impl<'m> Importer<'m> {
     }
 
     /// Softmax-1/11 flatten to 2-D at `axis` (default 1): shape → flatten → op(axis=1) → reshape.
-    fn legacy_softmax(&mut self, node: &NodeProto, op: Op, attrs: Attrs, inputs: Vec<Option<ValueId>>, name: &str) -> Result<(), OnnxError> {
-        let err = |m: xpu_ir::InferError| OnnxError::Node { node: name.to_string(), op_type: node.op_type.clone().unwrap_or_default(), message: m.message };
-        let x = inputs.first().copied().flatten().ok_or_else(|| invalid(format!("node {name:?}"), "needs an input"))?;
+    fn legacy_softmax(
+        &mut self,
+        node: &NodeProto,
+        op: Op,
+        attrs: Attrs,
+        inputs: Vec<Option<ValueId>>,
+        name: &str,
+    ) -> Result<(), OnnxError> {
+        let err = |m: xpu_ir::InferError| OnnxError::Node {
+            node: name.to_string(),
+            op_type: node.op_type.clone().unwrap_or_default(),
+            message: m.message,
+        };
+        let x = inputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| invalid(format!("node {name:?}"), "needs an input"))?;
         let axis = attrs.int("axis", 1);
         let shape = self.g.add_op(Op::Shape, &[x], Attrs::new()).map_err(err)?;
-        let flat = self.g.add_op(Op::Flatten, &[x], Attrs::new().with("axis", Attr::Int(axis))).map_err(err)?;
+        let flat = self
+            .g
+            .add_op(Op::Flatten, &[x], Attrs::new().with("axis", Attr::Int(axis)))
+            .map_err(err)?;
         let y = self.g.add_op(op, &[flat], Attrs::new().with("axis", Attr::Int(1))).map_err(err)?;
-        let id = self.g.add_inferred(Op::Reshape, vec![Some(y), Some(shape)], Attrs::new(), 1).map_err(err)?;
+        let id = self
+            .g
+            .add_inferred(Op::Reshape, vec![Some(y), Some(shape)], Attrs::new(), 1)
+            .map_err(err)?;
         // The reshape restores x's shape exactly.
         let out = self.g.nodes[id.index()].outputs[0];
         self.g.values[out.index()].ty = self.g.ty(x).clone();
@@ -387,7 +500,9 @@ fn constant_value(attrs: &Attrs) -> Result<Tensor, String> {
             Attr::Float(f) => Some(Tensor::scalar(*f as f32)),
             Attr::Int(i) => Some(Tensor::scalar(*i)),
             Attr::Str(s) => Some(Tensor::scalar(s.clone())),
-            Attr::Floats(v) => Tensor::from_vec(vec![v.len()], v.iter().map(|&x| x as f32).collect()).ok(),
+            Attr::Floats(v) => {
+                Tensor::from_vec(vec![v.len()], v.iter().map(|&x| x as f32).collect()).ok()
+            }
             Attr::Ints(v) => Tensor::from_vec(vec![v.len()], v.clone()).ok(),
             Attr::Strs(v) => Tensor::from_vec(vec![v.len()], v.clone()).ok(),
             _ => None,
@@ -396,7 +511,9 @@ fn constant_value(attrs: &Attrs) -> Result<Tensor, String> {
     if let Some(t) = attrs.tensor("value") {
         return Ok(t.clone());
     }
-    for k in ["value_float", "value_int", "value_string", "value_floats", "value_ints", "value_strings"] {
+    for k in
+        ["value_float", "value_int", "value_string", "value_floats", "value_ints", "value_strings"]
+    {
         if let Some(t) = scalar_or_list(k) {
             return Ok(t);
         }
@@ -406,21 +523,30 @@ fn constant_value(attrs: &Attrs) -> Result<Tensor, String> {
 
 fn convert_attr(a: &AttributeProto) -> Result<Attr, String> {
     let ty = a.r#type.and_then(|t| AttributeType::try_from(t).ok());
-    let utf8 = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| "string is not UTF-8".to_string());
+    let utf8 =
+        |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| "string is not UTF-8".to_string());
     Ok(match ty {
         Some(AttributeType::Float) => Attr::Float(a.f.unwrap_or(0.0) as f64),
         Some(AttributeType::Int) => Attr::Int(a.i.unwrap_or(0)),
         Some(AttributeType::String) => Attr::Str(utf8(a.s.as_deref().unwrap_or_default())?),
         Some(AttributeType::Floats) => Attr::Floats(a.floats.iter().map(|&f| f as f64).collect()),
         Some(AttributeType::Ints) => Attr::Ints(a.ints.clone()),
-        Some(AttributeType::Strings) => Attr::Strs(a.strings.iter().map(|s| utf8(s)).collect::<Result<_, _>>()?),
-        Some(AttributeType::Tensor) => {
-            Attr::Tensor(tensor_from_proto(a.t.as_ref().ok_or("tensor attribute without a tensor")?, "attribute").map_err(|e| e.to_string())?)
+        Some(AttributeType::Strings) => {
+            Attr::Strs(a.strings.iter().map(|s| utf8(s)).collect::<Result<_, _>>()?)
         }
+        Some(AttributeType::Tensor) => Attr::Tensor(
+            tensor_from_proto(
+                a.t.as_ref().ok_or("tensor attribute without a tensor")?,
+                "attribute",
+            )
+            .map_err(|e| e.to_string())?,
+        ),
         Some(AttributeType::Graph) | Some(AttributeType::Graphs) => {
             return Err("subgraph attributes (control flow) are not supported".into());
         }
-        Some(other) => return Err(format!("attribute type {} is not supported", other.as_str_name())),
+        Some(other) => {
+            return Err(format!("attribute type {} is not supported", other.as_str_name()));
+        }
         None => {
             // IR < 0.0.2 had no type field: infer from the populated field.
             if let Some(f) = a.f {

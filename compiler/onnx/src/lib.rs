@@ -13,7 +13,10 @@ mod tensor;
 
 pub use export::{EXPORT_IR_VERSION, EXPORT_OPSET, export_model};
 pub use import::{import_model, import_model_proto};
-pub use tensor::{dtype_from_onnx, dtype_to_onnx, onnx_type_name, read_tensor_proto, tensor_from_proto, tensor_to_proto};
+pub use tensor::{
+    dtype_from_onnx, dtype_to_onnx, onnx_type_name, read_tensor_proto, tensor_from_proto,
+    tensor_to_proto,
+};
 
 /// Generated protobuf types of `onnx.proto` (onnx-ml) and `onnx-data.proto`.
 #[allow(clippy::all, missing_docs)]
@@ -57,7 +60,8 @@ fn invalid(context: impl Into<String>, message: impl Into<String>) -> OnnxError 
 
 /// ONNX op types (default domain) the importer accepts, with the SGR-ML op each maps to.
 pub fn supported_onnx_ops() -> Vec<(&'static str, &'static str)> {
-    let mut v: Vec<(&'static str, &'static str)> = xpu_ir::Op::ALL.iter().map(|op| (op.info().onnx, op.name())).collect();
+    let mut v: Vec<(&'static str, &'static str)> =
+        xpu_ir::Op::ALL.iter().map(|op| (op.info().onnx, op.name())).collect();
     v.push(("Upsample", "resize"));
     v.push(("Scatter", "scatter_elements"));
     v.sort();

@@ -65,8 +65,10 @@ pub fn read_tensor_proto(bytes: &[u8]) -> Result<(Option<String>, Tensor), OnnxE
 /// Converts a TensorProto (raw_data or typed fields) into a tensor.
 pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxError> {
     let code = p.data_type.unwrap_or(0);
-    let dtype = dtype_from_onnx(code)
-        .ok_or_else(|| OnnxError::UnsupportedDType { context: context.to_string(), name: onnx_type_name(code) })?;
+    let dtype = dtype_from_onnx(code).ok_or_else(|| OnnxError::UnsupportedDType {
+        context: context.to_string(),
+        name: onnx_type_name(code),
+    })?;
     if !p.external_data.is_empty() || p.data_location == Some(1) {
         return Err(invalid(context, "tensors stored in external files are not supported"));
     }
@@ -74,12 +76,22 @@ pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxE
     for &d in &p.dims {
         shape.push(usize::try_from(d).map_err(|_| invalid(context, format!("negative dim {d}")))?);
     }
-    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| invalid(context, "element count overflows"))?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| invalid(context, "element count overflows"))?;
     let data = if let Some(raw) = p.raw_data.as_ref().filter(|_| dtype != DType::String) {
         TensorData::from_le_bytes(dtype, raw).map_err(|e| invalid(context, e))?
     } else {
         let ints = |what: &str| -> Result<&Vec<i32>, OnnxError> {
-            if p.int32_data.len() == n { Ok(&p.int32_data) } else { Err(invalid(context, format!("{what} data has {} values, shape needs {n}", p.int32_data.len()))) }
+            if p.int32_data.len() == n {
+                Ok(&p.int32_data)
+            } else {
+                Err(invalid(
+                    context,
+                    format!("{what} data has {} values, shape needs {n}", p.int32_data.len()),
+                ))
+            }
         };
         match dtype {
             DType::F32 => TensorData::F32(p.float_data.clone()),
@@ -93,8 +105,12 @@ pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxE
             DType::U16 => TensorData::U16(ints("uint16")?.iter().map(|&x| x as u16).collect()),
             DType::U8 => TensorData::U8(ints("uint8")?.iter().map(|&x| x as u8).collect()),
             DType::Bool => TensorData::Bool(ints("bool")?.iter().map(|&x| x != 0).collect()),
-            DType::F16 => TensorData::F16(ints("float16")?.iter().map(|&x| f16::from_bits(x as u16)).collect()),
-            DType::BF16 => TensorData::BF16(ints("bfloat16")?.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
+            DType::F16 => TensorData::F16(
+                ints("float16")?.iter().map(|&x| f16::from_bits(x as u16)).collect(),
+            ),
+            DType::BF16 => TensorData::BF16(
+                ints("bfloat16")?.iter().map(|&x| bf16::from_bits(x as u16)).collect(),
+            ),
             DType::String => TensorData::String(
                 p.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect(),
             ),

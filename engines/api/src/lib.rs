@@ -19,9 +19,13 @@ pub use xpu_ir;
 pub enum Availability {
     Available,
     /// Compiled out: the cargo feature is off.
-    SupportDisabled { feature: String },
+    SupportDisabled {
+        feature: String,
+    },
     /// Compiled in, but its library or device is missing here.
-    Unavailable { reason: String },
+    Unavailable {
+        reason: String,
+    },
 }
 
 impl Availability {
@@ -34,7 +38,9 @@ impl fmt::Display for Availability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Availability::Available => f.write_str("available"),
-            Availability::SupportDisabled { feature } => write!(f, "support disabled (built without feature `{feature}`)"),
+            Availability::SupportDisabled { feature } => {
+                write!(f, "support disabled (built without feature `{feature}`)")
+            }
             Availability::Unavailable { reason } => write!(f, "unavailable: {reason}"),
         }
     }
@@ -163,7 +169,11 @@ pub trait Engine: Send + Sync {
     fn version(&self) -> String;
     fn capabilities(&self) -> Capabilities;
     /// Compiles a partition for repeated execution.
-    fn prepare(&self, partition: &Graph, assignment: &Assignment) -> Result<Box<dyn Executable>, EngineError>;
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError>;
 }
 
 /// A prepared partition.
@@ -181,7 +191,11 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
         return Err(EngineError::Other(format!(
             "the graph takes {} inputs ({}), got {}",
             g.inputs.len(),
-            g.inputs.iter().map(|&v| format!("{:?}", g.value(v).name.as_deref().unwrap_or(""))).collect::<Vec<_>>().join(", "),
+            g.inputs
+                .iter()
+                .map(|&v| format!("{:?}", g.value(v).name.as_deref().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(", "),
             inputs.len()
         )));
     }
@@ -195,17 +209,28 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
         }
         let Some(dims) = &val.ty.dims else { continue };
         if dims.len() != t.rank() {
-            return Err(err(format!("expected shape {}, got rank {} {:?}", val.ty, t.rank(), t.shape())));
+            return Err(err(format!(
+                "expected shape {}, got rank {} {:?}",
+                val.ty,
+                t.rank(),
+                t.shape()
+            )));
         }
         for (i, (d, &n)) in dims.iter().zip(t.shape()).enumerate() {
             match d {
                 Dim::Known(k) if *k as usize != n => {
-                    return Err(err(format!("dim {i} must be {k} (declared {}), got {n} in shape {:?}", val.ty, t.shape())));
+                    return Err(err(format!(
+                        "dim {i} must be {k} (declared {}), got {n} in shape {:?}",
+                        val.ty,
+                        t.shape()
+                    )));
                 }
                 Dim::Sym(s) => {
                     if let Some(&prev) = bound.get(s.as_str()) {
                         if prev != n {
-                            return Err(err(format!("dim {i} is symbol {s}, bound to {prev} by an earlier input, but is {n} here")));
+                            return Err(err(format!(
+                                "dim {i} is symbol {s}, bound to {prev} by an earlier input, but is {n} here"
+                            )));
                         }
                     } else {
                         bound.insert(s, n);

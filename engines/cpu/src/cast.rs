@@ -63,7 +63,10 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
                 Wide::F(v) => v.iter().map(|&x| float_to_int(x) as $ty).collect(),
                 Wide::I(v) => v.iter().map(|&x| x as $ty).collect(),
                 Wide::B(v) => v.iter().map(|&x| x as u8 as $ty).collect(),
-                Wide::S(v) => v.iter().map(|s| parse_number(s).map(|x| float_to_int(x) as $ty)).collect::<KResult<_>>()?,
+                Wide::S(v) => v
+                    .iter()
+                    .map(|s| parse_number(s).map(|x| float_to_int(x) as $ty))
+                    .collect::<KResult<_>>()?,
             })
         };
     }
@@ -73,7 +76,9 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
                 Wide::F(v) => v.iter().map(|&x| $from_f64(x)).collect(),
                 Wide::I(v) => v.iter().map(|&x| $from_f64(x as f64)).collect(),
                 Wide::B(v) => v.iter().map(|&x| $from_f64(x as u8 as f64)).collect(),
-                Wide::S(v) => v.iter().map(|s| parse_number(s).map($from_f64)).collect::<KResult<_>>()?,
+                Wide::S(v) => {
+                    v.iter().map(|s| parse_number(s).map($from_f64)).collect::<KResult<_>>()?
+                }
             })
         };
     }
@@ -82,13 +87,22 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
             Wide::I(v) => v.iter().map(|&x| x as f32).collect(),
             Wide::F(v) => v.iter().map(|&x| x as f32).collect(),
             Wide::B(v) => v.iter().map(|&x| x as u8 as f32).collect(),
-            Wide::S(v) => v.iter().map(|s| s.trim().parse::<f32>().map_err(|_| format!("cannot cast string {s:?} to a number"))).collect::<KResult<_>>()?,
+            Wide::S(v) => v
+                .iter()
+                .map(|s| {
+                    s.trim()
+                        .parse::<f32>()
+                        .map_err(|_| format!("cannot cast string {s:?} to a number"))
+                })
+                .collect::<KResult<_>>()?,
         }),
         DType::F64 => floats!(f64, F64, |x: f64| x),
         DType::F16 => floats!(f16, F16, f16::from_f64),
         DType::BF16 => match &src {
             // bf16 from f32 data rounds once from the f32 value, as numpy/ml_dtypes do.
-            Wide::F(v) if t.dtype() == DType::F32 => TensorData::BF16(v.iter().map(|&x| bf16::from_f32(x as f32)).collect()),
+            Wide::F(v) if t.dtype() == DType::F32 => {
+                TensorData::BF16(v.iter().map(|&x| bf16::from_f32(x as f32)).collect())
+            }
             _ => floats!(bf16, BF16, bf16::from_f64),
         },
         DType::I8 => ints!(i8, I8),
@@ -103,12 +117,16 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
             Wide::F(v) => v.iter().map(|&x| x != 0.0).collect(),
             Wide::I(v) => v.iter().map(|&x| x != 0).collect(),
             Wide::B(v) => v.clone(),
-            Wide::S(v) => v.iter().map(|s| parse_number(s).map(|x| x != 0.0)).collect::<KResult<_>>()?,
+            Wide::S(v) => {
+                v.iter().map(|s| parse_number(s).map(|x| x != 0.0)).collect::<KResult<_>>()?
+            }
         }),
         DType::String => TensorData::String(match &src {
             Wide::F(v) => v.iter().map(|&x| format_float(x, t.dtype() != DType::F64)).collect(),
             Wide::I(v) => v.iter().map(|x| x.to_string()).collect(),
-            Wide::B(v) => v.iter().map(|&x| if x { "True".into() } else { "False".into() }).collect(),
+            Wide::B(v) => {
+                v.iter().map(|&x| if x { "True".into() } else { "False".into() }).collect()
+            }
             Wide::S(v) => v.clone(),
         }),
     };

@@ -20,7 +20,12 @@ struct Geo {
     out: usize,
 }
 
-fn geometry(attrs: &Attrs, in_spatial: &[usize], kernel: &[usize], ceil: bool) -> KResult<Vec<Geo>> {
+fn geometry(
+    attrs: &Attrs,
+    in_spatial: &[usize],
+    kernel: &[usize],
+    ceil: bool,
+) -> KResult<Vec<Geo>> {
     let n = in_spatial.len();
     let get = |key: &str, default: i64, len: usize| -> KResult<Vec<i64>> {
         match attrs.ints(key) {
@@ -57,7 +62,14 @@ fn geometry(attrs: &Attrs, in_spatial: &[usize], kernel: &[usize], ceil: bool) -
         if o < 0 {
             return Err(format!("window of {eff} does not fit spatial dim {x}"));
         }
-        out.push(Geo { input: x as usize, kernel: k as usize, stride: s as usize, dilation: d as usize, pad_begin: pb.max(0) as usize, out: o as usize });
+        out.push(Geo {
+            input: x as usize,
+            kernel: k as usize,
+            stride: s as usize,
+            dilation: d as usize,
+            pad_begin: pb.max(0) as usize,
+            out: o as usize,
+        });
     }
     Ok(out)
 }
@@ -86,7 +98,11 @@ pub fn conv(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> 
     crate::float!(x.dtype(), T => conv_t::<T>(kernel, attrs, inputs), Err(format!("conv does not support dtype {}", x.dtype())))
 }
 
-fn conv_t<T: Scalar>(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+fn conv_t<T: Scalar>(
+    kernel: MatMulKernel,
+    attrs: &Attrs,
+    inputs: &[Option<&Tensor>],
+) -> KResult<Tensor> {
     let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() < 3 || ws.len() != xs.len() {
@@ -170,21 +186,39 @@ pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
     }
     let mg = ws[1];
     let m = mg * g;
-    let get = |key: &str, default: i64, len: usize| -> Vec<i64> { attrs.ints(key).filter(|v| v.len() == len).map(<[i64]>::to_vec).unwrap_or_else(|| vec![default; len]) };
+    let get = |key: &str, default: i64, len: usize| -> Vec<i64> {
+        attrs
+            .ints(key)
+            .filter(|v| v.len() == len)
+            .map(<[i64]>::to_vec)
+            .unwrap_or_else(|| vec![default; len])
+    };
     let strides_ = get("strides", 1, nsp);
     let dil = get("dilations", 1, nsp);
     let out_pad = get("output_padding", 0, nsp);
     let mut pads = get("pads", 0, 2 * nsp);
-    let kernel: Vec<i64> = attrs.ints("kernel_shape").map(<[i64]>::to_vec).unwrap_or_else(|| ws[2..].iter().map(|&k| k as i64).collect());
+    let kernel: Vec<i64> = attrs
+        .ints("kernel_shape")
+        .map(<[i64]>::to_vec)
+        .unwrap_or_else(|| ws[2..].iter().map(|&k| k as i64).collect());
     let auto_pad = attrs.str("auto_pad", "NOTSET");
     let mut out_sp = vec![0usize; nsp];
     let explicit = attrs.ints("output_shape").map(|s| s[s.len().saturating_sub(nsp)..].to_vec());
     for i in 0..nsp {
         let full = strides_[i] * (xs[2 + i] as i64 - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1;
-        if let Some(target) = explicit.as_ref().map(|s| s[i]).or_else(|| auto_pad.starts_with("SAME").then(|| xs[2 + i] as i64 * strides_[i])) {
+        if let Some(target) = explicit
+            .as_ref()
+            .map(|s| s[i])
+            .or_else(|| auto_pad.starts_with("SAME").then(|| xs[2 + i] as i64 * strides_[i]))
+        {
             // May be negative: the output is then zero-extended to the requested shape.
             let total = full - target;
-            let (b, e) = if auto_pad == "SAME_UPPER" || explicit.is_some() && auto_pad != "SAME_LOWER" { (total / 2, total - total / 2) } else { (total - total / 2, total / 2) };
+            let (b, e) =
+                if auto_pad == "SAME_UPPER" || explicit.is_some() && auto_pad != "SAME_LOWER" {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                };
             pads[i] = b;
             pads[i + nsp] = e;
         }
@@ -261,12 +295,21 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     let kernel: Vec<usize> = if global {
         xs[2..].to_vec()
     } else {
-        attrs.ints("kernel_shape").ok_or("attribute `kernel_shape` is required")?.iter().map(|&k| k as usize).collect()
+        attrs
+            .ints("kernel_shape")
+            .ok_or("attribute `kernel_shape` is required")?
+            .iter()
+            .map(|&k| k as usize)
+            .collect()
     };
     if kernel.len() != nsp {
         return Err(format!("kernel_shape has {} dims for {nsp} spatial dims", kernel.len()));
     }
-    let geo = if global { geometry(&Attrs::new(), &xs[2..], &kernel, false)? } else { geometry(attrs, &xs[2..], &kernel, attrs.int("ceil_mode", 0) != 0)? };
+    let geo = if global {
+        geometry(&Attrs::new(), &xs[2..], &kernel, false)?
+    } else {
+        geometry(attrs, &xs[2..], &kernel, attrs.int("ceil_mode", 0) != 0)?
+    };
     let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
     let osz: usize = out_sp.iter().product();
     let isz: usize = xs[2..].iter().product();
@@ -276,7 +319,8 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     let xd = xf.as_standard_layout();
     let xd = xd.as_slice().ok_or("layout")?;
     let nc = xs[0] * xs[1];
-    let p = if matches!(op, Op::LpPool | Op::GlobalLpPool) { attrs.int("p", 2) as f64 } else { 2.0 };
+    let p =
+        if matches!(op, Op::LpPool | Op::GlobalLpPool) { attrs.int("p", 2) as f64 } else { 2.0 };
     let include_pad = attrs.int("count_include_pad", 0) != 0;
     let is_max = matches!(op, Op::MaxPool | Op::GlobalMaxPool);
     let mut out = vec![0.0; nc * osz];
@@ -296,9 +340,11 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
                 let mut inside = true;
                 let mut in_padded = true;
                 for d in 0..nsp {
-                    let pos = (oi[d] * geo[d].stride + ki[d] * geo[d].dilation) as isize - geo[d].pad_begin as isize;
+                    let pos = (oi[d] * geo[d].stride + ki[d] * geo[d].dilation) as isize
+                        - geo[d].pad_begin as isize;
                     // Positions past input + end padding (ceil mode) never count.
-                    let pads_end = attrs.ints("pads").map(|p| p[d + nsp]).unwrap_or(0).max(0) as isize;
+                    let pads_end =
+                        attrs.ints("pads").map(|p| p[d + nsp]).unwrap_or(0).max(0) as isize;
                     if pos >= geo[d].input as isize + pads_end {
                         in_padded = false;
                     }
@@ -351,7 +397,10 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     }
     let mut shape = vec![xs[0], xs[1]];
     shape.extend(out_sp);
-    let mut res = vec![from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())?];
+    let mut res = vec![from_f64(
+        ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
+        x.dtype(),
+    )?];
     if n_out > 1 {
         res.push(Tensor::from_vec(shape, idx).map_err(|e| e.to_string())?);
     }

@@ -39,7 +39,11 @@ pub fn zip_map<A: xpu_ir::Element + Clone, B: xpu_ir::Element + Clone, O: Clone>
 }
 
 /// Fallible variant of [`zip_map`]: the first error wins.
-fn try_zip_map<A: Scalar, O: Clone + Default>(a: &Tensor, b: &Tensor, f: impl Fn(A, A) -> KResult<O> + Sync) -> KResult<ArrayD<O>> {
+fn try_zip_map<A: Scalar, O: Clone + Default>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(A, A) -> KResult<O> + Sync,
+) -> KResult<ArrayD<O>> {
     let err = std::sync::Mutex::new(None);
     let out = zip_map::<A, A, O>(a, b, |&x, &y| match f(x, y) {
         Ok(v) => v,
@@ -82,10 +86,16 @@ fn unary_float(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
                 Op::Atanh => Box::new(|v: $T| v.atanh()),
                 Op::Erf => Box::new(|v: $T| erf(v as f64) as $T),
                 Op::Tanh => Box::new(|v: $T| v.tanh()),
-                Op::Sigmoid => Box::new(|v: $T| if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) }),
-                Op::Softplus => Box::new(|v: $T| if v > 0.0 { v + (-v).exp().ln_1p() } else { v.exp().ln_1p() }),
+                Op::Sigmoid => Box::new(|v: $T| {
+                    if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) }
+                }),
+                Op::Softplus => {
+                    Box::new(|v: $T| if v > 0.0 { v + (-v).exp().ln_1p() } else { v.exp().ln_1p() })
+                }
                 Op::Softsign => Box::new(|v: $T| v / (1.0 + v.abs())),
-                Op::Mish => Box::new(|v: $T| v * (if v > 0.0 { v + (-v).exp().ln_1p() } else { v.exp().ln_1p() }).tanh()),
+                Op::Mish => Box::new(|v: $T| {
+                    v * (if v > 0.0 { v + (-v).exp().ln_1p() } else { v.exp().ln_1p() }).tanh()
+                }),
                 Op::HardSwish => Box::new(|v: $T| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
                 Op::LeakyRelu => {
                     let a = if alpha.is_nan() { 0.01 } else { alpha };
@@ -116,16 +126,31 @@ fn unary_float(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
                 Op::Shrink => {
                     let bias = attrs.float("bias", 0.0) as $T;
                     let l = attrs.float("lambd", 0.5) as $T;
-                    Box::new(move |v: $T| if v < -l { v + bias } else if v > l { v - bias } else { 0.0 })
+                    Box::new(move |v: $T| {
+                        if v < -l {
+                            v + bias
+                        } else if v > l {
+                            v - bias
+                        } else {
+                            0.0
+                        }
+                    })
                 }
                 Op::Gelu => {
                     if attrs.str("approximate", "none") == "tanh" {
                         Box::new(|v: $T| {
                             let x = v as f64;
-                            (0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())) as $T
+                            (0.5 * x
+                                * (1.0
+                                    + ((2.0 / std::f64::consts::PI).sqrt()
+                                        * (x + 0.044715 * x.powi(3)))
+                                    .tanh())) as $T
                         })
                     } else {
-                        Box::new(|v: $T| (0.5 * (v as f64) * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2))) as $T)
+                        Box::new(|v: $T| {
+                            (0.5 * (v as f64) * (1.0 + erf(v as f64 / std::f64::consts::SQRT_2)))
+                                as $T
+                        })
                     }
                 }
                 Op::Swish => {
@@ -165,14 +190,24 @@ pub fn unary(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
         return unary(op, attrs, &crate::util::widen(x));
     }
     match op {
-        Op::Identity | Op::Abs | Op::Neg | Op::Relu | Op::Sign | Op::Floor | Op::Ceil | Op::Round => unary_numeric(op, x),
+        Op::Identity
+        | Op::Abs
+        | Op::Neg
+        | Op::Relu
+        | Op::Sign
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round => unary_numeric(op, x),
         Op::Not => {
             let a = view::<bool>(x)?;
             Ok(tensor(a.mapv(|v| !v)))
         }
-        Op::IsNaN => float!(x.dtype(), T => Ok(tensor(view::<T>(x)?.mapv(|v| v.is_nan()))), Err(unsupported(op, x.dtype()))),
+        Op::IsNaN => {
+            float!(x.dtype(), T => Ok(tensor(view::<T>(x)?.mapv(|v| v.is_nan()))), Err(unsupported(op, x.dtype())))
+        }
         Op::IsInf => {
-            let (neg, pos) = (attrs.int("detect_negative", 1) != 0, attrs.int("detect_positive", 1) != 0);
+            let (neg, pos) =
+                (attrs.int("detect_negative", 1) != 0, attrs.int("detect_positive", 1) != 0);
             float!(x.dtype(), T => Ok(tensor(view::<T>(x)?.mapv(|v| v.is_infinite() && ((v > 0.0 && pos) || (v < 0.0 && neg))))), Err(unsupported(op, x.dtype())))
         }
         Op::BitwiseNot => bitwise_not(x),
@@ -209,8 +244,12 @@ pub fn binary(op: Op, attrs: &Attrs, a: &Tensor, b: &Tensor) -> KResult<Tensor> 
             };
             return Ok(tensor(zip_map::<bool, bool, bool>(a, b, f)?));
         }
-        Op::BitShift | Op::BitwiseAnd | Op::BitwiseOr | Op::BitwiseXor => return bitwise(op, attrs, a, b),
-        Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => return compare(op, a, b),
+        Op::BitShift | Op::BitwiseAnd | Op::BitwiseOr | Op::BitwiseXor => {
+            return bitwise(op, attrs, a, b);
+        }
+        Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => {
+            return compare(op, a, b);
+        }
         _ => {}
     }
     numeric!(a.dtype(), T => {

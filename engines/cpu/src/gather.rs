@@ -62,7 +62,11 @@ pub fn gather_elements(attrs: &Attrs, x: &Tensor, idx: &Tensor) -> KResult<Tenso
 }
 
 /// Flat offsets addressed by GatherND/ScatterND index tuples, with the slice size each covers.
-fn nd_offsets(x_shape: &[usize], idx: &Tensor, batch_dims: usize) -> KResult<(Vec<usize>, usize, Vec<usize>)> {
+fn nd_offsets(
+    x_shape: &[usize],
+    idx: &Tensor,
+    batch_dims: usize,
+) -> KResult<(Vec<usize>, usize, Vec<usize>)> {
     let iv = ints(idx, "indices")?;
     let ir = idx.rank();
     if ir == 0 {
@@ -70,7 +74,10 @@ fn nd_offsets(x_shape: &[usize], idx: &Tensor, batch_dims: usize) -> KResult<(Ve
     }
     let last = idx.shape()[ir - 1];
     if batch_dims + last > x_shape.len() {
-        return Err(format!("index tuples of length {last} exceed the data rank {}", x_shape.len()));
+        return Err(format!(
+            "index tuples of length {last} exceed the data rank {}",
+            x_shape.len()
+        ));
     }
     let xs = strides(x_shape);
     let slice: usize = x_shape[batch_dims + last..].iter().product();
@@ -97,7 +104,8 @@ fn nd_offsets(x_shape: &[usize], idx: &Tensor, batch_dims: usize) -> KResult<(Ve
 }
 
 pub fn gather_nd(attrs: &Attrs, x: &Tensor, idx: &Tensor) -> KResult<Tensor> {
-    let (offs, slice, shape) = nd_offsets(x.shape(), idx, attrs.int("batch_dims", 0).max(0) as usize)?;
+    let (offs, slice, shape) =
+        nd_offsets(x.shape(), idx, attrs.int("batch_dims", 0).max(0) as usize)?;
     any_dtype!(x.dtype(), T => {
         let d = x.as_slice::<T>().unwrap();
         let mut out = Vec::with_capacity(offs.len() * slice);
@@ -142,12 +150,22 @@ pub fn scatter_elements(attrs: &Attrs, x: &Tensor, idx: &Tensor, upd: &Tensor) -
 pub fn scatter_nd(attrs: &Attrs, x: &Tensor, idx: &Tensor, upd: &Tensor) -> KResult<Tensor> {
     let (offs, slice, _) = nd_offsets(x.shape(), idx, 0)?;
     if upd.numel() != offs.len() * slice {
-        return Err(format!("updates hold {} elements, the indices address {}", upd.numel(), offs.len() * slice));
+        return Err(format!(
+            "updates hold {} elements, the indices address {}",
+            upd.numel(),
+            offs.len() * slice
+        ));
     }
     scatter_at(x, upd, &offs, slice, attrs.str("reduction", "none"))
 }
 
-fn scatter_at(x: &Tensor, upd: &Tensor, offs: &[usize], slice: usize, reduction: &str) -> KResult<Tensor> {
+fn scatter_at(
+    x: &Tensor,
+    upd: &Tensor,
+    offs: &[usize],
+    slice: usize,
+    reduction: &str,
+) -> KResult<Tensor> {
     if reduction == "none" {
         return any_dtype!(x.dtype(), T => {
             let mut d = x.as_slice::<T>().unwrap().to_vec();
@@ -165,5 +183,8 @@ fn scatter_at(x: &Tensor, upd: &Tensor, offs: &[usize], slice: usize, reduction:
             d[o + j] = combine(reduction, d[o + j], u[k * slice + j]);
         }
     }
-    from_f64(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(x.shape()), d).map_err(|e| e.to_string())?, x.dtype())
+    from_f64(
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(x.shape()), d).map_err(|e| e.to_string())?,
+        x.dtype(),
+    )
 }

@@ -21,7 +21,10 @@ mod util;
 use std::sync::Arc;
 use std::time::Instant;
 
-use xpu_engine::{Assignment, Capabilities, Device, Engine, EngineError, Executable, Execution, KernelCaps, NodeTiming, Availability};
+use xpu_engine::{
+    Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, Execution,
+    KernelCaps, NodeTiming,
+};
 use xpu_ir::{DType, Graph, Node, NodeId, Op, OpClass, Tensor};
 
 pub use cast::cast;
@@ -37,7 +40,19 @@ pub const KERNEL_NAIVE: &str = "cpu.naive";
 
 /// Ops the CPU engine implements.
 pub fn supported_ops() -> Vec<Op> {
-    Op::ALL.iter().copied().filter(|op| !matches!(op, Op::Resize | Op::Attention | Op::SoftmaxCrossEntropyLoss | Op::NegativeLogLikelihoodLoss)).collect()
+    Op::ALL
+        .iter()
+        .copied()
+        .filter(|op| {
+            !matches!(
+                op,
+                Op::Resize
+                    | Op::Attention
+                    | Op::SoftmaxCrossEntropyLoss
+                    | Op::NegativeLogLikelihoodLoss
+            )
+        })
+        .collect()
 }
 
 /// Whether this build links OpenBLAS (the `cpu.blas` kernel).
@@ -100,31 +115,61 @@ impl Kernel {
 
 /// Evaluates one node. `out_dtypes` are the declared output dtypes (f16/bf16 results are
 /// computed in f32 and narrowed to them).
-fn eval(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], out_dtypes: &[DType]) -> KResult<Vec<Tensor>> {
+fn eval(
+    node: &Node,
+    kernel: Kernel,
+    inputs: &[Option<&Tensor>],
+    out_dtypes: &[DType],
+) -> KResult<Vec<Tensor>> {
     let class = node.op.class();
-    let computes = !matches!(class, OpClass::Movement | OpClass::Gather | OpClass::Scatter | OpClass::Constant | OpClass::Select | OpClass::Compare | OpClass::Logical)
-        && !matches!(node.op, Op::MatMul | Op::Gemm | Op::Conv | Op::Identity);
+    let computes = !matches!(
+        class,
+        OpClass::Movement
+            | OpClass::Gather
+            | OpClass::Scatter
+            | OpClass::Constant
+            | OpClass::Select
+            | OpClass::Compare
+            | OpClass::Logical
+    ) && !matches!(node.op, Op::MatMul | Op::Gemm | Op::Conv | Op::Identity);
     if computes && inputs.iter().flatten().any(|t| is_half(t.dtype())) {
         let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
         let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
         let out = eval_native(node, kernel, &refs, out_dtypes.len())?;
-        return Ok(out.into_iter().enumerate().map(|(i, t)| {
-            let to = out_dtypes.get(i).copied().unwrap_or(t.dtype());
-            narrow(t, to)
-        }).collect());
+        return Ok(out
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let to = out_dtypes.get(i).copied().unwrap_or(t.dtype());
+                narrow(t, to)
+            })
+            .collect());
     }
     eval_native(node, kernel, inputs, out_dtypes.len())
 }
 
-fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: usize) -> KResult<Vec<Tensor>> {
+fn eval_native(
+    node: &Node,
+    kernel: Kernel,
+    inputs: &[Option<&Tensor>],
+    n_out: usize,
+) -> KResult<Vec<Tensor>> {
     let a = &node.attrs;
     let x = || req(inputs, 0);
-    let all = || -> KResult<Vec<&Tensor>> { inputs.iter().enumerate().map(|(i, t)| t.ok_or_else(|| format!("input {i} is required"))).collect() };
+    let all = || -> KResult<Vec<&Tensor>> {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.ok_or_else(|| format!("input {i} is required")))
+            .collect()
+    };
     let mk = kernel.matmul();
     let one = |t: KResult<Tensor>| t.map(|t| vec![t]);
     use Op::*;
     match node.op {
-        Constant => one(a.tensor("value").cloned().ok_or_else(|| "constant without `value`".to_string())),
+        Constant => {
+            one(a.tensor("value").cloned().ok_or_else(|| "constant without `value`".to_string()))
+        }
         ConstantOfShape => one(movement::constant_of_shape(a, x()?)),
         Range => one(movement::range(inputs)),
         EyeLike => one(movement::eye_like(a, x()?)),
@@ -140,7 +185,9 @@ fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: u
         Det => one(linalg::det(x()?)),
         Conv => one(conv::conv(mk, a, inputs)),
         ConvTranspose => one(conv::conv_transpose(a, inputs)),
-        MaxPool | AveragePool | LpPool | GlobalAveragePool | GlobalMaxPool | GlobalLpPool => conv::pool(node.op, a, x()?, n_out),
+        MaxPool | AveragePool | LpPool | GlobalAveragePool | GlobalMaxPool | GlobalLpPool => {
+            conv::pool(node.op, a, x()?, n_out)
+        }
         BatchNormalization => norm::batch_norm(a, inputs, n_out),
         LayerNormalization | RmsNormalization => norm::layer_norm(node.op, a, inputs, n_out),
         InstanceNormalization => one(norm::instance_norm(a, inputs)),
@@ -149,7 +196,8 @@ fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: u
         LpNormalization => one(norm::lp_norm(a, x()?)),
         MeanVarianceNormalization => one(norm::mvn(a, x()?)),
         Softmax | LogSoftmax | Hardmax => one(reduce::softmax(node.op, a, x()?)),
-        ReduceSum | ReduceMean | ReduceMax | ReduceMin | ReduceProd | ReduceL1 | ReduceL2 | ReduceLogSum | ReduceLogSumExp | ReduceSumSquare => {
+        ReduceSum | ReduceMean | ReduceMax | ReduceMin | ReduceProd | ReduceL1 | ReduceL2
+        | ReduceLogSum | ReduceLogSumExp | ReduceSumSquare => {
             one(reduce::reduce(node.op, a, inputs))
         }
         ArgMax | ArgMin => one(reduce::arg(node.op, a, x()?)),
@@ -175,15 +223,22 @@ fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: u
         Compress => one(movement::compress(a, x()?, req(inputs, 1)?)),
         ReverseSequence => one(movement::reverse_sequence(a, x()?, req(inputs, 1)?)),
         Dropout => {
-            let training = opt(inputs, 2).map(|t| t.to_f64_vec().first().copied().unwrap_or(0.0) != 0.0).unwrap_or(false);
-            let ratio = opt(inputs, 1).map(|t| t.to_f64_vec().first().copied().unwrap_or(0.5)).unwrap_or(0.5);
+            let training = opt(inputs, 2)
+                .map(|t| t.to_f64_vec().first().copied().unwrap_or(0.0) != 0.0)
+                .unwrap_or(false);
+            let ratio = opt(inputs, 1)
+                .map(|t| t.to_f64_vec().first().copied().unwrap_or(0.5))
+                .unwrap_or(0.5);
             if training && ratio != 0.0 {
                 return Err("dropout in training mode (random masks) is not supported".into());
             }
             let t = x()?.clone();
             let mut out = vec![t.clone()];
             if n_out > 1 {
-                out.push(Tensor::from_vec(t.shape().to_vec(), vec![true; t.numel()]).map_err(|e| e.to_string())?);
+                out.push(
+                    Tensor::from_vec(t.shape().to_vec(), vec![true; t.numel()])
+                        .map_err(|e| e.to_string())?,
+                );
             }
             Ok(out)
         }
@@ -192,10 +247,24 @@ fn eval_native(node: &Node, kernel: Kernel, inputs: &[Option<&Tensor>], n_out: u
         GatherNd => one(gather::gather_nd(a, x()?, req(inputs, 1)?)),
         ScatterElements => one(gather::scatter_elements(a, x()?, req(inputs, 1)?, req(inputs, 2)?)),
         ScatterNd => one(gather::scatter_nd(a, x()?, req(inputs, 1)?, req(inputs, 2)?)),
-        op if matches!(op.class(), OpClass::Unary | OpClass::Activation) && inputs.len() == 1 || op == BitwiseNot || op == Not || op == IsNaN || op == IsInf => {
+        op if matches!(op.class(), OpClass::Unary | OpClass::Activation) && inputs.len() == 1
+            || op == BitwiseNot
+            || op == Not
+            || op == IsNaN
+            || op == IsInf =>
+        {
             one(elementwise::unary(op, a, x()?))
         }
-        op if inputs.len() == 2 && matches!(op.class(), OpClass::Binary | OpClass::Compare | OpClass::Logical | OpClass::Bitwise | OpClass::Activation) => {
+        op if inputs.len() == 2
+            && matches!(
+                op.class(),
+                OpClass::Binary
+                    | OpClass::Compare
+                    | OpClass::Logical
+                    | OpClass::Bitwise
+                    | OpClass::Activation
+            ) =>
+        {
             one(elementwise::binary(op, a, x()?, req(inputs, 1)?))
         }
         op => Err(format!("the cpu engine does not implement {op}")),
@@ -231,10 +300,30 @@ impl Engine for CpuEngine {
             availability: Availability::Available,
             devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
             kernels: [
-                HAS_BLAS.then(|| KernelCaps { name: KERNEL_BLAS.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16], description: "OpenBLAS SGEMM/DGEMM".into() }),
-                Some(KernelCaps { name: KERNEL_GEMM.into(), ops: vec![Op::MatMul, Op::Gemm], dtypes: floats.clone(), description: "packed GEMM (gemm crate), rayon threads".into() }),
-                Some(KernelCaps { name: KERNEL_IM2COL.into(), ops: vec![Op::Conv], dtypes: floats, description: "im2col + GEMM convolution".into() }),
-                Some(KernelCaps { name: KERNEL_NAIVE.into(), ops: supported_ops(), dtypes: all, description: "reference loops for every op".into() }),
+                HAS_BLAS.then(|| KernelCaps {
+                    name: KERNEL_BLAS.into(),
+                    ops: vec![Op::MatMul, Op::Gemm],
+                    dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
+                    description: "OpenBLAS SGEMM/DGEMM".into(),
+                }),
+                Some(KernelCaps {
+                    name: KERNEL_GEMM.into(),
+                    ops: vec![Op::MatMul, Op::Gemm],
+                    dtypes: floats.clone(),
+                    description: "packed GEMM (gemm crate), rayon threads".into(),
+                }),
+                Some(KernelCaps {
+                    name: KERNEL_IM2COL.into(),
+                    ops: vec![Op::Conv],
+                    dtypes: floats,
+                    description: "im2col + GEMM convolution".into(),
+                }),
+                Some(KernelCaps {
+                    name: KERNEL_NAIVE.into(),
+                    ops: supported_ops(),
+                    dtypes: all,
+                    description: "reference loops for every op".into(),
+                }),
             ]
             .into_iter()
             .flatten()
@@ -242,20 +331,30 @@ impl Engine for CpuEngine {
         }
     }
 
-    fn prepare(&self, partition: &Graph, assignment: &Assignment) -> Result<Box<dyn Executable>, EngineError> {
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError> {
         let supported = supported_ops();
         let mut kernels = Vec::with_capacity(partition.nodes.len());
         for id in partition.node_ids() {
             let node = partition.node(id);
             if !supported.contains(&node.op) {
-                return Err(EngineError::Unsupported { engine: "cpu".into(), node: node.label(id), what: format!("op {}", node.op) });
-            }
-            let k = match assignment.kernels.get(&id) {
-                Some(name) => Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {
+                return Err(EngineError::Unsupported {
                     engine: "cpu".into(),
                     node: node.label(id),
-                    what: format!("kernel {name} for op {}", node.op),
-                })?,
+                    what: format!("op {}", node.op),
+                });
+            }
+            let k = match assignment.kernels.get(&id) {
+                Some(name) => {
+                    Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {
+                        engine: "cpu".into(),
+                        node: node.label(id),
+                        what: format!("kernel {name} for op {}", node.op),
+                    })?
+                }
                 None => Kernel::default_for(node.op),
             };
             kernels.push(k);
@@ -272,7 +371,13 @@ impl Engine for CpuEngine {
         let consts = partition
             .nodes
             .iter()
-            .map(|n| if n.op == Op::Constant { n.attrs.tensor("value").cloned().map(Arc::new) } else { None })
+            .map(|n| {
+                if n.op == Op::Constant {
+                    n.attrs.tensor("value").cloned().map(Arc::new)
+                } else {
+                    None
+                }
+            })
             .collect();
         Ok(Box::new(CpuExecutable { graph: partition.clone(), kernels, last_use, consts }))
     }
@@ -323,12 +428,24 @@ impl Executable for CpuExecutable {
             let outs: Vec<Slot<'_>> = if let Some(c) = &self.consts[i] {
                 vec![Slot::Shared(c.clone())]
             } else {
-                let args: Vec<Option<&Tensor>> = node.inputs.iter().map(|v| v.and_then(|v| values[v.index()].as_ref().map(Slot::get))).collect();
+                let args: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| values[v.index()].as_ref().map(Slot::get)))
+                    .collect();
                 let out_dtypes: Vec<DType> = node.outputs.iter().map(|&o| g.ty(o).dtype).collect();
                 let id = NodeId(i as u32);
-                let outs = eval(node, self.kernels[i], &args, &out_dtypes).map_err(|message| EngineError::Kernel { node: node.label(id), message })?;
+                let outs = eval(node, self.kernels[i], &args, &out_dtypes)
+                    .map_err(|message| EngineError::Kernel { node: node.label(id), message })?;
                 if outs.len() != node.outputs.len() {
-                    return Err(EngineError::Kernel { node: node.label(id), message: format!("produced {} outputs, expected {}", outs.len(), node.outputs.len()) });
+                    return Err(EngineError::Kernel {
+                        node: node.label(id),
+                        message: format!(
+                            "produced {} outputs, expected {}",
+                            outs.len(),
+                            node.outputs.len()
+                        ),
+                    });
                 }
                 outs.into_iter().map(|t| Slot::Shared(Arc::new(t))).collect()
             };
@@ -341,15 +458,22 @@ impl Executable for CpuExecutable {
                     values[v.index()] = None;
                 }
             }
-            timings.push(NodeTiming { node: NodeId(i as u32), kernel: self.kernels[i].name().to_string(), nanos: start.elapsed().as_nanos() as u64 });
+            timings.push(NodeTiming {
+                node: NodeId(i as u32),
+                kernel: self.kernels[i].name().to_string(),
+                nanos: start.elapsed().as_nanos() as u64,
+            });
         }
         // Move each output out of its slot (the last output naming a value takes it; earlier
         // ones copy), so a result is never copied needlessly.
         let mut outputs = Vec::with_capacity(g.outputs.len());
         for (k, o) in g.outputs.iter().enumerate() {
             let last = !g.outputs[k + 1..].iter().any(|later| later.value == o.value);
-            let slot = if last { values[o.value.index()].take() } else { values[o.value.index()].clone() };
-            outputs.push(slot.map(Slot::into_owned).ok_or_else(|| EngineError::Other(format!("output {:?} was not computed", o.name)))?);
+            let slot =
+                if last { values[o.value.index()].take() } else { values[o.value.index()].clone() };
+            outputs.push(slot.map(Slot::into_owned).ok_or_else(|| {
+                EngineError::Other(format!("output {:?} was not computed", o.name))
+            })?);
         }
         Ok(Execution { outputs, timings, facts: vec![] })
     }

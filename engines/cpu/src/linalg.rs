@@ -6,10 +6,10 @@ use ndarray::{ArrayD, IxDyn};
 use xpu_ir::{Attrs, DType, Tensor};
 
 use crate::elementwise::broadcast_shape;
+use crate::numeric;
 use crate::reduce::{from_f64, to_f64};
 use crate::scalar::Scalar;
 use crate::util::{KResult, is_half, narrow, opt, req, strides, widen};
-use crate::numeric;
 
 /// Which implementation a matrix product uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,11 +24,25 @@ pub enum MatMulKernel {
 
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     // Small products lose more to scheduling than they gain from threads.
-    if m * n * k < 64 * 64 * 64 { Parallelism::None } else { Parallelism::Rayon(rayon::current_num_threads()) }
+    if m * n * k < 64 * 64 * 64 {
+        Parallelism::None
+    } else {
+        Parallelism::Rayon(rayon::current_num_threads())
+    }
 }
 
 /// C[m×n] = A[m×k] · B[k×n] on row-major slices with given row strides.
-fn mm<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T]) {
+fn mm<T: Scalar>(
+    kernel: MatMulKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    lda: usize,
+    b: &[T],
+    ldb: usize,
+    c: &mut [T],
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -40,18 +54,31 @@ fn mm<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], ld
     if kernel == MatMulKernel::Blas && crate::blas::gemm(m, n, k, a, lda, b, ldb, c) {
         return;
     }
-    let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
+    let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
     if kernel != MatMulKernel::Naive && float {
         // SAFETY: the slices cover m×k, k×n and m×n elements at the given row strides (checked
         // by the callers' shape logic); T is f32 or f64, which gemm supports; dst is not read.
         unsafe {
             gemm::gemm(
-                m, n, k,
-                c.as_mut_ptr(), 1, n as isize, false,
-                a.as_ptr(), 1, lda as isize,
-                b.as_ptr(), 1, ldb as isize,
-                T::zero(), T::one(),
-                false, false, false,
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                lda as isize,
+                b.as_ptr(),
+                1,
+                ldb as isize,
+                T::zero(),
+                T::one(),
+                false,
+                false,
+                false,
                 parallelism(m, n, k),
             );
         }
@@ -100,7 +127,12 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     let offset = |shape: &[usize], idx: &[usize], mat: usize| -> usize {
         let st = strides(shape);
         let pad = idx.len() - shape.len();
-        shape.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { idx[pad + i] * st[i] }).sum::<usize>() * mat
+        shape
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if d == 1 { 0 } else { idx[pad + i] * st[i] })
+            .sum::<usize>()
+            * mat
     };
     numeric!(a.dtype(), T => {
         let (av, bv) = (a.as_slice::<T>().unwrap(), b.as_slice::<T>().unwrap());
@@ -142,7 +174,9 @@ pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) 
     if a.rank() != 2 || b.rank() != 2 {
         return Err("gemm operands must be 2-D".into());
     }
-    let t = |x: &Tensor, on: bool| -> KResult<Tensor> { if on { crate::movement::transpose(x, Some(&[1, 0])) } else { Ok(x.clone()) } };
+    let t = |x: &Tensor, on: bool| -> KResult<Tensor> {
+        if on { crate::movement::transpose(x, Some(&[1, 0])) } else { Ok(x.clone()) }
+    };
     let a = t(a, attrs.int("transA", 0) != 0)?;
     let b = t(b, attrs.int("transB", 0) != 0)?;
     let ab = matmul(kernel, &a, &b)?;
@@ -154,7 +188,9 @@ pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) 
     }
     if let Some(c) = opt(inputs, 2) {
         let cf = to_f64(c)?;
-        let cb = cf.broadcast(IxDyn(y.shape())).ok_or_else(|| format!("C of shape {:?} does not broadcast to {:?}", c.shape(), y.shape()))?;
+        let cb = cf.broadcast(IxDyn(y.shape())).ok_or_else(|| {
+            format!("C of shape {:?} does not broadcast to {:?}", c.shape(), y.shape())
+        })?;
         y = y + cb.mapv(|v| v * beta);
     }
     if dtype == DType::F32 && alpha == 1.0 && opt(inputs, 2).is_none() {
@@ -174,7 +210,12 @@ pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
         return Err(format!("equation has {} operands, got {} inputs", terms.len(), inputs.len()));
     }
     // Expand `...` into fresh upper-case letters per operand rank.
-    let ell_rank = terms.iter().zip(inputs).map(|(t, x)| if t.contains("...") { x.rank() + 3 - t.len() } else { 0 }).max().unwrap_or(0);
+    let ell_rank = terms
+        .iter()
+        .zip(inputs)
+        .map(|(t, x)| if t.contains("...") { x.rank() + 3 - t.len() } else { 0 })
+        .max()
+        .unwrap_or(0);
     let ell: String = (0..ell_rank).map(|i| (b'A' + i as u8) as char).collect();
     // Replaces `...` with the last `n` ellipsis letters.
     let expand = |t: &str, n: usize| -> String {
@@ -186,12 +227,20 @@ pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
     let terms: Vec<Vec<char>> = terms
         .iter()
         .zip(inputs)
-        .map(|(t, x)| expand(t, if t.contains("...") { (x.rank() + 3).saturating_sub(t.len()) } else { 0 }).chars().collect())
+        .map(|(t, x)| {
+            expand(t, if t.contains("...") { (x.rank() + 3).saturating_sub(t.len()) } else { 0 })
+                .chars()
+                .collect()
+        })
         .collect();
     let mut sizes: std::collections::BTreeMap<char, usize> = Default::default();
     for (t, x) in terms.iter().zip(inputs) {
         if t.len() != x.rank() {
-            return Err(format!("term {:?} does not match an operand of rank {}", t.iter().collect::<String>(), x.rank()));
+            return Err(format!(
+                "term {:?} does not match an operand of rank {}",
+                t.iter().collect::<String>(),
+                x.rank()
+            ));
         }
         for (&c, &d) in t.iter().zip(x.shape()) {
             let e = sizes.entry(c).or_insert(d);
@@ -213,10 +262,15 @@ pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
                     *counts.entry(c).or_default() += 1;
                 }
             }
-            ell.chars().chain(counts.iter().filter(|(c, n)| **n == 1 && !ell.contains(**c)).map(|(c, _)| *c)).collect()
+            ell.chars()
+                .chain(
+                    counts.iter().filter(|(c, n)| **n == 1 && !ell.contains(**c)).map(|(c, _)| *c),
+                )
+                .collect()
         }
     };
-    let letters: Vec<char> = out.iter().copied().chain(sizes.keys().copied().filter(|c| !out.contains(c))).collect();
+    let letters: Vec<char> =
+        out.iter().copied().chain(sizes.keys().copied().filter(|c| !out.contains(c))).collect();
     let dims: Vec<usize> = letters.iter().map(|c| sizes[c]).collect();
     let dtype = inputs[0].dtype();
     let data: Vec<ArrayD<f64>> = inputs.iter().map(|t| to_f64(t)).collect::<KResult<_>>()?;
@@ -224,13 +278,20 @@ pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
     let out_n: usize = out_shape.iter().product();
     let mut result = vec![0.0; out_n];
     let total: usize = dims.iter().product();
-    let pos: Vec<Vec<usize>> = terms.iter().map(|t| t.iter().map(|c| letters.iter().position(|l| l == c).unwrap()).collect()).collect();
+    let pos: Vec<Vec<usize>> = terms
+        .iter()
+        .map(|t| t.iter().map(|c| letters.iter().position(|l| l == c).unwrap()).collect())
+        .collect();
     let out_st = strides(&out_shape);
     let mut idx = vec![0usize; letters.len()];
     for _ in 0..total {
         let mut prod = 1.0;
         for (k, a) in data.iter().enumerate() {
-            let i: Vec<usize> = pos[k].iter().zip(a.shape()).map(|(&p, &d)| if d == 1 { 0 } else { idx[p] }).collect();
+            let i: Vec<usize> = pos[k]
+                .iter()
+                .zip(a.shape())
+                .map(|(&p, &d)| if d == 1 { 0 } else { idx[p] })
+                .collect();
             prod *= a[IxDyn(&i)];
         }
         let o: usize = (0..out.len()).map(|p| idx[p] * out_st[p]).sum();
@@ -261,7 +322,9 @@ pub fn det(x: &Tensor) -> KResult<Tensor> {
             let mut m = m.to_vec();
             let mut det = 1.0;
             for col in 0..n {
-                let piv = (col..n).max_by(|&i, &j| m[i * n + col].abs().total_cmp(&m[j * n + col].abs())).unwrap();
+                let piv = (col..n)
+                    .max_by(|&i, &j| m[i * n + col].abs().total_cmp(&m[j * n + col].abs()))
+                    .unwrap();
                 if m[piv * n + col] == 0.0 {
                     return 0.0;
                 }
@@ -282,10 +345,23 @@ pub fn det(x: &Tensor) -> KResult<Tensor> {
             det
         })
         .collect();
-    from_f64(ArrayD::from_shape_vec(IxDyn(&x.shape()[..r - 2]), out).map_err(|e| e.to_string())?, x.dtype())
+    from_f64(
+        ArrayD::from_shape_vec(IxDyn(&x.shape()[..r - 2]), out).map_err(|e| e.to_string())?,
+        x.dtype(),
+    )
 }
 
 /// Matrix product on row-major slices for other kernels (convolution's GEMM step).
-pub fn mm_public<T: Scalar>(kernel: MatMulKernel, m: usize, n: usize, k: usize, a: &[T], lda: usize, b: &[T], ldb: usize, c: &mut [T]) {
+pub fn mm_public<T: Scalar>(
+    kernel: MatMulKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    lda: usize,
+    b: &[T],
+    ldb: usize,
+    c: &mut [T],
+) {
     mm(kernel, m, n, k, a, lda, b, ldb, c)
 }

@@ -17,20 +17,31 @@ pub fn reshape_dims(x: &Tensor, spec: &[i64], allow_zero: bool) -> KResult<Vec<u
                 1
             }
             -1 => return Err("shape has more than one -1".into()),
-            0 if !allow_zero => *x.shape().get(i).ok_or_else(|| format!("shape[{i}] = 0 copies a dim the input (shape {:?}) lacks", x.shape()))?,
+            0 if !allow_zero => *x.shape().get(i).ok_or_else(|| {
+                format!("shape[{i}] = 0 copies a dim the input (shape {:?}) lacks", x.shape())
+            })?,
             s if s < 0 => return Err(format!("shape[{i}] = {s} is invalid")),
             s => s as usize,
         });
     }
     if let Some(i) = infer {
-        let rest: usize = out.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, &d)| d).product();
+        let rest: usize =
+            out.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, &d)| d).product();
         if rest == 0 || x.numel() % rest != 0 {
-            return Err(format!("cannot reshape {} elements (shape {:?}) into {spec:?}", x.numel(), x.shape()));
+            return Err(format!(
+                "cannot reshape {} elements (shape {:?}) into {spec:?}",
+                x.numel(),
+                x.shape()
+            ));
         }
         out[i] = x.numel() / rest;
     }
     if out.iter().product::<usize>() != x.numel() {
-        return Err(format!("cannot reshape {} elements (shape {:?}) into {spec:?}", x.numel(), x.shape()));
+        return Err(format!(
+            "cannot reshape {} elements (shape {:?}) into {spec:?}",
+            x.numel(),
+            x.shape()
+        ));
     }
     Ok(out)
 }
@@ -66,7 +77,8 @@ pub fn squeeze(x: &Tensor, axes: Option<&Tensor>) -> KResult<Tensor> {
             return Err(format!("cannot squeeze axis {a} of size {}", x.shape()[a]));
         }
     }
-    let shape = x.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+    let shape =
+        x.shape().iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
     x.clone().reshaped(shape).map_err(|e| e.to_string())
 }
 
@@ -79,7 +91,8 @@ pub fn unsqueeze(x: &Tensor, axes: &Tensor) -> KResult<Tensor> {
         return Err("axes repeat".into());
     }
     let mut it = x.shape().iter();
-    let shape = (0..r).map(|i| if axes.contains(&i) { 1 } else { *it.next().unwrap_or(&1) }).collect();
+    let shape =
+        (0..r).map(|i| if axes.contains(&i) { 1 } else { *it.next().unwrap_or(&1) }).collect();
     x.clone().reshaped(shape).map_err(|e| e.to_string())
 }
 
@@ -190,7 +203,8 @@ pub fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
     if reps.len() != x.rank() || reps.iter().any(|&r| r < 0) {
         return Err(format!("repeats {reps:?} must be {} non-negative values", x.rank()));
     }
-    let shape: Vec<usize> = x.shape().iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r as usize)).collect();
+    let shape: Vec<usize> =
+        x.shape().iter().zip(&reps).map(|(&d, &r)| d.saturating_mul(r as usize)).collect();
     checked_numel(&shape)?;
     any_dtype!(x.dtype(), T => {
         let v = view::<T>(x)?;
@@ -219,7 +233,11 @@ pub fn pad(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
         before[a] = p[k];
         after[a] = p[k + axes.len()];
     }
-    let shape: Vec<usize> = (0..r).map(|d| (x.shape()[d] as i64).saturating_add(before[d]).saturating_add(after[d]).max(0) as usize).collect();
+    let shape: Vec<usize> = (0..r)
+        .map(|d| {
+            (x.shape()[d] as i64).saturating_add(before[d]).saturating_add(after[d]).max(0) as usize
+        })
+        .collect();
     checked_numel(&shape)?;
     let mode = attrs.str("mode", "constant").to_string();
     let src = x.shape().to_vec();
@@ -282,9 +300,17 @@ pub fn depth_space(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
             return Err(format!("{c} channels are not divisible by blocksize² = {}", b * b));
         }
         if attrs.str("mode", "DCR") == "CRD" {
-            (vec![n, c / (b * b), b, b, h, w], vec![0, 1, 4, 2, 5, 3], vec![n, c / (b * b), h * b, w * b])
+            (
+                vec![n, c / (b * b), b, b, h, w],
+                vec![0, 1, 4, 2, 5, 3],
+                vec![n, c / (b * b), h * b, w * b],
+            )
         } else {
-            (vec![n, b, b, c / (b * b), h, w], vec![0, 3, 4, 1, 5, 2], vec![n, c / (b * b), h * b, w * b])
+            (
+                vec![n, b, b, c / (b * b), h, w],
+                vec![0, 3, 4, 1, 5, 2],
+                vec![n, c / (b * b), h * b, w * b],
+            )
         }
     } else {
         if h % b != 0 || w % b != 0 {
@@ -350,7 +376,10 @@ pub fn range(inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
 }
 
 pub fn constant_of_shape(attrs: &Attrs, shape: &Tensor) -> KResult<Tensor> {
-    let dims: Vec<usize> = ints(shape, "shape")?.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}"))).collect::<KResult<_>>()?;
+    let dims: Vec<usize> = ints(shape, "shape")?
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}")))
+        .collect::<KResult<_>>()?;
     let value = attrs.tensor("value").cloned().unwrap_or_else(|| Tensor::scalar(0.0f32));
     let n = checked_numel(&dims)?;
     any_dtype!(value.dtype(), T => {
@@ -367,8 +396,12 @@ pub fn eye_like(attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
     let k = attrs.int("k", 0);
     let (r, c) = (x.shape()[0], x.shape()[1]);
     checked_numel(&[r, c])?;
-    let ones: Vec<f64> = (0..r * c).map(|i| if (i % c) as i64 - (i / c) as i64 == k { 1.0 } else { 0.0 }).collect();
-    crate::reduce::from_f64(ArrayD::from_shape_vec(IxDyn(&[r, c]), ones).map_err(|e| e.to_string())?, dtype)
+    let ones: Vec<f64> =
+        (0..r * c).map(|i| if (i % c) as i64 - (i / c) as i64 == k { 1.0 } else { 0.0 }).collect();
+    crate::reduce::from_f64(
+        ArrayD::from_shape_vec(IxDyn(&[r, c]), ones).map_err(|e| e.to_string())?,
+        dtype,
+    )
 }
 
 pub fn one_hot(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
@@ -411,7 +444,8 @@ pub fn compress(attrs: &Attrs, x: &Tensor, cond: &Tensor) -> KResult<Tensor> {
         Some(a) => (x.clone(), norm_axis(a, x.rank())?),
         None => (x.clone().reshaped(vec![x.numel()]).map_err(|e| e.to_string())?, 0),
     };
-    let keep: Vec<usize> = c.iter().enumerate().filter(|(i, b)| **b && *i < x.shape()[axis]).map(|(i, _)| i).collect();
+    let keep: Vec<usize> =
+        c.iter().enumerate().filter(|(i, b)| **b && *i < x.shape()[axis]).map(|(i, _)| i).collect();
     any_dtype!(x.dtype(), T => Ok(tensor(view::<T>(&x)?.select(Axis(axis), &keep))))
 }
 
@@ -420,7 +454,14 @@ pub fn non_zero(x: &Tensor) -> KResult<Tensor> {
     let st = strides(x.shape());
     let nz: Vec<usize> = match x.dtype() {
         DType::String => return Err("non_zero does not support strings".into()),
-        DType::Bool => x.as_slice::<bool>().unwrap().iter().enumerate().filter(|(_, b)| **b).map(|(i, _)| i).collect(),
+        DType::Bool => x
+            .as_slice::<bool>()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b)
+            .map(|(i, _)| i)
+            .collect(),
         _ => (0..x.numel()).filter(|&i| x.data().get_f64(i) != 0.0).collect(),
     };
     let mut out = vec![0i64; r * nz.len()];

@@ -29,20 +29,41 @@ pub fn batch_norm(attrs: &Attrs, inputs: &[Option<&Tensor>], n_out: usize) -> KR
     if training {
         let axes: Vec<usize> = (0..r).filter(|&a| a != 1).collect();
         let c = xf.shape()[1];
-        let moved = xf.view().permuted_axes(IxDyn(&[1].iter().chain(&axes).copied().collect::<Vec<_>>())).as_standard_layout().into_owned();
+        let moved = xf
+            .view()
+            .permuted_axes(IxDyn(&[1].iter().chain(&axes).copied().collect::<Vec<_>>()))
+            .as_standard_layout()
+            .into_owned();
         let per = moved.len() / c.max(1);
         let flat = moved.into_shape_with_order(IxDyn(&[c, per])).map_err(|e| e.to_string())?;
         let bm: Vec<f64> = flat.outer_iter().map(|row| row.sum() / per as f64).collect();
-        let bv: Vec<f64> = flat.outer_iter().zip(&bm).map(|(row, m)| row.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / per as f64).collect();
+        let bv: Vec<f64> = flat
+            .outer_iter()
+            .zip(&bm)
+            .map(|(row, m)| row.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / per as f64)
+            .collect();
         let momentum = attrs.float("momentum", 0.9);
-        let running_mean: Vec<f64> = mean.iter().zip(&bm).map(|(r, b)| r * momentum + b * (1.0 - momentum)).collect();
-        let running_var: Vec<f64> = var.iter().zip(&bv).map(|(r, b)| r * momentum + b * (1.0 - momentum)).collect();
-        outputs_extra.push(from_f64(ArrayD::from_shape_vec(IxDyn(&[c]), running_mean).map_err(|e| e.to_string())?, req(inputs, 3)?.dtype())?);
-        outputs_extra.push(from_f64(ArrayD::from_shape_vec(IxDyn(&[c]), running_var).map_err(|e| e.to_string())?, req(inputs, 4)?.dtype())?);
+        let running_mean: Vec<f64> =
+            mean.iter().zip(&bm).map(|(r, b)| r * momentum + b * (1.0 - momentum)).collect();
+        let running_var: Vec<f64> =
+            var.iter().zip(&bv).map(|(r, b)| r * momentum + b * (1.0 - momentum)).collect();
+        outputs_extra.push(from_f64(
+            ArrayD::from_shape_vec(IxDyn(&[c]), running_mean).map_err(|e| e.to_string())?,
+            req(inputs, 3)?.dtype(),
+        )?);
+        outputs_extra.push(from_f64(
+            ArrayD::from_shape_vec(IxDyn(&[c]), running_var).map_err(|e| e.to_string())?,
+            req(inputs, 4)?.dtype(),
+        )?);
         mean = ArrayD::from_shape_vec(IxDyn(&[c]), bm).map_err(|e| e.to_string())?;
         var = ArrayD::from_shape_vec(IxDyn(&[c]), bv).map_err(|e| e.to_string())?;
     }
-    let (s, b, m, v) = (per_channel(&scale, r)?, per_channel(&bias, r)?, per_channel(&mean, r)?, per_channel(&var, r)?);
+    let (s, b, m, v) = (
+        per_channel(&scale, r)?,
+        per_channel(&bias, r)?,
+        per_channel(&mean, r)?,
+        per_channel(&var, r)?,
+    );
     let y = (&xf - &m) / (v.mapv(|v| (v + eps).sqrt())) * &s + &b;
     let mut out = vec![from_f64(y, dtype)?];
     out.extend(outputs_extra.into_iter().take(n_out.saturating_sub(1)));
@@ -54,7 +75,12 @@ pub fn batch_norm(attrs: &Attrs, inputs: &[Option<&Tensor>], n_out: usize) -> KR
 
 /// Normalises `x` over the trailing dims from `axis`, returning (y, mean, inv_std) with
 /// statistics shaped like x with ones from `axis`.
-fn normalize_trailing(x: &ArrayD<f64>, axis: usize, eps: f64, rms: bool) -> KResult<(ArrayD<f64>, ArrayD<f64>, ArrayD<f64>)> {
+fn normalize_trailing(
+    x: &ArrayD<f64>,
+    axis: usize,
+    eps: f64,
+    rms: bool,
+) -> KResult<(ArrayD<f64>, ArrayD<f64>, ArrayD<f64>)> {
     let outer: usize = x.shape()[..axis].iter().product();
     let inner: usize = x.shape()[axis..].iter().product();
     let flat = x.as_standard_layout();
@@ -73,7 +99,8 @@ fn normalize_trailing(x: &ArrayD<f64>, axis: usize, eps: f64, rms: bool) -> KRes
         means[o] = mean;
         invs[o] = inv;
     }
-    let stat_shape: Vec<usize> = x.shape().iter().enumerate().map(|(i, &d)| if i < axis { d } else { 1 }).collect();
+    let stat_shape: Vec<usize> =
+        x.shape().iter().enumerate().map(|(i, &d)| if i < axis { d } else { 1 }).collect();
     Ok((
         ArrayD::from_shape_vec(IxDyn(x.shape()), y).map_err(|e| e.to_string())?,
         ArrayD::from_shape_vec(IxDyn(&stat_shape), means).map_err(|e| e.to_string())?,
@@ -82,10 +109,17 @@ fn normalize_trailing(x: &ArrayD<f64>, axis: usize, eps: f64, rms: bool) -> KRes
 }
 
 fn bcast(a: &ArrayD<f64>, shape: &[usize]) -> KResult<ArrayD<f64>> {
-    a.broadcast(IxDyn(shape)).map(|v| v.to_owned()).ok_or_else(|| format!("shape {:?} does not broadcast to {shape:?}", a.shape()))
+    a.broadcast(IxDyn(shape))
+        .map(|v| v.to_owned())
+        .ok_or_else(|| format!("shape {:?} does not broadcast to {shape:?}", a.shape()))
 }
 
-pub fn layer_norm(op: Op, attrs: &Attrs, inputs: &[Option<&Tensor>], n_out: usize) -> KResult<Vec<Tensor>> {
+pub fn layer_norm(
+    op: Op,
+    attrs: &Attrs,
+    inputs: &[Option<&Tensor>],
+    n_out: usize,
+) -> KResult<Vec<Tensor>> {
     let x = req(inputs, 0)?;
     let xf = to_f64(x)?;
     let axis = norm_axis(attrs.int("axis", -1), xf.ndim())?;
@@ -114,7 +148,8 @@ pub fn instance_norm(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tenso
     }
     let (y, _, _) = normalize_trailing(&xf, 2, attrs.float("epsilon", 1e-5), false)?;
     let r = xf.ndim();
-    let y = y * per_channel(&to_f64(req(inputs, 1)?)?, r)? + per_channel(&to_f64(req(inputs, 2)?)?, r)?;
+    let y =
+        y * per_channel(&to_f64(req(inputs, 1)?)?, r)? + per_channel(&to_f64(req(inputs, 2)?)?, r)?;
     from_f64(y, x.dtype())
 }
 
@@ -151,7 +186,8 @@ pub fn group_norm(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> 
 pub fn lrn(attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
     let xf = to_f64(x)?;
     let size = attrs.int("size", 0).max(1) as usize;
-    let (alpha, beta, bias) = (attrs.float("alpha", 1e-4), attrs.float("beta", 0.75), attrs.float("bias", 1.0));
+    let (alpha, beta, bias) =
+        (attrs.float("alpha", 1e-4), attrs.float("beta", 0.75), attrs.float("bias", 1.0));
     let c = xf.shape()[1];
     let lo = (size - 1) / 2;
     let hi = (size - 1).div_ceil(2);
@@ -165,7 +201,9 @@ pub fn lrn(attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
             s = s + sq.index_axis(Axis(1), k);
         }
         let xs = xf.index_axis(Axis(1), ch);
-        let v = ndarray::Zip::from(&xs).and(&s).map_collect(|&x, &s| x / (bias + alpha / size as f64 * s).powf(beta));
+        let v = ndarray::Zip::from(&xs)
+            .and(&s)
+            .map_collect(|&x, &s| x / (bias + alpha / size as f64 * s).powf(beta));
         y.index_axis_mut(Axis(1), ch).assign(&v);
     }
     from_f64(y, x.dtype())
@@ -176,7 +214,11 @@ pub fn lp_norm(attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
     let axis = norm_axis(attrs.int("axis", -1), a.ndim())?;
     let p = attrs.int("p", 2);
     for mut lane in a.lanes_mut(Axis(axis)) {
-        let n = if p == 1 { lane.iter().map(|v| v.abs()).sum::<f64>() } else { lane.iter().map(|v| v * v).sum::<f64>().sqrt() };
+        let n = if p == 1 {
+            lane.iter().map(|v| v.abs()).sum::<f64>()
+        } else {
+            lane.iter().map(|v| v * v).sum::<f64>().sqrt()
+        };
         lane.mapv_inplace(|v| if n == 0.0 { 0.0 } else { v / n });
     }
     from_f64(a, x.dtype())

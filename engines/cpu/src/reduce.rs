@@ -15,7 +15,8 @@ pub fn to_f64(t: &Tensor) -> KResult<ArrayD<f64>> {
         return ArrayD::from_shape_vec(IxDyn(t.shape()), s.to_vec()).map_err(|e| e.to_string());
     }
     if let Some(s) = t.as_slice::<f32>() {
-        return ArrayD::from_shape_vec(IxDyn(t.shape()), s.iter().map(|&x| x as f64).collect()).map_err(|e| e.to_string());
+        return ArrayD::from_shape_vec(IxDyn(t.shape()), s.iter().map(|&x| x as f64).collect())
+            .map_err(|e| e.to_string());
     }
     if t.dtype() == DType::String {
         return Err("string tensors have no numeric value".into());
@@ -44,7 +45,11 @@ fn rows(x: &ArrayD<f64>, axes: &[usize]) -> (Vec<usize>, usize, Vec<f64>) {
 }
 
 fn reduced_shape(shape: &[usize], axes: &[usize], keep: bool) -> Vec<usize> {
-    shape.iter().enumerate().filter_map(|(i, &d)| if axes.contains(&i) { keep.then_some(1) } else { Some(d) }).collect()
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| if axes.contains(&i) { keep.then_some(1) } else { Some(d) })
+        .collect()
 }
 
 pub fn reduce(op: Op, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
@@ -58,7 +63,11 @@ pub fn reduce(op: Op, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
         return Ok(x.clone());
     }
     let r = x.rank();
-    let mut axes: Vec<usize> = if axes_given.is_empty() { (0..r).collect() } else { axes_given.iter().map(|&a| norm_axis(a, r)).collect::<KResult<_>>()? };
+    let mut axes: Vec<usize> = if axes_given.is_empty() {
+        (0..r).collect()
+    } else {
+        axes_given.iter().map(|&a| norm_axis(a, r)).collect::<KResult<_>>()?
+    };
     axes.sort_unstable();
     axes.dedup();
     let xf = to_f64(x)?;
@@ -75,15 +84,23 @@ pub fn reduce(op: Op, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
         match op {
             Op::ReduceSum => row.iter().sum(),
             Op::ReduceMean => row.iter().sum::<f64>() / row.len() as f64,
-            Op::ReduceMax => row.iter().copied().fold(lowest, |a, b| if b.is_nan() || b > a { b } else { a }),
-            Op::ReduceMin => row.iter().copied().fold(highest, |a, b| if b.is_nan() || b < a { b } else { a }),
+            Op::ReduceMax => {
+                row.iter().copied().fold(lowest, |a, b| if b.is_nan() || b > a { b } else { a })
+            }
+            Op::ReduceMin => {
+                row.iter().copied().fold(highest, |a, b| if b.is_nan() || b < a { b } else { a })
+            }
             Op::ReduceProd => row.iter().product(),
             Op::ReduceL1 => row.iter().map(|v| v.abs()).sum(),
             Op::ReduceL2 => row.iter().map(|v| v * v).sum::<f64>().sqrt(),
             Op::ReduceLogSum => row.iter().sum::<f64>().ln(),
             Op::ReduceLogSumExp => {
                 let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                if m.is_infinite() { row.iter().map(|v| v.exp()).sum::<f64>().ln() } else { m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln() }
+                if m.is_infinite() {
+                    row.iter().map(|v| v.exp()).sum::<f64>().ln()
+                } else {
+                    m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+                }
             }
             _ => row.iter().map(|v| v * v).sum(),
         }
@@ -113,7 +130,11 @@ pub fn arg(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
         .map(|row| {
             let mut best = 0usize;
             for (i, &v) in row.iter().enumerate().skip(1) {
-                let better = if op == Op::ArgMax { v > row[best] || (last && v == row[best]) } else { v < row[best] || (last && v == row[best]) };
+                let better = if op == Op::ArgMax {
+                    v > row[best] || (last && v == row[best])
+                } else {
+                    v < row[best] || (last && v == row[best])
+                };
                 if better {
                     best = i;
                 }
@@ -179,13 +200,21 @@ pub fn top_k(attrs: &Attrs, x: &Tensor, k: &Tensor) -> KResult<Vec<Tensor>> {
         }
     }
     // Results are laid out with `axis` last; move it back.
-    let mut shape_last: Vec<usize> = x.shape().iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &d)| d).collect();
+    let mut shape_last: Vec<usize> =
+        x.shape().iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &d)| d).collect();
     shape_last.push(k);
     let mut back: Vec<usize> = (0..x.rank() - 1).collect();
     back.insert(axis, x.rank() - 1);
-    let v = ArrayD::from_shape_vec(IxDyn(&shape_last), vals).map_err(|e| e.to_string())?.permuted_axes(IxDyn(&back));
-    let i = ArrayD::from_shape_vec(IxDyn(&shape_last), idxs).map_err(|e| e.to_string())?.permuted_axes(IxDyn(&back));
-    Ok(vec![from_f64(v.as_standard_layout().into_owned(), x.dtype())?, tensor(i.as_standard_layout().into_owned())])
+    let v = ArrayD::from_shape_vec(IxDyn(&shape_last), vals)
+        .map_err(|e| e.to_string())?
+        .permuted_axes(IxDyn(&back));
+    let i = ArrayD::from_shape_vec(IxDyn(&shape_last), idxs)
+        .map_err(|e| e.to_string())?
+        .permuted_axes(IxDyn(&back));
+    Ok(vec![
+        from_f64(v.as_standard_layout().into_owned(), x.dtype())?,
+        tensor(i.as_standard_layout().into_owned()),
+    ])
 }
 
 pub fn softmax(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {

@@ -4,7 +4,16 @@ use num_traits::{Bounded, NumCast, ToPrimitive};
 
 /// Arithmetic every numeric dtype (ints and f32/f64) supports, with ONNX's rules.
 pub trait Scalar:
-    Copy + PartialOrd + Send + Sync + NumCast + ToPrimitive + Bounded + std::fmt::Debug + xpu_ir::Element + 'static
+    Copy
+    + PartialOrd
+    + Send
+    + Sync
+    + NumCast
+    + ToPrimitive
+    + Bounded
+    + std::fmt::Debug
+    + xpu_ir::Element
+    + 'static
 {
     const IS_FLOAT: bool;
     fn zero() -> Self;

@@ -7,7 +7,9 @@ use xpu_ir::{DType, Element, Tensor, TensorData};
 pub type KResult<T> = Result<T, String>;
 
 pub fn view<T: Element>(t: &Tensor) -> KResult<ArrayViewD<'_, T>> {
-    let s = t.as_slice::<T>().ok_or_else(|| format!("expected {} data, got {}", T::DTYPE, t.dtype()))?;
+    let s = t
+        .as_slice::<T>()
+        .ok_or_else(|| format!("expected {} data, got {}", T::DTYPE, t.dtype()))?;
     ArrayViewD::from_shape(IxDyn(t.shape()), s).map_err(|e| e.to_string())
 }
 
@@ -33,7 +35,9 @@ pub const MAX_ELEMENTS: usize = 1 << 32;
 pub fn checked_numel(shape: &[usize]) -> KResult<usize> {
     match shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) {
         Some(n) if n <= MAX_ELEMENTS => Ok(n),
-        _ => Err(format!("a tensor of shape {shape:?} is too large to allocate (limit {MAX_ELEMENTS} elements)")),
+        _ => Err(format!(
+            "a tensor of shape {shape:?} is too large to allocate (limit {MAX_ELEMENTS} elements)"
+        )),
     }
 }
 
@@ -57,7 +61,9 @@ pub fn alloc_uninit<T>(n: usize) -> Vec<std::mem::MaybeUninit<T>> {
         if end > aligned {
             // SAFETY: the range lies inside the allocation just made; MADV_HUGEPAGE is only
             // advice and does not change its contents or validity.
-            unsafe { libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE) };
+            unsafe {
+                libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE)
+            };
         }
     }
     v
@@ -68,7 +74,8 @@ pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
 }
 
 pub fn norm_axis(axis: i64, rank: usize) -> KResult<usize> {
-    xpu_ir::infer::normalize_axis(axis, rank).ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))
+    xpu_ir::infer::normalize_axis(axis, rank)
+        .ok_or_else(|| format!("axis {axis} is out of range for rank {rank}"))
 }
 
 pub fn req<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> KResult<&'a Tensor> {
@@ -82,8 +89,12 @@ pub fn opt<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
 /// Upcasts f16/bf16 to f32 (compute by conversion); other dtypes pass through.
 pub fn widen(t: &Tensor) -> Tensor {
     match t.data() {
-        TensorData::F16(v) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap(),
-        TensorData::BF16(v) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap(),
+        TensorData::F16(v) => {
+            Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap()
+        }
+        TensorData::BF16(v) => {
+            Tensor::from_vec(t.shape().to_vec(), v.iter().map(|x| x.to_f32()).collect()).unwrap()
+        }
         _ => t.clone(),
     }
 }
@@ -91,8 +102,14 @@ pub fn widen(t: &Tensor) -> Tensor {
 /// Narrows an f32 result back to f16/bf16 when the op's dtype was half precision.
 pub fn narrow(t: Tensor, to: DType) -> Tensor {
     match (to, t.data()) {
-        (DType::F16, TensorData::F32(v)) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| f16::from_f32(x)).collect()).unwrap(),
-        (DType::BF16, TensorData::F32(v)) => Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| bf16::from_f32(x)).collect()).unwrap(),
+        (DType::F16, TensorData::F32(v)) => {
+            Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| f16::from_f32(x)).collect())
+                .unwrap()
+        }
+        (DType::BF16, TensorData::F32(v)) => {
+            Tensor::from_vec(t.shape().to_vec(), v.iter().map(|&x| bf16::from_f32(x)).collect())
+                .unwrap()
+        }
         _ => t,
     }
 }
@@ -115,16 +132,46 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 macro_rules! numeric {
     ($dtype:expr, $T:ident => $body:expr, $else:expr) => {
         match $dtype {
-            xpu_ir::DType::F32 => { type $T = f32; $body }
-            xpu_ir::DType::F64 => { type $T = f64; $body }
-            xpu_ir::DType::I8 => { type $T = i8; $body }
-            xpu_ir::DType::I16 => { type $T = i16; $body }
-            xpu_ir::DType::I32 => { type $T = i32; $body }
-            xpu_ir::DType::I64 => { type $T = i64; $body }
-            xpu_ir::DType::U8 => { type $T = u8; $body }
-            xpu_ir::DType::U16 => { type $T = u16; $body }
-            xpu_ir::DType::U32 => { type $T = u32; $body }
-            xpu_ir::DType::U64 => { type $T = u64; $body }
+            xpu_ir::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            xpu_ir::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            xpu_ir::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            xpu_ir::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            xpu_ir::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            xpu_ir::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            xpu_ir::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            xpu_ir::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            xpu_ir::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            xpu_ir::DType::U64 => {
+                type $T = u64;
+                $body
+            }
             _ => $else,
         }
     };
@@ -135,20 +182,62 @@ macro_rules! numeric {
 macro_rules! any_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            xpu_ir::DType::F32 => { type $T = f32; $body }
-            xpu_ir::DType::F64 => { type $T = f64; $body }
-            xpu_ir::DType::F16 => { type $T = half::f16; $body }
-            xpu_ir::DType::BF16 => { type $T = half::bf16; $body }
-            xpu_ir::DType::I8 => { type $T = i8; $body }
-            xpu_ir::DType::I16 => { type $T = i16; $body }
-            xpu_ir::DType::I32 => { type $T = i32; $body }
-            xpu_ir::DType::I64 => { type $T = i64; $body }
-            xpu_ir::DType::U8 => { type $T = u8; $body }
-            xpu_ir::DType::U16 => { type $T = u16; $body }
-            xpu_ir::DType::U32 => { type $T = u32; $body }
-            xpu_ir::DType::U64 => { type $T = u64; $body }
-            xpu_ir::DType::Bool => { type $T = bool; $body }
-            xpu_ir::DType::String => { type $T = String; $body }
+            xpu_ir::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            xpu_ir::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            xpu_ir::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            xpu_ir::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            xpu_ir::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            xpu_ir::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            xpu_ir::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            xpu_ir::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            xpu_ir::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            xpu_ir::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            xpu_ir::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            xpu_ir::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            xpu_ir::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            xpu_ir::DType::String => {
+                type $T = String;
+                $body
+            }
         }
     };
 }
@@ -158,8 +247,14 @@ macro_rules! any_dtype {
 macro_rules! float {
     ($dtype:expr, $T:ident => $body:expr, $else:expr) => {
         match $dtype {
-            xpu_ir::DType::F32 => { type $T = f32; $body }
-            xpu_ir::DType::F64 => { type $T = f64; $body }
+            xpu_ir::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            xpu_ir::DType::F64 => {
+                type $T = f64;
+                $body
+            }
             _ => $else,
         }
     };

@@ -20,7 +20,9 @@ pub fn canonicalize(g: &Graph) -> Graph {
             Op::Identity => true,
             Op::Dropout => {
                 n.inputs.get(2).copied().flatten().is_none()
-                    && n.outputs.get(1).is_none_or(|m| uses[m.index()].is_empty() && !g.is_output(*m))
+                    && n.outputs
+                        .get(1)
+                        .is_none_or(|m| uses[m.index()].is_empty() && !g.is_output(*m))
             }
             Op::Cast => first.is_some_and(|x| Some(g.ty(x).dtype) == n.attrs.dtype("to")),
             Op::Transpose => match (n.attrs.ints("perm"), first.and_then(|x| g.ty(x).rank())) {
@@ -43,7 +45,10 @@ pub fn canonicalize(g: &Graph) -> Graph {
             let (x, shape) = (n.inputs[0], n.inputs[1]);
             if let (Some(x), Some(shape)) = (x, shape) {
                 let inner = g.producer(x).map(|p| g.node(p));
-                let b_ok = g.const_value(shape).and_then(|t| t.to_i64_vec()).is_some_and(|s| !s.contains(&0));
+                let b_ok = g
+                    .const_value(shape)
+                    .and_then(|t| t.to_i64_vec())
+                    .is_some_and(|s| !s.contains(&0));
                 if let Some(inner) = inner.filter(|p| p.op == Op::Reshape && b_ok) {
                     if let Some(src) = inner.inputs[0] {
                         g.nodes[i].inputs[0] = Some(src);
@@ -52,8 +57,10 @@ pub fn canonicalize(g: &Graph) -> Graph {
             }
             continue;
         }
-        if matches!(n.op, Op::Add | Op::Mul | Op::Max | Op::Min | Op::And | Op::Or | Op::Xor | Op::Equal)
-            && n.inputs.len() == 2
+        if matches!(
+            n.op,
+            Op::Add | Op::Mul | Op::Max | Op::Min | Op::And | Op::Or | Op::Xor | Op::Equal
+        ) && n.inputs.len() == 2
         {
             if let (Some(a), Some(b)) = (n.inputs[0], n.inputs[1]) {
                 if g.const_value(a).is_some() && g.const_value(b).is_none() {

@@ -17,7 +17,8 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
         map[i.index()] = Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
     }
     for n in &g.nodes {
-        let inputs: Vec<Option<ValueId>> = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("verified graph"))).collect();
+        let inputs: Vec<Option<ValueId>> =
+            n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("verified graph"))).collect();
         let consts: Option<Vec<Option<&Tensor>>> = inputs
             .iter()
             .map(|v| match v {
@@ -29,7 +30,12 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
             Some(c) if n.op != Op::Constant && !n.inputs.is_empty() => {
                 let c: Vec<Option<&Tensor>> = c;
                 match eval.evaluate(n, &c) {
-                    Ok(ts) if ts.len() == n.outputs.len() && ts.iter().all(|t| t.numel() <= MAX_FOLDED_ELEMENTS) => Some(ts),
+                    Ok(ts)
+                        if ts.len() == n.outputs.len()
+                            && ts.iter().all(|t| t.numel() <= MAX_FOLDED_ELEMENTS) =>
+                    {
+                        Some(ts)
+                    }
                     _ => None,
                 }
             }

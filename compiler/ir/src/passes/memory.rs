@@ -128,16 +128,17 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
             0
         }
     };
-    let place = |plan: &mut MemoryPlan, v: ValueId, buffer, bytes, how, defined_at, last: Option<usize>| {
-        plan.placements.push(ValuePlacement {
-            value: v,
-            buffer,
-            bytes,
-            how,
-            defined_at,
-            last_use: last.filter(|&l| l != END),
-        });
-    };
+    let place =
+        |plan: &mut MemoryPlan, v: ValueId, buffer, bytes, how, defined_at, last: Option<usize>| {
+            plan.placements.push(ValuePlacement {
+                value: v,
+                buffer,
+                bytes,
+                how,
+                defined_at,
+                last_use: last.filter(|&l| l != END),
+            });
+        };
     for &v in &g.inputs {
         let b = size_of(v, &mut plan);
         bytes[v.index()] = b;
@@ -167,12 +168,17 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
             let mut how = None;
             if n.op.is_elementwise() {
                 let candidates = n.input_values().filter(|x| {
-                    buffer_of[x.index()].is_some() && bytes[x.index()] == b && !taken_in_place.contains(x)
+                    buffer_of[x.index()].is_some()
+                        && bytes[x.index()] == b
+                        && !taken_in_place.contains(x)
                 });
                 let mut copy_from = None;
                 for x in candidates {
                     if last_use[x.index()] == Some(i) {
-                        how = Some((buffer_of[x.index()].unwrap(), BufferUse::InPlace { operand: x }));
+                        how = Some((
+                            buffer_of[x.index()].unwrap(),
+                            BufferUse::InPlace { operand: x },
+                        ));
                         taken_in_place.push(x);
                         break;
                     }
@@ -220,7 +226,8 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
         // place (then the bytes stay live under the output's name).
         let mut released = std::collections::HashSet::new();
         for x in n.input_values() {
-            if last_use[x.index()] == Some(i) && !taken_in_place.contains(&x) && released.insert(x) {
+            if last_use[x.index()] == Some(i) && !taken_in_place.contains(&x) && released.insert(x)
+            {
                 if let Some(buf) = buffer_of[x.index()] {
                     live_bytes -= bytes[x.index()];
                     free.push((buf, x));

@@ -1,0 +1,63 @@
+# xpu — build, test, run and benchmark. Everything a fresh machine needs comes from here.
+#
+#   make run     the example job (xpuctl on the embedded MLP example)
+#   make test    setup, format and lint checks, every test (conformance included)
+#   make bench   xpu side by side with numpy and onnxruntime
+#   make setup   Debian packages, the Python venv with the test oracles, exported test cases
+#   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+# A persistent target dir outside the clone keeps warm builds fast (CI reuses it).
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/xpu-target
+export CARGO_TERM_COLOR ?= never
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+NODE_CASES := .cache/onnx-node
+# Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel.
+APT_PACKAGES := libopenblas-dev
+
+.PHONY: setup setup-apt setup-python setup-cases test lint run bench bless clean-cache
+
+setup: setup-apt setup-python setup-cases
+
+setup-apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+setup-python: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+setup-cases: setup-python
+	$(PY) tests/conformance/export_cases.py $(NODE_CASES)
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+test: setup lint
+	cargo test --workspace --locked
+
+run: setup-apt
+	cargo run -q --locked -p xpuctl -- run examples/mlp.sgr --input x=examples/mlp_input.npy --out out/mlp
+
+bench: setup
+	cargo build -q --release --locked -p xpu-bench
+	$(PY) bench/run.py
+
+bless: setup
+	XPU_BLESS=1 cargo test --workspace --locked
+
+clean-cache:
+	rm -rf .cache
