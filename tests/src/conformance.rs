@@ -78,12 +78,11 @@ fn primary_op(case: &CaseInfo, by_name: &BTreeMap<&str, &CaseInfo>) -> String {
     if case.ops.len() == 1 {
         return case.ops[0].clone();
     }
-    if let Some(pos) = case.name.find("_expanded") {
-        if let Some(base) = by_name.get(&case.name[..pos]) {
-            if base.ops.len() == 1 {
-                return base.ops[0].clone();
-            }
-        }
+    if let Some(pos) = case.name.find("_expanded")
+        && let Some(base) = by_name.get(&case.name[..pos])
+        && base.ops.len() == 1
+    {
+        return base.ops[0].clone();
     }
     "(multi-node)".into()
 }

@@ -55,7 +55,7 @@ fn exported_partition_runs_like_the_whole() {
     let back = xpu_onnx::import_model(&xpu_onnx::export_model(&part)).unwrap();
     let input =
         xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
-    let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), &[input.clone()]).unwrap().outputs.remove(0);
+    let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), std::slice::from_ref(&input)).unwrap().outputs.remove(0);
     let via_part = xpu_engine_cpu::run_graph(&back, &[exp_in]).unwrap().outputs.remove(0);
     let whole = xpu_engine_cpu::run_graph(&g, &[input]).unwrap().outputs.remove(0);
     let neg: Vec<f32> = via_part.as_slice::<f32>().unwrap().iter().map(|v| -v).collect();

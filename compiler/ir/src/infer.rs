@@ -57,13 +57,13 @@ impl<'a> Cx<'a> {
     fn same_dtype(&self, indices: &[usize]) -> Result<DType, InferError> {
         let d0 = self.ty(indices[0])?.dtype;
         for &i in &indices[1..] {
-            if let Some(t) = self.opt_ty(i) {
-                if t.dtype != d0 {
-                    return self.err(format!(
-                        "input {i} has dtype {} but input {} has {d0}; they must match",
-                        t.dtype, indices[0]
-                    ));
-                }
+            if let Some(t) = self.opt_ty(i)
+                && t.dtype != d0
+            {
+                return self.err(format!(
+                    "input {i} has dtype {} but input {} has {d0}; they must match",
+                    t.dtype, indices[0]
+                ));
             }
         }
         Ok(d0)
@@ -1121,7 +1121,7 @@ fn reshape_dims(cx: &Cx<'_>, t: &TensorType, shape: &[i64]) -> Result<Vec<Dim>, 
             .try_fold(1u64, |acc, (_, d)| acc.checked_mul(d.known()?));
         if let Some(rest) = rest {
             cx.require(
-                rest != 0 && total as u64 % rest == 0,
+                rest != 0 && (total as u64).is_multiple_of(rest),
                 format!("cannot reshape {} elements into {shape:?}", total),
             )?;
             out[at] = Dim::Known(total as u64 / rest);

@@ -217,7 +217,7 @@ impl TensorData {
             }
             return Ok(TensorData::String(out));
         }
-        if bytes.len() % width != 0 {
+        if !bytes.len().is_multiple_of(width) {
             return Err(format!(
                 "{} bytes is not a whole number of {} elements ({} bytes each)",
                 bytes.len(),

@@ -791,7 +791,9 @@ impl<'a> Parser<'a> {
                 literal_data(ty.dtype, &items).map_err(|m| self.err(m))?
             }
             t => {
-                return Err(self.err(format!("expected tensor data `[…]` or `b64\"…\"`, found {t}")));
+                return Err(
+                    self.err(format!("expected tensor data `[…]` or `b64\"…\"`, found {t}"))
+                );
             }
         };
         Tensor::new(shape, data).map_err(|e| ParseError { line, col, message: e.to_string() })

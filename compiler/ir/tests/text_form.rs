@@ -173,10 +173,10 @@ fn garbage_never_panics() {
         for b in [b'%', b'"', b'[', b'{', b'\\', b'0', b'-', 0xFF] {
             let mut v = bytes.to_vec();
             v[i] = b;
-            if let Ok(s) = String::from_utf8(v) {
-                if let Ok(g) = parse(&s) {
-                    let _ = verify(&g);
-                }
+            if let Ok(s) = String::from_utf8(v)
+                && let Ok(g) = parse(&s)
+            {
+                let _ = verify(&g);
             }
         }
     }

@@ -362,11 +362,10 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
                 let v = plane[off];
                 count += 1;
                 if is_max {
-                    if v > acc || best < 0 || v.is_nan() {
-                        if !(acc.is_nan()) {
-                            acc = v;
-                            best = off as i64;
-                        }
+                    // NaN propagates: once the maximum is NaN it stays NaN.
+                    if !acc.is_nan() && (v > acc || best < 0 || v.is_nan()) {
+                        acc = v;
+                        best = off as i64;
                     }
                 } else if matches!(op, Op::LpPool | Op::GlobalLpPool) {
                     acc += v.abs().powf(p);

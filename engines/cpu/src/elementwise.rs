@@ -35,7 +35,7 @@ pub fn zip_map<A: xpu_ir::Element + Clone, B: xpu_ir::Element + Clone, O: Clone>
     let bv = view::<B>(b)?;
     let av = av.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let bv = bv.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
-    Ok(Zip::from(&av).and(&bv).map_collect(|x, y| f(x, y)))
+    Ok(Zip::from(&av).and(&bv).map_collect(f))
 }
 
 /// Fallible variant of [`zip_map`]: the first error wins.

@@ -1,12 +1,17 @@
 //! The CPU reference engine: every SGR-ML op on the host, written for clarity first and
-//! speed where it matters (matrix products through the gemm crate with rayon threads,
-//! convolution as im2col + GEMM). Its kernels are named — `cpu.gemm`, `cpu.im2col_conv`,
+//! speed where it matters (matrix products through OpenBLAS or the gemm crate, convolution
+//! as im2col + GEMM). Its kernels are named — `cpu.blas`, `cpu.gemm`, `cpu.im2col_conv`,
 //! `cpu.naive` — so a policy can pin them, and its results are the reference other engines
 //! are compared with. f16/bf16 are computed by widening to f32. It also serves as the
 //! constant-folding evaluator of the IR passes.
 
+// Kernels are generated over every dtype with one macro body; `clone()` is needed for
+// strings and is a copy for the numeric types.
+#![allow(clippy::clone_on_copy)]
+
 #[cfg(feature = "openblas")]
 mod blas;
+
 mod cast;
 mod conv;
 mod elementwise;

@@ -27,7 +27,7 @@ pub fn reshape_dims(x: &Tensor, spec: &[i64], allow_zero: bool) -> KResult<Vec<u
     if let Some(i) = infer {
         let rest: usize =
             out.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, &d)| d).product();
-        if rest == 0 || x.numel() % rest != 0 {
+        if rest == 0 || !x.numel().is_multiple_of(rest) {
             return Err(format!(
                 "cannot reshape {} elements (shape {:?}) into {spec:?}",
                 x.numel(),

@@ -123,7 +123,7 @@ pub fn layer_norm(
     let x = req(inputs, 0)?;
     let xf = to_f64(x)?;
     let axis = norm_axis(attrs.int("axis", -1), xf.ndim())?;
-    let eps = attrs.float("epsilon", if op == Op::RmsNormalization { 1e-5 } else { 1e-5 });
+    let eps = attrs.float("epsilon", 1e-5);
     let (y, mean, inv) = normalize_trailing(&xf, axis, eps, op == Op::RmsNormalization)?;
     let mut y = y * bcast(&to_f64(req(inputs, 1)?)?, xf.shape())?;
     if let Some(b) = opt(inputs, 2) {

@@ -49,10 +49,10 @@ pub fn canonicalize(g: &Graph) -> Graph {
                     .const_value(shape)
                     .and_then(|t| t.to_i64_vec())
                     .is_some_and(|s| !s.contains(&0));
-                if let Some(inner) = inner.filter(|p| p.op == Op::Reshape && b_ok) {
-                    if let Some(src) = inner.inputs[0] {
-                        g.nodes[i].inputs[0] = Some(src);
-                    }
+                if let Some(inner) = inner.filter(|p| p.op == Op::Reshape && b_ok)
+                    && let Some(src) = inner.inputs[0]
+                {
+                    g.nodes[i].inputs[0] = Some(src);
                 }
             }
             continue;
@@ -61,12 +61,11 @@ pub fn canonicalize(g: &Graph) -> Graph {
             n.op,
             Op::Add | Op::Mul | Op::Max | Op::Min | Op::And | Op::Or | Op::Xor | Op::Equal
         ) && n.inputs.len() == 2
+            && let (Some(a), Some(b)) = (n.inputs[0], n.inputs[1])
+            && g.const_value(a).is_some()
+            && g.const_value(b).is_none()
         {
-            if let (Some(a), Some(b)) = (n.inputs[0], n.inputs[1]) {
-                if g.const_value(a).is_some() && g.const_value(b).is_none() {
-                    g.nodes[i].inputs.swap(0, 1);
-                }
-            }
+            g.nodes[i].inputs.swap(0, 1);
         }
     }
     let keep = vec![true; g.nodes.len()];

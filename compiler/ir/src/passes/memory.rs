@@ -184,10 +184,10 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
                     }
                     copy_from.get_or_insert(x);
                 }
-                if how.is_none() {
-                    if let Some(x) = copy_from {
-                        how = Some((usize::MAX, BufferUse::Copy { operand: x }));
-                    }
+                if how.is_none()
+                    && let Some(x) = copy_from
+                {
+                    how = Some((usize::MAX, BufferUse::Copy { operand: x }));
                 }
             }
             let (buf, how) = match how {
@@ -226,12 +226,13 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
         // place (then the bytes stay live under the output's name).
         let mut released = std::collections::HashSet::new();
         for x in n.input_values() {
-            if last_use[x.index()] == Some(i) && !taken_in_place.contains(&x) && released.insert(x)
+            if last_use[x.index()] == Some(i)
+                && !taken_in_place.contains(&x)
+                && released.insert(x)
+                && let Some(buf) = buffer_of[x.index()]
             {
-                if let Some(buf) = buffer_of[x.index()] {
-                    live_bytes -= bytes[x.index()];
-                    free.push((buf, x));
-                }
+                live_bytes -= bytes[x.index()];
+                free.push((buf, x));
             }
         }
         for &o in &n.outputs {
