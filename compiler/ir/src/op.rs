@@ -287,7 +287,7 @@ define_ops! {
     ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
     ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
     // ---- attention and losses
-    Attention "attention" "Attention" Attention (3,7)->(1,4) ["is_causal": Int, "kv_num_heads": Int, "q_num_heads": Int, "qk_matmul_output_mode": Int, "scale": Float, "softcap": Float, "softmax_precision": Int] "Scaled dot-product attention (ONNX opset 23) with optional mask and past key/value.";
+    Attention "attention" "Attention" Attention (3,7)->(1,4) ["is_causal": Int, "kv_num_heads": Int, "left_window_size": Int, "q_num_heads": Int, "qk_matmul_output_mode": Int, "right_window_size": Int, "scale": Float, "softcap": Float, "softmax_precision": Int] "Scaled dot-product attention (ONNX opsets 23–25): optional mask, past key/value, padding lengths, causal and sliding-window masks.";
     SoftmaxCrossEntropyLoss "softmax_cross_entropy_loss" "SoftmaxCrossEntropyLoss" Loss (2,3)->(1,2) ["ignore_index": Int, "reduction": Str] "Cross entropy of softmax(scores) against labels; optional log-prob output.";
     NegativeLogLikelihoodLoss "negative_log_likelihood_loss" "NegativeLogLikelihoodLoss" Loss (2,3)->(1,1) ["ignore_index": Int, "reduction": Str] "−input[n, target[n], …]·weight, reduced.";
 }

@@ -12,14 +12,17 @@
 #[cfg(feature = "openblas")]
 mod blas;
 
+mod attention;
 mod cast;
 mod conv;
 mod elementwise;
 mod gather;
 mod linalg;
+mod loss;
 mod movement;
 mod norm;
 mod reduce;
+mod resize;
 mod scalar;
 mod util;
 
@@ -43,21 +46,9 @@ pub const KERNEL_GEMM: &str = "cpu.gemm";
 pub const KERNEL_IM2COL: &str = "cpu.im2col_conv";
 pub const KERNEL_NAIVE: &str = "cpu.naive";
 
-/// Ops the CPU engine implements.
+/// Ops the CPU engine implements: the whole SGR-ML op set (it is the reference engine).
 pub fn supported_ops() -> Vec<Op> {
-    Op::ALL
-        .iter()
-        .copied()
-        .filter(|op| {
-            !matches!(
-                op,
-                Op::Resize
-                    | Op::Attention
-                    | Op::SoftmaxCrossEntropyLoss
-                    | Op::NegativeLogLikelihoodLoss
-            )
-        })
-        .collect()
+    Op::ALL.to_vec()
 }
 
 /// Whether this build links OpenBLAS (the `cpu.blas` kernel).
@@ -247,6 +238,10 @@ fn eval_native(
             }
             Ok(out)
         }
+        Attention => attention::attention(a, inputs, n_out),
+        Resize => one(resize::resize(a, inputs)),
+        NegativeLogLikelihoodLoss => one(loss::negative_log_likelihood(a, inputs)),
+        SoftmaxCrossEntropyLoss => loss::softmax_cross_entropy(a, inputs, n_out),
         Gather => one(gather::gather(a, x()?, req(inputs, 1)?)),
         GatherElements => one(gather::gather_elements(a, x()?, req(inputs, 1)?)),
         GatherNd => one(gather::gather_nd(a, x()?, req(inputs, 1)?)),
