@@ -126,10 +126,10 @@ pub fn attention(attrs: &Attrs, inputs: &[Option<&Tensor>], n_out: usize) -> KRe
             if right >= 0 && -diff > right {
                 allowed = false;
             }
-            if let Some(np) = &nonpad {
-                if j as i64 >= np.get(bi).copied().unwrap_or(skv as i64) {
-                    allowed = false;
-                }
+            if let Some(np) = &nonpad
+                && j as i64 >= np.get(bi).copied().unwrap_or(skv as i64)
+            {
+                allowed = false;
             }
             if !allowed {
                 *x = f64::NEG_INFINITY;
