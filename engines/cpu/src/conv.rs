@@ -125,36 +125,53 @@ fn conv_t<T: Scalar>(
     let mg = m / g;
     let rows = cg * ksz;
     let mut out = vec![T::zero(); n * m * osz];
-    let mut col = vec![T::zero(); rows * osz];
+    // One GEMM per group over the whole batch: col is [rows, n·osz] (image-major columns),
+    // the product [mg, n·osz] is then scattered to [n, m, osz]. Few large products keep the
+    // GEMM efficient where one small product per image would not.
+    let mut col = vec![T::zero(); rows * n * osz];
+    let mut img_col = vec![T::zero(); rows * osz];
+    let mut prod = vec![T::zero(); mg * n * osz];
     let (mut oi, mut ki) = (vec![0; geo.len()], vec![0; geo.len()]);
-    for b in 0..n {
-        for gi in 0..g {
-            // im2col: row (ci, kpos), column opos.
-            for ci in 0..cg {
-                let chan = &xv[(b * c + gi * cg + ci) * isz..][..isz];
-                for kp in 0..ksz {
-                    unravel(kp, &ksp, &mut ki);
-                    let row = &mut col[(ci * ksz + kp) * osz..][..osz];
-                    for (op, slot) in row.iter_mut().enumerate() {
-                        unravel(op, &out_sp, &mut oi);
-                        let mut off = 0;
-                        let mut inside = true;
-                        for d in 0..geo.len() {
-                            match src(&geo[d], oi[d], ki[d]) {
-                                Some(p) => off += p * in_st[d],
-                                None => {
-                                    inside = false;
-                                    break;
+    for gi in 0..g {
+        for b in 0..n {
+            let x_img = &xv[(b * c + gi * cg) * isz..][..cg * isz];
+            if geo.len() == 2 {
+                im2col_2d(x_img, cg, &geo, &mut img_col);
+            } else {
+                for ci in 0..cg {
+                    let chan = &x_img[ci * isz..][..isz];
+                    for kp in 0..ksz {
+                        unravel(kp, &ksp, &mut ki);
+                        let row = &mut img_col[(ci * ksz + kp) * osz..][..osz];
+                        for (op, slot) in row.iter_mut().enumerate() {
+                            unravel(op, &out_sp, &mut oi);
+                            let mut off = 0;
+                            let mut inside = true;
+                            for d in 0..geo.len() {
+                                match src(&geo[d], oi[d], ki[d]) {
+                                    Some(p) => off += p * in_st[d],
+                                    None => {
+                                        inside = false;
+                                        break;
+                                    }
                                 }
                             }
+                            *slot = if inside { chan[off] } else { T::zero() };
                         }
-                        *slot = if inside { chan[off] } else { T::zero() };
                     }
                 }
             }
-            let wg = &wv[gi * mg * rows..][..mg * rows];
-            let dst = &mut out[(b * m + gi * mg) * osz..][..mg * osz];
-            crate::linalg::mm_public(kernel, mg, osz, rows, wg, rows, &col, osz, dst);
+            for r in 0..rows {
+                col[r * n * osz + b * osz..][..osz].copy_from_slice(&img_col[r * osz..][..osz]);
+            }
+        }
+        let wg = &wv[gi * mg * rows..][..mg * rows];
+        crate::linalg::mm_public(kernel, mg, n * osz, rows, wg, rows, &col, n * osz, &mut prod);
+        for b in 0..n {
+            for oc in 0..mg {
+                out[(b * m + gi * mg + oc) * osz..][..osz]
+                    .copy_from_slice(&prod[oc * n * osz + b * osz..][..osz]);
+            }
         }
     }
     if let Some(bias) = opt(inputs, 2) {
@@ -170,6 +187,91 @@ fn conv_t<T: Scalar>(
     let mut shape = vec![n, m];
     shape.extend(out_sp);
     Tensor::from_vec(shape, out).map_err(|e| e.to_string())
+}
+
+/// im2col for 2-D: `col[(ci·kh·kw + ky·kw + kx)·oh·ow + oy·ow + ox] = x[ci, iy, ix]` (0 in padding).
+fn im2col_2d<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
+    let (gh, gw) = (geo[0], geo[1]);
+    let (ih, iw, oh, ow) = (gh.input, gw.input, gh.out, gw.out);
+    let mut row = 0;
+    for ci in 0..channels {
+        let plane = &x[ci * ih * iw..][..ih * iw];
+        for ky in 0..gh.kernel {
+            for kx in 0..gw.kernel {
+                let dst = &mut col[row * oh * ow..][..oh * ow];
+                for oy in 0..oh {
+                    let iy = (oy * gh.stride + ky * gh.dilation) as isize - gh.pad_begin as isize;
+                    let out_row = &mut dst[oy * ow..][..ow];
+                    if iy < 0 || iy as usize >= ih {
+                        out_row.iter_mut().for_each(|v| *v = T::zero());
+                        continue;
+                    }
+                    let src = &plane[iy as usize * iw..][..iw];
+                    let x0 = (kx * gw.dilation) as isize - gw.pad_begin as isize;
+                    for (ox, v) in out_row.iter_mut().enumerate() {
+                        let ix = x0 + (ox * gw.stride) as isize;
+                        *v = if ix >= 0 && (ix as usize) < iw {
+                            src[ix as usize]
+                        } else {
+                            T::zero()
+                        };
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+/// 2-D max/average pooling over one plane (no multi-index decoding per element).
+fn pool_2d_plane(
+    plane: &[f64],
+    geo: &[Geo],
+    is_max: bool,
+    include_pad: bool,
+    pads_end: [isize; 2],
+    out: &mut [f64],
+    idx: &mut [i64],
+) {
+    let (gh, gw) = (geo[0], geo[1]);
+    let (ih, iw) = (gh.input as isize, gw.input as isize);
+    for oy in 0..gh.out {
+        for ox in 0..gw.out {
+            let mut acc = if is_max { f64::NEG_INFINITY } else { 0.0 };
+            let mut best = -1i64;
+            let (mut count, mut padded) = (0usize, 0usize);
+            for ky in 0..gh.kernel {
+                let iy = (oy * gh.stride + ky * gh.dilation) as isize - gh.pad_begin as isize;
+                for kx in 0..gw.kernel {
+                    let ix = (ox * gw.stride + kx * gw.dilation) as isize - gw.pad_begin as isize;
+                    if iy < ih + pads_end[0] && ix < iw + pads_end[1] {
+                        padded += 1;
+                    }
+                    if iy < 0 || iy >= ih || ix < 0 || ix >= iw {
+                        continue;
+                    }
+                    let off = (iy * iw + ix) as usize;
+                    let v = plane[off];
+                    count += 1;
+                    if is_max {
+                        if !acc.is_nan() && (v > acc || best < 0 || v.is_nan()) {
+                            acc = v;
+                            best = off as i64;
+                        }
+                    } else {
+                        acc += v;
+                    }
+                }
+            }
+            let o = oy * gw.out + ox;
+            out[o] = if is_max {
+                acc
+            } else {
+                acc / (if include_pad { padded } else { count }).max(1) as f64
+            };
+            idx[o] = best.max(0);
+        }
+    }
 }
 
 pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
@@ -326,7 +428,34 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     let mut out = vec![0.0; nc * osz];
     let mut idx = vec![0i64; nc * osz];
     let (mut oi, mut ki) = (vec![0; nsp], vec![0; nsp]);
-    for ch in 0..nc {
+    let fast = nsp == 2
+        && matches!(op, Op::MaxPool | Op::AveragePool | Op::GlobalAveragePool | Op::GlobalMaxPool)
+        && attrs.int("storage_order", 0) == 0;
+    if fast {
+        let pads_end = [0, 1].map(|d| {
+            if global {
+                0
+            } else {
+                attrs.ints("pads").map(|p| p[d + nsp]).unwrap_or(0).max(0) as isize
+            }
+        });
+        for ch in 0..nc {
+            let plane = &xd[ch * isz..][..isz];
+            pool_2d_plane(
+                plane,
+                &geo,
+                is_max,
+                include_pad,
+                pads_end,
+                &mut out[ch * osz..][..osz],
+                &mut idx[ch * osz..][..osz],
+            );
+            for v in &mut idx[ch * osz..][..osz] {
+                *v += (ch * isz) as i64;
+            }
+        }
+    }
+    for ch in (0..nc).filter(|_| !fast) {
         let plane = &xd[ch * isz..][..isz];
         for op_ in 0..osz {
             unravel(op_, &out_sp, &mut oi);

@@ -22,9 +22,11 @@ pub enum MatMulKernel {
     Naive,
 }
 
+/// Below this many multiply-adds a product runs on one thread: waking workers costs more.
+const SMALL_PRODUCT: usize = 1 << 21;
+
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    // Small products lose more to scheduling than they gain from threads.
-    if m * n * k < 64 * 64 * 64 {
+    if m * n * k < SMALL_PRODUCT {
         Parallelism::None
     } else {
         Parallelism::Rayon(rayon::current_num_threads())
@@ -50,8 +52,13 @@ fn mm<T: Scalar>(
         c.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
+    // OpenBLAS pays for waking its thread pool; small products are faster single-threaded
+    // through the gemm crate (below).
     #[cfg(feature = "openblas")]
-    if kernel == MatMulKernel::Blas && crate::blas::gemm(m, n, k, a, lda, b, ldb, c) {
+    if kernel == MatMulKernel::Blas
+        && m * n * k >= SMALL_PRODUCT
+        && crate::blas::gemm(m, n, k, a, lda, b, ldb, c)
+    {
         return;
     }
     let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()

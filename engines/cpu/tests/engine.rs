@@ -1,0 +1,166 @@
+//! The CPU engine as an engine: kernels agree with each other, pins are checked, inputs are
+//! validated, capabilities and timings are reported, absurd sizes are errors.
+
+use xpu_engine::{Assignment, Engine, EngineError};
+use xpu_engine_cpu::{CpuEngine, HAS_BLAS};
+use xpu_ir::{Graph, NodeId, Tensor, text::parse};
+
+fn rand(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn run_with(
+    g: &Graph,
+    kernels: &[(u32, &str)],
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>, EngineError> {
+    let mut a = Assignment::new("cpu");
+    for (n, k) in kernels {
+        a.kernels.insert(NodeId(*n), k.to_string());
+    }
+    Ok(CpuEngine::new().prepare(g, &a)?.run(inputs)?.outputs)
+}
+
+fn assert_close(a: &Tensor, b: &Tensor, tol: f32) {
+    assert_eq!(a.shape(), b.shape());
+    let (x, y) = (a.as_slice::<f32>().unwrap(), b.as_slice::<f32>().unwrap());
+    for (i, (p, q)) in x.iter().zip(y).enumerate() {
+        assert!((p - q).abs() <= tol * (1.0 + q.abs()), "element {i}: {p} vs {q}");
+    }
+}
+
+#[test]
+fn matmul_kernels_agree_including_batch_broadcast() {
+    let g = parse("graph \"g\" {\n  %0: f32[2,1,70,130] = input \"a\"\n  %1: f32[3,130,90] = input \"b\"\n  %2: f32[2,3,70,90] = matmul(%0, %1)\n  return \"c\" = %2\n}").unwrap();
+    let inputs = [
+        Tensor::from_vec(vec![2, 1, 70, 130], rand(2 * 70 * 130, 1)).unwrap(),
+        Tensor::from_vec(vec![3, 130, 90], rand(3 * 130 * 90, 2)).unwrap(),
+    ];
+    let naive = run_with(&g, &[(0, "cpu.naive")], &inputs).unwrap().remove(0);
+    let gemm = run_with(&g, &[(0, "cpu.gemm")], &inputs).unwrap().remove(0);
+    assert_close(&gemm, &naive, 1e-4);
+    if HAS_BLAS {
+        let blas = run_with(&g, &[(0, "cpu.blas")], &inputs).unwrap().remove(0);
+        assert_close(&blas, &naive, 1e-4);
+    }
+    // A hand-checked entry: c[1,2,3,4] = sum_k a[1,0,3,k] * b[2,k,4].
+    let (a, b) = (inputs[0].as_slice::<f32>().unwrap(), inputs[1].as_slice::<f32>().unwrap());
+    let want: f32 =
+        (0..130).map(|k| a[70 * 130 + 3 * 130 + k] * b[2 * 130 * 90 + k * 90 + 4]).sum();
+    let got = naive.as_slice::<f32>().unwrap()[((3 + 2) * 70 + 3) * 90 + 4];
+    assert!((got - want).abs() < 1e-4, "{got} vs {want}");
+}
+
+#[test]
+fn conv_im2col_agrees_with_naive_for_groups_strides_and_ranks() {
+    for src in [
+        "graph \"g\" {\n  %0: f32[2,4,9,7] = input \"x\"\n  %1: f32[6,2,3,3] = input \"w\"\n  %2: f32[2,6,5,4] = conv(%0, %1) {group = 2, pads = [1, 1, 1, 1], strides = [2, 2]}\n  return \"y\" = %2\n}",
+        "graph \"g\" {\n  %0: f32[1,3,11] = input \"x\"\n  %1: f32[5,3,4] = input \"w\"\n  %2: f32[1,5,5] = conv(%0, %1) {dilations = [2], strides = [1]}\n  return \"y\" = %2\n}",
+        "graph \"g\" {\n  %0: f32[1,2,5,5,5] = input \"x\"\n  %1: f32[3,2,2,2,2] = input \"w\"\n  %2: f32[1,3,4,4,4] = conv(%0, %1)\n  return \"y\" = %2\n}",
+    ] {
+        let g = parse(src).unwrap();
+        xpu_ir::verify(&g).unwrap();
+        let inputs: Vec<Tensor> = g
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let shape = g.ty(v).static_shape().unwrap();
+                let n = shape.iter().product();
+                Tensor::from_vec(shape, rand(n, i as u64 + 7)).unwrap()
+            })
+            .collect();
+        let fast = run_with(&g, &[], &inputs).unwrap().remove(0);
+        let naive = run_with(&g, &[(0, "cpu.naive")], &inputs).unwrap().remove(0);
+        assert_close(&fast, &naive, 1e-4);
+        assert_eq!(fast.shape(), g.ty(g.outputs[0].value).static_shape().unwrap().as_slice());
+    }
+}
+
+#[test]
+fn pinning_a_kernel_that_cannot_run_the_op_is_an_error() {
+    let g = parse("graph \"g\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0) @name(\"mm\")\n  return \"c\" = %1\n}").unwrap();
+    let err =
+        run_with(&g, &[(0, "cpu.im2col_conv")], &[Tensor::zeros(xpu_ir::DType::F32, vec![2, 2])])
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains("n0 (matmul \"mm\")")
+            && err.contains("does not support kernel cpu.im2col_conv for op matmul"),
+        "{err}"
+    );
+    let err =
+        run_with(&g, &[(0, "cuda.cublaslt")], &[Tensor::zeros(xpu_ir::DType::F32, vec![2, 2])])
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("kernel cuda.cublaslt"), "{err}");
+}
+
+#[test]
+fn capabilities_are_reported_as_data() {
+    let caps = CpuEngine::new().capabilities();
+    assert!(caps.availability.is_available());
+    let names: Vec<&str> = caps.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert!(
+        names.contains(&"cpu.naive")
+            && names.contains(&"cpu.gemm")
+            && names.contains(&"cpu.im2col_conv")
+    );
+    assert_eq!(names.contains(&"cpu.blas"), HAS_BLAS);
+    let naive = caps.kernels.iter().find(|k| k.name == "cpu.naive").unwrap();
+    assert_eq!(naive.ops.len(), xpu_ir::Op::ALL.len(), "the reference engine implements every op");
+    assert!(caps.supports(xpu_ir::Op::Conv, xpu_ir::DType::F16));
+    assert!(!caps.supports(xpu_ir::Op::Conv, xpu_ir::DType::String));
+}
+
+#[test]
+fn inputs_are_checked_and_timings_reported() {
+    let g = parse("graph \"g\" {\n  %0: f32[N,3] = input \"a\"\n  %1: f32[N,3] = input \"b\"\n  %2: f32[N,3] = add(%0, %1)\n  %3: f32[N,3] = relu(%2)\n  return \"c\" = %3\n}").unwrap();
+    let mut exe = CpuEngine::new().prepare(&g, &Assignment::new("cpu")).unwrap();
+    let t = |shape: Vec<usize>| Tensor::zeros(xpu_ir::DType::F32, shape);
+    let err = exe.run(&[t(vec![2, 3])]).unwrap_err().to_string();
+    assert!(err.contains("takes 2 inputs") && err.contains("\"a\", \"b\""), "{err}");
+    let err = exe.run(&[t(vec![2, 3]), t(vec![4, 3])]).unwrap_err().to_string();
+    assert!(err.contains("input \"b\"") && err.contains("symbol N, bound to 2"), "{err}");
+    let err = exe
+        .run(&[t(vec![2, 3]), Tensor::zeros(xpu_ir::DType::F64, vec![2, 3])])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("expected dtype f32, got f64"), "{err}");
+    let a = Tensor::from_vec(vec![1, 3], vec![-1.0f32, 2.0, -3.0]).unwrap();
+    let b = Tensor::from_vec(vec![1, 3], vec![0.5f32, 0.5, 0.5]).unwrap();
+    let out = exe.run(&[a.clone(), b]).unwrap();
+    assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[0.0, 2.5, 0.0]);
+    assert_eq!(out.timings.len(), 2);
+    assert_eq!(out.timings[1].kernel, "cpu.naive");
+    assert_eq!(a.as_slice::<f32>().unwrap()[0], -1.0, "inputs stay the caller's");
+}
+
+#[test]
+fn absurd_shapes_are_errors_not_aborts() {
+    let g = parse("graph \"g\" {\n  %0: i64[3] = input \"s\"\n  %1: f32[?,?,?] = constant_of_shape(%0)\n  return \"y\" = %1\n}").unwrap();
+    let shape = Tensor::from_vec(vec![3], vec![1i64 << 20, 1 << 20, 1 << 20]).unwrap();
+    let err = run_with(&g, &[], &[shape]).unwrap_err().to_string();
+    assert!(err.contains("too large to allocate"), "{err}");
+}
+
+#[test]
+fn evaluator_folds_through_the_engine() {
+    let g = parse("graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = constant {value = tensor<f32[2]> [1.0, 4.0]}\n  %2: f32[2] = sqrt(%1)\n  %3: f32[2] = add(%0, %2)\n  return \"y\" = %3\n}").unwrap();
+    let folded = xpu_ir::passes::fold_constants(&g, &xpu_engine_cpu::CpuEvaluator);
+    let folded = xpu_ir::passes::eliminate_dead_code(&folded);
+    assert!(
+        xpu_ir::text::print(&folded).contains("tensor<f32[2]> [1.0, 2.0]"),
+        "{}",
+        xpu_ir::text::print(&folded)
+    );
+    assert_eq!(folded.nodes.len(), 2);
+}
