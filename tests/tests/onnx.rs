@@ -35,31 +35,39 @@ fn import_export_import_round_trips() {
 }
 
 #[test]
-fn exported_partition_runs_like_the_whole() {
-    // Cut the middle of a graph out as its own graph, export it, re-import and run it: the
-    // result equals running the same nodes inside the full graph.
+fn exported_partitions_run_like_the_whole() {
+    // Split a graph into two partitions, export each to ONNX, re-import, run them in
+    // sequence through their boundary values: the result equals running the whole graph.
     let src = r#"graph "g" {
   %0: f32[2,3] = input "x"
-  %1: f32[2,3] = exp(%0)
-  %2: f32[3,2] = transpose(%1) {perm = [1, 0]}
-  %3: f32[3,2] = relu(%2)
-  %4: f32[3,2] = neg(%3)
-  return "y" = %4
+  %1: f32[3] = constant {value = tensor<f32[3]> [0.5, -1.0, 2.0]}
+  %2: f32[2,3] = mul(%0, %1)
+  %3: f32[2,3] = exp(%2)
+  %4: f32[3,2] = transpose(%3) {perm = [1, 0]}
+  %5: f32[3,2] = relu(%4)
+  %6: f32[2,3] = sigmoid(%2)
+  return "y" = %5, "s" = %6
 }"#;
     let g = xpu_ir::text::parse(src).unwrap();
-    let mut part = Graph::new("part");
-    let x = part.add_input("t", g.ty(xpu_ir::ValueId(1)).clone());
-    let t = part.add_op(xpu_ir::Op::Transpose, &[x], g.nodes[1].attrs.clone()).unwrap();
-    let r = part.add_op(xpu_ir::Op::Relu, &[t], Default::default()).unwrap();
-    part.add_output("r", r);
-    let back = xpu_onnx::import_model(&xpu_onnx::export_model(&part)).unwrap();
-    let input =
-        xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
-    let exp_in = xpu_engine_cpu::run_graph(&xpu_ir::text::parse("graph \"e\" {\n  %0: f32[2,3] = input \"x\"\n  %1: f32[2,3] = exp(%0)\n  return \"e\" = %1\n}").unwrap(), std::slice::from_ref(&input)).unwrap().outputs.remove(0);
-    let via_part = xpu_engine_cpu::run_graph(&back, &[exp_in]).unwrap().outputs.remove(0);
-    let whole = xpu_engine_cpu::run_graph(&g, &[input]).unwrap().outputs.remove(0);
-    let neg: Vec<f32> = via_part.as_slice::<f32>().unwrap().iter().map(|v| -v).collect();
-    assert_eq!(neg, whole.as_slice::<f32>().unwrap());
+    let first = g.partition(&[xpu_ir::NodeId(1), xpu_ir::NodeId(2), xpu_ir::NodeId(5)]);
+    let second = g.partition(&[xpu_ir::NodeId(3), xpu_ir::NodeId(4)]);
+    xpu_ir::verify(&first.graph).unwrap();
+    xpu_ir::verify(&second.graph).unwrap();
+    assert_eq!(first.inputs, vec![xpu_ir::ValueId(0)]);
+    assert_eq!(
+        first.outputs,
+        vec![xpu_ir::ValueId(3), xpu_ir::ValueId(6)],
+        "exp feeds the other partition; sigmoid is a graph output"
+    );
+    assert_eq!(second.inputs, vec![xpu_ir::ValueId(3)]);
+    let reimport = |p: &Graph| xpu_onnx::import_model(&xpu_onnx::export_model(p)).unwrap();
+    let (a, b) = (reimport(&first.graph), reimport(&second.graph));
+    let x = xpu_ir::Tensor::from_vec(vec![2, 3], vec![-1.0f32, 0.5, 2.0, -3.0, 4.0, 0.0]).unwrap();
+    let whole = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+    let part1 = xpu_engine_cpu::run_graph(&a, &[x]).unwrap().outputs;
+    let part2 = xpu_engine_cpu::run_graph(&b, &part1[..1]).unwrap().outputs;
+    assert_eq!(part2[0], whole[0]);
+    assert_eq!(part1[1], whole[1]);
 }
 
 #[test]

@@ -106,6 +106,15 @@ pub struct GraphOutput {
     pub value: ValueId,
 }
 
+/// A subgraph cut out by [`Graph::partition`], with the ids its inputs and outputs have in
+/// the graph it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Partition {
+    pub graph: Graph,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
 /// An SGR-ML graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -305,6 +314,82 @@ impl Graph {
             out.add_output(o.name.clone(), v);
         }
         out
+    }
+
+    /// Cuts `nodes` out as a standalone graph: values they read but do not define become
+    /// inputs (named after the value, or `%N`), constants they read are copied in, and values
+    /// they define that are read elsewhere or are graph outputs become outputs. Returns the
+    /// partition and, for its inputs and outputs, the value ids in `self`. Engines that run
+    /// partitions (ort, openvino) export this graph.
+    pub fn partition(&self, nodes: &[NodeId]) -> Partition {
+        let mut inside = vec![false; self.nodes.len()];
+        for n in nodes {
+            inside[n.index()] = true;
+        }
+        let defined_inside = |v: ValueId| self.producer(v).is_some_and(|p| inside[p.index()]);
+        let mut g = Graph::new(format!("{}.part", self.name));
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        let mut inputs = Vec::new();
+        // Inputs first (definition order keeps the arena invariant), then nodes.
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !inside[i] {
+                continue;
+            }
+            for v in n.input_values() {
+                let is_const = self.const_value(v).is_some();
+                if map[v.index()].is_none() && !defined_inside(v) && !is_const {
+                    let name = self.value(v).name.clone().unwrap_or_else(|| v.to_string());
+                    map[v.index()] = Some(g.add_input(name, self.ty(v).clone()));
+                    inputs.push(v);
+                }
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !inside[i] {
+                continue;
+            }
+            for v in n.input_values() {
+                if map[v.index()].is_none() {
+                    let t = self
+                        .const_value(v)
+                        .expect("outside non-constant values are inputs")
+                        .clone();
+                    map[v.index()] = Some(g.add_const(t));
+                }
+            }
+            let ins =
+                n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("mapped above"))).collect();
+            let tys = n.outputs.iter().map(|&o| self.ty(o).clone()).collect();
+            let id = g.add_node(n.op, ins, n.attrs.clone(), tys);
+            g.nodes[id.index()].name = n.name.clone();
+            let outs = g.nodes[id.index()].outputs.clone();
+            for (&o, new) in n.outputs.iter().zip(outs) {
+                map[o.index()] = Some(new);
+                g.values[new.index()].name = self.value(o).name.clone();
+            }
+        }
+        let uses = self.uses();
+        let mut outputs = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !inside[i] {
+                continue;
+            }
+            for &o in &n.outputs {
+                let used_outside = uses[o.index()].iter().any(|u| !inside[u.index()]);
+                if used_outside || self.is_output(o) {
+                    let name = self
+                        .outputs
+                        .iter()
+                        .find(|x| x.value == o)
+                        .map(|x| x.name.clone())
+                        .or_else(|| self.value(o).name.clone())
+                        .unwrap_or_else(|| o.to_string());
+                    g.add_output(name, map[o.index()].expect("defined inside"));
+                    outputs.push(o);
+                }
+            }
+        }
+        Partition { graph: g, inputs, outputs }
     }
 
     /// Stable content hash of the graph's JSON form (plan caches, explanations).

@@ -18,7 +18,7 @@ pub mod verify;
 
 pub use attr::{Attr, AttrKind, Attrs};
 pub use dtype::DType;
-pub use graph::{Graph, GraphOutput, Node, NodeId, Value, ValueDef, ValueId};
+pub use graph::{Graph, GraphOutput, Node, NodeId, Partition, Value, ValueDef, ValueId};
 pub use infer::InferError;
 pub use op::{Op, OpClass, OpInfo};
 pub use shape::{Dim, TensorType};
