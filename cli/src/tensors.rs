@@ -34,6 +34,19 @@ fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         other => bail!("structured dtype {other:?} is not supported"),
     };
     let code = type_str.trim_start_matches(['<', '>', '|', '=']);
+    // Refuse a header whose shape needs more data than the file holds, before allocating.
+    let item: usize = match code.as_bytes().first() {
+        Some(b'U') => 4 * code[1..].parse::<usize>().unwrap_or(1),
+        _ => code[1..].parse().unwrap_or(1),
+    };
+    let need = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
+    match need {
+        Some(n) if n <= bytes.len() => {}
+        _ => bail!(
+            "the header's shape {shape:?} of `{type_str}` needs more data than the file's {} bytes",
+            bytes.len()
+        ),
+    }
     let data = match code {
         "f4" => TensorData::F32(npy.into_vec()?),
         "f8" => TensorData::F64(npy.into_vec()?),
@@ -142,5 +155,79 @@ pub fn output_file_name(name: &str) -> String {
         format!("output_{cleaned}")
     } else {
         cleaned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_npy() -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.npy");
+        write_npy(
+            &p,
+            &Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap(),
+        )
+        .unwrap();
+        std::fs::read(p).unwrap()
+    }
+
+    #[test]
+    fn npy_round_trips_every_dtype() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = vec![
+            Tensor::from_vec(vec![2], vec![1.5f64, -2.0]).unwrap(),
+            Tensor::from_vec(
+                vec![3],
+                vec![half::f16::from_f32(0.5), half::f16::ONE, half::f16::ZERO],
+            )
+            .unwrap(),
+            Tensor::from_vec(vec![2, 1], vec![-3i8, 4]).unwrap(),
+            Tensor::from_vec(vec![2], vec![7u16, 9]).unwrap(),
+            Tensor::from_vec(vec![], vec![42i64]).unwrap(),
+            Tensor::from_vec(vec![3], vec![true, false, true]).unwrap(),
+            Tensor::from_vec(vec![2], vec!["héllo".to_string(), "x".to_string()]).unwrap(),
+            Tensor::from_vec(vec![0, 4], Vec::<f32>::new()).unwrap(),
+        ];
+        for (i, t) in cases.into_iter().enumerate() {
+            let p = dir.path().join(format!("{i}.npy"));
+            write_npy(&p, &t).unwrap();
+            let (_, back) = read(&p).unwrap();
+            assert_eq!(back, t);
+        }
+    }
+
+    #[test]
+    fn garbage_npy_is_an_error_not_a_panic() {
+        let good = sample_npy();
+        for end in 0..good.len() {
+            let _ = read_npy(&good[..end]);
+        }
+        for i in 0..good.len() {
+            for b in [0u8, 0xFF, b'(', b',', b'\'', b'9', b'U'] {
+                let mut v = good.clone();
+                v[i] = b;
+                let _ = read_npy(&v);
+            }
+        }
+        let mut s = 0x1234_5678_9ABC_DEF1u64;
+        for n in 0..2000 {
+            let mut v = b"\x93NUMPY\x01\x00".to_vec();
+            v.extend((0..n % 120).map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                b"{}'descr':<f4 fortran_order False shape (,3)\n 0123456789U"[(s % 56) as usize]
+            }));
+            let _ = read_npy(&v);
+        }
+        assert!(read_npy(b"not numpy").is_err());
+        let mut huge = b"\x93NUMPY\x01\x00".to_vec();
+        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, 4000000000), }          \n";
+        huge.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        huge.extend_from_slice(header.as_bytes());
+        let err = read_npy(&huge).unwrap_err().to_string();
+        assert!(err.contains("needs more data than the file"), "{err}");
     }
 }
