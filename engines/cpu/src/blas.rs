@@ -3,6 +3,8 @@
 use std::any::TypeId;
 use std::os::raw::c_int;
 
+use crate::linalg::Mat;
+
 const ROW_MAJOR: c_int = 101;
 const NO_TRANS: c_int = 111;
 
@@ -41,42 +43,51 @@ unsafe extern "C" {
     );
 }
 
-/// C[m×n] = A[m×k]·B[k×n] for f32/f64; returns false (nothing written) for other types or
-/// dims beyond CBLAS's 32-bit ints, so the caller falls back to another kernel.
+const TRANS: c_int = 112;
+
+/// (transpose flag, leading dimension) for a strided operand CBLAS can take directly.
+fn layout<T>(m: &Mat<'_, T>) -> Option<(c_int, usize)> {
+    if m.cs == 1 {
+        Some((NO_TRANS, m.rs))
+    } else if m.rs == 1 {
+        Some((TRANS, m.cs))
+    } else {
+        None
+    }
+}
+
+/// C[m×n] = A[m×k]·B[k×n] for f32/f64 operands that are row-major or transposed views;
+/// returns false (nothing written) otherwise, or for dims beyond CBLAS's 32-bit ints, so
+/// the caller falls back to another kernel.
 pub fn gemm<T: 'static>(
     m: usize,
     n: usize,
     k: usize,
-    a: &[T],
-    lda: usize,
-    b: &[T],
-    ldb: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
     c: &mut [T],
 ) -> bool {
+    let (Some((ta, lda)), Some((tb, ldb))) = (layout(&a), layout(&b)) else { return false };
     let fits = [m, n, k, lda, ldb].iter().all(|&d| d <= c_int::MAX as usize);
-    if !fits || m == 0 || n == 0 || k == 0 {
+    if !fits || m == 0 || n == 0 || k == 0 || c.len() < m * n {
         return false;
     }
-    assert!(
-        a.len() >= (m - 1) * lda + k && b.len() >= (k - 1) * ldb + n && c.len() >= m * n,
-        "gemm operands too short"
-    );
+    // The caller (`linalg::mm`) checked that both operands cover their strided shapes.
     let (m, n, k, lda, ldb) = (m as c_int, n as c_int, k as c_int, lda as c_int, ldb as c_int);
     if TypeId::of::<T>() == TypeId::of::<f32>() {
-        // SAFETY: T is f32 (checked above); the asserted lengths cover the row-major m×k,
-        // k×n and m×n operands at the given leading dimensions.
+        // SAFETY: T is f32 (checked above); operands cover their shapes at these strides.
         unsafe {
             cblas_sgemm(
                 ROW_MAJOR,
-                NO_TRANS,
-                NO_TRANS,
+                ta,
+                tb,
                 m,
                 n,
                 k,
                 1.0,
-                a.as_ptr().cast(),
+                a.data.as_ptr().cast(),
                 lda,
-                b.as_ptr().cast(),
+                b.data.as_ptr().cast(),
                 ldb,
                 0.0,
                 c.as_mut_ptr().cast(),
@@ -89,15 +100,15 @@ pub fn gemm<T: 'static>(
         unsafe {
             cblas_dgemm(
                 ROW_MAJOR,
-                NO_TRANS,
-                NO_TRANS,
+                ta,
+                tb,
                 m,
                 n,
                 k,
                 1.0,
-                a.as_ptr().cast(),
+                a.data.as_ptr().cast(),
                 lda,
-                b.as_ptr().cast(),
+                b.data.as_ptr().cast(),
                 ldb,
                 0.0,
                 c.as_mut_ptr().cast(),

@@ -131,12 +131,15 @@ fn conv_t<T: Scalar>(
     let mut col = vec![T::zero(); rows * n * osz];
     let mut img_col = vec![T::zero(); rows * osz];
     let mut prod = vec![T::zero(); mg * n * osz];
+    let direct_2d = geo.len() == 2;
     let (mut oi, mut ki) = (vec![0; geo.len()], vec![0; geo.len()]);
     for gi in 0..g {
         for b in 0..n {
             let x_img = &xv[(b * c + gi * cg) * isz..][..cg * isz];
-            if geo.len() == 2 {
-                im2col_2d(x_img, cg, &geo, &mut img_col);
+            if direct_2d {
+                // Straight into the batched column matrix: row r, columns b·osz.. of width osz.
+                im2col_2d_strided(x_img, cg, &geo, &mut col, n * osz, b * osz);
+                continue;
             } else {
                 for ci in 0..cg {
                     let chan = &x_img[ci * isz..][..isz];
@@ -166,7 +169,15 @@ fn conv_t<T: Scalar>(
             }
         }
         let wg = &wv[gi * mg * rows..][..mg * rows];
-        crate::linalg::mm_public(kernel, mg, n * osz, rows, wg, rows, &col, n * osz, &mut prod);
+        crate::linalg::mm_public(
+            kernel,
+            mg,
+            n * osz,
+            rows,
+            crate::linalg::Mat::rows(wg, rows),
+            crate::linalg::Mat::rows(&col, n * osz),
+            &mut prod,
+        );
         for b in 0..n {
             for oc in 0..mg {
                 out[(b * m + gi * mg + oc) * osz..][..osz]
@@ -189,8 +200,16 @@ fn conv_t<T: Scalar>(
     Tensor::from_vec(shape, out).map_err(|e| e.to_string())
 }
 
-/// im2col for 2-D: `col[(ci·kh·kw + ky·kw + kx)·oh·ow + oy·ow + ox] = x[ci, iy, ix]` (0 in padding).
-fn im2col_2d<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
+/// im2col for 2-D: `col[(ci·kh·kw + ky·kw + kx)·ld + base + oy·ow + ox] = x[ci, iy, ix]`
+/// (0 in padding), writing each row segment of a column matrix with leading dimension `ld`.
+fn im2col_2d_strided<T: Scalar>(
+    x: &[T],
+    channels: usize,
+    geo: &[Geo],
+    col: &mut [T],
+    ld: usize,
+    base: usize,
+) {
     let (gh, gw) = (geo[0], geo[1]);
     let (ih, iw, oh, ow) = (gh.input, gw.input, gh.out, gw.out);
     let mut row = 0;
@@ -198,7 +217,7 @@ fn im2col_2d<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
         let plane = &x[ci * ih * iw..][..ih * iw];
         for ky in 0..gh.kernel {
             for kx in 0..gw.kernel {
-                let dst = &mut col[row * oh * ow..][..oh * ow];
+                let dst = &mut col[row * ld + base..][..oh * ow];
                 for oy in 0..oh {
                     let iy = (oy * gh.stride + ky * gh.dilation) as isize - gh.pad_begin as isize;
                     let out_row = &mut dst[oy * ow..][..ow];
@@ -387,7 +406,146 @@ pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
     from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
 }
 
+/// 2-D max/average pooling in the tensor's own float type (no f64 round trip): the common
+/// case of CNNs. Returns `None` when another path must handle the request.
+fn pool_2d_native<T: Scalar>(
+    op: Op,
+    attrs: &Attrs,
+    x: &Tensor,
+    n_out: usize,
+) -> KResult<Option<Vec<Tensor>>> {
+    let xs = x.shape();
+    let global = matches!(op, Op::GlobalAveragePool | Op::GlobalMaxPool);
+    if xs.len() != 4
+        || !matches!(op, Op::MaxPool | Op::AveragePool | Op::GlobalAveragePool | Op::GlobalMaxPool)
+        || attrs.int("storage_order", 0) != 0
+        || n_out > 1
+    {
+        return Ok(None);
+    }
+    let kernel: Vec<usize> = if global {
+        xs[2..].to_vec()
+    } else {
+        attrs
+            .ints("kernel_shape")
+            .ok_or("attribute `kernel_shape` is required")?
+            .iter()
+            .map(|&k| k as usize)
+            .collect()
+    };
+    if kernel.len() != 2 {
+        return Err(format!("kernel_shape has {} dims for 2 spatial dims", kernel.len()));
+    }
+    let geo = if global {
+        geometry(&Attrs::new(), &xs[2..], &kernel, false)?
+    } else {
+        geometry(attrs, &xs[2..], &kernel, attrs.int("ceil_mode", 0) != 0)?
+    };
+    let (gh, gw) = (geo[0], geo[1]);
+    let is_max = matches!(op, Op::MaxPool | Op::GlobalMaxPool);
+    let include_pad = attrs.int("count_include_pad", 0) != 0;
+    let pads_end: Vec<isize> = (0..2)
+        .map(|d| {
+            if global {
+                0
+            } else {
+                attrs.ints("pads").map(|p| p[d + 2]).unwrap_or(0).max(0) as isize
+            }
+        })
+        .collect();
+    let xv = x.as_slice::<T>().ok_or("dtype")?;
+    let (ih, iw) = (gh.input, gw.input);
+    let (oh, ow) = (gh.out, gw.out);
+    let nc = xs[0] * xs[1];
+    let mut out = Vec::with_capacity(nc * oh * ow);
+    // Windows entirely inside the input take a branch-free loop; NaNs propagate through a
+    // flag rather than a comparison per element.
+    let inside_y: Vec<bool> = (0..oh)
+        .map(|oy| {
+            let y0 = (oy * gh.stride) as isize - gh.pad_begin as isize;
+            y0 >= 0 && y0 as usize + (gh.kernel - 1) * gh.dilation < ih
+        })
+        .collect();
+    let inside_x: Vec<bool> = (0..ow)
+        .map(|ox| {
+            let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
+            x0 >= 0 && x0 as usize + (gw.kernel - 1) * gw.dilation < iw
+        })
+        .collect();
+    let full_window = T::from_f64((gh.kernel * gw.kernel) as f64);
+    for ch in 0..nc {
+        let plane = &xv[ch * ih * iw..][..ih * iw];
+        for (oy, &in_y) in inside_y.iter().enumerate() {
+            let y0 = (oy * gh.stride) as isize - gh.pad_begin as isize;
+            for (ox, &in_x) in inside_x.iter().enumerate() {
+                let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
+                if in_y && in_x {
+                    let (y0, x0) = (y0 as usize, x0 as usize);
+                    let mut acc = if is_max { T::from_f64(f64::NEG_INFINITY) } else { T::zero() };
+                    let mut nan = false;
+                    for ky in 0..gh.kernel {
+                        let row = &plane[(y0 + ky * gh.dilation) * iw..];
+                        for kx in 0..gw.kernel {
+                            let v = row[x0 + kx * gw.dilation];
+                            if is_max {
+                                nan |= v.is_nan();
+                                if v > acc {
+                                    acc = v;
+                                }
+                            } else {
+                                acc = acc.add(v);
+                            }
+                        }
+                    }
+                    out.push(if is_max {
+                        if nan { T::from_f64(f64::NAN) } else { acc }
+                    } else {
+                        acc.div(full_window)?
+                    });
+                    continue;
+                }
+                let mut acc = if is_max { T::from_f64(f64::NEG_INFINITY) } else { T::zero() };
+                let mut nan = false;
+                let (mut count, mut padded) = (0usize, 0usize);
+                for ky in 0..gh.kernel {
+                    let iy = y0 + (ky * gh.dilation) as isize;
+                    let row_ok = iy >= 0 && (iy as usize) < ih;
+                    for kx in 0..gw.kernel {
+                        let ix = x0 + (kx * gw.dilation) as isize;
+                        if iy < ih as isize + pads_end[0] && ix < iw as isize + pads_end[1] {
+                            padded += 1;
+                        }
+                        if !row_ok || ix < 0 || ix as usize >= iw {
+                            continue;
+                        }
+                        let v = plane[iy as usize * iw + ix as usize];
+                        count += 1;
+                        if is_max {
+                            nan |= v.is_nan();
+                            if v > acc {
+                                acc = v;
+                            }
+                        } else {
+                            acc = acc.add(v);
+                        }
+                    }
+                }
+                out.push(if is_max {
+                    if nan { T::from_f64(f64::NAN) } else { acc }
+                } else {
+                    acc.div(T::from_f64((if include_pad { padded } else { count }).max(1) as f64))?
+                });
+            }
+        }
+    }
+    Ok(Some(vec![Tensor::from_vec(vec![xs[0], xs[1], oh, ow], out).map_err(|e| e.to_string())?]))
+}
+
 pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tensor>> {
+    let native = crate::float!(x.dtype(), T => pool_2d_native::<T>(op, attrs, x, n_out)?, None);
+    if let Some(out) = native {
+        return Ok(out);
+    }
     let xs = x.shape().to_vec();
     if xs.len() < 3 {
         return Err("pooling needs rank ≥ 3 (N, C, spatial…)".into());

@@ -3,7 +3,7 @@
 
 use gemm::Parallelism;
 use ndarray::{ArrayD, IxDyn};
-use xpu_ir::{Attrs, DType, Tensor};
+use xpu_ir::{Attrs, Tensor};
 
 use crate::elementwise::broadcast_shape;
 use crate::numeric;
@@ -33,18 +33,44 @@ fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     }
 }
 
-/// C[m×n] = A[m×k] · B[k×n] on row-major slices with given row strides.
+/// A strided matrix operand: element (i, j) is `data[i·rs + j·cs]`. Transposes are views.
+#[derive(Copy, Clone, Debug)]
+pub struct Mat<'a, T> {
+    pub data: &'a [T],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a, T> Mat<'a, T> {
+    /// Row-major with leading dimension `ld`.
+    pub fn rows(data: &'a [T], ld: usize) -> Self {
+        Mat { data, rs: ld, cs: 1 }
+    }
+
+    /// The transpose of a row-major matrix with leading dimension `ld`.
+    pub fn transposed(data: &'a [T], ld: usize) -> Self {
+        Mat { data, rs: 1, cs: ld }
+    }
+
+    fn covers(&self, r: usize, c: usize) -> bool {
+        r == 0 || c == 0 || (r - 1) * self.rs + (c - 1) * self.cs < self.data.len()
+    }
+}
+
+/// C[m×n] (row-major, dense) = A[m×k] · B[k×n].
 fn mm<T: Scalar>(
     kernel: MatMulKernel,
     m: usize,
     n: usize,
     k: usize,
-    a: &[T],
-    lda: usize,
-    b: &[T],
-    ldb: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
     c: &mut [T],
 ) {
+    assert!(
+        a.covers(m, k) && b.covers(k, n) && c.len() >= m * n,
+        "matrix operands do not cover their shapes"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -57,15 +83,15 @@ fn mm<T: Scalar>(
     #[cfg(feature = "openblas")]
     if kernel == MatMulKernel::Blas
         && m * n * k >= SMALL_PRODUCT
-        && crate::blas::gemm(m, n, k, a, lda, b, ldb, c)
+        && crate::blas::gemm(m, n, k, a, b, c)
     {
         return;
     }
     let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
         || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
     if kernel != MatMulKernel::Naive && float {
-        // SAFETY: the slices cover m×k, k×n and m×n elements at the given row strides (checked
-        // by the callers' shape logic); T is f32 or f64, which gemm supports; dst is not read.
+        // SAFETY: `covers` checked that every strided element of A and B and the m×n of C lie
+        // inside their slices; T is f32 or f64, which gemm supports; dst is not read.
         unsafe {
             gemm::gemm(
                 m,
@@ -75,12 +101,12 @@ fn mm<T: Scalar>(
                 1,
                 n as isize,
                 false,
-                a.as_ptr(),
-                1,
-                lda as isize,
-                b.as_ptr(),
-                1,
-                ldb as isize,
+                a.data.as_ptr(),
+                a.cs as isize,
+                a.rs as isize,
+                b.data.as_ptr(),
+                b.cs as isize,
+                b.rs as isize,
                 T::zero(),
                 T::one(),
                 false,
@@ -95,7 +121,7 @@ fn mm<T: Scalar>(
         for j in 0..n {
             let mut acc = T::zero();
             for p in 0..k {
-                acc = acc.add(a[i * lda + p].mul(b[p * ldb + j]));
+                acc = acc.add(a.data[i * a.rs + p * a.cs].mul(b.data[p * b.rs + j * b.cs]));
             }
             c[i * n + j] = acc;
         }
@@ -160,7 +186,7 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
             // SAFETY: MaybeUninit<T> has T's layout; `mm` only writes `dst` on the direct path
             // (read_dst = false) and the other paths run over initialised zeros.
             let dst = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut T, dst.len()) };
-            mm(kernel, m, n, k, &av[oa..oa + m * k], k, &bv[ob..ob + k * n], n, dst);
+            mm(kernel, m, n, k, Mat::rows(&av[oa..oa + m * k], k), Mat::rows(&bv[ob..ob + k * n], n), dst);
         }
         // SAFETY: every element was written above (GEMM over m×n per batch, or zero-filled).
         let out: Vec<T> = unsafe {
@@ -181,29 +207,57 @@ pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) 
     if a.rank() != 2 || b.rank() != 2 {
         return Err("gemm operands must be 2-D".into());
     }
-    let t = |x: &Tensor, on: bool| -> KResult<Tensor> {
-        if on { crate::movement::transpose(x, Some(&[1, 0])) } else { Ok(x.clone()) }
-    };
-    let a = t(a, attrs.int("transA", 0) != 0)?;
-    let b = t(b, attrs.int("transB", 0) != 0)?;
-    let ab = matmul(kernel, &a, &b)?;
+    if a.dtype() != b.dtype() {
+        return Err(format!("operand dtypes differ ({} and {})", a.dtype(), b.dtype()));
+    }
+    let (ta, tb) = (attrs.int("transA", 0) != 0, attrs.int("transB", 0) != 0);
+    let (m, k) = if ta { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
+    let (k2, n) = if tb { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
+    if k != k2 {
+        return Err(format!(
+            "gemm inner dims differ: A {:?} (transA {ta}) × B {:?} (transB {tb})",
+            a.shape(),
+            b.shape()
+        ));
+    }
     let (alpha, beta) = (attrs.float("alpha", 1.0), attrs.float("beta", 1.0));
-    let dtype = ab.dtype();
-    let mut y = to_f64(&ab)?;
-    if alpha != 1.0 {
-        y.mapv_inplace(|v| v * alpha);
+    // C broadcasts unidirectionally to [m, n]: view it as [cm, cn] with cm ∈ {1, m}, cn ∈ {1, n}.
+    let c = opt(inputs, 2);
+    let (cm, cn) = match c.map(|c| c.shape().to_vec()) {
+        None => (0, 0),
+        Some(s) if s.is_empty() => (1, 1),
+        Some(s) if s.len() == 1 => (1, s[0]),
+        Some(s) if s.len() == 2 => (s[0], s[1]),
+        Some(s) => return Err(format!("C of shape {s:?} must have rank ≤ 2")),
+    };
+    if c.is_some() && !((cm == 1 || cm == m) && (cn == 1 || cn == n)) {
+        return Err(format!(
+            "C of shape {:?} does not broadcast to [{m}, {n}]",
+            c.map(|c| c.shape().to_vec()).unwrap_or_default()
+        ));
     }
-    if let Some(c) = opt(inputs, 2) {
-        let cf = to_f64(c)?;
-        let cb = cf.broadcast(IxDyn(y.shape())).ok_or_else(|| {
-            format!("C of shape {:?} does not broadcast to {:?}", c.shape(), y.shape())
-        })?;
-        y = y + cb.mapv(|v| v * beta);
-    }
-    if dtype == DType::F32 && alpha == 1.0 && opt(inputs, 2).is_none() {
-        return Ok(ab);
-    }
-    from_f64(y, dtype)
+    numeric!(a.dtype(), T => {
+        let (av, bv) = (a.as_slice::<T>().unwrap(), b.as_slice::<T>().unwrap());
+        // Transposes are strides, never copies.
+        let am = if ta { Mat::transposed(av, m) } else { Mat::rows(av, k) };
+        let bm = if tb { Mat::transposed(bv, k) } else { Mat::rows(bv, n) };
+        let mut out = vec![T::zero(); m * n];
+        mm(kernel, m, n, k, am, bm, &mut out);
+        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
+        if alpha.to_f64() != 1.0 {
+            out.iter_mut().for_each(|v| *v = v.mul(alpha));
+        }
+        if let Some(c) = c {
+            let cv = c.as_slice::<T>().ok_or("C dtype differs from A")?;
+            for i in 0..m {
+                for j in 0..n {
+                    let cval = cv[(if cm == 1 { 0 } else { i }) * cn + if cn == 1 { 0 } else { j }];
+                    out[i * n + j] = out[i * n + j].add(cval.mul(beta));
+                }
+            }
+        }
+        Tensor::from_vec(vec![m, n], out).map_err(|e| e.to_string())
+    }, Err(format!("gemm does not support dtype {}", a.dtype())))
 }
 
 pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
@@ -358,17 +412,15 @@ pub fn det(x: &Tensor) -> KResult<Tensor> {
     )
 }
 
-/// Matrix product on row-major slices for other kernels (convolution's GEMM step).
+/// Matrix product for other kernels (convolution's GEMM step).
 pub fn mm_public<T: Scalar>(
     kernel: MatMulKernel,
     m: usize,
     n: usize,
     k: usize,
-    a: &[T],
-    lda: usize,
-    b: &[T],
-    ldb: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
     c: &mut [T],
 ) {
-    mm(kernel, m, n, k, a, lda, b, ldb, c)
+    mm(kernel, m, n, k, a, b, c)
 }
