@@ -838,6 +838,41 @@ pub fn infer_types(
             }
             Ok(out)
         }
+        Op::Rnn | Op::Gru | Op::Lstm => {
+            let x = cx.ty(0)?;
+            let w = cx.ty(1)?;
+            let r = cx.ty(2)?;
+            let layout = attrs.int("layout", 0);
+            let dirs = w.dims.as_ref().and_then(|d| d.first().cloned()).unwrap_or(Dim::Unknown);
+            let hidden = attrs
+                .opt_int("hidden_size")
+                .map(known)
+                .or_else(|| r.dims.as_ref().and_then(|d| d.get(2).cloned()))
+                .unwrap_or(Dim::Unknown);
+            let (seq, batch) = match &x.dims {
+                Some(d) if d.len() == 3 => {
+                    if layout == 1 {
+                        (d[1].clone(), d[0].clone())
+                    } else {
+                        (d[0].clone(), d[1].clone())
+                    }
+                }
+                Some(d) => return cx.err(format!("X must be 3-D, got rank {}", d.len())),
+                None => (Dim::Unknown, Dim::Unknown),
+            };
+            let y = if layout == 1 {
+                vec![batch.clone(), seq, dirs.clone(), hidden.clone()]
+            } else {
+                vec![seq, dirs.clone(), batch.clone(), hidden.clone()]
+            };
+            let state =
+                if layout == 1 { vec![batch, dirs, hidden] } else { vec![dirs, batch, hidden] };
+            let mut out = vec![TensorType::new(x.dtype, y)];
+            for _ in 1..n_outputs {
+                out.push(TensorType::new(x.dtype, state.clone()));
+            }
+            Ok(out)
+        }
         Op::SoftmaxCrossEntropyLoss | Op::NegativeLogLikelihoodLoss => {
             let t = cx.ty(0)?;
             let labels = cx.ty(1)?;

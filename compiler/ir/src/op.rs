@@ -44,6 +44,7 @@ pub enum OpClass {
     Attention,
     Loss,
     Resize,
+    Recurrent,
 }
 
 impl OpClass {
@@ -70,6 +71,7 @@ impl OpClass {
             OpClass::Attention => "attention",
             OpClass::Loss => "loss",
             OpClass::Resize => "resize",
+            OpClass::Recurrent => "recurrent",
         }
     }
 
@@ -286,6 +288,10 @@ define_ops! {
     GatherNd "gather_nd" "GatherND" Gather (2,2)->(1,1) ["batch_dims": Int] "Take slices addressed by index tuples.";
     ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
     ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
+    // ---- recurrent layers
+    Rnn "rnn" "RNN" Recurrent (3,6)->(0,2) ["activation_alpha": Floats, "activation_beta": Floats, "activations": Strs, "clip": Float, "direction": Str, "hidden_size": Int, "layout": Int] "Elman RNN over a sequence: outputs Y (all hidden states) and Y_h (last).";
+    Gru "gru" "GRU" Recurrent (3,6)->(0,2) ["activation_alpha": Floats, "activation_beta": Floats, "activations": Strs, "clip": Float, "direction": Str, "hidden_size": Int, "layout": Int, "linear_before_reset": Int] "Gated recurrent unit over a sequence (gates z, r, h).";
+    Lstm "lstm" "LSTM" Recurrent (3,8)->(0,3) ["activation_alpha": Floats, "activation_beta": Floats, "activations": Strs, "clip": Float, "direction": Str, "hidden_size": Int, "input_forget": Int, "layout": Int] "Long short-term memory over a sequence (gates i, o, f, c; optional peepholes): outputs Y, Y_h, Y_c.";
     // ---- attention and losses
     Attention "attention" "Attention" Attention (3,7)->(1,4) ["is_causal": Int, "kv_num_heads": Int, "left_window_size": Int, "q_num_heads": Int, "qk_matmul_output_mode": Int, "right_window_size": Int, "scale": Float, "softcap": Float, "softmax_precision": Int] "Scaled dot-product attention (ONNX opsets 23–25): optional mask, past key/value, padding lengths, causal and sliding-window masks.";
     SoftmaxCrossEntropyLoss "softmax_cross_entropy_loss" "SoftmaxCrossEntropyLoss" Loss (2,3)->(1,2) ["ignore_index": Int, "reduction": Str] "Cross entropy of softmax(scores) against labels; optional log-prob output.";

@@ -23,6 +23,7 @@ mod movement;
 mod norm;
 mod reduce;
 mod resize;
+mod rnn;
 mod scalar;
 mod util;
 
@@ -240,6 +241,7 @@ fn eval_native(
         }
         Attention => attention::attention(a, inputs, n_out),
         Resize => one(resize::resize(a, inputs)),
+        Rnn | Gru | Lstm => rnn::recurrent(node.op, a, inputs, n_out),
         NegativeLogLikelihoodLoss => one(loss::negative_log_likelihood(a, inputs)),
         SoftmaxCrossEntropyLoss => loss::softmax_cross_entropy(a, inputs, n_out),
         Gather => one(gather::gather(a, x()?, req(inputs, 1)?)),

@@ -164,3 +164,19 @@ fn evaluator_folds_through_the_engine() {
     );
     assert_eq!(folded.nodes.len(), 2);
 }
+
+#[test]
+fn rnn_sequence_lengths_stop_each_batch_entry() {
+    // hidden 1, input 1, W = 1, R = 0, no bias, identity-like activation (Affine 1, 0):
+    // h_t = x_t, so Y copies X until each entry's length, then holds 0; Y_h is the last valid h.
+    let g = parse(
+        "graph \"g\" {\n  %0: f32[3,2,1] = input \"x\"\n  %1: i32[2] = input \"lens\"\n  %2: f32[1,1,1] = constant {value = tensor<f32[1,1,1]> [1.0]}\n  %3: f32[1,1,1] = constant {value = tensor<f32[1,1,1]> [0.0]}\n  %4: f32[3,1,2,1], %5: f32[1,2,1] = rnn(%0, %2, %3, _, %1) {activations = [\"Affine\"], hidden_size = 1}\n  return \"y\" = %4, \"h\" = %5\n}",
+    )
+    .unwrap();
+    xpu_ir::verify(&g).unwrap();
+    let x = Tensor::from_vec(vec![3, 2, 1], vec![1.0f32, 10.0, 2.0, 20.0, 3.0, 30.0]).unwrap();
+    let lens = Tensor::from_vec(vec![2], vec![3i32, 1]).unwrap();
+    let out = run_with(&g, &[], &[x, lens]).unwrap();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &[1.0, 10.0, 2.0, 0.0, 3.0, 0.0]);
+    assert_eq!(out[1].as_slice::<f32>().unwrap(), &[3.0, 10.0]);
+}
