@@ -838,6 +838,38 @@ pub fn infer_types(
             }
             Ok(out)
         }
+        Op::QuantizeLinear => {
+            let x = cx.ty(0)?;
+            let dtype =
+                cx.opt_ty(2).map(|t| t.dtype).or(attrs.dtype("output_dtype")).unwrap_or(DType::U8);
+            one(TensorType { dtype, dims: x.dims.clone() })
+        }
+        Op::DequantizeLinear => {
+            let dtype = attrs.dtype("output_dtype").unwrap_or(cx.ty(1)?.dtype);
+            one(TensorType { dtype, dims: cx.ty(0)?.dims.clone() })
+        }
+        Op::DynamicQuantizeLinear => {
+            let x = cx.ty(0)?;
+            Ok(vec![
+                TensorType { dtype: DType::U8, dims: x.dims.clone() },
+                TensorType::new(x.dtype, vec![]),
+                TensorType::new(DType::U8, vec![]),
+            ])
+        }
+        Op::MatMulInteger | Op::QLinearMatMul => {
+            let (ai, bi) = if op == Op::MatMulInteger { (0, 1) } else { (0, 3) };
+            let dims = match (cx.dims(ai)?, cx.dims(bi)?) {
+                (Some(a), Some(b)) => Some(matmul_dims(&cx, a, b)?),
+                _ => None,
+            };
+            let dtype = if op == Op::MatMulInteger { DType::I32 } else { cx.ty(7)?.dtype };
+            one(TensorType { dtype, dims })
+        }
+        Op::ConvInteger | Op::QLinearConv => {
+            let (xi, wi, dtype) =
+                if op == Op::ConvInteger { (0, 1, DType::I32) } else { (0, 3, cx.ty(7)?.dtype) };
+            one(TensorType { dtype, dims: conv_dims_at(&cx, xi, wi)? })
+        }
         Op::Rnn | Op::Gru | Op::Lstm => {
             let x = cx.ty(0)?;
             let w = cx.ty(1)?;
@@ -1032,7 +1064,12 @@ pub fn window_out(
 }
 
 fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
-    let (Some(x), Some(w)) = (cx.dims(0)?, cx.dims(1)?) else { return Ok(None) };
+    conv_dims_at(cx, 0, 1)
+}
+
+/// Output dims of a convolution whose data and weight are inputs `xi` and `wi`.
+fn conv_dims_at(cx: &Cx<'_>, xi: usize, wi: usize) -> Result<Option<Vec<Dim>>, InferError> {
+    let (Some(x), Some(w)) = (cx.dims(xi)?, cx.dims(wi)?) else { return Ok(None) };
     cx.require(x.len() >= 3 && w.len() == x.len(), "X and W must have the same rank ≥ 3")?;
     let n = x.len() - 2;
     let group = cx.attrs.int("group", 1);
@@ -1043,7 +1080,7 @@ fn conv_dims(cx: &Cx<'_>) -> Result<Option<Vec<Dim>>, InferError> {
     let (strides, dil, pads) = spatial_params(cx, n)?;
     let auto_pad = cx.attrs.str("auto_pad", "NOTSET");
     let mut out = vec![x[0].clone()];
-    if cx.op == Op::Conv {
+    if cx.op != Op::ConvTranspose {
         out.push(w[0].clone());
         for i in 0..n {
             out.push(match (x[2 + i].known(), kernel.get(i).copied().flatten()) {

@@ -45,6 +45,7 @@ pub enum OpClass {
     Loss,
     Resize,
     Recurrent,
+    Quant,
 }
 
 impl OpClass {
@@ -72,6 +73,7 @@ impl OpClass {
             OpClass::Loss => "loss",
             OpClass::Resize => "resize",
             OpClass::Recurrent => "recurrent",
+            OpClass::Quant => "quant",
         }
     }
 
@@ -288,6 +290,14 @@ define_ops! {
     GatherNd "gather_nd" "GatherND" Gather (2,2)->(1,1) ["batch_dims": Int] "Take slices addressed by index tuples.";
     ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
     ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
+    // ---- quantization
+    QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";
+    DequantizeLinear "dequantize_linear" "DequantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType] "(x − zero_point) · scale, scales per tensor, axis or block.";
+    DynamicQuantizeLinear "dynamic_quantize_linear" "DynamicQuantizeLinear" Quant (1,1)->(3,3) [] "u8 quantization with scale and zero point computed from the input's range.";
+    MatMulInteger "matmul_integer" "MatMulInteger" Quant (2,4)->(1,1) [] "(A − a_zero_point) · (B − b_zero_point) in i32.";
+    ConvInteger "conv_integer" "ConvInteger" Quant (2,4)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "Convolution of (x − x_zero_point) and (w − w_zero_point) in i32.";
+    QLinearMatMul "qlinear_matmul" "QLinearMatMul" Quant (8,8)->(1,1) [] "Quantized matmul: requantized (a − a_zp)·(b − b_zp)·a_scale·b_scale / y_scale + y_zp.";
+    QLinearConv "qlinear_conv" "QLinearConv" Quant (8,9)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "Quantized convolution with i32 bias, requantized to y_scale and y_zero_point.";
     // ---- recurrent layers
     Rnn "rnn" "RNN" Recurrent (3,6)->(0,2) ["activation_alpha": Floats, "activation_beta": Floats, "activations": Strs, "clip": Float, "direction": Str, "hidden_size": Int, "layout": Int] "Elman RNN over a sequence: outputs Y (all hidden states) and Y_h (last).";
     Gru "gru" "GRU" Recurrent (3,6)->(0,2) ["activation_alpha": Floats, "activation_beta": Floats, "activations": Strs, "clip": Float, "direction": Str, "hidden_size": Int, "layout": Int, "linear_before_reset": Int] "Gated recurrent unit over a sequence (gates z, r, h).";

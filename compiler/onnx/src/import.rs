@@ -268,6 +268,10 @@ impl<'m> Importer<'m> {
         match op {
             Op::Cast => to_dtype(&mut attrs, "to")?,
             Op::EyeLike => to_dtype(&mut attrs, "dtype")?,
+            Op::QuantizeLinear | Op::DequantizeLinear => {
+                to_dtype(&mut attrs, "output_dtype")?;
+                to_dtype(&mut attrs, "precision")?;
+            }
             Op::ReduceSum if opset < 13 => {
                 move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1)
             }

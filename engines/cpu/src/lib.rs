@@ -21,6 +21,7 @@ mod linalg;
 mod loss;
 mod movement;
 mod norm;
+mod quant;
 mod reduce;
 mod resize;
 mod rnn;
@@ -242,6 +243,13 @@ fn eval_native(
         Attention => attention::attention(a, inputs, n_out),
         Resize => one(resize::resize(a, inputs)),
         Rnn | Gru | Lstm => rnn::recurrent(node.op, a, inputs, n_out),
+        QuantizeLinear => one(quant::quantize_linear(a, inputs)),
+        DequantizeLinear => one(quant::dequantize_linear(a, inputs)),
+        DynamicQuantizeLinear => quant::dynamic_quantize_linear(x()?),
+        MatMulInteger => one(quant::matmul_integer(inputs)),
+        ConvInteger => one(quant::conv_integer(a, inputs)),
+        QLinearMatMul => one(quant::qlinear_matmul(inputs)),
+        QLinearConv => one(quant::qlinear_conv(a, inputs)),
         NegativeLogLikelihoodLoss => one(loss::negative_log_likelihood(a, inputs)),
         SoftmaxCrossEntropyLoss => loss::softmax_cross_entropy(a, inputs, n_out),
         Gather => one(gather::gather(a, x()?, req(inputs, 1)?)),
