@@ -838,6 +838,41 @@ pub fn infer_types(
             }
             Ok(out)
         }
+        Op::HannWindow | Op::HammingWindow | Op::BlackmanWindow => {
+            let n = cx
+                .const_ints(0)
+                .and_then(|v| v.first().copied())
+                .map(known)
+                .unwrap_or(Dim::Unknown);
+            one(TensorType::new(attrs.dtype("output_datatype").unwrap_or(DType::F32), vec![n]))
+        }
+        Op::CenterCropPad => {
+            let t = cx.ty(0)?;
+            let dims = match (&t.dims, cx.const_ints(1)) {
+                (Some(d), Some(target)) => {
+                    let axes: Vec<usize> = match attrs.ints("axes") {
+                        Some(a) => {
+                            a.iter().map(|&a| cx.axis(a, d.len())).collect::<Result<_, _>>()?
+                        }
+                        None => (0..d.len()).collect(),
+                    };
+                    cx.require(axes.len() == target.len(), "shape must give one size per axis")?;
+                    let mut out = d.clone();
+                    for (&a, &s) in axes.iter().zip(&target) {
+                        out[a] = known(s);
+                    }
+                    Some(out)
+                }
+                (Some(d), None) => Some(vec![Dim::Unknown; d.len()]),
+                _ => None,
+            };
+            one(TensorType { dtype: t.dtype, dims })
+        }
+        Op::MaxUnpool => {
+            let t = cx.ty(0)?;
+            let dims = t.rank().map(|r| vec![Dim::Unknown; r]);
+            one(TensorType { dtype: t.dtype, dims })
+        }
         Op::QuantizeLinear => {
             let x = cx.ty(0)?;
             let dtype =

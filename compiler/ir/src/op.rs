@@ -290,6 +290,13 @@ define_ops! {
     GatherNd "gather_nd" "GatherND" Gather (2,2)->(1,1) ["batch_dims": Int] "Take slices addressed by index tuples.";
     ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
     ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
+    // ---- signal windows and small utilities
+    HannWindow "hann_window" "HannWindow" Constant (1,1)->(1,1) ["output_datatype": DType, "periodic": Int] "Hann window of the given length.";
+    HammingWindow "hamming_window" "HammingWindow" Constant (1,1)->(1,1) ["output_datatype": DType, "periodic": Int] "Hamming window (α = 25/46) of the given length.";
+    BlackmanWindow "blackman_window" "BlackmanWindow" Constant (1,1)->(1,1) ["output_datatype": DType, "periodic": Int] "Blackman window of the given length.";
+    CenterCropPad "center_crop_pad" "CenterCropPad" Movement (2,2)->(1,1) ["axes": Ints] "Centre-crop or zero-pad each listed axis to the target size.";
+    MaxUnpool "max_unpool" "MaxUnpool" Pool (2,3)->(1,1) ["kernel_shape": Ints, "pads": Ints, "strides": Ints] "Scatter max-pooled values back to their indices; zeros elsewhere.";
+    StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";
     DequantizeLinear "dequantize_linear" "DequantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType] "(x − zero_point) · scale, scales per tensor, axis or block.";

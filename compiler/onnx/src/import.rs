@@ -268,6 +268,9 @@ impl<'m> Importer<'m> {
         match op {
             Op::Cast => to_dtype(&mut attrs, "to")?,
             Op::EyeLike => to_dtype(&mut attrs, "dtype")?,
+            Op::HannWindow | Op::HammingWindow | Op::BlackmanWindow => {
+                to_dtype(&mut attrs, "output_datatype")?
+            }
             Op::QuantizeLinear | Op::DequantizeLinear => {
                 to_dtype(&mut attrs, "output_dtype")?;
                 to_dtype(&mut attrs, "precision")?;

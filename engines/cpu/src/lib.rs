@@ -19,6 +19,7 @@ mod elementwise;
 mod gather;
 mod linalg;
 mod loss;
+mod misc;
 mod movement;
 mod norm;
 mod quant;
@@ -243,6 +244,10 @@ fn eval_native(
         Attention => attention::attention(a, inputs, n_out),
         Resize => one(resize::resize(a, inputs)),
         Rnn | Gru | Lstm => rnn::recurrent(node.op, a, inputs, n_out),
+        HannWindow | HammingWindow | BlackmanWindow => one(misc::window(node.op, a, x()?)),
+        CenterCropPad => one(misc::center_crop_pad(a, x()?, req(inputs, 1)?)),
+        MaxUnpool => one(misc::max_unpool(a, inputs)),
+        StringConcat => one(misc::string_concat(x()?, req(inputs, 1)?)),
         QuantizeLinear => one(quant::quantize_linear(a, inputs)),
         DequantizeLinear => one(quant::dequantize_linear(a, inputs)),
         DynamicQuantizeLinear => quant::dynamic_quantize_linear(x()?),
