@@ -868,6 +868,10 @@ pub fn infer_types(
             };
             one(TensorType { dtype: t.dtype, dims })
         }
+        Op::RotaryEmbedding => same_as(0),
+        Op::NonMaxSuppression => {
+            one(TensorType::new(DType::I64, vec![Dim::Unknown, Dim::Known(3)]))
+        }
         Op::MaxUnpool => {
             let t = cx.ty(0)?;
             let dims = t.rank().map(|r| vec![Dim::Unknown; r]);

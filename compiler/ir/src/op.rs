@@ -296,6 +296,8 @@ define_ops! {
     BlackmanWindow "blackman_window" "BlackmanWindow" Constant (1,1)->(1,1) ["output_datatype": DType, "periodic": Int] "Blackman window of the given length.";
     CenterCropPad "center_crop_pad" "CenterCropPad" Movement (2,2)->(1,1) ["axes": Ints] "Centre-crop or zero-pad each listed axis to the target size.";
     MaxUnpool "max_unpool" "MaxUnpool" Pool (2,3)->(1,1) ["kernel_shape": Ints, "pads": Ints, "strides": Ints] "Scatter max-pooled values back to their indices; zeros elsewhere.";
+    RotaryEmbedding "rotary_embedding" "RotaryEmbedding" Attention (3,4)->(1,1) ["interleaved": Int, "num_heads": Int, "rotary_embedding_dim": Int] "Rotary position embedding of a 3-D or 4-D input from cos/sin caches.";
+    NonMaxSuppression "non_max_suppression" "NonMaxSuppression" Index (2,5)->(1,1) ["center_point_box": Int] "Greedy IoU suppression per batch and class; [n, 3] selected (batch, class, box) indices.";
     StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";

@@ -248,6 +248,8 @@ fn eval_native(
         CenterCropPad => one(misc::center_crop_pad(a, x()?, req(inputs, 1)?)),
         MaxUnpool => one(misc::max_unpool(a, inputs)),
         StringConcat => one(misc::string_concat(x()?, req(inputs, 1)?)),
+        RotaryEmbedding => one(misc::rotary_embedding(a, inputs)),
+        NonMaxSuppression => one(misc::non_max_suppression(a, inputs)),
         QuantizeLinear => one(quant::quantize_linear(a, inputs)),
         DequantizeLinear => one(quant::dequantize_linear(a, inputs)),
         DynamicQuantizeLinear => quant::dynamic_quantize_linear(x()?),

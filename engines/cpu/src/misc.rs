@@ -110,3 +110,142 @@ pub fn max_unpool(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> 
 pub fn string_concat(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     Ok(tensor(zip_map::<String, String, String>(a, b, |x, y| format!("{x}{y}"))?))
 }
+
+/// Rotary position embedding (ONNX RotaryEmbedding-23): 3-D [B, S, H·D] or 4-D [B, H, S, D]
+/// input, caches indexed by `position_ids` or given per (batch, position), interleaved or
+/// split halves, optionally rotating only the first `rotary_embedding_dim` channels.
+pub fn rotary_embedding(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let (x, cos_t, sin_t) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    let shape = x.shape().to_vec();
+    // (batch, seq, heads, head) and a function mapping (b, s, h, d) to a flat offset.
+    let (b, s, h, d, four) = match shape.len() {
+        4 => (shape[0], shape[2], shape[1], shape[3], true),
+        3 => {
+            let heads = attrs.int("num_heads", 0);
+            if heads <= 0 || shape[2] % heads as usize != 0 {
+                return Err(format!(
+                    "a 3-D input needs num_heads dividing {}, got {heads}",
+                    shape[2]
+                ));
+            }
+            (shape[0], shape[1], heads as usize, shape[2] / heads as usize, false)
+        }
+        r => return Err(format!("input must be 3-D or 4-D, got rank {r}")),
+    };
+    let off = |bi: usize, si: usize, hi: usize, di: usize| {
+        if four { ((bi * h + hi) * s + si) * d + di } else { ((bi * s + si) * h + hi) * d + di }
+    };
+    let rot = match attrs.int("rotary_embedding_dim", 0) {
+        0 => d,
+        r if r > 0 && (r as usize) <= d && r % 2 == 0 => r as usize,
+        r => {
+            return Err(format!(
+                "rotary_embedding_dim {r} must be even and at most the head size {d}"
+            ));
+        }
+    };
+    let half = rot / 2;
+    let interleaved = attrs.int("interleaved", 0) != 0;
+    let (cos, sin) = (cos_t.to_f64_vec(), sin_t.to_f64_vec());
+    if cos_t.shape().last() != Some(&half) || sin_t.shape() != cos_t.shape() {
+        return Err(format!(
+            "cos/sin caches must end in rotary_embedding_dim/2 = {half}, got {:?} and {:?}",
+            cos_t.shape(),
+            sin_t.shape()
+        ));
+    }
+    let pos: Option<Vec<i64>> = opt(inputs, 3).map(|p| ints(p, "position_ids")).transpose()?;
+    let rows = cos_t.numel() / half;
+    let xv = x.to_f64_vec();
+    let mut out = xv.clone();
+    for bi in 0..b {
+        for si in 0..s {
+            let row = match &pos {
+                Some(p) => *p
+                    .get(bi * s + si)
+                    .or(p.get(si))
+                    .ok_or("position_ids do not cover (batch, sequence)")?
+                    as usize,
+                None => bi * s + si,
+            };
+            if row >= rows {
+                return Err(format!("position {row} is beyond the {rows} cache rows"));
+            }
+            for hi in 0..h {
+                for i in 0..half {
+                    let (i1, i2) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+                    let (x1, x2) = (xv[off(bi, si, hi, i1)], xv[off(bi, si, hi, i2)]);
+                    let (c, sn) = (cos[row * half + i], sin[row * half + i]);
+                    out[off(bi, si, hi, i1)] = c * x1 - sn * x2;
+                    out[off(bi, si, hi, i2)] = sn * x1 + c * x2;
+                }
+            }
+        }
+    }
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
+}
+
+/// Greedy non-maximum suppression per (batch, class), as ONNX NonMaxSuppression-11.
+pub fn non_max_suppression(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let (boxes, scores) = (req(inputs, 0)?, req(inputs, 1)?);
+    if boxes.rank() != 3
+        || boxes.shape()[2] != 4
+        || scores.rank() != 3
+        || scores.shape()[0] != boxes.shape()[0]
+        || scores.shape()[2] != boxes.shape()[1]
+    {
+        return Err(format!(
+            "boxes must be [batch, n, 4] and scores [batch, classes, n]; got {:?} and {:?}",
+            boxes.shape(),
+            scores.shape()
+        ));
+    }
+    let scalar = |i: usize| opt(inputs, i).filter(|t| t.numel() > 0).map(|t| t.data().get_f64(0));
+    let max_out = scalar(2).unwrap_or(0.0).max(0.0) as usize;
+    let iou_thr = scalar(3).unwrap_or(0.0);
+    let score_thr = scalar(4);
+    let center = attrs.int("center_point_box", 0) != 0;
+    let (nb, nc, n) = (scores.shape()[0], scores.shape()[1], boxes.shape()[1]);
+    let (bv, sv) = (boxes.to_f64_vec(), scores.to_f64_vec());
+    let corners = |bi: usize, k: usize| -> [f64; 4] {
+        let v = &bv[(bi * n + k) * 4..][..4];
+        if center {
+            [v[0] - v[2] / 2.0, v[1] - v[3] / 2.0, v[0] + v[2] / 2.0, v[1] + v[3] / 2.0] // x1 y1 x2 y2
+        } else {
+            [v[1].min(v[3]), v[0].min(v[2]), v[1].max(v[3]), v[0].max(v[2])]
+        }
+    };
+    let suppress = |bi: usize, a: usize, b: usize| -> bool {
+        let (p, q) = (corners(bi, a), corners(bi, b));
+        let (ix1, iy1, ix2, iy2) = (p[0].max(q[0]), p[1].max(q[1]), p[2].min(q[2]), p[3].min(q[3]));
+        if ix2 <= ix1 || iy2 <= iy1 {
+            return false;
+        }
+        let inter = (ix2 - ix1) * (iy2 - iy1);
+        let (a1, a2) = ((p[2] - p[0]) * (p[3] - p[1]), (q[2] - q[0]) * (q[3] - q[1]));
+        let union = a1 + a2 - inter;
+        inter > 0.0 && a1 > 0.0 && a2 > 0.0 && union > 0.0 && inter / union > iou_thr
+    };
+    let mut selected: Vec<i64> = Vec::new();
+    for bi in 0..nb {
+        for ci in 0..nc {
+            let sc = &sv[(bi * nc + ci) * n..][..n];
+            let mut cand: Vec<usize> =
+                (0..n).filter(|&k| score_thr.is_none_or(|t| sc[k] > t)).collect();
+            // Highest score first; ties go to the lower box index.
+            cand.sort_by(|&a, &b| sc[b].total_cmp(&sc[a]).then(a.cmp(&b)));
+            let mut kept: Vec<usize> = Vec::new();
+            for k in cand {
+                if kept.len() >= max_out {
+                    break;
+                }
+                if kept.iter().all(|&j| !suppress(bi, k, j)) {
+                    kept.push(k);
+                    selected.extend([bi as i64, ci as i64, k as i64]);
+                }
+            }
+        }
+    }
+    let rows = selected.len() / 3;
+    Tensor::from_vec(vec![rows, 3], selected).map_err(|e| e.to_string())
+}
