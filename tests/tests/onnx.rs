@@ -109,12 +109,11 @@ fn malformed_models_are_errors_not_panics() {
 #[test]
 fn unsupported_op_error_names_op_node_opset_and_doc() {
     let models = suite_models();
-    let (_, bytes) =
-        models.iter().find(|(n, _)| n == "test_nonmaxsuppression_center_point_box_format").unwrap();
+    let (_, bytes) = models.iter().find(|(n, _)| n == "test_gridsample").unwrap();
     let err = xpu_onnx::import_model(bytes).unwrap_err().to_string();
     assert!(
-        err.contains("unsupported op `NonMaxSuppression`")
-            && err.contains("opset 11")
+        err.contains("unsupported op `GridSample`")
+            && err.contains("opset 22")
             && err.contains("docs/onnx-support.md"),
         "{err}"
     );
