@@ -111,6 +111,8 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    // Engines turn internal panics into errors; keep the raw panic text off the terminal.
+    std::panic::set_hook(Box::new(|_| {}));
     let cli = Cli::parse();
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,

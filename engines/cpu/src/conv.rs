@@ -7,7 +7,7 @@ use xpu_ir::{Attrs, Op, Tensor};
 use crate::linalg::MatMulKernel;
 use crate::reduce::{from_f64, to_f64};
 use crate::scalar::Scalar;
-use crate::util::{KResult, is_half, narrow, opt, req, strides, widen};
+use crate::util::{KResult, opt, req, strides};
 
 /// Resolved geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
@@ -90,11 +90,6 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
 
 pub fn conv(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let x = req(inputs, 0)?;
-    if is_half(x.dtype()) {
-        let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
-        let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
-        return Ok(narrow(conv(kernel, attrs, &refs)?, x.dtype()));
-    }
     crate::float!(x.dtype(), T => conv_t::<T>(kernel, attrs, inputs), Err(format!("conv does not support dtype {}", x.dtype())))
 }
 
@@ -169,7 +164,7 @@ fn conv_t<T: Scalar>(
             }
         }
         let wg = &wv[gi * mg * rows..][..mg * rows];
-        crate::linalg::mm_public(
+        crate::linalg::mm(
             kernel,
             mg,
             n * osz,

@@ -38,25 +38,43 @@ pub fn gather(attrs: &Attrs, x: &Tensor, idx: &Tensor) -> KResult<Tensor> {
     })
 }
 
-pub fn gather_elements(attrs: &Attrs, x: &Tensor, idx: &Tensor) -> KResult<Tensor> {
-    let axis = norm_axis(attrs.int("axis", 0), x.rank())?;
+/// Flat offsets into `x` addressed by GatherElements/ScatterElements indices: each index
+/// replaces its own position's coordinate along `axis`.
+fn element_offsets(x: &Tensor, idx: &Tensor, axis: usize) -> KResult<Vec<usize>> {
     if idx.rank() != x.rank() {
         return Err("indices must have the data's rank".into());
     }
     let iv = ints(idx, "indices")?;
     let (xs, is) = (strides(x.shape()), strides(idx.shape()));
-    any_dtype!(x.dtype(), T => {
-        let d = x.as_slice::<T>().unwrap();
-        let mut out = Vec::with_capacity(iv.len());
-        for (flat, &i) in iv.iter().enumerate() {
+    iv.iter()
+        .enumerate()
+        .map(|(flat, &i)| {
             let mut off = 0;
             for k in 0..x.rank() {
-                let c = (flat / is[k]) % idx.shape()[k];
-                let c = if k == axis { fix(i, x.shape()[axis])? } else { c };
+                let c = if k == axis {
+                    fix(i, x.shape()[axis])?
+                } else {
+                    (flat / is[k]) % idx.shape()[k]
+                };
+                if c >= x.shape()[k] {
+                    return Err(format!(
+                        "index position {c} is outside dim {k} of size {}",
+                        x.shape()[k]
+                    ));
+                }
                 off += c * xs[k];
             }
-            out.push(d[off].clone());
-        }
+            Ok(off)
+        })
+        .collect()
+}
+
+pub fn gather_elements(attrs: &Attrs, x: &Tensor, idx: &Tensor) -> KResult<Tensor> {
+    let axis = norm_axis(attrs.int("axis", 0), x.rank())?;
+    let offs = element_offsets(x, idx, axis)?;
+    any_dtype!(x.dtype(), T => {
+        let d = x.as_slice::<T>().unwrap();
+        let out: Vec<T> = offs.iter().map(|&o| d[o].clone()).collect();
         Tensor::from_vec(idx.shape().to_vec(), out).map_err(|e| e.to_string())
     })
 }
@@ -129,22 +147,10 @@ fn combine(reduction: &str, a: f64, b: f64) -> f64 {
 pub fn scatter_elements(attrs: &Attrs, x: &Tensor, idx: &Tensor, upd: &Tensor) -> KResult<Tensor> {
     let axis = norm_axis(attrs.int("axis", 0), x.rank())?;
     let reduction = attrs.str("reduction", "none");
-    let iv = ints(idx, "indices")?;
     if idx.shape() != upd.shape() {
         return Err("indices and updates must have the same shape".into());
     }
-    let (xs, is) = (strides(x.shape()), strides(idx.shape()));
-    let mut offs = Vec::with_capacity(iv.len());
-    for (flat, &i) in iv.iter().enumerate() {
-        let mut off = 0;
-        for k in 0..x.rank() {
-            let c = (flat / is[k]) % idx.shape()[k];
-            let c = if k == axis { fix(i, x.shape()[axis])? } else { c };
-            off += c * xs[k];
-        }
-        offs.push(off);
-    }
-    scatter_at(x, upd, &offs, 1, reduction)
+    scatter_at(x, upd, &element_offsets(x, idx, axis)?, 1, reduction)
 }
 
 pub fn scatter_nd(attrs: &Attrs, x: &Tensor, idx: &Tensor, upd: &Tensor) -> KResult<Tensor> {

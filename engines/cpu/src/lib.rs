@@ -130,7 +130,7 @@ fn eval(
             | OpClass::Select
             | OpClass::Compare
             | OpClass::Logical
-    ) && !matches!(node.op, Op::MatMul | Op::Gemm | Op::Conv | Op::Identity);
+    ) && node.op != Op::Identity;
     if computes && inputs.iter().flatten().any(|t| is_half(t.dtype())) {
         let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
         let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
@@ -452,8 +452,29 @@ impl Executable for CpuExecutable {
                     .collect();
                 let out_dtypes: Vec<DType> = node.outputs.iter().map(|&o| g.ty(o).dtype).collect();
                 let id = NodeId(i as u32);
-                let outs = eval(node, self.kernels[i], &args, &out_dtypes)
-                    .map_err(|message| EngineError::Kernel { node: node.label(id), message })?;
+                // A kernel bug must not take the process down: a panic becomes an error that
+                // names the node (the conformance suite runs with zero panics).
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    eval(node, self.kernels[i], &args, &out_dtypes)
+                }));
+                let outs = match result {
+                    Ok(r) => {
+                        r.map_err(|message| EngineError::Kernel { node: node.label(id), message })?
+                    }
+                    Err(p) => {
+                        let what = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        return Err(EngineError::Kernel {
+                            node: node.label(id),
+                            message: format!(
+                                "internal error in the cpu engine (please report): {what}"
+                            ),
+                        });
+                    }
+                };
                 if outs.len() != node.outputs.len() {
                     return Err(EngineError::Kernel {
                         node: node.label(id),

@@ -9,7 +9,7 @@ use crate::elementwise::broadcast_shape;
 use crate::numeric;
 use crate::reduce::{from_f64, to_f64};
 use crate::scalar::Scalar;
-use crate::util::{KResult, is_half, narrow, opt, req, strides, widen};
+use crate::util::{KResult, opt, req, strides};
 
 /// Which implementation a matrix product uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl<'a, T> Mat<'a, T> {
 }
 
 /// C[m×n] (row-major, dense) = A[m×k] · B[k×n].
-fn mm<T: Scalar>(
+pub(crate) fn mm<T: Scalar>(
     kernel: MatMulKernel,
     m: usize,
     n: usize,
@@ -129,9 +129,6 @@ fn mm<T: Scalar>(
 }
 
 pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
-    if is_half(a.dtype()) {
-        return Ok(narrow(matmul(kernel, &widen(a), &widen(b))?, a.dtype()));
-    }
     if a.dtype() != b.dtype() {
         return Err(format!("operand dtypes differ ({} and {})", a.dtype(), b.dtype()));
     }
@@ -199,11 +196,6 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
 
 pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
-    if is_half(a.dtype()) {
-        let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
-        let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();
-        return Ok(narrow(gemm_op(kernel, attrs, &refs)?, a.dtype()));
-    }
     if a.rank() != 2 || b.rank() != 2 {
         return Err("gemm operands must be 2-D".into());
     }
@@ -410,17 +402,4 @@ pub fn det(x: &Tensor) -> KResult<Tensor> {
         ArrayD::from_shape_vec(IxDyn(&x.shape()[..r - 2]), out).map_err(|e| e.to_string())?,
         x.dtype(),
     )
-}
-
-/// Matrix product for other kernels (convolution's GEMM step).
-pub fn mm_public<T: Scalar>(
-    kernel: MatMulKernel,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat<'_, T>,
-    b: Mat<'_, T>,
-    c: &mut [T],
-) {
-    mm(kernel, m, n, k, a, b, c)
 }
