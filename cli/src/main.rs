@@ -111,10 +111,20 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
-    // Engines turn internal panics into errors; keep the raw panic text off the terminal.
+    // Panics are caught below and reported as one-line errors; keep the raw panic text (and
+    // backtrace) off the terminal.
     std::panic::set_hook(Box::new(|_| {}));
     let cli = Cli::parse();
-    match dispatch(cli.command) {
+    // Engines turn their own panics into errors; anything else that panics ends here.
+    let result = std::panic::catch_unwind(|| dispatch(cli.command)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(anyhow::anyhow!("internal error (please report): {what}"))
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
