@@ -71,6 +71,65 @@ fn exported_partitions_run_like_the_whole() {
 }
 
 #[test]
+fn exported_models_pass_the_onnx_checker() {
+    // Every model the importer accepts is exported and checked by onnx's own checker with full
+    // shape inference (right opset for each op and dtype, valid attributes). An export may only
+    // be rejected when onnx rejects the original model too.
+    let dir = xpu_tests::conformance::cache_dir();
+    let out = std::env::temp_dir().join(format!("xpu-export-check-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let mut pairs = String::new();
+    for (name, bytes) in suite_models() {
+        let Ok(g) = xpu_onnx::import_model(&bytes) else { continue };
+        let path = out.join(format!("{name}.onnx"));
+        std::fs::write(&path, xpu_onnx::export_model(&g)).unwrap();
+        pairs.push_str(&format!(
+            "{}\t{}\n",
+            path.display(),
+            dir.join(&name).join("model.onnx").display()
+        ));
+    }
+    let list = out.join("pairs.tsv");
+    std::fs::write(&list, &pairs).unwrap();
+    let script = r#"
+import sys, onnx
+def ok(p):
+    try:
+        onnx.checker.check_model(onnx.load(p), full_check=True)
+        return True
+    except Exception as e:
+        return str(e).splitlines()[0]
+bad = []
+n = 0
+for line in open(sys.argv[1]):
+    exported, original = line.rstrip("\n").split("\t")
+    n += 1
+    r = ok(exported)
+    if r is not True and ok(original) is True:
+        bad.append(f"{exported}: {r}")
+print(n)
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+"#;
+    let python = xpu_tests::repo_root().join(".venv/bin/python");
+    let res = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&list)
+        .output()
+        .expect("the venv's python runs (make setup)");
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "onnx.checker rejected exports whose originals it accepts:\n{stdout}{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let checked: usize = stdout.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+    assert!(checked > 1400, "only {checked} exports checked");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn malformed_models_are_errors_not_panics() {
     let models = suite_models();
     let (_, conv) = models.iter().find(|(n, _)| n == "test_conv_with_strides_padding").unwrap();

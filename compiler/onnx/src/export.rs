@@ -11,10 +11,63 @@ use crate::proto::{
 };
 use crate::tensor::{dtype_to_onnx, tensor_to_proto};
 
-/// The default-domain opset exported graphs declare: SGR-ML ops follow these semantics.
+/// The default-domain opset exported graphs declare unless an op needs a newer one: SGR-ML
+/// ops follow these semantics, and runtimes of this era (ORT 1.31, OpenVINO 2026) accept it.
 pub const EXPORT_OPSET: i64 = 21;
 /// The ONNX IR version that goes with [`EXPORT_OPSET`].
 pub const EXPORT_IR_VERSION: i64 = 10;
+
+/// The oldest default-domain opset that has `node` with its inputs, attributes and element
+/// types (only ops introduced or extended after [`EXPORT_OPSET`] are listed; `g` gives the
+/// input dtypes).
+fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
+    let dtype = node.inputs.first().copied().flatten().map(|v| g.ty(v).dtype);
+    let half = matches!(dtype, Some(xpu_ir::DType::F16 | xpu_ir::DType::BF16));
+    let bf16 = dtype == Some(xpu_ir::DType::BF16);
+    let signed = dtype.is_some_and(|d| d.is_signed_int());
+    match node.op {
+        Op::BitShift if signed => 28,
+        Op::Einsum | Op::ReverseSequence | Op::Compress if bf16 => 28,
+        Op::Celu if half => 28,
+        // Pool-22 drops a last ceil-mode window that starts in the padding (SGR-ML's rule).
+        Op::MaxPool | Op::AveragePool | Op::LpPool if node.attrs.int("ceil_mode", 0) != 0 => 22,
+        Op::OneHot
+            if node
+                .inputs
+                .get(2)
+                .copied()
+                .flatten()
+                .is_some_and(|v| g.ty(v).dtype == xpu_ir::DType::BF16) =>
+        {
+            28
+        }
+        Op::Range if half => 27,
+        Op::Elu if bf16 => 22,
+        Op::Attention
+            if node.attrs.get("left_window_size").is_some()
+                || node.attrs.get("right_window_size").is_some() =>
+        {
+            25
+        }
+        Op::Attention if node.inputs.len() >= 7 => 24,
+        Op::Attention | Op::RmsNormalization | Op::RotaryEmbedding => 23,
+        Op::QuantizeLinear if node.attrs.get("precision").is_some() => 23,
+        Op::Swish => 24,
+        Op::CumProd => 26,
+        _ => EXPORT_OPSET,
+    }
+}
+
+/// The ONNX IR version that an opset was released with (onnx.helper.VERSION_TABLE).
+fn ir_version_for(opset: i64) -> i64 {
+    match opset {
+        ..=22 => EXPORT_IR_VERSION,
+        23 => 11,
+        24 => 12,
+        25..=27 => 13,
+        _ => 14,
+    }
+}
 
 fn type_proto(t: &TensorType) -> TypeProto {
     TypeProto {
@@ -90,7 +143,8 @@ fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
     p
 }
 
-/// Serialises a graph as an ONNX model at [`EXPORT_OPSET`]. Constants become initializers;
+/// Serialises a graph as an ONNX model at [`EXPORT_OPSET`], or at the newer opset an op in
+/// it requires. Constants become initializers;
 /// graph outputs keep their names (an `Identity` is added when an output name cannot name
 /// the value itself: a graph input, a constant or a value exported twice).
 pub fn export_model(g: &Graph) -> Vec<u8> {
@@ -121,6 +175,15 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
             }
             continue;
         }
+        let mut attribute: Vec<AttributeProto> =
+            n.attrs.iter().map(|(k, a)| attr_proto(k, a)).collect();
+        // Split-18+ needs `num_outputs` when no sizes are given (older Split implied it).
+        if n.op == Op::Split
+            && n.inputs.get(1).copied().flatten().is_none()
+            && n.attrs.get("num_outputs").is_none()
+        {
+            attribute.push(attr_proto("num_outputs", &Attr::Int(n.outputs.len() as i64)));
+        }
         graph.node.push(NodeProto {
             op_type: Some(n.op.info().onnx.to_string()),
             name: n.name.clone(),
@@ -130,7 +193,7 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
                 .map(|v| v.map(|v| names[v.index()].clone()).unwrap_or_default())
                 .collect(),
             output: n.outputs.iter().map(|v| names[v.index()].clone()).collect(),
-            attribute: n.attrs.iter().map(|(k, a)| attr_proto(k, a)).collect(),
+            attribute,
             ..Default::default()
         });
     }
@@ -145,13 +208,20 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         }
         graph.output.push(value_info(&o.name, g.ty(o.value)));
     }
+    let opset = g
+        .nodes
+        .iter()
+        .map(|n| required_opset(g, n))
+        .max()
+        .unwrap_or(EXPORT_OPSET)
+        .max(EXPORT_OPSET);
     let model = ModelProto {
-        ir_version: Some(EXPORT_IR_VERSION),
+        ir_version: Some(ir_version_for(opset)),
         producer_name: Some("xpu".into()),
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
         opset_import: vec![OperatorSetIdProto {
             domain: Some(String::new()),
-            version: Some(EXPORT_OPSET),
+            version: Some(opset),
         }],
         graph: Some(graph),
         ..Default::default()

@@ -294,8 +294,15 @@ impl<'m> Importer<'m> {
             Op::Squeeze | Op::Unsqueeze if opset < 13 => {
                 move_ints_attr_to_input(self, &mut attrs, "axes", &mut inputs, 1)
             }
-            Op::Split if opset < 13 => {
-                move_ints_attr_to_input(self, &mut attrs, "split", &mut inputs, 1)
+            Op::Split => {
+                if opset < 13 {
+                    move_ints_attr_to_input(self, &mut attrs, "split", &mut inputs, 1);
+                }
+                // Split without sizes means equal parts, one per output: Split-18's num_outputs.
+                if inputs.get(1).copied().flatten().is_none() && attrs.get("num_outputs").is_none()
+                {
+                    attrs.set("num_outputs", Attr::Int(n_out as i64));
+                }
             }
             Op::Slice if opset < 10 => {
                 let starts = attrs.0.remove("starts");
