@@ -4,6 +4,7 @@
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
+#                (ONNX's node suite, and old-opset models with onnxruntime's outputs)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
 
 SHELL := /bin/bash
@@ -41,6 +42,7 @@ $(VENV)/.installed: requirements.txt
 
 setup-cases: setup-python
 	$(PY) tests/conformance/export_cases.py $(NODE_CASES)
+	$(PY) tests/conformance/legacy_opsets.py .cache/legacy-opsets
 
 lint:
 	cargo fmt --all --check

@@ -60,3 +60,19 @@ fn onnx_node_suite() {
         println!("{new} cases pass that the expectations do not list: re-bless with XPU_BLESS=1");
     }
 }
+
+/// Old-opset forms the importer rewrites (Upsample-7/9, Resize-10, Softmax-11, Slice-1,
+/// Pad-2, TopK-1, Clip-6, Split-2, …), checked against onnxruntime's outputs
+/// (`tests/conformance/legacy_opsets.py`, run by `make setup`). Every case must pass.
+#[test]
+fn legacy_opsets_match_onnxruntime() {
+    let dir = xpu_tests::repo_root().join(".cache/legacy-opsets");
+    let (_, results) = run_all(&dir, None).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+    assert!(results.len() >= 25, "only {} legacy cases", results.len());
+    let failing: Vec<String> = results
+        .iter()
+        .filter(|r| r.status != Status::Pass)
+        .map(|r| format!("{}: {} {}", r.name, r.status.name(), r.detail))
+        .collect();
+    assert!(failing.is_empty(), "{}", failing.join("\n"));
+}

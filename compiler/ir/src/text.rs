@@ -875,13 +875,6 @@ fn literal_data(dtype: DType, items: &[Tok]) -> Result<TensorData, String> {
     })
 }
 
-/// Writes a tensor the way attributes show it (used by explanations and `xpuctl`).
-pub fn tensor_to_string(t: &Tensor) -> String {
-    let mut s = String::new();
-    let _ = write_tensor(&mut s, t);
-    s
-}
-
 impl fmt::Display for Attr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_attr(f, self)

@@ -363,7 +363,7 @@ impl<'m> Importer<'m> {
             }
             Op::Resize if op_type == "Upsample" || opset < 11 => {
                 // Upsample-7 (scales attribute), Upsample-9 and Resize-10 (scales input):
-                // asymmetric coordinates; nearest rounds down for Upsample.
+                // asymmetric coordinates, nearest rounding down (what ONNX Runtime does for both).
                 let scales = match attrs.0.remove("scales") {
                     Some(Attr::Floats(s)) => Some(
                         Tensor::from_vec(vec![s.len()], s.iter().map(|&x| x as f32).collect())
@@ -379,13 +379,7 @@ impl<'m> Importer<'m> {
                 inputs = vec![x, None, scales_v];
                 attrs.set("coordinate_transformation_mode", Attr::Str("asymmetric".into()));
                 if attrs.str("mode", "nearest") == "nearest" {
-                    attrs.set(
-                        "nearest_mode",
-                        Attr::Str(
-                            if op_type == "Upsample" { "floor" } else { "round_prefer_ceil" }
-                                .into(),
-                        ),
-                    );
+                    attrs.set("nearest_mode", Attr::Str("floor".into()));
                 }
                 if attrs.str("mode", "nearest") == "bilinear"
                     || attrs.str("mode", "nearest") == "trilinear"

@@ -180,3 +180,19 @@ fn rnn_sequence_lengths_stop_each_batch_entry() {
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[1.0, 10.0, 2.0, 0.0, 3.0, 0.0]);
     assert_eq!(out[1].as_slice::<f32>().unwrap(), &[3.0, 10.0]);
 }
+
+#[test]
+fn cache_keys_are_stable_and_discriminating() {
+    // Graph hashes and inventory fingerprints key plan caches: equal inputs, equal keys.
+    let src = "graph \"g\" {\n  %0: f32[N,2] = input \"x\"\n  %1: f32[N,2] = relu(%0)\n  return \"y\" = %1\n}";
+    let (a, b) = (parse(src).unwrap(), parse(src).unwrap());
+    assert_eq!(a.content_hash(), b.content_hash());
+    let c = parse(&src.replace("relu", "neg")).unwrap();
+    assert_ne!(a.content_hash(), c.content_hash());
+    let inv = xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()] };
+    assert_eq!(
+        inv.fingerprint(),
+        xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()] }.fingerprint()
+    );
+    assert_ne!(inv.fingerprint(), xpu_engine::Inventory::default().fingerprint());
+}
