@@ -168,11 +168,12 @@ fn malformed_models_are_errors_not_panics() {
 #[test]
 fn unsupported_op_error_names_op_node_opset_and_doc() {
     let models = suite_models();
-    let (_, bytes) = models.iter().find(|(n, _)| n == "test_gridsample").unwrap();
+    let (_, bytes) =
+        models.iter().find(|(n, _)| n == "test_tfidfvectorizer_tf_only_bigrams_skip0").unwrap();
     let err = xpu_onnx::import_model(bytes).unwrap_err().to_string();
     assert!(
-        err.contains("unsupported op `GridSample`")
-            && err.contains("opset 22")
+        err.contains("unsupported op `TfIdfVectorizer`")
+            && err.contains("opset 9")
             && err.contains("docs/onnx-support.md"),
         "{err}"
     );

@@ -869,6 +869,32 @@ pub fn infer_types(
             one(TensorType { dtype: t.dtype, dims })
         }
         Op::RotaryEmbedding => same_as(0),
+        Op::AffineGrid => {
+            let t = cx.ty(0)?;
+            let dims = match cx.const_ints(1) {
+                Some(size) if size.len() >= 3 => {
+                    let mut d: Vec<Dim> = vec![known(size[0])];
+                    d.extend(size[2..].iter().map(|&v| known(v)));
+                    d.push(known(size.len() as i64 - 2));
+                    Some(d)
+                }
+                _ => None,
+            };
+            one(TensorType { dtype: t.dtype, dims })
+        }
+        Op::GridSample => {
+            let (x, g) = (cx.ty(0)?, cx.ty(1)?);
+            let dims = match (&x.dims, &g.dims) {
+                (Some(xd), Some(gd)) if xd.len() >= 3 && gd.len() == xd.len() => {
+                    let mut d = vec![xd[0].clone(), xd[1].clone()];
+                    d.extend(gd[1..gd.len() - 1].iter().cloned());
+                    Some(d)
+                }
+                (Some(xd), _) => Some(vec![Dim::Unknown; xd.len()]),
+                _ => None,
+            };
+            one(TensorType { dtype: x.dtype, dims })
+        }
         Op::NonMaxSuppression => {
             one(TensorType::new(DType::I64, vec![Dim::Unknown, Dim::Known(3)]))
         }

@@ -298,6 +298,8 @@ define_ops! {
     MaxUnpool "max_unpool" "MaxUnpool" Pool (2,3)->(1,1) ["kernel_shape": Ints, "pads": Ints, "strides": Ints] "Scatter max-pooled values back to their indices; zeros elsewhere.";
     RotaryEmbedding "rotary_embedding" "RotaryEmbedding" Attention (3,4)->(1,1) ["interleaved": Int, "num_heads": Int, "rotary_embedding_dim": Int] "Rotary position embedding of a 3-D or 4-D input from cos/sin caches.";
     NonMaxSuppression "non_max_suppression" "NonMaxSuppression" Index (2,5)->(1,1) ["center_point_box": Int] "Greedy IoU suppression per batch and class; [n, 3] selected (batch, class, box) indices.";
+    AffineGrid "affine_grid" "AffineGrid" Resize (2,2)->(1,1) ["align_corners": Int] "Sampling grid [N, H, W, 2] (or 3-D) from affine matrices theta.";
+    GridSample "grid_sample" "GridSample" Resize (2,2)->(1,1) ["align_corners": Int, "mode": Str, "padding_mode": Str] "Sample X at normalised grid points (nearest, linear, cubic; zeros, border, reflection padding).";
     StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";

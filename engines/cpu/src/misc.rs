@@ -249,3 +249,206 @@ pub fn non_max_suppression(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult
     let rows = selected.len() / 3;
     Tensor::from_vec(vec![rows, 3], selected).map_err(|e| e.to_string())
 }
+
+/// Base sampling coordinates of one spatial dim in [-1, 1] (ONNX AffineGrid / GridSample).
+fn base_coords(n: usize, align_corners: bool) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            if align_corners {
+                if n == 1 { -1.0 } else { -1.0 + 2.0 * i as f64 / (n - 1) as f64 }
+            } else {
+                -1.0 + (2.0 * i as f64 + 1.0) / n as f64
+            }
+        })
+        .collect()
+}
+
+/// Sampling grids from affine matrices: theta [N, 2, 3] → grid [N, H, W, 2], or
+/// [N, 3, 4] → [N, D, H, W, 3]; the last grid axis is (x, y[, z]).
+pub fn affine_grid(attrs: &Attrs, theta: &Tensor, size: &Tensor) -> KResult<Tensor> {
+    let size = ints(size, "size")?;
+    let nsp = size
+        .len()
+        .checked_sub(2)
+        .filter(|&n| n == 2 || n == 3)
+        .ok_or("size must be [N, C, H, W] or [N, C, D, H, W]")?;
+    if theta.shape() != [size[0] as usize, nsp, nsp + 1] {
+        return Err(format!(
+            "theta must be [{}, {nsp}, {}], got {:?}",
+            size[0],
+            nsp + 1,
+            theta.shape()
+        ));
+    }
+    let align = attrs.int("align_corners", 0) != 0;
+    let dims: Vec<usize> = size[2..].iter().map(|&d| d.max(0) as usize).collect();
+    let axes: Vec<Vec<f64>> = dims.iter().map(|&d| base_coords(d, align)).collect();
+    let th = theta.to_f64_vec();
+    let n = size[0] as usize;
+    let points: usize = dims.iter().product();
+    let mut out = Vec::with_capacity(n * points * nsp);
+    for b in 0..n {
+        for p in 0..points {
+            // Homogeneous point (x, y[, z], 1), x along the last spatial dim.
+            let mut rem = p;
+            let mut coord = vec![0.0; nsp + 1];
+            for d in (0..nsp).rev() {
+                coord[nsp - 1 - d] = axes[d][rem % dims[d]];
+                rem /= dims[d];
+            }
+            coord[nsp] = 1.0;
+            for r in 0..nsp {
+                out.push(
+                    (0..=nsp).map(|k| th[(b * nsp + r) * (nsp + 1) + k] * coord[k]).sum::<f64>(),
+                );
+            }
+        }
+    }
+    let mut shape = vec![n];
+    shape.extend(&dims);
+    shape.push(nsp);
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, theta.dtype())
+}
+
+fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
+    let range = hi - lo;
+    if range <= 0.0 {
+        return lo;
+    }
+    if x < lo {
+        let dx = lo - x;
+        let k = (dx / range) as i64;
+        let r = dx - k as f64 * range;
+        if k % 2 == 0 { lo + r } else { hi - r }
+    } else if x > hi {
+        let dx = x - hi;
+        let k = (dx / range) as i64;
+        let r = dx - k as f64 * range;
+        if k % 2 == 0 { hi - r } else { lo + r }
+    } else {
+        x
+    }
+}
+
+fn cubic_coeffs(t: f64) -> [f64; 4] {
+    let a = -0.75;
+    let x = t.abs();
+    [
+        ((a * (x + 1.0) - 5.0 * a) * (x + 1.0) + 8.0 * a) * (x + 1.0) - 4.0 * a,
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0,
+        ((a + 2.0) * (1.0 - x) - (a + 3.0)) * (1.0 - x) * (1.0 - x) + 1.0,
+        ((a * (2.0 - x) - 5.0 * a) * (2.0 - x) + 8.0 * a) * (2.0 - x) - 4.0 * a,
+    ]
+}
+
+/// Samples X [N, C, spatial…] at grid [N, out…, nsp] (normalised x, y[, z]) with nearest,
+/// linear or cubic interpolation and zeros, border or reflection padding.
+pub fn grid_sample(attrs: &Attrs, x: &Tensor, grid: &Tensor) -> KResult<Tensor> {
+    let nsp = x.rank().checked_sub(2).filter(|&n| n >= 1).ok_or("X must have rank ≥ 3")?;
+    if grid.rank() != nsp + 2 || grid.shape()[0] != x.shape()[0] || grid.shape()[nsp + 1] != nsp {
+        return Err(format!(
+            "grid must be [N, out…, {nsp}] for X {:?}, got {:?}",
+            x.shape(),
+            grid.shape()
+        ));
+    }
+    let mode = attrs.str("mode", "linear");
+    let padding = attrs.str("padding_mode", "zeros");
+    let align = attrs.int("align_corners", 0) != 0;
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let dims: Vec<usize> = x.shape()[2..].to_vec();
+    let out_sp: Vec<usize> = grid.shape()[1..=nsp].to_vec();
+    let pts: usize = out_sp.iter().product();
+    let plane: usize = dims.iter().product();
+    let st = crate::util::strides(&dims);
+    let (xv, gv) = (x.to_f64_vec(), grid.to_f64_vec());
+    let (lo, hi): (Vec<f64>, Vec<f64>) = dims
+        .iter()
+        .map(|&d| if align { (0.0, d as f64 - 1.0) } else { (-0.5, d as f64 - 0.5) })
+        .unzip();
+    // Resolve a tap index along dim `i` per the padding mode (None: contributes zero).
+    let resolve = |i: usize, k: i64| -> Option<usize> {
+        let d = dims[i] as i64;
+        match padding {
+            "border" => Some(k.clamp(0, d - 1) as usize),
+            "reflection" => Some((reflect(k as f64, lo[i], hi[i]) as i64).clamp(0, d - 1) as usize),
+            _ => (0..d).contains(&k).then_some(k as usize),
+        }
+    };
+    let mut out = vec![0.0; n * c * pts];
+    for b in 0..n {
+        for p in 0..pts {
+            let g = &gv[(b * pts + p) * nsp..][..nsp];
+            // Grid holds (x, y[, z]): reversed to match X's (…, H, W) dims.
+            let mut coord: Vec<f64> = (0..nsp)
+                .map(|i| {
+                    let v = g[nsp - 1 - i];
+                    let len = dims[i] as f64;
+                    if align {
+                        (v + 1.0) / 2.0 * (len - 1.0)
+                    } else {
+                        ((v + 1.0) * len - 1.0) / 2.0
+                    }
+                })
+                .collect();
+            if mode == "nearest" {
+                coord.iter_mut().for_each(|v| *v = v.round_ties_even());
+            }
+            for (i, v) in coord.iter_mut().enumerate() {
+                if *v < lo[i] || *v > hi[i] {
+                    match padding {
+                        "border" => *v = v.clamp(0.0, dims[i] as f64 - 1.0),
+                        "reflection" => *v = reflect(*v, lo[i], hi[i]),
+                        _ => {}
+                    }
+                }
+            }
+            // Taps per dim: (index, weight).
+            let taps: Vec<Vec<(Option<usize>, f64)>> = (0..nsp)
+                .map(|i| {
+                    let v = coord[i];
+                    match mode {
+                        "nearest" => vec![(resolve(i, v as i64), 1.0)],
+                        "cubic" | "bicubic" => {
+                            let f = v.floor();
+                            let w = cubic_coeffs(v - f);
+                            (0..4).map(|k| (resolve(i, f as i64 - 1 + k as i64), w[k])).collect()
+                        }
+                        _ => {
+                            let f = v.floor();
+                            let t = v - f;
+                            vec![(resolve(i, f as i64), 1.0 - t), (resolve(i, f as i64 + 1), t)]
+                        }
+                    }
+                })
+                .collect();
+            let combos: usize = taps.iter().map(Vec::len).product();
+            for ch in 0..c {
+                let base = (b * c + ch) * plane;
+                let mut acc = 0.0;
+                for combo in 0..combos {
+                    let mut rem = combo;
+                    let mut off = 0;
+                    let mut w = 1.0;
+                    let mut zero = false;
+                    for i in (0..nsp).rev() {
+                        let (idx, wi) = taps[i][rem % taps[i].len()];
+                        rem /= taps[i].len();
+                        w *= wi;
+                        match idx {
+                            Some(k) => off += k * st[i],
+                            None => zero = true,
+                        }
+                    }
+                    if !zero {
+                        acc += w * xv[base + off];
+                    }
+                }
+                out[(b * c + ch) * pts + p] = acc;
+            }
+        }
+    }
+    let mut shape = vec![n, c];
+    shape.extend(&out_sp);
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
+}
