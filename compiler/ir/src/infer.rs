@@ -869,6 +869,53 @@ pub fn infer_types(
             one(TensorType { dtype: t.dtype, dims })
         }
         Op::RotaryEmbedding => same_as(0),
+        Op::Dft => {
+            let t = cx.ty(0)?;
+            let inverse = attrs.int("inverse", 0) != 0;
+            let onesided = attrs.int("onesided", 0) != 0;
+            let dims = match &t.dims {
+                Some(d) if d.len() >= 2 => {
+                    let mut out = d.clone();
+                    let axis = match cx.opt_ty(2) {
+                        None => Some(cx.axis(-2, d.len())?),
+                        Some(_) => match cx.const_ints(2).and_then(|v| v.first().copied()) {
+                            Some(a) => Some(cx.axis(a, d.len())?),
+                            None => None,
+                        },
+                    };
+                    let last = d.len() - 1;
+                    out[last] = Dim::Known(if inverse && onesided { 1 } else { 2 });
+                    match axis {
+                        Some(a) => {
+                            cx.require(
+                                a != last,
+                                "axis must not be the trailing real/imaginary dim",
+                            )?;
+                            let n = match (
+                                cx.opt_ty(1),
+                                cx.const_ints(1).and_then(|v| v.first().copied()),
+                            ) {
+                                (Some(_), Some(l)) => Some(l),
+                                (Some(_), None) => None,
+                                (None, _) => d[a].known().map(|k| {
+                                    if inverse && onesided { 2 * (k as i64 - 1) } else { k as i64 }
+                                }),
+                            };
+                            out[a] = match n {
+                                Some(n) if onesided && !inverse => known(n / 2 + 1),
+                                Some(n) => known(n),
+                                None => Dim::Unknown,
+                            };
+                        }
+                        None => out.iter_mut().take(last).for_each(|x| *x = Dim::Unknown),
+                    }
+                    Some(out)
+                }
+                Some(d) => return cx.err(format!("input must have rank ≥ 2, got {}", d.len())),
+                None => None,
+            };
+            one(TensorType { dtype: t.dtype, dims })
+        }
         Op::AffineGrid => {
             let t = cx.ty(0)?;
             let dims = match cx.const_ints(1) {

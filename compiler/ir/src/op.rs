@@ -300,6 +300,7 @@ define_ops! {
     NonMaxSuppression "non_max_suppression" "NonMaxSuppression" Index (2,5)->(1,1) ["center_point_box": Int] "Greedy IoU suppression per batch and class; [n, 3] selected (batch, class, box) indices.";
     AffineGrid "affine_grid" "AffineGrid" Resize (2,2)->(1,1) ["align_corners": Int] "Sampling grid [N, H, W, 2] (or 3-D) from affine matrices theta.";
     GridSample "grid_sample" "GridSample" Resize (2,2)->(1,1) ["align_corners": Int, "mode": Str, "padding_mode": Str] "Sample X at normalised grid points (nearest, linear, cubic; zeros, border, reflection padding).";
+    Dft "dft" "DFT" Resize (1,3)->(1,1) ["inverse": Int, "onesided": Int] "Discrete Fourier transform along an axis (input 2, default −2) of real [...,1] or complex [...,2] data.";
     StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";

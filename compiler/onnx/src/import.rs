@@ -358,6 +358,19 @@ impl<'m> Importer<'m> {
                 let c = const_input(self, scalar_of(dtype, max.unwrap_or(f32::MAX as f64)));
                 inputs.push(c);
             }
+            Op::Dft if opset < 20 => {
+                // DFT-17 had `axis` as an attribute (default 1); DFT-20 takes it as input 2.
+                let axis = attrs
+                    .0
+                    .remove("axis")
+                    .and_then(|a| if let Attr::Int(v) = a { Some(v) } else { None })
+                    .unwrap_or(1);
+                while inputs.len() < 2 {
+                    inputs.push(None);
+                }
+                let c = const_input(self, Tensor::scalar(axis));
+                inputs.push(c);
+            }
             Op::Dropout => {
                 attrs.0.remove("ratio");
             }

@@ -249,6 +249,7 @@ fn eval_native(
         MaxUnpool => one(misc::max_unpool(a, inputs)),
         StringConcat => one(misc::string_concat(x()?, req(inputs, 1)?)),
         RotaryEmbedding => one(misc::rotary_embedding(a, inputs)),
+        Dft => one(misc::dft(a, inputs)),
         AffineGrid => one(misc::affine_grid(a, x()?, req(inputs, 1)?)),
         GridSample => one(misc::grid_sample(a, x()?, req(inputs, 1)?)),
         NonMaxSuppression => one(misc::non_max_suppression(a, inputs)),

@@ -452,3 +452,102 @@ pub fn grid_sample(attrs: &Attrs, x: &Tensor, grid: &Tensor) -> KResult<Tensor> 
     shape.extend(&out_sp);
     from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
 }
+
+/// Discrete Fourier transform (ONNX DFT-20): input [..., 1] (real) or [..., 2] (complex)
+/// along `axis` (an input, default −2), zero-padded or truncated to `dft_length`; forward,
+/// inverse (scaled by 1/n), one-sided output for real forward transforms, and Hermitian
+/// reconstruction for one-sided inverse transforms (real output [..., 1]).
+pub fn dft(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let x = req(inputs, 0)?;
+    let r = x.rank();
+    let last = *x.shape().last().ok_or("input must have rank ≥ 2")?;
+    if r < 2 || !(last == 1 || last == 2) {
+        return Err(format!(
+            "the last dim must be 1 (real) or 2 (complex), got shape {:?}",
+            x.shape()
+        ));
+    }
+    let axis_raw = opt(inputs, 2)
+        .map(|t| ints(t, "axis"))
+        .transpose()?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(-2);
+    // Negative axes count from the back of the whole tensor (−2 is the last signal dim).
+    let axis = norm_axis(axis_raw, r).map_err(|e| format!("axis: {e}"))?;
+    if axis == r - 1 {
+        return Err("axis must not be the trailing real/imaginary dim".into());
+    }
+    let inverse = attrs.int("inverse", 0) != 0;
+    let onesided = attrs.int("onesided", 0) != 0;
+    let n_in = x.shape()[axis];
+    let n = match opt(inputs, 1)
+        .map(|t| ints(t, "dft_length"))
+        .transpose()?
+        .and_then(|v| v.first().copied())
+    {
+        Some(l) if l > 0 => l as usize,
+        Some(l) => return Err(format!("dft_length must be positive, got {l}")),
+        None if inverse && onesided => 2 * (n_in.max(1) - 1),
+        None => n_in,
+    };
+    let v = x.to_f64_vec();
+    let outer: usize = x.shape()[..axis].iter().product();
+    let inner: usize = x.shape()[axis + 1..r - 1].iter().product();
+    let get = |o: usize, k: usize, i: usize| -> (f64, f64) {
+        if k >= n_in {
+            return (0.0, 0.0);
+        }
+        let base = ((o * n_in + k) * inner + i) * last;
+        (v[base], if last == 2 { v[base + 1] } else { 0.0 })
+    };
+    let (out_len, out_last) = if inverse && onesided {
+        (n, 1)
+    } else if onesided {
+        (n / 2 + 1, 2)
+    } else {
+        (n, 2)
+    };
+    let mut out = vec![0.0; outer * out_len * inner * out_last];
+    let sign = if inverse { 1.0 } else { -1.0 };
+    for o in 0..outer {
+        for i in 0..inner {
+            // The complex input sequence (Hermitian-extended for a one-sided inverse).
+            let seq: Vec<(f64, f64)> = (0..n)
+                .map(|k| {
+                    if inverse && onesided {
+                        let half = n_in;
+                        if k < half {
+                            get(o, k, i)
+                        } else {
+                            let (re, im) = get(o, n - k, i);
+                            (re, -im)
+                        }
+                    } else {
+                        get(o, k, i)
+                    }
+                })
+                .collect();
+            for f in 0..out_len {
+                let (mut re, mut im) = (0.0, 0.0);
+                for (k, &(a, b)) in seq.iter().enumerate() {
+                    let t = sign * 2.0 * PI * (f * k % n.max(1)) as f64 / n as f64;
+                    re += a * t.cos() - b * t.sin();
+                    im += a * t.sin() + b * t.cos();
+                }
+                if inverse {
+                    re /= n as f64;
+                    im /= n as f64;
+                }
+                let at = ((o * out_len + f) * inner + i) * out_last;
+                out[at] = re;
+                if out_last == 2 {
+                    out[at + 1] = im;
+                }
+            }
+        }
+    }
+    let mut shape = x.shape().to_vec();
+    shape[axis] = out_len;
+    shape[r - 1] = out_last;
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
+}
