@@ -269,6 +269,35 @@ impl Graph {
         self.outputs.iter().any(|o| o.value == v)
     }
 
+    /// Appends a copy of `src`'s graph input `v` (name and type).
+    pub fn copy_input(&mut self, src: &Graph, v: ValueId) -> ValueId {
+        let val = src.value(v);
+        let id = self.add_input(String::new(), val.ty.clone());
+        self.values[id.index()].name = val.name.clone();
+        id
+    }
+
+    /// Appends a copy of `src`'s node `n` (op, attributes, name, fusion group, output types
+    /// and value names) reading `inputs`, and records each old output's new id in `map`.
+    pub fn copy_node(
+        &mut self,
+        src: &Graph,
+        n: &Node,
+        inputs: Vec<Option<ValueId>>,
+        map: &mut [Option<ValueId>],
+    ) -> NodeId {
+        let tys = n.outputs.iter().map(|&o| src.ty(o).clone()).collect();
+        let id = self.add_node(n.op, inputs, n.attrs.clone(), tys);
+        self.nodes[id.index()].name = n.name.clone();
+        self.nodes[id.index()].group = n.group;
+        for (k, &old) in n.outputs.iter().enumerate() {
+            let new = self.nodes[id.index()].outputs[k];
+            map[old.index()] = Some(new);
+            self.values[new.index()].name = src.value(old).name.clone();
+        }
+        id
+    }
+
     /// Rebuilds the graph keeping only `keep[n]` nodes, with values renumbered densely and
     /// uses remapped through `replace` first (value → replacement value). Used by passes.
     pub fn rebuild(&self, keep: &[bool], replace: &[Option<ValueId>]) -> Graph {
@@ -284,10 +313,7 @@ impl Graph {
         let mut out = Graph::new(self.name.clone());
         let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
         for &inp in &self.inputs {
-            let v = &self.values[inp.index()];
-            map[inp.index()] =
-                Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
-            out.values.last_mut().unwrap().name = v.name.clone();
+            map[inp.index()] = Some(out.copy_input(self, inp));
         }
         for (i, n) in self.nodes.iter().enumerate() {
             if !keep[i] {
@@ -298,16 +324,7 @@ impl Graph {
                 .iter()
                 .map(|v| v.map(|v| map[resolve(v).index()].expect("use before def")))
                 .collect();
-            let tys = n.outputs.iter().map(|&o| self.values[o.index()].ty.clone()).collect();
-            let id = out.add_node(n.op, inputs, n.attrs.clone(), tys);
-            let new_node = &mut out.nodes[id.index()];
-            new_node.name = n.name.clone();
-            new_node.group = n.group;
-            let new_outputs = new_node.outputs.clone();
-            for (&old, new) in n.outputs.iter().zip(new_outputs) {
-                map[old.index()] = Some(new);
-                out.values[new.index()].name = self.values[old.index()].name.clone();
-            }
+            out.copy_node(self, n, inputs, &mut map);
         }
         for o in &self.outputs {
             let v = map[resolve(o.value).index()].expect("graph output removed");
@@ -359,14 +376,7 @@ impl Graph {
             }
             let ins =
                 n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("mapped above"))).collect();
-            let tys = n.outputs.iter().map(|&o| self.ty(o).clone()).collect();
-            let id = g.add_node(n.op, ins, n.attrs.clone(), tys);
-            g.nodes[id.index()].name = n.name.clone();
-            let outs = g.nodes[id.index()].outputs.clone();
-            for (&o, new) in n.outputs.iter().zip(outs) {
-                map[o.index()] = Some(new);
-                g.values[new.index()].name = self.value(o).name.clone();
-            }
+            g.copy_node(self, n, ins, &mut map);
         }
         let uses = self.uses();
         let mut outputs = Vec::new();

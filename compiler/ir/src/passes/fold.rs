@@ -13,8 +13,7 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
     let mut out = Graph::new(g.name.clone());
     let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
     for &i in &g.inputs {
-        let v = g.value(i);
-        map[i.index()] = Some(out.add_input(v.name.clone().unwrap_or_default(), v.ty.clone()));
+        map[i.index()] = Some(out.copy_input(g, i));
     }
     for n in &g.nodes {
         let inputs: Vec<Option<ValueId>> =
@@ -50,15 +49,7 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
                 }
             }
             None => {
-                let tys = n.outputs.iter().map(|&o| g.ty(o).clone()).collect();
-                let id = out.add_node(n.op, inputs, n.attrs.clone(), tys);
-                let node = &mut out.nodes[id.index()];
-                node.name = n.name.clone();
-                node.group = n.group;
-                for (&o, &new) in n.outputs.iter().zip(&out.nodes[id.index()].outputs.clone()) {
-                    map[o.index()] = Some(new);
-                    out.values[new.index()].name = g.value(o).name.clone();
-                }
+                out.copy_node(g, n, inputs, &mut map);
             }
         }
     }
