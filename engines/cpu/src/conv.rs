@@ -237,57 +237,6 @@ fn im2col_2d_strided<T: Scalar>(
     }
 }
 
-/// 2-D max/average pooling over one plane (no multi-index decoding per element).
-fn pool_2d_plane(
-    plane: &[f64],
-    geo: &[Geo],
-    is_max: bool,
-    include_pad: bool,
-    pads_end: [isize; 2],
-    out: &mut [f64],
-    idx: &mut [i64],
-) {
-    let (gh, gw) = (geo[0], geo[1]);
-    let (ih, iw) = (gh.input as isize, gw.input as isize);
-    for oy in 0..gh.out {
-        for ox in 0..gw.out {
-            let mut acc = if is_max { f64::NEG_INFINITY } else { 0.0 };
-            let mut best = -1i64;
-            let (mut count, mut padded) = (0usize, 0usize);
-            for ky in 0..gh.kernel {
-                let iy = (oy * gh.stride + ky * gh.dilation) as isize - gh.pad_begin as isize;
-                for kx in 0..gw.kernel {
-                    let ix = (ox * gw.stride + kx * gw.dilation) as isize - gw.pad_begin as isize;
-                    if iy < ih + pads_end[0] && ix < iw + pads_end[1] {
-                        padded += 1;
-                    }
-                    if iy < 0 || iy >= ih || ix < 0 || ix >= iw {
-                        continue;
-                    }
-                    let off = (iy * iw + ix) as usize;
-                    let v = plane[off];
-                    count += 1;
-                    if is_max {
-                        if !acc.is_nan() && (v > acc || best < 0 || v.is_nan()) {
-                            acc = v;
-                            best = off as i64;
-                        }
-                    } else {
-                        acc += v;
-                    }
-                }
-            }
-            let o = oy * gw.out + ox;
-            out[o] = if is_max {
-                acc
-            } else {
-                acc / (if include_pad { padded } else { count }).max(1) as f64
-            };
-            idx[o] = best.max(0);
-        }
-    }
-}
-
 pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
     let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
@@ -403,6 +352,19 @@ pub fn conv_transpose(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
 
 /// 2-D max/average pooling in the tensor's own float type (no f64 round trip): the common
 /// case of CNNs. Returns `None` when another path must handle the request.
+/// One window element into a max (NaN tracked by flag) or a sum.
+#[inline(always)]
+fn accumulate<T: Scalar>(is_max: bool, acc: &mut T, nan: &mut bool, v: T) {
+    if is_max {
+        *nan |= v.is_nan();
+        if v > *acc {
+            *acc = v;
+        }
+    } else {
+        *acc = acc.add(v);
+    }
+}
+
 fn pool_2d_native<T: Scalar>(
     op: Op,
     attrs: &Attrs,
@@ -482,14 +444,7 @@ fn pool_2d_native<T: Scalar>(
                         let row = &plane[(y0 + ky * gh.dilation) * iw..];
                         for kx in 0..gw.kernel {
                             let v = row[x0 + kx * gw.dilation];
-                            if is_max {
-                                nan |= v.is_nan();
-                                if v > acc {
-                                    acc = v;
-                                }
-                            } else {
-                                acc = acc.add(v);
-                            }
+                            accumulate(is_max, &mut acc, &mut nan, v);
                         }
                     }
                     out.push(if is_max {
@@ -515,14 +470,7 @@ fn pool_2d_native<T: Scalar>(
                         }
                         let v = plane[iy as usize * iw + ix as usize];
                         count += 1;
-                        if is_max {
-                            nan |= v.is_nan();
-                            if v > acc {
-                                acc = v;
-                            }
-                        } else {
-                            acc = acc.add(v);
-                        }
+                        accumulate(is_max, &mut acc, &mut nan, v);
                     }
                 }
                 out.push(if is_max {
@@ -581,34 +529,7 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     let mut out = vec![0.0; nc * osz];
     let mut idx = vec![0i64; nc * osz];
     let (mut oi, mut ki) = (vec![0; nsp], vec![0; nsp]);
-    let fast = nsp == 2
-        && matches!(op, Op::MaxPool | Op::AveragePool | Op::GlobalAveragePool | Op::GlobalMaxPool)
-        && attrs.int("storage_order", 0) == 0;
-    if fast {
-        let pads_end = [0, 1].map(|d| {
-            if global {
-                0
-            } else {
-                attrs.ints("pads").map(|p| p[d + nsp]).unwrap_or(0).max(0) as isize
-            }
-        });
-        for ch in 0..nc {
-            let plane = &xd[ch * isz..][..isz];
-            pool_2d_plane(
-                plane,
-                &geo,
-                is_max,
-                include_pad,
-                pads_end,
-                &mut out[ch * osz..][..osz],
-                &mut idx[ch * osz..][..osz],
-            );
-            for v in &mut idx[ch * osz..][..osz] {
-                *v += (ch * isz) as i64;
-            }
-        }
-    }
-    for ch in (0..nc).filter(|_| !fast) {
+    for ch in 0..nc {
         let plane = &xd[ch * isz..][..isz];
         for op_ in 0..osz {
             unravel(op_, &out_sp, &mut oi);
