@@ -356,17 +356,9 @@ impl Engine for CpuEngine {
         partition: &Graph,
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
-        let supported = supported_ops();
         let mut kernels = Vec::with_capacity(partition.nodes.len());
         for id in partition.node_ids() {
             let node = partition.node(id);
-            if !supported.contains(&node.op) {
-                return Err(EngineError::Unsupported {
-                    engine: "cpu".into(),
-                    node: node.label(id),
-                    what: format!("op {}", node.op),
-                });
-            }
             let k = match assignment.kernels.get(&id) {
                 Some(name) => {
                     Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {
@@ -525,14 +517,13 @@ impl Executable for CpuExecutable {
 pub struct CpuEvaluator;
 
 impl xpu_ir::passes::Evaluator for CpuEvaluator {
-    fn evaluate(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, String> {
-        if !supported_ops().contains(&node.op) {
-            return Err(format!("cpu does not implement {}", node.op));
-        }
-        let dtypes: Vec<DType> = inputs.iter().flatten().map(|t| t.dtype()).take(1).collect();
-        let n = node.outputs.len();
-        let out_dtypes = vec![dtypes.first().copied().unwrap_or(DType::F32); n];
-        eval(node, Kernel::default_for(node.op), inputs, &out_dtypes)
+    fn evaluate(
+        &self,
+        node: &Node,
+        inputs: &[Option<&Tensor>],
+        output_dtypes: &[DType],
+    ) -> Result<Vec<Tensor>, String> {
+        eval(node, Kernel::default_for(node.op), inputs, output_dtypes)
     }
 }
 

@@ -28,7 +28,8 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
         let folded = match consts {
             Some(c) if n.op != Op::Constant && !n.inputs.is_empty() => {
                 let c: Vec<Option<&Tensor>> = c;
-                match eval.evaluate(n, &c) {
+                let dtypes: Vec<_> = n.outputs.iter().map(|&o| g.ty(o).dtype).collect();
+                match eval.evaluate(n, &c, &dtypes) {
                     Ok(ts)
                         if ts.len() == n.outputs.len()
                             && ts.iter().all(|t| t.numel() <= MAX_FOLDED_ELEMENTS) =>

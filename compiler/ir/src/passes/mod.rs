@@ -18,11 +18,17 @@ pub use fold::fold_constants;
 pub use fuse::group_elementwise;
 pub use memory::{BufferUse, MemoryPlan, ValuePlacement, plan_memory};
 
-use crate::{Graph, Node, Tensor};
+use crate::{DType, Graph, Node, Tensor};
 
-/// Evaluates one node on constant inputs (implemented by the CPU engine).
+/// Evaluates one node on constant inputs (implemented by the CPU engine); `output_dtypes`
+/// are the node's declared output dtypes.
 pub trait Evaluator {
-    fn evaluate(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, String>;
+    fn evaluate(
+        &self,
+        node: &Node,
+        inputs: &[Option<&Tensor>],
+        output_dtypes: &[DType],
+    ) -> Result<Vec<Tensor>, String>;
 }
 
 /// The passes `xpuctl ir opt --passes` and filetests name.
