@@ -185,7 +185,7 @@ impl Attrs {
 }
 
 /// Writes a float so that parsing it back yields the same bits (`1.0`, `1e-7`, `inf`, `nan`).
-pub(crate) fn write_float(f: &mut impl fmt::Write, x: f64) -> fmt::Result {
+pub(crate) fn write_float(f: &mut dyn fmt::Write, x: f64) -> fmt::Result {
     if x.is_nan() {
         f.write_str("nan")
     } else if x.is_infinite() {

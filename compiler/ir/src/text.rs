@@ -121,7 +121,7 @@ fn write_attr(f: &mut impl fmt::Write, a: &Attr) -> fmt::Result {
         Attr::Float(v) => write_float(f, *v),
         Attr::Str(s) => write!(f, "{s:?}"),
         Attr::Ints(v) => write_list(f, v, |f, x| write!(f, "{x}")),
-        Attr::Floats(v) => write_list(f, v, |mut f, x| write_float(&mut f, *x)),
+        Attr::Floats(v) => write_list(f, v, |f, x| write_float(f, *x)),
         Attr::Strs(v) => write_list(f, v, |f, x| write!(f, "{x:?}")),
         Attr::DType(d) => write!(f, "dtype<{d}>"),
         Attr::Tensor(t) => write_tensor(f, t),
@@ -136,7 +136,7 @@ fn write_tensor(f: &mut impl fmt::Write, t: &Tensor) -> fmt::Result {
     }
     match t.data() {
         TensorData::F32(v) => write_list(f, v, |f, x| write_f32(f, *x)),
-        TensorData::F64(v) => write_list(f, v, |mut f, x| write_float(&mut f, *x)),
+        TensorData::F64(v) => write_list(f, v, |f, x| write_float(f, *x)),
         TensorData::F16(v) => write_list(f, v, |f, x| write_f32(f, x.to_f32())),
         TensorData::BF16(v) => write_list(f, v, |f, x| write_f32(f, x.to_f32())),
         TensorData::Bool(v) => write_list(f, v, |f, x| write!(f, "{x}")),
@@ -146,14 +146,7 @@ fn write_tensor(f: &mut impl fmt::Write, t: &Tensor) -> fmt::Result {
 }
 
 fn write_f32(f: &mut dyn fmt::Write, x: f32) -> fmt::Result {
-    if x.is_finite() { write!(f, "{x:?}") } else { write_float(&mut FmtAdapter(f), x as f64) }
-}
-
-struct FmtAdapter<'a>(&'a mut dyn fmt::Write);
-impl fmt::Write for FmtAdapter<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.write_str(s)
-    }
+    if x.is_finite() { write!(f, "{x:?}") } else { write_float(f, x as f64) }
 }
 
 fn write_int(f: &mut dyn fmt::Write, d: &TensorData, i: usize) -> fmt::Result {

@@ -487,32 +487,27 @@ impl<'m> Importer<'m> {
     }
 }
 
+/// A scalar of `dtype` holding `v` (importer-made constants: Pad-2's value, Clip-6's bounds;
+/// float-to-int conversion saturates).
 fn scalar_of(dtype: DType, v: f64) -> Tensor {
-    let one = Tensor::from_vec(vec![], vec![v]).expect("scalar");
-    xpu_ir_cast(&one, dtype)
-}
-
-/// Minimal cast for importer-made constants (numeric dtypes only).
-fn xpu_ir_cast(t: &Tensor, dtype: DType) -> Tensor {
     use xpu_ir::TensorData as D;
-    let v = t.to_f64_vec();
     let data = match dtype {
-        DType::F32 => D::F32(v.iter().map(|&x| x as f32).collect()),
-        DType::F64 => D::F64(v),
-        DType::F16 => D::F16(v.iter().map(|&x| half::f16::from_f64(x)).collect()),
-        DType::BF16 => D::BF16(v.iter().map(|&x| half::bf16::from_f64(x)).collect()),
-        DType::I8 => D::I8(v.iter().map(|&x| x as i8).collect()),
-        DType::I16 => D::I16(v.iter().map(|&x| x as i16).collect()),
-        DType::I32 => D::I32(v.iter().map(|&x| x as i32).collect()),
-        DType::I64 => D::I64(v.iter().map(|&x| x as i64).collect()),
-        DType::U8 => D::U8(v.iter().map(|&x| x as u8).collect()),
-        DType::U16 => D::U16(v.iter().map(|&x| x as u16).collect()),
-        DType::U32 => D::U32(v.iter().map(|&x| x as u32).collect()),
-        DType::U64 => D::U64(v.iter().map(|&x| x as u64).collect()),
-        DType::Bool => D::Bool(v.iter().map(|&x| x != 0.0).collect()),
-        DType::String => D::String(v.iter().map(|x| x.to_string()).collect()),
+        DType::F32 => D::F32(vec![v as f32]),
+        DType::F64 => D::F64(vec![v]),
+        DType::F16 => D::F16(vec![half::f16::from_f64(v)]),
+        DType::BF16 => D::BF16(vec![half::bf16::from_f64(v)]),
+        DType::I8 => D::I8(vec![v as i8]),
+        DType::I16 => D::I16(vec![v as i16]),
+        DType::I32 => D::I32(vec![v as i32]),
+        DType::I64 => D::I64(vec![v as i64]),
+        DType::U8 => D::U8(vec![v as u8]),
+        DType::U16 => D::U16(vec![v as u16]),
+        DType::U32 => D::U32(vec![v as u32]),
+        DType::U64 => D::U64(vec![v as u64]),
+        DType::Bool => D::Bool(vec![v != 0.0]),
+        DType::String => D::String(vec![v.to_string()]),
     };
-    Tensor::new(t.shape().to_vec(), data).expect("same length")
+    Tensor::new(vec![], data).expect("one element for a scalar")
 }
 
 fn constant_value(attrs: &Attrs) -> Result<Tensor, String> {
