@@ -391,7 +391,18 @@ impl Engine for CpuEngine {
                 }
             })
             .collect();
-        Ok(Box::new(CpuExecutable { graph: partition.clone(), kernels, last_use, consts }))
+        let out_dtypes = partition
+            .nodes
+            .iter()
+            .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
+            .collect();
+        Ok(Box::new(CpuExecutable {
+            graph: partition.clone(),
+            kernels,
+            last_use,
+            consts,
+            out_dtypes,
+        }))
     }
 }
 
@@ -401,6 +412,8 @@ struct CpuExecutable {
     /// Index of the last node reading each value (`usize::MAX`: graph output or unused).
     last_use: Vec<usize>,
     consts: Vec<Option<Arc<Tensor>>>,
+    /// Declared output dtypes of each node (f16/bf16 results are narrowed to them).
+    out_dtypes: Vec<Vec<DType>>,
 }
 
 /// A value during execution: borrowed from the caller (graph inputs) or produced here.
@@ -445,12 +458,11 @@ impl Executable for CpuExecutable {
                     .iter()
                     .map(|v| v.and_then(|v| values[v.index()].as_ref().map(Slot::get)))
                     .collect();
-                let out_dtypes: Vec<DType> = node.outputs.iter().map(|&o| g.ty(o).dtype).collect();
                 let id = NodeId(i as u32);
                 // A kernel bug must not take the process down: a panic becomes an error that
                 // names the node (the conformance suite runs with zero panics).
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    eval(node, self.kernels[i], &args, &out_dtypes)
+                    eval(node, self.kernels[i], &args, &self.out_dtypes[i])
                 }));
                 let outs = match result {
                     Ok(r) => {

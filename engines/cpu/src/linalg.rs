@@ -154,8 +154,9 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     if sb.len() > 1 {
         out_shape.push(n);
     }
-    let offset = |shape: &[usize], idx: &[usize], mat: usize| -> usize {
-        let st = strides(shape);
+    // Element offset of a batch operand's matrix; broadcast (size-1) dims do not move.
+    let (sta, stb) = (strides(ba), strides(bb));
+    let offset = |shape: &[usize], st: &[usize], idx: &[usize], mat: usize| -> usize {
         let pad = idx.len() - shape.len();
         shape
             .iter()
@@ -177,8 +178,8 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
         }
         for bi in 0..nb {
             let idx: Vec<usize> = bst.iter().zip(&batch).map(|(&s, &d)| (bi / s) % d.max(1)).collect();
-            let oa = offset(ba, &idx, m * k);
-            let ob = offset(bb, &idx, k * n);
+            let oa = offset(ba, &sta, &idx, m * k);
+            let ob = offset(bb, &stb, &idx, k * n);
             let dst = &mut out[bi * m * n..(bi + 1) * m * n];
             // SAFETY: MaybeUninit<T> has T's layout; `mm` only writes `dst` on the direct path
             // (read_dst = false) and the other paths run over initialised zeros.
