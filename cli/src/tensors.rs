@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow, bail};
 use half::f16;
 use npyz::WriterBuilder;
-use xpu_ir::{DType, Tensor, TensorData};
+use xpu_ir::{Tensor, TensorData};
 
 /// Reads a `.npy` or `.pb` file; returns the name stored in a `.pb`, if any.
 pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
@@ -143,7 +143,6 @@ pub fn summary(t: &Tensor) -> String {
         })
         .collect();
     s.push_str(&format!(" [{}{}]", head.join(", "), if t.numel() > 6 { ", …" } else { "" }));
-    let _ = DType::F32;
     s
 }
 

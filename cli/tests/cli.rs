@@ -166,7 +166,7 @@ fn usage_errors_exit_2() {
 #[test]
 fn run_errors_exit_1_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
-    let (prog, input) = example();
+    let (prog, _) = example();
     let p = |name: &str| dir.path().join(name).display().to_string();
     let check = |args: &[&str], needle: &str| {
         let (code, _, err) = xpuctl(args);
@@ -221,7 +221,6 @@ fn run_errors_exit_1_with_one_clear_line() {
         &["run", &prog, "--input", &format!("x={}", p("wide.npy"))],
         "input \"x\": dim 1 must be 16",
     );
-    let _ = input;
 }
 
 #[test]

@@ -171,9 +171,8 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
             }
         }
     }
-    for (i, v) in g.values.iter().enumerate() {
-        if !defined[i] {
-            let _ = v;
+    for (i, &is_defined) in defined.iter().enumerate() {
+        if !is_defined {
             err(
                 &mut errs,
                 None,
