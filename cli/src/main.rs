@@ -159,7 +159,7 @@ fn dispatch(cmd: Command) -> Result<()> {
         }
         Command::Engines { format } => {
             let caps = xpu_engine_cpu::CpuEngine::new().capabilities();
-            let inv = xpu_engine::Inventory { engines: vec![caps] };
+            let inv = xpu_engine::Inventory { engines: vec![caps], ..Default::default() };
             match format {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&inv)?),
                 Format::Text => {

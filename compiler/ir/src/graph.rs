@@ -113,6 +113,9 @@ pub struct Partition {
     pub graph: Graph,
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
+    /// For each node of the partition graph, the node of `self` it copies (`None` for an
+    /// outside constant copied in).
+    pub sources: Vec<Option<NodeId>>,
 }
 
 /// An SGR-ML graph.
@@ -347,6 +350,7 @@ impl Graph {
         let mut g = Graph::new(format!("{}.part", self.name));
         let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
         let mut inputs = Vec::new();
+        let mut sources = Vec::new();
         // Inputs first (definition order keeps the arena invariant), then nodes.
         for (i, n) in self.nodes.iter().enumerate() {
             if !inside[i] {
@@ -372,11 +376,13 @@ impl Graph {
                         .expect("outside non-constant values are inputs")
                         .clone();
                     map[v.index()] = Some(g.add_const(t));
+                    sources.push(None);
                 }
             }
             let ins =
                 n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("mapped above"))).collect();
             g.copy_node(self, n, ins, &mut map);
+            sources.push(Some(NodeId(i as u32)));
         }
         let uses = self.uses();
         let mut outputs = Vec::new();
@@ -399,7 +405,7 @@ impl Graph {
                 }
             }
         }
-        Partition { graph: g, inputs, outputs }
+        Partition { graph: g, inputs, outputs, sources }
     }
 
     /// Stable content hash of the graph's JSON form (plan caches, explanations).

@@ -11,7 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::AttrKind;
 
 /// Coarse op families: what policies name (`[kernels] matmul = …`) and what passes reason about.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum OpClass {
     /// Elementwise math on one input.
     Unary,
@@ -27,6 +30,7 @@ pub enum OpClass {
     Bitwise,
     /// Selection and conversion (where, cast).
     Select,
+    #[serde(rename = "matmul")]
     MatMul,
     Conv,
     Pool,
@@ -49,6 +53,32 @@ pub enum OpClass {
 }
 
 impl OpClass {
+    pub const ALL: [OpClass; 23] = [
+        OpClass::Unary,
+        OpClass::Activation,
+        OpClass::Binary,
+        OpClass::Compare,
+        OpClass::Logical,
+        OpClass::Bitwise,
+        OpClass::Select,
+        OpClass::MatMul,
+        OpClass::Conv,
+        OpClass::Pool,
+        OpClass::Norm,
+        OpClass::Softmax,
+        OpClass::Reduction,
+        OpClass::Index,
+        OpClass::Movement,
+        OpClass::Gather,
+        OpClass::Scatter,
+        OpClass::Constant,
+        OpClass::Attention,
+        OpClass::Loss,
+        OpClass::Resize,
+        OpClass::Recurrent,
+        OpClass::Quant,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             OpClass::Unary => "unary",
@@ -89,6 +119,19 @@ impl OpClass {
                 | OpClass::Bitwise
                 | OpClass::Select
         )
+    }
+}
+
+impl fmt::Display for OpClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OpClass {
+    type Err = UnknownOp;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OpClass::ALL.iter().copied().find(|c| c.name() == s).ok_or_else(|| UnknownOp(s.into()))
     }
 }
 

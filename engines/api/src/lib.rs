@@ -9,9 +9,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use xpu_ir::{DType, Graph, NodeId, Op, Tensor};
+use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor};
 
 pub use xpu_ir;
+
+pub mod catalog;
+mod registry;
+
+pub use registry::Registry;
 
 /// Whether an engine can run here. Never a panic: a missing library is data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,16 +53,34 @@ impl fmt::Display for Availability {
 
 /// A named kernel and what it accepts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KernelCaps {
     /// `engine.kernel`, e.g. `cpu.gemm`.
     pub name: String,
+    /// Ops it runs, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ops: Vec<Op>,
+    /// Whole op classes it runs (declared inventories use these for broad kernels).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<OpClass>,
     pub dtypes: Vec<DType>,
+    #[serde(default)]
     pub description: String,
+}
+
+impl KernelCaps {
+    pub fn runs_op(&self, op: Op) -> bool {
+        self.ops.contains(&op) || self.classes.contains(&op.class())
+    }
+
+    pub fn supports(&self, op: Op, dtype: DType) -> bool {
+        self.runs_op(op) && self.dtypes.contains(&dtype)
+    }
 }
 
 /// A device an engine can place work on (`host`, `cuda:0`, `NPU`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Device {
     pub name: String,
     pub kind: String,
@@ -67,18 +90,37 @@ pub struct Device {
 
 /// An engine's capability report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Capabilities {
     pub engine: String,
     pub version: String,
     pub availability: Availability,
+    #[serde(default)]
     pub devices: Vec<Device>,
+    /// In the engine's own preference order.
+    #[serde(default)]
     pub kernels: Vec<KernelCaps>,
 }
 
 impl Capabilities {
     /// Kernels able to run `op` on `dtype`, in preference order.
     pub fn kernels_for(&self, op: Op, dtype: DType) -> impl Iterator<Item = &KernelCaps> {
-        self.kernels.iter().filter(move |k| k.ops.contains(&op) && k.dtypes.contains(&dtype))
+        self.kernels.iter().filter(move |k| k.supports(op, dtype))
+    }
+
+    pub fn kernel(&self, name: &str) -> Option<&KernelCaps> {
+        self.kernels.iter().find(|k| k.name == name)
+    }
+
+    /// A capability report for an engine that cannot run here.
+    pub fn absent(engine: &str, availability: Availability) -> Capabilities {
+        Capabilities {
+            engine: engine.into(),
+            version: String::new(),
+            availability,
+            devices: Vec::new(),
+            kernels: Vec::new(),
+        }
     }
 
     pub fn supports(&self, op: Op, dtype: DType) -> bool {
@@ -88,11 +130,59 @@ impl Capabilities {
 
 /// Every engine known to a process or declared for a machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Inventory {
+    /// What machine this describes (`live` for the running process).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default)]
     pub engines: Vec<Capabilities>,
 }
 
+/// An inventory file that cannot be read: the message names `line:col` when it can.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", location.map(|(l, c)| format!("{l}:{c}: ")).unwrap_or_default())]
+pub struct InventoryError {
+    pub location: Option<(usize, usize)>,
+    pub message: String,
+}
+
 impl Inventory {
+    /// Parses a TOML inventory (the form `xpuctl engines --format toml` writes).
+    pub fn from_toml(text: &str) -> Result<Inventory, InventoryError> {
+        let inv: Inventory = toml::from_str(text).map_err(|e| {
+            let location = e.span().map(|s| line_col(text, s.start));
+            InventoryError { location, message: e.message().trim().to_string() }
+        })?;
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &inv.engines {
+            if !seen.insert(e.engine.as_str()) {
+                return Err(InventoryError {
+                    location: None,
+                    message: format!("engine `{}` is listed twice", e.engine),
+                });
+            }
+            for k in &e.kernels {
+                if !k.name.starts_with(&format!("{}.", e.engine)) {
+                    return Err(InventoryError {
+                        location: None,
+                        message: format!(
+                            "kernel `{}` of engine `{}` must be named `{}.<kernel>`",
+                            k.name, e.engine, e.engine
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(inv)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("inventory serializes to TOML")
+    }
+
     pub fn engine(&self, name: &str) -> Option<&Capabilities> {
         self.engines.iter().find(|e| e.engine == name)
     }
@@ -103,6 +193,14 @@ impl Inventory {
         let json = serde_json::to_vec(self).expect("inventory serializes");
         Sha256::digest(&json).iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
 }
 
 /// What the planner decided for a partition: the engine receives this, never a policy.

@@ -323,24 +323,28 @@ impl Engine for CpuEngine {
                 HAS_BLAS.then(|| KernelCaps {
                     name: KERNEL_BLAS.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
+                    classes: vec![],
                     dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
                     description: "OpenBLAS SGEMM/DGEMM".into(),
                 }),
                 Some(KernelCaps {
                     name: KERNEL_GEMM.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
+                    classes: vec![],
                     dtypes: floats.clone(),
                     description: "packed GEMM (gemm crate), rayon threads".into(),
                 }),
                 Some(KernelCaps {
                     name: KERNEL_IM2COL.into(),
                     ops: vec![Op::Conv],
+                    classes: vec![],
                     dtypes: floats,
                     description: "im2col + GEMM convolution".into(),
                 }),
                 Some(KernelCaps {
                     name: KERNEL_NAIVE.into(),
                     ops: supported_ops(),
+                    classes: vec![],
                     dtypes: all,
                     description: "reference loops for every op".into(),
                 }),

@@ -5,6 +5,7 @@
 //! caller, so this crate never depends on an engine.
 
 mod canon;
+pub mod cost;
 mod cse;
 mod dce;
 mod fold;
@@ -16,7 +17,7 @@ pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
 pub use fuse::group_elementwise;
-pub use memory::{BufferUse, MemoryPlan, ValuePlacement, plan_memory};
+pub use memory::{BufferUse, MemoryPlan, ValuePlacement, plan_memory, value_bytes};
 
 use crate::{DType, Graph, Node, Tensor};
 

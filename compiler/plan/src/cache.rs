@@ -1,0 +1,111 @@
+//! The plan cache: plans are pure, so a plan made once is reused while the graph, the
+//! policy, the input shapes and the inventory stay the same.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use xpu_engine::Inventory;
+use xpu_ir::{Dim, Graph};
+use xpu_policy::Policy;
+
+use crate::model::{CapturePlan, Explanation};
+use crate::planner::{PlanFailure, plan_with};
+
+/// What a plan depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PlanKey {
+    pub graph_hash: String,
+    pub policy_sha256: String,
+    pub input_shapes: Vec<Vec<usize>>,
+    pub inventory_fingerprint: String,
+}
+
+/// Binds each symbolic dim of the graph's inputs to its size in `shapes`.
+pub fn bind_symbols(g: &Graph, shapes: &[Vec<usize>]) -> BTreeMap<String, u64> {
+    let mut b = BTreeMap::new();
+    for (&v, shape) in g.inputs.iter().zip(shapes) {
+        if let Some(dims) = &g.ty(v).dims {
+            for (d, &n) in dims.iter().zip(shape) {
+                if let Dim::Sym(s) = d {
+                    b.entry(s.clone()).or_insert(n as u64);
+                }
+            }
+        }
+    }
+    b
+}
+
+pub type CachedPlan = Arc<(CapturePlan, Explanation)>;
+
+/// A bounded map from [`PlanKey`] to plans, with hit and miss counters.
+#[derive(Debug)]
+pub struct PlanCache {
+    capacity: usize,
+    entries: Mutex<HashMap<PlanKey, (u64, CachedPlan)>>,
+    tick: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl PlanCache {
+    pub fn new(capacity: usize) -> PlanCache {
+        PlanCache {
+            capacity: capacity.max(1),
+            entries: Mutex::new(HashMap::new()),
+            tick: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The cached plan for these inputs, or a new one (cached on success). The flag says
+    /// whether it was a hit.
+    pub fn get_or_plan(
+        &self,
+        graph: &Graph,
+        policy: &Policy,
+        inventory: &Inventory,
+        input_shapes: &[Vec<usize>],
+    ) -> Result<(CachedPlan, bool), PlanFailure> {
+        let key = PlanKey {
+            graph_hash: graph.content_hash(),
+            policy_sha256: policy.sha256.clone(),
+            input_shapes: input_shapes.to_vec(),
+            inventory_fingerprint: inventory.fingerprint(),
+        };
+        let now = self.tick.fetch_add(1, Ordering::Relaxed);
+        if let Some(entry) = self.entries.lock().expect("cache lock").get_mut(&key) {
+            entry.0 = now;
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok((entry.1.clone(), true));
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let planned = Arc::new(plan_with(graph, policy, inventory, &bind_symbols(graph, input_shapes))?);
+        let mut entries = self.entries.lock().expect("cache lock");
+        if entries.len() >= self.capacity {
+            // Evict the least recently used entry.
+            if let Some(old) = entries.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()) {
+                entries.remove(&old);
+            }
+        }
+        entries.insert(key, (now, planned.clone()));
+        Ok((planned, false))
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,179 @@
+//! GraphExec: runs a [`CapturePlan`] over the engines registered in this process. Each
+//! partition is cut out of the planned graph, prepared once by its engine under the plan's
+//! assignment, and run in order; values cross partitions through a value table. A plan that
+//! needs an engine this process lacks is an error naming the engine and why — never a silent
+//! run somewhere else.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use xpu_engine::{EngineError, Executable, Registry};
+use xpu_ir::{NodeId, Tensor, ValueId};
+
+use crate::model::{CapturePlan, EngineFact, NodeTime, TransferDone};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error("engine {engine} is not available here: {reason}")]
+    EngineAbsent { engine: String, reason: String },
+    #[error("partition {partition} ({engine}): {source}")]
+    Engine {
+        partition: usize,
+        engine: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error("inputs: {0}")]
+    Inputs(EngineError),
+    #[error("the run exceeded execution.timeout ({limit_ms} ms) after partition {partition}")]
+    Timeout { limit_ms: u64, partition: usize },
+}
+
+struct Prepared {
+    partition: usize,
+    engine: String,
+    device: String,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+    /// Partition-local node → planned-graph node.
+    sources: Vec<Option<NodeId>>,
+    exe: Box<dyn Executable>,
+}
+
+/// The outcome of one run: outputs in graph-output order, and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub outputs: Vec<Tensor>,
+    pub timings: Vec<NodeTime>,
+    pub transfers: Vec<TransferDone>,
+    pub facts: Vec<EngineFact>,
+    pub wall_nanos: u64,
+}
+
+/// A prepared, replayable plan.
+pub struct GraphExec {
+    plan: Arc<CapturePlan>,
+    parts: Vec<Prepared>,
+}
+
+impl std::fmt::Debug for GraphExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphExec").field("partitions", &self.parts.len()).finish()
+    }
+}
+
+impl GraphExec {
+    /// Prepares every partition of `plan` on its engine.
+    pub fn new(plan: Arc<CapturePlan>, registry: &Registry) -> Result<GraphExec, ExecError> {
+        let mut parts = Vec::with_capacity(plan.partitions.len());
+        for p in &plan.partitions {
+            let Some(engine) = registry.get(&p.engine) else {
+                let reason = match xpu_engine::catalog::engine(&p.engine) {
+                    Some(k) => format!("this build has no {} engine (cargo feature `{}`); the plan was made for inventory {:?}", k.name, k.feature, plan.inventory.name),
+                    None => format!("no engine of that name is registered; the plan was made for inventory {:?}", plan.inventory.name),
+                };
+                return Err(ExecError::EngineAbsent { engine: p.engine.clone(), reason });
+            };
+            let caps = engine.capabilities();
+            if !caps.availability.is_available() {
+                return Err(ExecError::EngineAbsent { engine: p.engine.clone(), reason: caps.availability.to_string() });
+            }
+            let part = plan.graph.partition(&p.nodes);
+            // The plan keys kernels by planned-graph node; the engine wants partition-local ids.
+            let mut assignment = p.assignment.clone();
+            assignment.kernels = part
+                .sources
+                .iter()
+                .enumerate()
+                .filter_map(|(local, src)| {
+                    let src = (*src)?;
+                    p.assignment.kernels.get(&src).map(|k| (NodeId(local as u32), k.clone()))
+                })
+                .collect();
+            let exe = engine
+                .prepare(&part.graph, &assignment)
+                .map_err(|source| ExecError::Engine { partition: p.id, engine: p.engine.clone(), source })?;
+            parts.push(Prepared {
+                partition: p.id,
+                engine: p.engine.clone(),
+                device: p.device.clone(),
+                inputs: part.inputs,
+                outputs: part.outputs,
+                sources: part.sources,
+                exe,
+            });
+        }
+        Ok(GraphExec { plan, parts })
+    }
+
+    pub fn plan(&self) -> &CapturePlan {
+        &self.plan
+    }
+
+    /// Runs the plan on one tensor per graph input.
+    pub fn run(&mut self, inputs: &[Tensor]) -> Result<RunRecord, ExecError> {
+        let g = &self.plan.graph;
+        xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
+        let start = Instant::now();
+        let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
+        let mut device_of: Vec<&str> = vec!["host"; g.values.len()];
+        for (&v, t) in g.inputs.iter().zip(inputs) {
+            values[v.index()] = Some(t.clone());
+        }
+        let mut record = RunRecord { outputs: Vec::new(), timings: Vec::new(), transfers: Vec::new(), facts: Vec::new(), wall_nanos: 0 };
+        let limit = self.plan.execution.timeout_ms;
+        for p in &mut self.parts {
+            let mut args = Vec::with_capacity(p.inputs.len());
+            for &v in &p.inputs {
+                let t = values[v.index()].clone().expect("plan order defines values before use");
+                if device_of[v.index()] != p.device {
+                    record.transfers.push(TransferDone {
+                        value: v,
+                        direction: direction(device_of[v.index()], &p.device).into(),
+                        bytes: t.size_bytes() as u64,
+                    });
+                }
+                args.push(t);
+            }
+            let exec = p
+                .exe
+                .run(&args)
+                .map_err(|source| ExecError::Engine { partition: p.partition, engine: p.engine.clone(), source })?;
+            for (&v, t) in p.outputs.iter().zip(exec.outputs) {
+                values[v.index()] = Some(t);
+                device_of[v.index()] = &p.device;
+            }
+            for t in exec.timings {
+                if let Some(Some(node)) = p.sources.get(t.node.index()) {
+                    record.timings.push(NodeTime { node: *node, engine: p.engine.clone(), kernel: t.kernel, nanos: t.nanos });
+                }
+            }
+            for f in exec.facts {
+                let node = f.node.and_then(|n| p.sources.get(n.index()).copied().flatten());
+                record.facts.push(EngineFact { engine: p.engine.clone(), node, key: f.key, value: f.value });
+            }
+            if let Some(ms) = limit {
+                if start.elapsed().as_millis() as u64 > ms {
+                    return Err(ExecError::Timeout { limit_ms: ms, partition: p.partition });
+                }
+            }
+        }
+        for o in &g.outputs {
+            let t = values[o.value.index()].clone().expect("outputs are computed");
+            if device_of[o.value.index()] != "host" {
+                record.transfers.push(TransferDone { value: o.value, direction: "d2h".into(), bytes: t.size_bytes() as u64 });
+            }
+            record.outputs.push(t);
+        }
+        record.wall_nanos = start.elapsed().as_nanos() as u64;
+        Ok(record)
+    }
+}
+
+fn direction(from: &str, to: &str) -> &'static str {
+    match (from == "host", to == "host") {
+        (true, false) => "h2d",
+        (false, true) => "d2h",
+        _ => "d2d",
+    }
+}

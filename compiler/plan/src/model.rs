@@ -1,0 +1,241 @@
+//! What the planner produces: the [`CapturePlan`] (the frozen execution strategy GraphExec
+//! runs) and the [`Explanation`] (every decision, rejected candidate, cast and transfer,
+//! with reason codes and policy locations; run-time timings and engine facts are added by
+//! GraphExec). Both serialize deterministically: same inputs, byte-identical JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use xpu_engine::Assignment;
+use xpu_ir::{Graph, NodeId, ValueId};
+
+use crate::reason::ReasonCode;
+
+/// The policy a plan was made under.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRef {
+    pub name: String,
+    pub version: u32,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryRef {
+    pub name: String,
+    pub fingerprint: String,
+}
+
+/// Where a node runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Node of the planned graph.
+    pub node: NodeId,
+    /// The node it came from in the source graph (`None` for inserted casts).
+    pub source: Option<NodeId>,
+    pub op: String,
+    pub engine: String,
+    pub kernel: String,
+    /// Precision the node computes at (`None` for non-float nodes).
+    pub precision: Option<String>,
+    pub device: String,
+    pub partition: usize,
+}
+
+/// An engine-contiguous run of nodes, prepared and executed as one unit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionPlan {
+    pub id: usize,
+    pub engine: String,
+    pub device: String,
+    /// Nodes of the planned graph, in order.
+    pub nodes: Vec<NodeId>,
+    /// What the engine receives (kernels by partition-local node id, options).
+    pub assignment: Assignment,
+}
+
+/// A tensor crossing devices at a partition boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Value of the planned graph.
+    pub value: ValueId,
+    pub from_device: String,
+    pub to_device: String,
+    /// `h2d`, `d2h` or `d2d`.
+    pub direction: String,
+    /// `None` when the size depends on unbound dims.
+    pub bytes: Option<u64>,
+    /// Partition that reads it (`None` for a graph output going back to the caller).
+    pub to_partition: Option<usize>,
+    pub reason: String,
+}
+
+/// A precision cast the planner inserted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CastPlan {
+    /// The cast node in the planned graph.
+    pub node: NodeId,
+    pub from: String,
+    pub to: String,
+    /// The source-graph node it feeds (`None` for a cast back at a graph output).
+    pub for_node: Option<NodeId>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySummary {
+    /// Largest sum of live tensor bytes; `None` when some size is unknown.
+    pub peak_bytes: Option<u64>,
+    pub arena_bytes: u64,
+    pub limit_bytes: Option<u64>,
+}
+
+/// Execution settings from the policy, as the plan froze them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionSettings {
+    pub capture: String,
+    pub determinism: String,
+    pub threads: Option<u32>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// The frozen execution strategy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapturePlan {
+    pub source_graph_hash: String,
+    pub policy: PolicyRef,
+    pub inventory: InventoryRef,
+    pub bindings: BTreeMap<String, u64>,
+    /// The graph GraphExec runs: the source graph with precision casts inserted.
+    pub graph: Graph,
+    pub placements: Vec<Placement>,
+    pub partitions: Vec<PartitionPlan>,
+    pub transfers: Vec<Transfer>,
+    pub casts: Vec<CastPlan>,
+    pub memory: MemorySummary,
+    pub execution: ExecutionSettings,
+}
+
+impl CapturePlan {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plan serializes")
+    }
+}
+
+/// A candidate the planner did not choose.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub engine: String,
+    pub kernel: Option<String>,
+    pub precision: Option<String>,
+    pub code: ReasonCode,
+    pub detail: String,
+    /// Policy location (`file:line`) behind the rejection, when a policy key caused it.
+    pub at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    pub engine: String,
+    pub kernel: String,
+    pub precision: Option<String>,
+    pub device: String,
+}
+
+/// The policy key that decided a node, and where it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleRef {
+    /// `engines.order`, `kernels.matmul`, `rule[2] "big-matmuls"`, `fallback`, `constant`.
+    pub key: String,
+    pub at: Option<String>,
+}
+
+/// A node that did not get its first choice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FallbackNote {
+    pub from: String,
+    pub code: ReasonCode,
+    pub detail: String,
+}
+
+/// Everything decided about one source-graph node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub node: NodeId,
+    pub name: Option<String>,
+    pub op: String,
+    pub class: String,
+    pub flops: Option<u64>,
+    pub chosen: Option<Choice>,
+    pub rule: Option<RuleRef>,
+    /// How the precision was decided (`precision.default`, `keep_fp32`, `graph dtype`, a rule).
+    pub precision_from: Option<RuleRef>,
+    pub fallback: Option<FallbackNote>,
+    pub rejected: Vec<Rejection>,
+}
+
+/// A plan-level finding (budget, memory, unplaceable nodes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    pub code: ReasonCode,
+    pub message: String,
+    pub at: Option<String>,
+}
+
+/// Measured wall time of one node of the planned graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeTime {
+    pub node: NodeId,
+    pub engine: String,
+    pub kernel: String,
+    pub nanos: u64,
+}
+
+/// A transfer GraphExec performed, with the bytes it really moved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferDone {
+    pub value: ValueId,
+    pub direction: String,
+    pub bytes: u64,
+}
+
+/// A fact an engine reported (ORT provider per node, OpenVINO runtime precision).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineFact {
+    pub engine: String,
+    pub node: Option<NodeId>,
+    pub key: String,
+    pub value: String,
+}
+
+/// The explanation of a plan (and, after GraphExec, of a run).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub graph_hash: String,
+    pub graph_name: String,
+    pub policy: PolicyRef,
+    pub policy_files: Vec<String>,
+    pub inventory: InventoryRef,
+    pub decisions: Vec<Decision>,
+    pub casts: Vec<CastPlan>,
+    pub transfers: Vec<Transfer>,
+    pub memory: MemorySummary,
+    pub warnings: Vec<Note>,
+    pub errors: Vec<Note>,
+    /// Filled by GraphExec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<NodeTime>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfers_done: Vec<TransferDone>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<EngineFact>,
+}
+
+impl Explanation {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("explanation serializes")
+    }
+
+    pub fn fallbacks(&self) -> usize {
+        self.decisions.iter().filter(|d| d.fallback.is_some()).count()
+    }
+}

@@ -1,0 +1,819 @@
+//! The planner: a pure function of (graph, policy, inventory, symbol bindings). For every
+//! node it walks the candidates — engines in policy order, then every other engine of the
+//! inventory; per engine its kernels in preference order — and rejects each that cannot or
+//! may not run the node with a [`ReasonCode`] and the policy location behind it. Constants
+//! follow their first consumer. Nodes are then grouped into engine-contiguous partitions in
+//! topological order, precision casts are inserted where a node's compute precision differs
+//! from its operands', transfers are added where a partition reads a value from another
+//! device, and the memory plan's peak is checked against `[memory] limit`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+
+use xpu_engine::{Assignment, Capabilities, Inventory, KernelCaps};
+use xpu_ir::passes::cost::node_flops;
+use xpu_ir::passes::{plan_memory, value_bytes};
+use xpu_ir::{DType, Graph, NodeId, Op, ValueId};
+use xpu_policy::Policy;
+use xpu_policy::spec::{Fallback, KernelChoice, OnExceeded, PrecisionName, Rule};
+
+use crate::model::*;
+use crate::reason::ReasonCode;
+
+/// A plan that cannot be made: the errors, and the explanation of every decision so far.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .errors.iter().map(|e| format!("{}: {}", e.code.name(), e.message)).collect::<Vec<_>>().join("\n"))]
+pub struct PlanFailure {
+    pub errors: Vec<Note>,
+    pub explanation: Box<Explanation>,
+}
+
+/// Plans `graph` under `policy` for `inventory` with no symbol bindings.
+pub fn plan(
+    graph: &Graph,
+    policy: &Policy,
+    inventory: &Inventory,
+) -> Result<(CapturePlan, Explanation), PlanFailure> {
+    plan_with(graph, policy, inventory, &BTreeMap::new())
+}
+
+/// Plans with symbolic dims bound (`N` → 64) for FLOP estimates, transfer sizes and memory.
+pub fn plan_with(
+    graph: &Graph,
+    policy: &Policy,
+    inventory: &Inventory,
+    bindings: &BTreeMap<String, u64>,
+) -> Result<(CapturePlan, Explanation), PlanFailure> {
+    Planner::new(graph, policy, inventory, bindings).run()
+}
+
+struct Planner<'a> {
+    graph: &'a Graph,
+    policy: &'a Policy,
+    inventory: &'a Inventory,
+    bindings: &'a BTreeMap<String, u64>,
+    /// Effective engine order (policy order, or the inventory's minus denied engines).
+    order: Vec<String>,
+    rules: Vec<(Option<globset::GlobMatcher>, &'a Rule)>,
+    kernels_by_op: HashMap<(usize, Op), Vec<usize>>,
+    at_cache: HashMap<String, Option<String>>,
+}
+
+/// Facts about one node the candidate walk needs.
+struct NodeFacts {
+    op: Op,
+    /// Precision the node computes at (float nodes) and the dtype kernels must accept.
+    precision: Option<PrecisionName>,
+    kernel_dtype: DType,
+    flops: Option<u64>,
+    working_bytes: Option<u64>,
+}
+
+struct Walk {
+    chosen: Option<(Choice, usize)>,
+    rule: Option<RuleRef>,
+    fallback: Option<FallbackNote>,
+    rejected: Vec<Rejection>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(
+        graph: &'a Graph,
+        policy: &'a Policy,
+        inventory: &'a Inventory,
+        bindings: &'a BTreeMap<String, u64>,
+    ) -> Planner<'a> {
+        let spec = &policy.spec;
+        let order = if spec.engines.order.is_empty() {
+            inventory
+                .engines
+                .iter()
+                .map(|e| e.engine.clone())
+                .filter(|e| !spec.engines.deny.contains(e))
+                .collect()
+        } else {
+            spec.engines.order.clone()
+        };
+        let rules = spec
+            .rules
+            .iter()
+            .map(|r| {
+                let glob = r.when.node.as_ref().and_then(|g| globset::Glob::new(g).ok()).map(|g| g.compile_matcher());
+                (glob, r)
+            })
+            .collect();
+        Planner { graph, policy, inventory, bindings, order, rules, kernels_by_op: HashMap::new(), at_cache: HashMap::new() }
+    }
+
+    fn at(&mut self, key: &str) -> Option<String> {
+        if let Some(a) = self.at_cache.get(key) {
+            return a.clone();
+        }
+        let a = Some(self.policy.origin(key).short());
+        self.at_cache.insert(key.to_string(), a.clone());
+        a
+    }
+
+    fn engine_kernels(&mut self, e: usize, op: Op) -> Vec<usize> {
+        let caps = &self.inventory.engines[e];
+        self.kernels_by_op
+            .entry((e, op))
+            .or_insert_with(|| caps.kernels.iter().enumerate().filter(|(_, k)| k.runs_op(op)).map(|(i, _)| i).collect())
+            .clone()
+    }
+
+    fn facts(&self, id: NodeId) -> (NodeFacts, Option<RuleRef>, Option<usize>) {
+        let g = self.graph;
+        let n = g.node(id);
+        let flops = node_flops(g, id, self.bindings);
+        let primary = n
+            .input_values()
+            .map(|v| g.ty(v).dtype)
+            .find(|d| d.is_float())
+            .or_else(|| n.input_values().next().map(|v| g.ty(v).dtype))
+            .or_else(|| n.outputs.first().map(|&o| g.ty(o).dtype))
+            .unwrap_or(DType::F32);
+        let rule = self.matching_rule(id, primary, flops);
+        let spec = &self.policy.spec;
+        let retypable = primary.is_float() && !matches!(n.op, Op::Cast | Op::CastLike | Op::Constant);
+        let (precision, from) = if !primary.is_float() {
+            (None, None)
+        } else if !retypable {
+            (PrecisionName::of_dtype(primary), Some(RuleRef { key: "graph dtype".into(), at: None }))
+        } else if let Some(p) = rule.and_then(|i| self.rules[i].1.precision) {
+            (Some(p), Some(RuleRef { key: format!("rule[{}].precision", rule.unwrap_or(0)), at: None }))
+        } else if spec.precision.keep_fp32.iter().any(|k| k == n.op.name() || k == n.op.class().name()) {
+            (Some(PrecisionName::Fp32), Some(RuleRef { key: "precision.keep_fp32".into(), at: None }))
+        } else if let Some(d) = spec.precision.default {
+            (Some(d), Some(RuleRef { key: "precision.default".into(), at: None }))
+        } else {
+            (PrecisionName::of_dtype(primary), Some(RuleRef { key: "graph dtype".into(), at: None }))
+        };
+        let kernel_dtype = precision.map(|p| p.kernel_dtype()).unwrap_or(primary);
+        let working_bytes = n
+            .input_values()
+            .chain(n.outputs.iter().copied())
+            .map(|v| value_bytes(g, v, self.bindings))
+            .sum::<Option<u64>>();
+        (NodeFacts { op: n.op, precision, kernel_dtype, flops, working_bytes }, from, rule)
+    }
+
+    fn matching_rule(&self, id: NodeId, dtype: DType, flops: Option<u64>) -> Option<usize> {
+        let n = self.graph.node(id);
+        self.rules.iter().position(|(glob, r)| {
+            let w = &r.when;
+            w.op.as_ref().is_none_or(|o| o == n.op.name())
+                && w.class.as_ref().is_none_or(|c| c == n.op.class().name())
+                && glob.as_ref().is_none_or(|g| n.name.as_ref().is_some_and(|name| g.is_match(name)))
+                && w.node.is_none() == glob.is_none()
+                && w.min_flops.is_none_or(|m| flops.is_some_and(|f| f as f64 >= m))
+                && w.dtype.as_ref().is_none_or(|d| DType::from_str(d).ok() == Some(dtype))
+        })
+    }
+
+    /// The `[kernels]` entry for an op: its op name first, then its class.
+    fn kernel_choice(&self, op: Op) -> Option<(String, &'a KernelChoice)> {
+        let k = &self.policy.spec.kernels;
+        k.get(op.name())
+            .map(|c| (op.name().to_string(), c))
+            .or_else(|| k.get(op.class().name()).map(|c| (op.class().name().to_string(), c)))
+    }
+
+    fn device_for(caps: &Capabilities, kernel: &str) -> String {
+        let suffix = kernel.split_once('.').map(|(_, s)| s).unwrap_or("");
+        caps.devices
+            .iter()
+            .find(|d| d.kind.eq_ignore_ascii_case(suffix) || d.name.eq_ignore_ascii_case(suffix))
+            .or_else(|| caps.devices.first())
+            .map(|d| d.name.clone())
+            .unwrap_or_else(|| "host".into())
+    }
+
+    fn walk(&mut self, id: NodeId, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
+        let spec = &self.policy.spec;
+        let rule = rule_idx.map(|i| (i, self.rules[i].1));
+        let rule_key = |i: usize, r: &Rule| match &r.name {
+            Some(n) => format!("rule[{i}] {n:?}"),
+            None => format!("rule[{i}]"),
+        };
+        let prec_name = f.precision.map(|p| p.name().to_string());
+        // The engine sequence: the rule's engine, else the policy order; then the rest.
+        let first_choice: Vec<String> = match rule.and_then(|(_, r)| r.engine.clone().or_else(|| r.kernel.as_ref().map(|k| xpu_engine::catalog::engine_of(k).to_string()))) {
+            Some(e) => vec![e],
+            None => self.order.clone(),
+        };
+        let mut sequence: Vec<String> = first_choice.clone();
+        for e in self.order.iter().chain(self.inventory.engines.iter().map(|c| &c.engine)) {
+            if !sequence.contains(e) {
+                sequence.push(e.clone());
+            }
+        }
+        // Pinned kernel: a rule's kernel, else `[kernels]` with one kernel.
+        let pinned: Option<(String, String)> = match rule.and_then(|(i, r)| r.kernel.clone().map(|k| (k, format!("rule[{i}].kernel")))) {
+            Some(p) => Some(p),
+            None => match self.kernel_choice(f.op) {
+                Some((key, KernelChoice::Pinned(k))) => Some((k.clone(), format!("kernels.{key}"))),
+                _ => None,
+            },
+        };
+        let preferred: Vec<String> = match self.kernel_choice(f.op) {
+            Some((_, KernelChoice::Prefer(ks))) => ks.clone(),
+            _ => Vec::new(),
+        };
+        let allowed_precision = f.precision.is_none_or(|p| spec.precision.allow.contains(&p));
+        let mut out = Walk { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
+        let mut first_rejection: Option<(ReasonCode, String)> = None;
+        for (pos, e) in sequence.iter().enumerate() {
+            let in_first = first_choice.contains(e);
+            let reject = |code: ReasonCode, detail: String, at: Option<String>, kernel: Option<String>| Rejection {
+                engine: e.clone(),
+                kernel,
+                precision: prec_name.clone(),
+                code,
+                detail,
+                at,
+            };
+            if spec.engines.deny.contains(e) {
+                let at = self.at("engines.deny");
+                out.rejected.push(reject(ReasonCode::PolicyDenied, format!("{e} is denied"), at, None));
+                continue;
+            }
+            if !in_first {
+                if let Some((i, r)) = rule {
+                    let at = self.at(&format!("rule[{i}]"));
+                    out.rejected.push(reject(ReasonCode::RuleOverride, format!("{} sends this node to {}", rule_key(i, r), first_choice[0]), at, None));
+                    continue;
+                }
+                if !spec.engines.order.is_empty() && !spec.engines.order.contains(e) {
+                    let at = self.at("engines.order");
+                    out.rejected.push(reject(ReasonCode::NotInOrder, format!("{e} is not in engines.order"), at, None));
+                    continue;
+                }
+            }
+            let Some(ei) = self.inventory.engines.iter().position(|c| &c.engine == e) else {
+                let detail = format!("{e} is not in inventory {}", self.inventory_name());
+                first_rejection.get_or_insert((ReasonCode::EngineUnavailable, detail.clone()));
+                out.rejected.push(reject(ReasonCode::EngineUnavailable, detail, None, None));
+                continue;
+            };
+            let caps = &self.inventory.engines[ei];
+            if !caps.availability.is_available() {
+                let detail = format!("{e}: {}", caps.availability);
+                first_rejection.get_or_insert((ReasonCode::EngineUnavailable, detail.clone()));
+                out.rejected.push(reject(ReasonCode::EngineUnavailable, detail, None, None));
+                continue;
+            }
+            let kernels = self.engine_kernels(ei, f.op);
+            let caps = &self.inventory.engines[ei];
+            if kernels.is_empty() {
+                let detail = format!("no {e} kernel runs {}", f.op);
+                first_rejection.get_or_insert((ReasonCode::OpUnsupported, detail.clone()));
+                out.rejected.push(reject(ReasonCode::OpUnsupported, detail, None, None));
+                continue;
+            }
+            if let Some((pk, key)) = &pinned {
+                if xpu_engine::catalog::engine_of(pk) != e {
+                    let at = self.at(key);
+                    let detail = format!("{} is pinned to {pk} ({key})", f.op);
+                    first_rejection.get_or_insert((ReasonCode::KernelNotPinned, detail.clone()));
+                    out.rejected.push(reject(ReasonCode::KernelNotPinned, detail, at, None));
+                    continue;
+                }
+                if caps.kernel(pk).is_none() {
+                    let at = self.at(key);
+                    let detail = format!("pinned kernel {pk} is not in {e}'s inventory entry");
+                    first_rejection.get_or_insert((ReasonCode::KernelUnavailable, detail.clone()));
+                    out.rejected.push(reject(ReasonCode::KernelUnavailable, detail, at, Some(pk.clone())));
+                    continue;
+                }
+            }
+            // Kernels in preference order: the policy's list, then the engine's own order.
+            let mut ordered: Vec<&KernelCaps> = Vec::with_capacity(kernels.len());
+            for p in &preferred {
+                if let Some(&k) = kernels.iter().find(|&&k| &caps.kernels[k].name == p) {
+                    ordered.push(&caps.kernels[k]);
+                }
+            }
+            for &k in &kernels {
+                if !ordered.iter().any(|o| o.name == caps.kernels[k].name) {
+                    ordered.push(&caps.kernels[k]);
+                }
+            }
+            let device_mem = caps.devices.first().and_then(|d| d.memory_bytes);
+            let mut engine_rejections = Vec::new();
+            let mut engine_pick: Option<(Choice, usize)> = None;
+            for k in ordered {
+                let kname = Some(k.name.clone());
+                if let Some((pk, key)) = &pinned {
+                    if &k.name != pk {
+                        let at = self.at(key);
+                        engine_rejections.push(reject(ReasonCode::KernelNotPinned, format!("{} is pinned to {pk}", f.op), at, kname));
+                        continue;
+                    }
+                }
+                if !allowed_precision {
+                    let at = self.at("precision.allow");
+                    engine_rejections.push(reject(ReasonCode::PrecisionNotAllowed, format!("the node computes at {} and precision.allow does not list it", prec_name.clone().unwrap_or_default()), at, kname));
+                    continue;
+                }
+                if !k.dtypes.contains(&f.kernel_dtype) {
+                    engine_rejections.push(reject(ReasonCode::DtypeUnsupported, format!("{} does not accept {}", k.name, f.kernel_dtype), None, kname));
+                    continue;
+                }
+                if let (Some(limit), Some(bytes)) = (device_mem, f.working_bytes) {
+                    if bytes > limit {
+                        engine_rejections.push(reject(ReasonCode::MemoryLimitExceeded, format!("the node's tensors need {bytes} bytes; the device has {limit}"), None, kname));
+                        continue;
+                    }
+                }
+                if engine_pick.is_some() || out.chosen.is_some() {
+                    let winner = engine_pick.as_ref().or(out.chosen.as_ref()).map(|c| c.0.kernel.clone()).unwrap_or_default();
+                    engine_rejections.push(reject(ReasonCode::Outranked, format!("{winner} comes first"), None, kname));
+                    continue;
+                }
+                let device = Self::device_for(caps, &k.name);
+                engine_pick = Some((Choice { engine: e.clone(), kernel: k.name.clone(), precision: prec_name.clone(), device }, ei));
+            }
+            if engine_pick.is_none() {
+                if let Some(r) = engine_rejections.first() {
+                    first_rejection.get_or_insert((r.code, r.detail.clone()));
+                }
+            }
+            out.rejected.extend(engine_rejections);
+            if let Some(pick) = engine_pick {
+                let is_fallback = !first_choice.first().is_some_and(|f0| f0 == e);
+                if is_fallback && spec.engines.fallback == Fallback::Deny {
+                    let at = self.at("engines.fallback");
+                    out.rejected.push(reject(ReasonCode::FallbackDenied, format!("{e} would be a fallback from {}", first_choice.first().cloned().unwrap_or_default()), at, Some(pick.0.kernel.clone())));
+                    continue;
+                }
+                if is_fallback {
+                    let (code, detail) = first_rejection.clone().unwrap_or((ReasonCode::Unplaceable, String::new()));
+                    out.fallback = Some(FallbackNote { from: first_choice.first().cloned().unwrap_or_default(), code, detail });
+                }
+                out.rule = Some(match (rule, &pinned) {
+                    (Some((i, r)), _) => RuleRef { key: rule_key(i, r), at: self.at(&format!("rule[{i}]")) },
+                    (None, Some((_, key))) => RuleRef { key: key.clone(), at: self.at(key) },
+                    (None, None) if is_fallback => RuleRef { key: "engines.fallback".into(), at: self.at("engines.fallback") },
+                    (None, None) if spec.engines.order.is_empty() => RuleRef { key: "inventory order".into(), at: None },
+                    (None, None) => RuleRef { key: format!("engines.order[{pos}]"), at: self.at("engines.order") },
+                });
+                out.chosen = Some(pick);
+                // Later engines are still enumerated, so the explanation lists them.
+                let _ = pos;
+            }
+        }
+        let _ = id;
+        out
+    }
+
+    fn inventory_name(&self) -> String {
+        if self.inventory.name.is_empty() { "(unnamed)".into() } else { self.inventory.name.clone() }
+    }
+
+    fn run(mut self) -> Result<(CapturePlan, Explanation), PlanFailure> {
+        let g = self.graph;
+        let spec = &self.policy.spec;
+        let n_nodes = g.nodes.len();
+        let mut decisions: Vec<Decision> = Vec::with_capacity(n_nodes);
+        let mut choices: Vec<Option<(Choice, usize)>> = vec![None; n_nodes];
+        let mut precisions: Vec<Option<PrecisionName>> = vec![None; n_nodes];
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let uses = g.uses();
+        for id in g.node_ids() {
+            let n = g.node(id);
+            let (facts, mut precision_from, rule_idx) = self.facts(id);
+            if let Some(pf) = &mut precision_from {
+                if pf.key.starts_with("rule[") || pf.key.starts_with("precision.") {
+                    pf.at = self.at(&pf.key);
+                }
+            }
+            precisions[id.index()] = facts.precision;
+            let mut d = Decision {
+                node: id,
+                name: n.name.clone(),
+                op: n.op.name().into(),
+                class: n.op.class().name().into(),
+                flops: facts.flops,
+                chosen: None,
+                rule: None,
+                precision_from,
+                fallback: None,
+                rejected: Vec::new(),
+            };
+            if n.op == Op::Constant {
+                decisions.push(d);
+                continue;
+            }
+            let w = self.walk(id, &facts, rule_idx);
+            d.rule = w.rule;
+            d.fallback = w.fallback;
+            d.rejected = w.rejected;
+            if let Some((c, ei)) = w.chosen {
+                d.chosen = Some(c.clone());
+                choices[id.index()] = Some((c, ei));
+            } else {
+                errors.push(Note {
+                    code: ReasonCode::Unplaceable,
+                    message: format!(
+                        "{}: no candidate left ({})",
+                        n.label(id),
+                        d.rejected.iter().map(|r| format!("{} {}: {}", r.engine, r.code.name(), r.detail)).collect::<Vec<_>>().join("; ")
+                    ),
+                    at: None,
+                });
+            }
+            decisions.push(d);
+        }
+        // Constants follow their first consumer (they are embedded in its partition).
+        for id in (0..g.nodes.len() as u32).rev().map(NodeId) {
+            let n = g.node(id);
+            if n.op != Op::Constant {
+                continue;
+            }
+            let consumer = n.outputs.iter().flat_map(|o| uses[o.index()].iter()).find_map(|u| choices[u.index()].clone());
+            let placed = consumer.or_else(|| {
+                self.inventory.engines.iter().position(|c| c.availability.is_available()).map(|ei| {
+                    let caps = &self.inventory.engines[ei];
+                    (Choice { engine: caps.engine.clone(), kernel: String::new(), precision: None, device: Self::device_for(caps, "") }, ei)
+                })
+            });
+            if let Some((mut c, ei)) = placed {
+                c.kernel = self.inventory.engines[ei].kernels.iter().find(|k| k.runs_op(Op::Constant)).map(|k| k.name.clone()).unwrap_or_else(|| "embedded".into());
+                c.precision = None;
+                let d = &mut decisions[id.index()];
+                d.chosen = Some(c.clone());
+                d.rule = Some(RuleRef { key: "constant follows its consumer".into(), at: None });
+                choices[id.index()] = Some((c, ei));
+            }
+        }
+        // Fallback budget: nodes and FLOPs.
+        if let (Some(b), Fallback::Allow) = (&spec.engines.fallback_budget, spec.engines.fallback) {
+            let placed: Vec<&Decision> = decisions.iter().filter(|d| d.op != "constant").collect();
+            let fb: Vec<&&Decision> = placed.iter().filter(|d| d.fallback.is_some()).collect();
+            let node_pct = if placed.is_empty() { 0.0 } else { 100.0 * fb.len() as f64 / placed.len() as f64 };
+            let total_flops: u64 = placed.iter().filter_map(|d| d.flops).sum();
+            let fb_flops: u64 = fb.iter().filter_map(|d| d.flops).sum();
+            let flops_pct = if total_flops == 0 { 0.0 } else { 100.0 * fb_flops as f64 / total_flops as f64 };
+            let mut over = Vec::new();
+            if let Some(m) = b.max_nodes_pct {
+                if node_pct > m {
+                    over.push(format!("{} of {} nodes ({node_pct:.1}%) fell back, budget {m}%", fb.len(), placed.len()));
+                }
+            }
+            if let Some(m) = b.max_flops_pct {
+                if flops_pct > m {
+                    over.push(format!("{flops_pct:.1}% of estimated FLOPs fell back, budget {m}%"));
+                }
+            }
+            if !over.is_empty() {
+                let at = self.at("engines.fallback_budget");
+                let note = Note { code: ReasonCode::FallbackBudgetExceeded, message: over.join("; "), at };
+                match b.on_exceeded {
+                    OnExceeded::Fail => errors.push(note),
+                    OnExceeded::Warn => warnings.push(note),
+                }
+            }
+        }
+        let inventory = InventoryRef { name: self.inventory.name.clone(), fingerprint: self.inventory.fingerprint() };
+        let policy_ref = PolicyRef { name: spec.policy.name.clone(), version: spec.policy.version, sha256: self.policy.sha256.clone() };
+        let mut explanation = Explanation {
+            graph_hash: g.content_hash(),
+            graph_name: g.name.clone(),
+            policy: policy_ref.clone(),
+            policy_files: self.policy.files.iter().map(|f| f.display().to_string()).collect(),
+            inventory: inventory.clone(),
+            decisions,
+            casts: Vec::new(),
+            transfers: Vec::new(),
+            memory: MemorySummary::default(),
+            warnings,
+            errors: Vec::new(),
+            timings: Vec::new(),
+            transfers_done: Vec::new(),
+            facts: Vec::new(),
+        };
+        if !errors.is_empty() {
+            explanation.errors = errors.clone();
+            return Err(PlanFailure { errors, explanation: Box::new(explanation) });
+        }
+        let choices: Vec<(Choice, usize)> = choices.into_iter().map(|c| c.expect("every node placed")).collect();
+        // Precision: retype the graph where a node computes in another element type.
+        let (planned, source_of, casts) = self.retype(&choices, &precisions, &mut explanation);
+        // Placements of the planned graph; casts run where their consumer runs.
+        let mut placed: Vec<(Choice, usize)> = Vec::with_capacity(planned.nodes.len());
+        for pid in planned.node_ids() {
+            let c = match source_of[pid.index()] {
+                Some(s) => choices[s.index()].clone(),
+                None => {
+                    let cast = casts.iter().find(|c| c.node == pid).expect("inserted nodes are casts");
+                    let owner = cast.for_node.map(|s| choices[s.index()].clone()).unwrap_or_else(|| {
+                        // A cast back at a graph output runs where the producer ran.
+                        let input = planned.node(pid).inputs[0].expect("cast has an input");
+                        let producer = planned.producer(input).and_then(|p| source_of[p.index()]);
+                        producer.map(|p| choices[p.index()].clone()).unwrap_or_else(|| choices[0].clone())
+                    });
+                    let caps = &self.inventory.engines[owner.1];
+                    let kernel = caps
+                        .kernels
+                        .iter()
+                        .find(|k| k.runs_op(Op::Cast))
+                        .map(|k| k.name.clone())
+                        .unwrap_or_else(|| owner.0.kernel.clone());
+                    (Choice { kernel, precision: None, ..owner.0 }, owner.1)
+                }
+            };
+            placed.push(c);
+        }
+        // Partitions: maximal runs of consecutive nodes on one (engine, device).
+        let mut partitions: Vec<PartitionPlan> = Vec::new();
+        let mut part_of = vec![0usize; planned.nodes.len()];
+        for pid in planned.node_ids() {
+            let (c, _) = &placed[pid.index()];
+            let same = partitions.last().is_some_and(|p| p.engine == c.engine && p.device == c.device);
+            if !same {
+                let mut a = Assignment::new(&c.engine);
+                a.device = c.device.clone();
+                a.options = self.engine_options();
+                partitions.push(PartitionPlan { id: partitions.len(), engine: c.engine.clone(), device: c.device.clone(), nodes: Vec::new(), assignment: a });
+            }
+            let p = partitions.last_mut().expect("just pushed");
+            let local = NodeId(p.nodes.len() as u32);
+            p.nodes.push(pid);
+            if planned.node(pid).op != Op::Constant {
+                p.assignment.kernels.insert(local, c.kernel.clone());
+            }
+            part_of[pid.index()] = p.id;
+        }
+        let placements: Vec<Placement> = planned
+            .node_ids()
+            .map(|pid| {
+                let (c, _) = &placed[pid.index()];
+                Placement {
+                    node: pid,
+                    source: source_of[pid.index()],
+                    op: planned.node(pid).op.name().into(),
+                    engine: c.engine.clone(),
+                    kernel: c.kernel.clone(),
+                    precision: c.precision.clone(),
+                    device: c.device.clone(),
+                    partition: part_of[pid.index()],
+                }
+            })
+            .collect();
+        // Transfers: a partition reading a value that lives on another device.
+        let transfers = self.transfers(&planned, &partitions, &part_of);
+        // Memory.
+        let mem = plan_memory(&planned, self.bindings);
+        let memory = MemorySummary {
+            peak_bytes: mem.unsized_values.is_empty().then_some(mem.peak_live_bytes),
+            arena_bytes: mem.arena_bytes,
+            limit_bytes: spec.memory.limit.map(|l| l.0),
+        };
+        explanation.casts = casts.clone();
+        explanation.transfers = transfers.clone();
+        explanation.memory = memory.clone();
+        if let Some(limit) = spec.memory.limit {
+            match memory.peak_bytes {
+                Some(peak) if peak > limit.0 => {
+                    let note = Note {
+                        code: ReasonCode::MemoryLimitExceeded,
+                        message: format!("the plan needs a peak of {peak} bytes of live tensors; memory.limit is {limit} ({} bytes)", limit.0),
+                        at: self.at("memory.limit"),
+                    };
+                    explanation.errors.push(note.clone());
+                    return Err(PlanFailure { errors: vec![note], explanation: Box::new(explanation) });
+                }
+                None => explanation.warnings.push(Note {
+                    code: ReasonCode::MemoryLimitExceeded,
+                    message: format!("memory.limit {limit} not checked: {} value(s) have sizes that depend on unbound dims", mem.unsized_values.len()),
+                    at: self.at("memory.limit"),
+                }),
+                _ => {}
+            }
+        }
+        let ex = &spec.execution;
+        let plan = CapturePlan {
+            source_graph_hash: explanation.graph_hash.clone(),
+            policy: policy_ref,
+            inventory,
+            bindings: self.bindings.clone(),
+            graph: planned,
+            placements,
+            partitions,
+            transfers,
+            casts,
+            memory,
+            execution: ExecutionSettings {
+                capture: enum_name(&ex.capture),
+                determinism: enum_name(&ex.determinism),
+                threads: ex.threads,
+                timeout_ms: ex.timeout.map(|t| t.0.as_millis() as u64),
+            },
+        };
+        Ok((plan, explanation))
+    }
+
+    fn engine_options(&self) -> BTreeMap<String, String> {
+        let spec = &self.policy.spec;
+        let mut o = BTreeMap::new();
+        o.insert("determinism".into(), enum_name(&spec.execution.determinism));
+        o.insert("capture".into(), enum_name(&spec.execution.capture));
+        if let Some(t) = spec.execution.threads {
+            o.insert("threads".into(), t.to_string());
+        }
+        if let Some(a) = spec.precision.accumulate {
+            o.insert("accumulate".into(), a.name().into());
+        }
+        if let Some(l) = spec.memory.limit {
+            o.insert("memory_limit".into(), l.0.to_string());
+        }
+        o.insert("memory_pool".into(), enum_name(&spec.memory.pool));
+        o
+    }
+
+    /// Builds the planned graph: float operands cast to each node's compute precision, graph
+    /// outputs cast back to their declared dtype. When nothing changes precision, the source
+    /// graph is used as is.
+    fn retype(
+        &mut self,
+        choices: &[(Choice, usize)],
+        precisions: &[Option<PrecisionName>],
+        explanation: &mut Explanation,
+    ) -> (Graph, Vec<Option<NodeId>>, Vec<CastPlan>) {
+        let g = self.graph;
+        let target = |id: NodeId| precisions[id.index()].and_then(|p| p.storage());
+        let needs = g.node_ids().any(|id| {
+            let n = g.node(id);
+            target(id).is_some_and(|t| n.input_values().any(|v| g.ty(v).dtype.is_float() && g.ty(v).dtype != t))
+        });
+        if !needs {
+            return (g.clone(), g.node_ids().map(Some).collect(), Vec::new());
+        }
+        let _ = choices;
+        let mut out = Graph::new(g.name.clone());
+        let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
+        let mut source_of: Vec<Option<NodeId>> = Vec::new();
+        let mut casts = Vec::new();
+        let mut cast_memo: HashMap<(ValueId, DType), ValueId> = HashMap::new();
+        for &v in &g.inputs {
+            map[v.index()] = Some(out.copy_input(g, v));
+        }
+        for id in g.node_ids() {
+            let n = g.node(id);
+            let primary = n.input_values().map(|v| g.ty(v).dtype).find(|d| d.is_float());
+            let want = target(id);
+            let mut inputs: Vec<Option<ValueId>> = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
+            let mut retyped = false;
+            if let (Some(t), Some(p)) = (want, primary) {
+                let mark = (out.nodes.len(), out.values.len(), casts.len());
+                for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
+                    let (Some(cur), Some(orig)) = (slot.as_mut(), orig) else { continue };
+                    // Only data operands (the node's float dtype) change; index-like float
+                    // inputs such as resize scales keep theirs.
+                    if g.ty(*orig).dtype != p || out.ty(*cur).dtype == t {
+                        continue;
+                    }
+                    let from = out.ty(*cur).dtype;
+                    let key = (*cur, t);
+                    let cast_v = if let Some(&c) = cast_memo.get(&key) {
+                        c
+                    } else {
+                        let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(t));
+                        let Ok(c) = out.add_op(Op::Cast, &[*cur], attrs) else { continue };
+                        let cast_node = out.producer(c).expect("just added");
+                        source_of.push(None);
+                        casts.push(CastPlan {
+                            node: cast_node,
+                            from: from.name().into(),
+                            to: t.name().into(),
+                            for_node: Some(id),
+                            reason: format!("{} computes at {}", n.label(id), PrecisionName::of_dtype(t).map(|p| p.name()).unwrap_or(t.name())),
+                        });
+                        cast_memo.insert(key, c);
+                        c
+                    };
+                    *cur = cast_v;
+                    retyped = true;
+                }
+                if retyped {
+                    match out.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len()) {
+                        Ok(tys) => {
+                            let new = out.add_node(n.op, inputs.clone(), n.attrs.clone(), tys);
+                            out.nodes[new.index()].name = n.name.clone();
+                            for (k, &old) in n.outputs.iter().enumerate() {
+                                let nv = out.nodes[new.index()].outputs[k];
+                                map[old.index()] = Some(nv);
+                                out.values[nv.index()].name = g.value(old).name.clone();
+                            }
+                            source_of.push(Some(id));
+                            continue;
+                        }
+                        Err(e) => {
+                            // The op does not take this precision: undo the casts, keep its dtype.
+                            out.nodes.truncate(mark.0);
+                            out.values.truncate(mark.1);
+                            casts.truncate(mark.2);
+                            source_of.truncate(mark.0);
+                            cast_memo.retain(|_, v| v.index() < mark.1);
+                            inputs = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
+                            let d = &mut explanation.decisions[id.index()];
+                            let kept = PrecisionName::of_dtype(p).map(|x| x.name().to_string());
+                            if let Some(c) = &mut d.chosen {
+                                c.precision = kept.clone();
+                            }
+                            d.precision_from = Some(RuleRef { key: format!("graph dtype ({} cannot compute at {}: {e})", n.op, t), at: None });
+                        }
+                    }
+                }
+            }
+            let _ = retyped;
+            let new = out.copy_node(g, n, inputs, &mut map);
+            debug_assert_eq!(new.index(), source_of.len());
+            source_of.push(Some(id));
+        }
+        for o in &g.outputs {
+            let mut v = map[o.value.index()].expect("outputs are defined");
+            let want = g.ty(o.value).dtype;
+            if out.ty(v).dtype != want {
+                let from = out.ty(v).dtype;
+                let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(want));
+                if let Ok(c) = out.add_op(Op::Cast, &[v], attrs) {
+                    casts.push(CastPlan {
+                        node: out.producer(c).expect("just added"),
+                        from: from.name().into(),
+                        to: want.name().into(),
+                        for_node: None,
+                        reason: format!("output {:?} is declared {want}", o.name),
+                    });
+                    source_of.push(None);
+                    v = c;
+                }
+            }
+            out.add_output(o.name.clone(), v);
+        }
+        (out, source_of, casts)
+    }
+
+    fn transfers(&self, planned: &Graph, partitions: &[PartitionPlan], part_of: &[usize]) -> Vec<Transfer> {
+        let mut out = Vec::new();
+        let direction = |from: &str, to: &str| match (from == "host", to == "host") {
+            (true, false) => "h2d",
+            (false, true) => "d2h",
+            _ => "d2d",
+        };
+        for p in partitions {
+            let mut seen = std::collections::BTreeSet::new();
+            for &nid in &p.nodes {
+                for v in planned.node(nid).input_values() {
+                    if planned.const_value(v).is_some() || !seen.insert(v) {
+                        continue;
+                    }
+                    let from = match planned.producer(v) {
+                        Some(prod) => {
+                            let q = part_of[prod.index()];
+                            if q == p.id {
+                                continue;
+                            }
+                            partitions[q].device.clone()
+                        }
+                        None => "host".to_string(),
+                    };
+                    if from != p.device {
+                        out.push(Transfer {
+                            value: v,
+                            direction: direction(&from, &p.device).into(),
+                            bytes: value_bytes(planned, v, self.bindings),
+                            from_device: from.clone(),
+                            to_device: p.device.clone(),
+                            to_partition: Some(p.id),
+                            reason: format!("partition {} on {} reads {v} from {from}", p.id, p.device),
+                        });
+                    }
+                }
+            }
+        }
+        for o in &planned.outputs {
+            if let Some(prod) = planned.producer(o.value) {
+                let dev = &partitions[part_of[prod.index()]].device;
+                if dev != "host" {
+                    out.push(Transfer {
+                        value: o.value,
+                        direction: "d2h".into(),
+                        bytes: value_bytes(planned, o.value, self.bindings),
+                        from_device: dev.clone(),
+                        to_device: "host".into(),
+                        to_partition: None,
+                        reason: format!("output {:?} returns to the caller", o.name),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+fn enum_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}

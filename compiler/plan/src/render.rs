@@ -1,0 +1,125 @@
+//! Text rendering of an explanation: the plan table `xpuctl policy resolve` and
+//! `xpuctl run --explain` print, and the golden plan files compare.
+
+use std::fmt::Write;
+
+use crate::model::Explanation;
+
+fn short(h: &str) -> &str {
+    &h[..h.len().min(12)]
+}
+
+/// Renders the plan table; with `why`, every rejected candidate under its node.
+pub fn explanation_text(ex: &Explanation, why: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "graph {:?} ({}) · policy {} v{} ({}) · inventory {} ({})",
+        ex.graph_name,
+        short(&ex.graph_hash),
+        ex.policy.name,
+        ex.policy.version,
+        short(&ex.policy.sha256),
+        if ex.inventory.name.is_empty() { "-" } else { &ex.inventory.name },
+        ex.inventory.fingerprint
+    );
+    let header = ["node", "op", "engine", "kernel", "precision", "rule"];
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut details: Vec<Vec<String>> = Vec::new();
+    let mut constants = 0;
+    for d in &ex.decisions {
+        if d.op == "constant" && !why {
+            constants += 1;
+            continue;
+        }
+        let name = match &d.name {
+            Some(n) => format!("{} {n}", d.node),
+            None => d.node.to_string(),
+        };
+        let (engine, kernel, precision) = match &d.chosen {
+            Some(c) => (c.engine.clone(), c.kernel.clone(), c.precision.clone().unwrap_or_else(|| "-".into())),
+            None => ("UNPLACED".into(), "-".into(), "-".into()),
+        };
+        let mut rule = match &d.rule {
+            Some(r) => match &r.at {
+                Some(at) => format!("{} ({at})", r.key),
+                None => r.key.clone(),
+            },
+            None => "-".into(),
+        };
+        if let Some(f) = &d.fallback {
+            rule = format!("{rule}; fallback from {}: {}", f.from, f.code.name());
+        }
+        rows.push([name, d.op.clone(), engine, kernel, precision, rule]);
+        let mut lines = Vec::new();
+        if why {
+            if let Some(p) = &d.precision_from {
+                lines.push(format!("precision from {}{}", p.key, p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()));
+            }
+            for r in &d.rejected {
+                let what = match &r.kernel {
+                    Some(k) => k.clone(),
+                    None => r.engine.clone(),
+                };
+                let at = r.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default();
+                lines.push(format!("rejected {what}: {} — {}{at}", r.code.name(), r.detail));
+            }
+        }
+        details.push(lines);
+    }
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        l.trim_end().to_string()
+    };
+    let _ = writeln!(s, "{}", line(&header.map(String::from)));
+    for (r, d) in rows.iter().zip(&details) {
+        let _ = writeln!(s, "{}", line(r));
+        for l in d {
+            let _ = writeln!(s, "    {l}");
+        }
+    }
+    if constants > 0 {
+        let _ = writeln!(s, "({constants} constants are embedded in their consumers' partitions)");
+    }
+    for c in &ex.casts {
+        let _ = writeln!(s, "cast {} {} -> {}: {}", c.node, c.from, c.to, c.reason);
+    }
+    for t in &ex.transfers {
+        let bytes = t.bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown size".into());
+        let _ = writeln!(s, "transfer {} {} {} -> {} ({bytes}): {}", t.value, t.direction, t.from_device, t.to_device, t.reason);
+    }
+    let m = &ex.memory;
+    if m.peak_bytes.is_some() || m.limit_bytes.is_some() {
+        let peak = m.peak_bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown".into());
+        let limit = m.limit_bytes.map(|b| format!(", limit {b} bytes")).unwrap_or_default();
+        let _ = writeln!(s, "memory: peak {peak} live{limit}");
+    }
+    let fb = ex.fallbacks();
+    if fb > 0 {
+        let _ = writeln!(s, "fallbacks: {fb} node(s)");
+    }
+    for w in &ex.warnings {
+        let _ = writeln!(s, "warning {}: {}{}", w.code.name(), w.message, w.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default());
+    }
+    for e in &ex.errors {
+        let _ = writeln!(s, "error {}: {}{}", e.code.name(), e.message, e.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default());
+    }
+    if !ex.timings.is_empty() {
+        let total: u64 = ex.timings.iter().map(|t| t.nanos).sum();
+        let _ = writeln!(s, "ran {} nodes in {:.3} ms of kernel time", ex.timings.len(), total as f64 / 1e6);
+    }
+    s
+}

@@ -1,0 +1,391 @@
+//! Layered loading. Each file is parsed strictly on its own first (syntax, unknown keys and
+//! wrong types come back located at `file:line:col`), then figment merges the layers key by
+//! key: built-in defaults < `extends` parents (root first) < the policy file < job overrides
+//! (only keys the policy lists in `[policy] overridable`) < `XPU_POLICY__SECTION__KEY`
+//! environment variables for operators. `[[rule]]` lists concatenate (the child's rules
+//! first, so they win); `[[test]]` blocks belong to the file that declares them. Every
+//! effective key keeps the [`Origin`] that set it, for explanations.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use toml::de::{DeTable, DeValue};
+
+use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::spec::PolicySpec;
+use crate::validate;
+
+/// The built-in defaults layer.
+pub const BUILTIN_DEFAULTS: &str = include_str!("../builtin/defaults.toml");
+
+/// A loaded, merged and structurally valid policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub spec: PolicySpec,
+    /// Effective key (`engines.order`, `kernels.matmul`, `rule[0]`, `rule[0].engine`) →
+    /// where it was set.
+    pub origins: BTreeMap<String, Origin>,
+    /// The policy file and its `extends` parents, child first.
+    pub files: Vec<PathBuf>,
+    /// SHA-256 of the effective policy's canonical JSON.
+    pub sha256: String,
+    /// Non-fatal findings of the structural check.
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl Policy {
+    pub fn name(&self) -> &str {
+        &self.spec.policy.name
+    }
+
+    /// Where `key` was set, falling back to its section, then to the policy file.
+    pub fn origin(&self, key: &str) -> Origin {
+        let mut k = key;
+        loop {
+            if let Some(o) = self.origins.get(k) {
+                return o.clone();
+            }
+            match k.rfind(['.', '[']) {
+                Some(i) => k = &k[..i],
+                None => break,
+            }
+        }
+        Origin::source(match self.files.first() {
+            Some(f) => f.display().to_string(),
+            None => "built-in defaults".to_string(),
+        })
+    }
+
+    /// The policy as canonical JSON (hashing, `policy resolve --format json`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.spec).expect("policy serializes")
+    }
+}
+
+/// Loads policies with optional search directories, job overrides and environment.
+#[derive(Clone, Debug, Default)]
+pub struct Loader {
+    /// Where `extends = "name"` is looked up after the policy's own directory.
+    pub search_dirs: Vec<PathBuf>,
+    /// Job-level overrides: `execution.threads` → `4` (TOML value text).
+    pub overrides: Vec<(String, String)>,
+    /// `XPU_POLICY__…` variables (name, value).
+    pub env: Vec<(String, String)>,
+}
+
+pub const ENV_PREFIX: &str = "XPU_POLICY__";
+
+struct Layer {
+    display: String,
+    path: Option<PathBuf>,
+    text: String,
+    spec: PolicySpec,
+    origins: BTreeMap<String, Origin>,
+}
+
+impl Loader {
+    pub fn new() -> Loader {
+        Loader::default()
+    }
+
+    /// Takes the operator overrides from this process's `XPU_POLICY__*` variables.
+    pub fn with_process_env(mut self) -> Loader {
+        self.env = std::env::vars().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
+        self
+    }
+
+    pub fn with_override(mut self, key: impl Into<String>, value: impl Into<String>) -> Loader {
+        self.overrides.push((key.into(), value.into()));
+        self
+    }
+
+    /// Loads a policy file (and its parents).
+    pub fn load(&self, path: &Path) -> Result<Policy, Diagnostics> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Diagnostics(vec![Diagnostic::error(
+                "P0001",
+                Origin::source(path.display().to_string()),
+                format!("cannot read the policy: {e}"),
+            )])
+        })?;
+        self.load_text(&path.display().to_string(), Some(path), &text)
+    }
+
+    /// Loads a policy from text; `path` (if any) anchors relative `extends` and test paths.
+    pub fn load_text(
+        &self,
+        display: &str,
+        path: Option<&Path>,
+        text: &str,
+    ) -> Result<Policy, Diagnostics> {
+        let mut layers = Vec::new();
+        let first = parse_layer(display, path.map(Path::to_path_buf), text)?;
+        let mut seen: Vec<String> = vec![canonical(path, display)];
+        let mut next = first.spec.policy.extends.clone().map(|e| (e, 0usize));
+        layers.push(first);
+        while let Some((parent, child)) = next {
+            let at = layers[child].origins.get("policy.extends").cloned().unwrap_or_else(|| {
+                Origin::source(layers[child].display.clone())
+            });
+            let dir = layers[child].path.as_ref().and_then(|p| p.parent()).map(Path::to_path_buf);
+            let Some(found) = self.find_parent(&parent, dir.as_deref()) else {
+                return Err(Diagnostics(vec![
+                    Diagnostic::error(
+                        "P0009",
+                        at,
+                        format!("`extends = \"{parent}\"`: no such policy"),
+                    )
+                    .with_key("policy.extends")
+                    .with_help(Some(format!(
+                        "looked for {}",
+                        self.candidates(&parent, dir.as_deref())
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))),
+                ]));
+            };
+            let key = canonical(Some(&found), "");
+            if let Some(pos) = seen.iter().position(|s| *s == key) {
+                let mut chain: Vec<String> = seen[pos..].to_vec();
+                chain.push(key);
+                return Err(Diagnostics(vec![
+                    Diagnostic::error(
+                        "P0009",
+                        at,
+                        format!("`extends` cycle: {}", chain.join(" → ")),
+                    )
+                    .with_key("policy.extends"),
+                ]));
+            }
+            seen.push(key);
+            let text = std::fs::read_to_string(&found).map_err(|e| {
+                Diagnostics(vec![Diagnostic::error(
+                    "P0009",
+                    at.clone(),
+                    format!("cannot read parent policy {}: {e}", found.display()),
+                )])
+            })?;
+            let layer = parse_layer(&found.display().to_string(), Some(found.clone()), &text)?;
+            next = layer.spec.policy.extends.clone().map(|e| (e, layers.len()));
+            layers.push(layer);
+        }
+        self.merge(layers)
+    }
+
+    fn candidates(&self, parent: &str, dir: Option<&Path>) -> Vec<PathBuf> {
+        let file =
+            if parent.ends_with(".toml") { parent.to_string() } else { format!("{parent}.toml") };
+        let mut out = Vec::new();
+        if Path::new(&file).is_absolute() {
+            out.push(PathBuf::from(&file));
+            return out;
+        }
+        if let Some(d) = dir {
+            out.push(d.join(&file));
+        } else {
+            out.push(PathBuf::from(&file));
+        }
+        for d in &self.search_dirs {
+            out.push(d.join(&file));
+        }
+        out
+    }
+
+    fn find_parent(&self, parent: &str, dir: Option<&Path>) -> Option<PathBuf> {
+        self.candidates(parent, dir).into_iter().find(|p| p.is_file())
+    }
+
+    fn merge(&self, layers: Vec<Layer>) -> Result<Policy, Diagnostics> {
+        let mut fig = Figment::from(Toml::string(BUILTIN_DEFAULTS));
+        let mut origins: BTreeMap<String, Origin> = BTreeMap::new();
+        let (defaults, default_origins) =
+            match parse_layer("built-in defaults", None, BUILTIN_DEFAULTS) {
+                Ok(l) => (l.spec, l.origins),
+                Err(e) => return Err(e),
+            };
+        let _ = defaults;
+        origins.extend(default_origins.into_iter().map(|(k, o)| (k, Origin::source(format!("built-in default ({})", o.short())))));
+        // Rules concatenate child first; their origins are renumbered to the merged list.
+        let mut rules = Vec::new();
+        let mut rule_origins = BTreeMap::new();
+        for layer in &layers {
+            let base = rules.len();
+            for (k, o) in &layer.origins {
+                if let Some(rest) = k.strip_prefix("rule[") {
+                    let (idx, tail) = rest.split_once(']').expect("rule keys are rule[N]…");
+                    let i: usize = idx.parse().expect("rule index");
+                    rule_origins.insert(format!("rule[{}]{tail}", base + i), o.clone());
+                }
+            }
+            rules.extend(layer.spec.rules.iter().cloned());
+        }
+        for layer in layers.iter().rev() {
+            fig = fig.merge(Toml::string(&layer.text));
+            for (k, o) in &layer.origins {
+                if !k.starts_with("rule[") && !k.starts_with("test[") {
+                    origins.insert(k.clone(), o.clone());
+                }
+            }
+        }
+        let own = &layers[0];
+        for (k, o) in &own.origins {
+            if k.starts_with("test[") {
+                origins.insert(k.clone(), o.clone());
+            }
+        }
+        origins.extend(rule_origins);
+
+        // Job overrides: only keys the policy marks overridable.
+        let overridable = own_overridable(&layers);
+        let mut problems = Vec::new();
+        for (key, raw) in &self.overrides {
+            let allowed = overridable
+                .iter()
+                .any(|o| key == o || key.starts_with(&format!("{o}.")));
+            if !allowed {
+                problems.push(
+                    Diagnostic::error(
+                        "P0011",
+                        Origin::source("job override"),
+                        format!("policy `{}` does not allow a job to override `{key}`", own.spec.policy.name),
+                    )
+                    .with_key(key.clone())
+                    .with_help(Some(if overridable.is_empty() {
+                        "the policy lists no overridable keys (`[policy] overridable = [...]`)".into()
+                    } else {
+                        format!("overridable keys: {}", overridable.join(", "))
+                    })),
+                );
+                continue;
+            }
+            fig = fig.merge(Serialized::default(key, toml_value(raw)));
+            origins.insert(key.clone(), Origin::source(format!("job override {key}={raw}")));
+        }
+        for (var, raw) in &self.env {
+            let Some(path) = var.strip_prefix(ENV_PREFIX) else { continue };
+            let key = path.split("__").map(|s| s.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+            if key.is_empty() {
+                continue;
+            }
+            fig = fig.merge(Serialized::default(&key, toml_value(raw)));
+            origins.insert(key, Origin::source(format!("env {var}")));
+        }
+        if !problems.is_empty() {
+            return Err(Diagnostics(problems));
+        }
+        let mut spec: PolicySpec = fig.extract().map_err(|e| {
+            Diagnostics(
+                e.into_iter()
+                    .map(|e| {
+                        let key = e.path.join(".");
+                        let at = origins.get(&key).cloned().unwrap_or_else(|| {
+                            Origin::source(
+                                e.metadata.as_ref().map(|m| m.name.to_string()).unwrap_or_default(),
+                            )
+                        });
+                        Diagnostic::error("P0003", at, format!("`{key}`: {}", e.kind)).with_key(key)
+                    })
+                    .collect(),
+            )
+        })?;
+        spec.rules = rules;
+        spec.tests = own.spec.tests.clone();
+        let mut policy = Policy {
+            sha256: String::new(),
+            spec,
+            origins,
+            files: layers.iter().filter_map(|l| l.path.clone()).collect(),
+            warnings: Vec::new(),
+        };
+        let diags = validate::structural(&policy);
+        let (errors, warnings): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.is_error());
+        if !errors.is_empty() {
+            return Err(Diagnostics(errors));
+        }
+        policy.warnings = warnings;
+        use sha2::{Digest, Sha256};
+        policy.sha256 =
+            Sha256::digest(policy.to_json().as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        Ok(policy)
+    }
+}
+
+fn own_overridable(layers: &[Layer]) -> Vec<String> {
+    // A parent's overridable keys stay overridable unless the child redeclares the list.
+    layers
+        .iter()
+        .find(|l| l.origins.contains_key("policy.overridable"))
+        .map(|l| l.spec.policy.overridable.clone())
+        .unwrap_or_default()
+}
+
+fn canonical(path: Option<&Path>, display: &str) -> String {
+    path.and_then(|p| std::fs::canonicalize(p).ok())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| display.to_string())
+}
+
+/// A TOML value from override text: `4`, `true`, `["cpu"]`, or else a plain string.
+fn toml_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    toml::from_str::<toml::Table>(&doc)
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn parse_layer(display: &str, path: Option<PathBuf>, text: &str) -> Result<Layer, Diagnostics> {
+    let table = DeTable::parse(text).map_err(|e| {
+        Diagnostics(vec![toml_error("P0001", display, text, &e, "malformed TOML")])
+    })?;
+    let spec: PolicySpec = toml::from_str(text).map_err(|e| {
+        let code = if e.message().contains("unknown field") { "P0002" } else { "P0003" };
+        Diagnostics(vec![toml_error(code, display, text, &e, "")])
+    })?;
+    let mut origins = BTreeMap::new();
+    collect_origins(display, text, table.get_ref(), "", &mut origins);
+    Ok(Layer { display: display.to_string(), path, text: text.to_string(), spec, origins })
+}
+
+fn toml_error(code: &'static str, display: &str, text: &str, e: &toml::de::Error, prefix: &str) -> Diagnostic {
+    let (line, col) = e
+        .span()
+        .map(|s| xpu_engine::line_col(text, s.start))
+        .unwrap_or((1, 1));
+    let message = e.message().trim().to_string();
+    let help = crate::diag::did_you_mean_from_message(&message);
+    let message = if prefix.is_empty() { message } else { format!("{prefix}: {message}") };
+    Diagnostic::error(code, Origin::new(display, line, col), message).with_help(help)
+}
+
+fn collect_origins(
+    display: &str,
+    text: &str,
+    table: &DeTable<'_>,
+    prefix: &str,
+    out: &mut BTreeMap<String, Origin>,
+) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
+        let (line, col) = xpu_engine::line_col(text, k.span().start);
+        out.insert(key.clone(), Origin::new(display, line, col));
+        match v.get_ref() {
+            DeValue::Table(t) => collect_origins(display, text, t, &key, out),
+            DeValue::Array(items) if key == "rule" || key == "test" => {
+                for (i, item) in items.iter().enumerate() {
+                    let ik = format!("{key}[{i}]");
+                    let (line, col) = xpu_engine::line_col(text, item.span().start);
+                    out.insert(ik.clone(), Origin::new(display, line, col));
+                    if let DeValue::Table(t) = item.get_ref() {
+                        collect_origins(display, text, t, &ik, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
