@@ -2,6 +2,7 @@
 //! prints, optimises, imports and exports IR, and lists engines. Exit codes: 0 ok,
 //! 1 program/run/check error, 2 usage error.
 
+mod policy_cmd;
 mod program;
 mod tensors;
 
@@ -11,8 +12,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use xpu_engine::Engine;
 use xpu_ir::Tensor;
+use xpu_plan::GraphExec;
 
 #[derive(Parser)]
 #[command(name = "xpuctl", version, about = "xpu: run, inspect and explain ML and data jobs")]
@@ -27,11 +28,36 @@ enum Format {
     Json,
 }
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum InventoryFormat {
+    Text,
+    Json,
+    Toml,
+}
+
+/// The engines this build registers.
+pub(crate) fn registry() -> xpu_engine::Registry {
+    let mut r = xpu_engine::Registry::new();
+    r.register(std::sync::Arc::new(xpu_engine_cpu::CpuEngine::new()));
+    r
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Run a program (.onnx, .sgr or .json) on the CPU engine and write its outputs as .npy.
+    /// Plan a program under a policy, run the plan on this machine's engines and write its
+    /// outputs as .npy.
     Run {
         program: PathBuf,
+        /// Policy file or name (looked up in $XPU_POLICY_PATH, then policies/examples);
+        /// default: the built-in defaults.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Job-level override of a key the policy marks overridable: KEY=VALUE.
+        #[arg(long = "set")]
+        set: Vec<String>,
+        /// Print the explanation: every node's engine, kernel, precision and the rule that chose it.
+        #[arg(long)]
+        explain: bool,
         /// An input: NAME=PATH (.npy or .pb), or PATH.pb (the name comes from the proto).
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
@@ -50,8 +76,67 @@ enum Command {
     /// SGR-ML tools.
     #[command(subcommand)]
     Ir(IrCommand),
-    /// List the engines of this build and what they can run.
+    /// List the engines of this build and what they can run (`--format toml` writes the live
+    /// inventory, the form `--inventory` files take).
     Engines {
+        #[arg(long, value_enum, default_value_t = InventoryFormat::Text)]
+        format: InventoryFormat,
+    },
+    /// Policies in CI: check, test, resolve, diff.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate policy files (directories expand to their *.toml): structure always, and
+    /// against an inventory with --inventory FILE|live.
+    Check {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        inventory: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = policy_cmd::ReportFormat::Text)]
+        format: policy_cmd::ReportFormat,
+    },
+    /// Run every [[test]] placement assertion of the policies.
+    Test {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = policy_cmd::ReportFormat::Text)]
+        format: policy_cmd::ReportFormat,
+    },
+    /// Print the plan a policy gives a program: node, op, engine, kernel, precision, rule.
+    Resolve {
+        #[arg(long)]
+        policy: String,
+        program: PathBuf,
+        /// Declared inventory file (default: this machine's live inventory).
+        #[arg(long)]
+        inventory: Option<PathBuf>,
+        /// Bind a symbolic dim: N=64.
+        #[arg(long = "bind")]
+        bind: Vec<String>,
+        /// Job-level override: KEY=VALUE (only keys the policy marks overridable).
+        #[arg(long = "set")]
+        set: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Also list every rejected candidate with its reason code.
+        #[arg(long)]
+        why: bool,
+    },
+    /// Show which node decisions change between two versions of a policy.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(required = true)]
+        programs: Vec<PathBuf>,
+        #[arg(long)]
+        inventory: Option<PathBuf>,
+        /// Exit 1 when any decision changes.
+        #[arg(long)]
+        fail_on_change: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -94,6 +179,18 @@ enum IrCommand {
     },
 }
 
+/// A failure already reported on stdout (failed checks, tests, plans): exit 1, no more text.
+#[derive(Debug)]
+struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("failed")
+    }
+}
+
+impl std::error::Error for Reported {}
+
 /// An error in how xpuctl was invoked (exit code 2).
 #[derive(Debug)]
 struct UsageError(String);
@@ -106,7 +203,7 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-fn usage(msg: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
@@ -126,6 +223,7 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<Reported>().is_some() => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
@@ -139,7 +237,39 @@ fn main() -> ExitCode {
 
 fn dispatch(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Run { program, inputs, out, format } => run(&program, &inputs, &out, format),
+        Command::Run { program, policy, set, explain, inputs, out, format } => {
+            run(&program, policy.as_deref(), &set, explain, &inputs, &out, format)
+        }
+        Command::Policy(cmd) => {
+            let ok = match cmd {
+                PolicyCommand::Check { paths, inventory, format } => {
+                    policy_cmd::check(&paths, inventory.as_deref(), format)?
+                }
+                PolicyCommand::Test { paths, format } => policy_cmd::test(&paths, format)?,
+                PolicyCommand::Resolve { policy, program, inventory, bind, set, format, why } => {
+                    policy_cmd::resolve(
+                        &policy,
+                        &program,
+                        inventory.as_deref(),
+                        &bind,
+                        &set,
+                        format == Format::Json,
+                        why,
+                    )?
+                }
+                PolicyCommand::Diff { old, new, programs, inventory, fail_on_change, format } => {
+                    policy_cmd::diff(
+                        &old,
+                        &new,
+                        &programs,
+                        inventory.as_deref(),
+                        fail_on_change,
+                        format == Format::Json,
+                    )?
+                }
+            };
+            if ok { Ok(()) } else { Err(Reported.into()) }
+        }
         Command::Check { program, format } => {
             let g = program::load(&program)?;
             match format {
@@ -158,11 +288,11 @@ fn dispatch(cmd: Command) -> Result<()> {
             Ok(())
         }
         Command::Engines { format } => {
-            let caps = xpu_engine_cpu::CpuEngine::new().capabilities();
-            let inv = xpu_engine::Inventory { engines: vec![caps], ..Default::default() };
+            let inv = registry().inventory();
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&inv)?),
-                Format::Text => {
+                InventoryFormat::Json => println!("{}", serde_json::to_string_pretty(&inv)?),
+                InventoryFormat::Toml => print!("{}", inv.to_toml()),
+                InventoryFormat::Text => {
                     for e in &inv.engines {
                         println!("{} {} — {}", e.engine, e.version, e.availability);
                         for k in &e.kernels {
@@ -289,16 +419,37 @@ fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
     Ok(names.iter().map(|n| bound.remove(n).expect("checked above")).collect())
 }
 
-fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) -> Result<()> {
+fn run(
+    program: &Path,
+    policy: Option<&str>,
+    overrides: &[String],
+    explain: bool,
+    input_args: &[String],
+    out_dir: &Path,
+    format: Format,
+) -> Result<()> {
     let g = program::load(program)?;
+    let policy = policy_cmd::load_policy(policy, overrides)?;
     let inputs = bind_inputs(&g, input_args)?;
-    let engine = xpu_engine_cpu::CpuEngine::new();
-    let mut exe = engine
-        .prepare(&g, &xpu_engine::Assignment::new("cpu"))
-        .with_context(|| format!("{}: cannot prepare on the cpu engine", program.display()))?;
+    let registry = registry();
+    let inventory = registry.inventory();
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    let bindings = xpu_plan::bind_symbols(&g, &shapes);
+    let (plan, mut explanation) = match xpu_plan::plan_with(&g, &policy, &inventory, &bindings) {
+        Ok(p) => p,
+        Err(f) => {
+            if explain {
+                print!("{}", xpu_plan::render::explanation_text(&f.explanation, true));
+            }
+            bail!("{}: no plan under policy {}:\n{f}", program.display(), policy.name());
+        }
+    };
+    let mut exec = GraphExec::new(std::sync::Arc::new(plan), &registry)
+        .with_context(|| format!("{}: cannot prepare the plan", program.display()))?;
     let start = std::time::Instant::now();
-    let result = exe.run(&inputs).with_context(|| format!("{}: run failed", program.display()))?;
+    let result = exec.run(&inputs).with_context(|| format!("{}: run failed", program.display()))?;
     let wall = start.elapsed();
+    explanation.record_run(&result);
     std::fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
@@ -307,29 +458,40 @@ fn run(program: &Path, input_args: &[String], out_dir: &Path, format: Format) ->
         tensors::write_npy(&path, t)?;
         written.push((o.name.clone(), path, t));
     }
+    let engines: std::collections::BTreeSet<&str> =
+        exec.plan().partitions.iter().map(|p| p.engine.as_str()).collect();
+    let engines = engines.into_iter().collect::<Vec<_>>().join("+");
     match format {
         Format::Text => {
             for (name, path, t) in &written {
                 println!("{name}: {}  -> {}", tensors::summary(t), path.display());
             }
-            println!("ran {} nodes on cpu in {:.3} ms", g.nodes.len(), wall.as_secs_f64() * 1e3);
+            println!(
+                "ran {} nodes on {engines} in {:.3} ms (policy {})",
+                g.nodes.len(),
+                wall.as_secs_f64() * 1e3,
+                policy.name()
+            );
+            if explain {
+                print!("{}", xpu_plan::render::explanation_text(&explanation, false));
+            }
         }
         Format::Json => {
             let outputs: Vec<_> = written
                 .iter()
                 .map(|(name, path, t)| serde_json::json!({"name": name, "file": path, "dtype": t.dtype().name(), "shape": t.shape()}))
                 .collect();
+            let plan = exec.plan();
             let timings: Vec<_> = result
                 .timings
                 .iter()
-                .map(|t| serde_json::json!({"node": t.node.0, "op": g.node(t.node).op.name(), "kernel": t.kernel, "nanos": t.nanos}))
+                .map(|t| serde_json::json!({"node": t.node.0, "op": plan.graph.node(t.node).op.name(), "engine": t.engine, "kernel": t.kernel, "nanos": t.nanos}))
                 .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(
-                    &serde_json::json!({"program": program, "engine": "cpu", "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings})
-                )?
-            );
+            let mut doc = serde_json::json!({"program": program, "engine": engines, "policy": policy.name(), "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings});
+            if explain {
+                doc["explanation"] = serde_json::to_value(&explanation)?;
+            }
+            println!("{}", serde_json::to_string_pretty(&doc)?);
         }
     }
     Ok(())

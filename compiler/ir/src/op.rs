@@ -154,9 +154,8 @@ macro_rules! define_ops {
     ($( $variant:ident $text:literal $onnx:literal $class:ident
         ($imin:expr, $imax:expr) -> ($omin:expr, $omax:expr)
         [$($aname:literal : $akind:ident),*] $doc:literal ;)*) => {
-        /// An SGR-ML operation. Its `Display` is the text-form name.
-        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
-        #[serde(rename_all = "snake_case")]
+        /// An SGR-ML operation. Its `Display`, JSON and TOML forms are the text-form name.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Op { $($variant,)* }
 
         impl Op {
@@ -379,6 +378,42 @@ impl Op {
     /// Looks an op up by its ONNX (default domain) name.
     pub fn from_onnx(name: &str) -> Option<Op> {
         Op::ALL.iter().copied().find(|op| op.info().onnx == name)
+    }
+}
+
+impl Serialize for Op {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Op {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Op, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(d)?;
+        name.parse().map_err(|_| {
+            let near = Op::ALL
+                .iter()
+                .map(|o| o.name())
+                .find(|n| n.replace('_', "") == name.replace('_', "").to_ascii_lowercase());
+            serde::de::Error::custom(match near {
+                Some(n) => format!("unknown op `{name}`, did you mean `{n}`?"),
+                None => format!("unknown op `{name}` (see docs/sgr-ops.md for the op set)"),
+            })
+        })
+    }
+}
+
+impl JsonSchema for Op {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Op".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+        schemars::json_schema!({
+            "description": "An SGR-ML op by its text-form name (docs/sgr-ops.md).",
+            "type": "string",
+            "enum": names,
+        })
     }
 }
 

@@ -179,11 +179,17 @@ impl<'a> Planner<'a> {
             .or_else(|| k.get(op.class().name()).map(|c| (op.class().name().to_string(), c)))
     }
 
+    /// The device a kernel runs on: by the kind its name implies (`ort.cuda`, `ort.tensorrt`
+    /// → gpu, `openvino.npu` → npu, `*.cpu` → cpu), else the engine's first device.
     fn device_for(caps: &Capabilities, kernel: &str) -> String {
         let suffix = kernel.split_once('.').map(|(_, s)| s).unwrap_or("");
-        caps.devices
-            .iter()
-            .find(|d| d.kind.eq_ignore_ascii_case(suffix) || d.name.eq_ignore_ascii_case(suffix))
+        let kind = match suffix {
+            "cuda" | "tensorrt" | "gpu" => Some("gpu"),
+            "npu" => Some("npu"),
+            "cpu" => Some("cpu"),
+            _ => None,
+        };
+        kind.and_then(|k| caps.devices.iter().find(|d| d.kind.eq_ignore_ascii_case(k)))
             .or_else(|| caps.devices.first())
             .map(|d| d.name.clone())
             .unwrap_or_else(|| "host".into())
