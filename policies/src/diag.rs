@@ -113,9 +113,18 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 
 /// The closest candidate to `word`, if close enough to be a likely typo.
 pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let lower = word.to_ascii_lowercase();
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .map(|c| {
+            let exact = c.eq_ignore_ascii_case(word);
+            let c_lower = c.to_ascii_lowercase();
+            // Jaro-Winkler for prefixes and drift; Damerau-Levenshtein for short swapped words.
+            let edits = strsim::damerau_levenshtein(&lower, &c_lower) as f64;
+            let by_edits = 1.0 - edits / lower.len().max(c_lower.len()).max(1) as f64;
+            let score = strsim::jaro_winkler(&lower, &c_lower).max(by_edits + 0.15);
+            (if exact { 2.0 } else { score }, c)
+        })
         .filter(|(score, _)| *score >= 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| format!("did you mean `{c}`?"))

@@ -11,9 +11,20 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-onnx", &["xpu-ir"][..]),
         ("xpu-engine", &["xpu-ir"][..]),
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
-        ("xpuctl", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
-        ("xpu-bench", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
-        ("xpu-tests", &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu"][..]),
+        ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
+        ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
+        (
+            "xpuctl",
+            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
+        ),
+        (
+            "xpu-bench",
+            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
+        ),
+        (
+            "xpu-tests",
+            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
+        ),
     ])
 }
 

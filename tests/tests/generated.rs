@@ -44,3 +44,22 @@ fn schema_accepts_a_real_graph() {
         assert!(json.get(key.as_str().unwrap()).is_some(), "serialized graph lacks {key}");
     }
 }
+
+#[test]
+fn policy_json_schema_is_current() {
+    check_generated("schemas/policy.schema.json", xpu_policy::json_schema());
+}
+
+#[test]
+fn reason_code_page_is_current() {
+    check_generated("docs/reason-codes.md", xpu_plan::reason::reference_markdown());
+}
+
+#[test]
+fn policy_schema_describes_every_section() {
+    let schema: serde_json::Value = serde_json::from_str(&xpu_policy::json_schema()).unwrap();
+    for section in ["policy", "engines", "kernels", "precision", "memory", "execution", "rule", "test"] {
+        assert!(schema["properties"].get(section).is_some(), "schema lacks [{section}]");
+    }
+    assert_eq!(schema["additionalProperties"], serde_json::json!(false), "unknown top-level keys must be rejected");
+}

@@ -189,10 +189,10 @@ fn cache_keys_are_stable_and_discriminating() {
     assert_eq!(a.content_hash(), b.content_hash());
     let c = parse(&src.replace("relu", "neg")).unwrap();
     assert_ne!(a.content_hash(), c.content_hash());
-    let inv = xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()] };
+    let inv = xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()], ..Default::default() };
     assert_eq!(
         inv.fingerprint(),
-        xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()] }.fingerprint()
+        xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()], ..Default::default() }.fingerprint()
     );
     assert_ne!(inv.fingerprint(), xpu_engine::Inventory::default().fingerprint());
 }
