@@ -203,17 +203,6 @@ impl<'a> Planner<'a> {
             None => format!("rule[{i}]"),
         };
         let prec_name = f.precision.map(|p| p.name().to_string());
-        // The engine sequence: the rule's engine, else the policy order; then the rest.
-        let first_choice: Vec<String> = match rule.and_then(|(_, r)| r.engine.clone().or_else(|| r.kernel.as_ref().map(|k| xpu_engine::catalog::engine_of(k).to_string()))) {
-            Some(e) => vec![e],
-            None => self.order.clone(),
-        };
-        let mut sequence: Vec<String> = first_choice.clone();
-        for e in self.order.iter().chain(self.inventory.engines.iter().map(|c| &c.engine)) {
-            if !sequence.contains(e) {
-                sequence.push(e.clone());
-            }
-        }
         // Pinned kernel: a rule's kernel, else `[kernels]` with one kernel.
         let pinned: Option<(String, String)> = match rule.and_then(|(i, r)| r.kernel.clone().map(|k| (k, format!("rule[{i}].kernel")))) {
             Some(p) => Some(p),
@@ -222,10 +211,25 @@ impl<'a> Planner<'a> {
                 _ => None,
             },
         };
+        // The first choice: the rule's engine, else the pinned kernel's, else the policy order.
+        let first_choice: Vec<String> = match rule.and_then(|(_, r)| r.engine.clone()) {
+            Some(e) => vec![e],
+            None => match &pinned {
+                Some((k, _)) => vec![xpu_engine::catalog::engine_of(k).to_string()],
+                None => self.order.clone(),
+            },
+        };
         let preferred: Vec<String> = match self.kernel_choice(f.op) {
             Some((_, KernelChoice::Prefer(ks))) => ks.clone(),
             _ => Vec::new(),
         };
+        // The engine sequence: the first choice, then the policy order, then the rest.
+        let mut sequence: Vec<String> = first_choice.clone();
+        for e in self.order.iter().chain(self.inventory.engines.iter().map(|c| &c.engine)) {
+            if !sequence.contains(e) {
+                sequence.push(e.clone());
+            }
+        }
         let allowed_precision = f.precision.is_none_or(|p| spec.precision.allow.contains(&p));
         let mut out = Walk { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
         let mut first_rejection: Option<(ReasonCode, String)> = None;

@@ -1,0 +1,266 @@
+//! PlannerTester: each case forces one candidate path — a policy fragment and an inventory
+//! in, and the decision for one node out, rendered as one line:
+//! `engine kernel precision | by RULE | fallback FROM CODE | rejected engine/kernel:CODE …`.
+
+use std::collections::BTreeMap;
+
+use xpu_engine::Inventory;
+use xpu_ir::Graph;
+use xpu_plan::{Decision, ReasonCode};
+use xpu_policy::{Loader, Policy};
+
+const GRAPH: &str = r#"graph "t" {
+  %0: f32[4,8] = input "x"
+  %1: f32[8,8] = input "w"
+  %2: f32[4,8] = matmul(%0, %1) @name("fc")
+  %3: f32[4,8] = add(%2, %0) @name("fc.bias")
+  %4: f32[4,8] = softmax(%3) {axis = -1} @name("probs")
+  return "y" = %4
+}"#;
+
+/// Two engines: `cuda` (a GPU with matmul kernels and fused elementwise) and `cpu`.
+const INVENTORY: &str = r#"
+name = "test-box"
+[[engines]]
+engine = "cuda"
+version = "1"
+availability = { status = "available" }
+devices = [{ name = "cuda:0", kind = "gpu", memory_bytes = 1000000 }]
+kernels = [
+  { name = "cuda.cublaslt", ops = ["matmul"], dtypes = ["f16", "bf16"] },
+  { name = "cuda.cublas", ops = ["matmul"], dtypes = ["f32", "f16", "bf16"] },
+  { name = "cuda.fused", classes = ["binary", "softmax"], dtypes = ["f32", "f16", "bf16"] },
+]
+[[engines]]
+engine = "cpu"
+version = "1"
+availability = { status = "available" }
+devices = [{ name = "host", kind = "cpu" }]
+kernels = [
+  { name = "cpu.blas", ops = ["matmul"], dtypes = ["f32", "f64"] },
+  { name = "cpu.naive", classes = ["matmul", "binary", "softmax", "constant", "select"], dtypes = ["f32", "f64", "f16", "bf16"] },
+]
+"#;
+
+fn policy(fragment: &str) -> Policy {
+    Loader::new()
+        .load_text("t.toml", None, &format!("[policy]\nname = \"t\"\n{fragment}"))
+        .unwrap_or_else(|e| panic!("test policy does not load: {e}"))
+}
+
+fn render(d: &Decision) -> String {
+    let mut s = match &d.chosen {
+        Some(c) => format!("{} {} {}", c.engine, c.kernel, c.precision.as_deref().unwrap_or("-")),
+        None => "UNPLACED".into(),
+    };
+    if let Some(r) = &d.rule {
+        s.push_str(&format!(" | by {}", r.key));
+    }
+    if let Some(f) = &d.fallback {
+        s.push_str(&format!(" | fallback {} {}", f.from, f.code.name()));
+    }
+    if !d.rejected.is_empty() {
+        s.push_str(" | rejected");
+        for r in &d.rejected {
+            s.push_str(&format!(" {}:{}", r.kernel.as_deref().unwrap_or(&r.engine), r.code.name()));
+        }
+    }
+    s
+}
+
+/// Plans GRAPH under `fragment` with `inventory` and compares node `name`'s decision.
+fn check_with(graph: &str, inventory: &str, fragment: &str, name: &str, expect: &str) {
+    let g = xpu_ir::text::parse(graph).unwrap();
+    let inv = Inventory::from_toml(inventory).unwrap();
+    let p = policy(fragment);
+    let ex = match xpu_plan::plan(&g, &p, &inv) {
+        Ok((_, ex)) => ex,
+        Err(f) => *f.explanation,
+    };
+    let d = ex.decisions.iter().find(|d| d.name.as_deref() == Some(name)).expect("node exists");
+    assert_eq!(render(d), expect, "policy:\n{fragment}");
+}
+
+fn check(fragment: &str, name: &str, expect: &str) {
+    check_with(GRAPH, INVENTORY, fragment, name, expect)
+}
+
+#[test]
+fn engine_order_decides_then_kernel_order() {
+    check("", "fc", "cuda cuda.cublas fp32 | by inventory order | rejected cuda.cublaslt:DtypeUnsupported cpu.blas:Outranked cpu.naive:Outranked");
+    check("[engines]\norder = [\"cpu\", \"cuda\"]\n", "fc", "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked");
+}
+
+#[test]
+fn denied_and_unlisted_engines() {
+    check("[engines]\ndeny = [\"cuda\"]\n", "fc.bias", "cpu cpu.naive fp32 | by inventory order | rejected cuda:PolicyDenied");
+    check("[engines]\norder = [\"cpu\"]\n", "fc.bias", "cpu cpu.naive fp32 | by engines.order[0] | rejected cuda:NotInOrder");
+}
+
+#[test]
+fn unavailable_engines_fall_back_with_a_reason() {
+    let inv = INVENTORY.replacen("availability = { status = \"available\" }", "availability = { status = \"unavailable\", reason = \"driver missing\" }", 1);
+    check_with(GRAPH, &inv, "[engines]\norder = [\"cuda\", \"cpu\"]\n", "fc", "cpu cpu.blas fp32 | by engines.fallback | fallback cuda EngineUnavailable | rejected cuda:EngineUnavailable cpu.naive:Outranked");
+    check("[engines]\norder = [\"ort\", \"cpu\"]\n", "fc.bias", "cpu cpu.naive fp32 | by engines.fallback | fallback ort EngineUnavailable | rejected ort:EngineUnavailable cuda:NotInOrder");
+}
+
+#[test]
+fn fallback_deny_fails_the_node() {
+    check("[engines]\norder = [\"ort\", \"cpu\"]\nfallback = \"deny\"\n", "fc.bias", "UNPLACED | rejected ort:EngineUnavailable cpu.naive:FallbackDenied cuda:NotInOrder");
+}
+
+#[test]
+fn ops_an_engine_cannot_run() {
+    let g = GRAPH.replace("softmax(%3) {axis = -1}", "where(%5, %3, %0)").replace("  %4: f32[4,8] = where", "  %5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where");
+    let g = g.replace("%5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where(%5, %3, %0)", "%4: bool[4,8] = greater(%3, %0)\n  %5: f32[4,8] = where(%4, %3, %0) @name(\"probs\")").replace("return \"y\" = %4", "return \"y\" = %5").replace(" {axis = -1} @name(\"probs\")", "");
+    check_with(&g, INVENTORY, "", "probs", "cpu cpu.naive fp32 | by engines.fallback | fallback cuda OpUnsupported | rejected cuda:OpUnsupported");
+}
+
+#[test]
+fn pinned_kernels() {
+    check("[kernels]\nmatmul = \"cpu.blas\"\n", "fc", "cpu cpu.blas fp32 | by kernels.matmul | rejected cpu.naive:KernelNotPinned cuda:KernelNotPinned");
+    check("[kernels]\nmatmul = \"cuda.cublaslt\"\n", "fc", "UNPLACED | rejected cuda.cublaslt:DtypeUnsupported cuda.cublas:KernelNotPinned cpu:KernelNotPinned");
+    check("[kernels]\nmatmul = \"cpu.gemm\"\n", "fc", "UNPLACED | rejected cpu.gemm:KernelUnavailable cuda:KernelNotPinned");
+    check("[kernels]\nmatmul = [\"cpu.naive\", \"cpu.blas\"]\n[engines]\norder = [\"cpu\"]\n", "fc", "cpu cpu.naive fp32 | by engines.order[0] | rejected cpu.blas:Outranked cuda:NotInOrder");
+}
+
+#[test]
+fn precision_choices() {
+    check("[precision]\ndefault = \"bf16\"\n", "fc", "cuda cuda.cublaslt bf16 | by inventory order | rejected cuda.cublas:Outranked cpu.blas:DtypeUnsupported cpu.naive:Outranked");
+    check("[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"softmax\"]\n", "probs", "cuda cuda.fused fp32 | by inventory order | rejected cpu.naive:Outranked");
+    let f64_graph = GRAPH.replace("f32", "f64");
+    check_with(&f64_graph, INVENTORY, "[precision]\nallow = [\"fp32\"]\n", "fc.bias", "UNPLACED | rejected cuda.fused:PrecisionNotAllowed cpu.naive:PrecisionNotAllowed");
+}
+
+#[test]
+fn rules_override_engine_kernel_and_precision() {
+    check(
+        "[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nname = \"gpu matmul\"\nwhen = { op = \"matmul\", min_flops = 100 }\nengine = \"cuda\"\nprecision = \"fp16\"\n",
+        "fc",
+        "cuda cuda.cublaslt fp16 | by rule[0] \"gpu matmul\" | rejected cuda.cublas:Outranked cpu:RuleOverride",
+    );
+    // Too few FLOPs: the rule does not match (4·8·8·2 = 512).
+    check("[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nwhen = { op = \"matmul\", min_flops = 1e6 }\nengine = \"cuda\"\n", "fc", "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked");
+    check("[[rule]]\nwhen = { node = \"fc.*\" }\nengine = \"cpu\"\n", "fc.bias", "cpu cpu.naive fp32 | by rule[0] | rejected cuda:RuleOverride");
+}
+
+#[test]
+fn device_memory() {
+    let big = GRAPH.replace("[4,8]", "[16384,8]");
+    check_with(&big, INVENTORY, "", "fc.bias", "cpu cpu.naive fp32 | by engines.fallback | fallback cuda MemoryLimitExceeded | rejected cuda.fused:MemoryLimitExceeded");
+}
+
+#[test]
+fn plan_level_failures() {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let err = xpu_plan::plan(&g, &policy("[memory]\nlimit = 100\n"), &inv).unwrap_err();
+    assert_eq!(err.errors[0].code, ReasonCode::MemoryLimitExceeded);
+    assert!(err.errors[0].message.contains("memory.limit is 100B"), "{}", err.errors[0].message);
+    assert_eq!(err.errors[0].at.as_deref(), Some("t.toml:4"));
+    let p = policy("[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_nodes_pct = 50 }\n");
+    let err = xpu_plan::plan(&g, &p, &inv).unwrap_err();
+    assert_eq!(err.errors[0].code, ReasonCode::FallbackBudgetExceeded);
+    assert!(err.errors[0].message.contains("3 of 3 nodes"), "{}", err.errors[0].message);
+    let p = policy("[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_flops_pct = 10, on_exceeded = \"warn\" }\n");
+    let (_, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
+    assert_eq!(ex.warnings[0].code, ReasonCode::FallbackBudgetExceeded);
+    let err = xpu_plan::plan(&g, &policy("[kernels]\nmatmul = \"cuda.cublaslt\"\n"), &inv).unwrap_err();
+    assert_eq!(err.errors[0].code, ReasonCode::Unplaceable);
+    assert!(err.errors[0].message.contains("n0 (matmul \"fc\")"), "{}", err.errors[0].message);
+}
+
+#[test]
+fn partitions_transfers_and_casts() {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    // matmul on cuda (bf16), the rest on cpu: two partitions, a cast and transfers.
+    let p = policy("[engines]\norder = [\"cpu\", \"cuda\"]\n[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"binary\", \"softmax\"]\n[[rule]]\nwhen = { op = \"matmul\" }\nengine = \"cuda\"\n");
+    let (plan, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
+    xpu_ir::verify(&plan.graph).expect("the planned graph verifies");
+    let parts: Vec<String> = plan.partitions.iter().map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len())).collect();
+    assert_eq!(parts, vec!["cuda@cuda:0:3", "cpu@host:3"], "casts x,w→bf16 + matmul on cuda; cast back + add + softmax on cpu");
+    let casts: Vec<String> = ex.casts.iter().map(|c| format!("{}->{}", c.from, c.to)).collect();
+    assert_eq!(casts, vec!["f32->bf16", "f32->bf16", "bf16->f32"]);
+    let transfers: Vec<String> = ex.transfers.iter().map(|t| format!("{} {} {:?}", t.value, t.direction, t.bytes)).collect();
+    assert_eq!(transfers, vec!["%0 h2d Some(128)", "%1 h2d Some(256)", "%4 d2h Some(64)"]);
+    assert_eq!(plan.graph.outputs[0].name, "y");
+    assert_eq!(plan.graph.ty(plan.graph.outputs[0].value).dtype, xpu_ir::DType::F32);
+}
+
+#[test]
+fn plans_are_byte_identical() {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let p = policy("[precision]\ndefault = \"fp16\"\n");
+    let a = xpu_plan::plan(&g, &p, &inv).unwrap();
+    let b = xpu_plan::plan(&g, &p, &inv).unwrap();
+    assert_eq!(a.0.to_json(), b.0.to_json());
+    assert_eq!(a.1.to_json(), b.1.to_json());
+}
+
+#[test]
+fn graph_exec_runs_plans_and_refuses_absent_engines() {
+    use std::sync::Arc;
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let mut reg = xpu_engine::Registry::new();
+    reg.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
+    let live = reg.inventory();
+    let x = xpu_ir::Tensor::from_vec(vec![4, 8], (0..32).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<f32>>()).unwrap();
+    let w = xpu_ir::Tensor::from_vec(vec![8, 8], (0..64).map(|i| (i as f32 * 0.11).cos()).collect::<Vec<f32>>()).unwrap();
+    let inputs = vec![x, w];
+    // Reference: the whole graph on the cpu engine directly.
+    use xpu_engine::Engine;
+    let direct = xpu_engine_cpu::CpuEngine::new().prepare(&g, &xpu_engine::Assignment::new("cpu")).unwrap().run(&inputs).unwrap();
+    let (plan, _) = xpu_plan::plan(&g, &policy("[engines]\norder = [\"cpu\"]\n"), &live).unwrap();
+    let mut exec = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap();
+    let run = exec.run(&inputs).unwrap();
+    assert_eq!(run.outputs, direct.outputs, "same kernels, same bits");
+    assert_eq!(run.timings.len(), 3, "one timing per node");
+    assert!(run.transfers.is_empty());
+    // bf16 on the cpu: casts inserted and executed, results close to fp32.
+    let (plan, ex) = xpu_plan::plan(&g, &policy("[engines]\norder = [\"cpu\"]\n[precision]\ndefault = \"bf16\"\n"), &live).unwrap();
+    assert!(!ex.casts.is_empty());
+    let run = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs).unwrap();
+    let (a, b) = (run.outputs[0].to_f64_vec(), direct.outputs[0].to_f64_vec());
+    let max_err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    assert!(max_err < 0.05 && max_err > 0.0, "bf16 differs a little from f32: {max_err}");
+    // A plan for the GPU box cannot run here, and says why.
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let (plan, _) = xpu_plan::plan(&g, &policy(""), &inv).unwrap();
+    let err = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap_err();
+    assert!(err.to_string().starts_with("engine cuda is not available here: this build has no cuda engine"), "{err}");
+    // Wrong inputs are an error, not a panic.
+    let (plan, _) = xpu_plan::plan(&g, &policy(""), &live).unwrap();
+    let err = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs[..1]).unwrap_err();
+    assert!(err.to_string().contains("takes 2 inputs"), "{err}");
+}
+
+#[test]
+fn plan_cache_hits_and_misses() {
+    let g = xpu_ir::text::parse(&GRAPH.replace("[4,8]", "[N,8]")).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let p = policy("");
+    let cache = xpu_plan::PlanCache::new(2);
+    let (a, hit) = cache.get_or_plan(&g, &p, &inv, &[vec![4, 8], vec![8, 8]]).unwrap();
+    assert!(!hit);
+    let (b, hit) = cache.get_or_plan(&g, &p, &inv, &[vec![4, 8], vec![8, 8]]).unwrap();
+    assert!(hit && std::sync::Arc::ptr_eq(&a, &b));
+    let (c, hit) = cache.get_or_plan(&g, &p, &inv, &[vec![16, 8], vec![8, 8]]).unwrap();
+    assert!(!hit, "new input shapes plan again");
+    assert_eq!(c.0.bindings, BTreeMap::from([("N".to_string(), 16)]));
+    let p2 = policy("[engines]\norder = [\"cpu\"]\n");
+    let (_, hit) = cache.get_or_plan(&g, &p2, &inv, &[vec![4, 8], vec![8, 8]]).unwrap();
+    assert!(!hit, "another policy plans again");
+    assert_eq!((cache.hits(), cache.misses(), cache.len()), (1, 3, 2), "capacity 2 evicts the oldest");
+}
+
+#[test]
+fn every_reason_code_is_exercised_or_documented() {
+    // The cases above cover these codes; the test keeps the list honest when codes are added.
+    let covered = ["PolicyDenied", "NotInOrder", "RuleOverride", "EngineUnavailable", "OpUnsupported", "KernelNotPinned", "KernelUnavailable", "PrecisionNotAllowed", "DtypeUnsupported", "MemoryLimitExceeded", "Outranked", "FallbackDenied", "FallbackBudgetExceeded", "Unplaceable"];
+    for c in ReasonCode::ALL {
+        assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());
+    }
+    let _: Graph = xpu_ir::text::parse(GRAPH).unwrap();
+}
