@@ -674,93 +674,77 @@ impl<'a> Planner<'a> {
             let n = g.node(id);
             let primary = n.input_values().map(|v| g.ty(v).dtype).find(|d| d.is_float());
             let want = target(id);
-            let mut inputs: Vec<Option<ValueId>> = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
-            let mut retyped = false;
-            if let (Some(t), Some(p)) = (want, primary) {
-                let mark = (out.nodes.len(), out.values.len(), casts.len());
-                for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
-                    let (Some(cur), Some(orig)) = (slot.as_mut(), orig) else { continue };
-                    // Only data operands (the node's float dtype) change; index-like float
-                    // inputs such as resize scales keep theirs.
-                    if g.ty(*orig).dtype != p || out.ty(*cur).dtype == t {
+            let mapped: Vec<Option<ValueId>> =
+                n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
+            // The dtype each operand should have: data operands (the node's float dtype) at
+            // the node's precision; index-like float inputs (resize scales) and everything
+            // else as the source graph declares.
+            let desired = |orig: ValueId| match (want, primary) {
+                (Some(t), Some(p)) if g.ty(orig).dtype == p => t,
+                _ => g.ty(orig).dtype,
+            };
+            let mark = (out.nodes.len(), out.values.len(), casts.len());
+            let mut inputs = mapped.clone();
+            for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
+                if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
+                    let why = format!(
+                        "{} computes at {}",
+                        n.label(id),
+                        PrecisionName::of_dtype(desired(*orig)).map(|p| p.name()).unwrap_or(desired(*orig).name())
+                    );
+                    *cur = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, *cur, desired(*orig), Some(id), why);
+                }
+            }
+            let changed = inputs.iter().zip(&n.inputs).any(|(a, b)| a.map(|v| out.ty(v).dtype) != b.map(|v| g.ty(v).dtype));
+            if changed {
+                match out.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len()) {
+                    Ok(tys) => {
+                        let new = out.add_node(n.op, inputs.clone(), n.attrs.clone(), tys);
+                        out.nodes[new.index()].name = n.name.clone();
+                        for (k, &old) in n.outputs.iter().enumerate() {
+                            let nv = out.nodes[new.index()].outputs[k];
+                            map[old.index()] = Some(nv);
+                            out.values[nv.index()].name = g.value(old).name.clone();
+                        }
+                        source_of.push(Some(id));
                         continue;
                     }
-                    let from = out.ty(*cur).dtype;
-                    let key = (*cur, t);
-                    let cast_v = if let Some(&c) = cast_memo.get(&key) {
-                        c
-                    } else {
-                        let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(t));
-                        let Ok(c) = out.add_op(Op::Cast, &[*cur], attrs) else { continue };
-                        let cast_node = out.producer(c).expect("just added");
-                        source_of.push(None);
-                        casts.push(CastPlan {
-                            node: cast_node,
-                            from: from.name().into(),
-                            to: t.name().into(),
-                            for_node: Some(id),
-                            reason: format!("{} computes at {}", n.label(id), PrecisionName::of_dtype(t).map(|p| p.name()).unwrap_or(t.name())),
-                        });
-                        cast_memo.insert(key, c);
-                        c
-                    };
-                    *cur = cast_v;
-                    retyped = true;
-                }
-                if retyped {
-                    match out.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len()) {
-                        Ok(tys) => {
-                            let new = out.add_node(n.op, inputs.clone(), n.attrs.clone(), tys);
-                            out.nodes[new.index()].name = n.name.clone();
-                            for (k, &old) in n.outputs.iter().enumerate() {
-                                let nv = out.nodes[new.index()].outputs[k];
-                                map[old.index()] = Some(nv);
-                                out.values[nv.index()].name = g.value(old).name.clone();
+                    Err(e) => {
+                        // The op does not take this precision: undo, feed it its source dtypes.
+                        out.nodes.truncate(mark.0);
+                        out.values.truncate(mark.1);
+                        casts.truncate(mark.2);
+                        source_of.truncate(mark.0);
+                        cast_memo.retain(|_, v| v.index() < mark.1);
+                        inputs = mapped;
+                        for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
+                            if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
+                                let why = format!("{} keeps {}", n.label(id), g.ty(*orig).dtype);
+                                *cur = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, *cur, g.ty(*orig).dtype, Some(id), why);
                             }
-                            source_of.push(Some(id));
-                            continue;
                         }
-                        Err(e) => {
-                            // The op does not take this precision: undo the casts, keep its dtype.
-                            out.nodes.truncate(mark.0);
-                            out.values.truncate(mark.1);
-                            casts.truncate(mark.2);
-                            source_of.truncate(mark.0);
-                            cast_memo.retain(|_, v| v.index() < mark.1);
-                            inputs = n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
+                        if let Some(p) = primary {
                             let d = &mut explanation.decisions[id.index()];
-                            let kept = PrecisionName::of_dtype(p).map(|x| x.name().to_string());
                             if let Some(c) = &mut d.chosen {
-                                c.precision = kept.clone();
+                                c.precision = PrecisionName::of_dtype(p).map(|x| x.name().to_string());
                             }
-                            d.precision_from = Some(RuleRef { key: format!("graph dtype ({} cannot compute at {}: {e})", n.op, t), at: None });
+                            d.precision_from = Some(RuleRef {
+                                key: format!("graph dtype ({} cannot compute at {}: {e})", n.op, want.map(|t| t.name()).unwrap_or("?")),
+                                at: None,
+                            });
                         }
                     }
                 }
             }
-            let _ = retyped;
             let new = out.copy_node(g, n, inputs, &mut map);
             debug_assert_eq!(new.index(), source_of.len());
             source_of.push(Some(id));
         }
         for o in &g.outputs {
-            let mut v = map[o.value.index()].expect("outputs are defined");
+            let v = map[o.value.index()].expect("outputs are defined");
             let want = g.ty(o.value).dtype;
-            if out.ty(v).dtype != want {
-                let from = out.ty(v).dtype;
-                let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(want));
-                if let Ok(c) = out.add_op(Op::Cast, &[v], attrs) {
-                    casts.push(CastPlan {
-                        node: out.producer(c).expect("just added"),
-                        from: from.name().into(),
-                        to: want.name().into(),
-                        for_node: None,
-                        reason: format!("output {:?} is declared {want}", o.name),
-                    });
-                    source_of.push(None);
-                    v = c;
-                }
-            }
+            let why = format!("output {:?} is declared {want}", o.name);
+            let v = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, v, want, None, why);
             out.add_output(o.name.clone(), v);
         }
         (out, source_of, casts)
@@ -822,6 +806,38 @@ impl<'a> Planner<'a> {
         }
         out
     }
+}
+
+/// `v` as `dtype`: itself, an earlier cast of it, or a new cast node (recorded).
+fn cast_to(
+    out: &mut Graph,
+    memo: &mut HashMap<(ValueId, DType), ValueId>,
+    casts: &mut Vec<CastPlan>,
+    source_of: &mut Vec<Option<NodeId>>,
+    v: ValueId,
+    dtype: DType,
+    for_node: Option<NodeId>,
+    reason: String,
+) -> ValueId {
+    let from = out.ty(v).dtype;
+    if from == dtype {
+        return v;
+    }
+    if let Some(&c) = memo.get(&(v, dtype)) {
+        return c;
+    }
+    let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(dtype));
+    let Ok(c) = out.add_op(Op::Cast, &[v], attrs) else { return v };
+    casts.push(CastPlan {
+        node: out.producer(c).expect("just added"),
+        from: from.name().into(),
+        to: dtype.name().into(),
+        for_node,
+        reason,
+    });
+    source_of.push(None);
+    memo.insert((v, dtype), c);
+    c
 }
 
 fn enum_name<T: serde::Serialize>(v: &T) -> String {
