@@ -3,6 +3,8 @@
 //! `xpu-bench matmul N [REPS [KERNEL]]` — f32 N×N·N×N through a prepared matmul graph,
 //! optionally pinned to a kernel (`cpu.blas`, `cpu.gemm`).
 //! `xpu-bench model PATH.onnx BATCH [REPS]` — a warm, prepared ONNX model at a batch size.
+//! `xpu-bench plan NODES POLICY INVENTORY [REPS]` — the planner on a generated
+//! transformer-like graph of NODES nodes (weights as inputs), policy and inventory files.
 //! Each prints `{"median_s": …, "min_s": …, "reps": …}`. Preparation happens once, as a
 //! deployed engine would; inputs are borrowed by every run, as a peer's are.
 
@@ -51,6 +53,33 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A transformer-like stack of exactly `nodes` nodes over f32[N,64]: per layer matmul,
+/// add, gelu, matmul, add, softmax, layer norm — the op mix real models give a planner.
+fn layered_graph(nodes: usize) -> Result<Graph> {
+    let mut g = Graph::new(format!("bench{nodes}"));
+    let d = Dim::Known(64);
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Sym("N".into()), d.clone()]));
+    let w = g.add_input("w", TensorType::new(DType::F32, vec![d.clone(), d.clone()]));
+    let b = g.add_input("b", TensorType::new(DType::F32, vec![d.clone()]));
+    let mut v = x;
+    let pattern =
+        [Op::MatMul, Op::Add, Op::Gelu, Op::MatMul, Op::Add, Op::Softmax, Op::LayerNormalization];
+    for i in 0..nodes {
+        let op = pattern[i % pattern.len()];
+        let ins = match op {
+            Op::MatMul => vec![v, w],
+            Op::Add => vec![v, b],
+            Op::LayerNormalization => vec![v, b, b],
+            _ => vec![v],
+        };
+        v = g.add_op(op, &ins, Default::default())?;
+        let n = g.producer(v).expect("just added");
+        g.nodes[n.index()].name = Some(format!("layer{}.{}", i / pattern.len(), op.name()));
+    }
+    g.add_output("y", v);
+    Ok(g)
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (median, min, reps) = match args.get(1).map(String::as_str) {
@@ -97,8 +126,34 @@ fn main() -> Result<()> {
             let (m, mi) = time_runs(&g, &inputs, reps, None)?;
             (m, mi, reps)
         }
+        Some("plan") => {
+            let nodes: usize = args.get(2).context("plan NODES")?.parse()?;
+            let policy = xpu_policy::Loader::new()
+                .load(std::path::Path::new(args.get(3).context("plan POLICY")?))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let inventory = xpu_policy::load_inventory(std::path::Path::new(
+                args.get(4).context("plan INVENTORY")?,
+            ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let reps: usize = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(200);
+            // Shared, as the plan cache and GraphExec hold graphs: no copy per plan.
+            let g = std::sync::Arc::new(layered_graph(nodes)?);
+            let hash = g.content_hash();
+            let bindings = std::collections::BTreeMap::from([("N".to_string(), 8)]);
+            xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings)
+                .map_err(|e| anyhow::anyhow!("the benchmark graph does not plan: {e}"))?;
+            let mut times = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let t = Instant::now();
+                let planned = xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings);
+                times.push(t.elapsed().as_secs_f64());
+                drop(planned);
+            }
+            times.sort_by(f64::total_cmp);
+            (times[times.len() / 2], times[0], reps)
+        }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS]"
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS] | xpu-bench plan NODES POLICY INVENTORY [REPS]"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

@@ -88,7 +88,8 @@ pub fn load_inventory(arg: Option<&Path>) -> Result<Inventory> {
         Some(p) => {
             let mut inv = xpu_policy::load_inventory(p).map_err(|d| anyhow!("{d}"))?;
             if inv.name.is_empty() {
-                inv.name = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                inv.name =
+                    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             }
             Ok(inv)
         }
@@ -98,8 +99,12 @@ pub fn load_inventory(arg: Option<&Path>) -> Result<Inventory> {
 fn parse_bindings(bind: &[String]) -> Result<BTreeMap<String, u64>> {
     let mut b = BTreeMap::new();
     for kv in bind {
-        let (k, v) = kv.split_once('=').ok_or_else(|| crate::usage(format!("--bind {kv:?}: expected NAME=SIZE")))?;
-        let v: u64 = v.parse().map_err(|_| crate::usage(format!("--bind {kv:?}: SIZE must be a non-negative integer")))?;
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| crate::usage(format!("--bind {kv:?}: expected NAME=SIZE")))?;
+        let v: u64 = v.parse().map_err(|_| {
+            crate::usage(format!("--bind {kv:?}: SIZE must be a non-negative integer"))
+        })?;
         b.insert(k.to_string(), v);
     }
     Ok(b)
@@ -145,7 +150,8 @@ pub fn check(paths: &[PathBuf], inventory: Option<&Path>, format: ReportFormat) 
         diagnostics.sort_by(|a, b| (a.severity, &a.at).cmp(&(b.severity, &b.at)));
         reports.push(FileReport { file: f.clone(), diagnostics });
     }
-    let errors: usize = reports.iter().map(|r| r.diagnostics.iter().filter(|d| d.is_error()).count()).sum();
+    let errors: usize =
+        reports.iter().map(|r| r.diagnostics.iter().filter(|d| d.is_error()).count()).sum();
     match format {
         ReportFormat::Text => {
             for r in &reports {
@@ -157,7 +163,11 @@ pub fn check(paths: &[PathBuf], inventory: Option<&Path>, format: ReportFormat) 
                 println!(
                     "{}: {}",
                     r.file.display(),
-                    if n_err == 0 && n_warn == 0 { "ok".to_string() } else { format!("{n_err} error(s), {n_warn} warning(s)") }
+                    if n_err == 0 && n_warn == 0 {
+                        "ok".to_string()
+                    } else {
+                        format!("{n_err} error(s), {n_warn} warning(s)")
+                    }
                 );
             }
         }
@@ -166,22 +176,35 @@ pub fn check(paths: &[PathBuf], inventory: Option<&Path>, format: ReportFormat) 
                 .iter()
                 .map(|r| serde_json::json!({"file": r.file, "ok": !r.diagnostics.iter().any(|d| d.is_error()), "diagnostics": r.diagnostics}))
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({"ok": errors == 0, "files": files}))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"ok": errors == 0, "files": files})
+                )?
+            );
         }
         ReportFormat::Junit => {
             let mut report = quick_junit::Report::new("xpuctl policy check");
             let mut suite = quick_junit::TestSuite::new("policy check");
             for r in &reports {
-                let errs: Vec<&Diagnostic> = r.diagnostics.iter().filter(|d| d.is_error()).collect();
+                let errs: Vec<&Diagnostic> =
+                    r.diagnostics.iter().filter(|d| d.is_error()).collect();
                 let status = if errs.is_empty() {
                     quick_junit::TestCaseStatus::success()
                 } else {
-                    let mut s = quick_junit::TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
+                    let mut s = quick_junit::TestCaseStatus::non_success(
+                        quick_junit::NonSuccessKind::Failure,
+                    );
                     s.set_message(format!("{} error(s)", errs.len()));
-                    s.set_description(errs.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"));
+                    s.set_description(
+                        errs.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"),
+                    );
                     s
                 };
-                suite.add_test_case(quick_junit::TestCase::new(r.file.display().to_string(), status));
+                suite.add_test_case(quick_junit::TestCase::new(
+                    r.file.display().to_string(),
+                    status,
+                ));
             }
             report.add_test_suite(suite);
             println!("{}", report.to_string().map_err(|e| anyhow!("junit: {e}"))?);
@@ -198,19 +221,33 @@ fn referenced_files(policy: &Policy, file: &Path) -> Vec<Diagnostic> {
         for (key, rel) in [("program", &t.program), ("inventory", &t.inventory)] {
             if !dir.join(rel).is_file() {
                 out.push(
-                    Diagnostic::error("P0012", policy.origin(&format!("test[{i}].{key}")), format!("test {key} {rel:?} does not exist (relative to {})", dir.display()))
-                        .with_key(format!("test[{i}].{key}")),
+                    Diagnostic::error(
+                        "P0012",
+                        policy.origin(&format!("test[{i}].{key}")),
+                        format!(
+                            "test {key} {rel:?} does not exist (relative to {})",
+                            dir.display()
+                        ),
+                    )
+                    .with_key(format!("test[{i}].{key}")),
                 );
             }
         }
-        if let Some(code) = &t.expect_error {
-            if ReasonCode::from_name(code).is_none() {
-                out.push(
-                    Diagnostic::error("P0010", policy.origin(&format!("test[{i}].expect_error")), format!("unknown reason code `{code}`"))
-                        .with_help(xpu_policy::diag::did_you_mean(code, ReasonCode::ALL.iter().map(|c| c.name())))
-                        .with_key(format!("test[{i}].expect_error")),
-                );
-            }
+        if let Some(code) = &t.expect_error
+            && ReasonCode::from_name(code).is_none()
+        {
+            out.push(
+                Diagnostic::error(
+                    "P0010",
+                    policy.origin(&format!("test[{i}].expect_error")),
+                    format!("unknown reason code `{code}`"),
+                )
+                .with_help(xpu_policy::diag::did_you_mean(
+                    code,
+                    ReasonCode::ALL.iter().map(|c| c.name()),
+                ))
+                .with_key(format!("test[{i}].expect_error")),
+            );
         }
     }
     out
@@ -244,16 +281,23 @@ fn run_one_test(policy: &Policy, file: &Path, i: usize) -> Vec<String> {
         Err(e) => return vec![format!("inventory: {e}")],
     };
     if inv.name.is_empty() {
-        inv.name = inv_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        inv.name =
+            inv_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     }
     let result = xpu_plan::plan_with(&graph, policy, &inv, &t.bind);
     let mut failures = Vec::new();
     if let Some(code) = &t.expect_error {
         match &result {
-            Ok(_) => failures.push(format!("expected the plan to fail with {code}, but it succeeded")),
+            Ok(_) => {
+                failures.push(format!("expected the plan to fail with {code}, but it succeeded"))
+            }
             Err(f) => {
                 let found = f.errors.iter().any(|e| e.code.name() == code)
-                    || f.explanation.decisions.iter().filter(|d| d.chosen.is_none()).any(|d| d.rejected.iter().any(|r| r.code.name() == code));
+                    || f.explanation
+                        .decisions
+                        .iter()
+                        .filter(|d| d.chosen.is_none())
+                        .any(|d| d.rejected.iter().any(|r| r.code.name() == code));
                 if !found {
                     failures.push(format!("expected failure {code}, got: {f}"));
                 }
@@ -280,39 +324,56 @@ fn run_one_test(policy: &Policy, file: &Path, i: usize) -> Vec<String> {
         }
         for d in selected {
             let c = d.chosen.as_ref().expect("successful plans place every node");
-            let label = format!("{} ({}{})", d.node, d.op, d.name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default());
-            if let Some(en) = &e.engine {
-                if &c.engine != en {
-                    failures.push(format!("{label}: engine {} , expected {en}", c.engine));
-                }
+            let label = format!(
+                "{} ({}{})",
+                d.node,
+                d.op,
+                d.name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default()
+            );
+            if let Some(en) = &e.engine
+                && *c.engine != **en
+            {
+                failures.push(format!("{label}: engine {} , expected {en}", c.engine));
             }
-            if let Some(k) = &e.kernel {
-                if &c.kernel != k {
-                    failures.push(format!("{label}: kernel {}, expected {k}", c.kernel));
-                }
+            if let Some(k) = &e.kernel
+                && *c.kernel != **k
+            {
+                failures.push(format!("{label}: kernel {}, expected {k}", c.kernel));
             }
-            if let Some(p) = e.precision {
-                if c.precision.as_deref() != Some(p.name()) {
-                    failures.push(format!("{label}: precision {}, expected {p}", c.precision.as_deref().unwrap_or("-")));
-                }
+            if let Some(p) = e.precision
+                && c.precision.as_deref() != Some(p.name())
+            {
+                failures.push(format!(
+                    "{label}: precision {}, expected {p}",
+                    c.precision.as_deref().unwrap_or("-")
+                ));
             }
         }
     }
     if t.no_fallback {
         for d in ex.decisions.iter().filter(|d| d.fallback.is_some()) {
             let f = d.fallback.as_ref().expect("filtered");
-            failures.push(format!("{} ({}) fell back from {}: {} {}", d.node, d.op, f.from, f.code.name(), f.detail));
+            failures.push(format!(
+                "{} ({}) fell back from {}: {} {}",
+                d.node,
+                d.op,
+                f.from,
+                f.code.name(),
+                f.detail
+            ));
         }
     }
-    if let Some(max) = t.max_transfers {
-        if plan.transfers.len() > max {
-            failures.push(format!("{} transfers, at most {max} allowed", plan.transfers.len()));
-        }
+    if let Some(max) = t.max_transfers
+        && plan.transfers.len() > max
+    {
+        failures.push(format!("{} transfers, at most {max} allowed", plan.transfers.len()));
     }
     if let Some(max) = t.max_peak_memory {
         match plan.memory.peak_bytes {
             Some(p) if p > max.0 => failures.push(format!("peak memory {p} bytes exceeds {max}")),
-            None => failures.push("peak memory is unknown (bind the dynamic dims with `bind`)".into()),
+            None => {
+                failures.push("peak memory is unknown (bind the dynamic dims with `bind`)".into())
+            }
             _ => {}
         }
     }
@@ -326,7 +387,11 @@ pub fn test(paths: &[PathBuf], format: ReportFormat) -> Result<bool> {
         let policy = match Loader::new().load(f) {
             Ok(p) => p,
             Err(e) => {
-                outcomes.push(TestOutcome { file: f.clone(), name: "load".into(), failures: e.0.iter().map(|d| d.to_string()).collect() });
+                outcomes.push(TestOutcome {
+                    file: f.clone(),
+                    name: "load".into(),
+                    failures: e.0.iter().map(|d| d.to_string()).collect(),
+                });
                 continue;
             }
         };
@@ -358,7 +423,9 @@ pub fn test(paths: &[PathBuf], format: ReportFormat) -> Result<bool> {
                 let status = if o.failures.is_empty() {
                     quick_junit::TestCaseStatus::success()
                 } else {
-                    let mut s = quick_junit::TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
+                    let mut s = quick_junit::TestCaseStatus::non_success(
+                        quick_junit::NonSuccessKind::Failure,
+                    );
                     s.set_message(o.failures[0].clone());
                     s.set_description(o.failures.join("\n"));
                     s
@@ -492,11 +559,20 @@ pub fn diff(
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"nodes": total, "changes": changes}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"nodes": total, "changes": changes}))?
+        );
     } else {
         for c in &changes {
             if let Some(err) = c.get("error") {
-                println!("{} [{} plan] fails: {} {}", c["program"].as_str().unwrap_or(""), c["plan"].as_str().unwrap_or(""), err.as_str().unwrap_or(""), c["message"].as_str().unwrap_or(""));
+                println!(
+                    "{} [{} plan] fails: {} {}",
+                    c["program"].as_str().unwrap_or(""),
+                    c["plan"].as_str().unwrap_or(""),
+                    err.as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or("")
+                );
                 continue;
             }
             println!(
@@ -511,8 +587,10 @@ pub fn diff(
                 c["new_rule"].as_str().unwrap_or("-"),
             );
         }
-        println!("{} of {total} node decisions change", changes.iter().filter(|c| c.get("error").is_none()).count());
+        println!(
+            "{} of {total} node decisions change",
+            changes.iter().filter(|c| c.get("error").is_none()).count()
+        );
     }
-    Ok(!(fail_on_change && !changes.is_empty()))
+    Ok(!fail_on_change || changes.is_empty())
 }
-

@@ -37,13 +37,23 @@ pub fn select<'a>(policies: &'a [Policy], labels: &BTreeMap<String, String>) -> 
 }
 
 /// Loads an inventory file with located errors.
-pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, Diagnostic> {
+pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, Diagnostics> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostic::error("P0201", Origin::source(path.display().to_string()), format!("cannot read the inventory: {e}"))
+        Diagnostics(vec![Diagnostic::error(
+            "P0201",
+            Origin::source(path.display().to_string()),
+            format!("cannot read the inventory: {e}"),
+        )])
     })?;
     xpu_engine::Inventory::from_toml(&text).map_err(|e| {
         let (line, col) = e.location.unwrap_or((0, 0));
-        Diagnostic::error("P0201", Origin::new(path.display().to_string(), line, col), format!("invalid inventory: {}", e.message))
-            .with_help(diag::did_you_mean_from_message(&e.message))
+        Diagnostics(vec![
+            Diagnostic::error(
+                "P0201",
+                Origin::new(path.display().to_string(), line, col),
+                format!("invalid inventory: {}", e.message),
+            )
+            .with_help(diag::did_you_mean_from_message(&e.message)),
+        ])
     })
 }

@@ -126,9 +126,11 @@ impl Loader {
         let mut next = first.spec.policy.extends.clone().map(|e| (e, 0usize));
         layers.push(first);
         while let Some((parent, child)) = next {
-            let at = layers[child].origins.get("policy.extends").cloned().unwrap_or_else(|| {
-                Origin::source(layers[child].display.clone())
-            });
+            let at = layers[child]
+                .origins
+                .get("policy.extends")
+                .cloned()
+                .unwrap_or_else(|| Origin::source(layers[child].display.clone()));
             let dir = layers[child].path.as_ref().and_then(|p| p.parent()).map(Path::to_path_buf);
             let Some(found) = self.find_parent(&parent, dir.as_deref()) else {
                 return Err(Diagnostics(vec![
@@ -208,7 +210,11 @@ impl Loader {
                 Err(e) => return Err(e),
             };
         let _ = defaults;
-        origins.extend(default_origins.into_iter().map(|(k, o)| (k, Origin::source(format!("built-in default ({})", o.short())))));
+        origins.extend(
+            default_origins
+                .into_iter()
+                .map(|(k, o)| (k, Origin::source(format!("built-in default ({})", o.short())))),
+        );
         // Rules concatenate child first; their origins are renumbered to the merged list.
         let mut rules = Vec::new();
         let mut rule_origins = BTreeMap::new();
@@ -243,19 +249,21 @@ impl Loader {
         let overridable = own_overridable(&layers);
         let mut problems = Vec::new();
         for (key, raw) in &self.overrides {
-            let allowed = overridable
-                .iter()
-                .any(|o| key == o || key.starts_with(&format!("{o}.")));
+            let allowed = overridable.iter().any(|o| key == o || key.starts_with(&format!("{o}.")));
             if !allowed {
                 problems.push(
                     Diagnostic::error(
                         "P0011",
                         Origin::source("job override"),
-                        format!("policy `{}` does not allow a job to override `{key}`", own.spec.policy.name),
+                        format!(
+                            "policy `{}` does not allow a job to override `{key}`",
+                            own.spec.policy.name
+                        ),
                     )
                     .with_key(key.clone())
                     .with_help(Some(if overridable.is_empty() {
-                        "the policy lists no overridable keys (`[policy] overridable = [...]`)".into()
+                        "the policy lists no overridable keys (`[policy] overridable = [...]`)"
+                            .into()
                     } else {
                         format!("overridable keys: {}", overridable.join(", "))
                     })),
@@ -267,7 +275,8 @@ impl Loader {
         }
         for (var, raw) in &self.env {
             let Some(path) = var.strip_prefix(ENV_PREFIX) else { continue };
-            let key = path.split("__").map(|s| s.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+            let key =
+                path.split("__").map(|s| s.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
             if key.is_empty() {
                 continue;
             }
@@ -308,8 +317,10 @@ impl Loader {
         }
         policy.warnings = warnings;
         use sha2::{Digest, Sha256};
-        policy.sha256 =
-            Sha256::digest(policy.to_json().as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        policy.sha256 = Sha256::digest(policy.to_json().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         Ok(policy)
     }
 }
@@ -339,9 +350,8 @@ fn toml_value(raw: &str) -> toml::Value {
 }
 
 fn parse_layer(display: &str, path: Option<PathBuf>, text: &str) -> Result<Layer, Diagnostics> {
-    let table = DeTable::parse(text).map_err(|e| {
-        Diagnostics(vec![toml_error("P0001", display, text, &e, "malformed TOML")])
-    })?;
+    let table = DeTable::parse(text)
+        .map_err(|e| Diagnostics(vec![toml_error("P0001", display, text, &e, "malformed TOML")]))?;
     let spec: PolicySpec = toml::from_str(text).map_err(|e| {
         let code = if e.message().contains("unknown field") { "P0002" } else { "P0003" };
         Diagnostics(vec![toml_error(code, display, text, &e, "")])
@@ -351,11 +361,14 @@ fn parse_layer(display: &str, path: Option<PathBuf>, text: &str) -> Result<Layer
     Ok(Layer { display: display.to_string(), path, text: text.to_string(), spec, origins })
 }
 
-fn toml_error(code: &'static str, display: &str, text: &str, e: &toml::de::Error, prefix: &str) -> Diagnostic {
-    let (line, col) = e
-        .span()
-        .map(|s| xpu_engine::line_col(text, s.start))
-        .unwrap_or((1, 1));
+fn toml_error(
+    code: &'static str,
+    display: &str,
+    text: &str,
+    e: &toml::de::Error,
+    prefix: &str,
+) -> Diagnostic {
+    let (line, col) = e.span().map(|s| xpu_engine::line_col(text, s.start)).unwrap_or((1, 1));
     let message = e.message().trim().to_string();
     let help = crate::diag::did_you_mean_from_message(&message);
     let message = if prefix.is_empty() { message } else { format!("{prefix}: {message}") };
@@ -370,7 +383,11 @@ fn collect_origins(
     out: &mut BTreeMap<String, Origin>,
 ) {
     for (k, v) in table {
-        let key = if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
+        let key = if prefix.is_empty() {
+            k.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", k.get_ref())
+        };
         let (line, col) = xpu_engine::line_col(text, k.span().start);
         out.insert(key.clone(), Origin::new(display, line, col));
         match v.get_ref() {

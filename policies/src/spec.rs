@@ -123,7 +123,9 @@ impl KernelChoice {
 }
 
 /// A compute precision.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PrecisionName {
     Fp64,
@@ -392,7 +394,11 @@ impl ByteSize {
             "gib" => 1 << 30,
             "t" | "tb" => 1_000_000_000_000,
             "tib" => 1 << 40,
-            u => return Err(format!("unknown size unit `{u}` in `{s}` (use B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)")),
+            u => {
+                return Err(format!(
+                    "unknown size unit `{u}` in `{s}` (use B, KB, KiB, MB, MiB, GB, GiB, TB, TiB)"
+                ));
+            }
         };
         Ok(ByteSize((n * mult as f64).round() as u64))
     }
@@ -402,7 +408,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let units = [(1u64 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
         for (m, u) in units {
-            if self.0 >= m && self.0 % (m / 1024).max(1) == 0 {
+            if self.0 >= m && self.0.is_multiple_of((m / 1024).max(1)) {
                 let v = self.0 as f64 / m as f64;
                 return if v.fract() == 0.0 { write!(f, "{v}{u}") } else { write!(f, "{v:.2}{u}") };
             }
@@ -426,7 +432,9 @@ impl<'de> Deserialize<'de> for ByteSize {
             Text(String),
         }
         match Raw::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected a size: an integer of bytes or a string like \"20GiB\"")
+            serde::de::Error::custom(
+                "expected a size: an integer of bytes or a string like \"20GiB\"",
+            )
         })? {
             Raw::Int(n) => Ok(ByteSize(n)),
             Raw::Text(t) => ByteSize::parse(&t).map_err(serde::de::Error::custom),
@@ -473,7 +481,7 @@ impl DurationText {
 impl fmt::Display for DurationText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 == 0 { write!(f, "{}s", ms / 1000) } else { write!(f, "{ms}ms") }
+        if ms.is_multiple_of(1000) { write!(f, "{}s", ms / 1000) } else { write!(f, "{ms}ms") }
     }
 }
 

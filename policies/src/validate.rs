@@ -40,8 +40,9 @@ impl Checker<'_> {
         if catalog::engine(name).is_some() {
             return true;
         }
-        let help = did_you_mean(name, engine_names())
-            .or_else(|| Some(format!("known engines: {}", engine_names().collect::<Vec<_>>().join(", "))));
+        let help = did_you_mean(name, engine_names()).or_else(|| {
+            Some(format!("known engines: {}", engine_names().collect::<Vec<_>>().join(", ")))
+        });
         self.error("P0004", key, format!("unknown engine `{name}`"), help);
         false
     }
@@ -97,18 +98,35 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
     let spec = &policy.spec;
     let mut c = Checker { policy, out: Vec::new() };
     if spec.policy.name.trim().is_empty() {
-        c.error("P0010", "policy.name", "the policy has no name".into(), Some("set [policy] name = \"...\"".into()));
+        c.error(
+            "P0010",
+            "policy.name",
+            "the policy has no name".into(),
+            Some("set [policy] name = \"...\"".into()),
+        );
     }
     // Engines.
     let mut seen = Vec::new();
     for (i, e) in spec.engines.order.iter().enumerate() {
-        let key = format!("engines.order");
+        let key = "engines.order".to_string();
         if c.engine(&key, e) {
             if seen.contains(e) {
-                c.error("P0008", &key, format!("engine `{e}` is listed twice in engines.order (position {})", i + 1), None);
+                c.error(
+                    "P0008",
+                    &key,
+                    format!("engine `{e}` is listed twice in engines.order (position {})", i + 1),
+                    None,
+                );
             }
             if c.denied(e) {
-                c.error("P0008", &key, format!("engine `{e}` is both preferred (engines.order) and denied (engines.deny)"), None);
+                c.error(
+                    "P0008",
+                    &key,
+                    format!(
+                        "engine `{e}` is both preferred (engines.order) and denied (engines.deny)"
+                    ),
+                    None,
+                );
             }
         }
         seen.push(e.clone());
@@ -121,16 +139,25 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
     }
     if let Some(b) = &spec.engines.fallback_budget {
         for (k, v) in [("max_nodes_pct", b.max_nodes_pct), ("max_flops_pct", b.max_flops_pct)] {
-            if let Some(v) = v {
-                if !(0.0..=100.0).contains(&v) || v.is_nan() {
-                    c.error("P0010", &format!("engines.fallback_budget.{k}"), format!("{k} = {v} is out of range (0 to 100 percent)"), None);
-                }
+            if let Some(v) = v
+                && (!(0.0..=100.0).contains(&v) || v.is_nan())
+            {
+                c.error(
+                    "P0010",
+                    &format!("engines.fallback_budget.{k}"),
+                    format!("{k} = {v} is out of range (0 to 100 percent)"),
+                    None,
+                );
             }
         }
         if spec.engines.fallback == Fallback::Deny {
             c.out.push(
-                Diagnostic::warning("P0008", policy.origin("engines.fallback_budget"), "fallback_budget has no effect with fallback = \"deny\"".to_string())
-                    .with_key("engines.fallback_budget"),
+                Diagnostic::warning(
+                    "P0008",
+                    policy.origin("engines.fallback_budget"),
+                    "fallback_budget has no effect with fallback = \"deny\"".to_string(),
+                )
+                .with_key("engines.fallback_budget"),
             );
         }
     }
@@ -144,29 +171,49 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
             }
             let engine = catalog::engine_of(k);
             if c.denied(engine) {
-                c.error("P0008", &key, format!("kernel `{k}` belongs to engine `{engine}`, which engines.deny denies"), None);
+                c.error(
+                    "P0008",
+                    &key,
+                    format!("kernel `{k}` belongs to engine `{engine}`, which engines.deny denies"),
+                    None,
+                );
             } else if c.ordered_out(engine) {
                 c.error("P0008", &key, format!("kernel `{k}` belongs to engine `{engine}`, which engines.order does not list"), Some(format!("add `{engine}` to engines.order")));
             }
         }
-        if let crate::spec::KernelChoice::Prefer(list) = choice {
-            if list.is_empty() {
-                c.error("P0010", &key, format!("kernels.{class} is an empty list"), Some("give one kernel or remove the key".into()));
-            }
+        if let crate::spec::KernelChoice::Prefer(list) = choice
+            && list.is_empty()
+        {
+            c.error(
+                "P0010",
+                &key,
+                format!("kernels.{class} is an empty list"),
+                Some("give one kernel or remove the key".into()),
+            );
         }
     }
     // Precision.
     let p = &spec.precision;
     if p.allow.is_empty() {
-        c.error("P0010", "precision.allow", "precision.allow is empty: no node could run".into(), None);
+        c.error(
+            "P0010",
+            "precision.allow",
+            "precision.allow is empty: no node could run".into(),
+            None,
+        );
     }
     if let Some(d) = p.default {
         c.precision_allowed("precision.default", d);
     }
-    if let Some(a) = p.accumulate {
-        if a.storage().is_none() {
-            c.error("P0010", "precision.accumulate", format!("accumulate = \"{a}\" is not an accumulator precision (use fp32 or fp64, …)"), None);
-        }
+    if let Some(a) = p.accumulate
+        && a.storage().is_none()
+    {
+        c.error(
+            "P0010",
+            "precision.accumulate",
+            format!("accumulate = \"{a}\" is not an accumulator precision (use fp32 or fp64, …)"),
+            None,
+        );
     }
     for k in &p.keep_fp32 {
         c.op_or_class("precision.keep_fp32", k);
@@ -193,54 +240,95 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
     // Rules.
     for (i, r) in spec.rules.iter().enumerate() {
         let key = format!("rule[{i}]");
-        if let Some(op) = &r.when.op {
-            if Op::from_str(op).is_err() {
-                let help = if OpClass::from_str(op).is_ok() {
-                    Some(format!("`{op}` is an op class: write when = {{ class = \"{op}\" }}"))
-                } else {
-                    did_you_mean(op, Op::ALL.iter().map(|o| o.name()))
-                };
-                c.error("P0006", &format!("{key}.when.op"), format!("unknown op `{op}`"), help);
-            }
+        if let Some(op) = &r.when.op
+            && Op::from_str(op).is_err()
+        {
+            let help = if OpClass::from_str(op).is_ok() {
+                Some(format!("`{op}` is an op class: write when = {{ class = \"{op}\" }}"))
+            } else {
+                did_you_mean(op, Op::ALL.iter().map(|o| o.name()))
+            };
+            c.error("P0006", &format!("{key}.when.op"), format!("unknown op `{op}`"), help);
         }
-        if let Some(cl) = &r.when.class {
-            if OpClass::from_str(cl).is_err() {
-                c.error("P0006", &format!("{key}.when.class"), format!("unknown op class `{cl}`"), did_you_mean(cl, OpClass::ALL.iter().map(|c| c.name())));
-            }
+        if let Some(cl) = &r.when.class
+            && OpClass::from_str(cl).is_err()
+        {
+            c.error(
+                "P0006",
+                &format!("{key}.when.class"),
+                format!("unknown op class `{cl}`"),
+                did_you_mean(cl, OpClass::ALL.iter().map(|c| c.name())),
+            );
         }
-        if let Some(g) = &r.when.node {
-            if let Err(e) = globset::Glob::new(g) {
-                c.error("P0010", &format!("{key}.when.node"), format!("bad node-name glob `{g}`: {e}"), None);
-            }
+        if let Some(g) = &r.when.node
+            && let Err(e) = globset::Glob::new(g)
+        {
+            c.error(
+                "P0010",
+                &format!("{key}.when.node"),
+                format!("bad node-name glob `{g}`: {e}"),
+                None,
+            );
         }
-        if let Some(f) = r.when.min_flops {
-            if f < 0.0 || f.is_nan() {
-                c.error("P0010", &format!("{key}.when.min_flops"), format!("min_flops = {f} must be zero or more"), None);
-            }
+        if let Some(f) = r.when.min_flops
+            && (f < 0.0 || f.is_nan())
+        {
+            c.error(
+                "P0010",
+                &format!("{key}.when.min_flops"),
+                format!("min_flops = {f} must be zero or more"),
+                None,
+            );
         }
-        if let Some(d) = &r.when.dtype {
-            if DType::from_str(d).is_err() {
-                c.error("P0010", &format!("{key}.when.dtype"), format!("unknown dtype `{d}`"), did_you_mean(d, DType::ALL.iter().map(|d| d.name())));
-            }
+        if let Some(d) = &r.when.dtype
+            && DType::from_str(d).is_err()
+        {
+            c.error(
+                "P0010",
+                &format!("{key}.when.dtype"),
+                format!("unknown dtype `{d}`"),
+                did_you_mean(d, DType::ALL.iter().map(|d| d.name())),
+            );
         }
         if r.engine.is_none() && r.kernel.is_none() && r.precision.is_none() {
-            c.error("P0010", &key, "the rule sets nothing (give engine, kernel or precision)".into(), None);
+            c.error(
+                "P0010",
+                &key,
+                "the rule sets nothing (give engine, kernel or precision)".into(),
+                None,
+            );
         }
-        if let Some(e) = &r.engine {
-            if c.engine(&format!("{key}.engine"), e) && c.denied(e) {
-                c.error("P0008", &format!("{key}.engine"), format!("the rule sends nodes to `{e}`, which engines.deny denies"), None);
-            }
+        if let Some(e) = &r.engine
+            && c.engine(&format!("{key}.engine"), e)
+            && c.denied(e)
+        {
+            c.error(
+                "P0008",
+                &format!("{key}.engine"),
+                format!("the rule sends nodes to `{e}`, which engines.deny denies"),
+                None,
+            );
         }
-        if let Some(k) = &r.kernel {
-            if c.kernel(&format!("{key}.kernel"), k) {
-                let ke = catalog::engine_of(k);
-                if let Some(e) = &r.engine {
-                    if e != ke {
-                        c.error("P0008", &format!("{key}.kernel"), format!("kernel `{k}` belongs to `{ke}`, but the rule sets engine `{e}`"), None);
-                    }
-                } else if c.denied(ke) {
-                    c.error("P0008", &format!("{key}.kernel"), format!("kernel `{k}` belongs to engine `{ke}`, which engines.deny denies"), None);
+        if let Some(k) = &r.kernel
+            && c.kernel(&format!("{key}.kernel"), k)
+        {
+            let ke = catalog::engine_of(k);
+            if let Some(e) = &r.engine {
+                if e != ke {
+                    c.error(
+                        "P0008",
+                        &format!("{key}.kernel"),
+                        format!("kernel `{k}` belongs to `{ke}`, but the rule sets engine `{e}`"),
+                        None,
+                    );
                 }
+            } else if c.denied(ke) {
+                c.error(
+                    "P0008",
+                    &format!("{key}.kernel"),
+                    format!("kernel `{k}` belongs to engine `{ke}`, which engines.deny denies"),
+                    None,
+                );
             }
         }
         if let Some(p) = r.precision {
@@ -252,17 +340,32 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
         for (j, e) in t.expect.iter().enumerate() {
             let key = format!("test[{i}].expect");
             if e.op.is_none() && e.class.is_none() && e.node.is_none() {
-                c.error("P0010", &key, format!("expectation {} selects no nodes (give op, class or node)", j + 1), None);
+                c.error(
+                    "P0010",
+                    &key,
+                    format!("expectation {} selects no nodes (give op, class or node)", j + 1),
+                    None,
+                );
             }
-            if let Some(op) = &e.op {
-                if Op::from_str(op).is_err() {
-                    c.error("P0006", &key, format!("unknown op `{op}`"), did_you_mean(op, Op::ALL.iter().map(|o| o.name())));
-                }
+            if let Some(op) = &e.op
+                && Op::from_str(op).is_err()
+            {
+                c.error(
+                    "P0006",
+                    &key,
+                    format!("unknown op `{op}`"),
+                    did_you_mean(op, Op::ALL.iter().map(|o| o.name())),
+                );
             }
-            if let Some(cl) = &e.class {
-                if OpClass::from_str(cl).is_err() {
-                    c.error("P0006", &key, format!("unknown op class `{cl}`"), did_you_mean(cl, OpClass::ALL.iter().map(|c| c.name())));
-                }
+            if let Some(cl) = &e.class
+                && OpClass::from_str(cl).is_err()
+            {
+                c.error(
+                    "P0006",
+                    &key,
+                    format!("unknown op class `{cl}`"),
+                    did_you_mean(cl, OpClass::ALL.iter().map(|c| c.name())),
+                );
             }
             if let Some(en) = &e.engine {
                 c.engine(&key, en);
@@ -302,7 +405,12 @@ pub fn contextual(policy: &Policy, inventory: &Inventory, inventory_name: &str) 
     let deny = spec.engines.fallback == Fallback::Deny;
     let available = |e: &str| inventory.engine(e).is_some_and(|c| c.availability.is_available());
     let order: Vec<String> = if spec.engines.order.is_empty() {
-        inventory.engines.iter().map(|e| e.engine.clone()).filter(|e| !spec.engines.deny.contains(e)).collect()
+        inventory
+            .engines
+            .iter()
+            .map(|e| e.engine.clone())
+            .filter(|e| !spec.engines.deny.contains(e))
+            .collect()
     } else {
         spec.engines.order.clone()
     };
@@ -310,37 +418,63 @@ pub fn contextual(policy: &Policy, inventory: &Inventory, inventory_name: &str) 
         let at = policy.origin("engines.order");
         let what = match inventory.engine(e) {
             None => Some(format!("engine `{e}` is not in inventory {inventory_name}")),
-            Some(c) if !c.availability.is_available() => Some(format!("engine `{e}` is {} in inventory {inventory_name}", c.availability)),
+            Some(c) if !c.availability.is_available() => {
+                Some(format!("engine `{e}` is {} in inventory {inventory_name}", c.availability))
+            }
             _ => None,
         };
         if let Some(what) = what {
             if i == 0 && deny {
                 out.push(
-                    Diagnostic::error("P0104", at, format!("{what}, and fallback = \"deny\": every node would fail"))
-                        .with_key("engines.order")
-                        .with_help(Some("allow fallback, or validate against an inventory that has it".into())),
+                    Diagnostic::error(
+                        "P0104",
+                        at,
+                        format!("{what}, and fallback = \"deny\": every node would fail"),
+                    )
+                    .with_key("engines.order")
+                    .with_help(Some(
+                        "allow fallback, or validate against an inventory that has it".into(),
+                    )),
                 );
             } else {
-                out.push(Diagnostic::warning("P0101", at, format!("{what}; its nodes go to the next engine")).with_key("engines.order"));
+                out.push(
+                    Diagnostic::warning(
+                        "P0101",
+                        at,
+                        format!("{what}; its nodes go to the next engine"),
+                    )
+                    .with_key("engines.order"),
+                );
             }
         }
     }
     if !order.iter().any(|e| available(e)) {
         out.push(
-            Diagnostic::error("P0103", policy.origin("engines.order"), format!("no engine the policy allows is available in inventory {inventory_name}"))
-                .with_key("engines.order"),
+            Diagnostic::error(
+                "P0103",
+                policy.origin("engines.order"),
+                format!("no engine the policy allows is available in inventory {inventory_name}"),
+            )
+            .with_key("engines.order"),
         );
     }
     for (class, choice) in &spec.kernels {
         let key = format!("kernels.{class}");
         for k in choice.kernels() {
             let engine = catalog::engine_of(k);
-            let has = inventory.engine(engine).is_some_and(|c| c.availability.is_available() && c.kernel(k).is_some());
+            let has = inventory
+                .engine(engine)
+                .is_some_and(|c| c.availability.is_available() && c.kernel(k).is_some());
             if !has {
                 let pinned = matches!(choice, crate::spec::KernelChoice::Pinned(_));
                 let msg = format!("kernel `{k}` is not available in inventory {inventory_name}");
                 out.push(if pinned && deny {
-                    Diagnostic::error("P0105", policy.origin(&key), format!("{msg}, and fallback = \"deny\": {class} nodes would fail")).with_key(key.clone())
+                    Diagnostic::error(
+                        "P0105",
+                        policy.origin(&key),
+                        format!("{msg}, and fallback = \"deny\": {class} nodes would fail"),
+                    )
+                    .with_key(key.clone())
                 } else {
                     Diagnostic::warning("P0105", policy.origin(&key), msg).with_key(key.clone())
                 });
@@ -348,15 +482,19 @@ pub fn contextual(policy: &Policy, inventory: &Inventory, inventory_name: &str) 
         }
     }
     for (i, r) in spec.rules.iter().enumerate() {
-        if let Some(e) = &r.engine {
-            if !available(e) {
-                out.push(Diagnostic::warning("P0106", policy.origin(&format!("rule[{i}].engine")), format!("rule {} sends nodes to `{e}`, which is not available in inventory {inventory_name}", i + 1)).with_key(format!("rule[{i}].engine")));
-            }
+        if let Some(e) = &r.engine
+            && !available(e)
+        {
+            out.push(Diagnostic::warning("P0106", policy.origin(&format!("rule[{i}].engine")), format!("rule {} sends nodes to `{e}`, which is not available in inventory {inventory_name}", i + 1)).with_key(format!("rule[{i}].engine")));
         }
     }
     if let Some(p) = spec.precision.default {
         let dt = p.kernel_dtype();
-        let any = order.iter().filter_map(|e| inventory.engine(e)).filter(|c| c.availability.is_available()).any(|c| c.kernels.iter().any(|k| k.dtypes.contains(&dt)));
+        let any = order
+            .iter()
+            .filter_map(|e| inventory.engine(e))
+            .filter(|c| c.availability.is_available())
+            .any(|c| c.kernels.iter().any(|k| k.dtypes.contains(&dt)));
         if !any {
             out.push(Diagnostic::warning("P0107", policy.origin("precision.default"), format!("no available engine of inventory {inventory_name} has a kernel for precision {p}")).with_key("precision.default"));
         }

@@ -9,7 +9,16 @@ use xpu_policy::{Loader, Policy};
 fn load(text: &str) -> Result<Policy, Vec<String>> {
     Loader::new().load_text("p.toml", None, text).map_err(|d| {
         d.0.iter()
-            .map(|d| format!("{}:{} {} {}{}", d.at.line, d.at.col, d.code, d.message, d.help.as_ref().map(|h| format!(" | {h}")).unwrap_or_default()))
+            .map(|d| {
+                format!(
+                    "{}:{} {} {}{}",
+                    d.at.line,
+                    d.at.col,
+                    d.code,
+                    d.message,
+                    d.help.as_ref().map(|h| format!(" | {h}")).unwrap_or_default()
+                )
+            })
             .collect()
     })
 }
@@ -25,15 +34,21 @@ fn check(text: &str, expect: &str) {
         return;
     }
     let got = match result {
-        Ok(_) => panic!("expected diagnostics {expect:?}, the policy loaded\n--- policy ---\n{text}"),
+        Ok(_) => {
+            panic!("expected diagnostics {expect:?}, the policy loaded\n--- policy ---\n{text}")
+        }
         Err(g) => g,
     };
     let wanted: Vec<&str> = expect.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     assert_eq!(got.len(), wanted.len(), "diagnostics: {got:#?}\nexpected: {wanted:#?}");
     for (g, w) in got.iter().zip(&wanted) {
         let mut parts = w.splitn(3, ' ');
-        let (pos, code, sub) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
-        assert!(g.starts_with(&format!("{pos} {code} ")), "got {g:?}, expected position {pos} and code {code}");
+        let (pos, code, sub) =
+            (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap_or(""));
+        assert!(
+            g.starts_with(&format!("{pos} {code} ")),
+            "got {g:?}, expected position {pos} and code {code}"
+        );
         assert!(g.contains(sub), "got {g:?}, expected it to contain {sub:?}");
     }
 }
@@ -44,7 +59,9 @@ const HEAD: &str = "[policy]\nname = \"p\"\n";
 fn valid_policies_load() {
     check(HEAD, "ok");
     check(
-        &format!("{HEAD}[engines]\norder = [\"cuda\", \"cpu\"]\ndeny = [\"openvino\"]\nfallback_budget = {{ max_nodes_pct = 5, on_exceeded = \"warn\" }}\n[kernels]\nmatmul = \"cuda.cublaslt\"\nattention = [\"cuda.flash_v2\", \"cuda.naive\"]\n[precision]\ndefault = \"bf16\"\nallow = [\"bf16\", \"fp32\"]\nkeep_fp32 = [\"softmax\", \"layer_normalization\"]\n[memory]\nlimit = \"20GiB\"\n[execution]\ntimeout = \"30s\"\nthreads = 2\n[[rule]]\nwhen = {{ op = \"matmul\", min_flops = 1e9, node = \"enc.*\" }}\nengine = \"cuda\"\n"),
+        &format!(
+            "{HEAD}[engines]\norder = [\"cuda\", \"cpu\"]\ndeny = [\"openvino\"]\nfallback_budget = {{ max_nodes_pct = 5, on_exceeded = \"warn\" }}\n[kernels]\nmatmul = \"cuda.cublaslt\"\nattention = [\"cuda.flash_v2\", \"cuda.naive\"]\n[precision]\ndefault = \"bf16\"\nallow = [\"bf16\", \"fp32\"]\nkeep_fp32 = [\"softmax\", \"layer_normalization\"]\n[memory]\nlimit = \"20GiB\"\n[execution]\ntimeout = \"30s\"\nthreads = 2\n[[rule]]\nwhen = {{ op = \"matmul\", min_flops = 1e9, node = \"enc.*\" }}\nengine = \"cuda\"\n"
+        ),
         "ok",
     );
 }
@@ -57,31 +74,75 @@ fn syntax_and_unknown_keys_are_located() {
     check(&format!("{HEAD}[precision]\ndefault = \"bf61\"\n"), "4:11 P0003 did you mean `bf16`?");
     check(&format!("{HEAD}[execution]\nthreads = \"two\"\n"), "4:11 P0003 invalid type");
     check(&format!("{HEAD}[memory]\nlimit = \"20 GiBs\"\n"), "4:9 P0003 unknown size unit");
-    check(&format!("{HEAD}[[rule]]\nwhen = {{ opp = \"matmul\" }}\nengine = \"cpu\"\n"), "4:10 P0002 did you mean `op`?");
+    check(
+        &format!("{HEAD}[[rule]]\nwhen = {{ opp = \"matmul\" }}\nengine = \"cpu\"\n"),
+        "4:10 P0002 did you mean `op`?",
+    );
 }
 
 #[test]
 fn unknown_names_get_suggestions() {
-    check(&format!("{HEAD}[engines]\norder = [\"cdua\"]\n"), "4:1 P0004 unknown engine `cdua` | did you mean `cuda`?");
-    check(&format!("{HEAD}[kernels]\nmatmul = \"cuda.cublasLt\"\n"), "4:1 P0005 unknown kernel `cuda.cublasLt` | did you mean `cuda.cublaslt`?");
-    check(&format!("{HEAD}[kernels]\nmatmull = \"cpu.gemm\"\n"), "4:1 P0006 unknown op or op class `matmull` | did you mean `matmul`?");
-    check(&format!("{HEAD}[precision]\nkeep_fp32 = [\"sofmax\"]\n"), "4:1 P0006 unknown op or op class `sofmax` | did you mean `softmax`?");
-    check(&format!("{HEAD}[[rule]]\nwhen = {{ op = \"conv\", dtype = \"f23\" }}\nengine = \"cpu\"\n"), "4:23 P0010 unknown dtype `f23` | did you mean `f32`?");
-    check(&format!("{HEAD}[[rule]]\nwhen = {{ op = \"pool\" }}\nengine = \"cpu\"\n"), "4:10 P0006 is an op class");
+    check(
+        &format!("{HEAD}[engines]\norder = [\"cdua\"]\n"),
+        "4:1 P0004 unknown engine `cdua` | did you mean `cuda`?",
+    );
+    check(
+        &format!("{HEAD}[kernels]\nmatmul = \"cuda.cublasLt\"\n"),
+        "4:1 P0005 unknown kernel `cuda.cublasLt` | did you mean `cuda.cublaslt`?",
+    );
+    check(
+        &format!("{HEAD}[kernels]\nmatmull = \"cpu.gemm\"\n"),
+        "4:1 P0006 unknown op or op class `matmull` | did you mean `matmul`?",
+    );
+    check(
+        &format!("{HEAD}[precision]\nkeep_fp32 = [\"sofmax\"]\n"),
+        "4:1 P0006 unknown op or op class `sofmax` | did you mean `softmax`?",
+    );
+    check(
+        &format!("{HEAD}[[rule]]\nwhen = {{ op = \"conv\", dtype = \"f23\" }}\nengine = \"cpu\"\n"),
+        "4:23 P0010 unknown dtype `f23` | did you mean `f32`?",
+    );
+    check(
+        &format!("{HEAD}[[rule]]\nwhen = {{ op = \"pool\" }}\nengine = \"cpu\"\n"),
+        "4:10 P0006 is an op class",
+    );
 }
 
 #[test]
 fn contradictions_and_ranges() {
-    check(&format!("{HEAD}[engines]\norder = [\"cuda\"]\ndeny = [\"cuda\"]\n"), "4:1 P0008 both preferred\n5:1 P0008 every engine in engines.order is denied");
-    check(&format!("{HEAD}[engines]\ndeny = [\"cuda\"]\n[kernels]\nmatmul = \"cuda.cublaslt\"\n"), "6:1 P0008 which engines.deny denies");
-    check(&format!("{HEAD}[engines]\norder = [\"cpu\"]\n[kernels]\nmatmul = \"cuda.cublaslt\"\n"), "6:1 P0008 does not list | add `cuda`");
-    check(&format!("{HEAD}[precision]\ndefault = \"bf16\"\nallow = [\"fp32\"]\n"), "4:1 P0008 precision bf16 is not in precision.allow");
-    check(&format!("{HEAD}[engines]\nfallback_budget = {{ max_nodes_pct = 150 }}\n"), "4:21 P0010 out of range");
+    check(
+        &format!("{HEAD}[engines]\norder = [\"cuda\"]\ndeny = [\"cuda\"]\n"),
+        "4:1 P0008 both preferred\n5:1 P0008 every engine in engines.order is denied",
+    );
+    check(
+        &format!("{HEAD}[engines]\ndeny = [\"cuda\"]\n[kernels]\nmatmul = \"cuda.cublaslt\"\n"),
+        "6:1 P0008 which engines.deny denies",
+    );
+    check(
+        &format!("{HEAD}[engines]\norder = [\"cpu\"]\n[kernels]\nmatmul = \"cuda.cublaslt\"\n"),
+        "6:1 P0008 does not list | add `cuda`",
+    );
+    check(
+        &format!("{HEAD}[precision]\ndefault = \"bf16\"\nallow = [\"fp32\"]\n"),
+        "4:1 P0008 precision bf16 is not in precision.allow",
+    );
+    check(
+        &format!("{HEAD}[engines]\nfallback_budget = {{ max_nodes_pct = 150 }}\n"),
+        "4:21 P0010 out of range",
+    );
     check(&format!("{HEAD}[execution]\nthreads = 0\n"), "4:1 P0010 at least 1");
     check(&format!("{HEAD}[[rule]]\nwhen = {{ op = \"matmul\" }}\n"), "3:1 P0010 sets nothing");
-    check(&format!("{HEAD}[[rule]]\nwhen = {{ op = \"matmul\" }}\nengine = \"cpu\"\nkernel = \"cuda.cublas\"\n"), "6:1 P0008 belongs to `cuda`, but the rule sets engine `cpu`");
+    check(
+        &format!(
+            "{HEAD}[[rule]]\nwhen = {{ op = \"matmul\" }}\nengine = \"cpu\"\nkernel = \"cuda.cublas\"\n"
+        ),
+        "6:1 P0008 belongs to `cuda`, but the rule sets engine `cpu`",
+    );
     check("[policy]\nversion = 2\n", "1:2 P0010 no name");
-    check(&format!("{HEAD}overridable = [\"execution.thread\"]\n"), "3:1 P0002 `execution.thread` is not a policy key | did you mean `execution.threads`?");
+    check(
+        &format!("{HEAD}overridable = [\"execution.thread\"]\n"),
+        "3:1 P0002 `execution.thread` is not a policy key | did you mean `execution.threads`?",
+    );
 }
 
 #[test]
@@ -91,7 +152,8 @@ fn units_parse() {
     assert_eq!(ByteSize::parse("4096").unwrap(), ByteSize(4096));
     assert!(ByteSize::parse("lots").is_err());
     assert_eq!(ByteSize(20 << 30).to_string(), "20GiB");
-    let p = load(&format!("{HEAD}[memory]\nlimit = 1024\n[execution]\ntimeout = \"1.5s\"\n")).unwrap();
+    let p =
+        load(&format!("{HEAD}[memory]\nlimit = 1024\n[execution]\ntimeout = \"1.5s\"\n")).unwrap();
     assert_eq!(p.spec.memory.limit, Some(ByteSize(1024)));
     assert_eq!(p.spec.execution.timeout.unwrap().0.as_millis(), 1500);
 }
@@ -105,8 +167,16 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 #[test]
 fn extends_layers_merge_key_by_key_with_origins() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "base.toml", "[policy]\nname = \"base\"\noverridable = [\"execution.threads\"]\n[engines]\norder = [\"cpu\"]\n[execution]\nthreads = 4\ntimeout = \"60s\"\n[[rule]]\nname = \"parent\"\nwhen = { op = \"conv\" }\nkernel = \"cpu.naive\"\n");
-    let child = write(dir.path(), "child.toml", "[policy]\nname = \"child\"\nextends = \"base\"\n[execution]\nthreads = 2\n[kernels]\nmatmul = \"cpu.gemm\"\n[[rule]]\nname = \"child\"\nwhen = { op = \"matmul\" }\nkernel = \"cpu.blas\"\n");
+    write(
+        dir.path(),
+        "base.toml",
+        "[policy]\nname = \"base\"\noverridable = [\"execution.threads\"]\n[engines]\norder = [\"cpu\"]\n[execution]\nthreads = 4\ntimeout = \"60s\"\n[[rule]]\nname = \"parent\"\nwhen = { op = \"conv\" }\nkernel = \"cpu.naive\"\n",
+    );
+    let child = write(
+        dir.path(),
+        "child.toml",
+        "[policy]\nname = \"child\"\nextends = \"base\"\n[execution]\nthreads = 2\n[kernels]\nmatmul = \"cpu.gemm\"\n[[rule]]\nname = \"child\"\nwhen = { op = \"matmul\" }\nkernel = \"cpu.blas\"\n",
+    );
     let p = Loader::new().load(&child).unwrap();
     assert_eq!(p.name(), "child");
     assert_eq!(p.spec.execution.threads, Some(2), "child wins");
@@ -135,7 +205,10 @@ fn extends_layers_merge_key_by_key_with_origins() {
 
     // Operators' environment wins over everything, with its own origin.
     let mut l = Loader::new();
-    l.env = vec![("XPU_POLICY__EXECUTION__THREADS".into(), "3".into()), ("XPU_POLICY__ENGINES__ORDER".into(), "[\"cpu\", \"ort\"]".into())];
+    l.env = vec![
+        ("XPU_POLICY__EXECUTION__THREADS".into(), "3".into()),
+        ("XPU_POLICY__ENGINES__ORDER".into(), "[\"cpu\", \"ort\"]".into()),
+    ];
     let p3 = l.load(&child).unwrap();
     assert_eq!(p3.spec.execution.threads, Some(3));
     assert_eq!(p3.spec.engines.order, vec!["cpu", "ort"]);
@@ -167,12 +240,28 @@ fn extends_cycles_and_missing_parents_are_errors() {
 
 #[test]
 fn selection_by_labels() {
-    let mk = |name: &str, labels: &str, prio: i32| load(&format!("[policy]\nname = \"{name}\"\npriority = {prio}\nmatch = {{ labels = {{ {labels} }} }}\n")).unwrap();
-    let ps = vec![mk("any", "", 0), mk("gpu", "tier = \"interactive\"", 10), mk("gpu-eu", "tier = \"interactive\", region = \"eu\"", 0), mk("gpu-hi", "tier = \"interactive\"", 20)];
-    let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mk = |name: &str, labels: &str, prio: i32| {
+        load(&format!("[policy]\nname = \"{name}\"\npriority = {prio}\nmatch = {{ labels = {{ {labels} }} }}\n")).unwrap()
+    };
+    let ps = vec![
+        mk("any", "", 0),
+        mk("gpu", "tier = \"interactive\"", 10),
+        mk("gpu-eu", "tier = \"interactive\", region = \"eu\"", 0),
+        mk("gpu-hi", "tier = \"interactive\"", 20),
+    ];
+    let labels =
+        |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     assert_eq!(xpu_policy::select(&ps, &labels(&[])).unwrap().name(), "any");
-    assert_eq!(xpu_policy::select(&ps, &labels(&[("tier", "interactive")])).unwrap().name(), "gpu-hi");
-    assert_eq!(xpu_policy::select(&ps, &labels(&[("tier", "interactive"), ("region", "eu")])).unwrap().name(), "gpu-eu");
+    assert_eq!(
+        xpu_policy::select(&ps, &labels(&[("tier", "interactive")])).unwrap().name(),
+        "gpu-hi"
+    );
+    assert_eq!(
+        xpu_policy::select(&ps, &labels(&[("tier", "interactive"), ("region", "eu")]))
+            .unwrap()
+            .name(),
+        "gpu-eu"
+    );
 }
 
 #[test]
@@ -185,7 +274,13 @@ fn precision_names_round_trip() {
 
 #[test]
 fn garbage_never_panics() {
-    let seeds = ["[policy]\nname = \"x\"\n", "[[rule]]\nwhen = {}\n", "[kernels]\nmatmul = [1, 2]\n", "a = \"\\u{0}\"", "[memory]\nlimit = -5\n"];
+    let seeds = [
+        "[policy]\nname = \"x\"\n",
+        "[[rule]]\nwhen = {}\n",
+        "[kernels]\nmatmul = [1, 2]\n",
+        "a = \"\\u{0}\"",
+        "[memory]\nlimit = -5\n",
+    ];
     let mut state: u64 = 0x9e3779b97f4a7c15;
     let mut next = || {
         state ^= state << 13;

@@ -58,8 +58,14 @@ fn reason_code_page_is_current() {
 #[test]
 fn policy_schema_describes_every_section() {
     let schema: serde_json::Value = serde_json::from_str(&xpu_policy::json_schema()).unwrap();
-    for section in ["policy", "engines", "kernels", "precision", "memory", "execution", "rule", "test"] {
+    for section in
+        ["policy", "engines", "kernels", "precision", "memory", "execution", "rule", "test"]
+    {
         assert!(schema["properties"].get(section).is_some(), "schema lacks [{section}]");
     }
-    assert_eq!(schema["additionalProperties"], serde_json::json!(false), "unknown top-level keys must be rejected");
+    assert_eq!(
+        schema["additionalProperties"],
+        serde_json::json!(false),
+        "unknown top-level keys must be rejected"
+    );
 }

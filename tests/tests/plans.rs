@@ -16,10 +16,10 @@ fn run_file(path: &Path) -> Result<(), String> {
     };
     let mut fields: BTreeMap<&str, String> = BTreeMap::new();
     for line in header.lines() {
-        if let Some(rest) = line.strip_prefix("; ") {
-            if let Some((k, v)) = rest.split_once(':') {
-                fields.insert(k.trim(), v.trim().to_string());
-            }
+        if let Some(rest) = line.strip_prefix("; ")
+            && let Some((k, v)) = rest.split_once(':')
+        {
+            fields.insert(k.trim(), v.trim().to_string());
         }
     }
     let get = |k: &str| fields.get(k).cloned().ok_or(format!("header lacks `; {k}:`"));
@@ -31,7 +31,8 @@ fn run_file(path: &Path) -> Result<(), String> {
         let src = std::fs::read_to_string(&program).map_err(|e| format!("{program}: {e}"))?;
         xpu_ir::text::parse(&src).map_err(|e| format!("{program}: {e}"))?
     };
-    let policy = xpu_policy::Loader::new().load(Path::new(&get("policy")?)).map_err(|e| e.to_string())?;
+    let policy =
+        xpu_policy::Loader::new().load(Path::new(&get("policy")?)).map_err(|e| e.to_string())?;
     let inv_path = get("inventory")?;
     let inv = xpu_policy::load_inventory(Path::new(&inv_path)).map_err(|e| e.to_string())?;
     let mut bindings = BTreeMap::new();
@@ -43,7 +44,8 @@ fn run_file(path: &Path) -> Result<(), String> {
     }
     let ex = match xpu_plan::plan_with(&g, &policy, &inv, &bindings) {
         Ok((plan, ex)) => {
-            xpu_ir::verify(&plan.graph).map_err(|e| format!("planned graph does not verify: {}", e[0]))?;
+            xpu_ir::verify(&plan.graph)
+                .map_err(|e| format!("planned graph does not verify: {}", e[0]))?;
             ex
         }
         Err(f) => *f.explanation,
@@ -53,10 +55,14 @@ fn run_file(path: &Path) -> Result<(), String> {
         return Ok(());
     }
     if xpu_tests::bless() {
-        std::fs::write(path, format!("{}\n{SEPARATOR}\n{actual}", header.trim_end())).map_err(|e| e.to_string())?;
+        std::fs::write(path, format!("{}\n{SEPARATOR}\n{actual}", header.trim_end()))
+            .map_err(|e| e.to_string())?;
         return Ok(());
     }
-    let diff = similar::TextDiff::from_lines(&expected, &actual).unified_diff().header("expected", "actual").to_string();
+    let diff = similar::TextDiff::from_lines(&expected, &actual)
+        .unified_diff()
+        .header("expected", "actual")
+        .to_string();
     Err(format!("plan differs (XPU_BLESS=1 to accept):\n{diff}"))
 }
 
@@ -72,6 +78,9 @@ fn golden_plans() {
         .collect();
     files.sort();
     assert!(files.len() >= 5, "expected the golden plans in tests/plans");
-    let failures: Vec<String> = files.iter().filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display()))).collect();
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display())))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -408,11 +408,23 @@ impl Graph {
         Partition { graph: g, inputs, outputs, sources }
     }
 
-    /// Stable content hash of the graph's JSON form (plan caches, explanations).
+    /// Stable content hash of the graph's JSON form (plan caches, explanations). The JSON
+    /// streams straight into the hasher: no copy of the serialized graph is kept.
     pub fn content_hash(&self) -> String {
         use sha2::{Digest, Sha256};
-        let json = serde_json::to_vec(self).expect("graph serializes");
-        let digest = Sha256::digest(&json);
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        struct HashWriter(Sha256);
+        impl std::io::Write for HashWriter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut w = std::io::BufWriter::with_capacity(8192, HashWriter(Sha256::new()));
+        serde_json::to_writer(&mut w, self).expect("graph serializes");
+        let w = w.into_inner().unwrap_or_else(|_| unreachable!("hashing cannot fail"));
+        w.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }

@@ -10,7 +10,7 @@ use xpu_ir::{Dim, Graph};
 use xpu_policy::Policy;
 
 use crate::model::{CapturePlan, Explanation};
-use crate::planner::{PlanFailure, plan_with};
+use crate::planner::{PlanFailure, plan_shared};
 
 /// What a plan depends on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -63,7 +63,7 @@ impl PlanCache {
     /// whether it was a hit.
     pub fn get_or_plan(
         &self,
-        graph: &Graph,
+        graph: &Arc<Graph>,
         policy: &Policy,
         inventory: &Inventory,
         input_shapes: &[Vec<usize>],
@@ -81,7 +81,13 @@ impl PlanCache {
             return Ok((entry.1.clone(), true));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let planned = Arc::new(plan_with(graph, policy, inventory, &bind_symbols(graph, input_shapes))?);
+        let planned = Arc::new(plan_shared(
+            graph,
+            &key.graph_hash,
+            policy,
+            inventory,
+            &bind_symbols(graph, input_shapes),
+        )?);
         let mut entries = self.entries.lock().expect("cache lock");
         if entries.len() >= self.capacity {
             // Evict the least recently used entry.

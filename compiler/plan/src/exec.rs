@@ -69,30 +69,41 @@ impl GraphExec {
         for p in &plan.partitions {
             let Some(engine) = registry.get(&p.engine) else {
                 let reason = match xpu_engine::catalog::engine(&p.engine) {
-                    Some(k) => format!("this build has no {} engine (cargo feature `{}`); the plan was made for inventory {:?}", k.name, k.feature, plan.inventory.name),
-                    None => format!("no engine of that name is registered; the plan was made for inventory {:?}", plan.inventory.name),
+                    Some(k) => format!(
+                        "this build has no {} engine (cargo feature `{}`); the plan was made for inventory {:?}",
+                        k.name, k.feature, plan.inventory.name
+                    ),
+                    None => format!(
+                        "no engine of that name is registered; the plan was made for inventory {:?}",
+                        plan.inventory.name
+                    ),
                 };
                 return Err(ExecError::EngineAbsent { engine: p.engine.clone(), reason });
             };
             let caps = engine.capabilities();
             if !caps.availability.is_available() {
-                return Err(ExecError::EngineAbsent { engine: p.engine.clone(), reason: caps.availability.to_string() });
+                return Err(ExecError::EngineAbsent {
+                    engine: p.engine.clone(),
+                    reason: caps.availability.to_string(),
+                });
             }
             let part = plan.graph.partition(&p.nodes);
-            // The plan keys kernels by planned-graph node; the engine wants partition-local ids.
+            // Kernels come from the placements (by planned-graph node); the engine wants
+            // partition-local ids. Constants run on the engine's own constant path.
             let mut assignment = p.assignment.clone();
             assignment.kernels = part
                 .sources
                 .iter()
                 .enumerate()
                 .filter_map(|(local, src)| {
-                    let src = (*src)?;
-                    p.assignment.kernels.get(&src).map(|k| (NodeId(local as u32), k.clone()))
+                    let placement = &plan.placements[(*src)?.index()];
+                    (placement.op != "constant")
+                        .then(|| (NodeId(local as u32), placement.kernel.to_string()))
                 })
                 .collect();
-            let exe = engine
-                .prepare(&part.graph, &assignment)
-                .map_err(|source| ExecError::Engine { partition: p.id, engine: p.engine.clone(), source })?;
+            let exe = engine.prepare(&part.graph, &assignment).map_err(|source| {
+                ExecError::Engine { partition: p.id, engine: p.engine.clone(), source }
+            })?;
             parts.push(Prepared {
                 partition: p.id,
                 engine: p.engine.clone(),
@@ -120,7 +131,13 @@ impl GraphExec {
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values[v.index()] = Some(t.clone());
         }
-        let mut record = RunRecord { outputs: Vec::new(), timings: Vec::new(), transfers: Vec::new(), facts: Vec::new(), wall_nanos: 0 };
+        let mut record = RunRecord {
+            outputs: Vec::new(),
+            timings: Vec::new(),
+            transfers: Vec::new(),
+            facts: Vec::new(),
+            wall_nanos: 0,
+        };
         let limit = self.plan.execution.timeout_ms;
         for p in &mut self.parts {
             let mut args = Vec::with_capacity(p.inputs.len());
@@ -135,33 +152,48 @@ impl GraphExec {
                 }
                 args.push(t);
             }
-            let exec = p
-                .exe
-                .run(&args)
-                .map_err(|source| ExecError::Engine { partition: p.partition, engine: p.engine.clone(), source })?;
+            let exec = p.exe.run(&args).map_err(|source| ExecError::Engine {
+                partition: p.partition,
+                engine: p.engine.clone(),
+                source,
+            })?;
             for (&v, t) in p.outputs.iter().zip(exec.outputs) {
                 values[v.index()] = Some(t);
                 device_of[v.index()] = &p.device;
             }
             for t in exec.timings {
                 if let Some(Some(node)) = p.sources.get(t.node.index()) {
-                    record.timings.push(NodeTime { node: *node, engine: p.engine.clone(), kernel: t.kernel, nanos: t.nanos });
+                    record.timings.push(NodeTime {
+                        node: *node,
+                        engine: p.engine.clone(),
+                        kernel: t.kernel,
+                        nanos: t.nanos,
+                    });
                 }
             }
             for f in exec.facts {
                 let node = f.node.and_then(|n| p.sources.get(n.index()).copied().flatten());
-                record.facts.push(EngineFact { engine: p.engine.clone(), node, key: f.key, value: f.value });
+                record.facts.push(EngineFact {
+                    engine: p.engine.clone(),
+                    node,
+                    key: f.key,
+                    value: f.value,
+                });
             }
-            if let Some(ms) = limit {
-                if start.elapsed().as_millis() as u64 > ms {
-                    return Err(ExecError::Timeout { limit_ms: ms, partition: p.partition });
-                }
+            if let Some(ms) = limit
+                && start.elapsed().as_millis() as u64 > ms
+            {
+                return Err(ExecError::Timeout { limit_ms: ms, partition: p.partition });
             }
         }
         for o in &g.outputs {
             let t = values[o.value.index()].clone().expect("outputs are computed");
             if device_of[o.value.index()] != "host" {
-                record.transfers.push(TransferDone { value: o.value, direction: "d2h".into(), bytes: t.size_bytes() as u64 });
+                record.transfers.push(TransferDone {
+                    value: o.value,
+                    direction: "d2h".into(),
+                    bytes: t.size_bytes() as u64,
+                });
             }
             record.outputs.push(t);
         }

@@ -14,7 +14,7 @@ pub mod render;
 pub use cache::{PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
 pub use model::{CapturePlan, Decision, Explanation, Rejection};
-pub use planner::{PlanFailure, plan, plan_with};
+pub use planner::{PlanFailure, plan, plan_shared, plan_with};
 pub use reason::ReasonCode;
 
 impl Explanation {

@@ -3,7 +3,9 @@
 //! with reason codes and policy locations; run-time timings and engine facts are added by
 //! GraphExec). Both serialize deterministically: same inputs, byte-identical JSON.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xpu_engine::Assignment;
@@ -33,11 +35,11 @@ pub struct Placement {
     /// The node it came from in the source graph (`None` for inserted casts).
     pub source: Option<NodeId>,
     pub op: String,
-    pub engine: String,
-    pub kernel: String,
+    pub engine: Arc<str>,
+    pub kernel: Arc<str>,
     /// Precision the node computes at (`None` for non-float nodes).
-    pub precision: Option<String>,
-    pub device: String,
+    pub precision: Option<Arc<str>>,
+    pub device: Arc<str>,
     pub partition: usize,
 }
 
@@ -49,7 +51,8 @@ pub struct PartitionPlan {
     pub device: String,
     /// Nodes of the planned graph, in order.
     pub nodes: Vec<NodeId>,
-    /// What the engine receives (kernels by partition-local node id, options).
+    /// What the engine receives: options here; GraphExec adds each node's kernel from the
+    /// placements, keyed by partition-local node id.
     pub assignment: Assignment,
 }
 
@@ -78,7 +81,7 @@ pub struct CastPlan {
     pub to: String,
     /// The source-graph node it feeds (`None` for a cast back at a graph output).
     pub for_node: Option<NodeId>,
-    pub reason: String,
+    pub reason: Arc<str>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,8 +108,9 @@ pub struct CapturePlan {
     pub policy: PolicyRef,
     pub inventory: InventoryRef,
     pub bindings: BTreeMap<String, u64>,
-    /// The graph GraphExec runs: the source graph with precision casts inserted.
-    pub graph: Graph,
+    /// The graph GraphExec runs: the source graph with precision casts inserted (shared
+    /// with the caller's graph when nothing was inserted).
+    pub graph: Arc<Graph>,
     pub placements: Vec<Placement>,
     pub partitions: Vec<PartitionPlan>,
     pub transfers: Vec<Transfer>,
@@ -130,23 +134,24 @@ pub struct Rejection {
     pub code: ReasonCode,
     pub detail: String,
     /// Policy location (`file:line`) behind the rejection, when a policy key caused it.
-    pub at: Option<String>,
+    pub at: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Choice {
-    pub engine: String,
-    pub kernel: String,
-    pub precision: Option<String>,
-    pub device: String,
+    // Shared strings: a plan holds one choice per node in several places.
+    pub engine: Arc<str>,
+    pub kernel: Arc<str>,
+    pub precision: Option<Arc<str>>,
+    pub device: Arc<str>,
 }
 
 /// The policy key that decided a node, and where it is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuleRef {
     /// `engines.order`, `kernels.matmul`, `rule[2] "big-matmuls"`, `fallback`, `constant`.
-    pub key: String,
-    pub at: Option<String>,
+    pub key: Arc<str>,
+    pub at: Option<Arc<str>>,
 }
 
 /// A node that did not get its first choice.
@@ -162,15 +167,16 @@ pub struct FallbackNote {
 pub struct Decision {
     pub node: NodeId,
     pub name: Option<String>,
-    pub op: String,
-    pub class: String,
+    pub op: Cow<'static, str>,
+    pub class: Cow<'static, str>,
     pub flops: Option<u64>,
     pub chosen: Option<Choice>,
     pub rule: Option<RuleRef>,
     /// How the precision was decided (`precision.default`, `keep_fp32`, `graph dtype`, a rule).
     pub precision_from: Option<RuleRef>,
     pub fallback: Option<FallbackNote>,
-    pub rejected: Vec<Rejection>,
+    /// Shared between nodes with identical candidate walks (most nodes of a model).
+    pub rejected: std::sync::Arc<Vec<Rejection>>,
 }
 
 /// A plan-level finding (budget, memory, unplaceable nodes).
@@ -178,7 +184,7 @@ pub struct Decision {
 pub struct Note {
     pub code: ReasonCode,
     pub message: String,
-    pub at: Option<String>,
+    pub at: Option<Arc<str>>,
 }
 
 /// Measured wall time of one node of the planned graph.

@@ -9,11 +9,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use xpu_engine::{Assignment, Capabilities, Inventory, KernelCaps};
 use xpu_ir::passes::cost::node_flops;
 use xpu_ir::passes::{plan_memory, value_bytes};
-use xpu_ir::{DType, Graph, NodeId, Op, ValueId};
+use xpu_ir::{DType, Graph, NodeId, Op, OpClass, ValueId};
 use xpu_policy::Policy;
 use xpu_policy::spec::{Fallback, KernelChoice, OnExceeded, PrecisionName, Rule};
 
@@ -44,7 +45,21 @@ pub fn plan_with(
     inventory: &Inventory,
     bindings: &BTreeMap<String, u64>,
 ) -> Result<(CapturePlan, Explanation), PlanFailure> {
-    Planner::new(graph, policy, inventory, bindings).run()
+    plan_shared(&Arc::new(graph.clone()), &graph.content_hash(), policy, inventory, bindings)
+}
+
+/// [`plan_with`] for a graph the caller already shares and has hashed
+/// ([`Graph::content_hash`]): a plan that inserts no casts keeps a reference to the graph
+/// instead of a copy, and the hash is not recomputed (the plan cache, which hashes for its
+/// key, and the daemon, which hashes a program once at submission, use this).
+pub fn plan_shared(
+    graph: &Arc<Graph>,
+    graph_hash: &str,
+    policy: &Policy,
+    inventory: &Inventory,
+    bindings: &BTreeMap<String, u64>,
+) -> Result<(CapturePlan, Explanation), PlanFailure> {
+    Planner::new(graph, policy, inventory, bindings).run(graph, graph_hash)
 }
 
 struct Planner<'a> {
@@ -56,7 +71,11 @@ struct Planner<'a> {
     order: Vec<String>,
     rules: Vec<(Option<globset::GlobMatcher>, &'a Rule)>,
     kernels_by_op: HashMap<(usize, Op), Vec<usize>>,
-    at_cache: HashMap<String, Option<String>>,
+    at_cache: HashMap<String, Option<Arc<str>>>,
+    cast_reasons: HashMap<DType, Arc<str>>,
+    walks: HashMap<WalkKey, Walk>,
+    /// Where a node's precision came from: graph dtype, keep_fp32, default, then per rule.
+    precision_refs: Vec<RuleRef>,
 }
 
 /// Facts about one node the candidate walk needs.
@@ -69,11 +88,30 @@ struct NodeFacts {
     working_bytes: Option<u64>,
 }
 
+#[derive(Clone)]
 struct Walk {
     chosen: Option<(Choice, usize)>,
     rule: Option<RuleRef>,
     fallback: Option<FallbackNote>,
+    rejected: std::sync::Arc<Vec<Rejection>>,
+}
+
+struct WalkBuild {
+    chosen: Option<(Choice, usize)>,
+    rule: Option<RuleRef>,
+    fallback: Option<FallbackNote>,
     rejected: Vec<Rejection>,
+}
+
+/// Everything a candidate walk depends on: nodes with equal keys get equal walks.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct WalkKey {
+    op: Op,
+    precision: Option<PrecisionName>,
+    kernel_dtype: DType,
+    rule: Option<usize>,
+    /// Bit e: the node's tensors fit engine e's device memory.
+    fits: u64,
 }
 
 impl<'a> Planner<'a> {
@@ -98,18 +136,45 @@ impl<'a> Planner<'a> {
             .rules
             .iter()
             .map(|r| {
-                let glob = r.when.node.as_ref().and_then(|g| globset::Glob::new(g).ok()).map(|g| g.compile_matcher());
+                let glob = r
+                    .when
+                    .node
+                    .as_ref()
+                    .and_then(|g| globset::Glob::new(g).ok())
+                    .map(|g| g.compile_matcher());
                 (glob, r)
             })
             .collect();
-        Planner { graph, policy, inventory, bindings, order, rules, kernels_by_op: HashMap::new(), at_cache: HashMap::new() }
+        let mut p = Planner {
+            graph,
+            policy,
+            inventory,
+            bindings,
+            order,
+            rules,
+            kernels_by_op: HashMap::new(),
+            at_cache: HashMap::new(),
+            cast_reasons: HashMap::new(),
+            walks: HashMap::new(),
+            precision_refs: Vec::new(),
+        };
+        let mut refs = vec![RuleRef { key: "graph dtype".into(), at: None }];
+        for key in ["precision.keep_fp32", "precision.default"] {
+            refs.push(RuleRef { key: key.into(), at: p.at(key) });
+        }
+        for i in 0..spec.rules.len() {
+            let key = format!("rule[{i}].precision");
+            refs.push(RuleRef { at: p.at(&key), key: key.into() });
+        }
+        p.precision_refs = refs;
+        p
     }
 
-    fn at(&mut self, key: &str) -> Option<String> {
+    fn at(&mut self, key: &str) -> Option<Arc<str>> {
         if let Some(a) = self.at_cache.get(key) {
             return a.clone();
         }
-        let a = Some(self.policy.origin(key).short());
+        let a = Some(Arc::from(self.policy.origin(key).short()));
         self.at_cache.insert(key.to_string(), a.clone());
         a
     }
@@ -118,7 +183,14 @@ impl<'a> Planner<'a> {
         let caps = &self.inventory.engines[e];
         self.kernels_by_op
             .entry((e, op))
-            .or_insert_with(|| caps.kernels.iter().enumerate().filter(|(_, k)| k.runs_op(op)).map(|(i, _)| i).collect())
+            .or_insert_with(|| {
+                caps.kernels
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| k.runs_op(op))
+                    .map(|(i, _)| i)
+                    .collect()
+            })
             .clone()
     }
 
@@ -135,19 +207,25 @@ impl<'a> Planner<'a> {
             .unwrap_or(DType::F32);
         let rule = self.matching_rule(id, primary, flops);
         let spec = &self.policy.spec;
-        let retypable = primary.is_float() && !matches!(n.op, Op::Cast | Op::CastLike | Op::Constant);
+        let retypable =
+            primary.is_float() && !matches!(n.op, Op::Cast | Op::CastLike | Op::Constant);
         let (precision, from) = if !primary.is_float() {
             (None, None)
         } else if !retypable {
-            (PrecisionName::of_dtype(primary), Some(RuleRef { key: "graph dtype".into(), at: None }))
+            (PrecisionName::of_dtype(primary), Some(self.precision_refs[0].clone()))
         } else if let Some(p) = rule.and_then(|i| self.rules[i].1.precision) {
-            (Some(p), Some(RuleRef { key: format!("rule[{}].precision", rule.unwrap_or(0)), at: None }))
-        } else if spec.precision.keep_fp32.iter().any(|k| k == n.op.name() || k == n.op.class().name()) {
-            (Some(PrecisionName::Fp32), Some(RuleRef { key: "precision.keep_fp32".into(), at: None }))
+            (Some(p), Some(self.precision_refs[3 + rule.unwrap_or(0)].clone()))
+        } else if spec
+            .precision
+            .keep_fp32
+            .iter()
+            .any(|k| k == n.op.name() || k == n.op.class().name())
+        {
+            (Some(PrecisionName::Fp32), Some(self.precision_refs[1].clone()))
         } else if let Some(d) = spec.precision.default {
-            (Some(d), Some(RuleRef { key: "precision.default".into(), at: None }))
+            (Some(d), Some(self.precision_refs[2].clone()))
         } else {
-            (PrecisionName::of_dtype(primary), Some(RuleRef { key: "graph dtype".into(), at: None }))
+            (PrecisionName::of_dtype(primary), Some(self.precision_refs[0].clone()))
         };
         let kernel_dtype = precision.map(|p| p.kernel_dtype()).unwrap_or(primary);
         let working_bytes = n
@@ -164,7 +242,9 @@ impl<'a> Planner<'a> {
             let w = &r.when;
             w.op.as_ref().is_none_or(|o| o == n.op.name())
                 && w.class.as_ref().is_none_or(|c| c == n.op.class().name())
-                && glob.as_ref().is_none_or(|g| n.name.as_ref().is_some_and(|name| g.is_match(name)))
+                && glob
+                    .as_ref()
+                    .is_none_or(|g| n.name.as_ref().is_some_and(|name| g.is_match(name)))
                 && w.node.is_none() == glob.is_none()
                 && w.min_flops.is_none_or(|m| flops.is_some_and(|f| f as f64 >= m))
                 && w.dtype.as_ref().is_none_or(|d| DType::from_str(d).ok() == Some(dtype))
@@ -195,7 +275,31 @@ impl<'a> Planner<'a> {
             .unwrap_or_else(|| "host".into())
     }
 
-    fn walk(&mut self, id: NodeId, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
+    /// The candidate walk for a node, shared with every earlier node of the same key.
+    fn walk(&mut self, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
+        let mut fits = 0u64;
+        for (i, e) in self.inventory.engines.iter().enumerate().take(64) {
+            let limit = e.devices.first().and_then(|d| d.memory_bytes);
+            if limit.is_none_or(|l| f.working_bytes.is_none_or(|b| b <= l)) {
+                fits |= 1 << i;
+            }
+        }
+        let key = WalkKey {
+            op: f.op,
+            precision: f.precision,
+            kernel_dtype: f.kernel_dtype,
+            rule: rule_idx,
+            fits,
+        };
+        if let Some(w) = self.walks.get(&key) {
+            return w.clone();
+        }
+        let w = self.walk_uncached(f, rule_idx);
+        self.walks.insert(key, w.clone());
+        w
+    }
+
+    fn walk_uncached(&mut self, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
         let spec = &self.policy.spec;
         let rule = rule_idx.map(|i| (i, self.rules[i].1));
         let rule_key = |i: usize, r: &Rule| match &r.name {
@@ -204,7 +308,9 @@ impl<'a> Planner<'a> {
         };
         let prec_name = f.precision.map(|p| p.name().to_string());
         // Pinned kernel: a rule's kernel, else `[kernels]` with one kernel.
-        let pinned: Option<(String, String)> = match rule.and_then(|(i, r)| r.kernel.clone().map(|k| (k, format!("rule[{i}].kernel")))) {
+        let pinned: Option<(String, String)> = match rule
+            .and_then(|(i, r)| r.kernel.clone().map(|k| (k, format!("rule[{i}].kernel"))))
+        {
             Some(p) => Some(p),
             None => match self.kernel_choice(f.op) {
                 Some((key, KernelChoice::Pinned(k))) => Some((k.clone(), format!("kernels.{key}"))),
@@ -231,11 +337,14 @@ impl<'a> Planner<'a> {
             }
         }
         let allowed_precision = f.precision.is_none_or(|p| spec.precision.allow.contains(&p));
-        let mut out = Walk { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
+        let mut out = WalkBuild { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
         let mut first_rejection: Option<(ReasonCode, String)> = None;
         for (pos, e) in sequence.iter().enumerate() {
             let in_first = first_choice.contains(e);
-            let reject = |code: ReasonCode, detail: String, at: Option<String>, kernel: Option<String>| Rejection {
+            let reject = |code: ReasonCode,
+                          detail: String,
+                          at: Option<Arc<str>>,
+                          kernel: Option<String>| Rejection {
                 engine: e.clone(),
                 kernel,
                 precision: prec_name.clone(),
@@ -245,18 +354,33 @@ impl<'a> Planner<'a> {
             };
             if spec.engines.deny.contains(e) {
                 let at = self.at("engines.deny");
-                out.rejected.push(reject(ReasonCode::PolicyDenied, format!("{e} is denied"), at, None));
+                out.rejected.push(reject(
+                    ReasonCode::PolicyDenied,
+                    format!("{e} is denied"),
+                    at,
+                    None,
+                ));
                 continue;
             }
             if !in_first {
                 if let Some((i, r)) = rule {
                     let at = self.at(&format!("rule[{i}]"));
-                    out.rejected.push(reject(ReasonCode::RuleOverride, format!("{} sends this node to {}", rule_key(i, r), first_choice[0]), at, None));
+                    out.rejected.push(reject(
+                        ReasonCode::RuleOverride,
+                        format!("{} sends this node to {}", rule_key(i, r), first_choice[0]),
+                        at,
+                        None,
+                    ));
                     continue;
                 }
                 if !spec.engines.order.is_empty() && !spec.engines.order.contains(e) {
                     let at = self.at("engines.order");
-                    out.rejected.push(reject(ReasonCode::NotInOrder, format!("{e} is not in engines.order"), at, None));
+                    out.rejected.push(reject(
+                        ReasonCode::NotInOrder,
+                        format!("{e} is not in engines.order"),
+                        at,
+                        None,
+                    ));
                     continue;
                 }
             }
@@ -293,7 +417,12 @@ impl<'a> Planner<'a> {
                     let at = self.at(key);
                     let detail = format!("pinned kernel {pk} is not in {e}'s inventory entry");
                     first_rejection.get_or_insert((ReasonCode::KernelUnavailable, detail.clone()));
-                    out.rejected.push(reject(ReasonCode::KernelUnavailable, detail, at, Some(pk.clone())));
+                    out.rejected.push(reject(
+                        ReasonCode::KernelUnavailable,
+                        detail,
+                        at,
+                        Some(pk.clone()),
+                    ));
                     continue;
                 }
             }
@@ -314,74 +443,149 @@ impl<'a> Planner<'a> {
             let mut engine_pick: Option<(Choice, usize)> = None;
             for k in ordered {
                 let kname = Some(k.name.clone());
-                if let Some((pk, key)) = &pinned {
-                    if &k.name != pk {
-                        let at = self.at(key);
-                        engine_rejections.push(reject(ReasonCode::KernelNotPinned, format!("{} is pinned to {pk}", f.op), at, kname));
-                        continue;
-                    }
+                if let Some((pk, key)) = &pinned
+                    && &k.name != pk
+                {
+                    let at = self.at(key);
+                    engine_rejections.push(reject(
+                        ReasonCode::KernelNotPinned,
+                        format!("{} is pinned to {pk}", f.op),
+                        at,
+                        kname,
+                    ));
+                    continue;
                 }
                 if !allowed_precision {
                     let at = self.at("precision.allow");
-                    engine_rejections.push(reject(ReasonCode::PrecisionNotAllowed, format!("the node computes at {} and precision.allow does not list it", prec_name.clone().unwrap_or_default()), at, kname));
+                    engine_rejections.push(reject(
+                        ReasonCode::PrecisionNotAllowed,
+                        format!(
+                            "the node computes at {} and precision.allow does not list it",
+                            prec_name.clone().unwrap_or_default()
+                        ),
+                        at,
+                        kname,
+                    ));
                     continue;
                 }
                 if !k.dtypes.contains(&f.kernel_dtype) {
-                    engine_rejections.push(reject(ReasonCode::DtypeUnsupported, format!("{} does not accept {}", k.name, f.kernel_dtype), None, kname));
+                    engine_rejections.push(reject(
+                        ReasonCode::DtypeUnsupported,
+                        format!("{} does not accept {}", k.name, f.kernel_dtype),
+                        None,
+                        kname,
+                    ));
                     continue;
                 }
-                if let (Some(limit), Some(bytes)) = (device_mem, f.working_bytes) {
-                    if bytes > limit {
-                        engine_rejections.push(reject(ReasonCode::MemoryLimitExceeded, format!("the node's tensors need {bytes} bytes; the device has {limit}"), None, kname));
-                        continue;
-                    }
+                if let (Some(limit), Some(bytes)) = (device_mem, f.working_bytes)
+                    && bytes > limit
+                {
+                    engine_rejections.push(reject(
+                        ReasonCode::MemoryLimitExceeded,
+                        format!("the node's tensors need {bytes} bytes; the device has {limit}"),
+                        None,
+                        kname,
+                    ));
+                    continue;
                 }
                 if engine_pick.is_some() || out.chosen.is_some() {
-                    let winner = engine_pick.as_ref().or(out.chosen.as_ref()).map(|c| c.0.kernel.clone()).unwrap_or_default();
-                    engine_rejections.push(reject(ReasonCode::Outranked, format!("{winner} comes first"), None, kname));
+                    let winner = engine_pick
+                        .as_ref()
+                        .or(out.chosen.as_ref())
+                        .map(|c| c.0.kernel.clone())
+                        .unwrap_or_default();
+                    engine_rejections.push(reject(
+                        ReasonCode::Outranked,
+                        format!("{winner} comes first"),
+                        None,
+                        kname,
+                    ));
                     continue;
                 }
                 let device = Self::device_for(caps, &k.name);
-                engine_pick = Some((Choice { engine: e.clone(), kernel: k.name.clone(), precision: prec_name.clone(), device }, ei));
+                engine_pick = Some((
+                    Choice {
+                        engine: e.as_str().into(),
+                        kernel: k.name.as_str().into(),
+                        precision: prec_name.as_deref().map(Arc::from),
+                        device: device.into(),
+                    },
+                    ei,
+                ));
             }
-            if engine_pick.is_none() {
-                if let Some(r) = engine_rejections.first() {
-                    first_rejection.get_or_insert((r.code, r.detail.clone()));
-                }
+            if engine_pick.is_none()
+                && let Some(r) = engine_rejections.first()
+            {
+                first_rejection.get_or_insert((r.code, r.detail.clone()));
             }
             out.rejected.extend(engine_rejections);
             if let Some(pick) = engine_pick {
-                let is_fallback = !first_choice.first().is_some_and(|f0| f0 == e);
+                let is_fallback = first_choice.first().is_none_or(|f0| f0 != e);
                 if is_fallback && spec.engines.fallback == Fallback::Deny {
                     let at = self.at("engines.fallback");
-                    out.rejected.push(reject(ReasonCode::FallbackDenied, format!("{e} would be a fallback from {}", first_choice.first().cloned().unwrap_or_default()), at, Some(pick.0.kernel.clone())));
+                    out.rejected.push(reject(
+                        ReasonCode::FallbackDenied,
+                        format!(
+                            "{e} would be a fallback from {}",
+                            first_choice.first().cloned().unwrap_or_default()
+                        ),
+                        at,
+                        Some(pick.0.kernel.to_string()),
+                    ));
                     continue;
                 }
                 if is_fallback {
-                    let (code, detail) = first_rejection.clone().unwrap_or((ReasonCode::Unplaceable, String::new()));
-                    out.fallback = Some(FallbackNote { from: first_choice.first().cloned().unwrap_or_default(), code, detail });
+                    let (code, detail) =
+                        first_rejection.clone().unwrap_or((ReasonCode::Unplaceable, String::new()));
+                    out.fallback = Some(FallbackNote {
+                        from: first_choice.first().cloned().unwrap_or_default(),
+                        code,
+                        detail,
+                    });
                 }
                 out.rule = Some(match (rule, &pinned) {
-                    (Some((i, r)), _) => RuleRef { key: rule_key(i, r), at: self.at(&format!("rule[{i}]")) },
-                    (None, Some((_, key))) => RuleRef { key: key.clone(), at: self.at(key) },
-                    (None, None) if is_fallback => RuleRef { key: "engines.fallback".into(), at: self.at("engines.fallback") },
-                    (None, None) if spec.engines.order.is_empty() => RuleRef { key: "inventory order".into(), at: None },
-                    (None, None) => RuleRef { key: format!("engines.order[{pos}]"), at: self.at("engines.order") },
+                    (Some((i, r)), _) => {
+                        RuleRef { key: rule_key(i, r).into(), at: self.at(&format!("rule[{i}]")) }
+                    }
+                    (None, Some((_, key))) => {
+                        RuleRef { key: key.as_str().into(), at: self.at(key) }
+                    }
+                    (None, None) if is_fallback => {
+                        RuleRef { key: "engines.fallback".into(), at: self.at("engines.fallback") }
+                    }
+                    (None, None) if spec.engines.order.is_empty() => {
+                        RuleRef { key: "inventory order".into(), at: None }
+                    }
+                    (None, None) => RuleRef {
+                        key: format!("engines.order[{pos}]").into(),
+                        at: self.at("engines.order"),
+                    },
                 });
                 out.chosen = Some(pick);
                 // Later engines are still enumerated, so the explanation lists them.
-                let _ = pos;
             }
         }
-        let _ = id;
-        out
+        Walk {
+            chosen: out.chosen,
+            rule: out.rule,
+            fallback: out.fallback,
+            rejected: std::sync::Arc::new(out.rejected),
+        }
     }
 
     fn inventory_name(&self) -> String {
-        if self.inventory.name.is_empty() { "(unnamed)".into() } else { self.inventory.name.clone() }
+        if self.inventory.name.is_empty() {
+            "(unnamed)".into()
+        } else {
+            self.inventory.name.clone()
+        }
     }
 
-    fn run(mut self) -> Result<(CapturePlan, Explanation), PlanFailure> {
+    fn run(
+        mut self,
+        shared: &Arc<Graph>,
+        graph_hash: &str,
+    ) -> Result<(CapturePlan, Explanation), PlanFailure> {
         let g = self.graph;
         let spec = &self.policy.spec;
         let n_nodes = g.nodes.len();
@@ -393,30 +597,25 @@ impl<'a> Planner<'a> {
         let uses = g.uses();
         for id in g.node_ids() {
             let n = g.node(id);
-            let (facts, mut precision_from, rule_idx) = self.facts(id);
-            if let Some(pf) = &mut precision_from {
-                if pf.key.starts_with("rule[") || pf.key.starts_with("precision.") {
-                    pf.at = self.at(&pf.key);
-                }
-            }
+            let (facts, precision_from, rule_idx) = self.facts(id);
             precisions[id.index()] = facts.precision;
             let mut d = Decision {
                 node: id,
                 name: n.name.clone(),
-                op: n.op.name().into(),
-                class: n.op.class().name().into(),
+                op: std::borrow::Cow::Borrowed(n.op.name()),
+                class: std::borrow::Cow::Borrowed(n.op.class().name()),
                 flops: facts.flops,
                 chosen: None,
                 rule: None,
                 precision_from,
                 fallback: None,
-                rejected: Vec::new(),
+                rejected: Default::default(),
             };
             if n.op == Op::Constant {
                 decisions.push(d);
                 continue;
             }
-            let w = self.walk(id, &facts, rule_idx);
+            let w = self.walk(&facts, rule_idx);
             d.rule = w.rule;
             d.fallback = w.fallback;
             d.rejected = w.rejected;
@@ -429,7 +628,11 @@ impl<'a> Planner<'a> {
                     message: format!(
                         "{}: no candidate left ({})",
                         n.label(id),
-                        d.rejected.iter().map(|r| format!("{} {}: {}", r.engine, r.code.name(), r.detail)).collect::<Vec<_>>().join("; ")
+                        d.rejected
+                            .iter()
+                            .map(|r| format!("{} {}: {}", r.engine, r.code.name(), r.detail))
+                            .collect::<Vec<_>>()
+                            .join("; ")
                     ),
                     at: None,
                 });
@@ -442,15 +645,34 @@ impl<'a> Planner<'a> {
             if n.op != Op::Constant {
                 continue;
             }
-            let consumer = n.outputs.iter().flat_map(|o| uses[o.index()].iter()).find_map(|u| choices[u.index()].clone());
+            let consumer = n
+                .outputs
+                .iter()
+                .flat_map(|o| uses[o.index()].iter())
+                .find_map(|u| choices[u.index()].clone());
             let placed = consumer.or_else(|| {
-                self.inventory.engines.iter().position(|c| c.availability.is_available()).map(|ei| {
-                    let caps = &self.inventory.engines[ei];
-                    (Choice { engine: caps.engine.clone(), kernel: String::new(), precision: None, device: Self::device_for(caps, "") }, ei)
-                })
+                self.inventory.engines.iter().position(|c| c.availability.is_available()).map(
+                    |ei| {
+                        let caps = &self.inventory.engines[ei];
+                        (
+                            Choice {
+                                engine: caps.engine.as_str().into(),
+                                kernel: "".into(),
+                                precision: None,
+                                device: Self::device_for(caps, "").into(),
+                            },
+                            ei,
+                        )
+                    },
+                )
             });
             if let Some((mut c, ei)) = placed {
-                c.kernel = self.inventory.engines[ei].kernels.iter().find(|k| k.runs_op(Op::Constant)).map(|k| k.name.clone()).unwrap_or_else(|| "embedded".into());
+                c.kernel = self.inventory.engines[ei]
+                    .kernels
+                    .iter()
+                    .find(|k| k.runs_op(Op::Constant))
+                    .map(|k| Arc::from(k.name.as_str()))
+                    .unwrap_or_else(|| "embedded".into());
                 c.precision = None;
                 let d = &mut decisions[id.index()];
                 d.chosen = Some(c.clone());
@@ -462,34 +684,48 @@ impl<'a> Planner<'a> {
         if let (Some(b), Fallback::Allow) = (&spec.engines.fallback_budget, spec.engines.fallback) {
             let placed: Vec<&Decision> = decisions.iter().filter(|d| d.op != "constant").collect();
             let fb: Vec<&&Decision> = placed.iter().filter(|d| d.fallback.is_some()).collect();
-            let node_pct = if placed.is_empty() { 0.0 } else { 100.0 * fb.len() as f64 / placed.len() as f64 };
+            let node_pct =
+                if placed.is_empty() { 0.0 } else { 100.0 * fb.len() as f64 / placed.len() as f64 };
             let total_flops: u64 = placed.iter().filter_map(|d| d.flops).sum();
             let fb_flops: u64 = fb.iter().filter_map(|d| d.flops).sum();
-            let flops_pct = if total_flops == 0 { 0.0 } else { 100.0 * fb_flops as f64 / total_flops as f64 };
+            let flops_pct =
+                if total_flops == 0 { 0.0 } else { 100.0 * fb_flops as f64 / total_flops as f64 };
             let mut over = Vec::new();
-            if let Some(m) = b.max_nodes_pct {
-                if node_pct > m {
-                    over.push(format!("{} of {} nodes ({node_pct:.1}%) fell back, budget {m}%", fb.len(), placed.len()));
-                }
+            if let Some(m) = b.max_nodes_pct
+                && node_pct > m
+            {
+                over.push(format!(
+                    "{} of {} nodes ({node_pct:.1}%) fell back, budget {m}%",
+                    fb.len(),
+                    placed.len()
+                ));
             }
-            if let Some(m) = b.max_flops_pct {
-                if flops_pct > m {
-                    over.push(format!("{flops_pct:.1}% of estimated FLOPs fell back, budget {m}%"));
-                }
+            if let Some(m) = b.max_flops_pct
+                && flops_pct > m
+            {
+                over.push(format!("{flops_pct:.1}% of estimated FLOPs fell back, budget {m}%"));
             }
             if !over.is_empty() {
                 let at = self.at("engines.fallback_budget");
-                let note = Note { code: ReasonCode::FallbackBudgetExceeded, message: over.join("; "), at };
+                let note =
+                    Note { code: ReasonCode::FallbackBudgetExceeded, message: over.join("; "), at };
                 match b.on_exceeded {
                     OnExceeded::Fail => errors.push(note),
                     OnExceeded::Warn => warnings.push(note),
                 }
             }
         }
-        let inventory = InventoryRef { name: self.inventory.name.clone(), fingerprint: self.inventory.fingerprint() };
-        let policy_ref = PolicyRef { name: spec.policy.name.clone(), version: spec.policy.version, sha256: self.policy.sha256.clone() };
+        let inventory = InventoryRef {
+            name: self.inventory.name.clone(),
+            fingerprint: self.inventory.fingerprint(),
+        };
+        let policy_ref = PolicyRef {
+            name: spec.policy.name.clone(),
+            version: spec.policy.version,
+            sha256: self.policy.sha256.clone(),
+        };
         let mut explanation = Explanation {
-            graph_hash: g.content_hash(),
+            graph_hash: graph_hash.to_string(),
             graph_name: g.name.clone(),
             policy: policy_ref.clone(),
             policy_files: self.policy.files.iter().map(|f| f.display().to_string()).collect(),
@@ -508,29 +744,47 @@ impl<'a> Planner<'a> {
             explanation.errors = errors.clone();
             return Err(PlanFailure { errors, explanation: Box::new(explanation) });
         }
-        let choices: Vec<(Choice, usize)> = choices.into_iter().map(|c| c.expect("every node placed")).collect();
+        let choices: Vec<(Choice, usize)> =
+            choices.into_iter().map(|c| c.expect("every node placed")).collect();
         // Precision: retype the graph where a node computes in another element type.
-        let (planned, source_of, casts) = self.retype(&choices, &precisions, &mut explanation);
+        let (planned, source_of, casts) = match self.retype(&choices, &precisions, &mut explanation)
+        {
+            Some((g, s, c)) => (Arc::new(g), s, c),
+            None => (shared.clone(), g.node_ids().map(Some).collect(), Vec::new()),
+        };
         // Placements of the planned graph; casts run where their consumer runs.
         let mut placed: Vec<(Choice, usize)> = Vec::with_capacity(planned.nodes.len());
+        // Casts are recorded in node order, so a cursor finds each one.
+        let mut next_cast = 0;
+        let mut cast_kernels: HashMap<usize, Arc<str>> = HashMap::new();
         for pid in planned.node_ids() {
             let c = match source_of[pid.index()] {
                 Some(s) => choices[s.index()].clone(),
                 None => {
-                    let cast = casts.iter().find(|c| c.node == pid).expect("inserted nodes are casts");
-                    let owner = cast.for_node.map(|s| choices[s.index()].clone()).unwrap_or_else(|| {
-                        // A cast back at a graph output runs where the producer ran.
-                        let input = planned.node(pid).inputs[0].expect("cast has an input");
-                        let producer = planned.producer(input).and_then(|p| source_of[p.index()]);
-                        producer.map(|p| choices[p.index()].clone()).unwrap_or_else(|| choices[0].clone())
-                    });
+                    let cast = &casts[next_cast];
+                    next_cast += 1;
+                    debug_assert_eq!(cast.node, pid);
+                    let owner =
+                        cast.for_node.map(|s| choices[s.index()].clone()).unwrap_or_else(|| {
+                            // A cast back at a graph output runs where the producer ran.
+                            let input = planned.node(pid).inputs[0].expect("cast has an input");
+                            let producer =
+                                planned.producer(input).and_then(|p| source_of[p.index()]);
+                            producer
+                                .map(|p| choices[p.index()].clone())
+                                .unwrap_or_else(|| choices[0].clone())
+                        });
                     let caps = &self.inventory.engines[owner.1];
-                    let kernel = caps
-                        .kernels
-                        .iter()
-                        .find(|k| k.runs_op(Op::Cast))
-                        .map(|k| k.name.clone())
-                        .unwrap_or_else(|| owner.0.kernel.clone());
+                    let kernel = cast_kernels
+                        .entry(owner.1)
+                        .or_insert_with(|| {
+                            caps.kernels
+                                .iter()
+                                .find(|k| k.runs_op(Op::Cast))
+                                .map(|k| Arc::from(k.name.as_str()))
+                                .unwrap_or_else(|| owner.0.kernel.clone())
+                        })
+                        .clone();
                     (Choice { kernel, precision: None, ..owner.0 }, owner.1)
                 }
             };
@@ -541,19 +795,22 @@ impl<'a> Planner<'a> {
         let mut part_of = vec![0usize; planned.nodes.len()];
         for pid in planned.node_ids() {
             let (c, _) = &placed[pid.index()];
-            let same = partitions.last().is_some_and(|p| p.engine == c.engine && p.device == c.device);
+            let same =
+                partitions.last().is_some_and(|p| *p.engine == *c.engine && *p.device == *c.device);
             if !same {
                 let mut a = Assignment::new(&c.engine);
-                a.device = c.device.clone();
+                a.device = c.device.to_string();
                 a.options = self.engine_options();
-                partitions.push(PartitionPlan { id: partitions.len(), engine: c.engine.clone(), device: c.device.clone(), nodes: Vec::new(), assignment: a });
+                partitions.push(PartitionPlan {
+                    id: partitions.len(),
+                    engine: c.engine.to_string(),
+                    device: c.device.to_string(),
+                    nodes: Vec::new(),
+                    assignment: a,
+                });
             }
             let p = partitions.last_mut().expect("just pushed");
-            let local = NodeId(p.nodes.len() as u32);
             p.nodes.push(pid);
-            if planned.node(pid).op != Op::Constant {
-                p.assignment.kernels.insert(local, c.kernel.clone());
-            }
             part_of[pid.index()] = p.id;
         }
         let placements: Vec<Placement> = planned
@@ -651,15 +908,17 @@ impl<'a> Planner<'a> {
         choices: &[(Choice, usize)],
         precisions: &[Option<PrecisionName>],
         explanation: &mut Explanation,
-    ) -> (Graph, Vec<Option<NodeId>>, Vec<CastPlan>) {
+    ) -> Option<(Graph, Vec<Option<NodeId>>, Vec<CastPlan>)> {
         let g = self.graph;
         let target = |id: NodeId| precisions[id.index()].and_then(|p| p.storage());
         let needs = g.node_ids().any(|id| {
             let n = g.node(id);
-            target(id).is_some_and(|t| n.input_values().any(|v| g.ty(v).dtype.is_float() && g.ty(v).dtype != t))
+            target(id).is_some_and(|t| {
+                n.input_values().any(|v| g.ty(v).dtype.is_float() && g.ty(v).dtype != t)
+            })
         });
         if !needs {
-            return (g.clone(), g.node_ids().map(Some).collect(), Vec::new());
+            return None;
         }
         let _ = choices;
         let mut out = Graph::new(g.name.clone());
@@ -674,8 +933,11 @@ impl<'a> Planner<'a> {
             let n = g.node(id);
             let primary = n.input_values().map(|v| g.ty(v).dtype).find(|d| d.is_float());
             let want = target(id);
-            let mapped: Vec<Option<ValueId>> =
-                n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect();
+            let mapped: Vec<Option<ValueId>> = n
+                .inputs
+                .iter()
+                .map(|v| v.map(|v| map[v.index()].expect("defined earlier")))
+                .collect();
             // The dtype each operand should have: data operands (the node's float dtype) at
             // the node's precision; index-like float inputs (resize scales) and everything
             // else as the source graph declares.
@@ -687,19 +949,63 @@ impl<'a> Planner<'a> {
             let mut inputs = mapped.clone();
             for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
                 if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
-                    let why = format!(
-                        "{} computes at {}",
-                        n.label(id),
-                        PrecisionName::of_dtype(desired(*orig)).map(|p| p.name()).unwrap_or(desired(*orig).name())
+                    let to = desired(*orig);
+                    let reasons = &mut self.cast_reasons;
+                    let why = || {
+                        reasons
+                            .entry(to)
+                            .or_insert_with(|| {
+                                let p = PrecisionName::of_dtype(to)
+                                    .map(|p| p.name())
+                                    .unwrap_or(to.name());
+                                Arc::from(format!("the node computes at {p}"))
+                            })
+                            .clone()
+                    };
+                    *cur = cast_to(
+                        &mut out,
+                        &mut cast_memo,
+                        &mut casts,
+                        &mut source_of,
+                        *cur,
+                        to,
+                        Some(id),
+                        why,
                     );
-                    *cur = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, *cur, desired(*orig), Some(id), why);
                 }
             }
-            let changed = inputs.iter().zip(&n.inputs).any(|(a, b)| a.map(|v| out.ty(v).dtype) != b.map(|v| g.ty(v).dtype));
+            let changed = inputs
+                .iter()
+                .zip(&n.inputs)
+                .any(|(a, b)| a.map(|v| out.ty(v).dtype) != b.map(|v| g.ty(v).dtype));
             if changed {
-                match out.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len()) {
+                // Single-output ops whose output dtype follows their data operands (most of a
+                // model) retype without running shape inference again.
+                let follows = n.outputs.len() == 1
+                    && !matches!(n.op, Op::Cast | Op::CastLike)
+                    && (n.op.is_elementwise()
+                        || matches!(
+                            n.op.class(),
+                            OpClass::MatMul
+                                | OpClass::Conv
+                                | OpClass::Pool
+                                | OpClass::Norm
+                                | OpClass::Softmax
+                                | OpClass::Movement
+                        ));
+                let types = if follows {
+                    let mut ty = g.ty(n.outputs[0]).clone();
+                    if Some(ty.dtype) == primary {
+                        ty.dtype = want.unwrap_or(ty.dtype);
+                    }
+                    Ok(vec![ty])
+                } else {
+                    out.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len())
+                };
+                match types {
                     Ok(tys) => {
-                        let new = out.add_node(n.op, inputs.clone(), n.attrs.clone(), tys);
+                        let new =
+                            out.add_node(n.op, std::mem::take(&mut inputs), n.attrs.clone(), tys);
                         out.nodes[new.index()].name = n.name.clone();
                         for (k, &old) in n.outputs.iter().enumerate() {
                             let nv = out.nodes[new.index()].outputs[k];
@@ -719,17 +1025,38 @@ impl<'a> Planner<'a> {
                         inputs = mapped;
                         for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
                             if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
-                                let why = format!("{} keeps {}", n.label(id), g.ty(*orig).dtype);
-                                *cur = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, *cur, g.ty(*orig).dtype, Some(id), why);
+                                let why = || {
+                                    Arc::from(format!(
+                                        "{} keeps {}",
+                                        n.label(id),
+                                        g.ty(*orig).dtype
+                                    ))
+                                };
+                                *cur = cast_to(
+                                    &mut out,
+                                    &mut cast_memo,
+                                    &mut casts,
+                                    &mut source_of,
+                                    *cur,
+                                    g.ty(*orig).dtype,
+                                    Some(id),
+                                    why,
+                                );
                             }
                         }
                         if let Some(p) = primary {
                             let d = &mut explanation.decisions[id.index()];
                             if let Some(c) = &mut d.chosen {
-                                c.precision = PrecisionName::of_dtype(p).map(|x| x.name().to_string());
+                                c.precision =
+                                    PrecisionName::of_dtype(p).map(|x| Arc::from(x.name()));
                             }
                             d.precision_from = Some(RuleRef {
-                                key: format!("graph dtype ({} cannot compute at {}: {e})", n.op, want.map(|t| t.name()).unwrap_or("?")),
+                                key: format!(
+                                    "graph dtype ({} cannot compute at {}: {e})",
+                                    n.op,
+                                    want.map(|t| t.name()).unwrap_or("?")
+                                )
+                                .into(),
                                 at: None,
                             });
                         }
@@ -743,25 +1070,36 @@ impl<'a> Planner<'a> {
         for o in &g.outputs {
             let v = map[o.value.index()].expect("outputs are defined");
             let want = g.ty(o.value).dtype;
-            let why = format!("output {:?} is declared {want}", o.name);
-            let v = cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, v, want, None, why);
+            let why = || Arc::from(format!("output {:?} is declared {want}", o.name));
+            let v =
+                cast_to(&mut out, &mut cast_memo, &mut casts, &mut source_of, v, want, None, why);
             out.add_output(o.name.clone(), v);
         }
-        (out, source_of, casts)
+        Some((out, source_of, casts))
     }
 
-    fn transfers(&self, planned: &Graph, partitions: &[PartitionPlan], part_of: &[usize]) -> Vec<Transfer> {
+    fn transfers(
+        &self,
+        planned: &Graph,
+        partitions: &[PartitionPlan],
+        part_of: &[usize],
+    ) -> Vec<Transfer> {
         let mut out = Vec::new();
         let direction = |from: &str, to: &str| match (from == "host", to == "host") {
             (true, false) => "h2d",
             (false, true) => "d2h",
             _ => "d2d",
         };
+        // seen[v] == partition id + 1: v was already considered for this partition.
+        let mut seen = vec![0usize; planned.values.len()];
         for p in partitions {
-            let mut seen = std::collections::BTreeSet::new();
             for &nid in &p.nodes {
                 for v in planned.node(nid).input_values() {
-                    if planned.const_value(v).is_some() || !seen.insert(v) {
+                    if seen[v.index()] == p.id + 1 {
+                        continue;
+                    }
+                    seen[v.index()] = p.id + 1;
+                    if planned.const_value(v).is_some() {
                         continue;
                     }
                     let from = match planned.producer(v) {
@@ -782,7 +1120,10 @@ impl<'a> Planner<'a> {
                             from_device: from.clone(),
                             to_device: p.device.clone(),
                             to_partition: Some(p.id),
-                            reason: format!("partition {} on {} reads {v} from {from}", p.id, p.device),
+                            reason: format!(
+                                "partition {} on {} reads {v} from {from}",
+                                p.id, p.device
+                            ),
                         });
                     }
                 }
@@ -817,7 +1158,7 @@ fn cast_to(
     v: ValueId,
     dtype: DType,
     for_node: Option<NodeId>,
-    reason: String,
+    reason: impl FnOnce() -> Arc<str>,
 ) -> ValueId {
     let from = out.ty(v).dtype;
     if from == dtype {
@@ -833,7 +1174,7 @@ fn cast_to(
         from: from.name().into(),
         to: dtype.name().into(),
         for_node,
-        reason,
+        reason: reason(),
     });
     source_of.push(None);
     memo.insert((v, dtype), c);

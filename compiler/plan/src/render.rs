@@ -37,26 +37,34 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             None => d.node.to_string(),
         };
         let (engine, kernel, precision) = match &d.chosen {
-            Some(c) => (c.engine.clone(), c.kernel.clone(), c.precision.clone().unwrap_or_else(|| "-".into())),
+            Some(c) => (
+                c.engine.to_string(),
+                c.kernel.to_string(),
+                c.precision.as_deref().unwrap_or("-").to_string(),
+            ),
             None => ("UNPLACED".into(), "-".into(), "-".into()),
         };
         let mut rule = match &d.rule {
             Some(r) => match &r.at {
                 Some(at) => format!("{} ({at})", r.key),
-                None => r.key.clone(),
+                None => r.key.to_string(),
             },
             None => "-".into(),
         };
         if let Some(f) = &d.fallback {
             rule = format!("{rule}; fallback from {}: {}", f.from, f.code.name());
         }
-        rows.push([name, d.op.clone(), engine, kernel, precision, rule]);
+        rows.push([name, d.op.to_string(), engine, kernel, precision, rule]);
         let mut lines = Vec::new();
         if why {
             if let Some(p) = &d.precision_from {
-                lines.push(format!("precision from {}{}", p.key, p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()));
+                lines.push(format!(
+                    "precision from {}{}",
+                    p.key,
+                    p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+                ));
             }
-            for r in &d.rejected {
+            for r in d.rejected.iter() {
                 let what = match &r.kernel {
                     Some(k) => k.clone(),
                     None => r.engine.clone(),
@@ -99,7 +107,11 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     }
     for t in &ex.transfers {
         let bytes = t.bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown size".into());
-        let _ = writeln!(s, "transfer {} {} {} -> {} ({bytes}): {}", t.value, t.direction, t.from_device, t.to_device, t.reason);
+        let _ = writeln!(
+            s,
+            "transfer {} {} {} -> {} ({bytes}): {}",
+            t.value, t.direction, t.from_device, t.to_device, t.reason
+        );
     }
     let m = &ex.memory;
     if m.peak_bytes.is_some() || m.limit_bytes.is_some() {
@@ -112,14 +124,31 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
         let _ = writeln!(s, "fallbacks: {fb} node(s)");
     }
     for w in &ex.warnings {
-        let _ = writeln!(s, "warning {}: {}{}", w.code.name(), w.message, w.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default());
+        let _ = writeln!(
+            s,
+            "warning {}: {}{}",
+            w.code.name(),
+            w.message,
+            w.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+        );
     }
     for e in &ex.errors {
-        let _ = writeln!(s, "error {}: {}{}", e.code.name(), e.message, e.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default());
+        let _ = writeln!(
+            s,
+            "error {}: {}{}",
+            e.code.name(),
+            e.message,
+            e.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+        );
     }
     if !ex.timings.is_empty() {
         let total: u64 = ex.timings.iter().map(|t| t.nanos).sum();
-        let _ = writeln!(s, "ran {} nodes in {:.3} ms of kernel time", ex.timings.len(), total as f64 / 1e6);
+        let _ = writeln!(
+            s,
+            "ran {} nodes in {:.3} ms of kernel time",
+            ex.timings.len(),
+            total as f64 / 1e6
+        );
     }
     s
 }

@@ -61,7 +61,7 @@ fn render(d: &Decision) -> String {
     }
     if !d.rejected.is_empty() {
         s.push_str(" | rejected");
-        for r in &d.rejected {
+        for r in d.rejected.iter() {
             s.push_str(&format!(" {}:{}", r.kernel.as_deref().unwrap_or(&r.engine), r.code.name()));
         }
     }
@@ -87,49 +87,128 @@ fn check(fragment: &str, name: &str, expect: &str) {
 
 #[test]
 fn engine_order_decides_then_kernel_order() {
-    check("", "fc", "cuda cuda.cublas fp32 | by inventory order | rejected cuda.cublaslt:DtypeUnsupported cpu.blas:Outranked cpu.naive:Outranked");
-    check("[engines]\norder = [\"cpu\", \"cuda\"]\n", "fc", "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked");
+    check(
+        "",
+        "fc",
+        "cuda cuda.cublas fp32 | by inventory order | rejected cuda.cublaslt:DtypeUnsupported cpu.blas:Outranked cpu.naive:Outranked",
+    );
+    check(
+        "[engines]\norder = [\"cpu\", \"cuda\"]\n",
+        "fc",
+        "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked",
+    );
 }
 
 #[test]
 fn denied_and_unlisted_engines() {
-    check("[engines]\ndeny = [\"cuda\"]\n", "fc.bias", "cpu cpu.naive fp32 | by inventory order | rejected cuda:PolicyDenied");
-    check("[engines]\norder = [\"cpu\"]\n", "fc.bias", "cpu cpu.naive fp32 | by engines.order[0] | rejected cuda:NotInOrder");
+    check(
+        "[engines]\ndeny = [\"cuda\"]\n",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by inventory order | rejected cuda:PolicyDenied",
+    );
+    check(
+        "[engines]\norder = [\"cpu\"]\n",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by engines.order[0] | rejected cuda:NotInOrder",
+    );
 }
 
 #[test]
 fn unavailable_engines_fall_back_with_a_reason() {
-    let inv = INVENTORY.replacen("availability = { status = \"available\" }", "availability = { status = \"unavailable\", reason = \"driver missing\" }", 1);
-    check_with(GRAPH, &inv, "[engines]\norder = [\"cuda\", \"cpu\"]\n", "fc", "cpu cpu.blas fp32 | by engines.fallback | fallback cuda EngineUnavailable | rejected cuda:EngineUnavailable cpu.naive:Outranked");
-    check("[engines]\norder = [\"ort\", \"cpu\"]\n", "fc.bias", "cpu cpu.naive fp32 | by engines.fallback | fallback ort EngineUnavailable | rejected ort:EngineUnavailable cuda:NotInOrder");
+    let inv = INVENTORY.replacen(
+        "availability = { status = \"available\" }",
+        "availability = { status = \"unavailable\", reason = \"driver missing\" }",
+        1,
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        "[engines]\norder = [\"cuda\", \"cpu\"]\n",
+        "fc",
+        "cpu cpu.blas fp32 | by engines.fallback | fallback cuda EngineUnavailable | rejected cuda:EngineUnavailable cpu.naive:Outranked",
+    );
+    check(
+        "[engines]\norder = [\"ort\", \"cpu\"]\n",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by engines.fallback | fallback ort EngineUnavailable | rejected ort:EngineUnavailable cuda:NotInOrder",
+    );
 }
 
 #[test]
 fn fallback_deny_fails_the_node() {
-    check("[engines]\norder = [\"ort\", \"cpu\"]\nfallback = \"deny\"\n", "fc.bias", "UNPLACED | rejected ort:EngineUnavailable cpu.naive:FallbackDenied cuda:NotInOrder");
+    check(
+        "[engines]\norder = [\"ort\", \"cpu\"]\nfallback = \"deny\"\n",
+        "fc.bias",
+        "UNPLACED | rejected ort:EngineUnavailable cpu.naive:FallbackDenied cuda:NotInOrder",
+    );
 }
 
 #[test]
 fn ops_an_engine_cannot_run() {
-    let g = GRAPH.replace("softmax(%3) {axis = -1}", "where(%5, %3, %0)").replace("  %4: f32[4,8] = where", "  %5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where");
-    let g = g.replace("%5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where(%5, %3, %0)", "%4: bool[4,8] = greater(%3, %0)\n  %5: f32[4,8] = where(%4, %3, %0) @name(\"probs\")").replace("return \"y\" = %4", "return \"y\" = %5").replace(" {axis = -1} @name(\"probs\")", "");
-    check_with(&g, INVENTORY, "", "probs", "cpu cpu.naive fp32 | by engines.fallback | fallback cuda OpUnsupported | rejected cuda:OpUnsupported");
+    let g = GRAPH.replace("softmax(%3) {axis = -1}", "where(%5, %3, %0)").replace(
+        "  %4: f32[4,8] = where",
+        "  %5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where",
+    );
+    let g = g
+        .replace(
+            "%5: bool[4,8] = greater(%3, %0)\n  %4: f32[4,8] = where(%5, %3, %0)",
+            "%4: bool[4,8] = greater(%3, %0)\n  %5: f32[4,8] = where(%4, %3, %0) @name(\"probs\")",
+        )
+        .replace("return \"y\" = %4", "return \"y\" = %5")
+        .replace(" {axis = -1} @name(\"probs\")", "");
+    check_with(
+        &g,
+        INVENTORY,
+        "",
+        "probs",
+        "cpu cpu.naive fp32 | by engines.fallback | fallback cuda OpUnsupported | rejected cuda:OpUnsupported",
+    );
 }
 
 #[test]
 fn pinned_kernels() {
-    check("[kernels]\nmatmul = \"cpu.blas\"\n", "fc", "cpu cpu.blas fp32 | by kernels.matmul | rejected cpu.naive:KernelNotPinned cuda:KernelNotPinned");
-    check("[kernels]\nmatmul = \"cuda.cublaslt\"\n", "fc", "UNPLACED | rejected cuda.cublaslt:DtypeUnsupported cuda.cublas:KernelNotPinned cpu:KernelNotPinned");
-    check("[kernels]\nmatmul = \"cpu.gemm\"\n", "fc", "UNPLACED | rejected cpu.gemm:KernelUnavailable cuda:KernelNotPinned");
-    check("[kernels]\nmatmul = [\"cpu.naive\", \"cpu.blas\"]\n[engines]\norder = [\"cpu\"]\n", "fc", "cpu cpu.naive fp32 | by engines.order[0] | rejected cpu.blas:Outranked cuda:NotInOrder");
+    check(
+        "[kernels]\nmatmul = \"cpu.blas\"\n",
+        "fc",
+        "cpu cpu.blas fp32 | by kernels.matmul | rejected cpu.naive:KernelNotPinned cuda:KernelNotPinned",
+    );
+    check(
+        "[kernels]\nmatmul = \"cuda.cublaslt\"\n",
+        "fc",
+        "UNPLACED | rejected cuda.cublaslt:DtypeUnsupported cuda.cublas:KernelNotPinned cpu:KernelNotPinned",
+    );
+    check(
+        "[kernels]\nmatmul = \"cpu.gemm\"\n",
+        "fc",
+        "UNPLACED | rejected cpu.gemm:KernelUnavailable cuda:KernelNotPinned",
+    );
+    check(
+        "[kernels]\nmatmul = [\"cpu.naive\", \"cpu.blas\"]\n[engines]\norder = [\"cpu\"]\n",
+        "fc",
+        "cpu cpu.naive fp32 | by engines.order[0] | rejected cpu.blas:Outranked cuda:NotInOrder",
+    );
 }
 
 #[test]
 fn precision_choices() {
-    check("[precision]\ndefault = \"bf16\"\n", "fc", "cuda cuda.cublaslt bf16 | by inventory order | rejected cuda.cublas:Outranked cpu.blas:DtypeUnsupported cpu.naive:Outranked");
-    check("[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"softmax\"]\n", "probs", "cuda cuda.fused fp32 | by inventory order | rejected cpu.naive:Outranked");
+    check(
+        "[precision]\ndefault = \"bf16\"\n",
+        "fc",
+        "cuda cuda.cublaslt bf16 | by inventory order | rejected cuda.cublas:Outranked cpu.blas:DtypeUnsupported cpu.naive:Outranked",
+    );
+    check(
+        "[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"softmax\"]\n",
+        "probs",
+        "cuda cuda.fused fp32 | by inventory order | rejected cpu.naive:Outranked",
+    );
     let f64_graph = GRAPH.replace("f32", "f64");
-    check_with(&f64_graph, INVENTORY, "[precision]\nallow = [\"fp32\"]\n", "fc.bias", "UNPLACED | rejected cuda.fused:PrecisionNotAllowed cpu.naive:PrecisionNotAllowed");
+    check_with(
+        &f64_graph,
+        INVENTORY,
+        "[precision]\nallow = [\"fp32\"]\n",
+        "fc.bias",
+        "UNPLACED | rejected cuda.fused:PrecisionNotAllowed cpu.naive:PrecisionNotAllowed",
+    );
 }
 
 #[test]
@@ -140,14 +219,28 @@ fn rules_override_engine_kernel_and_precision() {
         "cuda cuda.cublaslt fp16 | by rule[0] \"gpu matmul\" | rejected cuda.cublas:Outranked cpu:RuleOverride",
     );
     // Too few FLOPs: the rule does not match (4·8·8·2 = 512).
-    check("[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nwhen = { op = \"matmul\", min_flops = 1e6 }\nengine = \"cuda\"\n", "fc", "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked");
-    check("[[rule]]\nwhen = { node = \"fc.*\" }\nengine = \"cpu\"\n", "fc.bias", "cpu cpu.naive fp32 | by rule[0] | rejected cuda:RuleOverride");
+    check(
+        "[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nwhen = { op = \"matmul\", min_flops = 1e6 }\nengine = \"cuda\"\n",
+        "fc",
+        "cpu cpu.blas fp32 | by engines.order[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked",
+    );
+    check(
+        "[[rule]]\nwhen = { node = \"fc.*\" }\nengine = \"cpu\"\n",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by rule[0] | rejected cuda:RuleOverride",
+    );
 }
 
 #[test]
 fn device_memory() {
     let big = GRAPH.replace("[4,8]", "[16384,8]");
-    check_with(&big, INVENTORY, "", "fc.bias", "cpu cpu.naive fp32 | by engines.fallback | fallback cuda MemoryLimitExceeded | rejected cuda.fused:MemoryLimitExceeded");
+    check_with(
+        &big,
+        INVENTORY,
+        "",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by engines.fallback | fallback cuda MemoryLimitExceeded | rejected cuda.fused:MemoryLimitExceeded",
+    );
 }
 
 #[test]
@@ -158,14 +251,18 @@ fn plan_level_failures() {
     assert_eq!(err.errors[0].code, ReasonCode::MemoryLimitExceeded);
     assert!(err.errors[0].message.contains("memory.limit is 100B"), "{}", err.errors[0].message);
     assert_eq!(err.errors[0].at.as_deref(), Some("t.toml:4"));
-    let p = policy("[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_nodes_pct = 50 }\n");
+    let p =
+        policy("[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_nodes_pct = 50 }\n");
     let err = xpu_plan::plan(&g, &p, &inv).unwrap_err();
     assert_eq!(err.errors[0].code, ReasonCode::FallbackBudgetExceeded);
     assert!(err.errors[0].message.contains("3 of 3 nodes"), "{}", err.errors[0].message);
-    let p = policy("[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_flops_pct = 10, on_exceeded = \"warn\" }\n");
+    let p = policy(
+        "[engines]\norder = [\"ort\", \"cpu\"]\nfallback_budget = { max_flops_pct = 10, on_exceeded = \"warn\" }\n",
+    );
     let (_, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
     assert_eq!(ex.warnings[0].code, ReasonCode::FallbackBudgetExceeded);
-    let err = xpu_plan::plan(&g, &policy("[kernels]\nmatmul = \"cuda.cublaslt\"\n"), &inv).unwrap_err();
+    let err =
+        xpu_plan::plan(&g, &policy("[kernels]\nmatmul = \"cuda.cublaslt\"\n"), &inv).unwrap_err();
     assert_eq!(err.errors[0].code, ReasonCode::Unplaceable);
     assert!(err.errors[0].message.contains("n0 (matmul \"fc\")"), "{}", err.errors[0].message);
 }
@@ -175,14 +272,25 @@ fn partitions_transfers_and_casts() {
     let g = xpu_ir::text::parse(GRAPH).unwrap();
     let inv = Inventory::from_toml(INVENTORY).unwrap();
     // matmul on cuda (bf16), the rest on cpu: two partitions, a cast and transfers.
-    let p = policy("[engines]\norder = [\"cpu\", \"cuda\"]\n[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"binary\", \"softmax\"]\n[[rule]]\nwhen = { op = \"matmul\" }\nengine = \"cuda\"\n");
+    let p = policy(
+        "[engines]\norder = [\"cpu\", \"cuda\"]\n[precision]\ndefault = \"bf16\"\nkeep_fp32 = [\"binary\", \"softmax\"]\n[[rule]]\nwhen = { op = \"matmul\" }\nengine = \"cuda\"\n",
+    );
     let (plan, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
     xpu_ir::verify(&plan.graph).expect("the planned graph verifies");
-    let parts: Vec<String> = plan.partitions.iter().map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len())).collect();
-    assert_eq!(parts, vec!["cuda@cuda:0:3", "cpu@host:3"], "casts x,w→bf16 + matmul on cuda; cast back + add + softmax on cpu");
+    let parts: Vec<String> = plan
+        .partitions
+        .iter()
+        .map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len()))
+        .collect();
+    assert_eq!(
+        parts,
+        vec!["cuda@cuda:0:3", "cpu@host:3"],
+        "casts x,w→bf16 + matmul on cuda; cast back + add + softmax on cpu"
+    );
     let casts: Vec<String> = ex.casts.iter().map(|c| format!("{}->{}", c.from, c.to)).collect();
     assert_eq!(casts, vec!["f32->bf16", "f32->bf16", "bf16->f32"]);
-    let transfers: Vec<String> = ex.transfers.iter().map(|t| format!("{} {} {:?}", t.value, t.direction, t.bytes)).collect();
+    let transfers: Vec<String> =
+        ex.transfers.iter().map(|t| format!("{} {} {:?}", t.value, t.direction, t.bytes)).collect();
     assert_eq!(transfers, vec!["%0 h2d Some(128)", "%1 h2d Some(256)", "%4 d2h Some(64)"]);
     assert_eq!(plan.graph.outputs[0].name, "y");
     assert_eq!(plan.graph.ty(plan.graph.outputs[0].value).dtype, xpu_ir::DType::F32);
@@ -206,12 +314,24 @@ fn graph_exec_runs_plans_and_refuses_absent_engines() {
     let mut reg = xpu_engine::Registry::new();
     reg.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
     let live = reg.inventory();
-    let x = xpu_ir::Tensor::from_vec(vec![4, 8], (0..32).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<f32>>()).unwrap();
-    let w = xpu_ir::Tensor::from_vec(vec![8, 8], (0..64).map(|i| (i as f32 * 0.11).cos()).collect::<Vec<f32>>()).unwrap();
+    let x = xpu_ir::Tensor::from_vec(
+        vec![4, 8],
+        (0..32).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<f32>>(),
+    )
+    .unwrap();
+    let w = xpu_ir::Tensor::from_vec(
+        vec![8, 8],
+        (0..64).map(|i| (i as f32 * 0.11).cos()).collect::<Vec<f32>>(),
+    )
+    .unwrap();
     let inputs = vec![x, w];
     // Reference: the whole graph on the cpu engine directly.
     use xpu_engine::Engine;
-    let direct = xpu_engine_cpu::CpuEngine::new().prepare(&g, &xpu_engine::Assignment::new("cpu")).unwrap().run(&inputs).unwrap();
+    let direct = xpu_engine_cpu::CpuEngine::new()
+        .prepare(&g, &xpu_engine::Assignment::new("cpu"))
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
     let (plan, _) = xpu_plan::plan(&g, &policy("[engines]\norder = [\"cpu\"]\n"), &live).unwrap();
     let mut exec = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap();
     let run = exec.run(&inputs).unwrap();
@@ -219,7 +339,12 @@ fn graph_exec_runs_plans_and_refuses_absent_engines() {
     assert_eq!(run.timings.len(), 3, "one timing per node");
     assert!(run.transfers.is_empty());
     // bf16 on the cpu: casts inserted and executed, results close to fp32.
-    let (plan, ex) = xpu_plan::plan(&g, &policy("[engines]\norder = [\"cpu\"]\n[precision]\ndefault = \"bf16\"\n"), &live).unwrap();
+    let (plan, ex) = xpu_plan::plan(
+        &g,
+        &policy("[engines]\norder = [\"cpu\"]\n[precision]\ndefault = \"bf16\"\n"),
+        &live,
+    )
+    .unwrap();
     assert!(!ex.casts.is_empty());
     let run = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs).unwrap();
     let (a, b) = (run.outputs[0].to_f64_vec(), direct.outputs[0].to_f64_vec());
@@ -229,16 +354,21 @@ fn graph_exec_runs_plans_and_refuses_absent_engines() {
     let inv = Inventory::from_toml(INVENTORY).unwrap();
     let (plan, _) = xpu_plan::plan(&g, &policy(""), &inv).unwrap();
     let err = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap_err();
-    assert!(err.to_string().starts_with("engine cuda is not available here: this build has no cuda engine"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("engine cuda is not available here: this build has no cuda engine"),
+        "{err}"
+    );
     // Wrong inputs are an error, not a panic.
     let (plan, _) = xpu_plan::plan(&g, &policy(""), &live).unwrap();
-    let err = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs[..1]).unwrap_err();
+    let err =
+        xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs[..1]).unwrap_err();
     assert!(err.to_string().contains("takes 2 inputs"), "{err}");
 }
 
 #[test]
 fn plan_cache_hits_and_misses() {
-    let g = xpu_ir::text::parse(&GRAPH.replace("[4,8]", "[N,8]")).unwrap();
+    let g = std::sync::Arc::new(xpu_ir::text::parse(&GRAPH.replace("[4,8]", "[N,8]")).unwrap());
     let inv = Inventory::from_toml(INVENTORY).unwrap();
     let p = policy("");
     let cache = xpu_plan::PlanCache::new(2);
@@ -252,13 +382,32 @@ fn plan_cache_hits_and_misses() {
     let p2 = policy("[engines]\norder = [\"cpu\"]\n");
     let (_, hit) = cache.get_or_plan(&g, &p2, &inv, &[vec![4, 8], vec![8, 8]]).unwrap();
     assert!(!hit, "another policy plans again");
-    assert_eq!((cache.hits(), cache.misses(), cache.len()), (1, 3, 2), "capacity 2 evicts the oldest");
+    assert_eq!(
+        (cache.hits(), cache.misses(), cache.len()),
+        (1, 3, 2),
+        "capacity 2 evicts the oldest"
+    );
 }
 
 #[test]
 fn every_reason_code_is_exercised_or_documented() {
     // The cases above cover these codes; the test keeps the list honest when codes are added.
-    let covered = ["PolicyDenied", "NotInOrder", "RuleOverride", "EngineUnavailable", "OpUnsupported", "KernelNotPinned", "KernelUnavailable", "PrecisionNotAllowed", "DtypeUnsupported", "MemoryLimitExceeded", "Outranked", "FallbackDenied", "FallbackBudgetExceeded", "Unplaceable"];
+    let covered = [
+        "PolicyDenied",
+        "NotInOrder",
+        "RuleOverride",
+        "EngineUnavailable",
+        "OpUnsupported",
+        "KernelNotPinned",
+        "KernelUnavailable",
+        "PrecisionNotAllowed",
+        "DtypeUnsupported",
+        "MemoryLimitExceeded",
+        "Outranked",
+        "FallbackDenied",
+        "FallbackBudgetExceeded",
+        "Unplaceable",
+    ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());
     }

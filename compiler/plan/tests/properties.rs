@@ -34,7 +34,8 @@ kernels = [
 ]
 "#;
 
-const OPS: &[Op] = &[Op::Relu, Op::Tanh, Op::Exp, Op::Add, Op::Mul, Op::MatMul, Op::Softmax, Op::Sigmoid];
+const OPS: &[Op] =
+    &[Op::Relu, Op::Tanh, Op::Exp, Op::Add, Op::Mul, Op::MatMul, Op::Softmax, Op::Sigmoid];
 
 /// A random chain-with-skips graph over f32[8,8] values.
 fn graph(ops: &[(usize, usize, usize)]) -> Graph {
@@ -55,9 +56,22 @@ fn graph(ops: &[(usize, usize, usize)]) -> Graph {
     g
 }
 
-fn policy_text(order: &[usize], deny: usize, fallback: bool, precision: usize, keep: bool, rule: Option<usize>, pin: usize) -> String {
+fn policy_text(
+    order: &[usize],
+    deny: usize,
+    fallback: bool,
+    precision: usize,
+    keep: bool,
+    rule: Option<usize>,
+    pin: usize,
+) -> String {
     let engines = ["cuda", "ort", "cpu"];
-    let order: Vec<String> = order.iter().map(|&i| format!("\"{}\"", engines[i % 3])).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let order: Vec<String> = order
+        .iter()
+        .map(|&i| format!("\"{}\"", engines[i % 3]))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut s = format!("[policy]\nname = \"random\"\n[engines]\norder = [{}]\n", order.join(", "));
     if deny % 4 == 3 && !order.contains(&"\"ort\"".to_string()) {
         s.push_str("deny = [\"ort\"]\n");
@@ -119,7 +133,7 @@ proptest! {
                     prop_assert!(w[0].engine != w[1].engine || w[0].device != w[1].device, "adjacent partitions differ");
                 }
                 for p in &plan.placements {
-                    prop_assert!(p.engine == plan.partitions[p.partition].engine);
+                    prop_assert!(*p.engine == *plan.partitions[p.partition].engine);
                 }
                 prop_assert_eq!(plan.graph.ty(plan.graph.outputs[0].value).dtype, DType::F32, "outputs keep their declared dtype");
                 if !fallback {

@@ -35,7 +35,8 @@ impl Registry {
     /// The live inventory: every registered engine's capabilities, then every catalogue
     /// engine this build lacks.
     pub fn inventory(&self) -> Inventory {
-        let mut engines: Vec<Capabilities> = self.engines.iter().map(|e| e.capabilities()).collect();
+        let mut engines: Vec<Capabilities> =
+            self.engines.iter().map(|e| e.capabilities()).collect();
         for known in catalog::ENGINES {
             if self.get(known.name).is_none() {
                 engines.push(Capabilities::absent(

@@ -189,10 +189,17 @@ fn cache_keys_are_stable_and_discriminating() {
     assert_eq!(a.content_hash(), b.content_hash());
     let c = parse(&src.replace("relu", "neg")).unwrap();
     assert_ne!(a.content_hash(), c.content_hash());
-    let inv = xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()], ..Default::default() };
+    let inv = xpu_engine::Inventory {
+        engines: vec![CpuEngine::new().capabilities()],
+        ..Default::default()
+    };
     assert_eq!(
         inv.fingerprint(),
-        xpu_engine::Inventory { engines: vec![CpuEngine::new().capabilities()], ..Default::default() }.fingerprint()
+        xpu_engine::Inventory {
+            engines: vec![CpuEngine::new().capabilities()],
+            ..Default::default()
+        }
+        .fingerprint()
     );
     assert_ne!(inv.fingerprint(), xpu_engine::Inventory::default().fingerprint());
 }
