@@ -53,7 +53,23 @@ pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, D
                 Origin::new(path.display().to_string(), line, col),
                 format!("invalid inventory: {}", e.message),
             )
-            .with_help(diag::did_you_mean_from_message(&e.message)),
+            .with_help(
+                diag::did_you_mean_from_message(&e.message)
+                    .or_else(|| unknown_name_help(&e.message)),
+            ),
         ])
     })
+}
+
+/// "unknown op `matmull`" → "did you mean `matmul`?" over op, op class and dtype names.
+fn unknown_name_help(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("unknown ")?;
+    let (_, rest) = rest.split_once('`')?;
+    let (word, _) = rest.split_once('`')?;
+    let names = xpu_ir::Op::ALL
+        .iter()
+        .map(|o| o.name())
+        .chain(xpu_ir::OpClass::ALL.iter().map(|c| c.name()))
+        .chain(xpu_ir::DType::ALL.iter().map(|d| d.name()));
+    diag::did_you_mean(word, names)
 }

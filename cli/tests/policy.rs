@@ -1,0 +1,371 @@
+//! `xpuctl policy check|test|resolve|diff`, `engines --format toml` and `run --policy`:
+//! exit codes, located diagnostics, the documented JSON shapes, and garbage input.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Runs xpuctl in the repository root (policy paths in output are repo-relative).
+fn xpuctl_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xpuctl"));
+    cmd.args(args).current_dir(repo());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("xpuctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn xpuctl(args: &[&str]) -> (i32, String, String) {
+    xpuctl_env(args, &[])
+}
+
+#[test]
+fn example_policies_check_and_test_clean() {
+    let (code, out, err) = xpuctl(&["policy", "check", "policies/examples"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches(": ok").count(), 6, "{out}");
+    for inv in ["cpu-x86", "h100", "npu-laptop"] {
+        let inv = format!("policies/inventories/{inv}.toml");
+        let (code, out, err) =
+            xpuctl(&["policy", "check", "policies/examples/cpu-only.toml", "--inventory", &inv]);
+        assert_eq!(code, 0, "{inv}: {out}{err}");
+    }
+    // The board has no im2col kernel and cpu-only denies fallback: a contextual error.
+    let (code, out, _) = xpuctl(&[
+        "policy",
+        "check",
+        "policies/examples/cpu-only.toml",
+        "--inventory",
+        "policies/inventories/riscv-board.toml",
+    ]);
+    assert_eq!(code, 1);
+    assert!(out.contains("cpu-only.toml:16:1: error[P0105]: kernel `cpu.im2col_conv` is not available in inventory riscv-board"), "{out}");
+    let (code, out, err) = xpuctl(&["policy", "test", "policies/examples"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" passed, 0 failed"), "{out}");
+    let passed: usize =
+        out.lines().last().unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(passed >= 10, "{out}");
+    let (code, out, _) = xpuctl(&["policy", "test", "policies/examples", "--format", "junit"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("<testsuites") && out.contains("mlp on the H100"), "{out}");
+}
+
+#[test]
+fn bad_policies_exit_1_with_located_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, "[policy]\nname = \"bad\"\n[engines]\norder = [\"cuda\", \"cdua\"]\n[kernels]\nmatmul = \"cuda.cublasLt\"\n").unwrap();
+    let ps = p.display().to_string();
+    let (code, out, _) = xpuctl(&["policy", "check", &ps]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("{ps}:4:1: error[P0004]: unknown engine `cdua`")), "{out}");
+    assert!(out.contains("help: did you mean `cuda`?"), "{out}");
+    assert!(out.contains("error[P0005]: unknown kernel `cuda.cublasLt`"), "{out}");
+    let (code, out, _) = xpuctl(&["policy", "check", &ps, "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false);
+    let d = &v["files"][0]["diagnostics"][0];
+    assert_eq!(
+        (d["code"].as_str(), d["at"]["line"].as_u64(), d["severity"].as_str()),
+        (Some("P0004"), Some(4), Some("error")),
+        "{d}"
+    );
+    let (code, out, _) = xpuctl(&["policy", "check", &ps, "--format", "junit"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("<failure") && out.contains("unknown engine"), "{out}");
+
+    // Contextual: a GPU policy that denies fallback fails against a CPU inventory.
+    let gpu = dir.path().join("gpu.toml");
+    std::fs::write(
+        &gpu,
+        "[policy]\nname = \"gpu\"\n[engines]\norder = [\"cuda\"]\nfallback = \"deny\"\n",
+    )
+    .unwrap();
+    let gs = gpu.display().to_string();
+    let (code, out, _) = xpuctl(&["policy", "check", &gs]);
+    assert_eq!(code, 0, "structurally fine: {out}");
+    let (code, out, _) =
+        xpuctl(&["policy", "check", &gs, "--inventory", "policies/inventories/cpu-x86.toml"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("error[P0104]: engine `cuda` is unavailable: no NVIDIA GPU on this machine in inventory cpu-x86"), "{out}");
+    let (code, out, _) =
+        xpuctl(&["policy", "check", &gs, "--inventory", "policies/inventories/h100.toml"]);
+    assert_eq!(code, 0, "{out}");
+
+    // Missing files referenced by tests, unparsable inventories.
+    let t = dir.path().join("t.toml");
+    std::fs::write(&t, "[policy]\nname = \"t\"\n[[test]]\nprogram = \"nope.sgr\"\ninventory = \"nope.toml\"\nexpect_error = \"Unplacable\"\n").unwrap();
+    let (code, out, _) = xpuctl(&["policy", "check", &t.display().to_string()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("P0012")
+            && out.contains("nope.sgr")
+            && out.contains("did you mean `Unplaceable`?"),
+        "{out}"
+    );
+    let inv = dir.path().join("inv.toml");
+    std::fs::write(&inv, "[[engines]]\nengine = \"cpu\"\nversion = \"1\"\navailability = { status = \"available\" }\nkernels = [{ name = \"cpu.x\", ops = [\"matmull\"], dtypes = [\"f32\"] }]\n").unwrap();
+    let (code, _, err) =
+        xpuctl(&["policy", "check", &gs, "--inventory", &inv.display().to_string()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("inv.toml:5:36")
+            && err.contains("unknown op `matmull`")
+            && err.contains("did you mean `matmul`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn policy_check_never_panics_on_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<Vec<u8>> = vec![
+        vec![0xff, 0xfe, 0x00, 0x41],
+        b"[[[[".to_vec(),
+        b"[policy]\nname = [1, {a = 2}]\n".to_vec(),
+        b"[policy]\nname = \"x\"\nextends = \"x\"\n".to_vec(),
+        b"[kernels]\nmatmul = { a = 1 }\n".to_vec(),
+        b"rule = 5\n".to_vec(),
+        (0..2000u32).map(|i| (i * 7919 % 251) as u8).collect(),
+    ];
+    for (i, bytes) in inputs.iter().enumerate() {
+        let p = dir.path().join(format!("g{i}.toml"));
+        std::fs::write(&p, bytes).unwrap();
+        let (code, out, err) = xpuctl(&["policy", "check", &p.display().to_string()]);
+        assert_eq!(code, 1, "garbage {i} must fail: {out}{err}");
+        assert!(!err.contains("panicked") && !err.contains("internal error"), "{err}");
+        assert!(out.contains(&format!("g{i}.toml")), "the diagnostic names the file: {out}{err}");
+    }
+}
+
+#[test]
+fn resolve_prints_the_plan_and_its_json() {
+    let (code, out, err) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "latency-gpu",
+        "tests/programs/mlp.sgr",
+        "--inventory",
+        "policies/inventories/h100.toml",
+        "--bind",
+        "N=64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().nth(1).unwrap().starts_with("node"), "{out}");
+    assert!(
+        out.contains("n0 fc1")
+            && out.contains("cuda.cublaslt")
+            && out.contains("kernels.matmul (policies/examples/latency-gpu.toml:18)"),
+        "{out}"
+    );
+    let (code, out, _) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "policies/examples/latency-gpu.toml",
+        "tests/programs/mlp.sgr",
+        "--inventory",
+        "policies/inventories/h100.toml",
+        "--format",
+        "json",
+        "--why",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let n0 = &v["nodes"][0];
+    for key in ["node", "op", "engine", "kernel", "precision", "rule", "rejected"] {
+        assert!(n0.get(key).is_some(), "missing {key}: {n0}");
+    }
+    assert_eq!((n0["engine"].as_str(), n0["precision"].as_str()), (Some("cuda"), Some("bf16")));
+    let r = &n0["rejected"][0];
+    for key in ["engine", "kernel", "code", "detail", "at"] {
+        assert!(r.get(key).is_some(), "rejection lacks {key}: {r}");
+    }
+    // The live inventory has no cuda: the pinned matmuls cannot be placed, exit 1, and --why says why.
+    let (code, out, _) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "latency-gpu",
+        "tests/programs/mlp.sgr",
+        "--why",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("UNPLACED")
+            && out.contains("rejected cuda: EngineUnavailable — cuda: support disabled"),
+        "{out}"
+    );
+    assert!(out.contains("rejected cpu: KernelNotPinned"), "{out}");
+    // Job overrides through --set: only overridable keys.
+    let (code, _, err) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "cpu-only",
+        "tests/programs/mlp.sgr",
+        "--set",
+        "execution.threads=3",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "cpu-only",
+        "tests/programs/mlp.sgr",
+        "--set",
+        "engines.order=[\"cuda\"]",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("P0011") && err.contains("does not allow a job to override `engines.order`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn diff_lists_changed_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = repo().join("policies/examples/cpu-only.toml");
+    let text = std::fs::read_to_string(&old)
+        .unwrap()
+        .replace("matmul = [\"cpu.blas\", \"cpu.gemm\"]", "matmul = [\"cpu.gemm\", \"cpu.blas\"]");
+    let new = dir.path().join("cpu-only.toml");
+    std::fs::write(&new, text).unwrap();
+    std::fs::copy(repo().join("policies/examples/base.toml"), dir.path().join("base.toml"))
+        .unwrap();
+    let args = [
+        "policy",
+        "diff",
+        "policies/examples/cpu-only.toml",
+        new.to_str().unwrap(),
+        "tests/programs/mlp.sgr",
+        "tests/programs/convnet.sgr",
+        "--inventory",
+        "policies/inventories/cpu-x86.toml",
+    ];
+    let (code, out, err) = xpuctl(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "tests/programs/mlp.sgr n0 matmul \"fc1\": cpu/cpu.blas/fp32 -> cpu/cpu.gemm/fp32"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("4 of 17 node decisions change"), "{out}");
+    let mut fail = args.to_vec();
+    fail.push("--fail-on-change");
+    assert_eq!(xpuctl(&fail).0, 1);
+    let same = [
+        "policy",
+        "diff",
+        "policies/examples/cpu-only.toml",
+        "policies/examples/cpu-only.toml",
+        "tests/programs/mlp.sgr",
+        "--fail-on-change",
+    ];
+    let (code, out, _) = xpuctl(&same);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 of 9 node decisions change"), "{out}");
+}
+
+#[test]
+fn live_inventory_round_trips_through_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, toml, _) = xpuctl(&["engines", "--format", "toml"]);
+    assert_eq!(code, 0);
+    assert!(
+        toml.contains("engine = \"cpu\"") && toml.contains("status = \"support_disabled\""),
+        "{toml}"
+    );
+    let inv = dir.path().join("live.toml");
+    std::fs::write(&inv, &toml).unwrap();
+    let (code, out, err) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "cpu-only",
+        "tests/programs/convnet.sgr",
+        "--inventory",
+        inv.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cpu.im2col_conv"), "{out}");
+}
+
+#[test]
+fn run_under_a_policy_explains_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().display().to_string();
+    let (code, out, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        &out_dir,
+        "--policy",
+        "cpu-only",
+        "--explain",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("(policy cpu-only)")
+            && out.contains("cpu.blas")
+            && out.contains("kernel time"),
+        "{out}"
+    );
+    // bf16 through an operator's environment override: casts are planned and executed.
+    let (code, out, err) = xpuctl_env(
+        &[
+            "run",
+            "examples/mlp.sgr",
+            "--input",
+            "x=examples/mlp_input.npy",
+            "--out",
+            &out_dir,
+            "--policy",
+            "cpu-only",
+            "--explain",
+            "--format",
+            "json",
+        ],
+        &[
+            ("XPU_POLICY__PRECISION__DEFAULT", "bf16"),
+            ("XPU_POLICY__PRECISION__ALLOW", "[\"bf16\", \"fp32\"]"),
+            ("XPU_POLICY__KERNELS__MATMUL", "cpu.gemm"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!v["explanation"]["casts"].as_array().unwrap().is_empty(), "{out}");
+    assert_eq!(v["explanation"]["decisions"][1]["chosen"]["precision"], "bf16");
+    // A policy whose engines are absent here fails with the reason, nothing runs.
+    let (code, _, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        &out_dir,
+        "--policy",
+        "latency-gpu",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no plan under policy latency-gpu") && err.contains("Unplaceable"),
+        "{err}"
+    );
+}
