@@ -1,6 +1,6 @@
 # xpu — build, test, run and benchmark. Everything a fresh machine needs comes from here.
 #
-#   make run     the example job (xpuctl on the embedded MLP example)
+#   make run     the example job: the embedded MLP, planned under the cpu-only policy, explained
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
@@ -50,9 +50,11 @@ lint:
 
 test: setup lint
 	cargo test --workspace --locked
+	cargo run -q --locked -p xpuctl -- policy check policies/examples
+	cargo run -q --locked -p xpuctl -- policy test policies/examples
 
 run: setup-apt
-	cargo run -q --locked -p xpuctl -- run examples/mlp.sgr --input x=examples/mlp_input.npy --out out/mlp
+	cargo run -q --locked -p xpuctl -- run examples/mlp.sgr --input x=examples/mlp_input.npy --out out/mlp --policy policies/examples/cpu-only.toml --explain
 
 bench: setup
 	cargo build -q --release --locked -p xpu-bench
