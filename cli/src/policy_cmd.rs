@@ -403,7 +403,19 @@ pub fn test(paths: &[PathBuf], format: ReportFormat) -> Result<bool> {
     }
     let failed = outcomes.iter().filter(|o| !o.failures.is_empty()).count();
     match format {
-        ReportFormat::Text | ReportFormat::Json => {
+        ReportFormat::Json => {
+            let tests: Vec<_> = outcomes
+                .iter()
+                .map(|o| serde_json::json!({"file": o.file, "name": o.name, "ok": o.failures.is_empty(), "failures": o.failures}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"passed": outcomes.len() - failed, "failed": failed, "tests": tests})
+                )?
+            );
+        }
+        ReportFormat::Text => {
             for o in &outcomes {
                 if o.failures.is_empty() {
                     println!("PASS {} {}", o.file.display(), o.name);

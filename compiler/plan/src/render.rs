@@ -141,6 +141,10 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             e.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
         );
     }
+    for f in &ex.facts {
+        let node = f.node.map(|n| format!(" {n}")).unwrap_or_default();
+        let _ = writeln!(s, "fact {}{node}: {} = {}", f.engine, f.key, f.value);
+    }
     if !ex.timings.is_empty() {
         let total: u64 = ex.timings.iter().map(|t| t.nanos).sum();
         let _ = writeln!(

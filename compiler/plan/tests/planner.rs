@@ -336,6 +336,21 @@ fn graph_exec_runs_plans_and_refuses_absent_engines() {
     let mut exec = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap();
     let run = exec.run(&inputs).unwrap();
     assert_eq!(run.outputs, direct.outputs, "same kernels, same bits");
+    // execution.threads reaches the engine as an option; the engine reports what it used.
+    let (plan, _) = xpu_plan::plan(
+        &g,
+        &policy("[engines]\norder = [\"cpu\"]\n[execution]\nthreads = 1\n"),
+        &live,
+    )
+    .unwrap();
+    assert_eq!(plan.partitions[0].assignment.options.get("threads").map(String::as_str), Some("1"));
+    let one = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs).unwrap();
+    assert_eq!(one.outputs, direct.outputs);
+    assert!(
+        one.facts.iter().any(|f| f.engine == "cpu" && f.key == "threads" && f.value == "1"),
+        "{:?}",
+        one.facts
+    );
     assert_eq!(run.timings.len(), 3, "one timing per node");
     assert!(run.transfers.is_empty());
     // bf16 on the cpu: casts inserted and executed, results close to fp32.

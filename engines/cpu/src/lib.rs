@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, Execution,
-    KernelCaps, NodeTiming,
+    Fact, KernelCaps, NodeTiming,
 };
 use xpu_ir::{DType, Graph, Node, NodeId, Op, OpClass, Tensor};
 
@@ -400,12 +400,29 @@ impl Engine for CpuEngine {
             .iter()
             .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
             .collect();
+        // `threads` (from the policy's execution.threads) bounds this executable's rayon
+        // workers; OpenBLAS keeps its own process-wide pool.
+        let pool = match assignment.options.get("threads") {
+            None => None,
+            Some(t) => {
+                let n: usize = t.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    EngineError::Other(format!("option threads = {t:?} is not a positive integer"))
+                })?;
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("xpu-cpu-{i}"))
+                    .build()
+                    .map_err(|e| EngineError::Other(format!("cannot start {n} threads: {e}")))?;
+                Some(Arc::new(pool))
+            }
+        };
         Ok(Box::new(CpuExecutable {
             graph: partition.clone(),
             kernels,
             last_use,
             consts,
             out_dtypes,
+            pool,
         }))
     }
 }
@@ -418,6 +435,8 @@ struct CpuExecutable {
     consts: Vec<Option<Arc<Tensor>>>,
     /// Declared output dtypes of each node (f16/bf16 results are narrowed to them).
     out_dtypes: Vec<Vec<DType>>,
+    /// Workers for this executable when the assignment bounds threads.
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 /// A value during execution: borrowed from the caller (graph inputs) or produced here.
@@ -445,6 +464,25 @@ impl Slot<'_> {
 
 impl Executable for CpuExecutable {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        match self.pool.clone() {
+            Some(pool) => {
+                let mut result = pool.install(|| self.run_here(inputs));
+                if let Ok(e) = &mut result {
+                    e.facts.push(Fact {
+                        node: None,
+                        key: "threads".into(),
+                        value: pool.current_num_threads().to_string(),
+                    });
+                }
+                result
+            }
+            None => self.run_here(inputs),
+        }
+    }
+}
+
+impl CpuExecutable {
+    fn run_here(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         let g = &self.graph;
         xpu_engine::check_inputs(g, inputs)?;
         let mut values: Vec<Option<Slot<'_>>> = vec![None; g.values.len()];
