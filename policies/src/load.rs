@@ -58,6 +58,22 @@ impl Policy {
         })
     }
 
+    /// The engines in preference order for `inventory`: `[engines] order`, or when it is empty
+    /// every engine of the inventory in its order, minus denied ones.
+    pub fn effective_order(&self, inventory: &xpu_engine::Inventory) -> Vec<String> {
+        let e = &self.spec.engines;
+        if e.order.is_empty() {
+            inventory
+                .engines
+                .iter()
+                .map(|c| c.engine.clone())
+                .filter(|name| !e.deny.contains(name))
+                .collect()
+        } else {
+            e.order.clone()
+        }
+    }
+
     /// The policy as canonical JSON (hashing, `policy resolve --format json`).
     pub fn to_json(&self) -> String {
         serde_json::to_string(&self.spec).expect("policy serializes")

@@ -374,17 +374,23 @@ pub struct Expect {
     pub precision: Option<PrecisionName>,
 }
 
+/// `"20 GiB"` → `(20.0, "GiB")`: a non-negative number and the unit after it.
+fn number_and_unit(s: &str) -> Option<(f64, &str)> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    Some((num.parse().ok()?, unit.trim()))
+}
+
 /// A byte count written as `"20GiB"`, `"512 MB"`, `"4096"` or an integer.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
     pub fn parse(s: &str) -> Result<ByteSize, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. \"20GiB\")"))?;
-        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        let (n, unit) =
+            number_and_unit(s).ok_or_else(|| format!("`{s}` is not a size (e.g. \"20GiB\")"))?;
+        let mult: u64 = match unit.to_ascii_lowercase().as_str() {
             "" | "b" => 1,
             "k" | "kb" => 1000,
             "kib" => 1 << 10,
@@ -463,11 +469,9 @@ pub struct DurationText(pub std::time::Duration);
 
 impl DurationText {
     pub fn parse(s: &str) -> Result<DurationText, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. \"30s\")"))?;
-        let secs = match unit.trim() {
+        let (n, unit) =
+            number_and_unit(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. \"30s\")"))?;
+        let secs = match unit {
             "ms" => n / 1000.0,
             "s" | "" => n,
             "m" | "min" => n * 60.0,

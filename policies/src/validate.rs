@@ -404,16 +404,7 @@ pub fn contextual(policy: &Policy, inventory: &Inventory, inventory_name: &str) 
     let mut out = Vec::new();
     let deny = spec.engines.fallback == Fallback::Deny;
     let available = |e: &str| inventory.engine(e).is_some_and(|c| c.availability.is_available());
-    let order: Vec<String> = if spec.engines.order.is_empty() {
-        inventory
-            .engines
-            .iter()
-            .map(|e| e.engine.clone())
-            .filter(|e| !spec.engines.deny.contains(e))
-            .collect()
-    } else {
-        spec.engines.order.clone()
-    };
+    let order = policy.effective_order(inventory);
     for (i, e) in order.iter().enumerate() {
         let at = policy.origin("engines.order");
         let what = match inventory.engine(e) {

@@ -47,20 +47,7 @@ fn run_file(path: &Path) -> Result<(), String> {
     if let Some(b) = memory {
         actual.push_str(&plan_memory(&g, &b).to_string());
     }
-    if actual == expected {
-        return Ok(());
-    }
-    if xpu_tests::bless() {
-        let header = input.trim_end();
-        std::fs::write(path, format!("{header}\n{SEPARATOR}\n{actual}"))
-            .map_err(|e| e.to_string())?;
-        return Ok(());
-    }
-    let diff = similar::TextDiff::from_lines(&expected, &actual)
-        .unified_diff()
-        .header("expected", "actual")
-        .to_string();
-    Err(format!("output differs (XPU_BLESS=1 to accept):\n{diff}"))
+    xpu_tests::check_golden(path, &input, SEPARATOR, &expected, &actual)
 }
 
 #[test]

@@ -51,19 +51,7 @@ fn run_file(path: &Path) -> Result<(), String> {
         Err(f) => *f.explanation,
     };
     let actual = xpu_plan::render::explanation_text(&ex, true);
-    if actual == expected {
-        return Ok(());
-    }
-    if xpu_tests::bless() {
-        std::fs::write(path, format!("{}\n{SEPARATOR}\n{actual}", header.trim_end()))
-            .map_err(|e| e.to_string())?;
-        return Ok(());
-    }
-    let diff = similar::TextDiff::from_lines(&expected, &actual)
-        .unified_diff()
-        .header("expected", "actual")
-        .to_string();
-    Err(format!("plan differs (XPU_BLESS=1 to accept):\n{diff}"))
+    xpu_tests::check_golden(path, &header, SEPARATOR, &expected, &actual)
 }
 
 #[test]

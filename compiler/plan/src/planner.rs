@@ -122,16 +122,7 @@ impl<'a> Planner<'a> {
         bindings: &'a BTreeMap<String, u64>,
     ) -> Planner<'a> {
         let spec = &policy.spec;
-        let order = if spec.engines.order.is_empty() {
-            inventory
-                .engines
-                .iter()
-                .map(|e| e.engine.clone())
-                .filter(|e| !spec.engines.deny.contains(e))
-                .collect()
-        } else {
-            spec.engines.order.clone()
-        };
+        let order = policy.effective_order(inventory);
         let rules = spec
             .rules
             .iter()
