@@ -354,6 +354,23 @@ impl Tensor {
     }
 
     /// Stable content hash (dtype, shape, bytes) used by CSE and caches.
+    /// This float tensor converted to another float dtype (round to nearest even), or
+    /// `None` when either dtype is not a float. Planners fold casts of constants with it.
+    pub fn to_float_dtype(&self, dtype: DType) -> Option<Tensor> {
+        if !self.dtype().is_float() || !dtype.is_float() {
+            return None;
+        }
+        let v = self.to_f64_vec();
+        let data = match dtype {
+            DType::F32 => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+            DType::F64 => TensorData::F64(v),
+            DType::F16 => TensorData::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
+            DType::BF16 => TensorData::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+            _ => return None,
+        };
+        Tensor::new(self.shape().to_vec(), data).ok()
+    }
+
     pub fn content_hash(&self) -> [u8; 32] {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();

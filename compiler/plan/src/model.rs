@@ -82,6 +82,9 @@ pub struct CastPlan {
     /// The source-graph node it feeds (`None` for a cast back at a graph output).
     pub for_node: Option<NodeId>,
     pub reason: Arc<str>,
+    /// A constant converted at plan time: `node` is the new constant, nothing runs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -845,7 +845,7 @@ impl<'a> Planner<'a> {
                 }
                 None => explanation.warnings.push(Note {
                     code: ReasonCode::MemoryLimitExceeded,
-                    message: format!("memory.limit {limit} not checked: {} value(s) have sizes that depend on unbound dims", mem.unsized_values.len()),
+                    message: format!("memory.limit {limit} not checked: {} value(s) have sizes that depend on unknown or unbound dims (bind them)", mem.unsized_values.len()),
                     at: self.at("memory.limit"),
                 }),
                 _ => {}
@@ -1158,14 +1158,24 @@ fn cast_to(
     if let Some(&c) = memo.get(&(v, dtype)) {
         return c;
     }
-    let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(dtype));
-    let Ok(c) = out.add_op(Op::Cast, &[v], attrs) else { return v };
+    // Constants are converted now rather than cast at every run.
+    let folded = out.const_value(v).and_then(|t| t.to_float_dtype(dtype));
+    let is_folded = folded.is_some();
+    let c = match folded {
+        Some(t) => out.add_const(t),
+        None => {
+            let attrs = xpu_ir::Attrs::new().with("to", xpu_ir::Attr::DType(dtype));
+            let Ok(c) = out.add_op(Op::Cast, &[v], attrs) else { return v };
+            c
+        }
+    };
     casts.push(CastPlan {
         node: out.producer(c).expect("just added"),
         from: from.name().into(),
         to: dtype.name().into(),
         for_node,
         reason: reason(),
+        folded: is_folded,
     });
     source_of.push(None);
     memo.insert((v, dtype), c);

@@ -103,7 +103,12 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
         let _ = writeln!(s, "({constants} constants are embedded in their consumers' partitions)");
     }
     for c in &ex.casts {
-        let _ = writeln!(s, "cast {} {} -> {}: {}", c.node, c.from, c.to, c.reason);
+        let target = match c.for_node {
+            Some(n) => format!("for {n}"),
+            None => "at the output".to_string(),
+        };
+        let how = if c.folded { " (constant, converted at plan time)" } else { "" };
+        let _ = writeln!(s, "cast {} -> {} {target}{how}: {}", c.from, c.to, c.reason);
     }
     for t in &ex.transfers {
         let bytes = t.bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown size".into());

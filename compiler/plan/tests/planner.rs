@@ -428,3 +428,35 @@ fn every_reason_code_is_exercised_or_documented() {
     }
     let _: Graph = xpu_ir::text::parse(GRAPH).unwrap();
 }
+
+#[test]
+fn constant_operands_are_converted_at_plan_time() {
+    use std::sync::Arc;
+    let src = r#"graph "c" {
+  %0: f32[2,2] = input "x"
+  %1: f32[2,2] = constant {value = tensor<f32[2,2]> [1.0, 2.0, 3.0, 4.0]}
+  %2: f32[2,2] = matmul(%0, %1) @name("mm")
+  return "y" = %2
+}"#;
+    let g = xpu_ir::text::parse(src).unwrap();
+    let mut reg = xpu_engine::Registry::new();
+    reg.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
+    let p = policy("[engines]\norder = [\"cpu\"]\n[precision]\ndefault = \"bf16\"\n");
+    let (plan, ex) = xpu_plan::plan(&g, &p, &reg.inventory()).unwrap();
+    let kinds: Vec<(bool, Option<u32>)> =
+        ex.casts.iter().map(|c| (c.folded, c.for_node.map(|n| n.0))).collect();
+    assert_eq!(
+        kinds,
+        vec![(false, Some(1)), (true, Some(1)), (false, None)],
+        "x cast at run time, the weight converted now, y cast back"
+    );
+    let folded = &plan.graph.node(ex.casts[1].node);
+    assert_eq!(folded.op, xpu_ir::Op::Constant);
+    let x = xpu_ir::Tensor::from_vec(vec![2, 2], vec![1.0f32, 0.0, 0.0, 1.0]).unwrap();
+    let run = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&[x]).unwrap();
+    assert_eq!(
+        run.outputs[0].to_f64_vec(),
+        vec![1.0, 2.0, 3.0, 4.0],
+        "identity · W, exact in bf16"
+    );
+}
