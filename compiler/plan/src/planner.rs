@@ -327,6 +327,7 @@ impl<'a> Planner<'a> {
                 sequence.push(e.clone());
             }
         }
+        let bitwise = spec.execution.determinism == xpu_policy::spec::Determinism::Bitwise;
         let allowed_precision = f.precision.is_none_or(|p| spec.precision.allow.contains(&p));
         let mut out = WalkBuild { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
         let mut first_rejection: Option<(ReasonCode, String)> = None;
@@ -454,6 +455,16 @@ impl<'a> Planner<'a> {
                             "the node computes at {} and precision.allow does not list it",
                             prec_name.clone().unwrap_or_default()
                         ),
+                        at,
+                        kname,
+                    ));
+                    continue;
+                }
+                if bitwise && !k.deterministic {
+                    let at = self.at("execution.determinism");
+                    engine_rejections.push(reject(
+                        ReasonCode::NotDeterministic,
+                        format!("{} is not bitwise reproducible", k.name),
                         at,
                         kname,
                     ));

@@ -38,6 +38,7 @@ reason_codes! {
     KernelUnavailable => "The pinned kernel is not in the engine's inventory entry.",
     PrecisionNotAllowed => "The node would run at a precision `[precision] allow` does not list.",
     DtypeUnsupported => "The kernel does not accept the element type the node computes in.",
+    NotDeterministic => "`[execution] determinism = \"bitwise\"` and the kernel does not guarantee bit-identical results run to run.",
     MemoryLimitExceeded => "The node's tensors do not fit the device's memory, or the plan's peak exceeds `[memory] limit`.",
     Outranked => "The candidate could run the node, but one earlier in the preference order (engine order, kernel preference) was chosen.",
     FallbackDenied => "The candidate is a fallback (not the node's first choice) and `[engines] fallback = \"deny\"`.",

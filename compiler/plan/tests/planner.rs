@@ -232,6 +232,28 @@ fn rules_override_engine_kernel_and_precision() {
 }
 
 #[test]
+fn bitwise_determinism_rejects_nondeterministic_kernels() {
+    let inv = INVENTORY.replace(
+        "{ name = \"cuda.cublas\", ops = [\"matmul\"], dtypes = [\"f32\", \"f16\", \"bf16\"] }",
+        "{ name = \"cuda.cublas\", ops = [\"matmul\"], dtypes = [\"f32\", \"f16\", \"bf16\"], deterministic = false }",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        "",
+        "fc",
+        "cuda cuda.cublas fp32 | by inventory order | rejected cuda.cublaslt:DtypeUnsupported cpu.blas:Outranked cpu.naive:Outranked",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        "[execution]\ndeterminism = \"bitwise\"\n",
+        "fc",
+        "cpu cpu.blas fp32 | by engines.fallback | fallback cuda DtypeUnsupported | rejected cuda.cublaslt:DtypeUnsupported cuda.cublas:NotDeterministic cpu.naive:Outranked",
+    );
+}
+
+#[test]
 fn device_memory() {
     let big = GRAPH.replace("[4,8]", "[16384,8]");
     check_with(
@@ -418,6 +440,7 @@ fn every_reason_code_is_exercised_or_documented() {
         "PrecisionNotAllowed",
         "DtypeUnsupported",
         "MemoryLimitExceeded",
+        "NotDeterministic",
         "Outranked",
         "FallbackDenied",
         "FallbackBudgetExceeded",

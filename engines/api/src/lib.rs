@@ -64,8 +64,21 @@ pub struct KernelCaps {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<OpClass>,
     pub dtypes: Vec<DType>,
+    /// Whether the same inputs always give bit-identical outputs (no atomics-order
+    /// reductions, no run-to-run algorithm choice). `determinism = "bitwise"` policies use
+    /// only these.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub deterministic: bool,
     #[serde(default)]
     pub description: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl KernelCaps {
