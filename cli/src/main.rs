@@ -58,6 +58,10 @@ enum Command {
         /// Print the explanation: every node's engine, kernel, precision and the rule that chose it.
         #[arg(long)]
         explain: bool,
+        /// Replay a frozen plan (`policy resolve --plan-out`) instead of planning; the program
+        /// must be the one it was made for.
+        #[arg(long, conflicts_with_all = ["policy", "set"])]
+        plan: Option<PathBuf>,
         /// An input: NAME=PATH (.npy or .pb), or PATH.pb (the name comes from the proto).
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
@@ -125,6 +129,9 @@ enum PolicyCommand {
         /// Also list every rejected candidate with its reason code.
         #[arg(long)]
         why: bool,
+        /// Write the plan and its explanation to FILE, to replay with `xpuctl run --plan`.
+        #[arg(long)]
+        plan_out: Option<PathBuf>,
     },
     /// Show which node decisions change between two versions of a policy.
     Diff {
@@ -237,8 +244,8 @@ fn main() -> ExitCode {
 
 fn dispatch(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Run { program, policy, set, explain, inputs, out, format } => {
-            run(&program, policy.as_deref(), &set, explain, &inputs, &out, format)
+        Command::Run { program, policy, set, explain, plan, inputs, out, format } => {
+            run(&program, policy.as_deref(), &set, explain, plan.as_deref(), &inputs, &out, format)
         }
         Command::Policy(cmd) => {
             let ok = match cmd {
@@ -246,17 +253,25 @@ fn dispatch(cmd: Command) -> Result<()> {
                     policy_cmd::check(&paths, inventory.as_deref(), format)?
                 }
                 PolicyCommand::Test { paths, format } => policy_cmd::test(&paths, format)?,
-                PolicyCommand::Resolve { policy, program, inventory, bind, set, format, why } => {
-                    policy_cmd::resolve(
-                        &policy,
-                        &program,
-                        inventory.as_deref(),
-                        &bind,
-                        &set,
-                        format == Format::Json,
-                        why,
-                    )?
-                }
+                PolicyCommand::Resolve {
+                    policy,
+                    program,
+                    inventory,
+                    bind,
+                    set,
+                    format,
+                    why,
+                    plan_out,
+                } => policy_cmd::resolve(
+                    &policy,
+                    &program,
+                    inventory.as_deref(),
+                    &bind,
+                    &set,
+                    format == Format::Json,
+                    why,
+                    plan_out.as_deref(),
+                )?,
                 PolicyCommand::Diff { old, new, programs, inventory, fail_on_change, format } => {
                     policy_cmd::diff(
                         &old,
@@ -424,24 +439,55 @@ fn run(
     policy: Option<&str>,
     overrides: &[String],
     explain: bool,
+    frozen: Option<&Path>,
     input_args: &[String],
     out_dir: &Path,
     format: Format,
 ) -> Result<()> {
     let g = program::load(program)?;
-    let policy = policy_cmd::load_policy(policy, overrides)?;
     let inputs = bind_inputs(&g, input_args)?;
     let registry = registry();
-    let inventory = registry.inventory();
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-    let bindings = xpu_plan::bind_symbols(&g, &shapes);
-    let (plan, mut explanation) = match xpu_plan::plan_with(&g, &policy, &inventory, &bindings) {
-        Ok(p) => p,
-        Err(f) => {
-            if explain {
-                print!("{}", xpu_plan::render::explanation_text(&f.explanation, true));
+    let (plan, mut explanation, policy_name) = match frozen {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let f = xpu_plan::FrozenPlan::from_json(&text)
+                .map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+            let hash = g.content_hash();
+            if f.plan.source_graph_hash != hash {
+                bail!(
+                    "{}: the plan was made for graph {} ({}), not for {} ({})",
+                    path.display(),
+                    f.explanation.graph_name,
+                    &f.plan.source_graph_hash[..12],
+                    program.display(),
+                    &hash[..12]
+                );
             }
-            bail!("{}: no plan under policy {}:\n{f}", program.display(), policy.name());
+            let live = registry.inventory().fingerprint();
+            if f.plan.inventory.fingerprint != live {
+                eprintln!(
+                    "note: the plan was made for inventory {:?} ({}); this machine's is {live}",
+                    f.plan.inventory.name, f.plan.inventory.fingerprint
+                );
+            }
+            let name = format!("{} (frozen plan {})", f.plan.policy.name, path.display());
+            (f.plan, f.explanation, name)
+        }
+        None => {
+            let policy = policy_cmd::load_policy(policy, overrides)?;
+            let inventory = registry.inventory();
+            let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            let bindings = xpu_plan::bind_symbols(&g, &shapes);
+            match xpu_plan::plan_with(&g, &policy, &inventory, &bindings) {
+                Ok((p, e)) => (p, e, policy.name().to_string()),
+                Err(f) => {
+                    if explain {
+                        print!("{}", xpu_plan::render::explanation_text(&f.explanation, true));
+                    }
+                    bail!("{}: no plan under policy {}:\n{f}", program.display(), policy.name());
+                }
+            }
         }
     };
     let mut exec = GraphExec::new(std::sync::Arc::new(plan), &registry)
@@ -467,10 +513,9 @@ fn run(
                 println!("{name}: {}  -> {}", tensors::summary(t), path.display());
             }
             println!(
-                "ran {} nodes on {engines} in {:.3} ms (policy {})",
+                "ran {} nodes on {engines} in {:.3} ms (policy {policy_name})",
                 g.nodes.len(),
                 wall.as_secs_f64() * 1e3,
-                policy.name()
             );
             if explain {
                 print!("{}", xpu_plan::render::explanation_text(&explanation, false));
@@ -487,7 +532,7 @@ fn run(
                 .iter()
                 .map(|t| serde_json::json!({"node": t.node.0, "op": plan.graph.node(t.node).op.name(), "engine": t.engine, "kernel": t.kernel, "nanos": t.nanos}))
                 .collect();
-            let mut doc = serde_json::json!({"program": program, "engine": engines, "policy": policy.name(), "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings});
+            let mut doc = serde_json::json!({"program": program, "engine": engines, "policy": policy_name, "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings});
             if explain {
                 doc["explanation"] = serde_json::to_value(&explanation)?;
             }

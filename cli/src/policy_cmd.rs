@@ -466,13 +466,26 @@ pub fn resolve(
     overrides: &[String],
     json: bool,
     why: bool,
+    plan_out: Option<&Path>,
 ) -> Result<bool> {
     let policy = load_policy(Some(policy), overrides)?;
     let inv = load_inventory(inventory)?;
     let graph = program::load(program_path)?;
     let bindings = parse_bindings(bind)?;
     let (ok, ex) = match xpu_plan::plan_with(&graph, &policy, &inv, &bindings) {
-        Ok((_, ex)) => (true, ex),
+        Ok((plan, ex)) => {
+            if let Some(path) = plan_out {
+                let frozen = xpu_plan::FrozenPlan {
+                    version: xpu_plan::FrozenPlan::VERSION,
+                    plan,
+                    explanation: ex.clone(),
+                };
+                std::fs::write(path, frozen.to_json())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("wrote the plan to {}", path.display());
+            }
+            (true, ex)
+        }
         Err(f) => (false, *f.explanation),
     };
     if json {

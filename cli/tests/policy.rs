@@ -369,3 +369,68 @@ fn run_under_a_policy_explains_itself() {
         "{err}"
     );
 }
+
+#[test]
+fn frozen_plans_replay_only_for_their_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_s = plan.to_str().unwrap();
+    let out_dir = dir.path().join("out");
+    let out_s = out_dir.to_str().unwrap();
+    let (code, _, err) = xpuctl(&[
+        "policy",
+        "resolve",
+        "--policy",
+        "deterministic-audit",
+        "examples/mlp.sgr",
+        "--plan-out",
+        plan_s,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        out_s,
+        "--plan",
+        plan_s,
+        "--explain",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("(policy deterministic-audit (frozen plan")
+            && out.contains("cpu.naive")
+            && out.contains("fact cpu: threads = 1"),
+        "{out}"
+    );
+    let (code, _, err) = xpuctl(&[
+        "run",
+        "examples/mlp.onnx",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        out_s,
+        "--plan",
+        plan_s,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("the plan was made for graph mlp"), "{err}");
+    std::fs::write(&plan, "{\"version\": 1, \"plan\": 5}").unwrap();
+    let (code, _, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        out_s,
+        "--plan",
+        plan_s,
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("plan.json: not a frozen plan: invalid type"), "{err}");
+    let (code, _, _) =
+        xpuctl(&["run", "examples/mlp.sgr", "--plan", plan_s, "--policy", "cpu-only"]);
+    assert_eq!(code, 2, "--plan and --policy conflict");
+}

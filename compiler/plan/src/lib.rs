@@ -13,7 +13,7 @@ pub mod render;
 
 pub use cache::{PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
-pub use model::{CapturePlan, Decision, Explanation, Rejection};
+pub use model::{CapturePlan, Decision, Explanation, FrozenPlan, Rejection};
 pub use planner::{PlanFailure, plan, plan_shared, plan_with};
 pub use reason::ReasonCode;
 

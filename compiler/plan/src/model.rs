@@ -248,3 +248,35 @@ impl Explanation {
         self.decisions.iter().filter(|d| d.fallback.is_some()).count()
     }
 }
+
+/// A plan frozen to a file (`xpuctl policy resolve --plan-out`), replayed later with
+/// `xpuctl run --plan`: the plan and the explanation it was made with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrozenPlan {
+    /// Format version of this file.
+    pub version: u32,
+    pub plan: CapturePlan,
+    pub explanation: Explanation,
+}
+
+impl FrozenPlan {
+    pub const VERSION: u32 = 1;
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plan serializes")
+    }
+
+    /// Reads a frozen plan, with `line:col` on malformed JSON.
+    pub fn from_json(text: &str) -> Result<FrozenPlan, String> {
+        let f: FrozenPlan =
+            serde_json::from_str(text).map_err(|e| format!(" not a frozen plan: {e}"))?;
+        if f.version != FrozenPlan::VERSION {
+            return Err(format!(
+                "frozen plan format {} is not supported (this build reads {})",
+                f.version,
+                FrozenPlan::VERSION
+            ));
+        }
+        Ok(f)
+    }
+}
