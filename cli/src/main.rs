@@ -55,12 +55,16 @@ enum Command {
         /// Job-level override of a key the policy marks overridable: KEY=VALUE.
         #[arg(long = "set")]
         set: Vec<String>,
+        /// Job label KEY=VALUE; without --policy, the policy whose `match.labels` fit best
+        /// (most specific, then priority) among $XPU_POLICY_PATH and policies/examples.
+        #[arg(long = "label", conflicts_with = "policy")]
+        labels: Vec<String>,
         /// Print the explanation: every node's engine, kernel, precision and the rule that chose it.
         #[arg(long)]
         explain: bool,
         /// Replay a frozen plan (`policy resolve --plan-out`) instead of planning; the program
         /// must be the one it was made for.
-        #[arg(long, conflicts_with_all = ["policy", "set"])]
+        #[arg(long, conflicts_with_all = ["policy", "set", "labels"])]
         plan: Option<PathBuf>,
         /// An input: NAME=PATH (.npy or .pb), or PATH.pb (the name comes from the proto).
         #[arg(long = "input", short = 'i')]
@@ -244,9 +248,17 @@ fn main() -> ExitCode {
 
 fn dispatch(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Run { program, policy, set, explain, plan, inputs, out, format } => {
-            run(&program, policy.as_deref(), &set, explain, plan.as_deref(), &inputs, &out, format)
-        }
+        Command::Run { program, policy, set, labels, explain, plan, inputs, out, format } => run(
+            &program,
+            policy.as_deref(),
+            &labels,
+            &set,
+            explain,
+            plan.as_deref(),
+            &inputs,
+            &out,
+            format,
+        ),
         Command::Policy(cmd) => {
             let ok = match cmd {
                 PolicyCommand::Check { paths, inventory, format } => {
@@ -437,6 +449,7 @@ fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
 fn run(
     program: &Path,
     policy: Option<&str>,
+    labels: &[String],
     overrides: &[String],
     explain: bool,
     frozen: Option<&Path>,
@@ -475,7 +488,11 @@ fn run(
             (f.plan, f.explanation, name)
         }
         None => {
-            let policy = policy_cmd::load_policy(policy, overrides)?;
+            let policy = if labels.is_empty() {
+                policy_cmd::load_policy(policy, overrides)?
+            } else {
+                policy_cmd::select_policy(labels, overrides)?
+            };
             let inventory = registry.inventory();
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let bindings = xpu_plan::bind_symbols(&g, &shapes);

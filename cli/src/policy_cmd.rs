@@ -33,17 +33,23 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The policy for `--policy FILE|NAME`: a file path, or a name looked up in `XPU_POLICY_PATH`
-/// (colon-separated directories), then `policies/examples`.
+/// Where policies are found by name or by labels: `XPU_POLICY_PATH` (colon-separated
+/// directories), then `policies/examples`.
+fn policy_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var("XPU_POLICY_PATH")
+        .map(|v| v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect())
+        .unwrap_or_default();
+    dirs.push(PathBuf::from("policies/examples"));
+    dirs
+}
+
+/// The policy for `--policy FILE|NAME`: a file path, or a name looked up in the policy dirs.
 pub fn resolve_policy_path(arg: &str) -> Result<PathBuf> {
     let p = PathBuf::from(arg);
     if p.is_file() {
         return Ok(p);
     }
-    let mut dirs: Vec<PathBuf> = std::env::var("XPU_POLICY_PATH")
-        .map(|v| v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect())
-        .unwrap_or_default();
-    dirs.push(PathBuf::from("policies/examples"));
+    let dirs = policy_dirs();
     for d in &dirs {
         let f = d.join(format!("{arg}.toml"));
         if f.is_file() {
@@ -65,6 +71,33 @@ pub fn loader(overrides: &[String]) -> Result<Loader> {
         l = l.with_override(k.trim(), v.trim());
     }
     Ok(l)
+}
+
+/// The policy a job with `labels` gets among every policy in the policy dirs: the most
+/// specific `match.labels` wins, then `priority` (see `xpu_policy::select`).
+pub fn select_policy(labels: &[String], overrides: &[String]) -> Result<Policy> {
+    let mut wanted = std::collections::BTreeMap::new();
+    for kv in labels {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| crate::usage(format!("--label {kv:?}: expected KEY=VALUE")))?;
+        wanted.insert(k.to_string(), v.to_string());
+    }
+    let l = loader(overrides)?;
+    let mut policies = Vec::new();
+    for dir in policy_dirs().iter().filter(|d| d.is_dir()) {
+        for f in expand(std::slice::from_ref(dir))? {
+            // An invalid policy never wins silently: it is an error.
+            policies.push(l.load(&f).map_err(|d| anyhow!("{d}"))?);
+        }
+    }
+    xpu_policy::select(&policies, &wanted).cloned().ok_or_else(|| {
+        anyhow!(
+            "no policy in {} matches labels {}",
+            policy_dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+            labels.join(", ")
+        )
+    })
 }
 
 pub fn load_policy(arg: Option<&str>, overrides: &[String]) -> Result<Policy> {

@@ -434,3 +434,31 @@ fn frozen_plans_replay_only_for_their_program() {
         xpuctl(&["run", "examples/mlp.sgr", "--plan", plan_s, "--policy", "cpu-only"]);
     assert_eq!(code, 2, "--plan and --policy conflict");
 }
+
+#[test]
+fn labels_select_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_s = dir.path().to_str().unwrap();
+    let run = |labels: &[&str]| {
+        let mut args =
+            vec!["run", "examples/mlp.sgr", "--input", "x=examples/mlp_input.npy", "--out", out_s];
+        for l in labels {
+            args.extend(["--label", l]);
+        }
+        xpuctl(&args)
+    };
+    let (code, out, err) = run(&["tier=batch"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(policy cpu-only)"), "{out}");
+    let (code, out, err) = run(&["tier=batch", "audit=true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("(policy deterministic-audit)"),
+        "priority 100 beats 10 at equal specificity: {out}"
+    );
+    let (code, out, err) = run(&["team=none"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(policy base)"), "only the unlabelled policy matches: {out}");
+    let (code, _, err) = run(&["oops"]);
+    assert_eq!(code, 2, "{err}");
+}
