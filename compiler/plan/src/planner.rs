@@ -304,6 +304,21 @@ impl<'a> Planner<'a> {
         {
             Some(p) => Some(p),
             None => match self.kernel_choice(f.op) {
+                // A pin by op class covers the ops of the class the kernel runs: an inventory
+                // whose entry for the kernel lacks this op (conv_transpose under
+                // `conv = "cpu.im2col_conv"`) leaves the op unpinned. A pin by op name, or of a
+                // kernel this inventory lacks, stays strict.
+                Some((key, KernelChoice::Pinned(k)))
+                    if key != f.op.name()
+                        && self
+                            .inventory
+                            .engines
+                            .iter()
+                            .filter_map(|e| e.kernel(k))
+                            .any(|kc| !kc.runs_op(f.op)) =>
+                {
+                    None
+                }
                 Some((key, KernelChoice::Pinned(k))) => Some((k.clone(), format!("kernels.{key}"))),
                 _ => None,
             },

@@ -190,6 +190,38 @@ fn pinned_kernels() {
 }
 
 #[test]
+fn class_pins_cover_only_the_ops_their_kernel_runs() {
+    // `binary` pinned to cuda.fused, whose entry runs add (a binary op) but not pow.
+    let inv =
+        INVENTORY.replace("classes = [\"binary\", \"softmax\"]", "ops = [\"add\", \"softmax\"]");
+    let g = GRAPH
+        .replace("add(%2, %0)", "pow(%2, %0)")
+        .replace("@name(\"fc.bias\")", "@name(\"fc.pow\")");
+    check_with(
+        &g,
+        &inv,
+        "[kernels]\nbinary = \"cuda.fused\"\n",
+        "fc.pow",
+        "cpu cpu.naive fp32 | by engines.fallback | fallback cuda OpUnsupported | rejected cuda:OpUnsupported",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        "[kernels]\nbinary = \"cpu.naive\"\n",
+        "fc.bias",
+        "cpu cpu.naive fp32 | by kernels.binary | rejected cuda:KernelNotPinned",
+    );
+    // By op name the pin is strict.
+    check_with(
+        &g,
+        &inv,
+        "[kernels]\npow = \"cuda.fused\"\n",
+        "fc.pow",
+        "UNPLACED | rejected cuda:OpUnsupported cpu:KernelNotPinned",
+    );
+}
+
+#[test]
 fn precision_choices() {
     check(
         "[precision]\ndefault = \"bf16\"\n",
