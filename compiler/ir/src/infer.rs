@@ -1046,15 +1046,23 @@ fn arity((lo, hi): (usize, usize)) -> String {
     }
 }
 
+/// The product of dims: known when all are known; a symbol when exactly one dim is a symbol
+/// and the others are 1 (flattening `[N, 1, 1]` keeps `N`); else unknown.
 fn product(d: &[Dim]) -> Dim {
     let mut p = 1u64;
+    let mut symbol = None;
     for x in d {
         match x {
             Dim::Known(n) => p = p.saturating_mul(*n),
+            Dim::Sym(s) if symbol.is_none() => symbol = Some(s),
             _ => return Dim::Unknown,
         }
     }
-    Dim::Known(p)
+    match symbol {
+        None => Dim::Known(p),
+        Some(s) if p == 1 => Dim::Sym(s.clone()),
+        Some(_) => Dim::Unknown,
+    }
 }
 
 fn reduce_dims(d: &[Dim], axes: &[usize], keep: bool) -> Vec<Dim> {

@@ -331,9 +331,9 @@ impl<'a> Planner<'a> {
                 None => self.order.clone(),
             },
         };
-        let preferred: Vec<String> = match self.kernel_choice(f.op) {
-            Some((_, KernelChoice::Prefer(ks))) => ks.clone(),
-            _ => Vec::new(),
+        let (preferred, pref_key): (Vec<String>, Option<String>) = match self.kernel_choice(f.op) {
+            Some((key, KernelChoice::Prefer(ks))) => (ks.clone(), Some(format!("kernels.{key}"))),
+            _ => (Vec::new(), None),
         };
         // The engine sequence: the first choice, then the policy order, then the rest.
         let mut sequence: Vec<String> = first_choice.clone();
@@ -578,6 +578,14 @@ impl<'a> Planner<'a> {
                         at: self.at("engines.order"),
                     },
                 });
+                // A kernel taken from a preference list names that list too (and its line).
+                let from_list = preferred.iter().position(|k| *k == *pick.0.kernel);
+                if let (Some(idx), Some(pk), Some(r)) = (from_list, &pref_key, &mut out.rule) {
+                    if r.key.starts_with("engines.") || &*r.key == "inventory order" {
+                        r.key = format!("{} + {pk}[{idx}]", r.key).into();
+                        r.at = self.at(pk);
+                    }
+                }
                 out.chosen = Some(pick);
                 // Later engines are still enumerated, so the explanation lists them.
             }

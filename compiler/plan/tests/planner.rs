@@ -185,7 +185,7 @@ fn pinned_kernels() {
     check(
         "[kernels]\nmatmul = [\"cpu.naive\", \"cpu.blas\"]\n[engines]\norder = [\"cpu\"]\n",
         "fc",
-        "cpu cpu.naive fp32 | by engines.order[0] | rejected cpu.blas:Outranked cuda:NotInOrder",
+        "cpu cpu.naive fp32 | by engines.order[0] + kernels.matmul[0] | rejected cpu.blas:Outranked cuda:NotInOrder",
     );
 }
 
