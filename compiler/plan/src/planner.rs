@@ -580,11 +580,11 @@ impl<'a> Planner<'a> {
                 });
                 // A kernel taken from a preference list names that list too (and its line).
                 let from_list = preferred.iter().position(|k| *k == *pick.0.kernel);
-                if let (Some(idx), Some(pk), Some(r)) = (from_list, &pref_key, &mut out.rule) {
-                    if r.key.starts_with("engines.") || &*r.key == "inventory order" {
-                        r.key = format!("{} + {pk}[{idx}]", r.key).into();
-                        r.at = self.at(pk);
-                    }
+                if let (Some(idx), Some(pk), Some(r)) = (from_list, &pref_key, &mut out.rule)
+                    && (r.key.starts_with("engines.") || &*r.key == "inventory order")
+                {
+                    r.key = format!("{} + {pk}[{idx}]", r.key).into();
+                    r.at = self.at(pk);
                 }
                 out.chosen = Some(pick);
                 // Later engines are still enumerated, so the explanation lists them.
