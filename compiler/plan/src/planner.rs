@@ -84,6 +84,9 @@ struct NodeFacts {
     /// Precision the node computes at (float nodes) and the dtype kernels must accept.
     precision: Option<PrecisionName>,
     kernel_dtype: DType,
+    /// The precision came from `precision.default`: a kernel that lacks it may run the node
+    /// at another allowed precision instead (a precision candidate, recorded).
+    alternates: bool,
     flops: Option<u64>,
     working_bytes: Option<u64>,
 }
@@ -91,6 +94,9 @@ struct NodeFacts {
 #[derive(Clone)]
 struct Walk {
     chosen: Option<(Choice, usize)>,
+    /// The precision of the chosen candidate, and why when it is not the node's target.
+    precision: Option<PrecisionName>,
+    precision_note: Option<RuleRef>,
     rule: Option<RuleRef>,
     fallback: Option<FallbackNote>,
     rejected: std::sync::Arc<Vec<Rejection>>,
@@ -98,6 +104,8 @@ struct Walk {
 
 struct WalkBuild {
     chosen: Option<(Choice, usize)>,
+    precision: Option<PrecisionName>,
+    precision_note: Option<RuleRef>,
     rule: Option<RuleRef>,
     fallback: Option<FallbackNote>,
     rejected: Vec<Rejection>,
@@ -109,6 +117,7 @@ struct WalkKey {
     op: Op,
     precision: Option<PrecisionName>,
     kernel_dtype: DType,
+    alternates: bool,
     rule: Option<usize>,
     /// Bit e: the node's tensors fit engine e's device memory.
     fits: u64,
@@ -224,7 +233,12 @@ impl<'a> Planner<'a> {
             .chain(n.outputs.iter().copied())
             .map(|v| value_bytes(g, v, self.bindings))
             .sum::<Option<u64>>();
-        (NodeFacts { op: n.op, precision, kernel_dtype, flops, working_bytes }, from, rule)
+        let alternates = from.as_ref().is_some_and(|r| &*r.key == "precision.default");
+        (
+            NodeFacts { op: n.op, precision, kernel_dtype, alternates, flops, working_bytes },
+            from,
+            rule,
+        )
     }
 
     fn matching_rule(&self, id: NodeId, dtype: DType, flops: Option<u64>) -> Option<usize> {
@@ -279,18 +293,31 @@ impl<'a> Planner<'a> {
             op: f.op,
             precision: f.precision,
             kernel_dtype: f.kernel_dtype,
+            alternates: f.alternates,
             rule: rule_idx,
             fits,
         };
         if let Some(w) = self.walks.get(&key) {
             return w.clone();
         }
-        let w = self.walk_uncached(f, rule_idx);
+        // A default precision changes only when no candidate runs the node at it.
+        let mut w = self.walk_uncached(f, rule_idx, false);
+        if w.chosen.is_none() && f.alternates {
+            let again = self.walk_uncached(f, rule_idx, true);
+            if again.chosen.is_some() {
+                w = again;
+            }
+        }
         self.walks.insert(key, w.clone());
         w
     }
 
-    fn walk_uncached(&mut self, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
+    fn walk_uncached(
+        &mut self,
+        f: &NodeFacts,
+        rule_idx: Option<usize>,
+        other_precisions: bool,
+    ) -> Walk {
         let spec = &self.policy.spec;
         let rule = rule_idx.map(|i| (i, self.rules[i].1));
         let rule_key = |i: usize, r: &Rule| match &r.name {
@@ -344,7 +371,14 @@ impl<'a> Planner<'a> {
         }
         let bitwise = spec.execution.determinism == xpu_policy::spec::Determinism::Bitwise;
         let allowed_precision = f.precision.is_none_or(|p| spec.precision.allow.contains(&p));
-        let mut out = WalkBuild { chosen: None, rule: None, fallback: None, rejected: Vec::new() };
+        let mut out = WalkBuild {
+            chosen: None,
+            precision: None,
+            precision_note: None,
+            rule: None,
+            fallback: None,
+            rejected: Vec::new(),
+        };
         let mut first_rejection: Option<(ReasonCode, String)> = None;
         for (pos, e) in sequence.iter().enumerate() {
             let in_first = first_choice.contains(e);
@@ -370,7 +404,8 @@ impl<'a> Planner<'a> {
                 continue;
             }
             if !in_first {
-                if let Some((i, r)) = rule {
+                if let Some((i, r)) = rule.filter(|(_, r)| r.engine.is_some() || r.kernel.is_some())
+                {
                     let at = self.at(&format!("rule[{i}]"));
                     out.rejected.push(reject(
                         ReasonCode::RuleOverride,
@@ -485,14 +520,48 @@ impl<'a> Planner<'a> {
                     ));
                     continue;
                 }
+                let mut precision = f.precision;
                 if !k.dtypes.contains(&f.kernel_dtype) {
+                    // A default precision the kernel lacks: the next allowed storage precision
+                    // it has is a candidate too; rule and keep_fp32 precisions are strict.
+                    // Only as wide or wider (never silently narrower), narrowest first.
+                    let width = |p: PrecisionName| p.storage().map(|d| d.size_bytes()).unwrap_or(0);
+                    let target = f.precision.map(width).unwrap_or(0);
+                    let undecided = engine_pick.is_none() && out.chosen.is_none();
+                    let alternate = (other_precisions && undecided)
+                        .then(|| {
+                            let mut c: Vec<PrecisionName> = spec
+                                .precision
+                                .allow
+                                .iter()
+                                .copied()
+                                .filter(|p| {
+                                    Some(*p) != f.precision
+                                        && p.storage().is_some()
+                                        && width(*p) >= target
+                                        && k.dtypes.contains(&p.kernel_dtype())
+                                })
+                                .collect();
+                            c.sort_by_key(|p| width(*p));
+                            c.first().copied()
+                        })
+                        .flatten();
                     engine_rejections.push(reject(
                         ReasonCode::DtypeUnsupported,
-                        format!("{} does not accept {}", k.name, f.kernel_dtype),
+                        match alternate {
+                            Some(p) => format!(
+                                "{} does not accept {}; it runs the node at {p} (precision.allow)",
+                                k.name, f.kernel_dtype
+                            ),
+                            None => format!("{} does not accept {}", k.name, f.kernel_dtype),
+                        },
                         None,
-                        kname,
+                        kname.clone(),
                     ));
-                    continue;
+                    match alternate {
+                        Some(p) => precision = Some(p),
+                        None => continue,
+                    }
                 }
                 if let (Some(limit), Some(bytes)) = (device_mem, f.working_bytes)
                     && bytes > limit
@@ -520,11 +589,23 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let device = Self::device_for(caps, &k.name);
+                if precision != f.precision {
+                    let p = precision.map(|p| p.name()).unwrap_or("-");
+                    out.precision_note = Some(RuleRef {
+                        key: format!(
+                            "precision.allow ({} lacks {}, runs {p})",
+                            k.name, f.kernel_dtype
+                        )
+                        .into(),
+                        at: self.at("precision.allow"),
+                    });
+                }
+                out.precision = precision;
                 engine_pick = Some((
                     Choice {
                         engine: e.as_str().into(),
                         kernel: k.name.as_str().into(),
-                        precision: prec_name.as_deref().map(Arc::from),
+                        precision: precision.map(|p| Arc::from(p.name())),
                         device: device.into(),
                     },
                     ei,
@@ -592,6 +673,8 @@ impl<'a> Planner<'a> {
         }
         Walk {
             chosen: out.chosen,
+            precision: out.precision,
+            precision_note: out.precision_note,
             rule: out.rule,
             fallback: out.fallback,
             rejected: std::sync::Arc::new(out.rejected),
@@ -641,6 +724,10 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let w = self.walk(&facts, rule_idx);
+            if w.chosen.is_some() && w.precision != facts.precision {
+                precisions[id.index()] = w.precision;
+                d.precision_from = w.precision_note.clone();
+            }
             d.rule = w.rule;
             d.fallback = w.fallback;
             d.rejected = w.rejected;

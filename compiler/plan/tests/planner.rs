@@ -244,6 +244,51 @@ fn precision_choices() {
 }
 
 #[test]
+fn a_kernel_without_the_default_precision_runs_the_next_allowed_one() {
+    // Under default bf16 cpu.naive takes matmul at bf16: an engine that runs the target
+    // precision wins over changing the precision.
+    check(
+        "[engines]\norder = [\"cpu\"]\n[precision]\ndefault = \"bf16\"\n",
+        "fc",
+        "cpu cpu.naive bf16 | by engines.order[0] | rejected cpu.blas:DtypeUnsupported cuda:NotInOrder",
+    );
+    // Pinned to cpu.blas (f32/f64 only), nothing runs bf16: the narrowest allowed precision at
+    // least as wide (fp32) is the candidate, recorded.
+    let pinned = "[engines]\norder = [\"cpu\"]\n[kernels]\nmatmul = \"cpu.blas\"\n[precision]\ndefault = \"bf16\"\n";
+    check(
+        pinned,
+        "fc",
+        "cpu cpu.blas fp32 | by kernels.matmul | rejected cpu.blas:DtypeUnsupported cpu.naive:KernelNotPinned cuda:NotInOrder",
+    );
+    // Never narrower, and rule precisions are strict.
+    check(
+        "[engines]\norder = [\"cpu\"]\n[kernels]\nmatmul = \"cpu.blas\"\n[precision]\ndefault = \"bf16\"\nallow = [\"bf16\", \"fp16\"]\n",
+        "fc",
+        "UNPLACED | rejected cpu.blas:DtypeUnsupported cpu.naive:KernelNotPinned cuda:NotInOrder",
+    );
+    check(
+        "[engines]\norder = [\"cpu\"]\n[kernels]\nmatmul = \"cpu.blas\"\n[[rule]]\nwhen = { op = \"matmul\" }\nprecision = \"bf16\"\n",
+        "fc",
+        "UNPLACED | rejected cpu.blas:DtypeUnsupported cpu.naive:KernelNotPinned cuda:NotInOrder",
+    );
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let (plan, ex) = xpu_plan::plan(&g, &policy(pinned), &inv).unwrap();
+    let d = &ex.decisions[0];
+    assert_eq!(
+        d.precision_from.as_ref().map(|r| &*r.key),
+        Some("precision.allow (cpu.blas lacks bf16, runs fp32)")
+    );
+    let mm = plan.placements.iter().find(|p| p.op == "matmul").unwrap();
+    assert_eq!(
+        plan.graph.ty(plan.graph.node(mm.node).outputs[0]).dtype,
+        xpu_ir::DType::F32,
+        "the graph follows the chosen precision"
+    );
+    xpu_ir::verify(&plan.graph).unwrap();
+}
+
+#[test]
 fn rules_override_engine_kernel_and_precision() {
     check(
         "[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nname = \"gpu matmul\"\nwhen = { op = \"matmul\", min_flops = 100 }\nengine = \"cuda\"\nprecision = \"fp16\"\n",
