@@ -553,7 +553,7 @@ fn resolve_json(ex: &Explanation, ok: bool) -> serde_json::Value {
                 "fallback": d.fallback,
                 "flops": d.flops,
                 "rejected": d.rejected.iter().map(|r| serde_json::json!({
-                    "engine": r.engine, "kernel": r.kernel, "code": r.code.name(), "detail": r.detail, "at": r.at,
+                    "engine": r.engine, "kernel": r.kernel, "code": r.code.name(), "detail": r.detail, "key": r.key, "at": r.at,
                 })).collect::<Vec<_>>(),
             })
         })

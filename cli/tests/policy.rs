@@ -189,7 +189,7 @@ fn resolve_prints_the_plan_and_its_json() {
     }
     assert_eq!((n0["engine"].as_str(), n0["precision"].as_str()), (Some("cuda"), Some("bf16")));
     let r = &n0["rejected"][0];
-    for key in ["engine", "kernel", "code", "detail", "at"] {
+    for key in ["engine", "kernel", "code", "detail", "key", "at"] {
         assert!(r.get(key).is_some(), "rejection lacks {key}: {r}");
     }
     // The live inventory has no cuda: the pinned matmuls cannot be placed, exit 1, and --why says why.

@@ -136,7 +136,9 @@ pub struct Rejection {
     pub precision: Option<String>,
     pub code: ReasonCode,
     pub detail: String,
-    /// Policy location (`file:line`) behind the rejection, when a policy key caused it.
+    /// The policy key behind the rejection (`engines.deny`, `kernels.matmul`, `rule[2]`),
+    /// when a policy key caused it, and where it is set (`file:line`).
+    pub key: Option<Arc<str>>,
     pub at: Option<Arc<str>>,
 }
 

@@ -170,6 +170,12 @@ impl<'a> Planner<'a> {
         p
     }
 
+    /// The policy key behind a rejection and where it is set.
+    fn loc(&mut self, key: &str) -> Option<(Arc<str>, Option<Arc<str>>)> {
+        let at = self.at(key);
+        Some((Arc::from(key), at))
+    }
+
     fn at(&mut self, key: &str) -> Option<Arc<str>> {
         if let Some(a) = self.at_cache.get(key) {
             return a.clone();
@@ -384,17 +390,24 @@ impl<'a> Planner<'a> {
             let in_first = first_choice.contains(e);
             let reject = |code: ReasonCode,
                           detail: String,
-                          at: Option<Arc<str>>,
-                          kernel: Option<String>| Rejection {
-                engine: e.clone(),
-                kernel,
-                precision: prec_name.clone(),
-                code,
-                detail,
-                at,
+                          loc: Option<(Arc<str>, Option<Arc<str>>)>,
+                          kernel: Option<String>| {
+                let (key, at) = match loc {
+                    Some((k, a)) => (Some(k), a),
+                    None => (None, None),
+                };
+                Rejection {
+                    engine: e.clone(),
+                    kernel,
+                    precision: prec_name.clone(),
+                    code,
+                    detail,
+                    key,
+                    at,
+                }
             };
             if spec.engines.deny.contains(e) {
-                let at = self.at("engines.deny");
+                let at = self.loc("engines.deny");
                 out.rejected.push(reject(
                     ReasonCode::PolicyDenied,
                     format!("{e} is denied"),
@@ -406,7 +419,7 @@ impl<'a> Planner<'a> {
             if !in_first {
                 if let Some((i, r)) = rule.filter(|(_, r)| r.engine.is_some() || r.kernel.is_some())
                 {
-                    let at = self.at(&format!("rule[{i}]"));
+                    let at = self.loc(&format!("rule[{i}]"));
                     out.rejected.push(reject(
                         ReasonCode::RuleOverride,
                         format!("{} sends this node to {}", rule_key(i, r), first_choice[0]),
@@ -416,7 +429,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 if !spec.engines.order.is_empty() && !spec.engines.order.contains(e) {
-                    let at = self.at("engines.order");
+                    let at = self.loc("engines.order");
                     out.rejected.push(reject(
                         ReasonCode::NotInOrder,
                         format!("{e} is not in engines.order"),
@@ -449,14 +462,14 @@ impl<'a> Planner<'a> {
             }
             if let Some((pk, key)) = &pinned {
                 if xpu_engine::catalog::engine_of(pk) != e {
-                    let at = self.at(key);
+                    let at = self.loc(key);
                     let detail = format!("{} is pinned to {pk} ({key})", f.op);
                     first_rejection.get_or_insert((ReasonCode::KernelNotPinned, detail.clone()));
                     out.rejected.push(reject(ReasonCode::KernelNotPinned, detail, at, None));
                     continue;
                 }
                 if caps.kernel(pk).is_none() {
-                    let at = self.at(key);
+                    let at = self.loc(key);
                     let detail = format!("pinned kernel {pk} is not in {e}'s inventory entry");
                     first_rejection.get_or_insert((ReasonCode::KernelUnavailable, detail.clone()));
                     out.rejected.push(reject(
@@ -488,7 +501,7 @@ impl<'a> Planner<'a> {
                 if let Some((pk, key)) = &pinned
                     && &k.name != pk
                 {
-                    let at = self.at(key);
+                    let at = self.loc(key);
                     engine_rejections.push(reject(
                         ReasonCode::KernelNotPinned,
                         format!("{} is pinned to {pk}", f.op),
@@ -498,7 +511,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 if !allowed_precision {
-                    let at = self.at("precision.allow");
+                    let at = self.loc("precision.allow");
                     engine_rejections.push(reject(
                         ReasonCode::PrecisionNotAllowed,
                         format!(
@@ -511,7 +524,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 if bitwise && !k.deterministic {
-                    let at = self.at("execution.determinism");
+                    let at = self.loc("execution.determinism");
                     engine_rejections.push(reject(
                         ReasonCode::NotDeterministic,
                         format!("{} is not bitwise reproducible", k.name),
@@ -620,7 +633,7 @@ impl<'a> Planner<'a> {
             if let Some(pick) = engine_pick {
                 let is_fallback = first_choice.first().is_none_or(|f0| f0 != e);
                 if is_fallback && spec.engines.fallback == Fallback::Deny {
-                    let at = self.at("engines.fallback");
+                    let at = self.loc("engines.fallback");
                     out.rejected.push(reject(
                         ReasonCode::FallbackDenied,
                         format!(

@@ -69,7 +69,12 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
                     Some(k) => k.clone(),
                     None => r.engine.clone(),
                 };
-                let at = r.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default();
+                let at = match (&r.key, &r.at) {
+                    (Some(k), Some(a)) => format!(" ({k}, {a})"),
+                    (Some(k), None) => format!(" ({k})"),
+                    (None, Some(a)) => format!(" ({a})"),
+                    (None, None) => String::new(),
+                };
                 lines.push(format!("rejected {what}: {} — {}{at}", r.code.name(), r.detail));
             }
         }
