@@ -457,7 +457,7 @@ fn run(
     out_dir: &Path,
     format: Format,
 ) -> Result<()> {
-    let g = program::load(program)?;
+    let g = std::sync::Arc::new(program::load(program)?);
     let inputs = bind_inputs(&g, input_args)?;
     let registry = registry();
     let (plan, mut explanation, policy_name) = match frozen {
@@ -496,7 +496,8 @@ fn run(
             let inventory = registry.inventory();
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let bindings = xpu_plan::bind_symbols(&g, &shapes);
-            match xpu_plan::plan_with(&g, &policy, &inventory, &bindings) {
+            // Shared with the plan (no copy of the weights) and hashed once.
+            match xpu_plan::plan_shared(&g, &g.content_hash(), &policy, &inventory, &bindings) {
                 Ok((p, e)) => (p, e, policy.name().to_string()),
                 Err(f) => {
                     if explain {

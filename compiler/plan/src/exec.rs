@@ -87,12 +87,24 @@ impl GraphExec {
                     reason: caps.availability.to_string(),
                 });
             }
-            let part = plan.graph.partition(&p.nodes);
+            // A plan of one partition runs the planned graph itself: no copy of its constants.
+            let whole = plan.partitions.len() == 1 && p.nodes.len() == plan.graph.nodes.len();
+            let cut = (!whole).then(|| plan.graph.partition(&p.nodes));
+            let (graph, inputs, outputs, sources) = match &cut {
+                Some(part) => {
+                    (&part.graph, part.inputs.clone(), part.outputs.clone(), part.sources.clone())
+                }
+                None => (
+                    &*plan.graph,
+                    plan.graph.inputs.clone(),
+                    plan.graph.outputs.iter().map(|o| o.value).collect(),
+                    plan.graph.node_ids().map(Some).collect(),
+                ),
+            };
             // Kernels come from the placements (by planned-graph node); the engine wants
             // partition-local ids. Constants run on the engine's own constant path.
             let mut assignment = p.assignment.clone();
-            assignment.kernels = part
-                .sources
+            assignment.kernels = sources
                 .iter()
                 .enumerate()
                 .filter_map(|(local, src)| {
@@ -101,16 +113,18 @@ impl GraphExec {
                         .then(|| (NodeId(local as u32), placement.kernel.to_string()))
                 })
                 .collect();
-            let exe = engine.prepare(&part.graph, &assignment).map_err(|source| {
-                ExecError::Engine { partition: p.id, engine: p.engine.clone(), source }
+            let exe = engine.prepare(graph, &assignment).map_err(|source| ExecError::Engine {
+                partition: p.id,
+                engine: p.engine.clone(),
+                source,
             })?;
             parts.push(Prepared {
                 partition: p.id,
                 engine: p.engine.clone(),
                 device: p.device.clone(),
-                inputs: part.inputs,
-                outputs: part.outputs,
-                sources: part.sources,
+                inputs,
+                outputs,
+                sources,
                 exe,
             });
         }
