@@ -297,6 +297,10 @@ fn dispatch(cmd: Command) -> Result<()> {
             };
             if ok { Ok(()) } else { Err(Reported.into()) }
         }
+        Command::Check { program, format } if program::is_minilang(&program) => {
+            let ok = program::check_minilang(&program, format == Format::Json)?;
+            if ok { Ok(()) } else { Err(Reported.into()) }
+        }
         Command::Check { program, format } => {
             let g = program::load(&program)?;
             match format {

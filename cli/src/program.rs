@@ -1,4 +1,5 @@
-//! Loading a program file by extension: `.onnx`, `.sgr` (text form) or `.json` (JSON form).
+//! Loading a program file by extension: `.onnx`, `.sgr` (text form), `.json` (JSON form), or
+//! `.ml` (MiniLang: checked here; lowering to SGR-ML is not built yet).
 
 use std::path::Path;
 
@@ -24,8 +25,25 @@ pub fn load(path: &Path) -> Result<Graph> {
                 anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
             })?
         }
+        "ml" => {
+            let text = String::from_utf8(bytes)
+                .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
+            let (_, diags) = xpu_minilang::analyze(&text);
+            if diags.iter().any(|d| d.is_error()) {
+                bail!(
+                    "{}: {} error(s):\n{}",
+                    path.display(),
+                    diags.iter().filter(|d| d.is_error()).count(),
+                    xpu_minilang::render(&path.display().to_string(), &text, &diags)
+                );
+            }
+            bail!(
+                "{}: MiniLang programs parse and check, but lowering them to SGR-ML is not built yet (`xpuctl check` reports their diagnostics)",
+                path.display()
+            )
+        }
         _ => bail!(
-            "{}: unknown program type `.{ext}` (expected .onnx, .sgr or .json)",
+            "{}: unknown program type `.{ext}` (expected .ml, .onnx, .sgr or .json)",
             path.display()
         ),
     };
@@ -39,4 +57,46 @@ pub fn load(path: &Path) -> Result<Graph> {
         );
     }
     Ok(g)
+}
+
+pub fn is_minilang(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("ml"))
+}
+
+/// `xpuctl check prog.ml`: every diagnostic, rendered (or as JSON); Ok(false) when any is
+/// an error.
+pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
+    let (program, diags) = xpu_minilang::analyze(&text);
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let name = path.display().to_string();
+    if json {
+        let list: Vec<_> = diags
+            .iter()
+            .map(|d| {
+                let (line, col) = d.line_col(&text);
+                serde_json::json!({
+                    "code": d.code, "severity": if d.is_error() { "error" } else { "warning" },
+                    "file": name, "line": line, "col": col, "message": d.message,
+                    "label": d.label, "help": d.help,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"program": name, "ok": errors == 0, "statements": program.stmts.len(), "diagnostics": list})
+            )?
+        );
+    } else {
+        print!("{}", xpu_minilang::render(&name, &text, &diags));
+        if errors == 0 {
+            println!("{name}: ok ({} statements)", program.stmts.len());
+        } else {
+            println!("{name}: {errors} error(s)");
+        }
+    }
+    Ok(errors == 0)
 }

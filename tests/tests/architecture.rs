@@ -9,13 +9,22 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("xpu-ir", &[][..]),
         ("xpu-onnx", &["xpu-ir"][..]),
+        ("xpu-minilang", &["xpu-ir"][..]),
         ("xpu-engine", &["xpu-ir"][..]),
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         (
             "xpuctl",
-            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
+            &[
+                "xpu-ir",
+                "xpu-onnx",
+                "xpu-minilang",
+                "xpu-engine",
+                "xpu-engine-cpu",
+                "xpu-policy",
+                "xpu-plan",
+            ][..],
         ),
         (
             "xpu-bench",
@@ -23,7 +32,15 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ),
         (
             "xpu-tests",
-            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
+            &[
+                "xpu-ir",
+                "xpu-onnx",
+                "xpu-minilang",
+                "xpu-engine",
+                "xpu-engine-cpu",
+                "xpu-policy",
+                "xpu-plan",
+            ][..],
         ),
     ])
 }
