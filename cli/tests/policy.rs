@@ -462,3 +462,38 @@ fn labels_select_the_policy() {
     let (code, _, err) = run(&["oops"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn minilang_check_reports_every_diagnostic() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("example.ml");
+    std::fs::write(&seed, "# example.ml\nlet data = load_csv(\"titanic.csv\")\nprint stats(data, [\"mean\", \"std\", \"50%\"])\n").unwrap();
+    let (code, out, err) = xpuctl(&["check", seed.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("example.ml: ok (2 statements)"), "{out}");
+    let p = dir.path().join("bad.ml");
+    std::fs::write(&p, "let x = 1\nx = 2\nprint lod_csv(\"a.csv\")\nlet y = [1, 2\n").unwrap();
+    let ps = p.to_str().unwrap();
+    let (code, out, _) = xpuctl(&["check", ps]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("error[E0101]: cannot assign twice to immutable binding `x`"), "{out}");
+    assert!(out.contains("bad.ml:2:1") && out.contains("first bound here"), "{out}");
+    assert!(out.contains("error[E0004]"), "{out}");
+    let (code, out, _) = xpuctl(&["check", ps, "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = &v["diagnostics"][0];
+    assert_eq!(
+        (d["code"].as_str(), d["line"].as_u64(), d["col"].as_u64()),
+        (Some("E0101"), Some(2), Some(1)),
+        "{d}"
+    );
+    // Running MiniLang is not built yet: a clear error, never a panic.
+    let (code, _, err) = xpuctl(&["run", seed.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("lowering them to SGR-ML is not built yet"), "{err}");
+    std::fs::write(&p, [0xff, 0xfe, b'\n']).unwrap();
+    let (code, _, err) = xpuctl(&["check", ps]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not UTF-8"), "{err}");
+}

@@ -280,10 +280,16 @@ impl Checker {
                     }
                     None => self.expr(callee),
                 }
-                let scoped = callee_name.as_deref().is_some_and(|n| COLUMN_SCOPED.contains(&n));
+                // An unknown callee is already reported; its arguments are not checked (a
+                // misspelt `filtr(Age > 1)` would otherwise also flag the column).
+                let unknown_callee = callee_name
+                    .as_deref()
+                    .is_some_and(|n| self.lookup(n).is_none() && !BUILTINS.contains(&n));
+                let scoped = unknown_callee
+                    || callee_name.as_deref().is_some_and(|n| COLUMN_SCOPED.contains(&n));
                 for (i, a) in args.iter().enumerate() {
                     // The table (first positional argument) is an ordinary expression.
-                    let columns = scoped && (i > 0 || a.name.is_some());
+                    let columns = scoped && (unknown_callee || i > 0 || a.name.is_some());
                     if columns {
                         self.column_scope += 1;
                     }

@@ -130,6 +130,16 @@ impl Parser {
     /// Skips to the end of the statement (a newline or `;` outside brackets, or `}`).
     fn recover(&mut self) {
         self.depth = 0;
+        // A statement keyword opening a line starts the next statement, even when the broken
+        // one left a bracket open (`let a = (1 +` then `let b = …`).
+        let line_start = |p: &Parser, i: usize| {
+            i > 0
+                && matches!(p.toks[i - 1].0, Tok::Newline)
+                && matches!(p.toks[i].0, Tok::Let | Tok::Fn | Tok::For | Tok::Print)
+        };
+        if line_start(self, self.pos) {
+            return;
+        }
         loop {
             match &self.toks[self.pos].0 {
                 Tok::Newline | Tok::Semi | Tok::RBrace | Tok::Eof => return,

@@ -1,0 +1,38 @@
+//! Golden diagnostics: `tests/minilang/*.ml` hold a MiniLang source, then
+//! `# ==== expected ====` and the diagnostics `xpuctl check` renders for it (codespan
+//! format, no colour). `XPU_BLESS=1` rewrites the expectations.
+
+const SEPARATOR: &str = "# ==== expected ====";
+
+fn run_file(path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let (src, expected) = match text.split_once(SEPARATOR) {
+        Some((s, e)) => (s.to_string(), e.trim_start_matches('\n').to_string()),
+        None => (text.clone(), String::new()),
+    };
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let (_, diags) = xpu_minilang::analyze(&src);
+    let mut actual = xpu_minilang::render(&name, &src, &diags);
+    if diags.is_empty() {
+        actual = "(no diagnostics)\n".into();
+    }
+    xpu_tests::check_golden(path, &src, SEPARATOR, &expected, &actual)
+}
+
+#[test]
+fn golden_diagnostics() {
+    let dir = xpu_tests::repo_root().join("tests/minilang");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/minilang exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5);
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display())))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
