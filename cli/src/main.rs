@@ -461,7 +461,15 @@ fn run(
     out_dir: &Path,
     format: Format,
 ) -> Result<()> {
-    let g = std::sync::Arc::new(program::load(program)?);
+    let (g, prints) = if program::is_minilang(program) {
+        let bytes =
+            std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
+        let ml = program::load_minilang(program, bytes)?;
+        (ml.graph, Some(ml.prints))
+    } else {
+        (program::load(program)?, None)
+    };
+    let g = std::sync::Arc::new(g);
     let inputs = bind_inputs(&g, input_args)?;
     let registry = registry();
     let (plan, mut explanation, policy_name) = match frozen {
@@ -531,8 +539,22 @@ fn run(
     let engines = engines.into_iter().collect::<Vec<_>>().join("+");
     match format {
         Format::Text => {
-            for (name, path, t) in &written {
-                println!("{name}: {}  -> {}", tensors::summary(t), path.display());
+            if let Some(prints) = &prints {
+                // A MiniLang program prints what its `print` statements say, in order.
+                for item in prints {
+                    match item {
+                        xpu_minilang::lower::PrintItem::Text(t) => println!("{t}"),
+                        xpu_minilang::lower::PrintItem::Output(name) => {
+                            if let Some((_, _, t)) = written.iter().find(|(n, _, _)| n == name) {
+                                println!("{}", tensors::pretty(t));
+                            }
+                        }
+                    }
+                }
+            } else {
+                for (name, path, t) in &written {
+                    println!("{name}: {}  -> {}", tensors::summary(t), path.display());
+                }
             }
             println!(
                 "ran {} nodes on {engines} in {:.3} ms (policy {policy_name})",

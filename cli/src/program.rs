@@ -1,5 +1,5 @@
 //! Loading a program file by extension: `.onnx`, `.sgr` (text form), `.json` (JSON form), or
-//! `.ml` (MiniLang: checked here; lowering to SGR-ML is not built yet).
+//! `.ml` (MiniLang: checked, then lowered to SGR-ML).
 
 use std::path::Path;
 
@@ -25,23 +25,7 @@ pub fn load(path: &Path) -> Result<Graph> {
                 anyhow::anyhow!("{}:{}:{}: {e}", path.display(), e.line(), e.column())
             })?
         }
-        "ml" => {
-            let text = String::from_utf8(bytes)
-                .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
-            let (_, diags) = xpu_minilang::analyze(&text);
-            if diags.iter().any(|d| d.is_error()) {
-                bail!(
-                    "{}: {} error(s):\n{}",
-                    path.display(),
-                    diags.iter().filter(|d| d.is_error()).count(),
-                    xpu_minilang::render(&path.display().to_string(), &text, &diags)
-                );
-            }
-            bail!(
-                "{}: MiniLang programs parse and check, but lowering them to SGR-ML is not built yet (`xpuctl check` reports their diagnostics)",
-                path.display()
-            )
-        }
+        "ml" => return Ok(load_minilang(path, bytes)?.graph),
         _ => bail!(
             "{}: unknown program type `.{ext}` (expected .ml, .onnx, .sgr or .json)",
             path.display()
@@ -99,4 +83,34 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
         }
     }
     Ok(errors == 0)
+}
+
+/// A MiniLang program lowered to SGR-ML, with what its `print` statements show, in order.
+pub struct MiniLang {
+    pub graph: Graph,
+    pub prints: Vec<xpu_minilang::lower::PrintItem>,
+}
+
+/// Parses, checks and lowers a `.ml` file; every diagnostic is rendered into the error.
+pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
+    let name = path.display().to_string();
+    let (program, diags) = xpu_minilang::analyze(&text);
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    if errors > 0 {
+        bail!("{name}: {errors} error(s):\n{}", xpu_minilang::render(&name, &text, &diags));
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let lowered = xpu_minilang::lower::lower(&program, &stem).map_err(|diags| {
+        anyhow::anyhow!(
+            "{name}: {} error(s):\n{}",
+            diags.len(),
+            xpu_minilang::render(&name, &text, &diags)
+        )
+    })?;
+    if let Err(errs) = xpu_ir::verify(&lowered.graph) {
+        bail!("{name}: internal error: the lowered graph is invalid: {}", errs[0]);
+    }
+    Ok(MiniLang { graph: lowered.graph, prints: lowered.prints })
 }

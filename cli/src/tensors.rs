@@ -157,6 +157,82 @@ pub fn output_file_name(name: &str) -> String {
     }
 }
 
+/// A tensor the way numpy prints it: nested brackets, rows aligned; large tensors show
+/// their first and last 3 entries per axis.
+pub fn pretty(t: &Tensor) -> String {
+    let shape = t.shape().to_vec();
+    let vals: Vec<String> = match t.data() {
+        TensorData::Bool(v) => {
+            v.iter().map(|b| if *b { "True".into() } else { "False".into() }).collect()
+        }
+        TensorData::String(v) => v.iter().map(|s| format!("{s:?}")).collect(),
+        d if t.dtype().is_float() => (0..d.len()).map(|i| format_float(d.get_f64(i))).collect(),
+        d => (0..d.len()).map(|i| format!("{}", d.get_f64(i) as i64)).collect(),
+    };
+    if shape.is_empty() {
+        return vals.first().cloned().unwrap_or_default();
+    }
+    let width = vals.iter().map(|v| v.chars().count()).max().unwrap_or(1);
+    let mut out = String::new();
+    fn rec(
+        out: &mut String,
+        vals: &[String],
+        shape: &[usize],
+        offset: usize,
+        stride: usize,
+        width: usize,
+        indent: usize,
+    ) {
+        out.push('[');
+        let n = shape[0];
+        let inner: usize = shape[1..].iter().product();
+        let show: Vec<usize> =
+            if n > 6 { (0..3).chain(n - 3..n).collect() } else { (0..n).collect() };
+        for (k, &i) in show.iter().enumerate() {
+            if k > 0 {
+                if shape.len() > 1 {
+                    out.push_str(&"\n".repeat(shape.len() - 1));
+                    out.push_str(&" ".repeat(indent + 1));
+                } else {
+                    out.push(' ');
+                }
+            }
+            if n > 6 && k == 3 {
+                out.push_str("...");
+                if shape.len() > 1 {
+                    out.push('\n');
+                    out.push_str(&" ".repeat(indent + 1));
+                } else {
+                    out.push(' ');
+                }
+            }
+            if shape.len() == 1 {
+                out.push_str(&format!("{:>width$}", vals[offset + i * stride]));
+            } else {
+                rec(out, vals, &shape[1..], offset + i * inner, stride, width, indent + 1);
+            }
+        }
+        out.push(']');
+    }
+    rec(&mut out, &vals, &shape, 0, 1, width, 0);
+    out
+}
+
+fn format_float(v: f64) -> String {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if v == v.trunc() && v.abs() < 1e16 {
+        return format!("{v:.1}");
+    }
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0');
+    s.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1008 @@
+//! Lowering: MiniLang evaluates everything known at compile time (numbers, strings, lists,
+//! ranges, `if` on constants, `for` unrolled, functions inlined) and builds SGR-ML nodes for
+//! tensor values, so every program becomes one static graph. `print` of a tensor becomes a
+//! graph output (`print_0`, …); `print` of a compile-time value is kept as text, in order.
+//! Tables, models and plots are not lowered yet: they are reported as such, with their span.
+
+// Lowering errors are rare and end the statement; returning the diagnostic by value keeps
+// the hundred error sites readable, at the cost of a large Err variant.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+
+use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, ValueId};
+
+use crate::Span;
+use crate::ast::*;
+use crate::diag::Diagnostic;
+
+/// What `print` statements produce, in program order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrintItem {
+    Text(String),
+    /// A tensor: the graph output of this name.
+    Output(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    pub graph: Graph,
+    pub prints: Vec<PrintItem>,
+}
+
+#[derive(Debug, Clone)]
+enum Val {
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    Null,
+    List(Vec<Val>),
+    Range(i64, i64),
+    Tensor(ValueId),
+    Func(usize),
+    /// The value of a statement that failed (already reported): no echo errors.
+    Poison,
+}
+
+struct Lowerer<'p> {
+    g: Graph,
+    scopes: Vec<HashMap<String, Val>>,
+    fns: Vec<(&'p [Param], &'p Block)>,
+    prints: Vec<PrintItem>,
+    diags: Vec<Diagnostic>,
+    call_depth: usize,
+}
+
+type R<T> = Result<T, Diagnostic>;
+
+fn err(code: &'static str, span: Span, msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(code, span, msg)
+}
+
+/// Table, model and plot functions: part of the language, not lowered yet.
+const NOT_YET: &[&str] = &[
+    "load_csv",
+    "load_xlsx",
+    "load_parquet",
+    "write_csv",
+    "write_parquet",
+    "select",
+    "filter",
+    "with_column",
+    "group_by",
+    "agg",
+    "stats",
+    "pivot",
+    "join",
+    "sort",
+    "head",
+    "distinct",
+    "value_counts",
+    "columns",
+    "rows",
+    "count",
+    "median",
+    "first",
+    "nunique",
+    "var",
+    "std",
+    "tensor",
+    "model",
+    "plot",
+    "write_npy",
+];
+
+pub fn lower(program: &Program, name: &str) -> Result<Lowered, Vec<Diagnostic>> {
+    let mut l = Lowerer {
+        g: Graph::new(name),
+        scopes: vec![HashMap::new()],
+        fns: Vec::new(),
+        prints: Vec::new(),
+        diags: Vec::new(),
+        call_depth: 0,
+    };
+    for s in &program.stmts {
+        if let Err(d) = l.stmt(s) {
+            l.diags.push(d);
+        }
+    }
+    if !l.diags.is_empty() {
+        return Err(l.diags);
+    }
+    Ok(Lowered { graph: xpu_ir::passes::eliminate_dead_code(&l.g), prints: l.prints })
+}
+
+impl<'p> Lowerer<'p> {
+    fn lookup(&self, name: &str) -> Option<&Val> {
+        self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    fn stmt(&mut self, s: &'p Stmt) -> R<Val> {
+        match &s.kind {
+            StmtKind::Let { name, value, .. } => {
+                let v = self.expr(value).unwrap_or_else(|d| {
+                    self.diags.push(d);
+                    Val::Poison
+                });
+                self.scopes.last_mut().expect("scope").insert(name.name.clone(), v);
+                Ok(Val::Null)
+            }
+            StmtKind::Assign { name, value } => {
+                let v = self.expr(value)?;
+                for scope in self.scopes.iter_mut().rev() {
+                    if let Some(slot) = scope.get_mut(&name.name) {
+                        *slot = v;
+                        return Ok(Val::Null);
+                    }
+                }
+                Err(err("E0100", name.span, format!("unknown name `{}`", name.name)))
+            }
+            StmtKind::Fn { name, params, body } => {
+                self.fns.push((params, body));
+                let id = self.fns.len() - 1;
+                self.scopes.last_mut().expect("scope").insert(name.name.clone(), Val::Func(id));
+                Ok(Val::Null)
+            }
+            StmtKind::For { var, iter, body } => {
+                let items = match self.expr(iter)? {
+                    Val::List(items) => items,
+                    Val::Range(a, b) => (a..b).map(Val::Int).collect(),
+                    Val::Poison => return Ok(Val::Poison),
+                    other => {
+                        return Err(err(
+                            "E0202",
+                            iter.span,
+                            format!(
+                                "`for` needs a list or a range known at compile time, not {}",
+                                kind(&other)
+                            ),
+                        )
+                        .label("not a list or range"));
+                    }
+                };
+                if items.len() > 100_000 {
+                    return Err(err(
+                        "E0202",
+                        iter.span,
+                        format!("`for` unrolls {} iterations; the limit is 100,000", items.len()),
+                    ));
+                }
+                for item in items {
+                    self.scopes.push(HashMap::from([(var.name.clone(), item)]));
+                    let r = self.block(body);
+                    self.scopes.pop();
+                    r?;
+                }
+                Ok(Val::Null)
+            }
+            StmtKind::Print(e) => {
+                let v = self.expr(e)?;
+                match v {
+                    Val::Tensor(t) => {
+                        let name = format!("print_{}", self.prints.len());
+                        self.g.add_output(name.clone(), t);
+                        self.prints.push(PrintItem::Output(name));
+                    }
+                    Val::Poison => {}
+                    other => self.prints.push(PrintItem::Text(display(&other))),
+                }
+                Ok(Val::Null)
+            }
+            StmtKind::Expr(e) => self.expr(e),
+        }
+    }
+
+    fn block(&mut self, b: &'p Block) -> R<Val> {
+        self.scopes.push(HashMap::new());
+        let mut last = Val::Null;
+        let mut result = Ok(());
+        for s in &b.stmts {
+            match self.stmt(s) {
+                Ok(v) => last = if matches!(s.kind, StmtKind::Expr(_)) { v } else { Val::Null },
+                Err(d) => {
+                    result = Err(d);
+                    break;
+                }
+            }
+        }
+        self.scopes.pop();
+        result.map(|_| last)
+    }
+
+    fn expr(&mut self, e: &'p Expr) -> R<Val> {
+        match &e.kind {
+            ExprKind::Int(v) => Ok(Val::Int(*v)),
+            ExprKind::Float(v) => Ok(Val::Float(*v)),
+            ExprKind::Str(s) => Ok(Val::Str(s.clone())),
+            ExprKind::Bool(b) => Ok(Val::Bool(*b)),
+            ExprKind::Null => Ok(Val::Null),
+            ExprKind::Error => Ok(Val::Poison),
+            ExprKind::Name(n) => match self.lookup(n) {
+                Some(v) => Ok(v.clone()),
+                None if NOT_YET.contains(&n.as_str())
+                    || crate::check::BUILTINS.contains(&n.as_str()) =>
+                {
+                    Err(err("E0204", e.span, format!("`{n}` is a function; call it with (…)")))
+                }
+                None => Err(err("E0100", e.span, format!("unknown name `{n}`"))),
+            },
+            ExprKind::List(items) => {
+                let vals = items.iter().map(|i| self.expr(i)).collect::<R<Vec<_>>>()?;
+                Ok(Val::List(vals))
+            }
+            ExprKind::Range { start, end } => {
+                let a = self.int(start)?;
+                let b = self.int(end)?;
+                Ok(Val::Range(a, b))
+            }
+            ExprKind::Unary { op, expr } => {
+                let v = self.expr(expr)?;
+                match (op, v) {
+                    (_, Val::Poison) => Ok(Val::Poison),
+                    (UnOp::Neg, Val::Int(i)) => Ok(Val::Int(-i)),
+                    (UnOp::Neg, Val::Float(f)) => Ok(Val::Float(-f)),
+                    (UnOp::Not, Val::Bool(b)) => Ok(Val::Bool(!b)),
+                    (UnOp::Neg, v @ (Val::Tensor(_) | Val::List(_))) => {
+                        let t = self.as_tensor(v, e.span, None)?;
+                        self.op(Op::Neg, &[t], Attrs::new(), e.span)
+                    }
+                    (UnOp::Not, v @ (Val::Tensor(_) | Val::List(_))) => {
+                        let t = self.as_tensor(v, e.span, None)?;
+                        self.op(Op::Not, &[t], Attrs::new(), e.span)
+                    }
+                    (op, v) => Err(err(
+                        "E0201",
+                        e.span,
+                        format!(
+                            "`{}` does not apply to {}",
+                            if *op == UnOp::Neg { "-" } else { "not" },
+                            kind(&v)
+                        ),
+                    )),
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let a = self.expr(lhs)?;
+                let b = self.expr(rhs)?;
+                self.binary(*op, a, b, e.span)
+            }
+            ExprKind::If { cond, then, otherwise } => match self.expr(cond)? {
+                Val::Bool(true) => self.block(then),
+                Val::Bool(false) => match otherwise {
+                    Some(b) => self.block(b),
+                    None => Ok(Val::Null),
+                },
+                Val::Poison => Ok(Val::Poison),
+                other => Err(err(
+                    "E0203",
+                    cond.span,
+                    format!("`if` needs a condition known at compile time, not {}", kind(&other)),
+                )
+                .label("not a compile-time bool")
+                .help(Some(
+                    "for an elementwise choice between tensors use where(cond, a, b)".into(),
+                ))),
+            },
+            ExprKind::Call { callee, args, .. } => self.call(callee, args, e.span),
+            ExprKind::Index { target, items } => {
+                let t = self.expr(target)?;
+                self.index(t, items, e.span)
+            }
+            ExprKind::Field { name, .. } => Err(err(
+                "E0300",
+                name.span,
+                format!("column access `.{}` needs tables, which are not lowered yet", name.name),
+            )),
+        }
+    }
+
+    fn int(&mut self, e: &'p Expr) -> R<i64> {
+        match self.expr(e)? {
+            Val::Int(i) => Ok(i),
+            other => Err(err(
+                "E0201",
+                e.span,
+                format!("expected an integer known at compile time, found {}", kind(&other)),
+            )),
+        }
+    }
+
+    fn op(&mut self, op: Op, inputs: &[ValueId], attrs: Attrs, span: Span) -> R<Val> {
+        self.g.add_op(op, inputs, attrs).map(Val::Tensor).map_err(|e| {
+            err("E0205", span, e.to_string()).label(format!("{op}: shapes or types do not fit"))
+        })
+    }
+
+    fn constant(&mut self, t: Tensor) -> ValueId {
+        self.g.add_const(t)
+    }
+
+    /// A value as a tensor; scalars take `like`'s dtype when given.
+    fn as_tensor(&mut self, v: Val, span: Span, like: Option<DType>) -> R<ValueId> {
+        match v {
+            Val::Tensor(t) => Ok(t),
+            Val::Int(i) => Ok(self.constant(scalar(i as f64, like.unwrap_or(DType::I64)))),
+            Val::Float(f) => {
+                Ok(self.constant(scalar(f, like.filter(|d| d.is_float()).unwrap_or(DType::F64))))
+            }
+            Val::Bool(b) => Ok(self.constant(Tensor::scalar(b))),
+            Val::List(_) => {
+                let t = list_tensor(&v).map_err(|m| err("E0201", span, m))?;
+                Ok(self.constant(t))
+            }
+            other => Err(err(
+                "E0201",
+                span,
+                format!("expected a tensor or number, found {}", kind(&other)),
+            )),
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, a: Val, b: Val, span: Span) -> R<Val> {
+        use Val::*;
+        if matches!(a, Poison) || matches!(b, Poison) {
+            return Ok(Poison);
+        }
+        // Compile-time arithmetic and logic.
+        let num = |v: &Val| match v {
+            Int(i) => Some(*i as f64),
+            Float(f) => Some(*f),
+            _ => None,
+        };
+        match (&a, &b) {
+            (Int(x), Int(y)) => {
+                let (x, y) = (*x, *y);
+                let r = match op {
+                    BinOp::Add => x.checked_add(y).map(Int),
+                    BinOp::Sub => x.checked_sub(y).map(Int),
+                    BinOp::Mul => x.checked_mul(y).map(Int),
+                    BinOp::Div => (y != 0).then(|| Float(x as f64 / y as f64)),
+                    BinOp::Rem => (y != 0).then(|| Int(x.rem_euclid(y))),
+                    BinOp::Pow => u32::try_from(y)
+                        .ok()
+                        .and_then(|y| x.checked_pow(y))
+                        .map(Int)
+                        .or(Some(Float((x as f64).powf(y as f64)))),
+                    BinOp::Eq => Some(Bool(x == y)),
+                    BinOp::Ne => Some(Bool(x != y)),
+                    BinOp::Lt => Some(Bool(x < y)),
+                    BinOp::Le => Some(Bool(x <= y)),
+                    BinOp::Gt => Some(Bool(x > y)),
+                    BinOp::Ge => Some(Bool(x >= y)),
+                    _ => None,
+                };
+                return r.ok_or_else(|| err("E0201", span, format!("`{}` on {x} and {y}: overflow, division by zero or not defined for integers", op.symbol())));
+            }
+            (Int(_) | Float(_), Int(_) | Float(_)) => {
+                let (x, y) = (num(&a).expect("number"), num(&b).expect("number"));
+                return Ok(match op {
+                    BinOp::Add => Float(x + y),
+                    BinOp::Sub => Float(x - y),
+                    BinOp::Mul => Float(x * y),
+                    BinOp::Div => Float(x / y),
+                    BinOp::Rem => Float(x.rem_euclid(y)),
+                    BinOp::Pow => Float(x.powf(y)),
+                    BinOp::Eq => Bool(x == y),
+                    BinOp::Ne => Bool(x != y),
+                    BinOp::Lt => Bool(x < y),
+                    BinOp::Le => Bool(x <= y),
+                    BinOp::Gt => Bool(x > y),
+                    BinOp::Ge => Bool(x >= y),
+                    _ => {
+                        return Err(err(
+                            "E0201",
+                            span,
+                            format!("`{}` does not apply to numbers", op.symbol()),
+                        ));
+                    }
+                });
+            }
+            (Bool(x), Bool(y)) => {
+                return match op {
+                    BinOp::And => Ok(Bool(*x && *y)),
+                    BinOp::Or => Ok(Bool(*x || *y)),
+                    BinOp::Eq => Ok(Bool(x == y)),
+                    BinOp::Ne => Ok(Bool(x != y)),
+                    _ => Err(err(
+                        "E0201",
+                        span,
+                        format!("`{}` does not apply to booleans", op.symbol()),
+                    )),
+                };
+            }
+            (Str(x), Str(y)) => {
+                return match op {
+                    BinOp::Add => Ok(Str(format!("{x}{y}"))),
+                    BinOp::Eq => Ok(Bool(x == y)),
+                    BinOp::Ne => Ok(Bool(x != y)),
+                    _ => Err(err(
+                        "E0201",
+                        span,
+                        format!("`{}` does not apply to strings", op.symbol()),
+                    )),
+                };
+            }
+            _ => {}
+        }
+        // Tensors: scalars take the tensor's dtype.
+        let like = match (&a, &b) {
+            (Tensor(t), _) | (_, Tensor(t)) => Some(self.g.ty(*t).dtype),
+            _ => None,
+        };
+        let (is_tensor_a, is_tensor_b) =
+            (matches!(a, Tensor(_) | List(_)), matches!(b, Tensor(_) | List(_)));
+        if !is_tensor_a && !is_tensor_b {
+            return Err(err(
+                "E0201",
+                span,
+                format!("`{}` does not apply to {} and {}", op.symbol(), kind(&a), kind(&b)),
+            ));
+        }
+        let x = self.as_tensor(a, span, like)?;
+        let like = like.or(Some(self.g.ty(x).dtype));
+        let y = self.as_tensor(b, span, like)?;
+        let graph_op = match op {
+            BinOp::Add => Op::Add,
+            BinOp::Sub => Op::Sub,
+            BinOp::Mul => Op::Mul,
+            BinOp::Div => Op::Div,
+            BinOp::Rem => Op::Mod,
+            BinOp::Pow => Op::Pow,
+            BinOp::MatMul => Op::MatMul,
+            BinOp::Eq => Op::Equal,
+            BinOp::Lt => Op::Less,
+            BinOp::Le => Op::LessOrEqual,
+            BinOp::Gt => Op::Greater,
+            BinOp::Ge => Op::GreaterOrEqual,
+            BinOp::And => Op::And,
+            BinOp::Or => Op::Or,
+            BinOp::Ne => {
+                let eq = self.op(Op::Equal, &[x, y], Attrs::new(), span)?;
+                let Val::Tensor(eq) = eq else { unreachable!("op returns a tensor") };
+                return self.op(Op::Not, &[eq], Attrs::new(), span);
+            }
+        };
+        let attrs = if graph_op == Op::Mod && self.g.ty(x).dtype.is_float() {
+            Attrs::new().with("fmod", Attr::Int(1))
+        } else {
+            Attrs::new()
+        };
+        self.op(graph_op, &[x, y], attrs, span)
+    }
+
+    fn call(&mut self, callee: &'p Expr, args: &'p [Arg], span: Span) -> R<Val> {
+        let ExprKind::Name(name) = &callee.kind else {
+            return Err(err("E0204", callee.span, "only named functions can be called"));
+        };
+        if let Some(Val::Func(id)) = self.lookup(name).cloned() {
+            return self.call_user(id, name, args, span);
+        }
+        let mut positional = Vec::new();
+        let mut named: HashMap<&str, (Val, Span)> = HashMap::new();
+        for a in args {
+            let v = self.expr(&a.value)?;
+            if matches!(v, Val::Poison) {
+                return Ok(Val::Poison);
+            }
+            match &a.name {
+                Some(n) => {
+                    named.insert(n.name.as_str(), (v, n.span));
+                }
+                None => positional.push((v, a.value.span)),
+            }
+        }
+        let mut b = Builtin { l: self, name, span, positional, named };
+        b.run()
+    }
+
+    fn call_user(&mut self, id: usize, name: &str, args: &'p [Arg], span: Span) -> R<Val> {
+        let (params, body) = self.fns[id];
+        if self.call_depth > 64 {
+            return Err(err(
+                "E0102",
+                span,
+                format!("`{name}` is inlined more than 64 levels deep"),
+            ));
+        }
+        let mut scope = HashMap::new();
+        let mut next = 0;
+        for a in args {
+            let v = self.expr(&a.value)?;
+            let slot = match &a.name {
+                Some(n) => params.iter().position(|p| p.name.name == n.name).ok_or_else(|| {
+                    err("E0206", n.span, format!("`{name}` has no parameter `{}`", n.name))
+                        .label("unknown parameter")
+                })?,
+                None => {
+                    next += 1;
+                    next - 1
+                }
+            };
+            let Some(p) = params.get(slot) else {
+                return Err(err(
+                    "E0206",
+                    a.value.span,
+                    format!("`{name}` takes {} argument(s)", params.len()),
+                )
+                .label("one too many"));
+            };
+            scope.insert(p.name.name.clone(), v);
+        }
+        for p in params {
+            if !scope.contains_key(&p.name.name) {
+                let v = match &p.default {
+                    Some(d) => self.expr(d)?,
+                    None => {
+                        return Err(err(
+                            "E0206",
+                            span,
+                            format!("`{name}` needs argument `{}`", p.name.name),
+                        )
+                        .label("missing argument"));
+                    }
+                };
+                scope.insert(p.name.name.clone(), v);
+            }
+        }
+        self.scopes.push(scope);
+        self.call_depth += 1;
+        let r = self.block(body);
+        self.call_depth -= 1;
+        self.scopes.pop();
+        r
+    }
+
+    fn index(&mut self, target: Val, items: &'p [IndexItem], span: Span) -> R<Val> {
+        if let Val::List(list) = &target
+            && let [IndexItem::At(e)] = items
+        {
+            {
+                let i = self.int(e)?;
+                let n = list.len() as i64;
+                let k = if i < 0 { i + n } else { i };
+                return list.get(k as usize).cloned().filter(|_| (0..n).contains(&k)).ok_or_else(
+                    || err("E0207", e.span, format!("index {i} is out of range for a list of {n}")),
+                );
+            }
+        }
+        let t = self.as_tensor(target, span, None)?;
+        let rank = self.g.ty(t).dims.as_ref().map(|d| d.len()).unwrap_or(0);
+        if items.len() > rank {
+            return Err(err(
+                "E0207",
+                span,
+                format!("{} indices for a tensor of rank {rank}", items.len()),
+            ));
+        }
+        let (mut starts, mut ends, mut axes, mut squeeze) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (axis, it) in items.iter().enumerate() {
+            match it {
+                IndexItem::At(e) => {
+                    let i = self.int(e)?;
+                    starts.push(i);
+                    ends.push(if i == -1 { i64::MAX } else { i + 1 });
+                    squeeze.push(axis as i64);
+                }
+                IndexItem::Slice { start, end } => {
+                    let s = match start {
+                        Some(e) => self.int(e)?,
+                        None => 0,
+                    };
+                    let e = match end {
+                        Some(e) => self.int(e)?,
+                        None => i64::MAX,
+                    };
+                    starts.push(s);
+                    ends.push(e);
+                }
+            }
+            axes.push(axis as i64);
+        }
+        let n = starts.len();
+        let c = |v: Vec<i64>| Tensor::from_vec(vec![n], v).expect("1-D");
+        let (s, e, a) = (self.constant(c(starts)), self.constant(c(ends)), self.constant(c(axes)));
+        let Val::Tensor(sliced) = self.op(Op::Slice, &[t, s, e, a], Attrs::new(), span)? else {
+            unreachable!()
+        };
+        if squeeze.is_empty() {
+            return Ok(Val::Tensor(sliced));
+        }
+        let k = squeeze.len();
+        let sq = self.constant(Tensor::from_vec(vec![k], squeeze).expect("1-D"));
+        self.op(Op::Squeeze, &[sliced, sq], Attrs::new(), span)
+    }
+}
+
+struct Builtin<'a, 'p> {
+    l: &'a mut Lowerer<'p>,
+    name: &'a str,
+    span: Span,
+    positional: Vec<(Val, Span)>,
+    named: HashMap<&'a str, (Val, Span)>,
+}
+
+impl Builtin<'_, '_> {
+    fn arg(&mut self, i: usize, name: &str) -> Option<(Val, Span)> {
+        self.named.remove(name).or_else(|| self.positional.get(i).cloned())
+    }
+
+    fn need(&mut self, i: usize, name: &str) -> R<(Val, Span)> {
+        let (f, span) = (self.name.to_string(), self.span);
+        self.arg(i, name).ok_or_else(|| {
+            err("E0206", span, format!("`{f}` needs argument `{name}`")).label("missing argument")
+        })
+    }
+
+    fn tensor(&mut self, i: usize, name: &str) -> R<ValueId> {
+        let (v, span) = self.need(i, name)?;
+        self.l.as_tensor(v, span, None)
+    }
+
+    fn ints(&mut self, i: usize, name: &str) -> R<Option<Vec<i64>>> {
+        match self.arg(i, name) {
+            None | Some((Val::Null, _)) => Ok(None),
+            Some((Val::Int(v), _)) => Ok(Some(vec![v])),
+            Some((Val::List(items), span)) => items
+                .iter()
+                .map(|v| match v {
+                    Val::Int(i) => Ok(*i),
+                    other => Err(err(
+                        "E0201",
+                        span,
+                        format!("`{name}` must be integers, found {}", kind(other)),
+                    )),
+                })
+                .collect::<R<Vec<_>>>()
+                .map(Some),
+            Some((other, span)) => Err(err(
+                "E0201",
+                span,
+                format!(
+                    "`{name}` must be an integer or a list of integers, found {}",
+                    kind(&other)
+                ),
+            )),
+        }
+    }
+
+    fn flag(&mut self, name: &str) -> R<bool> {
+        match self.named.remove(name) {
+            None => Ok(false),
+            Some((Val::Bool(b), _)) => Ok(b),
+            Some((other, span)) => Err(err(
+                "E0201",
+                span,
+                format!("`{name}` must be true or false, found {}", kind(&other)),
+            )),
+        }
+    }
+
+    fn shape(&mut self) -> R<Vec<usize>> {
+        let (f, span) = (self.name.to_string(), self.span);
+        let dims = self
+            .ints(0, "shape")?
+            .ok_or_else(|| err("E0206", span, format!("`{f}` needs a shape")))?;
+        dims.iter()
+            .map(|&d| {
+                usize::try_from(d)
+                    .map_err(|_| err("E0201", span, format!("shape dims must be ≥ 0, found {d}")))
+            })
+            .collect::<R<Vec<_>>>()
+            .and_then(|s| {
+                if s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 28) {
+                    Err(err("E0201", span, "the shape has more than 2^28 elements"))
+                } else {
+                    Ok(s)
+                }
+            })
+    }
+
+    fn run(&mut self) -> R<Val> {
+        let span = self.span;
+        let unary = |op: Op| Some(op);
+        let elementwise = match self.name {
+            "relu" => unary(Op::Relu),
+            "tanh" => unary(Op::Tanh),
+            "sigmoid" => unary(Op::Sigmoid),
+            "exp" => unary(Op::Exp),
+            "log" => unary(Op::Log),
+            "sqrt" => unary(Op::Sqrt),
+            "abs" => unary(Op::Abs),
+            "gelu" => unary(Op::Gelu),
+            _ => None,
+        };
+        if let Some(op) = elementwise {
+            let x = self.tensor(0, "x")?;
+            return self.l.op(op, &[x], Attrs::new(), span);
+        }
+        match self.name {
+            "softmax" => {
+                let x = self.tensor(0, "x")?;
+                let axis = self.ints(1, "axis")?.and_then(|v| v.first().copied()).unwrap_or(-1);
+                self.l.op(Op::Softmax, &[x], Attrs::new().with("axis", Attr::Int(axis)), span)
+            }
+            "sum" | "mean" | "max" | "min" => {
+                let x = self.tensor(0, "x")?;
+                let op = match self.name {
+                    "sum" => Op::ReduceSum,
+                    "mean" => Op::ReduceMean,
+                    "max" => Op::ReduceMax,
+                    _ => Op::ReduceMin,
+                };
+                let keep = self.flag("keepdims")?;
+                let mut inputs = vec![x];
+                if let Some(axes) = self.ints(1, "axis")? {
+                    let n = axes.len();
+                    inputs.push(self.l.constant(Tensor::from_vec(vec![n], axes).expect("1-D")));
+                }
+                self.l.op(op, &inputs, Attrs::new().with("keepdims", Attr::Int(keep as i64)), span)
+            }
+            "reshape" => {
+                let x = self.tensor(0, "x")?;
+                let dims = self
+                    .ints(1, "shape")?
+                    .ok_or_else(|| err("E0206", span, "`reshape` needs a shape"))?;
+                let n = dims.len();
+                let s = self.l.constant(Tensor::from_vec(vec![n], dims).expect("1-D"));
+                self.l.op(Op::Reshape, &[x, s], Attrs::new(), span)
+            }
+            "transpose" => {
+                let x = self.tensor(0, "x")?;
+                let attrs = match self.ints(1, "perm")? {
+                    Some(p) => Attrs::new().with("perm", Attr::Ints(p)),
+                    None => Attrs::new(),
+                };
+                self.l.op(Op::Transpose, &[x], attrs, span)
+            }
+            "concat" => {
+                let (list, lspan) = self.need(0, "tensors")?;
+                let Val::List(items) = list else {
+                    return Err(err("E0201", lspan, "`concat` takes a list of tensors"));
+                };
+                let axis = self.ints(1, "axis")?.and_then(|v| v.first().copied()).unwrap_or(0);
+                let ts = items
+                    .into_iter()
+                    .map(|v| self.l.as_tensor(v, lspan, None))
+                    .collect::<R<Vec<_>>>()?;
+                self.l.op(Op::Concat, &ts, Attrs::new().with("axis", Attr::Int(axis)), span)
+            }
+            "where" => {
+                let c = self.tensor(0, "cond")?;
+                let a = self.tensor(1, "a")?;
+                let like = Some(self.l.g.ty(a).dtype);
+                let (bv, bspan) = self.need(2, "b")?;
+                let b = self.l.as_tensor(bv, bspan, like)?;
+                self.l.op(Op::Where, &[c, a, b], Attrs::new(), span)
+            }
+            "cast" => {
+                let x = self.tensor(0, "x")?;
+                let (v, dspan) = self.need(1, "dtype")?;
+                let Val::Str(d) = v else {
+                    return Err(err("E0201", dspan, "`cast` takes a dtype name such as \"f32\""));
+                };
+                let dt: DType =
+                    d.parse().map_err(|_| err("E0201", dspan, format!("unknown dtype `{d}`")))?;
+                self.l.op(Op::Cast, &[x], Attrs::new().with("to", Attr::DType(dt)), span)
+            }
+            "zeros" | "ones" => {
+                let shape = self.shape()?;
+                let n: usize = shape.iter().product();
+                let v = if self.name == "ones" { 1.0 } else { 0.0 };
+                Ok(Val::Tensor(
+                    self.l.constant(Tensor::from_vec(shape, vec![v; n]).expect("shape")),
+                ))
+            }
+            "full" => {
+                let shape = self.shape()?;
+                let n: usize = shape.iter().product();
+                let (v, vspan) = self.need(1, "value")?;
+                let t = match v {
+                    Val::Int(i) => Tensor::from_vec(shape, vec![i; n]),
+                    Val::Float(f) => Tensor::from_vec(shape, vec![f; n]),
+                    Val::Bool(b) => Tensor::from_vec(shape, vec![b; n]),
+                    other => {
+                        return Err(err(
+                            "E0201",
+                            vspan,
+                            format!("`full` fills with a number or bool, not {}", kind(&other)),
+                        ));
+                    }
+                }
+                .expect("shape");
+                Ok(Val::Tensor(self.l.constant(t)))
+            }
+            "arange" => {
+                let a = self.ints(0, "start")?.and_then(|v| v.first().copied());
+                let b = self.ints(1, "stop")?.and_then(|v| v.first().copied());
+                let step = self.ints(2, "step")?.and_then(|v| v.first().copied()).unwrap_or(1);
+                let (start, stop) = match (a, b) {
+                    (Some(n), None) => (0, n),
+                    (Some(s), Some(e)) => (s, e),
+                    _ => return Err(err("E0206", span, "`arange` needs a stop")),
+                };
+                if step == 0 {
+                    return Err(err("E0201", span, "`arange` step must not be 0"));
+                }
+                let v: Vec<i64> = if step > 0 {
+                    (start..stop).step_by(step as usize).collect()
+                } else {
+                    (stop + 1..=start).rev().step_by(step.unsigned_abs() as usize).collect()
+                };
+                if v.len() > 1 << 28 {
+                    return Err(err("E0201", span, "`arange` would make more than 2^28 elements"));
+                }
+                let n = v.len();
+                Ok(Val::Tensor(self.l.constant(Tensor::from_vec(vec![n], v).expect("1-D"))))
+            }
+            "randn" => {
+                let shape = self.shape()?;
+                let seed = self.ints(1, "seed")?.and_then(|v| v.first().copied()).unwrap_or(0);
+                let n: usize = shape.iter().product();
+                Ok(Val::Tensor(
+                    self.l
+                        .constant(Tensor::from_vec(shape, normal(n, seed as u64)).expect("shape")),
+                ))
+            }
+            "shape" => {
+                let x = self.tensor(0, "x")?;
+                let dims = self.l.g.ty(x).dims.clone().unwrap_or_default();
+                Ok(Val::List(
+                    dims.iter()
+                        .map(|d| match d {
+                            Dim::Known(k) => Val::Int(*k as i64),
+                            _ => Val::Null,
+                        })
+                        .collect(),
+                ))
+            }
+            "len" => match self.need(0, "x")? {
+                (Val::List(v), _) => Ok(Val::Int(v.len() as i64)),
+                (Val::Str(s), _) => Ok(Val::Int(s.chars().count() as i64)),
+                (Val::Range(a, b), _) => Ok(Val::Int((b - a).max(0))),
+                (other, s) => Err(err(
+                    "E0201",
+                    s,
+                    format!("`len` takes a list or string, not {}", kind(&other)),
+                )),
+            },
+            n if NOT_YET.contains(&n) => Err(err(
+                "E0300",
+                span,
+                format!("`{n}` needs the table, model or plot support, which is not built yet"),
+            )
+            .label("not available yet")),
+            n => Err(err("E0100", span, format!("unknown function `{n}`"))),
+        }
+    }
+}
+
+fn kind(v: &Val) -> &'static str {
+    match v {
+        Val::Int(_) => "an integer",
+        Val::Float(_) => "a float",
+        Val::Str(_) => "a string",
+        Val::Bool(_) => "a bool",
+        Val::Null => "null",
+        Val::List(_) => "a list",
+        Val::Range(..) => "a range",
+        Val::Tensor(_) => "a tensor",
+        Val::Func(_) => "a function",
+        Val::Poison => "an invalid value",
+    }
+}
+
+fn display(v: &Val) -> String {
+    match v {
+        Val::Int(i) => i.to_string(),
+        Val::Float(f) => format!("{f:?}"),
+        Val::Str(s) => s.clone(),
+        Val::Bool(b) => b.to_string(),
+        Val::Null => "null".into(),
+        Val::List(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|i| match i {
+                    Val::Str(s) => format!("{s:?}"),
+                    other => display(other),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Val::Range(a, b) => format!("{a}..{b}"),
+        Val::Tensor(t) => format!("{t}"),
+        Val::Func(_) => "<function>".into(),
+        Val::Poison => "<error>".into(),
+    }
+}
+
+fn scalar(v: f64, dtype: DType) -> Tensor {
+    let t = Tensor::from_vec(vec![], vec![v]).expect("scalar");
+    t.to_float_dtype(dtype).unwrap_or_else(|| match dtype {
+        DType::I64 => Tensor::from_vec(vec![], vec![v as i64]).expect("scalar"),
+        DType::I32 => Tensor::from_vec(vec![], vec![v as i32]).expect("scalar"),
+        DType::Bool => Tensor::from_vec(vec![], vec![v != 0.0]).expect("scalar"),
+        _ => t,
+    })
+}
+
+/// A nested list literal as a tensor: ints → i64, any float → f64, bools → bool.
+fn list_tensor(v: &Val) -> Result<Tensor, String> {
+    fn shape_of(v: &Val, out: &mut Vec<usize>) {
+        if let Val::List(items) = v {
+            out.push(items.len());
+            if let Some(first) = items.first() {
+                shape_of(first, out);
+            }
+        }
+    }
+    fn flatten(v: &Val, depth: usize, shape: &[usize], out: &mut Vec<Val>) -> Result<(), String> {
+        match v {
+            Val::List(items) => {
+                if depth >= shape.len() || items.len() != shape[depth] {
+                    return Err(format!(
+                        "ragged list: a row has {} items where {} are expected",
+                        items.len(),
+                        shape.get(depth).copied().unwrap_or(0)
+                    ));
+                }
+                items.iter().try_for_each(|i| flatten(i, depth + 1, shape, out))
+            }
+            other if depth == shape.len() => {
+                out.push(other.clone());
+                Ok(())
+            }
+            _ => Err("ragged list: rows nest to different depths".into()),
+        }
+    }
+    let mut shape = Vec::new();
+    shape_of(v, &mut shape);
+    let mut flat = Vec::new();
+    flatten(v, 0, &shape, &mut flat)?;
+    let data = if flat.iter().all(|x| matches!(x, Val::Bool(_))) && !flat.is_empty() {
+        TensorData::Bool(flat.iter().map(|x| matches!(x, Val::Bool(true))).collect())
+    } else if flat.iter().all(|x| matches!(x, Val::Int(_))) {
+        TensorData::I64(flat.iter().map(|x| if let Val::Int(i) = x { *i } else { 0 }).collect())
+    } else {
+        let mut out = Vec::with_capacity(flat.len());
+        for x in &flat {
+            out.push(match x {
+                Val::Int(i) => *i as f64,
+                Val::Float(f) => *f,
+                other => {
+                    return Err(format!(
+                        "a tensor literal holds numbers or bools, not {}",
+                        kind(other)
+                    ));
+                }
+            });
+        }
+        TensorData::F64(out)
+    };
+    Tensor::new(shape, data).map_err(|e| e.to_string())
+}
+
+/// Standard normal samples from a seeded SplitMix64 + Box-Muller: the same seed gives the
+/// same tensor on every machine.
+fn normal(n: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let u1 = next().max(f64::MIN_POSITIVE);
+        let u2 = next();
+        let r = (-2.0 * u1.ln()).sqrt();
+        out.push(r * (std::f64::consts::TAU * u2).cos());
+        out.push(r * (std::f64::consts::TAU * u2).sin());
+    }
+    out.truncate(n);
+    out
+}

@@ -1,0 +1,124 @@
+//! Lowering: programs become SGR-ML graphs whose outputs (one per tensor `print`) the CPU
+//! engine computes; compile-time values fold; errors name their span and code.
+
+use xpu_engine::{Assignment, Engine};
+use xpu_minilang::lower::{PrintItem, lower};
+
+/// Lowers and runs `src`; returns what its prints show (tensors as flat f64 lists).
+fn run(src: &str) -> Vec<String> {
+    let (program, diags) = xpu_minilang::analyze(src);
+    assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
+    let lowered = lower(&program, "t")
+        .unwrap_or_else(|d| panic!("{}", xpu_minilang::render("t.ml", src, &d)));
+    xpu_ir::verify(&lowered.graph).expect("lowered graph verifies");
+    let mut exe =
+        xpu_engine_cpu::CpuEngine::new().prepare(&lowered.graph, &Assignment::new("cpu")).unwrap();
+    let outputs = exe.run(&[]).unwrap().outputs;
+    lowered
+        .prints
+        .iter()
+        .map(|p| match p {
+            PrintItem::Text(t) => t.clone(),
+            PrintItem::Output(name) => {
+                let i = lowered.graph.outputs.iter().position(|o| &o.name == name).unwrap();
+                let t = &outputs[i];
+                format!("{:?} {:?}", t.shape(), t.to_f64_vec())
+            }
+        })
+        .collect()
+}
+
+fn error(src: &str) -> String {
+    let (program, diags) = xpu_minilang::analyze(src);
+    assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
+    let d = lower(&program, "t").expect_err("lowering must fail");
+    let (l, c) = d[0].line_col(src);
+    format!("{l}:{c} {} {}", d[0].code, d[0].message)
+}
+
+#[test]
+fn compile_time_values_fold() {
+    assert_eq!(
+        run(
+            "print 1 + 2 * 3\nprint 7 / 2\nprint 2 ** 10\nprint \"a\" + \"b\"\nprint [1, 2] \nprint len(\"héllo\")"
+        ),
+        vec!["7", "3.5", "1024", "ab", "[1, 2]", "5"]
+    );
+    assert_eq!(run("let mut n = 0\nfor i in 0..5 { n = n + i }\nprint n"), vec!["10"]);
+    assert_eq!(
+        run(
+            "fn f(a, b=10) { a * b }\nprint f(2)\nprint f(2, b=3)\nprint if f(1) > 5 { \"big\" } else { \"small\" }"
+        ),
+        vec!["20", "6", "big"]
+    );
+    assert_eq!(run("let xs = [3, 4]\nprint xs[1] + xs[-2]"), vec!["7"]);
+}
+
+#[test]
+fn tensors_lower_to_graph_ops() {
+    assert_eq!(
+        run("let x = [[1.0, 2.0], [3.0, 4.0]]\nprint x @ x"),
+        vec!["[2, 2] [7.0, 10.0, 15.0, 22.0]"]
+    );
+    assert_eq!(
+        run("let x = [[1, 2], [3, 4]]\nprint x * 2 - 1"),
+        vec!["[2, 2] [1.0, 3.0, 5.0, 7.0]"]
+    );
+    assert_eq!(run("print sum([[1.0, 2.0], [3.0, 4.0]], axis=0)"), vec!["[2] [4.0, 6.0]"]);
+    assert_eq!(run("print mean([[1.0, 2.0], [3.0, 4.0]])"), vec!["[] [2.5]"]);
+    assert_eq!(run("print relu([-1.0, 2.0]) + abs([-3.0, 1.0])"), vec!["[2] [3.0, 3.0]"]);
+    assert_eq!(run("print reshape(arange(6), [2, 3])[1, 1:]"), vec!["[2] [4.0, 5.0]"]);
+    assert_eq!(
+        run("print transpose(reshape(arange(6), [2, 3]))[:, 0]"),
+        vec!["[3] [0.0, 1.0, 2.0]"]
+    );
+    assert_eq!(
+        run("print concat([ones([1, 2]), zeros([1, 2])], axis=0)"),
+        vec!["[2, 2] [1.0, 1.0, 0.0, 0.0]"]
+    );
+    assert_eq!(
+        run("let x = [1.0, -2.0, 3.0]\nprint where(x > 0, x, 0)"),
+        vec!["[3] [1.0, 0.0, 3.0]"]
+    );
+    assert_eq!(run("print cast([1.7, 2.2], \"i64\")"), vec!["[2] [1.0, 2.0]"]);
+    let soft = run("print softmax([1.0, 1.0])");
+    assert_eq!(soft, vec!["[2] [0.5, 0.5]"]);
+    assert_eq!(run("print full([2], 7) |> sum"), vec!["[] [14.0]"]);
+}
+
+#[test]
+fn randn_is_seeded() {
+    let a = run("print randn([4], seed=1)");
+    assert_eq!(a, run("print randn([4], seed=1)"));
+    assert_ne!(a, run("print randn([4], seed=2)"));
+    let m = run("print mean(randn([20000], seed=7))");
+    let v: f64 = m[0].split('[').nth(2).unwrap().trim_end_matches(']').parse().unwrap();
+    assert!(v.abs() < 0.03, "mean of N(0,1) samples {v}");
+}
+
+#[test]
+fn lowering_errors_are_located() {
+    assert_eq!(
+        error("let x = 1\nprint if [1.0] > 0 { 1 }"),
+        "2:10 E0203 `if` needs a condition known at compile time, not a tensor"
+    );
+    assert_eq!(
+        error("print [[1, 2], [3]] * 2"),
+        "1:7 E0201 ragged list: a row has 1 items where 2 are expected"
+    );
+    assert_eq!(error("fn f(a) { a }\nprint f()"), "2:7 E0206 `f` needs argument `a`");
+    assert_eq!(error("fn f(a) { a }\nprint f(b=1)"), "2:9 E0206 `f` has no parameter `b`");
+    assert_eq!(
+        error("print [1.0, 2.0] @ [[1.0, 2.0, 3.0]]"),
+        "1:7 E0205 matmul: inner dims 2 and 1 differ"
+    );
+    assert!(error("let d = load_csv(\"x.csv\")").contains("E0300 `load_csv` needs the table"));
+    assert_eq!(
+        error("for i in 5 { print i }"),
+        "1:10 E0202 `for` needs a list or a range known at compile time, not an integer"
+    );
+    assert_eq!(
+        error("print 1 / 0 + 1"),
+        "1:7 E0201 `/` on 1 and 0: overflow, division by zero or not defined for integers"
+    );
+}
