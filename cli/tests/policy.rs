@@ -491,12 +491,16 @@ fn minilang_check_reports_every_diagnostic() {
     // Tables are not lowered yet: the seed example says so at its span, never a panic.
     let (code, _, err) = xpuctl(&["run", seed.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(err.contains("error[E0300]: `load_csv` needs the table") && err.contains("example.ml:2:12"), "{err}");
+    assert!(
+        err.contains("error[E0300]: `load_csv` needs the table") && err.contains("example.ml:2:12"),
+        "{err}"
+    );
     // Tensor programs lower, plan and run; prints come out in program order.
     let t = dir.path().join("t.ml");
     std::fs::write(&t, "let x = [[1.0, 2.0], [3.0, 4.0]]\nprint \"x @ x =\"\nprint x @ x\nfn twice(v) { v * 2 }\nprint sum(twice(x), axis=1)\n").unwrap();
     let out_dir = dir.path().join("out");
-    let (code, out, err) = xpuctl(&["run", t.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+    let (code, out, err) =
+        xpuctl(&["run", t.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("x @ x =\n[[ 7.0 10.0]\n [15.0 22.0]]\n[ 6.0 14.0]\n"), "{out}");
     assert!(out_dir.join("print_1.npy").is_file());
