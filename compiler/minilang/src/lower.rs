@@ -147,6 +147,17 @@ impl<'p> Lowerer<'p> {
             StmtKind::For { var, iter, body } => {
                 let items = match self.expr(iter)? {
                     Val::List(items) => items,
+                    // Checked before materialising: `0..10**12` must not allocate.
+                    Val::Range(a, b) if b.saturating_sub(a) > 100_000 => {
+                        return Err(err(
+                            "E0202",
+                            iter.span,
+                            format!(
+                                "`for` unrolls {} iterations; the limit is 100,000",
+                                b.saturating_sub(a)
+                            ),
+                        ));
+                    }
                     Val::Range(a, b) => (a..b).map(Val::Int).collect(),
                     Val::Poison => return Ok(Val::Poison),
                     other => {
@@ -240,7 +251,10 @@ impl<'p> Lowerer<'p> {
                 let v = self.expr(expr)?;
                 match (op, v) {
                     (_, Val::Poison) => Ok(Val::Poison),
-                    (UnOp::Neg, Val::Int(i)) => Ok(Val::Int(-i)),
+                    (UnOp::Neg, Val::Int(i)) => i
+                        .checked_neg()
+                        .map(Val::Int)
+                        .ok_or_else(|| err("E0201", e.span, format!("-({i}) overflows 64 bits"))),
                     (UnOp::Neg, Val::Float(f)) => Ok(Val::Float(-f)),
                     (UnOp::Not, Val::Bool(b)) => Ok(Val::Bool(!b)),
                     (UnOp::Neg, v @ (Val::Tensor(_) | Val::List(_))) => {
@@ -358,7 +372,7 @@ impl<'p> Lowerer<'p> {
                     BinOp::Sub => x.checked_sub(y).map(Int),
                     BinOp::Mul => x.checked_mul(y).map(Int),
                     BinOp::Div => (y != 0).then(|| Float(x as f64 / y as f64)),
-                    BinOp::Rem => (y != 0).then(|| Int(x.rem_euclid(y))),
+                    BinOp::Rem => x.checked_rem_euclid(y).map(Int),
                     BinOp::Pow => u32::try_from(y)
                         .ok()
                         .and_then(|y| x.checked_pow(y))
@@ -582,7 +596,7 @@ impl<'p> Lowerer<'p> {
                 IndexItem::At(e) => {
                     let i = self.int(e)?;
                     starts.push(i);
-                    ends.push(if i == -1 { i64::MAX } else { i + 1 });
+                    ends.push(if i == -1 { i64::MAX } else { i.saturating_add(1) });
                     squeeze.push(axis as i64);
                 }
                 IndexItem::Slice { start, end } => {
@@ -691,8 +705,8 @@ impl Builtin<'_, '_> {
             })
             .collect::<R<Vec<_>>>()
             .and_then(|s| {
-                if s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 28) {
-                    Err(err("E0201", span, "the shape has more than 2^28 elements"))
+                if s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none_or(|n| n > 1 << 24) {
+                    Err(err("E0201", span, "a constant of more than 2^24 elements (16M); build large tensors from inputs"))
                 } else {
                     Ok(s)
                 }
@@ -825,13 +839,17 @@ impl Builtin<'_, '_> {
                 if step == 0 {
                     return Err(err("E0201", span, "`arange` step must not be 0"));
                 }
+                let count = (stop as i128 - start as i128) / step as i128;
+                if count > 1 << 24 {
+                    return Err(err("E0201", span, "`arange` would make more than 2^24 elements"));
+                }
                 let v: Vec<i64> = if step > 0 {
                     (start..stop).step_by(step as usize).collect()
                 } else {
                     (stop + 1..=start).rev().step_by(step.unsigned_abs() as usize).collect()
                 };
-                if v.len() > 1 << 28 {
-                    return Err(err("E0201", span, "`arange` would make more than 2^28 elements"));
+                if v.len() > 1 << 24 {
+                    return Err(err("E0201", span, "`arange` would make more than 2^24 elements"));
                 }
                 let n = v.len();
                 Ok(Val::Tensor(self.l.constant(Tensor::from_vec(vec![n], v).expect("1-D"))))
@@ -860,7 +878,7 @@ impl Builtin<'_, '_> {
             "len" => match self.need(0, "x")? {
                 (Val::List(v), _) => Ok(Val::Int(v.len() as i64)),
                 (Val::Str(s), _) => Ok(Val::Int(s.chars().count() as i64)),
-                (Val::Range(a, b), _) => Ok(Val::Int((b - a).max(0))),
+                (Val::Range(a, b), _) => Ok(Val::Int(b.saturating_sub(a).max(0))),
                 (other, s) => Err(err(
                     "E0201",
                     s,

@@ -2,6 +2,9 @@
 //! lies inside the source, and rendering never fails.
 
 const SEEDS: &[&str] = &[
+    "let x = [[1.0, 2.0], [3.0, 4.0]]\nprint sum(x @ x, axis=1)[0] + reshape(arange(4), [2, 2])[1, :]\n",
+    "let mut n = 0\nfor i in 0..9223372036854775807 { n = n + i }\nprint -(-9223372036854775807 - 1) % -1\n",
+    "print arange(0, 9223372036854775807, 1)\nprint zeros([100000, 100000])\nprint [1][9223372036854775807]\n",
     "let data = load_csv(\"titanic.csv\")\nprint stats(data, [\"mean\", \"std\", \"50%\"])\n",
     "fn f(a, b=1) { if a > b { a } else { b } }\nfor i in 0..3 { print f(i) }\n",
     "let t = [[1.0, 2.0], [3.0, 4.0]]\nprint t[0:1, :] @ t ** -2 |> sum(axis=0)\n",
@@ -9,7 +12,17 @@ const SEEDS: &[&str] = &[
 ];
 
 fn check_one(src: &str) {
-    let (_, diags) = xpu_minilang::analyze(src);
+    let (program, diags) = xpu_minilang::analyze(src);
+    if diags.is_empty() {
+        // Lowering either succeeds with a graph that verifies or reports located errors.
+        match xpu_minilang::lower::lower(&program, "g") {
+            Ok(l) => assert!(
+                xpu_ir::verify(&l.graph).is_ok(),
+                "lowered graph of {src:?} does not verify"
+            ),
+            Err(ds) => assert!(ds.iter().all(|d| d.span.end <= src.len())),
+        }
+    }
     for d in &diags {
         assert!(
             d.span.start <= d.span.end && d.span.end <= src.len(),
