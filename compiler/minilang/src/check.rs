@@ -9,9 +9,9 @@ use crate::Span;
 use crate::ast::*;
 use crate::diag::{Diagnostic, did_you_mean};
 
-/// The functions MiniLang provides (docs/minilang.md lists what each does).
-pub const BUILTINS: &[&str] = &[
-    // tables
+/// Functions of tables, models, plots and files: part of the language, not lowered yet
+/// (lowering reports E0300 at their call).
+pub const PENDING_FUNCTIONS: &[&str] = &[
     "load_csv",
     "load_xlsx",
     "load_parquet",
@@ -25,26 +25,31 @@ pub const BUILTINS: &[&str] = &[
     "stats",
     "pivot",
     "join",
-    "concat",
     "sort",
     "head",
     "distinct",
     "value_counts",
     "columns",
     "rows",
-    // aggregates (inside agg)
     "count",
-    "sum",
-    "mean",
-    "std",
-    "var",
-    "min",
-    "max",
     "median",
     "first",
     "nunique",
-    // tensors
+    "var",
+    "std",
     "tensor",
+    "model",
+    "plot",
+    "write_npy",
+];
+
+/// Functions lowering builds today (tensors and compile-time values).
+pub const LOWERED_FUNCTIONS: &[&str] = &[
+    "concat",
+    "sum",
+    "mean",
+    "min",
+    "max",
     "zeros",
     "ones",
     "full",
@@ -52,7 +57,6 @@ pub const BUILTINS: &[&str] = &[
     "randn",
     "reshape",
     "transpose",
-    "slice",
     "softmax",
     "relu",
     "gelu",
@@ -64,13 +68,14 @@ pub const BUILTINS: &[&str] = &[
     "abs",
     "where",
     "cast",
-    "write_npy",
     "shape",
     "len",
-    // models and plots
-    "model",
-    "plot",
 ];
+
+/// Whether `name` is a function MiniLang provides (docs/minilang.md lists them).
+pub fn is_builtin(name: &str) -> bool {
+    PENDING_FUNCTIONS.contains(&name) || LOWERED_FUNCTIONS.contains(&name)
+}
 
 /// Calls whose arguments after the table may name columns bare.
 const COLUMN_SCOPED: &[&str] = &["filter", "with_column", "agg"];
@@ -138,7 +143,7 @@ impl Checker {
 
     fn visible_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.scopes.iter().flat_map(|s| s.keys().cloned()).collect();
-        v.extend(BUILTINS.iter().map(|s| s.to_string()));
+        v.extend(PENDING_FUNCTIONS.iter().chain(LOWERED_FUNCTIONS).map(|s| s.to_string()));
         v
     }
 
@@ -238,10 +243,7 @@ impl Checker {
     fn expr(&mut self, e: &Expr) {
         match &e.kind {
             ExprKind::Name(n) => {
-                if self.lookup(n).is_none()
-                    && !BUILTINS.contains(&n.as_str())
-                    && self.column_scope == 0
-                {
+                if self.lookup(n).is_none() && !is_builtin(n) && self.column_scope == 0 {
                     self.unknown(n, e.span, "name");
                 }
             }
@@ -272,7 +274,7 @@ impl Checker {
                                     .push((n.clone(), callee.span));
                             }
                         } else if self.lookup(n).is_none()
-                            && !BUILTINS.contains(&n.as_str())
+                            && !is_builtin(n)
                             && self.column_scope == 0
                         {
                             self.unknown(n, callee.span, "function");
@@ -284,7 +286,7 @@ impl Checker {
                 // misspelt `filtr(Age > 1)` would otherwise also flag the column).
                 let unknown_callee = callee_name
                     .as_deref()
-                    .is_some_and(|n| self.lookup(n).is_none() && !BUILTINS.contains(&n));
+                    .is_some_and(|n| self.lookup(n).is_none() && !is_builtin(n));
                 let scoped = unknown_callee
                     || callee_name.as_deref().is_some_and(|n| COLUMN_SCOPED.contains(&n));
                 for (i, a) in args.iter().enumerate() {

@@ -14,6 +14,7 @@ use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, ValueId};
 
 use crate::Span;
 use crate::ast::*;
+use crate::check::{PENDING_FUNCTIONS as NOT_YET, is_builtin};
 use crate::diag::Diagnostic;
 
 /// What `print` statements produce, in program order.
@@ -59,39 +60,6 @@ type R<T> = Result<T, Diagnostic>;
 fn err(code: &'static str, span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(code, span, msg)
 }
-
-/// Table, model and plot functions: part of the language, not lowered yet.
-const NOT_YET: &[&str] = &[
-    "load_csv",
-    "load_xlsx",
-    "load_parquet",
-    "write_csv",
-    "write_parquet",
-    "select",
-    "filter",
-    "with_column",
-    "group_by",
-    "agg",
-    "stats",
-    "pivot",
-    "join",
-    "sort",
-    "head",
-    "distinct",
-    "value_counts",
-    "columns",
-    "rows",
-    "count",
-    "median",
-    "first",
-    "nunique",
-    "var",
-    "std",
-    "tensor",
-    "model",
-    "plot",
-    "write_npy",
-];
 
 pub fn lower(program: &Program, name: &str) -> Result<Lowered, Vec<Diagnostic>> {
     let mut l = Lowerer {
@@ -231,9 +199,7 @@ impl<'p> Lowerer<'p> {
             ExprKind::Error => Ok(Val::Poison),
             ExprKind::Name(n) => match self.lookup(n) {
                 Some(v) => Ok(v.clone()),
-                None if NOT_YET.contains(&n.as_str())
-                    || crate::check::BUILTINS.contains(&n.as_str()) =>
-                {
+                None if NOT_YET.contains(&n.as_str()) || is_builtin(n) => {
                     Err(err("E0204", e.span, format!("`{n}` is a function; call it with (…)")))
                 }
                 None => Err(err("E0100", e.span, format!("unknown name `{n}`"))),
