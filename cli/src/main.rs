@@ -461,13 +461,13 @@ fn run(
     out_dir: &Path,
     format: Format,
 ) -> Result<()> {
-    let (g, prints) = if program::is_minilang(program) {
+    let (g, prints, writes) = if program::is_minilang(program) {
         let bytes =
             std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
         let ml = program::load_minilang(program, bytes)?;
-        (ml.graph, Some(ml.prints))
+        (ml.graph, Some(ml.prints), ml.writes)
     } else {
-        (program::load(program)?, None)
+        (program::load(program)?, None, Vec::new())
     };
     let g = std::sync::Arc::new(g);
     let inputs = bind_inputs(&g, input_args)?;
@@ -533,6 +533,12 @@ fn run(
         let path = out_dir.join(format!("{}.npy", tensors::output_file_name(&o.name)));
         tensors::write_npy(&path, t)?;
         written.push((o.name.clone(), path, t));
+    }
+    // `write_npy` targets were resolved inside the data roots when the program was lowered.
+    for (name, path) in &writes {
+        if let Some((_, _, t)) = written.iter().find(|(n, _, _)| n == name) {
+            tensors::write_npy(path, t)?;
+        }
     }
     let engines: std::collections::BTreeSet<&str> =
         exec.plan().partitions.iter().map(|p| p.engine.as_str()).collect();

@@ -89,6 +89,7 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
 pub struct MiniLang {
     pub graph: Graph,
     pub prints: Vec<xpu_minilang::lower::PrintItem>,
+    pub writes: Vec<(String, std::path::PathBuf)>,
 }
 
 /// Parses, checks and lowers a `.ml` file; every diagnostic is rendered into the error.
@@ -102,7 +103,15 @@ pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
         bail!("{name}: {errors} error(s):\n{}", xpu_minilang::render(&name, &text, &diags));
     }
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let lowered = xpu_minilang::lower::lower(&program, &stem).map_err(|diags| {
+    // Files the program names resolve in the working directory or the program's own.
+    let roots = xpu_minilang::paths::DataRoots::new([
+        std::env::current_dir().unwrap_or_else(|_| ".".into()),
+        path.parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| ".".into()),
+    ]);
+    let lowered = xpu_minilang::lower::lower(&program, &stem, Some(&roots)).map_err(|diags| {
         anyhow::anyhow!(
             "{name}: {} error(s):\n{}",
             diags.len(),
@@ -112,5 +121,5 @@ pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
     if let Err(errs) = xpu_ir::verify(&lowered.graph) {
         bail!("{name}: internal error: the lowered graph is invalid: {}", errs[0]);
     }
-    Ok(MiniLang { graph: lowered.graph, prints: lowered.prints })
+    Ok(MiniLang { graph: lowered.graph, prints: lowered.prints, writes: lowered.writes })
 }

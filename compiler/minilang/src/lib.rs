@@ -9,6 +9,7 @@ pub mod diag;
 pub mod lexer;
 pub mod lower;
 pub mod parser;
+pub mod paths;
 
 pub use diag::{Diagnostic, Severity, render};
 

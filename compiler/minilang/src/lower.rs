@@ -16,6 +16,7 @@ use crate::Span;
 use crate::ast::*;
 use crate::check::{PENDING_FUNCTIONS as NOT_YET, is_builtin};
 use crate::diag::Diagnostic;
+use crate::paths::DataRoots;
 
 /// What `print` statements produce, in program order.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +30,8 @@ pub enum PrintItem {
 pub struct Lowered {
     pub graph: Graph,
     pub prints: Vec<PrintItem>,
+    /// `write_npy` calls: the graph output to write, and where (resolved in the data roots).
+    pub writes: Vec<(String, std::path::PathBuf)>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +51,8 @@ enum Val {
 
 struct Lowerer<'p> {
     g: Graph,
+    roots: Option<&'p DataRoots>,
+    writes: Vec<(String, std::path::PathBuf)>,
     scopes: Vec<HashMap<String, Val>>,
     fns: Vec<(&'p [Param], &'p Block)>,
     prints: Vec<PrintItem>,
@@ -61,9 +66,17 @@ fn err(code: &'static str, span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(code, span, msg)
 }
 
-pub fn lower(program: &Program, name: &str) -> Result<Lowered, Vec<Diagnostic>> {
+/// Lowers a checked program. Paths it names (`write_npy`) resolve inside `roots`; without
+/// roots, file access is an error.
+pub fn lower<'p>(
+    program: &'p Program,
+    name: &str,
+    roots: Option<&'p DataRoots>,
+) -> Result<Lowered, Vec<Diagnostic>> {
     let mut l = Lowerer {
         g: Graph::new(name),
+        roots,
+        writes: Vec::new(),
         scopes: vec![HashMap::new()],
         fns: Vec::new(),
         prints: Vec::new(),
@@ -78,7 +91,11 @@ pub fn lower(program: &Program, name: &str) -> Result<Lowered, Vec<Diagnostic>> 
     if !l.diags.is_empty() {
         return Err(l.diags);
     }
-    Ok(Lowered { graph: xpu_ir::passes::eliminate_dead_code(&l.g), prints: l.prints })
+    Ok(Lowered {
+        graph: xpu_ir::passes::eliminate_dead_code(&l.g),
+        prints: l.prints,
+        writes: l.writes,
+    })
 }
 
 impl<'p> Lowerer<'p> {
@@ -840,6 +857,27 @@ impl Builtin<'_, '_> {
                         })
                         .collect(),
                 ))
+            }
+            "write_npy" => {
+                let x = self.tensor(0, "tensor")?;
+                let (p, pspan) = self.need(1, "path")?;
+                let Val::Str(path) = p else {
+                    return Err(err("E0201", pspan, "`write_npy` takes the path as a string"));
+                };
+                let Some(roots) = self.l.roots else {
+                    return Err(err(
+                        "E0301",
+                        pspan,
+                        "no data roots are configured: this program may not write files",
+                    ));
+                };
+                let target = roots
+                    .resolve_write(&path)
+                    .map_err(|m| err("E0301", pspan, m).label("not allowed"))?;
+                let name = format!("write_{}", self.l.writes.len());
+                self.l.g.add_output(name.clone(), x);
+                self.l.writes.push((name, target));
+                Ok(Val::Null)
             }
             "len" => match self.need(0, "x")? {
                 (Val::List(v), _) => Ok(Val::Int(v.len() as i64)),

@@ -15,7 +15,7 @@ fn check_one(src: &str) {
     let (program, diags) = xpu_minilang::analyze(src);
     if diags.is_empty() {
         // Lowering either succeeds with a graph that verifies or reports located errors.
-        match xpu_minilang::lower::lower(&program, "g") {
+        match xpu_minilang::lower::lower(&program, "g", None) {
             Ok(l) => assert!(
                 xpu_ir::verify(&l.graph).is_ok(),
                 "lowered graph of {src:?} does not verify"

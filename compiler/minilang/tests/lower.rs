@@ -8,7 +8,7 @@ use xpu_minilang::lower::{PrintItem, lower};
 fn run(src: &str) -> Vec<String> {
     let (program, diags) = xpu_minilang::analyze(src);
     assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
-    let lowered = lower(&program, "t")
+    let lowered = lower(&program, "t", None)
         .unwrap_or_else(|d| panic!("{}", xpu_minilang::render("t.ml", src, &d)));
     xpu_ir::verify(&lowered.graph).expect("lowered graph verifies");
     let mut exe =
@@ -31,7 +31,7 @@ fn run(src: &str) -> Vec<String> {
 fn error(src: &str) -> String {
     let (program, diags) = xpu_minilang::analyze(src);
     assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
-    let d = lower(&program, "t").expect_err("lowering must fail");
+    let d = lower(&program, "t", None).expect_err("lowering must fail");
     let (l, c) = d[0].line_col(src);
     format!("{l}:{c} {} {}", d[0].code, d[0].message)
 }
