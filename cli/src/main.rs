@@ -4,6 +4,7 @@
 
 mod policy_cmd;
 mod program;
+mod repl;
 mod tensors;
 
 use std::collections::BTreeMap;
@@ -93,6 +94,8 @@ enum Command {
     /// Policies in CI: check, test, resolve, diff.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// MiniLang interactively: statements accumulate, bare expressions print their value.
+    Repl,
 }
 
 #[derive(Subcommand)]
@@ -340,6 +343,7 @@ fn dispatch(cmd: Command) -> Result<()> {
             Ok(())
         }
         Command::Ir(ir) => ir_command(ir),
+        Command::Repl => repl::repl(),
     }
 }
 

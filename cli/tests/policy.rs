@@ -512,3 +512,35 @@ fn minilang_check_reports_every_diagnostic() {
     assert_eq!(code, 1);
     assert!(err.contains("not UTF-8"), "{err}");
 }
+
+#[test]
+fn repl_keeps_state_across_lines() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .arg("repl")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"let x = [[1.0, 2.0],\n  [3.0, 4.0]]\nx @ x\n:type x * 2\nlet y = zz\n1 + 2\nfn f(a) {\n  a * 10\n}\nf(4)\n:ir\n:quit\nprint 99\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(
+            "[[ 7.0 10.0]\n [15.0 22.0]]\ntensor f64[2,2]\nerror[E0100]: unknown name `zz`"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n3\n40\ngraph \"repl\" {") && text.contains("matmul(%0, %1)"),
+        "{text}"
+    );
+    assert!(!text.contains("99"), "input after :quit is not run: {text}");
+}
