@@ -230,7 +230,8 @@ fn format_float(v: f64) -> String {
     }
     let s = format!("{v:.6}");
     let s = s.trim_end_matches('0');
-    s.to_string()
+    // 0.9999999 rounds to "1.": keep a digit after the point, as numpy does.
+    if s.ends_with('.') { format!("{s}0") } else { s.to_string() }
 }
 
 #[cfg(test)]

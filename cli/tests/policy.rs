@@ -544,3 +544,20 @@ fn repl_keeps_state_across_lines() {
     );
     assert!(!text.contains("99"), "input after :quit is not run: {text}");
 }
+
+#[test]
+fn the_tensor_example_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = repo().join("examples/tensors.ml");
+    let out_dir = dir.path().join("out");
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["run", program.to_str().unwrap(), "--out", out_dir.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("row sums (all 1):\n[1.0 1.0 1.0]\n"), "{text}");
+    // write_npy resolved inside the working directory (the first data root).
+    assert!(dir.path().join("probs.npy").is_file());
+}
