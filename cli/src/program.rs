@@ -53,7 +53,14 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
-    let (program, diags) = xpu_minilang::analyze(&text);
+    let (program, mut diags) = xpu_minilang::analyze(&text);
+    // A program that parses is also lowered: compile-time type, shape and path errors are
+    // diagnostics too (nothing runs).
+    if diags.is_empty()
+        && let Err(more) = xpu_minilang::lower::lower(&program, "check", Some(&data_roots(path)))
+    {
+        diags = more;
+    }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let name = path.display().to_string();
     if json {
@@ -103,14 +110,7 @@ pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
         bail!("{name}: {errors} error(s):\n{}", xpu_minilang::render(&name, &text, &diags));
     }
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    // Files the program names resolve in the working directory or the program's own.
-    let roots = xpu_minilang::paths::DataRoots::new([
-        std::env::current_dir().unwrap_or_else(|_| ".".into()),
-        path.parent()
-            .map(Path::to_path_buf)
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or_else(|| ".".into()),
-    ]);
+    let roots = data_roots(path);
     let lowered = xpu_minilang::lower::lower(&program, &stem, Some(&roots)).map_err(|diags| {
         anyhow::anyhow!(
             "{name}: {} error(s):\n{}",
@@ -122,4 +122,16 @@ pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
         bail!("{name}: internal error: the lowered graph is invalid: {}", errs[0]);
     }
     Ok(MiniLang { graph: lowered.graph, prints: lowered.prints, writes: lowered.writes })
+}
+
+/// Files a program names resolve in the working directory or the program's own directory.
+fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
+    xpu_minilang::paths::DataRoots::new([
+        std::env::current_dir().unwrap_or_else(|_| ".".into()),
+        program
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| ".".into()),
+    ])
 }

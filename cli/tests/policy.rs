@@ -468,9 +468,25 @@ fn minilang_check_reports_every_diagnostic() {
     let dir = tempfile::tempdir().unwrap();
     let seed = dir.path().join("example.ml");
     std::fs::write(&seed, "# example.ml\nlet data = load_csv(\"titanic.csv\")\nprint stats(data, [\"mean\", \"std\", \"50%\"])\n").unwrap();
-    let (code, out, err) = xpuctl(&["check", seed.to_str().unwrap()]);
+    // It parses and its names check; lowering then says tables are not built yet.
+    let (code, out, _) = xpuctl(&["check", seed.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("error[E0300]: `load_csv` needs the table") && out.contains("example.ml:2:12"),
+        "{out}"
+    );
+    let ok = dir.path().join("ok.ml");
+    std::fs::write(&ok, "let x = [1.0, 2.0]\nprint sum(x)\n").unwrap();
+    let (code, out, err) = xpuctl(&["check", ok.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("example.ml: ok (2 statements)"), "{out}");
+    assert!(out.contains("ok.ml: ok (2 statements)"), "{out}");
+    std::fs::write(&ok, "let x = [1.0, 2.0]\nprint x @ [[1.0, 2.0, 3.0]]\n").unwrap();
+    let (code, out, _) = xpuctl(&["check", ok.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("error[E0205]") && out.contains("ok.ml:2:7"),
+        "a shape mismatch known at compile time: {out}"
+    );
     let p = dir.path().join("bad.ml");
     std::fs::write(&p, "let x = 1\nx = 2\nprint lod_csv(\"a.csv\")\nlet y = [1, 2\n").unwrap();
     let ps = p.to_str().unwrap();

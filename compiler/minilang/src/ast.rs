@@ -6,6 +6,16 @@ use crate::Span;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Program {
     pub stmts: Vec<Stmt>,
+    /// Byte offset of each line's start, for `line:col` of spans after parsing.
+    pub line_starts: Vec<usize>,
+}
+
+impl Program {
+    /// 1-based line and column (in bytes) of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let line = self.line_starts.partition_point(|&s| s <= offset).max(1);
+        (line, offset - self.line_starts[line - 1] + 1)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

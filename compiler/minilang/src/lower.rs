@@ -51,6 +51,7 @@ enum Val {
 
 struct Lowerer<'p> {
     g: Graph,
+    program: &'p Program,
     roots: Option<&'p DataRoots>,
     writes: Vec<(String, std::path::PathBuf)>,
     scopes: Vec<HashMap<String, Val>>,
@@ -75,6 +76,7 @@ pub fn lower<'p>(
 ) -> Result<Lowered, Vec<Diagnostic>> {
     let mut l = Lowerer {
         g: Graph::new(name),
+        program,
         roots,
         writes: Vec::new(),
         scopes: vec![HashMap::new()],
@@ -306,9 +308,15 @@ impl<'p> Lowerer<'p> {
     }
 
     fn op(&mut self, op: Op, inputs: &[ValueId], attrs: Attrs, span: Span) -> R<Val> {
-        self.g.add_op(op, inputs, attrs).map(Val::Tensor).map_err(|e| {
+        let v = self.g.add_op(op, inputs, attrs).map_err(|e| {
             err("E0205", span, e.to_string()).label(format!("{op}: shapes or types do not fit"))
-        })
+        })?;
+        // Nodes are named after the source position that made them (`job:3:9`): plans,
+        // explanations and policy rules (`when = { node = "job:3:*" }`) can point at lines.
+        let (line, col) = self.program.line_col(span.start);
+        let node = self.g.producer(v).expect("just added");
+        self.g.nodes[node.index()].name = Some(format!("{}:{line}:{col}", self.g.name));
+        Ok(Val::Tensor(v))
     }
 
     fn constant(&mut self, t: Tensor) -> ValueId {

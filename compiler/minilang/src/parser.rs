@@ -20,7 +20,9 @@ const MAX_NESTING: usize = 100;
 pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
     let mut p = Parser { toks: lex(src), pos: 0, depth: 0, nesting: 0, diags: Vec::new() };
     let stmts = p.stmts_until(|t| matches!(t, Tok::Eof));
-    (Program { stmts }, p.diags)
+    let line_starts =
+        std::iter::once(0).chain(src.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    (Program { stmts, line_starts }, p.diags)
 }
 
 struct Parser {
