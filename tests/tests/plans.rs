@@ -24,7 +24,18 @@ fn run_file(path: &Path) -> Result<(), String> {
     }
     let get = |k: &str| fields.get(k).cloned().ok_or(format!("header lacks `; {k}:`"));
     let program = get("program")?;
-    let g = if program.ends_with(".onnx") {
+    let g = if program.ends_with(".ml") {
+        let src = std::fs::read_to_string(&program).map_err(|e| format!("{program}: {e}"))?;
+        let (ast, diags) = xpu_minilang::analyze(&src);
+        if !diags.is_empty() {
+            return Err(xpu_minilang::render(&program, &src, &diags));
+        }
+        let roots = xpu_minilang::paths::DataRoots::new([xpu_tests::repo_root()]);
+        let stem = Path::new(&program).file_stem().unwrap().to_string_lossy().into_owned();
+        xpu_minilang::lower::lower(&ast, &stem, Some(&roots))
+            .map_err(|d| xpu_minilang::render(&program, &src, &d))?
+            .graph
+    } else if program.ends_with(".onnx") {
         let bytes = std::fs::read(&program).map_err(|e| format!("{program}: {e}"))?;
         xpu_onnx::import_model(&bytes).map_err(|e| format!("{program}: {e}"))?
     } else {
