@@ -468,7 +468,16 @@ fn run(
     let (g, prints, writes) = if program::is_minilang(program) {
         let bytes =
             std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
-        let ml = program::load_minilang(program, bytes)?;
+        // Inputs are read first: their dtypes and shapes type the program's input(…)s.
+        let mut types = std::collections::BTreeMap::new();
+        for arg in input_args {
+            if let Some((name, path)) = arg.split_once('=') {
+                let (_, t) = tensors::read(Path::new(path))?;
+                types.insert(name.to_string(), t.ty());
+            }
+        }
+        let inputs = xpu_minilang::lower::Inputs { types, allow_undeclared: false };
+        let ml = program::load_minilang_with(program, bytes, &inputs)?;
         (ml.graph, Some(ml.prints), ml.writes)
     } else {
         (program::load(program)?, None, Vec::new())

@@ -57,7 +57,12 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
     // A program that parses is also lowered: compile-time type, shape and path errors are
     // diagnostics too (nothing runs).
     if diags.is_empty()
-        && let Err(more) = xpu_minilang::lower::lower(&program, "check", Some(&data_roots(path)))
+        && let Err(more) = xpu_minilang::lower::lower_with(
+            &program,
+            "check",
+            Some(&data_roots(path)),
+            &xpu_minilang::lower::Inputs { allow_undeclared: true, ..Default::default() },
+        )
     {
         diags = more;
     }
@@ -101,6 +106,15 @@ pub struct MiniLang {
 
 /// Parses, checks and lowers a `.ml` file; every diagnostic is rendered into the error.
 pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
+    load_minilang_with(path, bytes, &xpu_minilang::lower::Inputs::default())
+}
+
+/// [`load_minilang`] with the types of the tensors given for its `input(…)`s.
+pub fn load_minilang_with(
+    path: &Path,
+    bytes: Vec<u8>,
+    inputs: &xpu_minilang::lower::Inputs,
+) -> Result<MiniLang> {
     let text = String::from_utf8(bytes)
         .map_err(|_| anyhow::anyhow!("{}: not UTF-8 text", path.display()))?;
     let name = path.display().to_string();
@@ -111,13 +125,15 @@ pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
     }
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let roots = data_roots(path);
-    let lowered = xpu_minilang::lower::lower(&program, &stem, Some(&roots)).map_err(|diags| {
-        anyhow::anyhow!(
-            "{name}: {} error(s):\n{}",
-            diags.len(),
-            xpu_minilang::render(&name, &text, &diags)
-        )
-    })?;
+    let lowered = xpu_minilang::lower::lower_with(&program, &stem, Some(&roots), inputs).map_err(
+        |diags| {
+            anyhow::anyhow!(
+                "{name}: {} error(s):\n{}",
+                diags.len(),
+                xpu_minilang::render(&name, &text, &diags)
+            )
+        },
+    )?;
     if let Err(errs) = xpu_ir::verify(&lowered.graph) {
         bail!("{name}: internal error: the lowered graph is invalid: {}", errs[0]);
     }

@@ -576,4 +576,35 @@ fn the_tensor_example_runs() {
     assert!(text.contains("row sums (all 1):\n[1.0 1.0 1.0]\n"), "{text}");
     // write_npy resolved inside the working directory (the first data root).
     assert!(dir.path().join("probs.npy").is_file());
+    // A program over an input file: --input types and binds input("x").
+    let x = dir.path().join("x.npy");
+    let p = dir.path().join("in.ml");
+    std::fs::write(&p, "print sum(input(\"x\") * 2)\n").unwrap();
+    write_npy_f32(&x, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let arg = format!("x={}", x.display());
+    let (code, out, err) =
+        xpuctl(&["run", p.to_str().unwrap(), "--input", &arg, "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("20.0\n"), "{out}");
+    let (code, _, err) = xpuctl(&["run", p.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("error[E0302]: input `x` is not given"), "{err}");
+}
+
+/// A minimal little-endian f32 .npy file.
+fn write_npy_f32(path: &std::path::Path, shape: &[usize], data: &[f32]) {
+    let shape_s =
+        format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_s}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in data {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
 }

@@ -40,7 +40,6 @@ pub const PENDING_FUNCTIONS: &[&str] = &[
     "tensor",
     "model",
     "plot",
-    "write_npy",
 ];
 
 /// Functions lowering builds today (tensors and compile-time values).
@@ -70,6 +69,8 @@ pub const LOWERED_FUNCTIONS: &[&str] = &[
     "cast",
     "shape",
     "len",
+    "write_npy",
+    "input",
 ];
 
 /// Whether `name` is a function MiniLang provides (docs/minilang.md lists them).

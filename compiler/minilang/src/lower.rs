@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, ValueId};
+use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, TensorType, ValueId};
 
 use crate::Span;
 use crate::ast::*;
@@ -50,6 +50,8 @@ enum Val {
 }
 
 struct Lowerer<'p> {
+    inputs: &'p Inputs,
+    input_values: HashMap<String, ValueId>,
     g: Graph,
     program: &'p Program,
     roots: Option<&'p DataRoots>,
@@ -67,6 +69,15 @@ fn err(code: &'static str, span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(code, span, msg)
 }
 
+/// The types of a program's `input("name")` tensors, from the files given to run it.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub types: std::collections::BTreeMap<String, TensorType>,
+    /// `check` lowers without files: an input with no declared type is then an f64 tensor
+    /// of unknown shape instead of an error.
+    pub allow_undeclared: bool,
+}
+
 /// Lowers a checked program. Paths it names (`write_npy`) resolve inside `roots`; without
 /// roots, file access is an error.
 pub fn lower<'p>(
@@ -74,7 +85,19 @@ pub fn lower<'p>(
     name: &str,
     roots: Option<&'p DataRoots>,
 ) -> Result<Lowered, Vec<Diagnostic>> {
+    lower_with(program, name, roots, &Inputs::default())
+}
+
+/// [`lower`] with the types of the program's inputs.
+pub fn lower_with<'p>(
+    program: &'p Program,
+    name: &str,
+    roots: Option<&'p DataRoots>,
+    inputs: &'p Inputs,
+) -> Result<Lowered, Vec<Diagnostic>> {
     let mut l = Lowerer {
+        inputs,
+        input_values: HashMap::new(),
         g: Graph::new(name),
         program,
         roots,
@@ -865,6 +888,96 @@ impl Builtin<'_, '_> {
                         })
                         .collect(),
                 ))
+            }
+            "input" => {
+                let (n, nspan) = self.need(0, "name")?;
+                let Val::Str(name) = n else {
+                    return Err(err("E0201", nspan, "`input` takes the input's name as a string"));
+                };
+                if let Some(&v) = self.l.input_values.get(&name) {
+                    return Ok(Val::Tensor(v));
+                }
+                let declared_dtype = match self.arg(1, "dtype") {
+                    None => None,
+                    Some((Val::Str(d), dspan)) => Some(
+                        d.parse::<DType>()
+                            .map_err(|_| err("E0201", dspan, format!("unknown dtype `{d}`")))?,
+                    ),
+                    Some((_, dspan)) => {
+                        return Err(err("E0201", dspan, "`dtype` is a name such as \"f64\""));
+                    }
+                };
+                let declared_dims = match self.arg(2, "shape") {
+                    None => None,
+                    Some((Val::List(items), sspan)) => Some(
+                        items
+                            .iter()
+                            .map(|d| match d {
+                                Val::Int(k) if *k >= 0 => Ok(Dim::Known(*k as u64)),
+                                Val::Str(s) => Ok(Dim::Sym(s.clone())),
+                                other => Err(err(
+                                    "E0201",
+                                    sspan,
+                                    format!(
+                                        "a dim is a size or a symbol name, not {}",
+                                        kind(other)
+                                    ),
+                                )),
+                            })
+                            .collect::<R<Vec<_>>>()?,
+                    ),
+                    Some((_, sspan)) => {
+                        return Err(err(
+                            "E0201",
+                            sspan,
+                            "`shape` is a list of sizes or symbol names",
+                        ));
+                    }
+                };
+                let ty = match self.l.inputs.types.get(&name) {
+                    Some(given) => {
+                        if declared_dtype.is_some_and(|d| d != given.dtype) {
+                            return Err(err(
+                                "E0302",
+                                nspan,
+                                format!(
+                                    "input `{name}` is declared {} but the file holds {}",
+                                    declared_dtype.map(|d| d.name()).unwrap_or(""),
+                                    given.dtype
+                                ),
+                            ));
+                        }
+                        if let (Some(dims), Some(got)) = (&declared_dims, &given.dims) {
+                            let fits = dims.len() == got.len()
+                                && dims.iter().zip(got).all(|(d, g)| !matches!((d, g), (Dim::Known(a), Dim::Known(b)) if a != b));
+                            if !fits {
+                                return Err(err(
+                                    "E0302",
+                                    nspan,
+                                    format!(
+                                        "input `{name}` is declared with shape {:?} but the file holds {given}",
+                                        dims.iter().map(|d| d.to_string()).collect::<Vec<_>>()
+                                    ),
+                                ));
+                            }
+                        }
+                        given.clone()
+                    }
+                    None => match (declared_dtype, declared_dims) {
+                        (Some(d), Some(dims)) => TensorType::new(d, dims),
+                        (d, _) if self.l.inputs.allow_undeclared => {
+                            TensorType::unranked(d.unwrap_or(DType::F64))
+                        }
+                        _ => {
+                            return Err(err("E0302", nspan, format!("input `{name}` is not given"))
+                                .label("no file for this input")
+                                .help(Some(format!("run with --input {name}=FILE.npy, or declare it: input(\"{name}\", dtype=\"f64\", shape=[3, 4])"))));
+                        }
+                    },
+                };
+                let v = self.l.g.add_input(name.clone(), ty);
+                self.l.input_values.insert(name, v);
+                Ok(Val::Tensor(v))
             }
             "write_npy" => {
                 let x = self.tensor(0, "tensor")?;

@@ -122,3 +122,34 @@ fn lowering_errors_are_located() {
         "1:7 E0201 `/` on 1 and 0: overflow, division by zero or not defined for integers"
     );
 }
+
+#[test]
+fn inputs_take_their_type_from_the_given_files_or_a_declaration() {
+    use xpu_ir::{DType, TensorType};
+    use xpu_minilang::lower::{Inputs, lower_with};
+    let src = "let w = [[1.0], [2.0]]\nlet x = input(\"x\")\nprint x @ w\nprint sum(input(\"x\"))";
+    let (program, _) = xpu_minilang::analyze(src);
+    let mut inputs = Inputs::default();
+    inputs.types.insert("x".into(), TensorType::of_shape(DType::F64, &[3, 2]));
+    let l = lower_with(&program, "t", None, &inputs).unwrap();
+    xpu_ir::verify(&l.graph).expect("inputs are numbered first even when declared late");
+    assert_eq!(l.graph.inputs.len(), 1, "input(\"x\") twice is one input");
+    let x = xpu_ir::Tensor::from_vec(vec![3, 2], vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let mut exe =
+        xpu_engine_cpu::CpuEngine::new().prepare(&l.graph, &Assignment::new("cpu")).unwrap();
+    let out = exe.run(&[x]).unwrap().outputs;
+    assert_eq!(out[0].to_f64_vec(), vec![5.0, 11.0, 17.0]);
+    assert_eq!(out[1].to_f64_vec(), vec![21.0]);
+    // Not given and not declared: an error that says how to give it.
+    let e = lower_with(&program, "t", None, &Inputs::default()).unwrap_err();
+    assert_eq!((e[0].code, e[0].line_col(src)), ("E0302", (2, 15)));
+    assert!(e[0].help.as_deref().unwrap().contains("--input x=FILE.npy"));
+    // Declared: symbolic dims allowed; a file that contradicts the declaration is refused.
+    let src = "let x = input(\"x\", dtype=\"f64\", shape=[\"N\", 2])\nprint x @ [[1.0], [2.0]]";
+    let (program, _) = xpu_minilang::analyze(src);
+    let l = lower_with(&program, "t", None, &Inputs::default()).unwrap();
+    assert_eq!(l.graph.ty(l.graph.inputs[0]).to_string(), "f64[N,2]");
+    let mut wrong = Inputs::default();
+    wrong.types.insert("x".into(), TensorType::of_shape(DType::F64, &[3, 5]));
+    assert_eq!(lower_with(&program, "t", None, &wrong).unwrap_err()[0].code, "E0302");
+}
