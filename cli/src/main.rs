@@ -476,7 +476,7 @@ fn run(
                 types.insert(name.to_string(), t.ty());
             }
         }
-        let inputs = xpu_minilang::lower::Inputs { types, allow_undeclared: false };
+        let inputs = xpu_minilang::lower::Inputs { types, allow_undeclared: false, models: None };
         let ml = program::load_minilang_with(program, bytes, &inputs)?;
         (ml.graph, Some(ml.prints), ml.writes)
     } else {

@@ -61,7 +61,11 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
             &program,
             "check",
             Some(&data_roots(path)),
-            &xpu_minilang::lower::Inputs { allow_undeclared: true, ..Default::default() },
+            &xpu_minilang::lower::Inputs {
+                allow_undeclared: true,
+                models: Some(model_loader()),
+                ..Default::default()
+            },
         )
     {
         diags = more;
@@ -125,7 +129,9 @@ pub fn load_minilang_with(
     }
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let roots = data_roots(path);
-    let lowered = xpu_minilang::lower::lower_with(&program, &stem, Some(&roots), inputs).map_err(
+    let mut inputs = inputs.clone();
+    inputs.models.get_or_insert_with(model_loader);
+    let lowered = xpu_minilang::lower::lower_with(&program, &stem, Some(&roots), &inputs).map_err(
         |diags| {
             anyhow::anyhow!(
                 "{name}: {} error(s):\n{}",
@@ -150,4 +156,10 @@ fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or_else(|| ".".into()),
     ])
+}
+
+/// How MiniLang's `model("…")` reads a model: any program file xpuctl reads (.onnx, .sgr,
+/// .json), verified.
+fn model_loader() -> xpu_minilang::lower::ModelLoader {
+    std::sync::Arc::new(|p: &Path| load(p).map_err(|e| format!("{e:#}")))
 }

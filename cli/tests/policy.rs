@@ -589,6 +589,14 @@ fn the_tensor_example_runs() {
     let (code, _, err) = xpuctl(&["run", p.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("error[E0302]: input `x` is not given"), "{err}");
+    // An ONNX model inlined into a MiniLang program gives what running the model gives.
+    std::fs::copy(repo().join("examples/mlp.onnx"), dir.path().join("mlp.onnx")).unwrap();
+    std::fs::write(&p, "let net = model(\"mlp.onnx\")\nprint net(input(\"x\"))[0]\n").unwrap();
+    let arg = format!("x={}", repo().join("examples/mlp_input.npy").display());
+    let (code, out, err) =
+        xpuctl(&["run", p.to_str().unwrap(), "--input", &arg, "--out", out_dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("[[0.220442 0.263288 0.354519 0.161751]"), "{out}");
 }
 
 /// A minimal little-endian f32 .npy file.

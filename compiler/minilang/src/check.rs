@@ -38,7 +38,6 @@ pub const PENDING_FUNCTIONS: &[&str] = &[
     "var",
     "std",
     "tensor",
-    "model",
     "plot",
 ];
 
@@ -71,6 +70,7 @@ pub const LOWERED_FUNCTIONS: &[&str] = &[
     "len",
     "write_npy",
     "input",
+    "model",
 ];
 
 /// Whether `name` is a function MiniLang provides (docs/minilang.md lists them).

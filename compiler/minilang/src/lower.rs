@@ -45,12 +45,15 @@ enum Val {
     Range(i64, i64),
     Tensor(ValueId),
     Func(usize),
+    /// A loaded model: calling it inlines its graph.
+    Model(usize),
     /// The value of a statement that failed (already reported): no echo errors.
     Poison,
 }
 
 struct Lowerer<'p> {
     inputs: &'p Inputs,
+    models: Vec<(Graph, String)>,
     input_values: HashMap<String, ValueId>,
     g: Graph,
     program: &'p Program,
@@ -69,13 +72,30 @@ fn err(code: &'static str, span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(code, span, msg)
 }
 
-/// The types of a program's `input("name")` tensors, from the files given to run it.
-#[derive(Debug, Clone, Default)]
+/// Reads a model file (`model("net.onnx")`) into an SGR-ML graph. Supplied by the caller,
+/// so this crate stays free of ONNX.
+pub type ModelLoader =
+    std::sync::Arc<dyn Fn(&std::path::Path) -> Result<Graph, String> + Send + Sync>;
+
+/// What lowering takes from outside the program: input types and a model loader.
+#[derive(Clone, Default)]
 pub struct Inputs {
+    /// The types of the program's `input("name")` tensors, from the files given to run it.
     pub types: std::collections::BTreeMap<String, TensorType>,
     /// `check` lowers without files: an input with no declared type is then an f64 tensor
     /// of unknown shape instead of an error.
     pub allow_undeclared: bool,
+    pub models: Option<ModelLoader>,
+}
+
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inputs")
+            .field("types", &self.types)
+            .field("allow_undeclared", &self.allow_undeclared)
+            .field("models", &self.models.is_some())
+            .finish()
+    }
 }
 
 /// Lowers a checked program. Paths it names (`write_npy`) resolve inside `roots`; without
@@ -97,6 +117,7 @@ pub fn lower_with<'p>(
 ) -> Result<Lowered, Vec<Diagnostic>> {
     let mut l = Lowerer {
         inputs,
+        models: Vec::new(),
         input_values: HashMap::new(),
         g: Graph::new(name),
         program,
@@ -199,18 +220,29 @@ impl<'p> Lowerer<'p> {
             }
             StmtKind::Print(e) => {
                 let v = self.expr(e)?;
-                match v {
-                    Val::Tensor(t) => {
-                        let name = format!("print_{}", self.prints.len());
-                        self.g.add_output(name.clone(), t);
-                        self.prints.push(PrintItem::Output(name));
-                    }
-                    Val::Poison => {}
-                    other => self.prints.push(PrintItem::Text(display(&other))),
-                }
+                self.print(v);
                 Ok(Val::Null)
             }
             StmtKind::Expr(e) => self.expr(e),
+        }
+    }
+
+    /// A tensor becomes a graph output printed after the run; a list holding tensors (a
+    /// model's outputs) prints each item; anything else prints now, as text.
+    fn print(&mut self, v: Val) {
+        match v {
+            Val::Tensor(t) => {
+                let name = format!("print_{}", self.prints.len());
+                self.g.add_output(name.clone(), t);
+                self.prints.push(PrintItem::Output(name));
+            }
+            Val::List(items) if items.iter().any(|i| matches!(i, Val::Tensor(_))) => {
+                for item in items {
+                    self.print(item);
+                }
+            }
+            Val::Poison => {}
+            other => self.prints.push(PrintItem::Text(display(&other))),
         }
     }
 
@@ -503,8 +535,10 @@ impl<'p> Lowerer<'p> {
         let ExprKind::Name(name) = &callee.kind else {
             return Err(err("E0204", callee.span, "only named functions can be called"));
         };
-        if let Some(Val::Func(id)) = self.lookup(name).cloned() {
-            return self.call_user(id, name, args, span);
+        match self.lookup(name).cloned() {
+            Some(Val::Func(id)) => return self.call_user(id, name, args, span),
+            Some(Val::Model(id)) => return self.call_model(id, args, span),
+            _ => {}
         }
         let mut positional = Vec::new();
         let mut named: HashMap<&str, (Val, Span)> = HashMap::new();
@@ -522,6 +556,67 @@ impl<'p> Lowerer<'p> {
         }
         let mut b = Builtin { l: self, name, span, positional, named };
         b.run()
+    }
+
+    /// Inlines a model's graph on `args` (one per model input, in order); its nodes are
+    /// re-typed for the arguments' shapes and keep their names under the model's.
+    fn call_model(&mut self, id: usize, args: &'p [Arg], span: Span) -> R<Val> {
+        let (m, stem) = self.models[id].clone();
+        if args.len() != m.inputs.len() {
+            let names: Vec<String> =
+                m.inputs.iter().map(|&v| m.value(v).name.clone().unwrap_or_default()).collect();
+            return Err(err(
+                "E0206",
+                span,
+                format!(
+                    "model `{stem}` takes {} input(s) ({}), got {}",
+                    m.inputs.len(),
+                    names.join(", "),
+                    args.len()
+                ),
+            ));
+        }
+        let mut map: Vec<Option<ValueId>> = vec![None; m.values.len()];
+        for (a, &mv) in args.iter().zip(&m.inputs) {
+            let v = self.expr(&a.value)?;
+            let want = m.ty(mv).dtype;
+            let t = self.as_tensor(v, a.value.span, Some(want))?;
+            let got = self.g.ty(t).dtype;
+            if got != want {
+                let name = m.value(mv).name.clone().unwrap_or_default();
+                return Err(err(
+                    "E0205",
+                    a.value.span,
+                    format!("model input `{name}` is {want}, this is {got}"),
+                )
+                .help(Some(format!("convert it: cast(x, \"{want}\")"))));
+            }
+            map[mv.index()] = Some(t);
+        }
+        for n in &m.nodes {
+            let inputs: Vec<Option<ValueId>> = n
+                .inputs
+                .iter()
+                .map(|v| v.map(|v| map[v.index()].expect("defined earlier")))
+                .collect();
+            let types =
+                self.g.infer_node_types(n.op, &inputs, &n.attrs, n.outputs.len()).map_err(|e| {
+                    err("E0205", span, format!("model `{stem}`, {}: {e}", n.op))
+                        .label("the arguments do not fit the model")
+                })?;
+            let id = self.g.add_node(n.op, inputs, n.attrs.clone(), types);
+            self.g.nodes[id.index()].name =
+                Some(format!("{stem}/{}", n.name.clone().unwrap_or_else(|| n.op.to_string())));
+            for (k, &old) in n.outputs.iter().enumerate() {
+                map[old.index()] = Some(self.g.nodes[id.index()].outputs[k]);
+            }
+        }
+        let outs: Vec<Val> = m
+            .outputs
+            .iter()
+            .map(|o| Val::Tensor(map[o.value.index()].expect("outputs are defined")))
+            .collect();
+        Ok(if outs.len() == 1 { outs.into_iter().next().expect("one") } else { Val::List(outs) })
     }
 
     fn call_user(&mut self, id: usize, name: &str, args: &'p [Arg], span: Span) -> R<Val> {
@@ -889,6 +984,31 @@ impl Builtin<'_, '_> {
                         .collect(),
                 ))
             }
+            "model" => {
+                let (p, pspan) = self.need(0, "path")?;
+                let Val::Str(path) = p else {
+                    return Err(err("E0201", pspan, "`model` takes the model's path as a string"));
+                };
+                let Some(roots) = self.l.roots else {
+                    return Err(err(
+                        "E0301",
+                        pspan,
+                        "no data roots are configured: this program may not read files",
+                    ));
+                };
+                let file = roots
+                    .resolve_read(&path)
+                    .map_err(|m| err("E0301", pspan, m).label("cannot read"))?;
+                let Some(loader) = self.l.inputs.models.clone() else {
+                    return Err(err("E0300", span, "models cannot be loaded here"));
+                };
+                let g = loader(&file)
+                    .map_err(|m| err("E0303", pspan, format!("cannot load model `{path}`: {m}")))?;
+                let stem =
+                    file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                self.l.models.push((g, stem));
+                Ok(Val::Model(self.l.models.len() - 1))
+            }
             "input" => {
                 let (n, nspan) = self.need(0, "name")?;
                 let Val::Str(name) = n else {
@@ -1032,6 +1152,7 @@ fn kind(v: &Val) -> &'static str {
         Val::Range(..) => "a range",
         Val::Tensor(_) => "a tensor",
         Val::Func(_) => "a function",
+        Val::Model(_) => "a model",
         Val::Poison => "an invalid value",
     }
 }
@@ -1057,6 +1178,7 @@ fn display(v: &Val) -> String {
         Val::Range(a, b) => format!("{a}..{b}"),
         Val::Tensor(t) => format!("{t}"),
         Val::Func(_) => "<function>".into(),
+        Val::Model(_) => "<model>".into(),
         Val::Poison => "<error>".into(),
     }
 }

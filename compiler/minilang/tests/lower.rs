@@ -153,3 +153,51 @@ fn inputs_take_their_type_from_the_given_files_or_a_declaration() {
     wrong.types.insert("x".into(), TensorType::of_shape(DType::F64, &[3, 5]));
     assert_eq!(lower_with(&program, "t", None, &wrong).unwrap_err()[0].code, "E0302");
 }
+
+#[test]
+fn models_are_inlined_as_subgraphs() {
+    use std::sync::Arc;
+    use xpu_minilang::lower::{Inputs, lower_with};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("net.sgr"),
+        "graph \"net\" {\n  %0: f64[N,2] = input \"x\"\n  %1: f64[N,2] = relu(%0) @name(\"act\")\n  %2: f64[N,2] = add(%1, %1) @name(\"double\")\n  return \"y\" = %2\n}\n",
+    )
+    .unwrap();
+    let roots = xpu_minilang::paths::DataRoots::new([dir.path().to_path_buf()]);
+    let loader: xpu_minilang::lower::ModelLoader = Arc::new(|p: &std::path::Path| {
+        xpu_ir::text::parse(&std::fs::read_to_string(p).unwrap()).map_err(|e| e.to_string())
+    });
+    let inputs = Inputs { models: Some(loader), ..Default::default() };
+    let src = "let m = model(\"net.sgr\")\nprint m([[1.0, -2.0], [3.0, -4.0], [0.5, 0.5]])";
+    let (program, _) = xpu_minilang::analyze(src);
+    let l = lower_with(&program, "t", Some(&roots), &inputs).unwrap();
+    let names: Vec<String> = l.graph.nodes.iter().filter_map(|n| n.name.clone()).collect();
+    assert!(
+        names.contains(&"net/act".to_string()) && names.contains(&"net/double".to_string()),
+        "{names:?}"
+    );
+    let out = xpu_engine_cpu::CpuEngine::new()
+        .prepare(&l.graph, &Assignment::new("cpu"))
+        .unwrap()
+        .run(&[])
+        .unwrap()
+        .outputs;
+    assert_eq!(out[0].shape(), &[3, 2], "re-typed for the argument's shape");
+    assert_eq!(out[0].to_f64_vec(), vec![2.0, 0.0, 6.0, 0.0, 1.0, 1.0]);
+    // Wrong arity and wrong dtype are located errors; a missing file too.
+    let bad = |src: &str| {
+        let (program, _) = xpu_minilang::analyze(src);
+        let e = lower_with(&program, "t", Some(&roots), &inputs).unwrap_err();
+        format!("{} {}", e[0].code, e[0].message)
+    };
+    assert!(
+        bad("let m = model(\"net.sgr\")\nprint m(1.0, 2.0)")
+            .starts_with("E0206 model `net` takes 1 input(s) (x), got 2")
+    );
+    assert!(
+        bad("let m = model(\"net.sgr\")\nprint m([[1, 2]])")
+            .starts_with("E0205 model input `x` is f64, this is i64")
+    );
+    assert!(bad("let m = model(\"nope.sgr\")").starts_with("E0301"));
+}
