@@ -410,11 +410,9 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
     }
 }
 
-/// Binds `--input` arguments to the graph's inputs by name.
-fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
-    let names: Vec<String> =
-        g.inputs.iter().map(|&v| g.value(v).name.clone().unwrap_or_default()).collect();
-    let mut bound: BTreeMap<String, Tensor> = BTreeMap::new();
+/// Reads every `--input` file once: name → (the argument as given, the tensor).
+fn read_inputs(args: &[String]) -> Result<BTreeMap<String, (String, Tensor)>> {
+    let mut read: BTreeMap<String, (String, Tensor)> = BTreeMap::new();
     for arg in args {
         let (name, path) = match arg.split_once('=') {
             Some((n, p)) => (Some(n.to_string()), PathBuf::from(p)),
@@ -434,24 +432,34 @@ fn bind_inputs(g: &xpu_ir::Graph, args: &[String]) -> Result<Vec<Tensor>> {
                 )));
             }
         };
-        if !names.contains(&name) {
-            bail!(
-                "--input {arg:?}: the program has no input named {name:?} (its inputs: {})",
-                names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
-            );
-        }
-        if bound.insert(name.clone(), t).is_some() {
+        if read.insert(name.clone(), (arg.clone(), t)).is_some() {
             return Err(usage(format!("input {name:?} is given twice")));
         }
     }
-    let missing: Vec<&String> = names.iter().filter(|n| !bound.contains_key(*n)).collect();
+    Ok(read)
+}
+
+/// Binds the read inputs to the graph's inputs by name, in the graph's order.
+fn bind_inputs(
+    g: &xpu_ir::Graph,
+    mut read: BTreeMap<String, (String, Tensor)>,
+) -> Result<Vec<Tensor>> {
+    let names: Vec<String> =
+        g.inputs.iter().map(|&v| g.value(v).name.clone().unwrap_or_default()).collect();
+    if let Some((name, (arg, _))) = read.iter().find(|(n, _)| !names.contains(n)) {
+        bail!(
+            "--input {arg:?}: the program has no input named {name:?} (its inputs: {})",
+            names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let missing: Vec<&String> = names.iter().filter(|n| !read.contains_key(*n)).collect();
     if !missing.is_empty() {
         bail!(
             "missing input(s): {} (pass them with --input NAME=PATH)",
             missing.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
         );
     }
-    Ok(names.iter().map(|n| bound.remove(n).expect("checked above")).collect())
+    Ok(names.iter().map(|n| read.remove(n).expect("checked above").1).collect())
 }
 
 fn run(
@@ -465,17 +473,12 @@ fn run(
     out_dir: &Path,
     format: Format,
 ) -> Result<()> {
+    let read = read_inputs(input_args)?;
     let (g, prints, writes) = if program::is_minilang(program) {
         let bytes =
             std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
-        // Inputs are read first: their dtypes and shapes type the program's input(…)s.
-        let mut types = std::collections::BTreeMap::new();
-        for arg in input_args {
-            if let Some((name, path)) = arg.split_once('=') {
-                let (_, t) = tensors::read(Path::new(path))?;
-                types.insert(name.to_string(), t.ty());
-            }
-        }
+        // Their dtypes and shapes type the program's input(…)s.
+        let types = read.iter().map(|(n, (_, t))| (n.clone(), t.ty())).collect();
         let inputs = xpu_minilang::lower::Inputs { types, allow_undeclared: false, models: None };
         let ml = program::load_minilang_with(program, bytes, &inputs)?;
         (ml.graph, Some(ml.prints), ml.writes)
@@ -483,7 +486,7 @@ fn run(
         (program::load(program)?, None, Vec::new())
     };
     let g = std::sync::Arc::new(g);
-    let inputs = bind_inputs(&g, input_args)?;
+    let inputs = bind_inputs(&g, read)?;
     let registry = registry();
     let (plan, mut explanation, policy_name) = match frozen {
         Some(path) => {

@@ -118,14 +118,7 @@ pub fn load_inventory(arg: Option<&Path>) -> Result<Inventory> {
     match arg {
         None => Ok(crate::registry().inventory()),
         Some(p) if p == Path::new("live") => Ok(crate::registry().inventory()),
-        Some(p) => {
-            let mut inv = xpu_policy::load_inventory(p).map_err(|d| anyhow!("{d}"))?;
-            if inv.name.is_empty() {
-                inv.name =
-                    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            }
-            Ok(inv)
-        }
+        Some(p) => xpu_policy::load_inventory(p).map_err(|d| anyhow!("{d}")),
     }
 }
 
@@ -309,14 +302,10 @@ fn run_one_test(policy: &Policy, file: &Path, i: usize) -> Vec<String> {
         Err(e) => return vec![format!("program: {e:#}")],
     };
     let inv_path = dir.join(&t.inventory);
-    let mut inv = match xpu_policy::load_inventory(&inv_path) {
+    let inv = match xpu_policy::load_inventory(&inv_path) {
         Ok(i) => i,
         Err(e) => return vec![format!("inventory: {e}")],
     };
-    if inv.name.is_empty() {
-        inv.name =
-            inv_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    }
     let result = xpu_plan::plan_with(&graph, policy, &inv, &t.bind);
     let mut failures = Vec::new();
     if let Some(code) = &t.expect_error {

@@ -1,12 +1,10 @@
 //! The xpuctl contract: outputs, exit codes (0 ok, 1 program/run error, 2 usage) and clear
 //! one-line errors naming the file for every kind of bad input.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+mod common;
+use common::{repo, write_npy_f32};
 
 fn xpuctl(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_xpuctl")).args(args).output().expect("xpuctl runs");
@@ -15,26 +13,6 @@ fn xpuctl(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A minimal little-endian f32 .npy file.
-fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
-    let shape_s = match shape.len() {
-        1 => format!("({},)", shape[0]),
-        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
-    };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_s}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for v in data {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).unwrap();
 }
 
 fn example() -> (String, String) {

@@ -1,12 +1,10 @@
 //! `xpuctl policy check|test|resolve|diff`, `engines --format toml` and `run --policy`:
 //! exit codes, located diagnostics, the documented JSON shapes, and garbage input.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+mod common;
+use common::{repo, write_npy_f32};
 
 /// Runs xpuctl in the repository root (policy paths in output are repo-relative).
 fn xpuctl_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
@@ -597,22 +595,4 @@ fn the_tensor_example_runs() {
         xpuctl(&["run", p.to_str().unwrap(), "--input", &arg, "--out", out_dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("[[0.220442 0.263288 0.354519 0.161751]"), "{out}");
-}
-
-/// A minimal little-endian f32 .npy file.
-fn write_npy_f32(path: &std::path::Path, shape: &[usize], data: &[f32]) {
-    let shape_s =
-        format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_s}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for v in data {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).unwrap();
 }

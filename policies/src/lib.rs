@@ -36,7 +36,7 @@ pub fn select<'a>(policies: &'a [Policy], labels: &BTreeMap<String, String>) -> 
         })
 }
 
-/// Loads an inventory file with located errors.
+/// Loads an inventory file with located errors; an unnamed inventory is named after its file.
 pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, Diagnostics> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Diagnostics(vec![Diagnostic::error(
@@ -45,7 +45,7 @@ pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, D
             format!("cannot read the inventory: {e}"),
         )])
     })?;
-    xpu_engine::Inventory::from_toml(&text).map_err(|e| {
+    let mut inv = xpu_engine::Inventory::from_toml(&text).map_err(|e| {
         let (line, col) = e.location.unwrap_or((0, 0));
         Diagnostics(vec![
             Diagnostic::error(
@@ -58,7 +58,11 @@ pub fn load_inventory(path: &std::path::Path) -> Result<xpu_engine::Inventory, D
                     .or_else(|| unknown_name_help(&e.message)),
             ),
         ])
-    })
+    })?;
+    if inv.name.is_empty() {
+        inv.name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    }
+    Ok(inv)
 }
 
 /// "unknown op `matmull`" → "did you mean `matmul`?" over op, op class and dtype names.

@@ -219,18 +219,7 @@ impl Loader {
 
     fn merge(&self, layers: Vec<Layer>) -> Result<Policy, Diagnostics> {
         let mut fig = Figment::from(Toml::string(BUILTIN_DEFAULTS));
-        let mut origins: BTreeMap<String, Origin> = BTreeMap::new();
-        let (defaults, default_origins) =
-            match parse_layer("built-in defaults", None, BUILTIN_DEFAULTS) {
-                Ok(l) => (l.spec, l.origins),
-                Err(e) => return Err(e),
-            };
-        let _ = defaults;
-        origins.extend(
-            default_origins
-                .into_iter()
-                .map(|(k, o)| (k, Origin::source(format!("built-in default ({})", o.short())))),
-        );
+        let mut origins: BTreeMap<String, Origin> = builtin_origins().clone();
         // Rules concatenate child first; their origins are renumbered to the merged list.
         let mut rules = Vec::new();
         let mut rule_origins = BTreeMap::new();
@@ -339,6 +328,20 @@ impl Loader {
             .collect();
         Ok(policy)
     }
+}
+
+/// Where each built-in default is set, parsed once per process.
+fn builtin_origins() -> &'static BTreeMap<String, Origin> {
+    static ORIGINS: std::sync::OnceLock<BTreeMap<String, Origin>> = std::sync::OnceLock::new();
+    ORIGINS.get_or_init(|| {
+        let layer = parse_layer("built-in defaults", None, BUILTIN_DEFAULTS)
+            .expect("the built-in defaults parse (tested)");
+        layer
+            .origins
+            .into_iter()
+            .map(|(k, o)| (k, Origin::source(format!("built-in default ({})", o.short()))))
+            .collect()
+    })
 }
 
 fn own_overridable(layers: &[Layer]) -> Vec<String> {

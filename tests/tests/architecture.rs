@@ -4,6 +4,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The library crates: what the top-level crates (CLI, bench, workspace tests) may use.
+const LIBRARIES: &[&str] = &[
+    "xpu-ir",
+    "xpu-onnx",
+    "xpu-minilang",
+    "xpu-engine",
+    "xpu-engine-cpu",
+    "xpu-policy",
+    "xpu-plan",
+];
+
 /// Crate -> the workspace crates it may depend on (normal and build dependencies).
 fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
@@ -14,34 +25,9 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
-        (
-            "xpuctl",
-            &[
-                "xpu-ir",
-                "xpu-onnx",
-                "xpu-minilang",
-                "xpu-engine",
-                "xpu-engine-cpu",
-                "xpu-policy",
-                "xpu-plan",
-            ][..],
-        ),
-        (
-            "xpu-bench",
-            &["xpu-ir", "xpu-onnx", "xpu-engine", "xpu-engine-cpu", "xpu-policy", "xpu-plan"][..],
-        ),
-        (
-            "xpu-tests",
-            &[
-                "xpu-ir",
-                "xpu-onnx",
-                "xpu-minilang",
-                "xpu-engine",
-                "xpu-engine-cpu",
-                "xpu-policy",
-                "xpu-plan",
-            ][..],
-        ),
+        ("xpuctl", LIBRARIES),
+        ("xpu-bench", LIBRARIES),
+        ("xpu-tests", LIBRARIES),
     ])
 }
 

@@ -824,16 +824,15 @@ impl Builtin<'_, '_> {
 
     fn run(&mut self) -> R<Val> {
         let span = self.span;
-        let unary = |op: Op| Some(op);
         let elementwise = match self.name {
-            "relu" => unary(Op::Relu),
-            "tanh" => unary(Op::Tanh),
-            "sigmoid" => unary(Op::Sigmoid),
-            "exp" => unary(Op::Exp),
-            "log" => unary(Op::Log),
-            "sqrt" => unary(Op::Sqrt),
-            "abs" => unary(Op::Abs),
-            "gelu" => unary(Op::Gelu),
+            "relu" => Some(Op::Relu),
+            "tanh" => Some(Op::Tanh),
+            "sigmoid" => Some(Op::Sigmoid),
+            "exp" => Some(Op::Exp),
+            "log" => Some(Op::Log),
+            "sqrt" => Some(Op::Sqrt),
+            "abs" => Some(Op::Abs),
+            "gelu" => Some(Op::Gelu),
             _ => None,
         };
         if let Some(op) = elementwise {

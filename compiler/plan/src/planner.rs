@@ -872,8 +872,7 @@ impl<'a> Planner<'a> {
         let choices: Vec<(Choice, usize)> =
             choices.into_iter().map(|c| c.expect("every node placed")).collect();
         // Precision: retype the graph where a node computes in another element type.
-        let (planned, source_of, casts) = match self.retype(&choices, &precisions, &mut explanation)
-        {
+        let (planned, source_of, casts) = match self.retype(&precisions, &mut explanation) {
             Some((g, s, c)) => (Arc::new(g), s, c),
             None => (shared.clone(), g.node_ids().map(Some).collect(), Vec::new()),
         };
@@ -1030,7 +1029,6 @@ impl<'a> Planner<'a> {
     /// graph is used as is.
     fn retype(
         &mut self,
-        choices: &[(Choice, usize)],
         precisions: &[Option<PrecisionName>],
         explanation: &mut Explanation,
     ) -> Option<(Graph, Vec<Option<NodeId>>, Vec<CastPlan>)> {
@@ -1045,7 +1043,6 @@ impl<'a> Planner<'a> {
         if !needs {
             return None;
         }
-        let _ = choices;
         let mut out = Graph::new(g.name.clone());
         let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
         let mut source_of: Vec<Option<NodeId>> = Vec::new();

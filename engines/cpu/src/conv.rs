@@ -380,16 +380,7 @@ fn pool_2d_native<T: Scalar>(
     {
         return Ok(None);
     }
-    let kernel: Vec<usize> = if global {
-        xs[2..].to_vec()
-    } else {
-        attrs
-            .ints("kernel_shape")
-            .ok_or("attribute `kernel_shape` is required")?
-            .iter()
-            .map(|&k| k as usize)
-            .collect()
-    };
+    let kernel = pool_kernel(global, xs, attrs)?;
     if kernel.len() != 2 {
         return Err(format!("kernel_shape has {} dims for 2 spatial dims", kernel.len()));
     }
@@ -495,16 +486,7 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
     }
     let nsp = xs.len() - 2;
     let global = matches!(op, Op::GlobalAveragePool | Op::GlobalMaxPool | Op::GlobalLpPool);
-    let kernel: Vec<usize> = if global {
-        xs[2..].to_vec()
-    } else {
-        attrs
-            .ints("kernel_shape")
-            .ok_or("attribute `kernel_shape` is required")?
-            .iter()
-            .map(|&k| k as usize)
-            .collect()
-    };
+    let kernel = pool_kernel(global, &xs, attrs)?;
     if kernel.len() != nsp {
         return Err(format!("kernel_shape has {} dims for {nsp} spatial dims", kernel.len()));
     }
@@ -607,4 +589,17 @@ pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tens
         res.push(Tensor::from_vec(shape, idx).map_err(|e| e.to_string())?);
     }
     Ok(res)
+}
+
+/// The pooling window: the whole spatial extent for global pools, else `kernel_shape`.
+fn pool_kernel(global: bool, xs: &[usize], attrs: &Attrs) -> Result<Vec<usize>, String> {
+    if global {
+        return Ok(xs[2..].to_vec());
+    }
+    Ok(attrs
+        .ints("kernel_shape")
+        .ok_or("attribute `kernel_shape` is required")?
+        .iter()
+        .map(|&k| k as usize)
+        .collect())
 }
