@@ -1,6 +1,6 @@
 # xpu — build, test, run and benchmark. Everything a fresh machine needs comes from here.
 #
-#   make run     the example job: the embedded MLP, planned under the cpu-only policy, explained
+#   make run     the seed's example job: examples/example.ml (load_csv + stats) on titanic.csv
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
@@ -18,8 +18,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 NODE_CASES := .cache/onnx-node
-# Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel.
-APT_PACKAGES := libopenblas-dev
+# Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel, DejaVu Sans
+# for the text of plots.
+APT_PACKAGES := libopenblas-dev fonts-dejavu-core
 
 .PHONY: setup setup-apt setup-python setup-cases test lint run bench bless clean-cache
 
@@ -54,10 +55,10 @@ test: setup lint
 	cargo run -q --locked -p xpuctl -- policy test policies/examples
 
 run: setup-apt
-	cargo run -q --locked -p xpuctl -- run examples/mlp.sgr --input x=examples/mlp_input.npy --out out/mlp --policy policies/examples/cpu-only.toml --explain
+	cd examples && cargo run -q --locked -p xpuctl -- run example.ml --out ../out/example
 
 bench: setup
-	cargo build -q --release --locked -p xpu-bench
+	cargo build -q --release --locked -p xpu-bench -p xpuctl
 	$(PY) bench/run.py
 
 bless: setup

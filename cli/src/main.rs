@@ -36,11 +36,35 @@ enum InventoryFormat {
     Toml,
 }
 
-/// The engines this build registers.
+/// The engines this build registers; the table engine may touch files only in the working
+/// directory.
 pub(crate) fn registry() -> xpu_engine::Registry {
+    registry_for(&[std::env::current_dir().unwrap_or_else(|_| ".".into())])
+}
+
+/// [`registry`] with the table engine confined to `roots` (a job's data roots).
+pub(crate) fn registry_for(roots: &[PathBuf]) -> xpu_engine::Registry {
     let mut r = xpu_engine::Registry::new();
     r.register(std::sync::Arc::new(xpu_engine_cpu::CpuEngine::new()));
+    r.register(std::sync::Arc::new(xpu_engine_table::TableEngine::new(roots.to_vec())));
     r
+}
+
+/// Plans a graph under the built-in default policy on this build's engines and runs it.
+pub(crate) fn run_default(g: xpu_ir::Graph, roots: &[PathBuf]) -> Result<Vec<xpu_ir::Tensor>> {
+    let registry = registry_for(roots);
+    let policy = policy_cmd::load_policy(None, &[])?;
+    let g = std::sync::Arc::new(g);
+    let (plan, _) = xpu_plan::plan_shared(
+        &g,
+        &g.content_hash(),
+        &policy,
+        &registry.inventory(),
+        &Default::default(),
+    )
+    .map_err(|f| anyhow::anyhow!("no plan: {f}"))?;
+    let mut exec = GraphExec::new(std::sync::Arc::new(plan), &registry)?;
+    Ok(exec.run(&[])?.outputs)
 }
 
 #[derive(Subcommand)]
@@ -402,6 +426,14 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
         }
         IrCommand::Export { program, output } => {
             let g = program::load(&program)?;
+            if let Some(n) = g.nodes.iter().find(|n| n.op.class() == xpu_ir::OpClass::Table) {
+                bail!(
+                    "{}: table ops have no ONNX form ({} `{}`); export a tensor program",
+                    program.display(),
+                    n.op,
+                    n.name.as_deref().unwrap_or("")
+                );
+            }
             std::fs::write(&output, xpu_onnx::export_model(&g))
                 .with_context(|| format!("cannot write {}", output.display()))?;
             eprintln!("wrote {} (ONNX opset {})", output.display(), xpu_onnx::EXPORT_OPSET);
@@ -479,7 +511,7 @@ fn run(
             std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
         // Their dtypes and shapes type the program's input(…)s.
         let types = read.iter().map(|(n, (_, t))| (n.clone(), t.ty())).collect();
-        let inputs = xpu_minilang::lower::Inputs { types, allow_undeclared: false, models: None };
+        let inputs = xpu_minilang::lower::Inputs { types, ..Default::default() };
         let ml = program::load_minilang_with(program, bytes, &inputs)?;
         (ml.graph, Some(ml.prints), ml.writes)
     } else {
@@ -487,7 +519,7 @@ fn run(
     };
     let g = std::sync::Arc::new(g);
     let inputs = bind_inputs(&g, read)?;
-    let registry = registry();
+    let registry = registry_for(program::data_roots(program).roots());
     let (plan, mut explanation, policy_name) = match frozen {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -546,8 +578,19 @@ fn run(
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for (o, t) in g.outputs.iter().zip(&result.outputs) {
-        let path = out_dir.join(format!("{}.npy", tensors::output_file_name(&o.name)));
-        tensors::write_npy(&path, t)?;
+        // Tables are written as CSV, tensors as .npy.
+        let path = match t.data().as_table() {
+            Some(table) => {
+                let path = out_dir.join(format!("{}.csv", tensors::output_file_name(&o.name)));
+                tensors::write_csv(&path, table)?;
+                path
+            }
+            None => {
+                let path = out_dir.join(format!("{}.npy", tensors::output_file_name(&o.name)));
+                tensors::write_npy(&path, t)?;
+                path
+            }
+        };
         written.push((o.name.clone(), path, t));
     }
     // `write_npy` targets were resolved inside the data roots when the program was lowered.

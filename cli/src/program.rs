@@ -64,6 +64,7 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
             &xpu_minilang::lower::Inputs {
                 allow_undeclared: true,
                 models: Some(model_loader()),
+                tables: Some(table_loader(data_roots(path).roots())),
                 ..Default::default()
             },
         )
@@ -131,6 +132,7 @@ pub fn load_minilang_with(
     let roots = data_roots(path);
     let mut inputs = inputs.clone();
     inputs.models.get_or_insert_with(model_loader);
+    inputs.tables.get_or_insert_with(|| table_loader(roots.roots()));
     let lowered = xpu_minilang::lower::lower_with(&program, &stem, Some(&roots), &inputs).map_err(
         |diags| {
             anyhow::anyhow!(
@@ -147,7 +149,7 @@ pub fn load_minilang_with(
 }
 
 /// Files a program names resolve in the working directory or the program's own directory.
-fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
+pub fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
     xpu_minilang::paths::DataRoots::new([
         std::env::current_dir().unwrap_or_else(|_| ".".into()),
         program
@@ -162,4 +164,11 @@ fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
 /// .json), verified.
 fn model_loader() -> xpu_minilang::lower::ModelLoader {
     std::sync::Arc::new(|p: &Path| load(p).map_err(|e| format!("{e:#}")))
+}
+
+/// How MiniLang learns a table file's columns at compile time: the table engine's own reader
+/// (DuckDB's CSV sniffer, the Parquet footer, calamine), confined to the data roots.
+pub fn table_loader(roots: &[std::path::PathBuf]) -> xpu_minilang::lower::TableSchemaLoader {
+    let engine = xpu_engine_table::TableEngine::new(roots.to_vec());
+    std::sync::Arc::new(move |op, attrs| engine.source_schema(op, attrs))
 }

@@ -54,14 +54,18 @@ impl Session {
         if diags.iter().any(|d| d.is_error()) {
             return Err(xpu_minilang::render("<repl>", src, &diags));
         }
-        xpu_minilang::lower::lower(&program, "repl", Some(&self.roots))
+        let inputs = xpu_minilang::lower::Inputs {
+            tables: Some(crate::program::table_loader(self.roots.roots())),
+            ..Default::default()
+        };
+        xpu_minilang::lower::lower_with(&program, "repl", Some(&self.roots), &inputs)
             .map_err(|d| xpu_minilang::render("<repl>", src, &d))
     }
 
-    fn run(lowered: &Lowered) -> Result<Vec<xpu_ir::Tensor>> {
-        let mut exe = xpu_engine_cpu::CpuEngine::new()
-            .prepare(&lowered.graph, &xpu_engine::Assignment::new("cpu"))?;
-        Ok(exe.run(&[])?.outputs)
+    /// Plans the lowered program under the default policy (tables on the table engine,
+    /// tensors on the CPU) and runs it.
+    fn run(&self, lowered: &Lowered) -> Result<Vec<xpu_ir::Tensor>> {
+        crate::run_default(lowered.graph.clone(), self.roots.roots())
     }
 
     fn input(&mut self, text: &str, out: &mut impl Write) -> Result<()> {
@@ -73,7 +77,10 @@ impl Session {
                 Ok(l) => match l.prints.last() {
                     Some(PrintItem::Output(name)) => {
                         let o = l.graph.outputs.iter().find(|o| &o.name == name).expect("output");
-                        writeln!(out, "tensor {}", l.graph.ty(o.value))?;
+                        match &l.types.get(name) {
+                            Some(t) => writeln!(out, "{t}")?,
+                            None => writeln!(out, "tensor {}", l.graph.ty(o.value))?,
+                        }
                     }
                     Some(PrintItem::Text(t)) => writeln!(out, "compile-time value {t}")?,
                     None => writeln!(out, "no value")?,
@@ -112,7 +119,7 @@ impl Session {
                 return Ok(());
             }
         };
-        let outputs = match Self::run(&lowered) {
+        let outputs = match self.run(&lowered) {
             Ok(o) => o,
             Err(e) => {
                 writeln!(out, "error: {e:#}")?;

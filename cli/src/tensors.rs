@@ -160,6 +160,9 @@ pub fn output_file_name(name: &str) -> String {
 /// A tensor the way numpy prints it: nested brackets, rows aligned; large tensors show
 /// their first and last 3 entries per axis.
 pub fn pretty(t: &Tensor) -> String {
+    if let Some(table) = t.data().as_table() {
+        return table.to_string();
+    }
     let shape = t.shape().to_vec();
     let vals: Vec<String> = match t.data() {
         TensorData::Bool(v) => {
@@ -306,4 +309,37 @@ mod tests {
         let err = read_npy(&huge).unwrap_err().to_string();
         assert!(err.contains("needs more data than the file"), "{err}");
     }
+}
+
+/// Writes a table as CSV: a header row, RFC 4180 quoting where a field needs it, missing
+/// values empty.
+pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
+    use xpu_ir::ColumnData;
+    fn field(s: &str) -> String {
+        if s.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = t.columns.iter().map(|c| field(&c.name)).collect();
+    out.push_str(&header.join(","));
+    out.push('\n');
+    for r in 0..t.rows() {
+        let row: Vec<String> = t
+            .columns
+            .iter()
+            .map(|c| match &c.data {
+                ColumnData::Bool(v) => v[r].map(|b| if b { "True".into() } else { "False".into() }),
+                ColumnData::I64(v) => v[r].map(|x| x.to_string()),
+                ColumnData::F64(v) => v[r].map(|x| format!("{x:?}")),
+                ColumnData::String(v) => v[r].as_deref().map(field),
+            }
+            .unwrap_or_default())
+            .collect();
+        out.push_str(&row.join(","));
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -466,13 +466,13 @@ fn minilang_check_reports_every_diagnostic() {
     let dir = tempfile::tempdir().unwrap();
     let seed = dir.path().join("example.ml");
     std::fs::write(&seed, "# example.ml\nlet data = load_csv(\"titanic.csv\")\nprint stats(data, [\"mean\", \"std\", \"50%\"])\n").unwrap();
-    // It parses and its names check; lowering then says tables are not built yet.
+    // It parses and its names check; lowering reads the CSV's header, which is missing.
     let (code, out, _) = xpuctl(&["check", seed.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("error[E0300]: `load_csv` needs the table") && out.contains("example.ml:2:12"),
-        "{out}"
-    );
+    assert!(out.contains("error[E0301]") && out.contains("example.ml:2:21"), "{out}");
+    std::fs::write(dir.path().join("titanic.csv"), "Name,Age\n\"Doe, J\",30\nRoe,\n").unwrap();
+    let (code, out, err) = xpuctl(&["check", seed.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
     let ok = dir.path().join("ok.ml");
     std::fs::write(&ok, "let x = [1.0, 2.0]\nprint sum(x)\n").unwrap();
     let (code, out, err) = xpuctl(&["check", ok.to_str().unwrap()]);
@@ -502,12 +502,19 @@ fn minilang_check_reports_every_diagnostic() {
         (Some("E0101"), Some(2), Some(1)),
         "{d}"
     );
-    // Tables are not lowered yet: the seed example says so at its span, never a panic.
-    let (code, _, err) = xpuctl(&["run", seed.to_str().unwrap()]);
-    assert_eq!(code, 1);
+    // The seed example runs: the statistics print with their names as row labels.
+    let (code, out, err) = xpuctl(&["run", seed.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("       Age\nmean  30.0\nstd    NaN\n50%   30.0\n"), "{out}");
+    // An unknown column is located, with did-you-mean from the real header.
+    std::fs::write(&seed, "let data = load_csv(\"titanic.csv\")\nprint data |> filter(age > 3)\n").unwrap();
+    let (code, out, _) = xpuctl(&["check", seed.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
     assert!(
-        err.contains("error[E0300]: `load_csv` needs the table") && err.contains("example.ml:2:12"),
-        "{err}"
+        out.contains("error[E0208]: unknown column `age`")
+            && out.contains("example.ml:2:22")
+            && out.contains("did you mean `Age`?"),
+        "{out}"
     );
     // Tensor programs lower, plan and run; prints come out in program order.
     let t = dir.path().join("t.ml");

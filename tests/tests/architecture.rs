@@ -11,6 +11,7 @@ const LIBRARIES: &[&str] = &[
     "xpu-minilang",
     "xpu-engine",
     "xpu-engine-cpu",
+    "xpu-engine-table",
     "xpu-policy",
     "xpu-plan",
 ];
@@ -23,6 +24,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-minilang", &["xpu-ir"][..]),
         ("xpu-engine", &["xpu-ir"][..]),
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
+        ("xpu-engine-table", &["xpu-engine", "xpu-ir"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         ("xpuctl", LIBRARIES),

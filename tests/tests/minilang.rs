@@ -1,6 +1,8 @@
 //! Golden diagnostics: `tests/minilang/*.ml` hold a MiniLang source, then
 //! `# ==== expected ====` and the diagnostics `xpuctl check` renders for it (codespan
-//! format, no colour). `XPU_BLESS=1` rewrites the expectations.
+//! format, no colour): parse and name errors, and — when there are none — the errors of
+//! lowering, which reads table files beside the sources (tests/minilang is the data root).
+//! `XPU_BLESS=1` rewrites the expectations.
 
 const SEPARATOR: &str = "# ==== expected ====";
 
@@ -11,7 +13,20 @@ fn run_file(path: &std::path::Path) -> Result<(), String> {
         None => (text.clone(), String::new()),
     };
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
-    let (_, diags) = xpu_minilang::analyze(&src);
+    let (program, mut diags) = xpu_minilang::analyze(&src);
+    if diags.is_empty() {
+        let dir = path.parent().unwrap().to_path_buf();
+        let roots = xpu_minilang::paths::DataRoots::new([dir.clone()]);
+        let engine = xpu_engine_table::TableEngine::new(vec![dir]);
+        let inputs = xpu_minilang::lower::Inputs {
+            allow_undeclared: true,
+            tables: Some(std::sync::Arc::new(move |op, attrs| engine.source_schema(op, attrs))),
+            ..Default::default()
+        };
+        if let Err(more) = xpu_minilang::lower::lower_with(&program, "golden", Some(&roots), &inputs) {
+            diags = more;
+        }
+    }
     let mut actual = xpu_minilang::render(&name, &src, &diags);
     if diags.is_empty() {
         actual = "(no diagnostics)\n".into();

@@ -27,10 +27,13 @@ pub enum DType {
     Bool,
     /// UTF-8 strings (ONNX `STRING`); only movement ops and comparisons accept them.
     String,
+    /// A relation (named, typed columns), the value of MiniLang table operations. A table
+    /// value has shape `[]`; only ops of class `table` take or make one.
+    Table,
 }
 
 impl DType {
-    pub const ALL: [DType; 14] = [
+    pub const ALL: [DType; 15] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -45,6 +48,7 @@ impl DType {
         DType::U64,
         DType::Bool,
         DType::String,
+        DType::Table,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +67,7 @@ impl DType {
             DType::U64 => "u64",
             DType::Bool => "bool",
             DType::String => "string",
+            DType::Table => "table",
         }
     }
 
@@ -74,6 +79,8 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::String => 16,
+            // A handle; the engine holding the table accounts for its rows.
+            DType::Table => 8,
         }
     }
 
@@ -113,7 +120,7 @@ impl fmt::Display for DType {
 /// Error for an unknown dtype name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown dtype `{0}` (expected one of f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64, bool, string)"
+    "unknown dtype `{0}` (expected one of f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64, bool, string, table)"
 )]
 pub struct UnknownDType(pub String);
 

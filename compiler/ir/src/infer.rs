@@ -132,6 +132,27 @@ pub fn infer_types(
     let one = |t: TensorType| Ok(vec![t]);
     let same_as = |i: usize| -> Result<Vec<TensorType>, InferError> { Ok(vec![cx.ty(i)?.clone()]) };
 
+    // Tables flow only through table ops, and table ops take only tables.
+    let table_inputs = inputs.iter().flatten().filter(|(t, _)| t.dtype == DType::Table).count();
+    if op.class() == OpClass::Table {
+        if table_inputs != inputs.iter().flatten().count() {
+            return cx.err("takes tables only");
+        }
+        let table = TensorType::new(DType::Table, vec![]);
+        return match op {
+            Op::TableToTensor => {
+                let cols = attrs.strs("columns").map_or(0, |c| c.len()) as u64;
+                let rows = Dim::Sym(attrs.str("rows", "rows").to_string());
+                one(TensorType::new(DType::F64, vec![rows, Dim::Known(cols)]))
+            }
+            Op::WriteTable | Op::Plot => one(TensorType::new(DType::I64, vec![])),
+            _ => one(table),
+        };
+    }
+    if table_inputs > 0 {
+        return cx.err("does not take tables (only ops of class `table` do)");
+    }
+
     match op {
         Op::Constant => match attrs.tensor("value") {
             Some(t) => one(t.ty()),

@@ -3,6 +3,8 @@
 //! signatures), a u32-indexed graph arena, the text form (printer and parser that round
 //! trip) and the JSON form with its schema, type/shape inference, the verifier and the
 //! graph passes (fold, DCE, CSE, canonicalise, fusion grouping, memory planning).
+//! Besides tensors, a value may be a table (dtype `table`): the relational ops of class
+//! `table` take and make them, and [`Table`] is their materialised form.
 //! It knows nothing of engines, policies or HTTP.
 
 pub mod attr;
@@ -12,6 +14,7 @@ pub mod infer;
 pub mod op;
 pub mod passes;
 pub mod shape;
+pub mod table;
 pub mod tensor;
 pub mod text;
 pub mod verify;
@@ -22,6 +25,7 @@ pub use graph::{Graph, GraphOutput, Node, NodeId, Partition, Value, ValueDef, Va
 pub use infer::InferError;
 pub use op::{Op, OpClass, OpInfo};
 pub use shape::{Dim, TensorType};
+pub use table::{Column, ColumnData, Table};
 pub use tensor::{Element, Tensor, TensorData};
 pub use verify::{Rule, VerifyError, verify};
 

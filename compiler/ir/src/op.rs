@@ -50,10 +50,12 @@ pub enum OpClass {
     Resize,
     Recurrent,
     Quant,
+    /// Relational ops on tables (load, filter, group, join, …), run by the `table` engine.
+    Table,
 }
 
 impl OpClass {
-    pub const ALL: [OpClass; 23] = [
+    pub const ALL: [OpClass; 24] = [
         OpClass::Unary,
         OpClass::Activation,
         OpClass::Binary,
@@ -77,6 +79,7 @@ impl OpClass {
         OpClass::Resize,
         OpClass::Recurrent,
         OpClass::Quant,
+        OpClass::Table,
     ];
 
     pub fn name(self) -> &'static str {
@@ -104,6 +107,7 @@ impl OpClass {
             OpClass::Resize => "resize",
             OpClass::Recurrent => "recurrent",
             OpClass::Quant => "quant",
+            OpClass::Table => "table",
         }
     }
 
@@ -344,6 +348,26 @@ define_ops! {
     GridSample "grid_sample" "GridSample" Resize (2,2)->(1,1) ["align_corners": Int, "mode": Str, "padding_mode": Str] "Sample X at normalised grid points (nearest, linear, cubic; zeros, border, reflection padding).";
     Dft "dft" "DFT" Resize (1,3)->(1,1) ["inverse": Int, "onesided": Int] "Discrete Fourier transform along an axis (input 2, default −2) of real [...,1] or complex [...,2] data.";
     StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
+    // ---- tables (no ONNX counterpart). Row expressions (`predicate`, `expr`) are SQL
+    // expressions over the input's columns, identifiers double-quoted.
+    ReadCsv "read_csv" "—" Table (0,0)->(1,1) ["header": Int, "na_values": Strs, "path": Str, "sep": Str] "Table from a CSV file (quoted fields; types sniffed; `na_values` read as missing).";
+    ReadXlsx "read_xlsx" "—" Table (0,0)->(1,1) ["path": Str, "sheet": Str] "Table from one sheet of an Excel workbook (first row the header; first sheet by default).";
+    ReadParquet "read_parquet" "—" Table (0,0)->(1,1) ["path": Str] "Table from a Parquet file.";
+    WriteTable "write_table" "—" Table (1,1)->(1,1) ["format": Str, "path": Str] "Write a table as `csv` (with header) or `parquet`; yields the number of rows written (i64).";
+    SelectColumns "select_columns" "—" Table (1,1)->(1,1) ["columns": Strs] "The named columns, in that order.";
+    FilterRows "filter_rows" "—" Table (1,1)->(1,1) ["predicate": Str] "Rows where the predicate is true (missing counts as false).";
+    WithColumn "with_column" "—" Table (1,1)->(1,1) ["expr": Str, "name": Str] "Add (or replace) a column computed per row.";
+    GroupAgg "group_agg" "—" Table (1,1)->(1,1) ["columns": Strs, "funcs": Strs, "keys": Strs, "names": Strs] "Group by `keys` (sorted), then aggregate `funcs[i](columns[i])` into `names[i]` (count, sum, mean, std, var, min, max, median, first, nunique).";
+    Describe "describe" "—" Table (1,1)->(1,1) ["stats": Strs] "pandas describe() of the numeric columns: rows count, mean, std (sample), min, 25%, 50%, 75%, max (or the `stats` named), nulls skipped, quantiles linear.";
+    Pivot "pivot" "—" Table (1,1)->(1,1) ["agg": Str, "columns": Str, "index": Str, "values": Str] "Pivot table: one row per `index` value, one column per distinct `columns` value, cells `agg(values)`.";
+    Join "join" "—" Table (2,2)->(1,1) ["how": Str, "on": Strs] "Join two tables on equal `on` columns (inner, left or outer).";
+    ConcatTables "concat_tables" "—" Table (1,MANY)->(1,1) [] "Rows of every input in order; columns matched by name (missing ones null).";
+    SortRows "sort_rows" "—" Table (1,1)->(1,1) ["columns": Strs, "descending": Int] "Rows ordered by the columns (stable; missing values last).";
+    Head "head" "—" Table (1,1)->(1,1) ["n": Int] "The first n rows.";
+    Distinct "distinct" "—" Table (1,1)->(1,1) [] "Distinct rows, in order of first appearance.";
+    ValueCounts "value_counts" "—" Table (1,1)->(1,1) ["column": Str] "Distinct values of a column with their counts (`count`), most frequent first.";
+    TableToTensor "table_to_tensor" "—" Table (1,1)->(1,1) ["columns": Strs, "rows": Str] "f64 tensor [rows, len(columns)] of numeric columns (missing values NaN); `rows` names the row-count symbol.";
+    Plot "plot" "—" Table (1,1)->(1,1) ["kind": Str, "path": Str, "title": Str, "x": Str, "y": Strs] "Draw a bar, line, scatter or hist chart of the columns to a PNG or SVG file; yields the rows drawn (i64).";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";
     DequantizeLinear "dequantize_linear" "DequantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType] "(x − zero_point) · scale, scales per tensor, axis or block.";

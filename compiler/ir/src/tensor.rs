@@ -27,6 +27,8 @@ pub enum TensorData {
     U64(Vec<u64>),
     Bool(Vec<bool>),
     String(Vec<String>),
+    /// Tables (dtype `table`): a table value is a tensor of shape `[]` holding one.
+    Table(Vec<crate::Table>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector inside a [`TensorData`].
@@ -48,6 +50,7 @@ macro_rules! with_data {
             $crate::TensorData::U64($v) => $body,
             $crate::TensorData::Bool($v) => $body,
             $crate::TensorData::String($v) => $body,
+            $crate::TensorData::Table($v) => $body,
         }
     };
 }
@@ -96,6 +99,7 @@ element!(u32, U32);
 element!(u64, U64);
 element!(bool, Bool);
 element!(String, String);
+element!(crate::Table, Table);
 
 impl TensorData {
     pub fn dtype(&self) -> DType {
@@ -114,11 +118,20 @@ impl TensorData {
             TensorData::U64(_) => DType::U64,
             TensorData::Bool(_) => DType::Bool,
             TensorData::String(_) => DType::String,
+            TensorData::Table(_) => DType::Table,
         }
     }
 
     pub fn len(&self) -> usize {
         with_data!(self, v => v.len())
+    }
+
+    /// The table held by a table value (a tensor of shape `[]` and dtype `table`).
+    pub fn as_table(&self) -> Option<&crate::Table> {
+        match self {
+            TensorData::Table(v) if v.len() == 1 => v.first(),
+            _ => None,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -142,6 +155,7 @@ impl TensorData {
             DType::U64 => TensorData::U64(vec![0; n]),
             DType::Bool => TensorData::Bool(vec![false; n]),
             DType::String => TensorData::String(vec![String::new(); n]),
+            DType::Table => TensorData::Table(vec![crate::Table::default(); n]),
         }
     }
 
@@ -162,6 +176,7 @@ impl TensorData {
             TensorData::U64(v) => v[i] as f64,
             TensorData::Bool(v) => v[i] as u8 as f64,
             TensorData::String(v) => v[i].parse().unwrap_or(f64::NAN),
+            TensorData::Table(_) => f64::NAN,
         }
     }
 
@@ -194,12 +209,18 @@ impl TensorData {
                 }
                 out
             }
+            // Tables are never IR constants (the verifier rejects them), so they have no
+            // byte form; an empty one keeps this infallible.
+            TensorData::Table(_) => Vec::new(),
         }
     }
 
     /// Inverse of [`TensorData::to_le_bytes`] for `n` elements of a fixed-width dtype.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<TensorData, String> {
         let width = dtype.size_bytes();
+        if dtype == DType::Table {
+            return Err("tables have no byte form (they are never constants)".into());
+        }
         if dtype == DType::String {
             let mut out = Vec::new();
             let mut rest = bytes;
@@ -249,7 +270,7 @@ impl TensorData {
             DType::U32 => de!(u32, U32),
             DType::U64 => de!(u64, U64),
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-            DType::String => unreachable!("handled above"),
+            DType::String | DType::Table => unreachable!("handled above"),
         })
     }
 }

@@ -822,6 +822,7 @@ fn literal_data(dtype: DType, items: &[Tok]) -> Result<TensorData, String> {
         };
     }
     Ok(match dtype {
+        DType::Table => return Err("tables cannot be written as constants".into()),
         DType::F32 => TensorData::F32(
             items.iter().map(|t| num(t).map(|x| x as f32)).collect::<Result<_, _>>()?,
         ),

@@ -9,73 +9,24 @@ use crate::Span;
 use crate::ast::*;
 use crate::diag::{Diagnostic, did_you_mean};
 
-/// Functions of tables, models, plots and files: part of the language, not lowered yet
-/// (lowering reports E0300 at their call).
-pub const PENDING_FUNCTIONS: &[&str] = &[
-    "load_csv",
-    "load_xlsx",
-    "load_parquet",
-    "write_csv",
-    "write_parquet",
-    "select",
-    "filter",
-    "with_column",
-    "group_by",
-    "agg",
-    "stats",
-    "pivot",
-    "join",
-    "sort",
-    "head",
-    "distinct",
-    "value_counts",
-    "columns",
-    "rows",
-    "count",
-    "median",
-    "first",
-    "nunique",
-    "var",
-    "std",
-    "tensor",
-    "plot",
-];
-
-/// Functions lowering builds today (tensors and compile-time values).
-pub const LOWERED_FUNCTIONS: &[&str] = &[
-    "concat",
-    "sum",
-    "mean",
-    "min",
-    "max",
-    "zeros",
-    "ones",
-    "full",
-    "arange",
-    "randn",
-    "reshape",
-    "transpose",
-    "softmax",
-    "relu",
-    "gelu",
-    "tanh",
-    "sigmoid",
-    "exp",
-    "log",
-    "sqrt",
-    "abs",
-    "where",
-    "cast",
-    "shape",
-    "len",
-    "write_npy",
-    "input",
-    "model",
+/// The functions MiniLang provides (docs/minilang.md lists them): tensors, tables, models,
+/// plots, files and compile-time helpers.
+pub const BUILTINS: &[&str] = &[
+    // tables
+    "load_csv", "load_xlsx", "load_parquet", "write_csv", "write_parquet", "select", "filter",
+    "with_column", "group_by", "agg", "stats", "pivot", "join", "sort", "head", "distinct",
+    "value_counts", "columns", "tensor", "plot",
+    // aggregates (inside agg)
+    "count", "median", "first", "nunique", "var", "std",
+    // tensors
+    "concat", "sum", "mean", "min", "max", "zeros", "ones", "full", "arange", "randn", "reshape",
+    "transpose", "softmax", "relu", "gelu", "tanh", "sigmoid", "exp", "log", "sqrt", "abs",
+    "where", "cast", "shape", "len", "write_npy", "input", "model",
 ];
 
 /// Whether `name` is a function MiniLang provides (docs/minilang.md lists them).
 pub fn is_builtin(name: &str) -> bool {
-    PENDING_FUNCTIONS.contains(&name) || LOWERED_FUNCTIONS.contains(&name)
+    BUILTINS.contains(&name)
 }
 
 /// Calls whose arguments after the table may name columns bare.
@@ -144,7 +95,7 @@ impl Checker {
 
     fn visible_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.scopes.iter().flat_map(|s| s.keys().cloned()).collect();
-        v.extend(PENDING_FUNCTIONS.iter().chain(LOWERED_FUNCTIONS).map(|s| s.to_string()));
+        v.extend(BUILTINS.iter().map(|s| s.to_string()));
         v
     }
 

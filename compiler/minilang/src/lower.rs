@@ -2,7 +2,9 @@
 //! ranges, `if` on constants, `for` unrolled, functions inlined) and builds SGR-ML nodes for
 //! tensor values, so every program becomes one static graph. `print` of a tensor becomes a
 //! graph output (`print_0`, …); `print` of a compile-time value is kept as text, in order.
-//! Tables, models and plots are not lowered yet: they are reported as such, with their span.
+//! Table functions become table nodes with their schema tracked at compile time
+//! ([`tables`]); `write_csv`, `write_parquet` and `plot` become graph outputs (`write_N`,
+//! `plot_N`) so dead-code elimination keeps them.
 
 // Lowering errors are rare and end the statement; returning the diagnostic by value keeps
 // the hundred error sites readable, at the cost of a large Err variant.
@@ -14,7 +16,10 @@ use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, TensorType,
 
 use crate::Span;
 use crate::ast::*;
-use crate::check::{PENDING_FUNCTIONS as NOT_YET, is_builtin};
+use crate::check::is_builtin;
+
+mod tables;
+pub use tables::{Schema, TableSchemaLoader};
 use crate::diag::Diagnostic;
 use crate::paths::DataRoots;
 
@@ -32,6 +37,9 @@ pub struct Lowered {
     pub prints: Vec<PrintItem>,
     /// `write_npy` calls: the graph output to write, and where (resolved in the data roots).
     pub writes: Vec<(String, std::path::PathBuf)>,
+    /// The compile-time type of each printed table (`table[Name: string, Age: f64]`), by
+    /// graph output name.
+    pub types: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +52,12 @@ enum Val {
     List(Vec<Val>),
     Range(i64, i64),
     Tensor(ValueId),
+    /// A table value and its schema, known at compile time.
+    Table(ValueId, std::rc::Rc<Schema>),
+    /// `t.name`: a column of a table (a one-column table where a table is needed).
+    Column(ValueId, std::rc::Rc<Schema>, String),
+    /// `group_by(t, keys…)`, waiting for `agg`.
+    Grouped(ValueId, std::rc::Rc<Schema>, Vec<String>),
     Func(usize),
     /// A loaded model: calling it inlines its graph.
     Model(usize),
@@ -62,8 +76,11 @@ struct Lowerer<'p> {
     scopes: Vec<HashMap<String, Val>>,
     fns: Vec<(&'p [Param], &'p Block)>,
     prints: Vec<PrintItem>,
+    types: std::collections::BTreeMap<String, String>,
     diags: Vec<Diagnostic>,
     call_depth: usize,
+    /// Counter for the row-count symbols of `tensor(t)` results.
+    row_symbols: usize,
 }
 
 type R<T> = Result<T, Diagnostic>;
@@ -86,6 +103,8 @@ pub struct Inputs {
     /// of unknown shape instead of an error.
     pub allow_undeclared: bool,
     pub models: Option<ModelLoader>,
+    /// Reads the schema of a table file at compile time (the `table` engine's reader).
+    pub tables: Option<TableSchemaLoader>,
 }
 
 impl std::fmt::Debug for Inputs {
@@ -94,6 +113,7 @@ impl std::fmt::Debug for Inputs {
             .field("types", &self.types)
             .field("allow_undeclared", &self.allow_undeclared)
             .field("models", &self.models.is_some())
+            .field("tables", &self.tables.is_some())
             .finish()
     }
 }
@@ -126,8 +146,10 @@ pub fn lower_with<'p>(
         scopes: vec![HashMap::new()],
         fns: Vec::new(),
         prints: Vec::new(),
+        types: Default::default(),
         diags: Vec::new(),
         call_depth: 0,
+        row_symbols: 0,
     };
     for s in &program.stmts {
         if let Err(d) = l.stmt(s) {
@@ -141,6 +163,7 @@ pub fn lower_with<'p>(
         graph: xpu_ir::passes::eliminate_dead_code(&l.g),
         prints: l.prints,
         writes: l.writes,
+        types: l.types,
     })
 }
 
@@ -241,6 +264,16 @@ impl<'p> Lowerer<'p> {
                     self.print(item);
                 }
             }
+            Val::Table(t, schema) => {
+                let name = format!("print_{}", self.prints.len());
+                self.g.add_output(name.clone(), t);
+                self.types.insert(name.clone(), schema.describe());
+                self.prints.push(PrintItem::Output(name));
+            }
+            v @ Val::Column(..) => match self.as_table(v, Span::default()) {
+                Ok((t, schema)) => self.print(Val::Table(t, schema)),
+                Err(d) => self.diags.push(d),
+            },
             Val::Poison => {}
             other => self.prints.push(PrintItem::Text(display(&other))),
         }
@@ -273,7 +306,7 @@ impl<'p> Lowerer<'p> {
             ExprKind::Error => Ok(Val::Poison),
             ExprKind::Name(n) => match self.lookup(n) {
                 Some(v) => Ok(v.clone()),
-                None if NOT_YET.contains(&n.as_str()) || is_builtin(n) => {
+                None if is_builtin(n) => {
                     Err(err("E0204", e.span, format!("`{n}` is a function; call it with (…)")))
                 }
                 None => Err(err("E0100", e.span, format!("unknown name `{n}`"))),
@@ -343,11 +376,10 @@ impl<'p> Lowerer<'p> {
                 let t = self.expr(target)?;
                 self.index(t, items, e.span)
             }
-            ExprKind::Field { name, .. } => Err(err(
-                "E0300",
-                name.span,
-                format!("column access `.{}` needs tables, which are not lowered yet", name.name),
-            )),
+            ExprKind::Field { target, name } => {
+                let t = self.expr(target)?;
+                self.column(t, &name.name, name.span)
+            }
         }
     }
 
@@ -538,7 +570,11 @@ impl<'p> Lowerer<'p> {
         match self.lookup(name).cloned() {
             Some(Val::Func(id)) => return self.call_user(id, name, args, span),
             Some(Val::Model(id)) => return self.call_model(id, args, span),
-            _ => {}
+            Some(_) => {}
+            None if matches!(name.as_str(), "filter" | "with_column" | "agg") => {
+                return self.call_column_scoped(name, args, span);
+            }
+            None => {}
         }
         let mut positional = Vec::new();
         let mut named: HashMap<&str, (Val, Span)> = HashMap::new();
@@ -677,6 +713,41 @@ impl<'p> Lowerer<'p> {
     }
 
     fn index(&mut self, target: Val, items: &'p [IndexItem], span: Span) -> R<Val> {
+        // `t["Age"]` is a column, `t[["Age", "Fare"]]` a selection.
+        if let Val::Table(t, schema) = &target {
+            let [IndexItem::At(e)] = items else {
+                return Err(err("E0207", span, "index a table by a column name or a list of names"));
+            };
+            return match self.expr(e)? {
+                Val::Str(c) => self.column(target.clone(), &c, e.span),
+                Val::List(names) => {
+                    let mut cols = Vec::new();
+                    for n in names {
+                        let Val::Str(c) = n else {
+                            return Err(err("E0201", e.span, "column names are strings"));
+                        };
+                        let Val::Column(_, _, c) = self.column(target.clone(), &c, e.span)? else {
+                            unreachable!("column() returns a column")
+                        };
+                        cols.push(c);
+                    }
+                    let out = Schema {
+                        columns: cols
+                            .iter()
+                            .map(|c| (c.clone(), schema.get(c).unwrap_or(DType::F64)))
+                            .collect(),
+                        open: false,
+                    };
+                    let attrs = Attrs::new().with("columns", Attr::Strs(cols));
+                    self.table(Op::SelectColumns, &[*t], attrs, out, span)
+                }
+                other => Err(err(
+                    "E0201",
+                    e.span,
+                    format!("index a table by a column name, not {}", kind(&other)),
+                )),
+            };
+        }
         if let Val::List(list) = &target
             && let [IndexItem::At(e)] = items
         {
@@ -824,6 +895,9 @@ impl Builtin<'_, '_> {
 
     fn run(&mut self) -> R<Val> {
         let span = self.span;
+        if let Some(r) = self.run_table() {
+            return r;
+        }
         let elementwise = match self.name {
             "relu" => Some(Op::Relu),
             "tanh" => Some(Op::Tanh),
@@ -881,8 +955,19 @@ impl Builtin<'_, '_> {
             "concat" => {
                 let (list, lspan) = self.need(0, "tensors")?;
                 let Val::List(items) = list else {
-                    return Err(err("E0201", lspan, "`concat` takes a list of tensors"));
+                    return Err(err("E0201", lspan, "`concat` takes a list of tensors or tables"));
                 };
+                if items.iter().any(|i| matches!(i, Val::Table(..) | Val::Column(..))) {
+                    let mut parts = Vec::new();
+                    let mut schemas = Vec::new();
+                    for item in items {
+                        let (t, s) = self.l.as_table(item, lspan)?;
+                        parts.push(t);
+                        schemas.push(s);
+                    }
+                    let schema = tables::concat_schema(&schemas);
+                    return self.l.table(Op::ConcatTables, &parts, Attrs::new(), schema, span);
+                }
                 let axis = self.ints(1, "axis")?.and_then(|v| v.first().copied()).unwrap_or(0);
                 let ts = items
                     .into_iter()
@@ -1129,12 +1214,6 @@ impl Builtin<'_, '_> {
                     format!("`len` takes a list or string, not {}", kind(&other)),
                 )),
             },
-            n if NOT_YET.contains(&n) => Err(err(
-                "E0300",
-                span,
-                format!("`{n}` needs the table, model or plot support, which is not built yet"),
-            )
-            .label("not available yet")),
             n => Err(err("E0100", span, format!("unknown function `{n}`"))),
         }
     }
@@ -1150,6 +1229,9 @@ fn kind(v: &Val) -> &'static str {
         Val::List(_) => "a list",
         Val::Range(..) => "a range",
         Val::Tensor(_) => "a tensor",
+        Val::Table(..) => "a table",
+        Val::Column(..) => "a column",
+        Val::Grouped(..) => "a grouped table",
         Val::Func(_) => "a function",
         Val::Model(_) => "a model",
         Val::Poison => "an invalid value",
@@ -1176,6 +1258,9 @@ fn display(v: &Val) -> String {
         ),
         Val::Range(a, b) => format!("{a}..{b}"),
         Val::Tensor(t) => format!("{t}"),
+        Val::Table(_, s) => s.describe(),
+        Val::Column(_, s, c) => format!("column {c}: {}", s.get(c).map(|d| d.name()).unwrap_or("?")),
+        Val::Grouped(_, s, keys) => format!("grouped by {} of {}", keys.join(", "), s.describe()),
         Val::Func(_) => "<function>".into(),
         Val::Model(_) => "<model>".into(),
         Val::Poison => "<error>".into(),

@@ -506,6 +506,8 @@ fn scalar_of(dtype: DType, v: f64) -> Tensor {
         DType::U64 => D::U64(vec![v as u64]),
         DType::Bool => D::Bool(vec![v != 0.0]),
         DType::String => D::String(vec![v.to_string()]),
+        // ONNX types never map to tables; an empty one keeps this total.
+        DType::Table => D::Table(vec![Default::default()]),
     };
     Tensor::new(vec![], data).expect("one element for a scalar")
 }

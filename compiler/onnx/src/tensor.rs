@@ -44,6 +44,8 @@ pub fn dtype_to_onnx(d: DType) -> i32 {
         DType::U64 => DataType::Uint64,
         DType::Bool => DataType::Bool,
         DType::String => DataType::String,
+        // Tables have no ONNX element type; graphs with table ops are not exported.
+        DType::Table => DataType::Undefined,
     }) as i32
 }
 
@@ -114,6 +116,7 @@ pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxE
             DType::String => TensorData::String(
                 p.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect(),
             ),
+            DType::Table => return Err(invalid(context, "tables have no ONNX form")),
         }
     };
     Tensor::new(shape, data).map_err(|e| invalid(context, e.to_string()))

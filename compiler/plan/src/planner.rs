@@ -356,11 +356,15 @@ impl<'a> Planner<'a> {
                 _ => None,
             },
         };
-        // The first choice: the rule's engine, else the pinned kernel's, else the policy order.
+        // The first choice: the rule's engine, else the pinned kernel's, else the policy order
+        // — except for table ops, whose data only the `table` engine holds: they go there
+        // unless a rule or pin says otherwise, which is no fallback from the order.
+        let table_op = f.op.class() == OpClass::Table;
         let first_choice: Vec<String> = match rule.and_then(|(_, r)| r.engine.clone()) {
             Some(e) => vec![e],
             None => match &pinned {
                 Some((k, _)) => vec![xpu_engine::catalog::engine_of(k).to_string()],
+                None if table_op => vec!["table".to_string()],
                 None => self.order.clone(),
             },
         };
@@ -660,6 +664,9 @@ impl<'a> Planner<'a> {
                     }
                     (None, Some((_, key))) => {
                         RuleRef { key: key.as_str().into(), at: self.at(key) }
+                    }
+                    (None, None) if table_op && !is_fallback => {
+                        RuleRef { key: "table ops run on the table engine".into(), at: None }
                     }
                     (None, None) if is_fallback => {
                         RuleRef { key: "engines.fallback".into(), at: self.at("engines.fallback") }

@@ -30,6 +30,8 @@ fn widen(d: &TensorData) -> Wide {
         TensorData::U64(v) => Wide::I(v.iter().map(|&x| x as i128).collect()),
         TensorData::Bool(v) => Wide::B(v.clone()),
         TensorData::String(v) => Wide::S(v.clone()),
+        // `cast` refuses tables before widening.
+        TensorData::Table(_) => Wide::S(Vec::new()),
     }
 }
 
@@ -55,6 +57,9 @@ fn format_float(x: f64, single: bool) -> String {
 pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
     if t.dtype() == to {
         return Ok(t.clone());
+    }
+    if t.dtype() == DType::Table || to == DType::Table {
+        return Err(format!("cannot cast {} to {to}: tables are not tensors", t.dtype()));
     }
     let src = widen(t.data());
     macro_rules! ints {
@@ -83,6 +88,7 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
         };
     }
     let data = match to {
+        DType::Table => unreachable!("refused above"),
         DType::F32 => TensorData::F32(match &src {
             Wide::I(v) => v.iter().map(|&x| x as f32).collect(),
             Wide::F(v) => v.iter().map(|&x| x as f32).collect(),

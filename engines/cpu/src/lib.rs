@@ -51,7 +51,8 @@ pub const KERNEL_NAIVE: &str = "cpu.naive";
 
 /// Ops the CPU engine implements: the whole SGR-ML op set (it is the reference engine).
 pub fn supported_ops() -> Vec<Op> {
-    Op::ALL.to_vec()
+    // Tables live in the `table` engine; every tensor op runs here.
+    Op::ALL.iter().copied().filter(|o| o.class() != OpClass::Table).collect()
 }
 
 /// Whether this build links OpenBLAS (the `cpu.blas` kernel).

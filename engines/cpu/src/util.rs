@@ -238,6 +238,12 @@ macro_rules! any_dtype {
                 type $T = String;
                 $body
             }
+            // Never reached: inference keeps tables out of tensor ops, and the planner sends
+            // table ops to the table engine. Moving a table value is still well defined.
+            xpu_ir::DType::Table => {
+                type $T = xpu_ir::Table;
+                $body
+            }
         }
     };
 }

@@ -1,0 +1,257 @@
+//! Table parity: MiniLang table jobs run by `xpuctl run` (DuckDB underneath) against pandas
+//! on the same generated CSVs. Every case writes its result with `write_csv`; pandas
+//! (tests/tables/pandas_oracle.py, from the venv `make setup` builds) computes the same
+//! thing; cells must match — numbers within 1e-9 relative, text exactly, missing as missing.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use common::repo;
+
+/// A small deterministic generator (64-bit LCG), so the data is the same on every machine.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    fn unit(&mut self) -> f64 {
+        self.next() as f64 / (1u64 << 53) as f64
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+fn write_data(dir: &Path) {
+    let mut rng = Lcg(7);
+    let cities = ["Oslo", "Lima", "Pune", "Kyiv", "Quito"];
+    let mut people = String::from("id,name,city,grade,age,score,n,flag\n");
+    for id in 0..2000 {
+        let name = match id % 7 {
+            0 => format!("\"Doe, J{id}\""),
+            1 => format!("\"say \"\"hi\"\" {id}\""),
+            _ => format!("p{id}"),
+        };
+        let city = if rng.unit() < 0.05 { "" } else { rng.pick(&cities) };
+        let grade = rng.pick(&["A", "B", "C"]);
+        let age = if rng.unit() < 0.1 { String::new() } else { format!("{}", 18 + rng.next() % 60) };
+        let score = format!("{:.6}", rng.unit() * 100.0 - 20.0);
+        let n = rng.next() % 50;
+        let flag = if rng.unit() < 0.5 { "True" } else { "False" };
+        writeln!(people, "{id},{name},{city},{grade},{age},{score},{n},{flag}").unwrap();
+    }
+    std::fs::write(dir.join("people.csv"), people).unwrap();
+    let mut orders = String::from("id,amount,item\n");
+    for _ in 0..3000 {
+        let id = rng.next() % 2500; // some orders have no person, some people no order
+        let amount = format!("{:.2}", rng.unit() * 500.0);
+        let item = rng.pick(&["pen", "ink", "pad", "cap"]);
+        writeln!(orders, "{id},{amount},{item}").unwrap();
+    }
+    std::fs::write(dir.join("orders.csv"), orders).unwrap();
+    let mut extra = String::from("id,name,score,bonus\n");
+    for id in 5000..5100 {
+        writeln!(extra, "{id},x{id},{:.3},{}", rng.unit(), id % 3).unwrap();
+    }
+    std::fs::write(dir.join("extra.csv"), extra).unwrap();
+}
+
+/// (case, MiniLang expression over `people`/`orders`/`extra`, pandas expression, rows in
+/// a defined order?)
+const CASES: &[(&str, &str, &str, bool)] = &[
+    (
+        "stats",
+        "stats(people)",
+        "people.describe().reset_index().rename(columns={'index': 'statistic'})",
+        true,
+    ),
+    (
+        "stats_some",
+        "stats(people, [\"mean\", \"std\", \"50%\"])",
+        "people.describe().loc[['mean', 'std', '50%']].reset_index().rename(columns={'index': 'statistic'})",
+        true,
+    ),
+    (
+        "group_agg",
+        "people |> group_by(\"city\", \"grade\") |> agg(n = count(), age = mean(age), s = std(score), v = var(score), lo = min(score), hi = max(score), med = median(age), total = sum(n), first_age = first(age), names = nunique(name), ages = count(age))",
+        "people.groupby(['city', 'grade']).agg(n=('id', 'size'), age=('age', 'mean'), s=('score', 'std'), v=('score', 'var'), lo=('score', 'min'), hi=('score', 'max'), med=('age', 'median'), total=('n', 'sum'), first_age=('age', 'first'), names=('name', 'nunique'), ages=('age', 'count')).reset_index()",
+        true,
+    ),
+    (
+        "filter",
+        "people |> filter(age >= 30 and city == \"Oslo\" or score < -19.5)",
+        "people[((people.age >= 30) & (people.city == 'Oslo')) | (people.score < -19.5)]",
+        true,
+    ),
+    (
+        "filter_null",
+        "filter(people, is_null(age) and not flag)",
+        "people[people.age.isna() & ~people.flag]",
+        true,
+    ),
+    (
+        "with_column",
+        "people |> with_column(x = score * 2 + n - age / 4, big = score > 50)",
+        "people.assign(x=people.score * 2 + people.n - people.age / 4, big=people.score > 50)",
+        true,
+    ),
+    (
+        "pivot",
+        "pivot(people, index=\"city\", columns=\"grade\", values=\"score\", agg=\"mean\")",
+        "pd.pivot_table(people, index='city', columns='grade', values='score', aggfunc='mean').reset_index()",
+        true,
+    ),
+    (
+        "pivot_sum",
+        "pivot(people, index=\"grade\", columns=\"city\", values=\"n\", agg=\"sum\")",
+        "pd.pivot_table(people, index='grade', columns='city', values='n', aggfunc='sum').reset_index()",
+        true,
+    ),
+    (
+        "join_inner",
+        "join(people, orders, on=\"id\")",
+        "people.merge(orders, on='id', how='inner')",
+        true,
+    ),
+    (
+        "join_left",
+        "join(people, orders, on=\"id\", how=\"left\")",
+        "people.merge(orders, on='id', how='left')",
+        true,
+    ),
+    (
+        "join_outer",
+        "join(people, orders, on=\"id\", how=\"outer\")",
+        "people.merge(orders, on='id', how='outer')",
+        true,
+    ),
+    (
+        "join_suffix",
+        "join(people, extra, on=\"id\", how=\"outer\")",
+        "people.merge(extra, on='id', how='outer')",
+        true,
+    ),
+    (
+        "concat",
+        "concat([people, extra])",
+        "pd.concat([people, extra], ignore_index=True)",
+        true,
+    ),
+    (
+        "sort",
+        "sort(people, [\"age\", \"score\"], desc=true)",
+        "people.sort_values(['age', 'score'], ascending=False, kind='stable', na_position='last')",
+        true,
+    ),
+    ("head", "head(people, 7)", "people.head(7)", true),
+    (
+        "distinct",
+        "distinct(people[[\"city\", \"grade\"]])",
+        "people[['city', 'grade']].drop_duplicates()",
+        true,
+    ),
+    (
+        "value_counts",
+        "value_counts(orders, \"item\")",
+        "orders['item'].value_counts()",
+        false,
+    ),
+    (
+        "select",
+        "select(people, [\"score\", \"name\"])",
+        "people[['score', 'name']]",
+        true,
+    ),
+];
+
+type Rows = Vec<Vec<String>>;
+
+fn read_csv(path: &Path) -> (Vec<String>, Rows) {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = r.headers().unwrap().iter().map(str::to_string).collect();
+    let rows = r.records().map(|rec| rec.unwrap().iter().map(str::to_string).collect()).collect();
+    (header, rows)
+}
+
+/// Equal cells: numbers within 1e-9 relative, booleans in any case, text exactly.
+fn same_cell(a: &str, b: &str) -> bool {
+    if a == b || a.eq_ignore_ascii_case(b) && matches!(a.to_ascii_lowercase().as_str(), "true" | "false") {
+        return true;
+    }
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x == y || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-300),
+        _ => false,
+    }
+}
+
+#[test]
+fn tables_match_pandas() {
+    let python = repo().join(".venv/bin/python");
+    assert!(python.exists(), "the test venv is missing: run `make setup`");
+    let dir = tempfile::tempdir().unwrap();
+    write_data(dir.path());
+    let mut program = String::from(
+        "let people = load_csv(\"people.csv\")\nlet orders = load_csv(\"orders.csv\")\nlet extra = load_csv(\"extra.csv\")\n",
+    );
+    let mut cases = serde_json::Map::new();
+    for (name, ml, pandas, _) in CASES {
+        writeln!(program, "write_csv({ml}, \"got_{name}.csv\")").unwrap();
+        cases.insert(name.to_string(), serde_json::Value::String(pandas.to_string()));
+    }
+    std::fs::write(dir.path().join("job.ml"), &program).unwrap();
+    std::fs::write(dir.path().join("cases.json"), serde_json::to_string(&cases).unwrap()).unwrap();
+    let out = Command::new(&python)
+        .arg(repo().join("tests/tables/pandas_oracle.py"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pandas oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    let run = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["run", "job.ml", "--out", "out"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "xpuctl run failed:\n{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let mut failures = Vec::new();
+    let mut compared = 0usize;
+    for (name, _, _, ordered) in CASES {
+        let (gh, mut got) = read_csv(&dir.path().join(format!("got_{name}.csv")));
+        let (eh, mut expected) = read_csv(&dir.path().join(format!("expected_{name}.csv")));
+        if gh != eh {
+            failures.push(format!("{name}: columns {gh:?}, pandas has {eh:?}"));
+            continue;
+        }
+        if got.len() != expected.len() {
+            failures.push(format!("{name}: {} rows, pandas has {}", got.len(), expected.len()));
+            continue;
+        }
+        if !ordered {
+            got.sort();
+            expected.sort();
+        }
+        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+            for (c, (a, b)) in g.iter().zip(e).enumerate() {
+                compared += 1;
+                if !same_cell(a, b) {
+                    failures.push(format!("{name}: row {i}, column {}: xpu {a:?}, pandas {b:?}", gh[c]));
+                    break;
+                }
+            }
+            if failures.len() > 20 {
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatch(es):\n{}", failures.len(), failures.join("\n"));
+    eprintln!("{} cases, {compared} cells match pandas", CASES.len());
+}

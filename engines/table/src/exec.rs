@@ -1,0 +1,606 @@
+//! Running a partition of table nodes: each node's SQL, views where a result is read once in
+//! order-insensitive ways, tables (with `rowid`, their insertion order) where it is read
+//! twice or its order matters, and the results read back into [`Table`]s.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use duckdb::Connection;
+use duckdb::types::Value as DuckValue;
+use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, check_inputs};
+use xpu_ir::{Attrs, Column, ColumnData, DType, Graph, NodeId, Op, Table, Tensor, ValueId};
+
+use crate::sql::{self, ident, lit};
+use crate::{KERNEL, SharedConnection};
+
+/// How a node's result is held in the connection.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Holding {
+    View,
+    Table,
+}
+
+/// Ops that read their input's row order through `rowid`, so their inputs must be tables.
+fn reads_order(op: Op, attrs: &Attrs) -> bool {
+    match op {
+        Op::Distinct | Op::SortRows | Op::Join | Op::ValueCounts | Op::ConcatTables => true,
+        Op::GroupAgg | Op::Pivot => {
+            attrs.strs("funcs").is_some_and(|f| f.iter().any(|f| f == "first"))
+                || attrs.str("agg", "") == "first"
+        }
+        _ => false,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Rel {
+    name: String,
+    /// The first column holds row labels (`describe`, `pivot`).
+    indexed: bool,
+}
+
+pub struct TableExec {
+    g: Graph,
+    conn: SharedConnection,
+    id: usize,
+    holding: Vec<Holding>,
+    roots: Vec<std::path::PathBuf>,
+}
+
+fn kernel_err(g: &Graph, id: NodeId, message: impl std::fmt::Display) -> EngineError {
+    EngineError::Kernel { node: g.node(id).label(id), message: message.to_string() }
+}
+
+impl TableExec {
+    pub fn new(
+        g: Graph,
+        conn: SharedConnection,
+        id: usize,
+        roots: Vec<std::path::PathBuf>,
+    ) -> Result<TableExec, EngineError> {
+        let mut consumers: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
+        for nid in g.node_ids() {
+            let n = g.node(nid);
+            if n.op.class() != xpu_ir::OpClass::Table {
+                return Err(EngineError::Unsupported {
+                    engine: "table".into(),
+                    node: n.label(nid),
+                    what: format!("op {} (only table ops run here)", n.op),
+                });
+            }
+            for v in n.input_values() {
+                consumers.entry(v).or_default().push(nid);
+            }
+        }
+        let outputs: Vec<ValueId> = g.outputs.iter().map(|o| o.value).collect();
+        let holding = g
+            .node_ids()
+            .map(|nid| {
+                let n = g.node(nid);
+                let out = n.outputs[0];
+                let users = consumers.get(&out).map_or(&[][..], |v| &v[..]);
+                let built_from_values = matches!(n.op, Op::Describe | Op::ReadXlsx | Op::Pivot);
+                let ordered = users.iter().any(|&u| reads_order(g.node(u).op, &g.node(u).attrs));
+                if users.len() == 1 && !outputs.contains(&out) && !ordered && !built_from_values {
+                    Holding::View
+                } else {
+                    Holding::Table
+                }
+            })
+            .collect();
+        Ok(TableExec { g, conn, id, holding, roots })
+    }
+}
+
+/// The table function a read node scans (`read_csv(...)`, `read_parquet(...)`).
+pub fn source_sql(op: Op, attrs: &Attrs) -> Result<String, EngineError> {
+    let path = attrs.str("path", "");
+    if path.is_empty() {
+        return Err(EngineError::Other(format!("{op}: attribute `path` is required")));
+    }
+    match op {
+        Op::ReadCsv => Ok(sql::read_csv(
+            path,
+            attrs.str("sep", ""),
+            attrs.int("header", 1) != 0,
+            attrs.strs("na_values").unwrap_or(&[]),
+        )),
+        Op::ReadParquet => Ok(format!("read_parquet({})", lit(path))),
+        _ => Err(EngineError::Other(format!("{op} is not a file source"))),
+    }
+}
+
+/// Column names and DuckDB types of a query's result, without running it.
+pub fn describe(conn: &Connection, query: &str) -> Result<Vec<(String, String)>, duckdb::Error> {
+    let mut stmt = conn.prepare(&format!("DESCRIBE {query}"))?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let columns = rows.collect();
+    columns
+}
+
+/// Reads a relation back as a [`Table`].
+pub fn materialize(conn: &Connection, rel: &str, indexed: bool) -> Result<Table, duckdb::Error> {
+    let cols = describe(conn, &format!("SELECT * FROM {rel}"))?;
+    let dtypes: Vec<DType> = cols.iter().map(|(_, t)| sql::dtype_of_sql(t)).collect();
+    let select: Vec<String> = cols
+        .iter()
+        .zip(&dtypes)
+        .map(|((n, _), d)| format!("CAST({} AS {})", ident(n), sql::sql_of_dtype(*d)))
+        .collect();
+    let mut data: Vec<ColumnData> = dtypes
+        .iter()
+        .map(|d| match d {
+            DType::Bool => ColumnData::Bool(Vec::new()),
+            DType::I64 => ColumnData::I64(Vec::new()),
+            DType::F64 => ColumnData::F64(Vec::new()),
+            _ => ColumnData::String(Vec::new()),
+        })
+        .collect();
+    if !cols.is_empty() {
+        let mut stmt = conn.prepare(&format!("SELECT {} FROM {rel}", select.join(", ")))?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            for (i, col) in data.iter_mut().enumerate() {
+                match col {
+                    ColumnData::Bool(v) => v.push(row.get(i)?),
+                    ColumnData::I64(v) => v.push(row.get(i)?),
+                    ColumnData::F64(v) => v.push(row.get(i)?),
+                    ColumnData::String(v) => v.push(row.get(i)?),
+                }
+            }
+        }
+    }
+    Ok(Table {
+        columns: cols.into_iter().zip(data).map(|((name, _), data)| Column { name, data }).collect(),
+        index: indexed,
+    })
+}
+
+/// Loads a [`Table`] into a new table `name` of the connection.
+pub fn load_table(conn: &Connection, name: &str, t: &Table) -> Result<(), duckdb::Error> {
+    let defs: Vec<String> = t
+        .columns
+        .iter()
+        .map(|c| {
+            let ty = match &c.data {
+                ColumnData::Bool(_) => "BOOLEAN",
+                ColumnData::I64(_) => "BIGINT",
+                ColumnData::F64(_) => "DOUBLE",
+                ColumnData::String(_) => "VARCHAR",
+            };
+            format!("{} {ty}", ident(&c.name))
+        })
+        .collect();
+    conn.execute_batch(&format!("CREATE TABLE {} ({})", ident(name), defs.join(", ")))?;
+    let mut app = conn.appender(name)?;
+    for r in 0..t.rows() {
+        let row: Vec<DuckValue> = t
+            .columns
+            .iter()
+            .map(|c| match &c.data {
+                ColumnData::Bool(v) => v[r].map_or(DuckValue::Null, DuckValue::Boolean),
+                ColumnData::I64(v) => v[r].map_or(DuckValue::Null, DuckValue::BigInt),
+                ColumnData::F64(v) => v[r].map_or(DuckValue::Null, DuckValue::Double),
+                ColumnData::String(v) => {
+                    v[r].as_ref().map_or(DuckValue::Null, |s| DuckValue::Text(s.clone()))
+                }
+            })
+            .collect();
+        app.append_row(duckdb::appender_params_from_iter(row))?;
+    }
+    app.flush()
+}
+
+/// What one node does once its SQL is known.
+enum Step {
+    /// A relation defined by a query.
+    Query(String),
+    /// A relation built from values (describe, pivot cells, a workbook sheet).
+    Built(Table),
+    /// A statement whose result is a tensor (rows written, a tensor of columns).
+    Value(Tensor),
+}
+
+impl Executable for TableExec {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        check_inputs(&self.g, inputs)?;
+        let conn = self.conn.lock().map_err(|_| EngineError::Other("poisoned connection".into()))?;
+        let mut created: Vec<(String, Holding)> = Vec::new();
+        let result = self.run_in(&conn, inputs, &mut created);
+        // Drop what this run made, newest first (views depend on what came before).
+        for (name, h) in created.iter().rev() {
+            let kind = if *h == Holding::View { "VIEW" } else { "TABLE" };
+            let _ = conn.execute_batch(&format!("DROP {kind} IF EXISTS {}", ident(name)));
+        }
+        result
+    }
+}
+
+impl TableExec {
+    fn run_in(
+        &self,
+        conn: &Connection,
+        inputs: &[Tensor],
+        created: &mut Vec<(String, Holding)>,
+    ) -> Result<Execution, EngineError> {
+        let g = &self.g;
+        let mut rels: HashMap<ValueId, Rel> = HashMap::new();
+        let mut values: HashMap<ValueId, Tensor> = HashMap::new();
+        let mut facts = Vec::new();
+        let mut timings = Vec::new();
+        for (i, (&v, t)) in g.inputs.iter().zip(inputs).enumerate() {
+            let Some(table) = t.data().as_table() else {
+                return Err(EngineError::Input {
+                    name: g.value(v).name.clone().unwrap_or_else(|| v.to_string()),
+                    message: "the table engine takes tables only".into(),
+                });
+            };
+            let name = format!("x{}_in{i}", self.id);
+            load_table(conn, &name, table).map_err(|e| EngineError::Other(format!("duckdb: {e}")))?;
+            created.push((name.clone(), Holding::Table));
+            rels.insert(v, Rel { name: ident(&name), indexed: table.index });
+        }
+        for nid in g.node_ids() {
+            let start = Instant::now();
+            let n = g.node(nid);
+            let ins: Vec<Rel> = n
+                .input_values()
+                .map(|v| rels.get(&v).cloned().ok_or_else(|| kernel_err(g, nid, "input not computed")))
+                .collect::<Result<_, _>>()?;
+            let fail = |e: duckdb::Error| kernel_err(g, nid, e);
+            let (step, indexed) = self.step(conn, nid, &ins).map_err(|e| match e {
+                StepError::Duck(e) => fail(e),
+                StepError::Engine(e) => e,
+            })?;
+            let name = format!("x{}_n{}", self.id, nid.0);
+            let holding = self.holding[nid.index()];
+            let statement = match step {
+                Step::Query(q) => {
+                    let kind = if holding == Holding::View { "VIEW" } else { "TABLE" };
+                    let stmt = format!("CREATE {kind} {} AS {q}", ident(&name));
+                    conn.execute_batch(&stmt).map_err(fail)?;
+                    created.push((name.clone(), holding));
+                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
+                    stmt
+                }
+                Step::Built(table) => {
+                    load_table(conn, &name, &table).map_err(fail)?;
+                    created.push((name.clone(), Holding::Table));
+                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
+                    format!("-- {} rows built by the engine into {}", table.rows(), ident(&name))
+                }
+                Step::Value(t) => {
+                    values.insert(n.outputs[0], t);
+                    String::new()
+                }
+            };
+            if !statement.is_empty() {
+                facts.push(Fact { node: Some(nid), key: "sql".into(), value: statement });
+            }
+            timings.push(NodeTiming {
+                node: nid,
+                kernel: KERNEL.into(),
+                nanos: start.elapsed().as_nanos() as u64,
+            });
+        }
+        let mut outputs = Vec::with_capacity(g.outputs.len());
+        for o in &g.outputs {
+            if let Some(t) = values.get(&o.value) {
+                outputs.push(t.clone());
+                continue;
+            }
+            let rel = rels.get(&o.value).ok_or_else(|| {
+                EngineError::Other(format!("output {} was not computed", o.name))
+            })?;
+            let table = materialize(conn, &rel.name, rel.indexed)
+                .map_err(|e| EngineError::Other(format!("reading back {}: {e}", o.name)))?;
+            outputs.push(Tensor::from_vec(vec![], vec![table]).expect("scalar table"));
+        }
+        Ok(Execution { outputs, timings, facts })
+    }
+
+    fn step(&self, conn: &Connection, nid: NodeId, ins: &[Rel]) -> Result<(Step, bool), StepError> {
+        let n = self.g.node(nid);
+        let a = &n.attrs;
+        let input = || ins[0].name.as_str();
+        let inherits = ins.first().is_some_and(|r| r.indexed);
+        let cols = |rel: &str| describe(conn, &format!("SELECT * FROM {rel}"));
+        let names = |key: &str| a.strs(key).unwrap_or(&[]).to_vec();
+        Ok(match n.op {
+            Op::ReadCsv | Op::ReadParquet => {
+                (Step::Query(format!("SELECT * FROM {}", source_sql(n.op, a)?)), false)
+            }
+            Op::ReadXlsx => (Step::Built(crate::xlsx::read(a, &self.roots).map_err(|m| self.err(nid, m))?), false),
+            Op::WriteTable => {
+                let format = match a.str("format", "csv") {
+                    "csv" => "FORMAT csv, HEADER true",
+                    "parquet" => "FORMAT parquet",
+                    f => return Err(self.err(nid, format!("unknown table format `{f}`")).into()),
+                };
+                let stmt =
+                    format!("COPY (SELECT * FROM {}) TO {} ({format})", input(), lit(a.str("path", "")));
+                let rows = conn.execute(&stmt, [])?;
+                (Step::Value(Tensor::scalar(rows as i64)), false)
+            }
+            Op::SelectColumns => {
+                let list: Vec<String> = names("columns").iter().map(|c| ident(c)).collect();
+                let keeps_index = inherits
+                    && cols(input())?.first().map(|c| &c.0) == names("columns").first();
+                (Step::Query(format!("SELECT {} FROM {}", list.join(", "), input())), keeps_index)
+            }
+            Op::FilterRows => (
+                Step::Query(format!("SELECT * FROM {} WHERE ({})", input(), a.str("predicate", "true"))),
+                inherits,
+            ),
+            Op::WithColumn => {
+                let name = a.str("name", "");
+                let expr = a.str("expr", "NULL");
+                let exists = cols(input())?.iter().any(|(c, _)| c == name);
+                let q = if exists {
+                    format!("SELECT * REPLACE (({expr}) AS {}) FROM {}", ident(name), input())
+                } else {
+                    format!("SELECT *, ({expr}) AS {} FROM {}", ident(name), input())
+                };
+                (Step::Query(q), inherits)
+            }
+            Op::GroupAgg => {
+                let types: HashMap<String, DType> =
+                    cols(input())?.into_iter().map(|(n, t)| (n, sql::dtype_of_sql(&t))).collect();
+                let keys: Vec<String> = names("keys").iter().map(|k| ident(k)).collect();
+                let (outs, funcs, columns) = (names("names"), names("funcs"), names("columns"));
+                let mut select = keys.clone();
+                for ((out, f), c) in outs.iter().zip(&funcs).zip(&columns) {
+                    let col = (!c.is_empty()).then(|| ident(c));
+                    let expr = sql::aggregate(f, col.as_deref(), types.get(c).copied(), "rowid")
+                        .ok_or_else(|| self.err(nid, format!("unknown aggregate `{f}`")))?;
+                    select.push(format!("{expr} AS {}", ident(out)));
+                }
+                let mut q = format!("SELECT {} FROM {}", select.join(", "), input());
+                if !keys.is_empty() {
+                    // pandas drops rows whose group key is missing, and sorts the groups.
+                    let not_null: Vec<String> = keys.iter().map(|k| format!("{k} IS NOT NULL")).collect();
+                    q.push_str(&format!(
+                        " WHERE {} GROUP BY {} ORDER BY {}",
+                        not_null.join(" AND "),
+                        keys.join(", "),
+                        keys.join(", ")
+                    ));
+                }
+                (Step::Query(q), false)
+            }
+            Op::Describe => (Step::Built(self.describe(conn, nid, input())?), true),
+            Op::Pivot => (Step::Built(self.pivot(conn, nid, input())?), true),
+            Op::Join => {
+                let on = names("on");
+                let left = cols(&ins[0].name)?;
+                let right = cols(&ins[1].name)?;
+                let how = a.str("how", "inner");
+                let join = match how {
+                    "inner" => "INNER JOIN",
+                    "left" => "LEFT JOIN",
+                    "outer" => "FULL OUTER JOIN",
+                    h => return Err(self.err(nid, format!("unknown join `{h}`")).into()),
+                };
+                // pandas' column order: the left's columns (keys in place), then the
+                // right's other columns; clashing names get `_x` / `_y`.
+                let is_key = |c: &String| on.contains(c);
+                let clash = |c: &String, other: &[(String, String)]| {
+                    !is_key(c) && other.iter().any(|(o, _)| o == c)
+                };
+                let mut select = Vec::new();
+                for (c, _) in &left {
+                    let k = ident(c);
+                    if is_key(c) {
+                        select.push(if how == "outer" {
+                            format!("coalesce(l.{k}, r.{k}) AS {k}")
+                        } else {
+                            format!("l.{k} AS {k}")
+                        });
+                    } else {
+                        let out = if clash(c, &right) { format!("{c}_x") } else { c.clone() };
+                        select.push(format!("l.{k} AS {}", ident(&out)));
+                    }
+                }
+                for (c, _) in right.iter().filter(|(c, _)| !is_key(c)) {
+                    let out = if clash(c, &left) { format!("{c}_y") } else { c.clone() };
+                    select.push(format!("r.{} AS {}", ident(c), ident(&out)));
+                }
+                let cond: Vec<String> =
+                    on.iter().map(|k| format!("l.{0} = r.{0}", ident(k))).collect();
+                // pandas: inner and left keep the left's order; outer sorts by the keys.
+                let order = if how == "outer" {
+                    let keys: Vec<String> = on
+                        .iter()
+                        .map(|k| format!("coalesce(l.{0}, r.{0}) NULLS LAST", ident(k)))
+                        .collect();
+                    format!("{}, l.rowid, r.rowid", keys.join(", "))
+                } else {
+                    "l.rowid, r.rowid".into()
+                };
+                let q = format!(
+                    "SELECT {} FROM {} AS l {join} {} AS r ON {} ORDER BY {order}",
+                    select.join(", "),
+                    ins[0].name,
+                    ins[1].name,
+                    cond.join(" AND ")
+                );
+                (Step::Query(q), false)
+            }
+            Op::ConcatTables => {
+                let parts: Vec<String> = ins
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| format!("SELECT *, {i} AS __part, rowid AS __row FROM {}", r.name))
+                    .collect();
+                let q = format!(
+                    "SELECT * EXCLUDE (__part, __row) FROM ({}) ORDER BY __part, __row",
+                    parts.join(" UNION ALL BY NAME ")
+                );
+                (Step::Query(q), false)
+            }
+            Op::SortRows => {
+                let dir = if a.int("descending", 0) != 0 { "DESC" } else { "ASC" };
+                let mut keys: Vec<String> = names("columns")
+                    .iter()
+                    .map(|c| format!("{} {dir} NULLS LAST", ident(c)))
+                    .collect();
+                keys.push("rowid".into());
+                (Step::Query(format!("SELECT * FROM {} ORDER BY {}", input(), keys.join(", "))), inherits)
+            }
+            Op::Head => {
+                let n = a.int("n", 5).max(0);
+                (Step::Query(format!("SELECT * FROM {} LIMIT {n}", input())), inherits)
+            }
+            Op::Distinct => {
+                let list: Vec<String> = cols(input())?.iter().map(|(c, _)| ident(c)).collect();
+                let l = list.join(", ");
+                let q = format!(
+                    "SELECT {l} FROM (SELECT {l}, min(rowid) AS __first FROM {} GROUP BY {l}) ORDER BY __first",
+                    input()
+                );
+                (Step::Query(q), inherits)
+            }
+            Op::ValueCounts => {
+                let c = ident(a.str("column", ""));
+                let q = format!(
+                    "SELECT {c}, count(*) AS \"count\" FROM {} WHERE {c} IS NOT NULL GROUP BY {c} ORDER BY \"count\" DESC, min(rowid)",
+                    input()
+                );
+                (Step::Query(q), false)
+            }
+            Op::TableToTensor => {
+                let columns = names("columns");
+                let list: Vec<String> =
+                    columns.iter().map(|c| format!("CAST({} AS DOUBLE)", ident(c))).collect();
+                let mut data = Vec::new();
+                let mut rows = 0usize;
+                if !columns.is_empty() {
+                    let mut stmt = conn.prepare(&format!("SELECT {} FROM {}", list.join(", "), input()))?;
+                    let mut it = stmt.query([])?;
+                    while let Some(row) = it.next()? {
+                        for i in 0..columns.len() {
+                            data.push(row.get::<_, Option<f64>>(i)?.unwrap_or(f64::NAN));
+                        }
+                        rows += 1;
+                    }
+                }
+                let t = Tensor::from_vec(vec![rows, columns.len()], data).expect("rows × columns");
+                (Step::Value(t), false)
+            }
+            Op::Plot => {
+                let table = materialize(conn, input(), false)?;
+                let drawn = crate::plot::draw(&table, a).map_err(|m| self.err(nid, m))?;
+                (Step::Value(Tensor::scalar(drawn as i64)), false)
+            }
+            op => return Err(self.err(nid, format!("op {op} is not a table op")).into()),
+        })
+    }
+
+    fn err(&self, nid: NodeId, message: impl std::fmt::Display) -> EngineError {
+        kernel_err(&self.g, nid, message)
+    }
+
+    /// pandas `describe()`: the statistics of every numeric (not bool) column, in one scan.
+    fn describe(&self, conn: &Connection, nid: NodeId, rel: &str) -> Result<Table, StepError> {
+        let a = &self.g.node(nid).attrs;
+        let stats: Vec<String> = match a.strs("stats") {
+            Some(s) if !s.is_empty() => s.to_vec(),
+            _ => sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect(),
+        };
+        let numeric: Vec<String> = describe(conn, &format!("SELECT * FROM {rel}"))?
+            .into_iter()
+            .filter(|(_, t)| matches!(sql::dtype_of_sql(t), DType::I64 | DType::F64))
+            .map(|(c, _)| c)
+            .collect();
+        let mut exprs = Vec::new();
+        for c in &numeric {
+            for s in &stats {
+                exprs.push(
+                    sql::describe_stat(s, &ident(c))
+                        .ok_or_else(|| self.err(nid, format!("unknown statistic `{s}`")))?,
+                );
+            }
+        }
+        let mut cells: Vec<Option<f64>> = Vec::new();
+        if !exprs.is_empty() {
+            let q = format!("SELECT {} FROM {rel}", exprs.join(", "));
+            conn.query_row(&q, [], |row| {
+                for i in 0..exprs.len() {
+                    cells.push(row.get::<_, Option<f64>>(i)?);
+                }
+                Ok(())
+            })?;
+        }
+        let mut columns = vec![Column {
+            name: "statistic".into(),
+            data: ColumnData::String(stats.iter().map(|s| Some(s.clone())).collect()),
+        }];
+        for (ci, c) in numeric.iter().enumerate() {
+            let values = (0..stats.len()).map(|si| cells[ci * stats.len() + si]).collect();
+            columns.push(Column { name: c.clone(), data: ColumnData::F64(values) });
+        }
+        Ok(Table { columns, index: true })
+    }
+
+    /// pandas `pivot_table`: one row per index value (sorted), one column per distinct value
+    /// of `columns` (sorted), cells the aggregate of `values`; empty cells missing.
+    fn pivot(&self, conn: &Connection, nid: NodeId, rel: &str) -> Result<Table, StepError> {
+        let a = &self.g.node(nid).attrs;
+        let (index, columns, values) = (a.str("index", ""), a.str("columns", ""), a.str("values", ""));
+        let agg = a.str("agg", "mean");
+        let types: HashMap<String, DType> = describe(conn, &format!("SELECT * FROM {rel}"))?
+            .into_iter()
+            .map(|(n, t)| (n, sql::dtype_of_sql(&t)))
+            .collect();
+        let c = ident(columns);
+        let mut stmt = conn.prepare(&format!(
+            "SELECT DISTINCT CAST({c} AS VARCHAR), {c} FROM {rel} WHERE {c} IS NOT NULL ORDER BY {c}"
+        ))?;
+        let labels: Vec<String> =
+            stmt.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<_, _>>()?;
+        let mut select = vec![ident(index)];
+        for label in &labels {
+            let cond = format!("CAST({c} AS VARCHAR) = {}", lit(label));
+            let cell = format!("CASE WHEN {cond} THEN {} END", ident(values));
+            let expr = sql::aggregate(agg, Some(&cell), types.get(values).copied(), "rowid")
+                .ok_or_else(|| self.err(nid, format!("unknown aggregate `{agg}`")))?;
+            // Column names as pandas shows the values (booleans `True` / `False`).
+            let shown = match (types.get(columns), label.as_str()) {
+                (Some(DType::Bool), "true") => "True",
+                (Some(DType::Bool), "false") => "False",
+                _ => label.as_str(),
+            };
+            select.push(format!(
+                "CASE WHEN count(*) FILTER (WHERE {cond}) > 0 THEN ({expr})::DOUBLE END AS {}",
+                ident(shown)
+            ));
+        }
+        let i = ident(index);
+        let q = format!(
+            "SELECT {} FROM {rel} WHERE {i} IS NOT NULL GROUP BY {i} ORDER BY {i}",
+            select.join(", ")
+        );
+        let name = format!("x{}_pivot{}", self.id, nid.0);
+        conn.execute_batch(&format!("CREATE TEMP VIEW {} AS {q}", ident(&name)))?;
+        let t = materialize(conn, &ident(&name), true);
+        conn.execute_batch(&format!("DROP VIEW {}", ident(&name)))?;
+        Ok(t?)
+    }
+}
+
+enum StepError {
+    Duck(duckdb::Error),
+    Engine(EngineError),
+}
+
+impl From<duckdb::Error> for StepError {
+    fn from(e: duckdb::Error) -> Self {
+        StepError::Duck(e)
+    }
+}
+
+impl From<EngineError> for StepError {
+    fn from(e: EngineError) -> Self {
+        StepError::Engine(e)
+    }
+}

@@ -1,0 +1,162 @@
+//! The table engine: SGR-ML ops of class `table` (load, filter, group, pivot, join, …) run
+//! as SQL on one in-memory DuckDB connection per engine instance — one per job. Each node
+//! becomes a view or a table named after it, so a chain of nodes is one query DuckDB
+//! optimises as a whole; the SQL of every node is reported as a fact and lands in the
+//! explanation. The connection may read and write only inside the job's data roots
+//! (`allowed_directories`, external access otherwise off, configuration locked). It also
+//! answers schema questions at compile time ([`TableEngine::source_schema`]), with the same
+//! reader, so the columns a program is checked against are the ones it will get.
+
+mod exec;
+mod plot;
+pub mod sql;
+mod xlsx;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use duckdb::Connection;
+use xpu_engine::{
+    Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
+};
+use xpu_ir::{Attrs, DType, Graph, Op, OpClass};
+
+pub use exec::{load_table, materialize};
+
+/// The one kernel: DuckDB's vectorised SQL engine.
+pub const KERNEL: &str = "table.duckdb";
+
+/// The shared job connection. DuckDB's `Connection` is `Send` but not `Sync`.
+type SharedConnection = Arc<Mutex<Connection>>;
+
+pub struct TableEngine {
+    roots: Vec<PathBuf>,
+    connection: Mutex<Option<SharedConnection>>,
+    /// Numbers executables, so relation names of two partitions never collide.
+    executables: AtomicUsize,
+}
+
+impl std::fmt::Debug for TableEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableEngine").field("roots", &self.roots).finish()
+    }
+}
+
+fn duck(e: duckdb::Error) -> EngineError {
+    EngineError::Other(format!("duckdb: {e}"))
+}
+
+impl TableEngine {
+    /// An engine whose DuckDB connection may touch files only under `roots` (canonicalised
+    /// where they exist).
+    pub fn new(roots: Vec<PathBuf>) -> TableEngine {
+        let roots = roots.into_iter().map(|r| r.canonicalize().unwrap_or(r)).collect();
+        TableEngine { roots, connection: Mutex::new(None), executables: AtomicUsize::new(0) }
+    }
+
+    /// Opens the confined connection: external access only inside the roots, no extension
+    /// downloads or loads, `threads` worker threads, then the configuration locked so no
+    /// statement can loosen it.
+    fn open(&self, threads: Option<usize>) -> Result<Connection, EngineError> {
+        let conn = Connection::open_in_memory().map_err(duck)?;
+        let dirs: Vec<String> = self
+            .roots
+            .iter()
+            .map(|r| {
+                let mut s = r.display().to_string();
+                if !s.ends_with('/') {
+                    s.push('/');
+                }
+                sql::lit(&s)
+            })
+            .collect();
+        let mut setup = format!(
+            "SET allowed_directories = [{}];
+             SET enable_external_access = false;
+             SET autoinstall_known_extensions = false;
+             SET autoload_known_extensions = false;",
+            dirs.join(", ")
+        );
+        if let Some(t) = threads.filter(|t| *t > 0) {
+            setup.push_str(&format!("SET threads = {t};"));
+        }
+        setup.push_str("SET lock_configuration = true;");
+        conn.execute_batch(&setup).map_err(duck)?;
+        Ok(conn)
+    }
+
+    fn connection(&self, threads: Option<usize>) -> Result<SharedConnection, EngineError> {
+        let mut slot = self.connection.lock().map_err(|_| EngineError::Other("poisoned".into()))?;
+        if let Some(c) = &*slot {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(Mutex::new(self.open(threads)?));
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The columns (name, dtype) a read node (`read_csv`, `read_xlsx`, `read_parquet`) will
+    /// produce, found by the same reader that runs it. Used by MiniLang at compile time.
+    pub fn source_schema(&self, op: Op, attrs: &Attrs) -> Result<Vec<(String, DType)>, String> {
+        if op == Op::ReadXlsx {
+            return xlsx::schema(attrs, &self.roots);
+        }
+        let source = exec::source_sql(op, attrs).map_err(|e| e.to_string())?;
+        let conn = self.connection(None).map_err(|e| e.to_string())?;
+        let conn = conn.lock().map_err(|_| "poisoned connection".to_string())?;
+        exec::describe(&conn, &format!("SELECT * FROM {source}"))
+            .map(|cols| cols.into_iter().map(|(n, t)| (n, sql::dtype_of_sql(&t))).collect())
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Engine for TableEngine {
+    fn name(&self) -> &str {
+        "table"
+    }
+
+    fn version(&self) -> String {
+        format!("duckdb {}", duckdb_version())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            engine: "table".into(),
+            version: self.version(),
+            availability: Availability::Available,
+            devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
+            kernels: vec![KernelCaps {
+                name: KERNEL.into(),
+                ops: vec![],
+                classes: vec![OpClass::Table],
+                dtypes: vec![DType::Table],
+                deterministic: true,
+                description: "DuckDB SQL, one in-memory connection per job".into(),
+            }],
+        }
+    }
+
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError> {
+        let threads = assignment.options.get("threads").and_then(|t| t.parse().ok());
+        let conn = self.connection(threads)?;
+        let id = self.executables.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(exec::TableExec::new(partition.clone(), conn, id, self.roots.clone())?))
+    }
+}
+
+fn duckdb_version() -> String {
+    // The library's own version string, e.g. `v1.2.0`, read once.
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            Connection::open_in_memory()
+                .and_then(|c| c.query_row("SELECT version()", [], |r| r.get::<_, String>(0)))
+                .unwrap_or_else(|_| "unknown".into())
+        })
+        .clone()
+}

@@ -1,0 +1,146 @@
+//! SQL text for table nodes: quoting, the aggregate functions MiniLang names, and the
+//! statement each op runs. Pure string building, so it is tested without a database.
+
+use xpu_ir::DType;
+
+/// A double-quoted SQL identifier.
+pub fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A single-quoted SQL string literal.
+pub fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The aggregate functions of `agg`, `pivot` and their SQL, pandas semantics: nulls skipped,
+/// `std`/`var` sample statistics, `median` interpolated, `sum` of nothing 0, `count()` the
+/// group size.
+pub const AGG_FUNCS: &[&str] =
+    &["count", "sum", "mean", "std", "var", "min", "max", "median", "first", "nunique"];
+
+/// The SQL of one aggregate over `col` (`None` for `count()`), given the column's type;
+/// `order` is the expression giving input order (for `first`).
+pub fn aggregate(func: &str, col: Option<&str>, ty: Option<DType>, order: &str) -> Option<String> {
+    let Some(col) = col else {
+        return (func == "count").then(|| "count(*)".to_string());
+    };
+    let c = ident(col);
+    Some(match func {
+        "count" => format!("count({c})"),
+        "sum" => match ty {
+            Some(DType::F64) => format!("coalesce(sum({c}), 0)::DOUBLE"),
+            Some(DType::Bool) => format!("coalesce(sum({c}::BIGINT), 0)::BIGINT"),
+            _ => format!("coalesce(sum({c}), 0)::BIGINT"),
+        },
+        "mean" => format!("avg({c}::DOUBLE)"),
+        "std" => format!("stddev_samp({c}::DOUBLE)"),
+        "var" => format!("var_samp({c}::DOUBLE)"),
+        "median" => format!("quantile_cont({c}::DOUBLE, 0.5)"),
+        "min" => format!("min({c})"),
+        "max" => format!("max({c})"),
+        "first" => format!("first({c} ORDER BY {order}) FILTER (WHERE {c} IS NOT NULL)"),
+        "nunique" => format!("count(DISTINCT {c})"),
+        _ => return None,
+    })
+}
+
+/// A DuckDB type name as the dtype MiniLang sees: integers i64, other numbers f64, booleans
+/// bool, everything else (text, dates, nested values) string.
+pub fn dtype_of_sql(ty: &str) -> DType {
+    let t = ty.to_ascii_uppercase();
+    match t.as_str() {
+        "BOOLEAN" => DType::Bool,
+        "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" | "UTINYINT" | "USMALLINT" | "UINTEGER" => {
+            DType::I64
+        }
+        "UBIGINT" | "HUGEINT" | "UHUGEINT" | "FLOAT" | "DOUBLE" | "REAL" => DType::F64,
+        _ if t.starts_with("DECIMAL") => DType::F64,
+        _ => DType::String,
+    }
+}
+
+/// The SQL type a column of `dtype` is read back as.
+pub fn sql_of_dtype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bool => "BOOLEAN",
+        DType::I64 => "BIGINT",
+        DType::F64 => "DOUBLE",
+        _ => "VARCHAR",
+    }
+}
+
+/// pandas' default missing-value markers (`read_csv(na_values=None)`), so a CSV reads with
+/// the same holes in both.
+pub const PANDAS_NA_VALUES: &[&str] = &[
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+];
+
+/// The `read_csv` table function call for a file.
+pub fn read_csv(path: &str, sep: &str, header: bool, na_values: &[String]) -> String {
+    let mut opts = vec![format!("header = {header}")];
+    if !sep.is_empty() {
+        opts.push(format!("delim = {}", lit(sep)));
+    }
+    let na: Vec<String> = if na_values.is_empty() {
+        PANDAS_NA_VALUES.iter().map(|s| lit(s)).collect()
+    } else {
+        na_values.iter().map(|s| lit(s)).collect()
+    };
+    opts.push(format!("nullstr = [{}]", na.join(", ")));
+    format!("read_csv({}, {})", lit(path), opts.join(", "))
+}
+
+/// The statistic names `describe` knows, in pandas' order; any `N%` (0 ≤ N ≤ 100) is a
+/// percentile too.
+pub const DESCRIBE_STATS: &[&str] = &["count", "mean", "std", "min", "25%", "50%", "75%", "max"];
+
+/// A statistic's aggregate over the column `c` (already quoted), as DOUBLE.
+pub fn describe_stat(stat: &str, c: &str) -> Option<String> {
+    Some(match stat {
+        "count" => format!("count({c})::DOUBLE"),
+        "mean" => format!("avg({c}::DOUBLE)"),
+        "std" => format!("stddev_samp({c}::DOUBLE)"),
+        "min" => format!("min({c})::DOUBLE"),
+        "max" => format!("max({c})::DOUBLE"),
+        p => {
+            let q = percentile(p)?;
+            format!("quantile_cont({c}::DOUBLE, {q})")
+        }
+    })
+}
+
+/// `"25%"` → 0.25; `None` for anything else.
+pub fn percentile(stat: &str) -> Option<f64> {
+    let n: f64 = stat.strip_suffix('%')?.trim().parse().ok()?;
+    (0.0..=100.0).contains(&n).then_some(n / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_the_quote_characters() {
+        assert_eq!(ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(lit("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn percentiles_parse_in_range_only() {
+        assert_eq!(percentile("25%"), Some(0.25));
+        assert_eq!(percentile("100%"), Some(1.0));
+        assert_eq!(percentile("101%"), None);
+        assert_eq!(percentile("mean"), None);
+    }
+
+    #[test]
+    fn aggregates_follow_pandas() {
+        assert_eq!(aggregate("count", None, None, "r").as_deref(), Some("count(*)"));
+        assert_eq!(aggregate("nunique", Some("a"), None, "r").as_deref(), Some("count(DISTINCT \"a\")"));
+        assert!(aggregate("mode", Some("a"), None, "r").is_none());
+        assert_eq!(dtype_of_sql("DECIMAL(10,2)"), DType::F64);
+        assert_eq!(dtype_of_sql("DATE"), DType::String);
+    }
+}

@@ -1,0 +1,11 @@
+# Table programs are type-checked against the real columns of their files (people.csv).
+let people = load_csv("people.csv")
+print people |> filter(Agee >= 18 and Sex == "female")
+print select(people, ["Name", "Fare", "sex"])
+print people |> group_by("Sex") |> agg(n = count(), m = mean(Name))
+print people |> filter(Sex > 3)
+print stats(people, ["mean", "99th"])
+print people |> with_column(x = Age @ Fare)
+print people |> agg(m = mode(Age))
+print load_csv("nowhere.csv")
+print load_csv("../secrets.csv")
