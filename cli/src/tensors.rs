@@ -330,13 +330,17 @@ pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
         let row: Vec<String> = t
             .columns
             .iter()
-            .map(|c| match &c.data {
-                ColumnData::Bool(v) => v[r].map(|b| if b { "True".into() } else { "False".into() }),
-                ColumnData::I64(v) => v[r].map(|x| x.to_string()),
-                ColumnData::F64(v) => v[r].map(|x| format!("{x:?}")),
-                ColumnData::String(v) => v[r].as_deref().map(field),
-            }
-            .unwrap_or_default())
+            .map(|c| {
+                match &c.data {
+                    ColumnData::Bool(v) => {
+                        v[r].map(|b| if b { "True".into() } else { "False".into() })
+                    }
+                    ColumnData::I64(v) => v[r].map(|x| x.to_string()),
+                    ColumnData::F64(v) => v[r].map(|x| format!("{x:?}")),
+                    ColumnData::String(v) => v[r].as_deref().map(field),
+                }
+                .unwrap_or_default()
+            })
             .collect();
         out.push_str(&row.join(","));
         out.push('\n');

@@ -507,7 +507,8 @@ fn minilang_check_reports_every_diagnostic() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("       Age\nmean  30.0\nstd    NaN\n50%   30.0\n"), "{out}");
     // An unknown column is located, with did-you-mean from the real header.
-    std::fs::write(&seed, "let data = load_csv(\"titanic.csv\")\nprint data |> filter(age > 3)\n").unwrap();
+    std::fs::write(&seed, "let data = load_csv(\"titanic.csv\")\nprint data |> filter(age > 3)\n")
+        .unwrap();
     let (code, out, _) = xpuctl(&["check", seed.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(

@@ -39,7 +39,8 @@ fn write_data(dir: &Path) {
         };
         let city = if rng.unit() < 0.05 { "" } else { rng.pick(&cities) };
         let grade = rng.pick(&["A", "B", "C"]);
-        let age = if rng.unit() < 0.1 { String::new() } else { format!("{}", 18 + rng.next() % 60) };
+        let age =
+            if rng.unit() < 0.1 { String::new() } else { format!("{}", 18 + rng.next() % 60) };
         let score = format!("{:.6}", rng.unit() * 100.0 - 20.0);
         let n = rng.next() % 50;
         let flag = if rng.unit() < 0.5 { "True" } else { "False" };
@@ -136,12 +137,7 @@ const CASES: &[(&str, &str, &str, bool)] = &[
         "people.merge(extra, on='id', how='outer')",
         true,
     ),
-    (
-        "concat",
-        "concat([people, extra])",
-        "pd.concat([people, extra], ignore_index=True)",
-        true,
-    ),
+    ("concat", "concat([people, extra])", "pd.concat([people, extra], ignore_index=True)", true),
     (
         "sort",
         "sort(people, [\"age\", \"score\"], desc=true)",
@@ -155,18 +151,8 @@ const CASES: &[(&str, &str, &str, bool)] = &[
         "people[['city', 'grade']].drop_duplicates()",
         true,
     ),
-    (
-        "value_counts",
-        "value_counts(orders, \"item\")",
-        "orders['item'].value_counts()",
-        false,
-    ),
-    (
-        "select",
-        "select(people, [\"score\", \"name\"])",
-        "people[['score', 'name']]",
-        true,
-    ),
+    ("value_counts", "value_counts(orders, \"item\")", "orders['item'].value_counts()", false),
+    ("select", "select(people, [\"score\", \"name\"])", "people[['score', 'name']]", true),
 ];
 
 type Rows = Vec<Vec<String>>;
@@ -180,7 +166,9 @@ fn read_csv(path: &Path) -> (Vec<String>, Rows) {
 
 /// Equal cells: numbers within 1e-9 relative, booleans in any case, text exactly.
 fn same_cell(a: &str, b: &str) -> bool {
-    if a == b || a.eq_ignore_ascii_case(b) && matches!(a.to_ascii_lowercase().as_str(), "true" | "false") {
+    if a == b
+        || a.eq_ignore_ascii_case(b) && matches!(a.to_ascii_lowercase().as_str(), "true" | "false")
+    {
         return true;
     }
     match (a.parse::<f64>(), b.parse::<f64>()) {
@@ -243,7 +231,10 @@ fn tables_match_pandas() {
             for (c, (a, b)) in g.iter().zip(e).enumerate() {
                 compared += 1;
                 if !same_cell(a, b) {
-                    failures.push(format!("{name}: row {i}, column {}: xpu {a:?}, pandas {b:?}", gh[c]));
+                    failures.push(format!(
+                        "{name}: row {i}, column {}: xpu {a:?}, pandas {b:?}",
+                        gh[c]
+                    ));
                     break;
                 }
             }

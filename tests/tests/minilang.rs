@@ -23,7 +23,9 @@ fn run_file(path: &std::path::Path) -> Result<(), String> {
             tables: Some(std::sync::Arc::new(move |op, attrs| engine.source_schema(op, attrs))),
             ..Default::default()
         };
-        if let Err(more) = xpu_minilang::lower::lower_with(&program, "golden", Some(&roots), &inputs) {
+        if let Err(more) =
+            xpu_minilang::lower::lower_with(&program, "golden", Some(&roots), &inputs)
+        {
             diags = more;
         }
     }

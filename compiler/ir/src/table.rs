@@ -102,7 +102,8 @@ impl Table {
 fn format_floats(values: &[Option<f64>]) -> Vec<String> {
     let finite: Vec<f64> = values.iter().flatten().copied().filter(|v| v.is_finite()).collect();
     let max = finite.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let min_nonzero = finite.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
+    let min_nonzero =
+        finite.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
     let scientific = max >= 1e16 || (min_nonzero < 1e-4 && min_nonzero.is_finite() && max < 1e16);
     let fixed = |v: f64| {
         if v.is_nan() {
@@ -220,7 +221,12 @@ impl fmt::Display for Table {
         let widths: Vec<usize> = columns
             .iter()
             .map(|(h, cells)| {
-                cells.iter().map(|s| s.chars().count()).chain([h.chars().count()]).max().unwrap_or(0)
+                cells
+                    .iter()
+                    .map(|s| s.chars().count())
+                    .chain([h.chars().count()])
+                    .max()
+                    .unwrap_or(0)
             })
             .collect();
         let mut header = " ".repeat(label_width);

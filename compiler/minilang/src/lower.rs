@@ -19,9 +19,9 @@ use crate::ast::*;
 use crate::check::is_builtin;
 
 mod tables;
-pub use tables::{Schema, TableSchemaLoader};
 use crate::diag::Diagnostic;
 use crate::paths::DataRoots;
+pub use tables::{Schema, TableSchemaLoader};
 
 /// What `print` statements produce, in program order.
 #[derive(Debug, Clone, PartialEq)]
@@ -716,7 +716,11 @@ impl<'p> Lowerer<'p> {
         // `t["Age"]` is a column, `t[["Age", "Fare"]]` a selection.
         if let Val::Table(t, schema) = &target {
             let [IndexItem::At(e)] = items else {
-                return Err(err("E0207", span, "index a table by a column name or a list of names"));
+                return Err(err(
+                    "E0207",
+                    span,
+                    "index a table by a column name or a list of names",
+                ));
             };
             return match self.expr(e)? {
                 Val::Str(c) => self.column(target.clone(), &c, e.span),
@@ -1259,7 +1263,9 @@ fn display(v: &Val) -> String {
         Val::Range(a, b) => format!("{a}..{b}"),
         Val::Tensor(t) => format!("{t}"),
         Val::Table(_, s) => s.describe(),
-        Val::Column(_, s, c) => format!("column {c}: {}", s.get(c).map(|d| d.name()).unwrap_or("?")),
+        Val::Column(_, s, c) => {
+            format!("column {c}: {}", s.get(c).map(|d| d.name()).unwrap_or("?"))
+        }
         Val::Grouped(_, s, keys) => format!("grouped by {} of {}", keys.join(", "), s.describe()),
         Val::Func(_) => "<function>".into(),
         Val::Model(_) => "<model>".into(),

@@ -69,7 +69,9 @@ fn label(data: &ColumnData, i: usize) -> String {
         ColumnData::String(v) => v[i].clone().unwrap_or_else(|| "NaN".into()),
         ColumnData::I64(v) => v[i].map_or_else(|| "NaN".into(), |x| x.to_string()),
         ColumnData::F64(v) => v[i].map_or_else(|| "NaN".into(), |x| format!("{x}")),
-        ColumnData::Bool(v) => v[i].map_or_else(|| "NaN".into(), |b| if b { "True".into() } else { "False".into() }),
+        ColumnData::Bool(v) => {
+            v[i].map_or_else(|| "NaN".into(), |b| if b { "True".into() } else { "False".into() })
+        }
     }
 }
 
@@ -176,7 +178,12 @@ fn render<DB: DrawingBackend>(
         "bar" => {
             let n = c.labels.len();
             let (_, hi) = finite_range(c.series.iter().flat_map(|(_, v)| v.iter().copied()));
-            let lo = c.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::min);
+            let lo = c
+                .series
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .filter(|v| v.is_finite())
+                .fold(0.0f64, f64::min);
             let mut chart = builder.build_cartesian_2d(-0.5..(n as f64 - 0.5), lo..hi.max(0.0))?;
             let labels = c.labels.clone();
             chart
@@ -204,9 +211,15 @@ fn render<DB: DrawingBackend>(
                         },
                     ))?
                     .label(name)
-                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                    });
             }
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
         }
         kind => {
             let (x0, x1) = finite_range(c.xs.iter().copied());
@@ -215,23 +228,28 @@ fn render<DB: DrawingBackend>(
             chart.configure_mesh().x_desc(&c.x_label).draw()?;
             for (s, (name, vals)) in c.series.iter().enumerate() {
                 let color = COLORS[s % COLORS.len()];
-                let points: Vec<(f64, f64)> = c
-                    .xs
-                    .iter()
-                    .zip(vals)
-                    .filter(|(x, y)| x.is_finite() && y.is_finite())
-                    .map(|(x, y)| (*x, *y))
-                    .collect();
+                let points: Vec<(f64, f64)> =
+                    c.xs.iter()
+                        .zip(vals)
+                        .filter(|(x, y)| x.is_finite() && y.is_finite())
+                        .map(|(x, y)| (*x, *y))
+                        .collect();
                 let drawn = if kind == "line" {
                     chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?
                 } else {
-                    chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?
+                    chart.draw_series(
+                        points.into_iter().map(|p| Circle::new(p, 3, color.filled())),
+                    )?
                 };
                 drawn.label(name).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
             }
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
         }
     }
     root.present()

@@ -138,7 +138,10 @@ mod tests {
     #[test]
     fn aggregates_follow_pandas() {
         assert_eq!(aggregate("count", None, None, "r").as_deref(), Some("count(*)"));
-        assert_eq!(aggregate("nunique", Some("a"), None, "r").as_deref(), Some("count(DISTINCT \"a\")"));
+        assert_eq!(
+            aggregate("nunique", Some("a"), None, "r").as_deref(),
+            Some("count(DISTINCT \"a\")")
+        );
         assert!(aggregate("mode", Some("a"), None, "r").is_none());
         assert_eq!(dtype_of_sql("DECIMAL(10,2)"), DType::F64);
         assert_eq!(dtype_of_sql("DATE"), DType::String);

@@ -11,9 +11,8 @@ use xpu_ir::{Attrs, Column, ColumnData, DType, Table};
 /// Refuses a workbook outside the engine's data roots (the compiler resolved the path
 /// already; this keeps the engine safe on its own).
 fn confined(path: &str, roots: &[PathBuf]) -> Result<PathBuf, String> {
-    let p = Path::new(path)
-        .canonicalize()
-        .map_err(|e| format!("cannot open workbook {path}: {e}"))?;
+    let p =
+        Path::new(path).canonicalize().map_err(|e| format!("cannot open workbook {path}: {e}"))?;
     if roots.iter().any(|r| p.starts_with(r)) {
         Ok(p)
     } else {
@@ -23,8 +22,8 @@ fn confined(path: &str, roots: &[PathBuf]) -> Result<PathBuf, String> {
 
 pub fn read(attrs: &Attrs, roots: &[PathBuf]) -> Result<Table, String> {
     let path = confined(attrs.str("path", ""), roots)?;
-    let mut book =
-        open_workbook_auto(&path).map_err(|e| format!("{}: not a readable workbook: {e}", path.display()))?;
+    let mut book = open_workbook_auto(&path)
+        .map_err(|e| format!("{}: not a readable workbook: {e}", path.display()))?;
     let names = book.sheet_names();
     let wanted = attrs.str("sheet", "");
     let sheets: Vec<String> = match wanted {
@@ -118,11 +117,17 @@ fn column(cells: &[&Data]) -> ColumnData {
         Data::Int(i) => Some(*i as f64),
         _ => None,
     };
-    if !present.is_empty() && present.iter().all(|c| matches!(c, Data::Bool(_))) && present.len() == cells.len() {
-        return ColumnData::Bool(cells.iter().map(|c| if let Data::Bool(b) = c { Some(*b) } else { None }).collect());
+    if !present.is_empty()
+        && present.iter().all(|c| matches!(c, Data::Bool(_)))
+        && present.len() == cells.len()
+    {
+        return ColumnData::Bool(
+            cells.iter().map(|c| if let Data::Bool(b) = c { Some(*b) } else { None }).collect(),
+        );
     }
     if !present.is_empty() && present.iter().all(|c| number(c).is_some()) {
-        let integral = present.iter().all(|c| number(c).is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15));
+        let integral =
+            present.iter().all(|c| number(c).is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15));
         if integral && present.len() == cells.len() {
             return ColumnData::I64(cells.iter().map(|c| number(c).map(|f| f as i64)).collect());
         }
@@ -150,16 +155,21 @@ fn stack(parts: Vec<Table>) -> Table {
         .map(|name| {
             let pieces: Vec<(usize, Option<&ColumnData>)> =
                 parts.iter().map(|p| (p.rows(), p.column(&name).map(|c| &c.data))).collect();
-            let kinds: BTreeSet<&str> = pieces.iter().filter_map(|(_, d)| d.map(|d| d.type_name())).collect();
+            let kinds: BTreeSet<&str> =
+                pieces.iter().filter_map(|(_, d)| d.map(|d| d.type_name())).collect();
             let data = match kinds.iter().next().copied() {
-                Some("i64") if kinds.len() == 1 => ColumnData::I64(gather(&pieces, |d, i| match d {
-                    ColumnData::I64(v) => v[i],
-                    _ => None,
-                })),
-                Some("bool") if kinds.len() == 1 => ColumnData::Bool(gather(&pieces, |d, i| match d {
-                    ColumnData::Bool(v) => v[i],
-                    _ => None,
-                })),
+                Some("i64") if kinds.len() == 1 => {
+                    ColumnData::I64(gather(&pieces, |d, i| match d {
+                        ColumnData::I64(v) => v[i],
+                        _ => None,
+                    }))
+                }
+                Some("bool") if kinds.len() == 1 => {
+                    ColumnData::Bool(gather(&pieces, |d, i| match d {
+                        ColumnData::Bool(v) => v[i],
+                        _ => None,
+                    }))
+                }
                 Some("f64" | "i64") if kinds.iter().all(|k| *k == "f64" || *k == "i64") => {
                     ColumnData::F64(gather(&pieces, |d, i| {
                         let f = d.get_f64(i);
@@ -170,7 +180,9 @@ fn stack(parts: Vec<Table>) -> Table {
                     ColumnData::String(v) => v[i].clone(),
                     ColumnData::I64(v) => v[i].map(|x| x.to_string()),
                     ColumnData::F64(v) => v[i].map(|x| x.to_string()),
-                    ColumnData::Bool(v) => v[i].map(|b| if b { "True".into() } else { "False".into() }),
+                    ColumnData::Bool(v) => {
+                        v[i].map(|b| if b { "True".into() } else { "False".into() })
+                    }
                 })),
             };
             Column { name, data }
@@ -179,7 +191,10 @@ fn stack(parts: Vec<Table>) -> Table {
     Table::new(columns)
 }
 
-fn gather<T>(pieces: &[(usize, Option<&ColumnData>)], get: impl Fn(&ColumnData, usize) -> Option<T>) -> Vec<Option<T>> {
+fn gather<T>(
+    pieces: &[(usize, Option<&ColumnData>)],
+    get: impl Fn(&ColumnData, usize) -> Option<T>,
+) -> Vec<Option<T>> {
     let mut out = Vec::new();
     for (rows, data) in pieces {
         for i in 0..*rows {

@@ -78,17 +78,21 @@ impl<'p> Lowerer<'p> {
         attrs: Attrs,
         span: Span,
     ) -> R<ValueId> {
-        let v = self
-            .g
-            .add_op(op, inputs, attrs)
-            .map_err(|e| err("E0205", span, e.to_string()))?;
+        let v = self.g.add_op(op, inputs, attrs).map_err(|e| err("E0205", span, e.to_string()))?;
         let (line, col) = self.program.line_col(span.start);
         let node = self.g.producer(v).expect("just added");
         self.g.nodes[node.index()].name = Some(format!("{}:{line}:{col}", self.g.name));
         Ok(v)
     }
 
-    pub(super) fn table(&mut self, op: Op, inputs: &[ValueId], attrs: Attrs, schema: Schema, span: Span) -> R<Val> {
+    pub(super) fn table(
+        &mut self,
+        op: Op,
+        inputs: &[ValueId],
+        attrs: Attrs,
+        schema: Schema,
+        span: Span,
+    ) -> R<Val> {
         let v = self.table_op(op, inputs, attrs, span)?;
         Ok(Val::Table(v, Rc::new(schema)))
     }
@@ -110,13 +114,18 @@ impl<'p> Lowerer<'p> {
         match v {
             Val::Table(t, s) => Ok((t, s)),
             Val::Column(t, s, name) => {
-                let schema = Schema { columns: vec![(name.clone(), s.get(&name).unwrap_or(DType::F64))], open: false };
+                let schema = Schema {
+                    columns: vec![(name.clone(), s.get(&name).unwrap_or(DType::F64))],
+                    open: false,
+                };
                 let attrs = Attrs::new().with("columns", Attr::Strs(vec![name]));
                 let v = self.table_op(Op::SelectColumns, &[t], attrs, span)?;
                 Ok((v, Rc::new(schema)))
             }
-            Val::Grouped(..) => Err(err("E0201", span, "a grouped table needs `agg(...)` before it can be used")
-                .help(Some("e.g. group_by(t, \"Sex\") |> agg(n = count())".into()))),
+            Val::Grouped(..) => {
+                Err(err("E0201", span, "a grouped table needs `agg(...)` before it can be used")
+                    .help(Some("e.g. group_by(t, \"Sex\") |> agg(n = count())".into())))
+            }
             other => Err(err("E0201", span, format!("expected a table, found {}", kind(&other)))),
         }
     }
@@ -139,12 +148,23 @@ impl<'p> Lowerer<'p> {
                     return Err(err("E0206", span, "`filter` takes a table and one condition"));
                 };
                 if let Some(n) = &pred.name {
-                    return Err(err("E0206", n.span, format!("`filter` has no argument `{}`", n.name))
-                        .help(Some("compare with `==`: filter(t, Sex == \"female\")".into())));
+                    return Err(err(
+                        "E0206",
+                        n.span,
+                        format!("`filter` has no argument `{}`", n.name),
+                    )
+                    .help(Some("compare with `==`: filter(t, Sex == \"female\")".into())));
                 }
                 let (sql, ty) = self.row_expr(&pred.value, &schema, t)?;
                 if ty.is_some_and(|d| d != DType::Bool) {
-                    return Err(err("E0201", pred.value.span, format!("a filter condition must be a bool, this is {}", ty.map(|d| d.name()).unwrap_or("?"))));
+                    return Err(err(
+                        "E0201",
+                        pred.value.span,
+                        format!(
+                            "a filter condition must be a bool, this is {}",
+                            ty.map(|d| d.name()).unwrap_or("?")
+                        ),
+                    ));
                 }
                 let attrs = Attrs::new().with("predicate", Attr::Str(sql));
                 self.table(Op::FilterRows, &[t], attrs, (*schema).clone(), span)
@@ -153,14 +173,26 @@ impl<'p> Lowerer<'p> {
                 let (t, schema) = self.as_table(target, first.value.span)?;
                 let (col, expr) = match rest {
                     [Arg { name: Some(n), value }] => (n.name.clone(), value),
-                    [Arg { name: None, value: name_expr }, Arg { name: None, value }] => {
-                        match self.expr(name_expr)? {
-                            Val::Str(s) => (s, value),
-                            other => return Err(err("E0201", name_expr.span, format!("the column name must be a string, not {}", kind(&other)))),
+                    [Arg { name: None, value: name_expr }, Arg { name: None, value }] => match self
+                        .expr(name_expr)?
+                    {
+                        Val::Str(s) => (s, value),
+                        other => {
+                            return Err(err(
+                                "E0201",
+                                name_expr.span,
+                                format!("the column name must be a string, not {}", kind(&other)),
+                            ));
                         }
+                    },
+                    _ => {
+                        return Err(err(
+                            "E0206",
+                            span,
+                            "`with_column` takes a table and `name = expression`",
+                        )
+                        .help(Some("e.g. with_column(t, adult = Age >= 18)".into())));
                     }
-                    _ => return Err(err("E0206", span, "`with_column` takes a table and `name = expression`")
-                        .help(Some("e.g. with_column(t, adult = Age >= 18)".into()))),
                 };
                 let (sql, ty) = self.row_expr(expr, &schema, t)?;
                 let mut out = (*schema).clone();
@@ -195,19 +227,31 @@ impl<'p> Lowerer<'p> {
         let (mut names, mut funcs, mut cols) = (Vec::new(), Vec::new(), Vec::new());
         for a in rest {
             let Some(n) = &a.name else {
-                return Err(err("E0206", a.value.span, "each aggregate is named: `name = function(column)`")
-                    .label("no name"));
+                return Err(err(
+                    "E0206",
+                    a.value.span,
+                    "each aggregate is named: `name = function(column)`",
+                )
+                .label("no name"));
             };
             let ExprKind::Call { callee, args, .. } = &a.value.kind else {
-                return Err(err("E0201", a.value.span, "an aggregate is a call such as mean(Age) or count()"));
+                return Err(err(
+                    "E0201",
+                    a.value.span,
+                    "an aggregate is a call such as mean(Age) or count()",
+                ));
             };
             let ExprKind::Name(f) = &callee.kind else {
                 return Err(err("E0201", callee.span, "an aggregate is a call such as mean(Age)"));
             };
             if !AGGS.contains(&f.as_str()) {
-                let mut e = err("E0201", callee.span, format!("`{f}` is not an aggregate function"))
-                    .label("not an aggregate");
-                e = e.help(Some(did_you_mean(f, AGGS.iter().copied()).unwrap_or_else(|| format!("aggregates: {}", AGGS.join(", ")))));
+                let mut e =
+                    err("E0201", callee.span, format!("`{f}` is not an aggregate function"))
+                        .label("not an aggregate");
+                e = e.help(Some(
+                    did_you_mean(f, AGGS.iter().copied())
+                        .unwrap_or_else(|| format!("aggregates: {}", AGGS.join(", "))),
+                ));
                 return Err(e);
             }
             let col = match args.as_slice() {
@@ -222,7 +266,11 @@ impl<'p> Lowerer<'p> {
                 && !numeric(d)
                 && !(f == "sum" && d == DType::Bool)
             {
-                return Err(err("E0201", args[0].value.span, format!("`{f}` needs a numeric column; `{c}` is {d}")));
+                return Err(err(
+                    "E0201",
+                    args[0].value.span,
+                    format!("`{f}` needs a numeric column; `{c}` is {d}"),
+                ));
             }
             out.columns.push((n.name.clone(), agg_type(f, input_ty).unwrap_or(DType::F64)));
             names.push(n.name.clone());
@@ -261,13 +309,26 @@ impl<'p> Lowerer<'p> {
     fn same_table(&mut self, target: &'p Expr, table: ValueId) -> R<()> {
         match self.expr(target)? {
             Val::Table(v, _) if v == table => Ok(()),
-            Val::Table(..) => Err(err("E0201", target.span, "this is another table: a row expression can use only the columns of the table it runs on")),
-            other => Err(err("E0201", target.span, format!("expected the table, found {}", kind(&other)))),
+            Val::Table(..) => Err(err(
+                "E0201",
+                target.span,
+                "this is another table: a row expression can use only the columns of the table it runs on",
+            )),
+            other => Err(err(
+                "E0201",
+                target.span,
+                format!("expected the table, found {}", kind(&other)),
+            )),
         }
     }
 
     /// A row expression as SQL over the table's columns, with its type (`None`: unknown).
-    fn row_expr(&mut self, e: &'p Expr, schema: &Schema, table: ValueId) -> R<(String, Option<DType>)> {
+    fn row_expr(
+        &mut self,
+        e: &'p Expr,
+        schema: &Schema,
+        table: ValueId,
+    ) -> R<(String, Option<DType>)> {
         let lit = |v: &Val, span: Span| -> R<(String, Option<DType>)> {
             Ok(match v {
                 Val::Int(i) => (i.to_string(), Some(DType::I64)),
@@ -277,12 +338,20 @@ impl<'p> Lowerer<'p> {
                 Val::Bool(b) => (if *b { "TRUE" } else { "FALSE" }.into(), Some(DType::Bool)),
                 Val::Null => ("NULL".into(), None),
                 other => {
-                    return Err(err("E0201", span, format!("{} cannot be used in a row expression", kind(other))));
+                    return Err(err(
+                        "E0201",
+                        span,
+                        format!("{} cannot be used in a row expression", kind(other)),
+                    ));
                 }
             })
         };
         match &e.kind {
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Null => {
+            ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Str(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Null => {
                 let v = self.expr(e)?;
                 lit(&v, e.span)
             }
@@ -292,7 +361,9 @@ impl<'p> Lowerer<'p> {
                 }
                 match self.lookup(n).cloned() {
                     Some(Val::Column(t, s, c)) if t == table => Ok((sql_ident(&c), s.get(&c))),
-                    Some(v @ (Val::Int(_) | Val::Float(_) | Val::Str(_) | Val::Bool(_) | Val::Null)) => lit(&v, e.span),
+                    Some(
+                        v @ (Val::Int(_) | Val::Float(_) | Val::Str(_) | Val::Bool(_) | Val::Null),
+                    ) => lit(&v, e.span),
                     _ if schema.open => Ok((sql_ident(n), None)),
                     _ => Err(unknown_column(schema, n, e.span)),
                 }
@@ -308,14 +379,28 @@ impl<'p> Lowerer<'p> {
                     check_column(schema, c, *span)?;
                     Ok((sql_ident(c), schema.get(c)))
                 }
-                _ => Err(err("E0201", e.span, "in a row expression, index a table by a column name: t[\"Age\"]")),
+                _ => Err(err(
+                    "E0201",
+                    e.span,
+                    "in a row expression, index a table by a column name: t[\"Age\"]",
+                )),
             },
             ExprKind::Unary { op, expr } => {
                 let (s, ty) = self.row_expr(expr, schema, table)?;
                 match op {
                     UnOp::Neg if ty.is_none_or(numeric) => Ok((format!("(-{s})"), ty)),
-                    UnOp::Not if ty.is_none_or(|d| d == DType::Bool) => Ok((format!("(NOT {s})"), Some(DType::Bool))),
-                    _ => Err(err("E0201", e.span, format!("`{}` does not apply to {}", if *op == UnOp::Neg { "-" } else { "not" }, ty.map(|d| d.name()).unwrap_or("?")))),
+                    UnOp::Not if ty.is_none_or(|d| d == DType::Bool) => {
+                        Ok((format!("(NOT {s})"), Some(DType::Bool)))
+                    }
+                    _ => Err(err(
+                        "E0201",
+                        e.span,
+                        format!(
+                            "`{}` does not apply to {}",
+                            if *op == UnOp::Neg { "-" } else { "not" },
+                            ty.map(|d| d.name()).unwrap_or("?")
+                        ),
+                    )),
                 }
             }
             ExprKind::Binary { op, lhs, rhs } => {
@@ -323,23 +408,36 @@ impl<'p> Lowerer<'p> {
                 let (b, tb) = self.row_expr(rhs, schema, table)?;
                 let is_null = |s: &str| s == "NULL";
                 let mismatch = |what: &str| {
-                    err("E0201", e.span, format!(
-                        "`{}` {what}: the left side is {}, the right side {}",
-                        op.symbol(),
-                        ta.map(|d| d.name()).unwrap_or("unknown"),
-                        tb.map(|d| d.name()).unwrap_or("unknown")
-                    ))
+                    err(
+                        "E0201",
+                        e.span,
+                        format!(
+                            "`{}` {what}: the left side is {}, the right side {}",
+                            op.symbol(),
+                            ta.map(|d| d.name()).unwrap_or("unknown"),
+                            tb.map(|d| d.name()).unwrap_or("unknown")
+                        ),
+                    )
                 };
                 let both = |f: &dyn Fn(DType) -> bool| ta.is_none_or(f) && tb.is_none_or(f);
                 let out = match op {
                     BinOp::Add | BinOp::Sub | BinOp::Mul => {
-                        if ta == Some(DType::String) && tb == Some(DType::String) && *op == BinOp::Add {
+                        if ta == Some(DType::String)
+                            && tb == Some(DType::String)
+                            && *op == BinOp::Add
+                        {
                             return Ok((format!("({a} || {b})"), Some(DType::String)));
                         }
                         if !both(&numeric) {
                             return Err(mismatch("needs numbers"));
                         }
-                        let ty = if ta == Some(DType::I64) && tb == Some(DType::I64) { Some(DType::I64) } else if ta.is_none() || tb.is_none() { None } else { Some(DType::F64) };
+                        let ty = if ta == Some(DType::I64) && tb == Some(DType::I64) {
+                            Some(DType::I64)
+                        } else if ta.is_none() || tb.is_none() {
+                            None
+                        } else {
+                            Some(DType::F64)
+                        };
                         (format!("({a} {} {b})", op.symbol()), ty)
                     }
                     BinOp::Div => {
@@ -361,7 +459,13 @@ impl<'p> Lowerer<'p> {
                         }
                         (format!("power({a}, {b})"), Some(DType::F64))
                     }
-                    BinOp::MatMul => return Err(err("E0201", e.span, "`@` is a tensor operation, not a row expression")),
+                    BinOp::MatMul => {
+                        return Err(err(
+                            "E0201",
+                            e.span,
+                            "`@` is a tensor operation, not a row expression",
+                        ));
+                    }
                     BinOp::Eq | BinOp::Ne if is_null(&a) || is_null(&b) => {
                         let x = if is_null(&a) { &b } else { &a };
                         let not = if *op == BinOp::Ne { " NOT" } else { "" };
@@ -401,53 +505,116 @@ impl<'p> Lowerer<'p> {
                     parts.push(self.row_expr(&a.value, schema, table)?);
                 }
                 let arity = |n: usize| -> R<()> {
-                    if parts.len() == n { Ok(()) } else { Err(err("E0206", e.span, format!("`{f}` takes {n} argument(s) in a row expression"))) }
+                    if parts.len() == n {
+                        Ok(())
+                    } else {
+                        Err(err(
+                            "E0206",
+                            e.span,
+                            format!("`{f}` takes {n} argument(s) in a row expression"),
+                        ))
+                    }
                 };
                 let num = |i: usize, parts: &[(String, Option<DType>)]| -> R<()> {
-                    if parts[i].1.is_none_or(numeric) { Ok(()) } else { Err(err("E0201", args[i].value.span, format!("`{f}` needs a number"))) }
+                    if parts[i].1.is_none_or(numeric) {
+                        Ok(())
+                    } else {
+                        Err(err("E0201", args[i].value.span, format!("`{f}` needs a number")))
+                    }
                 };
                 let text = |i: usize, parts: &[(String, Option<DType>)]| -> R<()> {
-                    if parts[i].1.is_none_or(|d| d == DType::String) { Ok(()) } else { Err(err("E0201", args[i].value.span, format!("`{f}` needs a string"))) }
+                    if parts[i].1.is_none_or(|d| d == DType::String) {
+                        Ok(())
+                    } else {
+                        Err(err("E0201", args[i].value.span, format!("`{f}` needs a string")))
+                    }
                 };
                 let p = |i: usize| parts[i].0.clone();
                 Ok(match f.as_str() {
-                    "abs" => { arity(1)?; num(0, &parts)?; (format!("abs({})", p(0)), parts[0].1) }
+                    "abs" => {
+                        arity(1)?;
+                        num(0, &parts)?;
+                        (format!("abs({})", p(0)), parts[0].1)
+                    }
                     "sqrt" | "exp" | "log" | "floor" | "ceil" => {
-                        arity(1)?; num(0, &parts)?;
+                        arity(1)?;
+                        num(0, &parts)?;
                         let sqlf = if f == "log" { "ln" } else { f.as_str() };
                         (format!("{sqlf}({}::DOUBLE)", p(0)), Some(DType::F64))
                     }
                     "round" => {
-                        if parts.len() == 1 { num(0, &parts)?; (format!("round({}::DOUBLE)", p(0)), Some(DType::F64)) }
-                        else { arity(2)?; num(0, &parts)?; (format!("round({}::DOUBLE, {})", p(0), p(1)), Some(DType::F64)) }
+                        if parts.len() == 1 {
+                            num(0, &parts)?;
+                            (format!("round({}::DOUBLE)", p(0)), Some(DType::F64))
+                        } else {
+                            arity(2)?;
+                            num(0, &parts)?;
+                            (format!("round({}::DOUBLE, {})", p(0), p(1)), Some(DType::F64))
+                        }
                     }
-                    "lower" | "upper" => { arity(1)?; text(0, &parts)?; (format!("{f}({})", p(0)), Some(DType::String)) }
-                    "len" => { arity(1)?; text(0, &parts)?; (format!("length({})", p(0)), Some(DType::I64)) }
+                    "lower" | "upper" => {
+                        arity(1)?;
+                        text(0, &parts)?;
+                        (format!("{f}({})", p(0)), Some(DType::String))
+                    }
+                    "len" => {
+                        arity(1)?;
+                        text(0, &parts)?;
+                        (format!("length({})", p(0)), Some(DType::I64))
+                    }
                     "contains" | "starts_with" | "ends_with" => {
-                        arity(2)?; text(0, &parts)?; text(1, &parts)?;
+                        arity(2)?;
+                        text(0, &parts)?;
+                        text(1, &parts)?;
                         (format!("{f}({}, {})", p(0), p(1)), Some(DType::Bool))
                     }
-                    "is_null" => { arity(1)?; (format!("({} IS NULL)", p(0)), Some(DType::Bool)) }
-                    "not_null" => { arity(1)?; (format!("({} IS NOT NULL)", p(0)), Some(DType::Bool)) }
-                    "fill_null" => { arity(2)?; (format!("coalesce({}, {})", p(0), p(1)), parts[0].1.or(parts[1].1)) }
+                    "is_null" => {
+                        arity(1)?;
+                        (format!("({} IS NULL)", p(0)), Some(DType::Bool))
+                    }
+                    "not_null" => {
+                        arity(1)?;
+                        (format!("({} IS NOT NULL)", p(0)), Some(DType::Bool))
+                    }
+                    "fill_null" => {
+                        arity(2)?;
+                        (format!("coalesce({}, {})", p(0), p(1)), parts[0].1.or(parts[1].1))
+                    }
                     "where" | "if_else" => {
                         arity(3)?;
                         if parts[0].1.is_some_and(|d| d != DType::Bool) {
-                            return Err(err("E0201", args[0].value.span, "the condition must be a bool"));
+                            return Err(err(
+                                "E0201",
+                                args[0].value.span,
+                                "the condition must be a bool",
+                            ));
                         }
-                        (format!("(CASE WHEN {} THEN {} ELSE {} END)", p(0), p(1), p(2)), parts[1].1.or(parts[2].1))
+                        (
+                            format!("(CASE WHEN {} THEN {} ELSE {} END)", p(0), p(1), p(2)),
+                            parts[1].1.or(parts[2].1),
+                        )
                     }
                     "cast" => {
                         arity(2)?;
                         let ExprKind::Str(to) = &args[1].value.kind else {
-                            return Err(err("E0201", args[1].value.span, "cast to a type name: \"f64\", \"i64\", \"string\" or \"bool\""));
+                            return Err(err(
+                                "E0201",
+                                args[1].value.span,
+                                "cast to a type name: \"f64\", \"i64\", \"string\" or \"bool\"",
+                            ));
                         };
                         let (sqlt, d) = match to.as_str() {
                             "f64" | "f32" => ("DOUBLE", DType::F64),
                             "i64" | "i32" => ("BIGINT", DType::I64),
                             "string" => ("VARCHAR", DType::String),
                             "bool" => ("BOOLEAN", DType::Bool),
-                            other => return Err(err("E0201", args[1].value.span, format!("cannot cast a column to `{other}`"))),
+                            other => {
+                                return Err(err(
+                                    "E0201",
+                                    args[1].value.span,
+                                    format!("cannot cast a column to `{other}`"),
+                                ));
+                            }
                         };
                         (format!("TRY_CAST({} AS {sqlt})", p(0)), Some(d))
                     }
@@ -485,13 +652,19 @@ impl Builtin<'_, '_> {
         match self.arg(i, name) {
             None | Some((Val::Null, _)) => Ok(None),
             Some((Val::Str(s), span)) => Ok(Some((s, span))),
-            Some((other, span)) => Err(err("E0201", span, format!("`{name}` must be a string, found {}", kind(&other)))),
+            Some((other, span)) => Err(err(
+                "E0201",
+                span,
+                format!("`{name}` must be a string, found {}", kind(&other)),
+            )),
         }
     }
 
     fn need_string(&mut self, i: usize, name: &str) -> R<(String, Span)> {
         let (f, span) = (self.name.to_string(), self.span);
-        self.string(i, name)?.ok_or_else(|| err("E0206", span, format!("`{f}` needs argument `{name}`")).label("missing argument"))
+        self.string(i, name)?.ok_or_else(|| {
+            err("E0206", span, format!("`{f}` needs argument `{name}`")).label("missing argument")
+        })
     }
 
     /// A string or a list of strings.
@@ -505,11 +678,19 @@ impl Builtin<'_, '_> {
                 .map(|v| match v {
                     Val::Str(s) => Ok(s),
                     Val::Column(_, _, c) => Ok(c),
-                    other => Err(err("E0201", span, format!("`{name}` must be column names, found {}", kind(&other)))),
+                    other => Err(err(
+                        "E0201",
+                        span,
+                        format!("`{name}` must be column names, found {}", kind(&other)),
+                    )),
                 })
                 .collect::<R<Vec<_>>>()
                 .map(|v| Some((v, span))),
-            Some((other, span)) => Err(err("E0201", span, format!("`{name}` must be a name or a list of names, found {}", kind(&other)))),
+            Some((other, span)) => Err(err(
+                "E0201",
+                span,
+                format!("`{name}` must be a name or a list of names, found {}", kind(&other)),
+            )),
         }
     }
 
@@ -530,7 +711,11 @@ impl Builtin<'_, '_> {
     fn path(&mut self, write: bool) -> R<String> {
         let (path, pspan) = self.need_string(if write { 1 } else { 0 }, "path")?;
         let Some(roots) = self.l.roots else {
-            return Err(err("E0301", pspan, "no data roots are configured: this program may not touch files"));
+            return Err(err(
+                "E0301",
+                pspan,
+                "no data roots are configured: this program may not touch files",
+            ));
         };
         let resolved = if write { roots.resolve_write(&path) } else { roots.resolve_read(&path) };
         let p = resolved.map_err(|m| err("E0301", pspan, m).label("not allowed"))?;
@@ -543,8 +728,9 @@ impl Builtin<'_, '_> {
             return Err(err("E0300", span, "tables cannot be loaded here (no table engine)"));
         };
         let pspan = self.positional.first().map(|p| p.1).unwrap_or(span);
-        let columns = loader(op, &attrs)
-            .map_err(|m| err("E0303", pspan, format!("cannot read the table: {m}")).label("unreadable"))?;
+        let columns = loader(op, &attrs).map_err(|m| {
+            err("E0303", pspan, format!("cannot read the table: {m}")).label("unreadable")
+        })?;
         self.l.table(op, &[], attrs, Schema { columns, open: false }, span)
     }
 
@@ -587,7 +773,9 @@ impl Builtin<'_, '_> {
                 let path = self.path(true)?;
                 self.no_extra()?;
                 let format = if self.name == "write_csv" { "csv" } else { "parquet" };
-                let attrs = Attrs::new().with("path", Attr::Str(path)).with("format", Attr::Str(format.into()));
+                let attrs = Attrs::new()
+                    .with("path", Attr::Str(path))
+                    .with("format", Attr::Str(format.into()));
                 let v = self.l.table_op(Op::WriteTable, &[t], attrs, self.span)?;
                 let name = format!("write_{}", self.l.g.outputs.len());
                 self.l.g.add_output(name, v);
@@ -595,11 +783,25 @@ impl Builtin<'_, '_> {
             })(),
             "select" => (|| {
                 let (t, schema, _) = self.table_arg(0, "table")?;
-                let (cols, cspan) = self.strings(1, "columns")?.ok_or_else(|| err("E0206", self.span, "`select` needs a list of columns"))?;
+                let (cols, cspan) = self
+                    .strings(1, "columns")?
+                    .ok_or_else(|| err("E0206", self.span, "`select` needs a list of columns"))?;
                 self.no_extra()?;
                 self.columns_in(&schema, &cols, cspan)?;
-                let out = Schema { columns: cols.iter().map(|c| (c.clone(), schema.get(c).unwrap_or(DType::F64))).collect(), open: false };
-                self.l.table(Op::SelectColumns, &[t], Attrs::new().with("columns", Attr::Strs(cols)), out, self.span)
+                let out = Schema {
+                    columns: cols
+                        .iter()
+                        .map(|c| (c.clone(), schema.get(c).unwrap_or(DType::F64)))
+                        .collect(),
+                    open: false,
+                };
+                self.l.table(
+                    Op::SelectColumns,
+                    &[t],
+                    Attrs::new().with("columns", Attr::Strs(cols)),
+                    out,
+                    self.span,
+                )
             })(),
             "group_by" => (|| {
                 let (t, schema, _) = self.table_arg(0, "table")?;
@@ -613,11 +815,26 @@ impl Builtin<'_, '_> {
                             for i in items {
                                 match i {
                                     Val::Str(k) | Val::Column(_, _, k) => keys.push((k, s)),
-                                    other => return Err(err("E0201", s, format!("group keys are column names, found {}", kind(&other)))),
+                                    other => {
+                                        return Err(err(
+                                            "E0201",
+                                            s,
+                                            format!(
+                                                "group keys are column names, found {}",
+                                                kind(&other)
+                                            ),
+                                        ));
+                                    }
                                 }
                             }
                         }
-                        other => return Err(err("E0201", s, format!("group keys are column names, found {}", kind(&other)))),
+                        other => {
+                            return Err(err(
+                                "E0201",
+                                s,
+                                format!("group keys are column names, found {}", kind(&other)),
+                            ));
+                        }
                     }
                 }
                 self.no_extra()?;
@@ -634,8 +851,12 @@ impl Builtin<'_, '_> {
                 let stats = match self.strings(1, "stats")? {
                     Some((s, sspan)) => {
                         for name in &s {
-                            let known = ["count", "mean", "std", "min", "max"].contains(&name.as_str())
-                                || name.strip_suffix('%').and_then(|n| n.trim().parse::<f64>().ok()).is_some_and(|n| (0.0..=100.0).contains(&n));
+                            let known = ["count", "mean", "std", "min", "max"]
+                                .contains(&name.as_str())
+                                || name
+                                    .strip_suffix('%')
+                                    .and_then(|n| n.trim().parse::<f64>().ok())
+                                    .is_some_and(|n| (0.0..=100.0).contains(&n));
                             if !known {
                                 return Err(err("E0201", sspan, format!("unknown statistic `{name}`"))
                                     .help(Some("statistics: count, mean, std, min, 25%, 50%, 75%, max (any N% is a percentile)".into())));
@@ -643,12 +864,30 @@ impl Builtin<'_, '_> {
                         }
                         s
                     }
-                    None => ["count", "mean", "std", "min", "25%", "50%", "75%", "max"].iter().map(|s| s.to_string()).collect(),
+                    None => ["count", "mean", "std", "min", "25%", "50%", "75%", "max"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect(),
                 };
                 self.no_extra()?;
-                let mut out = Schema { columns: vec![("statistic".into(), DType::String)], open: schema.open };
-                out.columns.extend(schema.columns.iter().filter(|(_, d)| numeric(*d)).map(|(n, _)| (n.clone(), DType::F64)));
-                self.l.table(Op::Describe, &[t], Attrs::new().with("stats", Attr::Strs(stats)), out, self.span)
+                let mut out = Schema {
+                    columns: vec![("statistic".into(), DType::String)],
+                    open: schema.open,
+                };
+                out.columns.extend(
+                    schema
+                        .columns
+                        .iter()
+                        .filter(|(_, d)| numeric(*d))
+                        .map(|(n, _)| (n.clone(), DType::F64)),
+                );
+                self.l.table(
+                    Op::Describe,
+                    &[t],
+                    Attrs::new().with("stats", Attr::Strs(stats)),
+                    out,
+                    self.span,
+                )
             })(),
             "pivot" => (|| {
                 let (t, schema, tspan) = self.table_arg(0, "table")?;
@@ -661,9 +900,17 @@ impl Builtin<'_, '_> {
                 check_column(&schema, &columns, cspan)?;
                 check_column(&schema, &values, vspan)?;
                 if !AGGS.contains(&agg.as_str()) {
-                    return Err(err("E0201", tspan, format!("`{agg}` is not an aggregate function")).help(Some(format!("aggregates: {}", AGGS.join(", ")))));
+                    return Err(err(
+                        "E0201",
+                        tspan,
+                        format!("`{agg}` is not an aggregate function"),
+                    )
+                    .help(Some(format!("aggregates: {}", AGGS.join(", ")))));
                 }
-                let out = Schema { columns: vec![(index.clone(), schema.get(&index).unwrap_or(DType::String))], open: true };
+                let out = Schema {
+                    columns: vec![(index.clone(), schema.get(&index).unwrap_or(DType::String))],
+                    open: true,
+                };
                 let attrs = Attrs::new()
                     .with("index", Attr::Str(index))
                     .with("columns", Attr::Str(columns))
@@ -674,20 +921,32 @@ impl Builtin<'_, '_> {
             "join" => (|| {
                 let (a, sa, _) = self.table_arg(0, "left")?;
                 let (b, sb, _) = self.table_arg(1, "right")?;
-                let (on, ospan) = self.strings(2, "on")?.ok_or_else(|| err("E0206", self.span, "`join` needs `on` (a column or list of columns)"))?;
+                let (on, ospan) = self.strings(2, "on")?.ok_or_else(|| {
+                    err("E0206", self.span, "`join` needs `on` (a column or list of columns)")
+                })?;
                 let how = self.string(3, "how")?;
                 self.no_extra()?;
                 let how = match how {
                     None => "inner".to_string(),
                     Some((h, _)) if ["inner", "left", "outer"].contains(&h.as_str()) => h,
-                    Some((h, hs)) => return Err(err("E0201", hs, format!("`how` is inner, left or outer, not `{h}`"))),
+                    Some((h, hs)) => {
+                        return Err(err(
+                            "E0201",
+                            hs,
+                            format!("`how` is inner, left or outer, not `{h}`"),
+                        ));
+                    }
                 };
                 self.columns_in(&sa, &on, ospan)?;
                 self.columns_in(&sb, &on, ospan)?;
                 // pandas' column order: the left's columns (keys in place), then the right's.
                 let mut out = Schema { columns: Vec::new(), open: sa.open || sb.open };
                 for (c, d) in &sa.columns {
-                    let name = if !on.contains(c) && sb.get(c).is_some() { format!("{c}_x") } else { c.clone() };
+                    let name = if !on.contains(c) && sb.get(c).is_some() {
+                        format!("{c}_x")
+                    } else {
+                        c.clone()
+                    };
                     out.columns.push((name, *d));
                 }
                 for (c, d) in sb.columns.iter().filter(|(c, _)| !on.contains(c)) {
@@ -699,11 +958,15 @@ impl Builtin<'_, '_> {
             })(),
             "sort" => (|| {
                 let (t, schema, _) = self.table_arg(0, "table")?;
-                let (cols, cspan) = self.strings(1, "columns")?.ok_or_else(|| err("E0206", self.span, "`sort` needs the columns to sort by"))?;
+                let (cols, cspan) = self.strings(1, "columns")?.ok_or_else(|| {
+                    err("E0206", self.span, "`sort` needs the columns to sort by")
+                })?;
                 let desc = self.flag("desc")?;
                 self.no_extra()?;
                 self.columns_in(&schema, &cols, cspan)?;
-                let attrs = Attrs::new().with("columns", Attr::Strs(cols)).with("descending", Attr::Int(desc as i64));
+                let attrs = Attrs::new()
+                    .with("columns", Attr::Strs(cols))
+                    .with("descending", Attr::Int(desc as i64));
                 self.l.table(Op::SortRows, &[t], attrs, (*schema).clone(), self.span)
             })(),
             "head" => (|| {
@@ -711,10 +974,22 @@ impl Builtin<'_, '_> {
                 let n = match self.arg(1, "n") {
                     None => 5,
                     Some((Val::Int(n), _)) if n >= 0 => n,
-                    Some((other, s)) => return Err(err("E0201", s, format!("`n` is a count ≥ 0, found {}", super::display(&other)))),
+                    Some((other, s)) => {
+                        return Err(err(
+                            "E0201",
+                            s,
+                            format!("`n` is a count ≥ 0, found {}", super::display(&other)),
+                        ));
+                    }
                 };
                 self.no_extra()?;
-                self.l.table(Op::Head, &[t], Attrs::new().with("n", Attr::Int(n)), (*schema).clone(), self.span)
+                self.l.table(
+                    Op::Head,
+                    &[t],
+                    Attrs::new().with("n", Attr::Int(n)),
+                    (*schema).clone(),
+                    self.span,
+                )
             })(),
             "distinct" => (|| {
                 let (t, schema, _) = self.table_arg(0, "table")?;
@@ -725,21 +1000,45 @@ impl Builtin<'_, '_> {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let (col, cspan) = match self.strings(1, "column")? {
                     Some((c, s)) if c.len() == 1 => (c[0].clone(), s),
-                    Some((_, s)) => return Err(err("E0201", s, "`value_counts` counts one column")),
+                    Some((_, s)) => {
+                        return Err(err("E0201", s, "`value_counts` counts one column"));
+                    }
                     None => match (schema.columns.len(), self.span) {
                         (1, s) => (schema.columns[0].0.clone(), s),
-                        _ => return Err(err("E0206", self.span, "`value_counts` needs the column to count")),
+                        _ => {
+                            return Err(err(
+                                "E0206",
+                                self.span,
+                                "`value_counts` needs the column to count",
+                            ));
+                        }
                     },
                 };
                 self.no_extra()?;
                 check_column(&schema, &col, cspan)?;
-                let out = Schema { columns: vec![(col.clone(), schema.get(&col).unwrap_or(DType::String)), ("count".into(), DType::I64)], open: false };
-                self.l.table(Op::ValueCounts, &[t], Attrs::new().with("column", Attr::Str(col)), out, self.span)
+                let out = Schema {
+                    columns: vec![
+                        (col.clone(), schema.get(&col).unwrap_or(DType::String)),
+                        ("count".into(), DType::I64),
+                    ],
+                    open: false,
+                };
+                self.l.table(
+                    Op::ValueCounts,
+                    &[t],
+                    Attrs::new().with("column", Attr::Str(col)),
+                    out,
+                    self.span,
+                )
             })(),
             "columns" => (|| {
                 let (_, schema, s) = self.table_arg(0, "table")?;
                 if schema.open {
-                    return Err(err("E0201", s, "the columns of this table depend on its data (a pivot): they are not known at compile time"));
+                    return Err(err(
+                        "E0201",
+                        s,
+                        "the columns of this table depend on its data (a pivot): they are not known at compile time",
+                    ));
                 }
                 Ok(Val::List(schema.columns.iter().map(|(n, _)| Val::Str(n.clone())).collect()))
             })(),
@@ -749,17 +1048,30 @@ impl Builtin<'_, '_> {
                     Some((cols, cspan)) => {
                         self.columns_in(&schema, &cols, cspan)?;
                         for c in &cols {
-                            if let Some(d) = schema.get(c).filter(|d| !numeric(*d) && *d != DType::Bool) {
-                                return Err(err("E0201", cspan, format!("column `{c}` is {d}; a tensor takes numbers")));
+                            if let Some(d) =
+                                schema.get(c).filter(|d| !numeric(*d) && *d != DType::Bool)
+                            {
+                                return Err(err(
+                                    "E0201",
+                                    cspan,
+                                    format!("column `{c}` is {d}; a tensor takes numbers"),
+                                ));
                             }
                         }
                         cols
                     }
-                    None => schema.columns.iter().filter(|(_, d)| numeric(*d)).map(|(n, _)| n.clone()).collect(),
+                    None => schema
+                        .columns
+                        .iter()
+                        .filter(|(_, d)| numeric(*d))
+                        .map(|(n, _)| n.clone())
+                        .collect(),
                 };
                 self.no_extra()?;
                 self.l.row_symbols += 1;
-                let attrs = Attrs::new().with("columns", Attr::Strs(cols)).with("rows", Attr::Str(format!("rows{}", self.l.row_symbols)));
+                let attrs = Attrs::new()
+                    .with("columns", Attr::Strs(cols))
+                    .with("rows", Attr::Str(format!("rows{}", self.l.row_symbols)));
                 let v = self.l.table_op(Op::TableToTensor, &[t], attrs, self.span)?;
                 Ok(Val::Tensor(v))
             })(),
@@ -767,7 +1079,11 @@ impl Builtin<'_, '_> {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let kind_ = self.string(99, "kind")?.map(|k| k.0).unwrap_or_else(|| "line".into());
                 if !["bar", "line", "scatter", "hist"].contains(&kind_.as_str()) {
-                    return Err(err("E0201", self.span, format!("plot kind is bar, line, scatter or hist, not `{kind_}`")));
+                    return Err(err(
+                        "E0201",
+                        self.span,
+                        format!("plot kind is bar, line, scatter or hist, not `{kind_}`"),
+                    ));
                 }
                 let x = self.string(99, "x")?;
                 let y = self.strings(99, "y")?;
@@ -778,15 +1094,23 @@ impl Builtin<'_, '_> {
                     self.columns_in(&schema, y, *s)?;
                 }
                 let title = self.string(99, "title")?.map(|t| t.0).unwrap_or_default();
-                let (out, ospan) = self.string(99, "out")?.ok_or_else(|| err("E0206", self.span, "`plot` needs `out = \"chart.png\"` (or .svg)"))?;
+                let (out, ospan) = self.string(99, "out")?.ok_or_else(|| {
+                    err("E0206", self.span, "`plot` needs `out = \"chart.png\"` (or .svg)")
+                })?;
                 let lower = out.to_ascii_lowercase();
                 if !lower.ends_with(".png") && !lower.ends_with(".svg") {
                     return Err(err("E0201", ospan, "a plot is written as .png or .svg"));
                 }
                 let Some(roots) = self.l.roots else {
-                    return Err(err("E0301", ospan, "no data roots are configured: this program may not write files"));
+                    return Err(err(
+                        "E0301",
+                        ospan,
+                        "no data roots are configured: this program may not write files",
+                    ));
                 };
-                let path = roots.resolve_write(&out).map_err(|m| err("E0301", ospan, m).label("not allowed"))?;
+                let path = roots
+                    .resolve_write(&out)
+                    .map_err(|m| err("E0301", ospan, m).label("not allowed"))?;
                 self.no_extra()?;
                 let attrs = Attrs::new()
                     .with("kind", Attr::Str(kind_))
@@ -814,14 +1138,19 @@ impl Builtin<'_, '_> {
         match self.named.remove(name) {
             None => Ok(default),
             Some((Val::Bool(b), _)) => Ok(b),
-            Some((other, span)) => Err(err("E0201", span, format!("`{name}` must be true or false, found {}", kind(&other)))),
+            Some((other, span)) => Err(err(
+                "E0201",
+                span,
+                format!("`{name}` must be true or false, found {}", kind(&other)),
+            )),
         }
     }
 
     /// Named arguments left over are unknown ones.
     fn no_extra(&mut self) -> R<()> {
         if let Some((n, (_, span))) = self.named.iter().next() {
-            return Err(err("E0206", *span, format!("`{}` has no argument `{n}`", self.name)).label("unknown argument"));
+            return Err(err("E0206", *span, format!("`{}` has no argument `{n}`", self.name))
+                .label("unknown argument"));
         }
         Ok(())
     }
@@ -838,7 +1167,8 @@ pub(super) fn concat_schema(parts: &[Rc<Schema>]) -> Schema {
                 Some(&i) => {
                     let prev = out.columns[i].1;
                     if prev != *d {
-                        out.columns[i].1 = if numeric(prev) && numeric(*d) { DType::F64 } else { DType::String };
+                        out.columns[i].1 =
+                            if numeric(prev) && numeric(*d) { DType::F64 } else { DType::String };
                     }
                 }
                 None => {

@@ -1,0 +1,130 @@
+//! The table engine on its own: confinement to the data roots, reading workbooks, drawing
+//! charts, and SQL that an attribute tries to smuggle in.
+
+use std::path::Path;
+
+use xpu_engine::{Assignment, Engine};
+use xpu_engine_table::TableEngine;
+use xpu_ir::{Attr, Attrs, Graph, Op, Tensor};
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A graph reading a CSV and keeping `then` applied to it as its output.
+fn graph(read: Attrs, then: Option<(Op, Attrs)>) -> Graph {
+    let mut g = Graph::new("t");
+    let mut v = g.add_op(Op::ReadCsv, &[], read).unwrap();
+    if let Some((op, attrs)) = then {
+        v = g.add_op(op, &[v], attrs).unwrap();
+    }
+    g.add_output("out", v);
+    g
+}
+
+fn run(engine: &TableEngine, g: &Graph) -> Result<Vec<Tensor>, String> {
+    let mut exe = engine.prepare(g, &Assignment::new("table")).map_err(|e| e.to_string())?;
+    exe.run(&[]).map(|e| e.outputs).map_err(|e| e.to_string())
+}
+
+fn csv_attrs(path: &Path) -> Attrs {
+    Attrs::new().with("path", Attr::Str(path.display().to_string()))
+}
+
+#[test]
+fn files_outside_the_roots_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let inside = dir.path().join("a.csv");
+    std::fs::write(&inside, "x,y\n1,2\n3,4\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.csv");
+    std::fs::write(&secret, "s\n42\n").unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    let out = run(&engine, &graph(csv_attrs(&inside), None)).unwrap();
+    assert_eq!(out[0].data().as_table().unwrap().rows(), 2);
+    let err = run(&engine, &graph(csv_attrs(&secret), None)).unwrap_err();
+    assert!(
+        err.contains("Permission") || err.contains("not allowed") || err.contains("disabled"),
+        "{err}"
+    );
+    // The schema probe is confined the same way.
+    assert!(engine.source_schema(Op::ReadCsv, &csv_attrs(&secret)).is_err());
+    // A predicate cannot run a second statement, nor loosen the configuration.
+    let sneaky = Attrs::new()
+        .with("predicate", Attr::Str("true); SET enable_external_access = true; SELECT (1".into()));
+    assert!(run(&engine, &graph(csv_attrs(&inside), Some((Op::FilterRows, sneaky)))).is_err());
+    let read_secret = Attrs::new().with(
+        "predicate",
+        Attr::Str(format!("x IN (SELECT s FROM read_csv('{}'))", secret.display())),
+    );
+    let err =
+        run(&engine, &graph(csv_attrs(&inside), Some((Op::FilterRows, read_secret)))).unwrap_err();
+    assert!(!err.contains("42"), "{err}");
+}
+
+#[test]
+fn workbooks_stack_their_sheets() {
+    let engine = TableEngine::new(vec![repo().join("examples")]);
+    let path = repo().join("examples/sales.xlsx").display().to_string();
+    let mut g = Graph::new("x");
+    let attrs =
+        Attrs::new().with("path", Attr::Str(path.clone())).with("sheet", Attr::Str("*".into()));
+    let v = g.add_op(Op::ReadXlsx, &[], attrs.clone()).unwrap();
+    g.add_output("out", v);
+    let out = run(&engine, &g).unwrap();
+    let t = out[0].data().as_table().unwrap();
+    assert_eq!(t.rows(), 160, "four sheets of 40 rows");
+    let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["store", "product", "units", "price"]);
+    let schema = engine.source_schema(Op::ReadXlsx, &attrs).unwrap();
+    let types: Vec<String> = schema.iter().map(|(_, d)| d.to_string()).collect();
+    assert_eq!(types, ["string", "string", "i64", "f64"]);
+    let missing = Attrs::new().with("path", Attr::Str(path)).with("sheet", Attr::Str("Q9".into()));
+    let err = engine.source_schema(Op::ReadXlsx, &missing).unwrap_err();
+    assert!(err.contains("no sheet named \"Q9\"") && err.contains("Q1"), "{err}");
+    let garbage =
+        tempfile::Builder::new().suffix(".xlsx").tempfile_in(repo().join("examples")).unwrap();
+    std::fs::write(garbage.path(), b"PK\x03\x04 not really a zip").unwrap();
+    let bad = Attrs::new().with("path", Attr::Str(garbage.path().display().to_string()));
+    let err = engine.source_schema(Op::ReadXlsx, &bad).unwrap_err();
+    assert!(err.contains("not a readable workbook"), "{err}");
+}
+
+#[test]
+fn plots_are_drawn_and_not_blank() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("d.csv");
+    std::fs::write(&csv, "x,y\n1,2.5\n2,3.5\n3,1.0\n4,7.25\n").unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    for (kind, file) in
+        [("line", "a.png"), ("scatter", "b.png"), ("bar", "c.png"), ("hist", "d.svg")]
+    {
+        let out = dir.path().join(file);
+        let attrs = Attrs::new()
+            .with("kind", Attr::Str(kind.into()))
+            .with("x", Attr::Str("x".into()))
+            .with("y", Attr::Strs(vec!["y".into()]))
+            .with("title", Attr::Str(format!("a {kind} chart")))
+            .with("path", Attr::Str(out.display().to_string()));
+        let drawn = run(&engine, &graph(csv_attrs(&csv), Some((Op::Plot, attrs)))).unwrap();
+        assert_eq!(drawn[0].data().get_f64(0), 4.0, "rows drawn");
+        if file.ends_with(".png") {
+            let decoder =
+                png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
+            let mut reader = decoder.read_info().unwrap();
+            let mut buf = vec![0; reader.output_buffer_size()];
+            let info = reader.next_frame(&mut buf).unwrap();
+            assert_eq!((info.width, info.height), (800, 600));
+            let px = info.line_size / info.width as usize;
+            let first = &buf[..px];
+            let differing = buf[..info.buffer_size()].chunks(px).filter(|p| p != &first).count();
+            assert!(
+                differing > 2_000,
+                "{kind}: only {differing} pixels differ from the background"
+            );
+        } else {
+            let svg = std::fs::read_to_string(&out).unwrap();
+            assert!(svg.starts_with("<svg") && svg.matches("<rect").count() >= 10, "{svg}");
+        }
+    }
+}
