@@ -291,7 +291,7 @@ mod tests {
         assert!(s.ends_with("\n\n[100 rows x 1 columns]"), "{s}");
         assert_eq!(s.lines().count(), 1 + 5 + 1 + 5 + 2);
         assert!(s.contains("\n..  ...\n"), "{s}");
-        assert!(s.contains("\n99  99\n"), "{s}");
+        assert!(s.contains("\n99   99\n"), "{s}");
     }
 
     #[test]

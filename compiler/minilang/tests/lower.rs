@@ -202,3 +202,81 @@ fn models_are_inlined_as_subgraphs() {
     );
     assert!(bad("let m = model(\"nope.sgr\")").starts_with("E0301"));
 }
+
+/// Lowers a table program against a fake reader: every file has the columns Name (string),
+/// Sex (string), Age (f64) and Pclass (i64).
+fn lower_tables(src: &str) -> Result<xpu_ir::Graph, String> {
+    use xpu_ir::DType;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.csv"), "unused").unwrap();
+    let roots = xpu_minilang::paths::DataRoots::new([dir.path().to_path_buf()]);
+    let inputs = xpu_minilang::lower::Inputs {
+        tables: Some(std::sync::Arc::new(|_, _| {
+            Ok(vec![
+                ("Name".into(), DType::String),
+                ("Sex".into(), DType::String),
+                ("Age".into(), DType::F64),
+                ("Pclass".into(), DType::I64),
+            ])
+        })),
+        ..Default::default()
+    };
+    let (program, diags) = xpu_minilang::analyze(src);
+    assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
+    xpu_minilang::lower::lower_with(&program, "t", Some(&roots), &inputs).map(|l| l.graph).map_err(
+        |d| {
+            d.iter()
+                .map(|d| {
+                    let (l, c) = d.line_col(src);
+                    format!(
+                        "{l}:{c} {} {} | {}",
+                        d.code,
+                        d.message,
+                        d.help.clone().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        },
+    )
+}
+
+#[test]
+fn table_programs_lower_to_table_nodes() {
+    let g = lower_tables(
+        "let min = 18\nlet t = load_csv(\"t.csv\")\nprint t |> filter(Age >= min and Sex == \"female\" or t.Pclass == 1)\nprint t |> group_by(\"Sex\") |> agg(n = count(), a = mean(Age))",
+    )
+    .unwrap();
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, ["read_csv", "filter_rows", "group_agg"]);
+    let filter = &g.nodes[1];
+    assert_eq!(
+        filter.attrs.str("predicate", ""),
+        "(((\"Age\" >= 18) AND (\"Sex\" = 'female')) OR (\"Pclass\" = 1))"
+    );
+    assert_eq!(filter.name.as_deref(), Some("t:3:9"), "named after the source position");
+    assert_eq!(g.nodes[2].attrs.strs("funcs").unwrap(), ["count", "mean"]);
+    xpu_ir::verify(&g).expect("verifies");
+}
+
+#[test]
+fn table_errors_are_located() {
+    let e = lower_tables("let t = load_csv(\"t.csv\")\nprint filter(t, age > 3)").unwrap_err();
+    assert_eq!(e, "2:17 E0208 unknown column `age` | did you mean `Age`?");
+    let e = lower_tables("let t = load_csv(\"t.csv\")\nprint filter(t, Name > 3)").unwrap_err();
+    assert!(e.starts_with("2:17 E0201 `>` compares values of different kinds"), "{e}");
+    let e = lower_tables(
+        "let t = load_csv(\"t.csv\")\nprint t |> group_by(\"Sex\") |> agg(m = mean(Name))",
+    )
+    .unwrap_err();
+    assert!(e.contains("E0201 `mean` needs a numeric column; `Name` is string"), "{e}");
+    let e = lower_tables("let t = load_csv(\"t.csv\")\nprint stats(t, [\"mean\", \"p99\"])")
+        .unwrap_err();
+    assert!(e.contains("E0201 unknown statistic `p99`"), "{e}");
+    let e = lower_tables("print load_csv(\"../x.csv\")").unwrap_err();
+    assert!(e.contains("E0301"), "{e}");
+    let e = lower_tables("let t = load_csv(\"t.csv\")\nprint t + 1").unwrap_err();
+    assert!(e.contains("E0201"), "{e}");
+    let e = lower_tables("let t = load_csv(\"t.csv\")\nprint select(t, [\"Nme\"])").unwrap_err();
+    assert!(e.contains("E0208 unknown column `Nme`") && e.contains("did you mean `Name`?"), "{e}");
+}

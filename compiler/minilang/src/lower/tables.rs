@@ -48,6 +48,34 @@ fn numeric(d: DType) -> bool {
     matches!(d, DType::I64 | DType::F64)
 }
 
+/// The table functions [`Builtin::run_table`] lowers (`filter`, `with_column` and `agg` are
+/// column-scoped: see [`Lowerer::call_column_scoped`]).
+const TABLE_FUNCTIONS: &[&str] = &[
+    "load_csv",
+    "load_parquet",
+    "load_xlsx",
+    "write_csv",
+    "write_parquet",
+    "select",
+    "group_by",
+    "stats",
+    "pivot",
+    "join",
+    "sort",
+    "head",
+    "distinct",
+    "value_counts",
+    "columns",
+    "tensor",
+    "plot",
+    "count",
+    "median",
+    "first",
+    "nunique",
+    "var",
+    "std",
+];
+
 /// The aggregate functions of `agg` and `pivot`.
 const AGGS: &[&str] =
     &["count", "sum", "mean", "std", "var", "min", "max", "median", "first", "nunique"];
@@ -736,8 +764,12 @@ impl Builtin<'_, '_> {
 
     /// Table functions; `None` when `self.name` is not one.
     pub(super) fn run_table(&mut self) -> Option<R<Val>> {
-        let r = match self.name {
-            "load_csv" => (|| {
+        TABLE_FUNCTIONS.contains(&self.name).then(|| self.table_call())
+    }
+
+    fn table_call(&mut self) -> R<Val> {
+        match self.name {
+            "load_csv" => {
                 let path = self.path(false)?;
                 let mut attrs = Attrs::new().with("path", Attr::Str(path));
                 if let Some((sep, s)) = self.string(1, "sep")? {
@@ -753,13 +785,13 @@ impl Builtin<'_, '_> {
                 }
                 self.no_extra()?;
                 self.source(Op::ReadCsv, attrs)
-            })(),
-            "load_parquet" => (|| {
+            }
+            "load_parquet" => {
                 let path = self.path(false)?;
                 self.no_extra()?;
                 self.source(Op::ReadParquet, Attrs::new().with("path", Attr::Str(path)))
-            })(),
-            "load_xlsx" => (|| {
+            }
+            "load_xlsx" => {
                 let path = self.path(false)?;
                 let mut attrs = Attrs::new().with("path", Attr::Str(path));
                 if let Some((sheet, _)) = self.string(1, "sheet")? {
@@ -767,8 +799,8 @@ impl Builtin<'_, '_> {
                 }
                 self.no_extra()?;
                 self.source(Op::ReadXlsx, attrs)
-            })(),
-            "write_csv" | "write_parquet" => (|| {
+            }
+            "write_csv" | "write_parquet" => {
                 let (t, _, _) = self.table_arg(0, "table")?;
                 let path = self.path(true)?;
                 self.no_extra()?;
@@ -780,8 +812,8 @@ impl Builtin<'_, '_> {
                 let name = format!("write_{}", self.l.g.outputs.len());
                 self.l.g.add_output(name, v);
                 Ok(Val::Null)
-            })(),
-            "select" => (|| {
+            }
+            "select" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let (cols, cspan) = self
                     .strings(1, "columns")?
@@ -802,8 +834,8 @@ impl Builtin<'_, '_> {
                     out,
                     self.span,
                 )
-            })(),
-            "group_by" => (|| {
+            }
+            "group_by" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let mut keys = Vec::new();
                 let rest: Vec<(Val, Span)> = self.positional.drain(1..).collect();
@@ -845,8 +877,8 @@ impl Builtin<'_, '_> {
                     check_column(&schema, k, *s)?;
                 }
                 Ok(Val::Grouped(t, schema, keys.into_iter().map(|(k, _)| k).collect()))
-            })(),
-            "stats" => (|| {
+            }
+            "stats" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let stats = match self.strings(1, "stats")? {
                     Some((s, sspan)) => {
@@ -888,8 +920,8 @@ impl Builtin<'_, '_> {
                     out,
                     self.span,
                 )
-            })(),
-            "pivot" => (|| {
+            }
+            "pivot" => {
                 let (t, schema, tspan) = self.table_arg(0, "table")?;
                 let (index, ispan) = self.need_string(1, "index")?;
                 let (columns, cspan) = self.need_string(2, "columns")?;
@@ -917,8 +949,8 @@ impl Builtin<'_, '_> {
                     .with("values", Attr::Str(values))
                     .with("agg", Attr::Str(agg));
                 self.l.table(Op::Pivot, &[t], attrs, out, self.span)
-            })(),
-            "join" => (|| {
+            }
+            "join" => {
                 let (a, sa, _) = self.table_arg(0, "left")?;
                 let (b, sb, _) = self.table_arg(1, "right")?;
                 let (on, ospan) = self.strings(2, "on")?.ok_or_else(|| {
@@ -955,8 +987,8 @@ impl Builtin<'_, '_> {
                 }
                 let attrs = Attrs::new().with("on", Attr::Strs(on)).with("how", Attr::Str(how));
                 self.l.table(Op::Join, &[a, b], attrs, out, self.span)
-            })(),
-            "sort" => (|| {
+            }
+            "sort" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let (cols, cspan) = self.strings(1, "columns")?.ok_or_else(|| {
                     err("E0206", self.span, "`sort` needs the columns to sort by")
@@ -968,8 +1000,8 @@ impl Builtin<'_, '_> {
                     .with("columns", Attr::Strs(cols))
                     .with("descending", Attr::Int(desc as i64));
                 self.l.table(Op::SortRows, &[t], attrs, (*schema).clone(), self.span)
-            })(),
-            "head" => (|| {
+            }
+            "head" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let n = match self.arg(1, "n") {
                     None => 5,
@@ -990,13 +1022,13 @@ impl Builtin<'_, '_> {
                     (*schema).clone(),
                     self.span,
                 )
-            })(),
-            "distinct" => (|| {
+            }
+            "distinct" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 self.no_extra()?;
                 self.l.table(Op::Distinct, &[t], Attrs::new(), (*schema).clone(), self.span)
-            })(),
-            "value_counts" => (|| {
+            }
+            "value_counts" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let (col, cspan) = match self.strings(1, "column")? {
                     Some((c, s)) if c.len() == 1 => (c[0].clone(), s),
@@ -1030,8 +1062,8 @@ impl Builtin<'_, '_> {
                     out,
                     self.span,
                 )
-            })(),
-            "columns" => (|| {
+            }
+            "columns" => {
                 let (_, schema, s) = self.table_arg(0, "table")?;
                 if schema.open {
                     return Err(err(
@@ -1041,8 +1073,8 @@ impl Builtin<'_, '_> {
                     ));
                 }
                 Ok(Val::List(schema.columns.iter().map(|(n, _)| Val::Str(n.clone())).collect()))
-            })(),
-            "tensor" => (|| {
+            }
+            "tensor" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let cols = match self.strings(1, "columns")? {
                     Some((cols, cspan)) => {
@@ -1074,8 +1106,8 @@ impl Builtin<'_, '_> {
                     .with("rows", Attr::Str(format!("rows{}", self.l.row_symbols)));
                 let v = self.l.table_op(Op::TableToTensor, &[t], attrs, self.span)?;
                 Ok(Val::Tensor(v))
-            })(),
-            "plot" => (|| {
+            }
+            "plot" => {
                 let (t, schema, _) = self.table_arg(0, "table")?;
                 let kind_ = self.string(99, "kind")?.map(|k| k.0).unwrap_or_else(|| "line".into());
                 if !["bar", "line", "scatter", "hist"].contains(&kind_.as_str()) {
@@ -1122,16 +1154,15 @@ impl Builtin<'_, '_> {
                 let name = format!("plot_{}", self.l.g.outputs.len());
                 self.l.g.add_output(name, v);
                 Ok(Val::Null)
-            })(),
+            }
             "count" | "median" | "first" | "nunique" | "var" | "std" => Err(err(
                 "E0201",
                 self.span,
                 format!("`{}` is an aggregate: use it inside agg(...)", self.name),
             )
             .help(Some(format!("e.g. group_by(t, \"key\") |> agg(x = {}(column))", self.name)))),
-            _ => return None,
-        };
-        Some(r)
+            other => Err(err("E0100", self.span, format!("unknown function `{other}`"))),
+        }
     }
 
     fn flag_or(&mut self, name: &str, default: bool) -> R<bool> {
