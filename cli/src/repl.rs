@@ -20,6 +20,9 @@ struct Session {
     accepted: String,
     shown_prints: usize,
     roots: xpu_minilang::paths::DataRoots,
+    /// Made once per session: every input is lowered again, and each lowering reads table
+    /// schemas through it.
+    inputs: xpu_minilang::lower::Inputs,
 }
 
 /// Whether the input still has an open `(`, `[` or `{` (outside strings and comments).
@@ -54,11 +57,7 @@ impl Session {
         if diags.iter().any(|d| d.is_error()) {
             return Err(xpu_minilang::render("<repl>", src, &diags));
         }
-        let inputs = xpu_minilang::lower::Inputs {
-            tables: Some(crate::program::table_loader(self.roots.roots())),
-            ..Default::default()
-        };
-        xpu_minilang::lower::lower_with(&program, "repl", Some(&self.roots), &inputs)
+        xpu_minilang::lower::lower_with(&program, "repl", Some(&self.roots), &self.inputs)
             .map_err(|d| xpu_minilang::render("<repl>", src, &d))
     }
 
@@ -144,11 +143,12 @@ impl Session {
 
 pub fn repl() -> Result<()> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
-    let mut session = Session {
-        accepted: String::new(),
-        shown_prints: 0,
-        roots: xpu_minilang::paths::DataRoots::new([cwd]),
+    let roots = xpu_minilang::paths::DataRoots::new([cwd]);
+    let inputs = xpu_minilang::lower::Inputs {
+        tables: Some(crate::program::table_loader(roots.roots())),
+        ..Default::default()
     };
+    let mut session = Session { accepted: String::new(), shown_prints: 0, roots, inputs };
     let mut stdout = std::io::stdout();
     if !std::io::stdin().is_terminal() {
         // Piped input: no prompts, a statement may still span lines while brackets are open.

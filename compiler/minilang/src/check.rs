@@ -9,20 +9,16 @@ use crate::Span;
 use crate::ast::*;
 use crate::diag::{Diagnostic, did_you_mean};
 
-/// The functions MiniLang provides (docs/minilang.md lists them): tensors, tables, models,
-/// plots, files and compile-time helpers.
-pub const BUILTINS: &[&str] = &[
-    // tables
+/// Table functions whose arguments are evaluated (lowered by `lower/tables.rs`), and the
+/// aggregates, which are valid only inside `agg`.
+pub const TABLE_FUNCTIONS: &[&str] = &[
     "load_csv",
     "load_xlsx",
     "load_parquet",
     "write_csv",
     "write_parquet",
     "select",
-    "filter",
-    "with_column",
     "group_by",
-    "agg",
     "stats",
     "pivot",
     "join",
@@ -33,14 +29,16 @@ pub const BUILTINS: &[&str] = &[
     "columns",
     "tensor",
     "plot",
-    // aggregates (inside agg)
     "count",
     "median",
     "first",
     "nunique",
     "var",
     "std",
-    // tensors
+];
+
+/// Tensor, model, file and compile-time functions.
+pub const TENSOR_FUNCTIONS: &[&str] = &[
     "concat",
     "sum",
     "mean",
@@ -71,13 +69,18 @@ pub const BUILTINS: &[&str] = &[
     "model",
 ];
 
-/// Whether `name` is a function MiniLang provides (docs/minilang.md lists them).
+/// Every function MiniLang provides (docs/minilang.md lists them).
+fn builtins() -> impl Iterator<Item = &'static str> {
+    TABLE_FUNCTIONS.iter().chain(COLUMN_SCOPED).chain(TENSOR_FUNCTIONS).copied()
+}
+
+/// Whether `name` is a function MiniLang provides.
 pub fn is_builtin(name: &str) -> bool {
-    BUILTINS.contains(&name)
+    builtins().any(|b| b == name)
 }
 
 /// Calls whose arguments after the table may name columns bare.
-const COLUMN_SCOPED: &[&str] = &["filter", "with_column", "agg"];
+pub const COLUMN_SCOPED: &[&str] = &["filter", "with_column", "agg"];
 
 #[derive(Clone, Debug)]
 struct Binding {
@@ -142,7 +145,7 @@ impl Checker {
 
     fn visible_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.scopes.iter().flat_map(|s| s.keys().cloned()).collect();
-        v.extend(BUILTINS.iter().map(|s| s.to_string()));
+        v.extend(builtins().map(str::to_string));
         v
     }
 

@@ -571,7 +571,7 @@ impl<'p> Lowerer<'p> {
             Some(Val::Func(id)) => return self.call_user(id, name, args, span),
             Some(Val::Model(id)) => return self.call_model(id, args, span),
             Some(_) => {}
-            None if matches!(name.as_str(), "filter" | "with_column" | "agg") => {
+            None if crate::check::COLUMN_SCOPED.contains(&name.as_str()) => {
                 return self.call_column_scoped(name, args, span);
             }
             None => {}
@@ -833,6 +833,22 @@ impl Builtin<'_, '_> {
         })
     }
 
+    /// A path the program names, resolved inside the data roots (CWE-22); the error sits at
+    /// the path's span.
+    fn resolve(&self, path: &str, span: Span, write: bool) -> R<std::path::PathBuf> {
+        let Some(roots) = self.l.roots else {
+            return Err(err(
+                "E0301",
+                span,
+                "no data roots are configured: this program may not touch files",
+            ));
+        };
+        let resolved = if write { roots.resolve_write(path) } else { roots.resolve_read(path) };
+        resolved.map_err(|m| {
+            err("E0301", span, m).label(if write { "not allowed" } else { "cannot read" })
+        })
+    }
+
     fn tensor(&mut self, i: usize, name: &str) -> R<ValueId> {
         let (v, span) = self.need(i, name)?;
         self.l.as_tensor(v, span, None)
@@ -1077,16 +1093,7 @@ impl Builtin<'_, '_> {
                 let Val::Str(path) = p else {
                     return Err(err("E0201", pspan, "`model` takes the model's path as a string"));
                 };
-                let Some(roots) = self.l.roots else {
-                    return Err(err(
-                        "E0301",
-                        pspan,
-                        "no data roots are configured: this program may not read files",
-                    ));
-                };
-                let file = roots
-                    .resolve_read(&path)
-                    .map_err(|m| err("E0301", pspan, m).label("cannot read"))?;
+                let file = self.resolve(&path, pspan, false)?;
                 let Some(loader) = self.l.inputs.models.clone() else {
                     return Err(err("E0300", span, "models cannot be loaded here"));
                 };
@@ -1193,16 +1200,7 @@ impl Builtin<'_, '_> {
                 let Val::Str(path) = p else {
                     return Err(err("E0201", pspan, "`write_npy` takes the path as a string"));
                 };
-                let Some(roots) = self.l.roots else {
-                    return Err(err(
-                        "E0301",
-                        pspan,
-                        "no data roots are configured: this program may not write files",
-                    ));
-                };
-                let target = roots
-                    .resolve_write(&path)
-                    .map_err(|m| err("E0301", pspan, m).label("not allowed"))?;
+                let target = self.resolve(&path, pspan, true)?;
                 let name = format!("write_{}", self.l.writes.len());
                 self.l.g.add_output(name.clone(), x);
                 self.l.writes.push((name, target));

@@ -12,6 +12,7 @@ use xpu_ir::{Attr, Attrs, DType, Op, ValueId};
 use super::{Builtin, Lowerer, R, Val, err, kind};
 use crate::Span;
 use crate::ast::*;
+use crate::check::TABLE_FUNCTIONS;
 use crate::diag::did_you_mean;
 
 /// Column names and types of a table value. `open` when columns depend on the data (the
@@ -47,34 +48,6 @@ pub type TableSchemaLoader =
 fn numeric(d: DType) -> bool {
     matches!(d, DType::I64 | DType::F64)
 }
-
-/// The table functions [`Builtin::run_table`] lowers (`filter`, `with_column` and `agg` are
-/// column-scoped: see [`Lowerer::call_column_scoped`]).
-const TABLE_FUNCTIONS: &[&str] = &[
-    "load_csv",
-    "load_parquet",
-    "load_xlsx",
-    "write_csv",
-    "write_parquet",
-    "select",
-    "group_by",
-    "stats",
-    "pivot",
-    "join",
-    "sort",
-    "head",
-    "distinct",
-    "value_counts",
-    "columns",
-    "tensor",
-    "plot",
-    "count",
-    "median",
-    "first",
-    "nunique",
-    "var",
-    "std",
-];
 
 /// The aggregate functions of `agg` and `pivot`.
 const AGGS: &[&str] =
@@ -738,16 +711,7 @@ impl Builtin<'_, '_> {
     /// The path argument, resolved inside the data roots.
     fn path(&mut self, write: bool) -> R<String> {
         let (path, pspan) = self.need_string(if write { 1 } else { 0 }, "path")?;
-        let Some(roots) = self.l.roots else {
-            return Err(err(
-                "E0301",
-                pspan,
-                "no data roots are configured: this program may not touch files",
-            ));
-        };
-        let resolved = if write { roots.resolve_write(&path) } else { roots.resolve_read(&path) };
-        let p = resolved.map_err(|m| err("E0301", pspan, m).label("not allowed"))?;
-        Ok(p.display().to_string())
+        Ok(self.resolve(&path, pspan, write)?.display().to_string())
     }
 
     fn source(&mut self, op: Op, attrs: Attrs) -> R<Val> {
@@ -1133,16 +1097,7 @@ impl Builtin<'_, '_> {
                 if !lower.ends_with(".png") && !lower.ends_with(".svg") {
                     return Err(err("E0201", ospan, "a plot is written as .png or .svg"));
                 }
-                let Some(roots) = self.l.roots else {
-                    return Err(err(
-                        "E0301",
-                        ospan,
-                        "no data roots are configured: this program may not write files",
-                    ));
-                };
-                let path = roots
-                    .resolve_write(&out)
-                    .map_err(|m| err("E0301", ospan, m).label("not allowed"))?;
+                let path = self.resolve(&out, ospan, true)?;
                 self.no_extra()?;
                 let attrs = Attrs::new()
                     .with("kind", Attr::Str(kind_))
