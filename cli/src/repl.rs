@@ -7,7 +7,6 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Result;
-use xpu_engine::Engine;
 use xpu_minilang::lower::{Lowered, PrintItem};
 
 const HELP: &str = "MiniLang REPL. Statements accumulate; a bare expression prints its value.

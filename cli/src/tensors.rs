@@ -120,6 +120,7 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
             }
             wr.finish()?;
         }
+        TensorData::Table(_) => bail!("a table has no .npy form; it is written as CSV"),
     }
     Ok(())
 }
@@ -237,6 +238,28 @@ fn format_float(v: f64) -> String {
     if s.ends_with('.') { format!("{s}0") } else { s.to_string() }
 }
 
+/// Writes a table as CSV: a header row, RFC 4180 quoting where a field needs it, missing
+/// values empty, booleans `True`/`False` and floats in shortest round-trip form, as pandas'
+/// `to_csv` writes them.
+pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
+    use xpu_ir::ColumnData;
+    let mut w = csv::Writer::from_path(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    w.write_record(t.columns.iter().map(|c| c.name.as_str()))?;
+    for r in 0..t.rows() {
+        w.write_record(t.columns.iter().map(|c| {
+            match &c.data {
+                ColumnData::Bool(v) => v[r].map(|b| if b { "True".into() } else { "False".into() }),
+                ColumnData::I64(v) => v[r].map(|x| x.to_string()),
+                ColumnData::F64(v) => v[r].map(|x| format!("{x:?}")),
+                ColumnData::String(v) => v[r].clone(),
+            }
+            .unwrap_or_default()
+        }))?;
+    }
+    w.flush().with_context(|| format!("cannot write {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,41 +332,4 @@ mod tests {
         let err = read_npy(&huge).unwrap_err().to_string();
         assert!(err.contains("needs more data than the file"), "{err}");
     }
-}
-
-/// Writes a table as CSV: a header row, RFC 4180 quoting where a field needs it, missing
-/// values empty.
-pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
-    use xpu_ir::ColumnData;
-    fn field(s: &str) -> String {
-        if s.contains([',', '"', '\n', '\r']) {
-            format!("\"{}\"", s.replace('"', "\"\""))
-        } else {
-            s.to_string()
-        }
-    }
-    let mut out = String::new();
-    let header: Vec<String> = t.columns.iter().map(|c| field(&c.name)).collect();
-    out.push_str(&header.join(","));
-    out.push('\n');
-    for r in 0..t.rows() {
-        let row: Vec<String> = t
-            .columns
-            .iter()
-            .map(|c| {
-                match &c.data {
-                    ColumnData::Bool(v) => {
-                        v[r].map(|b| if b { "True".into() } else { "False".into() })
-                    }
-                    ColumnData::I64(v) => v[r].map(|x| x.to_string()),
-                    ColumnData::F64(v) => v[r].map(|x| format!("{x:?}")),
-                    ColumnData::String(v) => v[r].as_deref().map(field),
-                }
-                .unwrap_or_default()
-            })
-            .collect();
-        out.push_str(&row.join(","));
-        out.push('\n');
-    }
-    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -13,11 +13,11 @@ fn run_file(path: &std::path::Path) -> Result<(), String> {
         None => (text.clone(), String::new()),
     };
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = path.parent().unwrap().to_path_buf();
     let (program, mut diags) = xpu_minilang::analyze(&src);
     if diags.is_empty() {
-        let dir = path.parent().unwrap().to_path_buf();
         let roots = xpu_minilang::paths::DataRoots::new([dir.clone()]);
-        let engine = xpu_engine_table::TableEngine::new(vec![dir]);
+        let engine = xpu_engine_table::TableEngine::new(vec![dir.clone()]);
         let inputs = xpu_minilang::lower::Inputs {
             allow_undeclared: true,
             tables: Some(std::sync::Arc::new(move |op, attrs| engine.source_schema(op, attrs))),
@@ -29,7 +29,9 @@ fn run_file(path: &std::path::Path) -> Result<(), String> {
             diags = more;
         }
     }
-    let mut actual = xpu_minilang::render(&name, &src, &diags);
+    // The data root is wherever the clone lives; the expectations name it `$ROOT`.
+    let mut actual =
+        xpu_minilang::render(&name, &src, &diags).replace(&dir.display().to_string(), "$ROOT");
     if diags.is_empty() {
         actual = "(no diagnostics)\n".into();
     }

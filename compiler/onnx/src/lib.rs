@@ -61,7 +61,12 @@ fn invalid(context: impl Into<String>, message: impl Into<String>) -> OnnxError 
 /// ONNX op types (default domain) the importer accepts, with the SGR-ML op each maps to.
 pub fn supported_onnx_ops() -> Vec<(&'static str, &'static str)> {
     let mut v: Vec<(&'static str, &'static str)> =
-        xpu_ir::Op::ALL.iter().map(|op| (op.info().onnx, op.name())).collect();
+        // "—" marks SGR-ML ops with no ONNX counterpart (the table ops).
+        xpu_ir::Op::ALL
+            .iter()
+            .filter(|op| op.info().onnx != "—")
+            .map(|op| (op.info().onnx, op.name()))
+            .collect();
     v.push(("Upsample", "resize"));
     v.push(("Scatter", "scatter_elements"));
     v.sort();

@@ -16,13 +16,10 @@ use crate::model::{CapturePlan, EngineFact, NodeTime, TransferDone};
 pub enum ExecError {
     #[error("engine {engine} is not available here: {reason}")]
     EngineAbsent { engine: String, reason: String },
-    #[error("partition {partition} ({engine}): {source}")]
-    Engine {
-        partition: usize,
-        engine: String,
-        #[source]
-        source: EngineError,
-    },
+    /// The engine's message is part of this one's text (not a `source`), so an error
+    /// chain prints it once.
+    #[error("partition {partition} ({engine}): {error}")]
+    Engine { partition: usize, engine: String, error: EngineError },
     #[error("inputs: {0}")]
     Inputs(EngineError),
     #[error("the run exceeded execution.timeout ({limit_ms} ms) after partition {partition}")]
@@ -113,10 +110,10 @@ impl GraphExec {
                         .then(|| (NodeId(local as u32), placement.kernel.to_string()))
                 })
                 .collect();
-            let exe = engine.prepare(graph, &assignment).map_err(|source| ExecError::Engine {
+            let exe = engine.prepare(graph, &assignment).map_err(|error| ExecError::Engine {
                 partition: p.id,
                 engine: p.engine.clone(),
-                source,
+                error,
             })?;
             parts.push(Prepared {
                 partition: p.id,
@@ -166,10 +163,10 @@ impl GraphExec {
                 }
                 args.push(t);
             }
-            let exec = p.exe.run(&args).map_err(|source| ExecError::Engine {
+            let exec = p.exe.run(&args).map_err(|error| ExecError::Engine {
                 partition: p.partition,
                 engine: p.engine.clone(),
-                source,
+                error,
             })?;
             for (&v, t) in p.outputs.iter().zip(exec.outputs) {
                 values[v.index()] = Some(t);

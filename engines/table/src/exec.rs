@@ -113,9 +113,7 @@ pub fn source_sql(op: Op, attrs: &Attrs) -> Result<String, EngineError> {
 /// Column names and DuckDB types of a query's result, without running it.
 pub fn describe(conn: &Connection, query: &str) -> Result<Vec<(String, String)>, duckdb::Error> {
     let mut stmt = conn.prepare(&format!("DESCRIBE {query}"))?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-    let columns = rows.collect();
-    columns
+    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?.collect()
 }
 
 /// Reads a relation back as a [`Table`].

@@ -120,14 +120,17 @@ pub fn draw(table: &Table, attrs: &Attrs) -> Result<usize, String> {
     };
     ensure_font()?;
     let size = (800, 600);
-    let result = if path.to_ascii_lowercase().ends_with(".svg") {
+    let lower = path.to_ascii_lowercase();
+    // The two backends have different error types, so each result is rendered to text.
+    if lower.ends_with(".svg") {
         render(SVGBackend::new(&path, size).into_drawing_area(), &chart)
-    } else if path.to_ascii_lowercase().ends_with(".png") {
+            .map_err(|e| format!("plot {path}: {e}"))?;
+    } else if lower.ends_with(".png") {
         render(BitMapBackend::new(&path, size).into_drawing_area(), &chart)
+            .map_err(|e| format!("plot {path}: {e}"))?;
     } else {
         return Err(format!("plot: `{path}` must end in .png or .svg"));
-    };
-    result.map_err(|e| format!("plot {path}: {e}"))?;
+    }
     Ok(rows)
 }
 

@@ -19,13 +19,14 @@ pub fn lit(s: &str) -> String {
 pub const AGG_FUNCS: &[&str] =
     &["count", "sum", "mean", "std", "var", "min", "max", "median", "first", "nunique"];
 
-/// The SQL of one aggregate over `col` (`None` for `count()`), given the column's type;
+/// The SQL of one aggregate over `col`, an SQL expression already quoted (`None` for
+/// `count()`), given the column's type;
 /// `order` is the expression giving input order (for `first`).
 pub fn aggregate(func: &str, col: Option<&str>, ty: Option<DType>, order: &str) -> Option<String> {
     let Some(col) = col else {
         return (func == "count").then(|| "count(*)".to_string());
     };
-    let c = ident(col);
+    let c = col;
     Some(match func {
         "count" => format!("count({c})"),
         "sum" => match ty {
@@ -139,7 +140,7 @@ mod tests {
     fn aggregates_follow_pandas() {
         assert_eq!(aggregate("count", None, None, "r").as_deref(), Some("count(*)"));
         assert_eq!(
-            aggregate("nunique", Some("a"), None, "r").as_deref(),
+            aggregate("nunique", Some("\"a\""), None, "r").as_deref(),
             Some("count(DISTINCT \"a\")")
         );
         assert!(aggregate("mode", Some("a"), None, "r").is_none());

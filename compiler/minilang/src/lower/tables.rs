@@ -171,13 +171,14 @@ impl<'p> Lowerer<'p> {
                 self.table(Op::FilterRows, &[t], attrs, (*schema).clone(), span)
             }
             "with_column" => {
-                let (t, schema) = self.as_table(target, first.value.span)?;
-                let (col, expr) = match rest {
-                    [Arg { name: Some(n), value }] => (n.name.clone(), value),
+                let (mut t, mut schema) = self.as_table(target, first.value.span)?;
+                // `with_column(t, a = .., b = ..)` adds columns in order, like pandas'
+                // `assign`: each expression sees the columns added before it.
+                let columns: Vec<(String, &Expr)> = match rest {
                     [Arg { name: None, value: name_expr }, Arg { name: None, value }] => match self
                         .expr(name_expr)?
                     {
-                        Val::Str(s) => (s, value),
+                        Val::Str(s) => vec![(s, value)],
                         other => {
                             return Err(err(
                                 "E0201",
@@ -186,6 +187,12 @@ impl<'p> Lowerer<'p> {
                             ));
                         }
                     },
+                    _ if !rest.is_empty() && rest.iter().all(|a| a.name.is_some()) => rest
+                        .iter()
+                        .map(|a| {
+                            (a.name.as_ref().map(|n| n.name.clone()).unwrap_or_default(), &a.value)
+                        })
+                        .collect(),
                     _ => {
                         return Err(err(
                             "E0206",
@@ -195,15 +202,20 @@ impl<'p> Lowerer<'p> {
                         .help(Some("e.g. with_column(t, adult = Age >= 18)".into())));
                     }
                 };
-                let (sql, ty) = self.row_expr(expr, &schema, t)?;
-                let mut out = (*schema).clone();
-                let ty = ty.unwrap_or(DType::F64);
-                match out.columns.iter_mut().find(|(n, _)| *n == col) {
-                    Some(slot) => slot.1 = ty,
-                    None => out.columns.push((col.clone(), ty)),
+                for (col, expr) in columns {
+                    let (sql, ty) = self.row_expr(expr, &schema, t)?;
+                    let mut out = (*schema).clone();
+                    let ty = ty.unwrap_or(DType::F64);
+                    match out.columns.iter_mut().find(|(n, _)| *n == col) {
+                        Some(slot) => slot.1 = ty,
+                        None => out.columns.push((col.clone(), ty)),
+                    }
+                    let attrs =
+                        Attrs::new().with("name", Attr::Str(col)).with("expr", Attr::Str(sql));
+                    t = self.table_op(Op::WithColumn, &[t], attrs, span)?;
+                    schema = Rc::new(out);
                 }
-                let attrs = Attrs::new().with("name", Attr::Str(col)).with("expr", Attr::Str(sql));
-                self.table(Op::WithColumn, &[t], attrs, out, span)
+                Ok(Val::Table(t, schema))
             }
             _ => self.agg(target, first.value.span, rest, span),
         }
