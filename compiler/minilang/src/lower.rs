@@ -419,6 +419,18 @@ impl<'p> Lowerer<'p> {
                 Ok(self.constant(scalar(f, like.filter(|d| d.is_float()).unwrap_or(DType::F64))))
             }
             Val::Bool(b) => Ok(self.constant(Tensor::scalar(b))),
+            // A model with several outputs returns a list of tensors; a stacked tensor
+            // literal of them is not what anyone means.
+            Val::List(items) if items.iter().any(|i| matches!(i, Val::Tensor(_))) => Err(err(
+                "E0201",
+                span,
+                format!("expected a tensor, found a list of {} tensors", items.len()),
+            )
+            .help(Some(
+                "a model with several outputs returns them as a list: pick one, e.g. m(x)[0]; \
+                 stack tensors with concat([a, b], axis = 0)"
+                    .into(),
+            ))),
             Val::List(_) => {
                 let t = list_tensor(&v).map_err(|m| err("E0201", span, m))?;
                 Ok(self.constant(t))

@@ -197,8 +197,9 @@ pub fn load_table(conn: &Connection, name: &str, t: &Table) -> Result<(), duckdb
 enum Step {
     /// A relation defined by a query.
     Query(String),
-    /// A relation built from values (describe, pivot cells, a workbook sheet).
-    Built(Table),
+    /// A relation built from values (describe's statistics, a workbook's cells), with how
+    /// they were computed, for the explanation.
+    Built(Table, String),
     /// A statement whose result is a tensor (rows written, a tensor of columns).
     Value(Tensor),
 }
@@ -270,11 +271,11 @@ impl TableExec {
                     rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
                     stmt
                 }
-                Step::Built(table) => {
+                Step::Built(table, how) => {
                     load_table(conn, &name, &table).map_err(fail)?;
                     created.push((name.clone(), Holding::Table));
                     rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
-                    format!("-- {} rows built by the engine into {}", table.rows(), ident(&name))
+                    format!("{how}; -- {} rows loaded into {}", table.rows(), ident(&name))
                 }
                 Step::Value(t) => {
                     values.insert(n.outputs[0], t);
@@ -317,10 +318,15 @@ impl TableExec {
             Op::ReadCsv | Op::ReadParquet => {
                 (Step::Query(format!("SELECT * FROM {}", source_sql(n.op, a)?)), false)
             }
-            Op::ReadXlsx => (
-                Step::Built(crate::xlsx::read(a, &self.roots).map_err(|m| self.err(nid, m))?),
-                false,
-            ),
+            Op::ReadXlsx => {
+                let table = crate::xlsx::read(a, &self.roots).map_err(|m| self.err(nid, m))?;
+                let how = format!(
+                    "-- workbook {} sheet {:?} read with calamine",
+                    a.str("path", ""),
+                    a.str("sheet", "")
+                );
+                (Step::Built(table, how), false)
+            }
             Op::WriteTable => {
                 let format = match a.str("format", "csv") {
                     "csv" => "FORMAT csv, HEADER true",
@@ -386,8 +392,11 @@ impl TableExec {
                 }
                 (Step::Query(q), false)
             }
-            Op::Describe => (Step::Built(self.describe(conn, nid, input())?), true),
-            Op::Pivot => (Step::Built(self.pivot(conn, nid, input())?), true),
+            Op::Describe => {
+                let (table, q) = self.describe(conn, nid, input())?;
+                (Step::Built(table, q), true)
+            }
+            Op::Pivot => (Step::Query(self.pivot(conn, nid, input())?), true),
             Op::Join => {
                 let on = names("on");
                 let left = cols(&ins[0].name)?;
@@ -525,7 +534,12 @@ impl TableExec {
     }
 
     /// pandas `describe()`: the statistics of every numeric (not bool) column, in one scan.
-    fn describe(&self, conn: &Connection, nid: NodeId, rel: &str) -> Result<Table, StepError> {
+    fn describe(
+        &self,
+        conn: &Connection,
+        nid: NodeId,
+        rel: &str,
+    ) -> Result<(Table, String), StepError> {
         let a = &self.g.node(nid).attrs;
         let stats: Vec<String> = match a.strs("stats") {
             Some(s) if !s.is_empty() => s.to_vec(),
@@ -546,8 +560,8 @@ impl TableExec {
             }
         }
         let mut cells: Vec<Option<f64>> = Vec::new();
+        let q = format!("SELECT {} FROM {rel}", exprs.join(", "));
         if !exprs.is_empty() {
-            let q = format!("SELECT {} FROM {rel}", exprs.join(", "));
             conn.query_row(&q, [], |row| {
                 for i in 0..exprs.len() {
                     cells.push(row.get::<_, Option<f64>>(i)?);
@@ -563,12 +577,13 @@ impl TableExec {
             let values = (0..stats.len()).map(|si| cells[ci * stats.len() + si]).collect();
             columns.push(Column { name: c.clone(), data: ColumnData::F64(values) });
         }
-        Ok(Table { columns, index: true })
+        let how = if exprs.is_empty() { "-- no numeric columns".to_string() } else { q };
+        Ok((Table { columns, index: true }, how))
     }
 
     /// pandas `pivot_table`: one row per index value (sorted), one column per distinct value
     /// of `columns` (sorted), cells the aggregate of `values`; empty cells missing.
-    fn pivot(&self, conn: &Connection, nid: NodeId, rel: &str) -> Result<Table, StepError> {
+    fn pivot(&self, conn: &Connection, nid: NodeId, rel: &str) -> Result<String, StepError> {
         let a = &self.g.node(nid).attrs;
         let (index, columns, values) =
             (a.str("index", ""), a.str("columns", ""), a.str("values", ""));
@@ -601,15 +616,10 @@ impl TableExec {
             ));
         }
         let i = ident(index);
-        let q = format!(
+        Ok(format!(
             "SELECT {} FROM {rel} WHERE {i} IS NOT NULL GROUP BY {i} ORDER BY {i}",
             select.join(", ")
-        );
-        let name = format!("x{}_pivot{}", self.id, nid.0);
-        conn.execute_batch(&format!("CREATE TEMP VIEW {} AS {q}", ident(&name)))?;
-        let t = materialize(conn, &ident(&name), true);
-        conn.execute_batch(&format!("DROP VIEW {}", ident(&name)))?;
-        Ok(t?)
+        ))
     }
 }
 
