@@ -246,6 +246,13 @@ pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    // Like cat or grep, end quietly when the reader of our output goes away
+    // (`xpuctl run job.ml | head`); Rust's default turns that into a panic on the next print.
+    #[cfg(unix)]
+    // SAFETY: done first, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // Panics are caught below and reported as one-line errors; keep the raw panic text (and
     // backtrace) off the terminal.
     std::panic::set_hook(Box::new(|_| {}));

@@ -246,3 +246,52 @@ fn tables_match_pandas() {
     assert!(failures.is_empty(), "{} mismatch(es):\n{}", failures.len(), failures.join("\n"));
     eprintln!("{} cases, {compared} cells match pandas", CASES.len());
 }
+
+/// Malformed table files: `xpuctl run` exits 1 with an error naming the file (and the line,
+/// where the reader knows it) — never a panic, never a made-up table.
+#[test]
+fn malformed_table_files_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Lcg(11);
+    let noise: Vec<u8> = (0..4000).map(|_| rng.next() as u8).collect();
+    std::fs::write(dir.path().join("noise.csv"), &noise).unwrap();
+    std::fs::write(dir.path().join("noise.xlsx"), &noise).unwrap();
+    std::fs::write(dir.path().join("ragged.csv"), "a,b\n1,2\n3,4,5,6\n\"open,7\n").unwrap();
+    std::fs::write(dir.path().join("latin1.csv"), b"a,b\n1,caf\xe9\n").unwrap();
+    std::fs::write(dir.path().join("empty.csv"), "").unwrap();
+    // A bad row far past what the reader samples to learn the columns: found while running.
+    let mut late = String::from("a,b\n");
+    for i in 0..60_000 {
+        writeln!(late, "{i},{}", i * 2).unwrap();
+    }
+    late.push_str("oops,1,2,3\n");
+    std::fs::write(dir.path().join("late.csv"), late).unwrap();
+    let cases = [
+        ("load_csv(\"noise.csv\")", "noise.csv", ""),
+        ("load_xlsx(\"noise.xlsx\")", "noise.xlsx", "not a readable workbook"),
+        ("load_csv(\"ragged.csv\")", "ragged.csv", ""),
+        ("load_csv(\"latin1.csv\")", "latin1.csv", "utf-8"),
+        ("load_csv(\"empty.csv\")", "empty.csv", "empty"),
+        ("load_csv(\"missing.csv\")", "missing.csv", "does not exist"),
+        ("load_csv(\"late.csv\")", "late.csv", "60002"),
+    ];
+    let mut failures = Vec::new();
+    for (call, file, detail) in cases {
+        std::fs::write(dir.path().join("job.ml"), format!("let t = {call}\nprint stats(t)\n"))
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+            .args(["run", "job.ml", "--out", "out"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(1)
+            || !stderr.contains(file)
+            || !stderr.contains(detail)
+            || stderr.contains("internal error")
+        {
+            failures.push(format!("{call}: exit {:?}\n{stderr}", out.status.code()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -47,6 +47,41 @@ pub struct TableExec {
     roots: Vec<std::path::PathBuf>,
 }
 
+/// DuckDB's message without its advice: the "Possible fixes" it appends name reader options
+/// (`strict_mode`, `ignore_errors`, …) that a MiniLang program cannot set, and its dumps of
+/// the sniffer's search space. What stays says what is wrong and where (file, line).
+pub(crate) fn brief(e: &duckdb::Error) -> String {
+    let text = e.to_string();
+    let mut kept: Vec<&str> = Vec::new();
+    for line in text.lines().map(str::trim_end) {
+        let advice = ["Possible", "The search space", "Delimiter Candidates", "* "];
+        if advice.iter().any(|a| line.trim_start().starts_with(a)) {
+            break;
+        }
+        if !line.trim().is_empty() {
+            kept.push(line.trim());
+        }
+    }
+    if kept.is_empty() { text } else { kept.join("; ") }
+}
+
+/// The files read by `nid` and the nodes it depends on, in graph order.
+fn files_read_by(g: &Graph, nid: NodeId) -> Vec<String> {
+    let mut seen = vec![false; g.nodes.len()];
+    let mut stack = vec![nid];
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut seen[n.index()], true) {
+            continue;
+        }
+        stack.extend(g.node(n).input_values().filter_map(|v| g.producer(v)));
+    }
+    g.node_ids()
+        .filter(|n| seen[n.index()])
+        .filter(|&n| matches!(g.node(n).op, Op::ReadCsv | Op::ReadParquet | Op::ReadXlsx))
+        .map(|n| g.node(n).attrs.str("path", "").to_string())
+        .collect()
+}
+
 fn kernel_err(g: &Graph, id: NodeId, message: impl std::fmt::Display) -> EngineError {
     EngineError::Kernel { node: g.node(id).label(id), message: message.to_string() }
 }
@@ -98,10 +133,17 @@ pub fn source_sql(op: Op, attrs: &Attrs) -> Result<String, EngineError> {
     if path.is_empty() {
         return Err(EngineError::Other(format!("{op}: attribute `path` is required")));
     }
+    // DuckDB reads an empty file as one column named `column0`; pandas refuses it, and a
+    // job fed an empty export should hear about it.
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        return Err(EngineError::Other(format!("{path} is empty: no columns to read")));
+    }
     match op {
         Op::ReadCsv => Ok(sql::read_csv(
             path,
-            attrs.str("sep", ""),
+            // pandas' default; a fixed separator also makes a ragged row an error rather
+            // than a reason to sniff the file as one column.
+            attrs.str("sep", ","),
             attrs.int("header", 1) != 0,
             attrs.strs("na_values").unwrap_or(&[]),
         )),
@@ -254,7 +296,16 @@ impl TableExec {
                     rels.get(&v).cloned().ok_or_else(|| kernel_err(g, nid, "input not computed"))
                 })
                 .collect::<Result<_, _>>()?;
-            let fail = |e: duckdb::Error| kernel_err(g, nid, e);
+            let fail = |e: duckdb::Error| {
+                // A view reads its file when a later node runs: name the files upstream, or
+                // "CSV Error on Line: N" would not say which file.
+                let mut message = brief(&e);
+                let files = files_read_by(g, nid);
+                if !files.is_empty() && !files.iter().any(|f| message.contains(f.as_str())) {
+                    message.push_str(&format!(" (reading {})", files.join(", ")));
+                }
+                kernel_err(g, nid, message)
+            };
             let (step, indexed) = self.step(conn, nid, &ins).map_err(|e| match e {
                 StepError::Duck(e) => fail(e),
                 StepError::Engine(e) => e,

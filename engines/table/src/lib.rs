@@ -107,7 +107,7 @@ impl TableEngine {
         let conn = conn.lock().map_err(|_| "poisoned connection".to_string())?;
         exec::describe(&conn, &format!("SELECT * FROM {source}"))
             .map(|cols| cols.into_iter().map(|(n, t)| (n, sql::dtype_of_sql(&t))).collect())
-            .map_err(|e| e.to_string())
+            .map_err(|e| exec::brief(&e))
     }
 }
 
