@@ -1,6 +1,7 @@
 # xpu — build, test, run and benchmark. Everything a fresh machine needs comes from here.
 #
-#   make run     the seed's example job: examples/example.ml (load_csv + stats) on titanic.csv
+#   make run     xpud on embedded defaults (dev mode, ./var, port 8080); prints how to submit
+#   make example the seed's example job locally: examples/example.ml on titanic.csv
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
@@ -19,10 +20,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_CASES := .cache/onnx-node
 # Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel, DejaVu Sans
-# for the text of plots.
-APT_PACKAGES := libopenblas-dev fonts-dejavu-core
+# for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules).
+APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus
 
-.PHONY: setup setup-apt setup-python setup-cases test lint build run bench bless clean-cache
+.PHONY: setup setup-apt setup-python setup-cases test lint build run example bench bless clean-cache
 
 setup: setup-apt setup-python setup-cases
 
@@ -62,7 +63,15 @@ test: setup lint
 build:
 	cargo build -q --workspace --all-targets --locked
 
+XPUD := $(CARGO_TARGET_DIR)/debug/xpud
+
+# The daemon on embedded defaults: --dev (no auth, loopback only), ./var, the example
+# policies, port 8080. It prints how to submit the seed's example job; Ctrl-C drains and stops.
 run: setup-apt build
+	$(XPUD) --dev --listen 127.0.0.1:8080 --data-dir var
+
+# The seed's example job, run locally without the daemon.
+example: setup-apt build
 	cd examples && $(XPUCTL) run example.ml --out ../out/example
 
 bench: setup

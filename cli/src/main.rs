@@ -2,10 +2,12 @@
 //! prints, optimises, imports and exports IR, and lists engines. Exit codes: 0 ok,
 //! 1 program/run/check error, 2 usage error.
 
+mod client;
 mod policy_cmd;
 mod program;
 mod repl;
-mod tensors;
+
+use xpu_runtime::tensors;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,10 @@ use xpu_plan::GraphExec;
 #[derive(Parser)]
 #[command(name = "xpuctl", version, about = "xpu: run, inspect and explain ML and data jobs")]
 struct Cli {
+    /// The xpud to talk to (client commands); default: $XPU_SERVER. The token comes from
+    /// $XPU_TOKEN.
+    #[arg(long, global = true)]
+    server: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,10 +50,7 @@ pub(crate) fn registry() -> xpu_engine::Registry {
 
 /// [`registry`] with the table engine confined to `roots` (a job's data roots).
 pub(crate) fn registry_for(roots: &[PathBuf]) -> xpu_engine::Registry {
-    let mut r = xpu_engine::Registry::new();
-    r.register(std::sync::Arc::new(xpu_engine_cpu::CpuEngine::new()));
-    r.register(std::sync::Arc::new(xpu_engine_table::TableEngine::new(roots.to_vec())));
-    r
+    xpu_runtime::registry_for(roots)
 }
 
 /// Plans a graph under the built-in default policy on this build's engines and runs it.
@@ -114,12 +117,120 @@ enum Command {
     Engines {
         #[arg(long, value_enum, default_value_t = InventoryFormat::Text)]
         format: InventoryFormat,
+        /// Ask the daemon (--server / $XPU_SERVER) for its engines instead.
+        #[arg(long)]
+        remote: bool,
     },
     /// Policies in CI: check, test, resolve, diff.
     #[command(subcommand)]
     Policy(PolicyCommand),
     /// MiniLang interactively: statements accumulate, bare expressions print their value.
     Repl,
+    /// Submit a job to xpud (a progress spinner while --wait waits).
+    Submit {
+        program: PathBuf,
+        /// An input: NAME=PATH.npy.
+        #[arg(long = "input", short = 'i')]
+        inputs: Vec<String>,
+        /// A policy name known to the daemon, or a local FILE.toml sent inline.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Job label KEY=VALUE.
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// Wait until the run is stored and explainable.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// A run's status and outputs.
+    Status {
+        run: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Runs, newest first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        policy: Option<String>,
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// The `more: --cursor N` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Cancel a queued or running job.
+    Cancel {
+        run: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Why every node of a run ran where it did (from xpud, or offline from --store DIR).
+    Explain {
+        run: String,
+        /// Only this node (id `n3` or name).
+        #[arg(long)]
+        node: Option<String>,
+        /// Compare with another run: the nodes whose engine, kernel or precision differ.
+        #[arg(long)]
+        diff: Option<String>,
+        /// Read a store directory directly (the daemon must not hold it).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Full-text search over stored runs (words, "phrases", field:value).
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Read-only SQL over the store (admin token).
+    Sql {
+        query: String,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Run a stored run again with its program, inputs and policy.
+    Replay {
+        run: String,
+        /// Check that every output is byte-identical to the original's (exit 1 if not).
+        #[arg(long)]
+        verify: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// The daemon's policies.
+    Policies {
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Store maintenance.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Rebuild the search index of a store directory from its database (xpud stopped).
+    Reindex {
+        #[arg(long, default_value = "var")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -219,7 +330,7 @@ enum IrCommand {
 
 /// A failure already reported on stdout (failed checks, tests, plans): exit 1, no more text.
 #[derive(Debug)]
-struct Reported;
+pub(crate) struct Reported;
 
 impl std::fmt::Display for Reported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -258,14 +369,15 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|_| {}));
     let cli = Cli::parse();
     // Engines turn their own panics into errors; anything else that panics ends here.
-    let result = std::panic::catch_unwind(|| dispatch(cli.command)).unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        Err(anyhow::anyhow!("internal error (please report): {what}"))
-    });
+    let result =
+        std::panic::catch_unwind(|| dispatch(cli.command, cli.server)).unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(anyhow::anyhow!("internal error (please report): {what}"))
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<Reported>().is_some() => ExitCode::from(1),
@@ -280,7 +392,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn dispatch(cmd: Command) -> Result<()> {
+fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
+    let connect = || -> Result<client::Client> {
+        Ok(client::Client::new(client::server_url(server.as_deref())?))
+    };
     match cmd {
         Command::Run { program, policy, set, labels, explain, plan, inputs, out, format } => run(
             &program,
@@ -352,7 +467,11 @@ fn dispatch(cmd: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Engines { format } => {
+        Command::Engines { format, remote } if remote => {
+            let f = if format == InventoryFormat::Json { Format::Json } else { Format::Text };
+            client::engines(&connect()?, f)
+        }
+        Command::Engines { format, .. } => {
             let inv = registry().inventory();
             match format {
                 InventoryFormat::Json => println!("{}", serde_json::to_string_pretty(&inv)?),
@@ -375,6 +494,45 @@ fn dispatch(cmd: Command) -> Result<()> {
         }
         Command::Ir(ir) => ir_command(ir),
         Command::Repl => repl::repl(),
+        Command::Submit { program, inputs, policy, labels, wait, format } => {
+            client::submit(&connect()?, &program, &inputs, policy.as_deref(), &labels, wait, format)
+        }
+        Command::Status { run, format } => client::status(&connect()?, &run, format),
+        Command::List { status, policy, labels, limit, cursor, format } => client::list(
+            &connect()?,
+            status.as_deref(),
+            policy.as_deref(),
+            &labels,
+            limit,
+            cursor.as_deref(),
+            format,
+        ),
+        Command::Cancel { run, format } => client::cancel(&connect()?, &run, format),
+        Command::Explain { run, node, diff, store, format } => {
+            let c = if store.is_some() { None } else { Some(connect()?) };
+            client::explain(
+                c.as_ref(),
+                store.as_ref(),
+                &run,
+                node.as_deref(),
+                diff.as_deref(),
+                format,
+            )
+        }
+        Command::Search { query, limit, format } => {
+            client::search(&connect()?, &query, limit, format)
+        }
+        Command::Sql { query, limit, format } => client::sql(&connect()?, &query, limit, format),
+        Command::Replay { run, verify, format } => {
+            client::replay(&connect()?, &run, verify, format)
+        }
+        Command::Policies { format } => client::policies(&connect()?, format),
+        Command::Admin(AdminCommand::Reindex { data_dir }) => client::reindex(&data_dir),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "xpuctl", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 

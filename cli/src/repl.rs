@@ -130,7 +130,7 @@ impl Session {
                 PrintItem::Output(name) => {
                     let i =
                         lowered.graph.outputs.iter().position(|o| &o.name == name).expect("output");
-                    writeln!(out, "{}", crate::tensors::pretty(&outputs[i]))?;
+                    writeln!(out, "{}", xpu_runtime::tensors::pretty(&outputs[i]))?;
                 }
             }
         }

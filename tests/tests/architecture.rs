@@ -14,6 +14,8 @@ const LIBRARIES: &[&str] = &[
     "xpu-engine-table",
     "xpu-policy",
     "xpu-plan",
+    "xpu-runtime",
+    "xpu-store",
 ];
 
 /// Crate -> the workspace crates it may depend on (normal and build dependencies).
@@ -27,6 +29,22 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-engine-table", &["xpu-engine", "xpu-ir"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
+        (
+            "xpu-runtime",
+            &[
+                "xpu-ir",
+                "xpu-onnx",
+                "xpu-minilang",
+                "xpu-engine",
+                "xpu-engine-cpu",
+                "xpu-engine-table",
+                "xpu-policy",
+                "xpu-plan",
+            ][..],
+        ),
+        // The store knows explanations, not engines or programs.
+        ("xpu-store", &["xpu-plan"][..]),
+        ("xpud", LIBRARIES),
         ("xpuctl", LIBRARIES),
         ("xpu-bench", LIBRARIES),
         ("xpu-tests", LIBRARIES),
@@ -77,7 +95,13 @@ fn dependency_direction() {
 fn heavy_native_dependencies_stay_out_of_the_core() {
     // DuckDB and other C++-heavy crates belong only in the crates that need them.
     let lock = std::fs::read_to_string(xpu_tests::repo_root().join("Cargo.toml")).unwrap();
-    for core in ["compiler/ir/Cargo.toml", "compiler/onnx/Cargo.toml", "engines/api/Cargo.toml"] {
+    for core in [
+        "compiler/ir/Cargo.toml",
+        "compiler/onnx/Cargo.toml",
+        "compiler/plan/Cargo.toml",
+        "engines/api/Cargo.toml",
+        "policies/Cargo.toml",
+    ] {
         let text = std::fs::read_to_string(xpu_tests::repo_root().join(core)).unwrap();
         for heavy in ["duckdb", "ort", "openvino", "inkwell", "cudarc", "tantivy"] {
             assert!(

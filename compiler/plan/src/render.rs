@@ -9,6 +9,37 @@ fn short(h: &str) -> &str {
     &h[..h.len().min(12)]
 }
 
+/// One decision as a sentence, for search indexes and logs: what ran the node, which policy
+/// key chose it, any fallback and every rejected candidate with its reason code.
+pub fn decision_sentence(d: &crate::model::Decision) -> String {
+    let name = d.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
+    let mut s = match &d.chosen {
+        Some(c) => format!(
+            "node {}{name} ({}) ran on {} kernel {}{}",
+            d.node,
+            d.op,
+            c.engine,
+            c.kernel,
+            c.precision.as_deref().map(|p| format!(" at {p}")).unwrap_or_default()
+        ),
+        None => format!("node {}{name} ({}) could not be placed", d.node, d.op),
+    };
+    if let Some(r) = &d.rule {
+        let _ = write!(s, ", chosen by {}", r.key);
+        if let Some(at) = &r.at {
+            let _ = write!(s, " ({at})");
+        }
+    }
+    if let Some(f) = &d.fallback {
+        let _ = write!(s, "; fallback from {}: {} {}", f.from, f.code.name(), f.detail);
+    }
+    for r in d.rejected.iter() {
+        let what = r.kernel.as_deref().unwrap_or(&r.engine);
+        let _ = write!(s, "; rejected {what}: {} {}", r.code.name(), r.detail);
+    }
+    s
+}
+
 /// Renders the plan table; with `why`, every rejected candidate under its node.
 pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     let mut s = String::new();

@@ -1,29 +1,56 @@
-//! Tensor files: `.npy` (numpy) and ONNX TensorProto `.pb`, read as inputs and written as outputs.
+//! Tensor files: `.npy` (numpy) and ONNX TensorProto `.pb`, read as inputs and written as
+//! outputs; tables as CSV; tensors printed the way numpy prints them.
 
-use std::io::BufWriter;
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow, bail};
 use half::f16;
 use npyz::WriterBuilder;
 use xpu_ir::{Tensor, TensorData};
 
-/// Reads a `.npy` or `.pb` file; returns the name stored in a `.pb`, if any.
-pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
-        "pb" => xpu_onnx::read_tensor_proto(&bytes)
-            .with_context(|| format!("{}: not a valid ONNX TensorProto", path.display())),
-        "npy" => read_npy(&bytes)
-            .map(|t| (None, t))
-            .with_context(|| format!("{}: not a valid .npy file", path.display())),
-        other => {
-            bail!("{}: unknown tensor file type `.{other}` (expected .npy or .pb)", path.display())
-        }
+/// A tensor or table file that cannot be read or written; the message names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TensorFileError(pub String);
+
+type Result<T> = std::result::Result<T, TensorFileError>;
+
+macro_rules! bail {
+    ($($t:tt)*) => { return Err(TensorFileError(format!($($t)*))) };
+}
+
+impl From<std::io::Error> for TensorFileError {
+    fn from(e: std::io::Error) -> Self {
+        TensorFileError(e.to_string())
     }
 }
 
-fn read_npy(bytes: &[u8]) -> Result<Tensor> {
+impl From<csv::Error> for TensorFileError {
+    fn from(e: csv::Error) -> Self {
+        TensorFileError(e.to_string())
+    }
+}
+
+/// Reads a `.npy` or `.pb` file; returns the name stored in a `.pb`, if any.
+pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| TensorFileError(format!("cannot read {}: {e}", path.display())))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    read_bytes(&path.display().to_string(), ext, &bytes)
+}
+
+/// Reads the bytes of a `.npy` (`ext` "npy") or `.pb` file called `name` (for messages).
+pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>, Tensor)> {
+    match ext {
+        "pb" => xpu_onnx::read_tensor_proto(bytes)
+            .map_err(|e| TensorFileError(format!("{name}: not a valid ONNX TensorProto: {e}"))),
+        "npy" => read_npy(bytes)
+            .map(|t| (None, t))
+            .map_err(|e| TensorFileError(format!("{name}: not a valid .npy file: {e}"))),
+        other => bail!("{name}: unknown tensor file type `.{other}` (expected .npy or .pb)"),
+    }
+}
+
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
     let npy = npyz::NpyFile::new(bytes)?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     if npy.order() == npyz::Order::Fortran {
@@ -70,14 +97,20 @@ fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         }
         other => bail!("numpy dtype `{type_str}` ({other}) is not supported"),
     };
-    Tensor::new(shape, data).map_err(|e| anyhow!("{e}"))
+    Tensor::new(shape, data).map_err(|e| TensorFileError(e.to_string()))
 }
 
 /// Writes a tensor as `.npy`. bf16 has no numpy dtype: it is written as f32.
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
+    let bytes = npy_bytes(t)?;
+    std::fs::write(path, bytes)
+        .map_err(|e| TensorFileError(format!("cannot write {}: {e}", path.display())))
+}
+
+/// A tensor as the bytes of a `.npy` file.
+pub fn npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    // npyz may seek back to patch the header: a cursor over the buffer allows it.
+    let mut w = std::io::Cursor::new(Vec::<u8>::new());
     let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
     macro_rules! put {
         ($v:expr) => {{
@@ -110,8 +143,9 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         TensorData::String(v) => {
             // Fixed-width unicode, like numpy's `<U{n}`.
             let width = v.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1);
-            let dtype =
-                npyz::DType::Plain(format!("<U{width}").parse().map_err(|e| anyhow!("{e:?}"))?);
+            let dtype = npyz::DType::Plain(
+                format!("<U{width}").parse().map_err(|e| TensorFileError(format!("{e:?}")))?,
+            );
             let mut wr =
                 npyz::WriteOptions::new().dtype(dtype).shape(&shape).writer(&mut w).begin_nd()?;
             for s in v {
@@ -122,7 +156,7 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         }
         TensorData::Table(_) => bail!("a table has no .npy form; it is written as CSV"),
     }
-    Ok(())
+    Ok(w.into_inner())
 }
 
 /// A one-line summary of a tensor for stdout.
@@ -242,9 +276,15 @@ fn format_float(v: f64) -> String {
 /// values empty, booleans `True`/`False` and floats in shortest round-trip form, as pandas'
 /// `to_csv` writes them.
 pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
+    let bytes = csv_bytes(t)?;
+    std::fs::write(path, bytes)
+        .map_err(|e| TensorFileError(format!("cannot write {}: {e}", path.display())))
+}
+
+/// A table as the bytes of a CSV file (see [`write_csv`]).
+pub fn csv_bytes(t: &xpu_ir::Table) -> Result<Vec<u8>> {
     use xpu_ir::ColumnData;
-    let mut w = csv::Writer::from_path(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(t.columns.iter().map(|c| c.name.as_str()))?;
     for r in 0..t.rows() {
         w.write_record(t.columns.iter().map(|c| {
@@ -257,7 +297,7 @@ pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
             .unwrap_or_default()
         }))?;
     }
-    w.flush().with_context(|| format!("cannot write {}", path.display()))
+    w.into_inner().map_err(|e| TensorFileError(e.to_string()))
 }
 
 #[cfg(test)]

@@ -1,0 +1,524 @@
+//! xpuctl as a client of xpud: submit, status, list, cancel, explain, search, sql, replay,
+//! policies, engines. The server comes from `--server` or `XPU_SERVER`, the token from
+//! `XPU_TOKEN`. Human output is aligned tables; `--format json` prints the server's JSON.
+//! `explain --store DIR` reads a store offline (no daemon).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use base64::Engine as _;
+use comfy_table::{Table, presets::NOTHING};
+use serde_json::{Value, json};
+
+use crate::Format;
+
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// The server's address: `--server`, else `XPU_SERVER`.
+pub fn server_url(flag: Option<&str>) -> Result<String> {
+    let url = flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("XPU_SERVER").ok())
+        .ok_or_else(|| crate::usage("no server: pass --server URL or set XPU_SERVER"))?;
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+impl Client {
+    pub fn new(base: String) -> Client {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(600)))
+            .build()
+            .into();
+        Client { base, token: std::env::var("XPU_TOKEN").ok(), agent }
+    }
+
+    fn auth<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => r.header("Authorization", &format!("Bearer {t}")),
+            None => r,
+        }
+    }
+
+    fn handle(
+        &self,
+        what: &str,
+        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let mut r =
+            r.map_err(|e| anyhow!("{}: {e}", self.base)).with_context(|| what.to_string())?;
+        let status = r.status().as_u16();
+        let body = r
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .map_err(|e| anyhow!("{what}: reading the answer: {e}"))?;
+        if status >= 400 {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let msg = v["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(500).collect());
+            let mut text =
+                format!("{what}: {status} {}: {msg}", v["code"].as_str().unwrap_or("error"));
+            if let Some(d) = v["details"]["diagnostics"].as_str() {
+                text.push('\n');
+                text.push_str(d);
+            }
+            bail!(text);
+        }
+        Ok((status, body))
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value> {
+        let r = self.auth(self.agent.get(&format!("{}{path}", self.base))).call();
+        let (_, body) = self.handle(&format!("GET {path}"), r)?;
+        serde_json::from_slice(&body).map_err(|e| anyhow!("GET {path}: not JSON: {e}"))
+    }
+
+    pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>> {
+        let r = self.auth(self.agent.get(&format!("{}{path}", self.base))).call();
+        Ok(self.handle(&format!("GET {path}"), r)?.1)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
+        let r = self.auth(self.agent.post(&format!("{}{path}", self.base))).send_json(body);
+        let (status, bytes) = self.handle(&format!("POST {path}"), r)?;
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).map_err(|e| anyhow!("POST {path}: not JSON: {e}"))?,
+        ))
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(NOTHING).set_header(header.iter().map(|h| h.to_uppercase()));
+    t
+}
+
+fn ms(us: &Value) -> String {
+    us.as_f64().map(|u| format!("{:.1}", u / 1000.0)).unwrap_or_else(|| "-".into())
+}
+
+fn print_run(run: &Value) {
+    let mut t = Table::new();
+    t.load_preset(NOTHING);
+    let labels: Vec<String> = run["labels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+        .unwrap_or_default();
+    for (k, v) in [
+        ("run", run["run_id"].as_str().unwrap_or("").to_string()),
+        ("status", run["status"].as_str().unwrap_or("").to_string()),
+        (
+            "program",
+            format!(
+                "{} ({})",
+                run["program"].as_str().unwrap_or(""),
+                run["program_kind"].as_str().unwrap_or("")
+            ),
+        ),
+        ("policy", format!("{} v{}", run["policy"].as_str().unwrap_or(""), run["policy_version"])),
+        ("labels", labels.join(", ")),
+        ("queue ms", ms(&run["queue_us"])),
+        ("run ms", ms(&run["run_us"])),
+        ("nodes", run["nodes"].to_string()),
+        ("fallbacks", run["fallbacks"].to_string()),
+    ] {
+        t.add_row(vec![k.to_string(), v]);
+    }
+    if let Some(e) = run["error"].as_str() {
+        t.add_row(vec!["error".to_string(), e.to_string()]);
+    }
+    println!("{t}");
+    if let Some(outs) = run["outputs"].as_array().filter(|o| !o.is_empty()) {
+        let mut t = table(&["output", "dtype", "shape", "bytes", "sha256"]);
+        for o in outs {
+            t.add_row(vec![
+                o["name"].as_str().unwrap_or("").to_string(),
+                o["dtype"].as_str().unwrap_or("").to_string(),
+                o["shape"].to_string(),
+                o["bytes"].to_string(),
+                o["sha256"].as_str().unwrap_or("").chars().take(12).collect(),
+            ]);
+        }
+        println!("{t}");
+    }
+}
+
+/// `xpuctl submit`.
+pub fn submit(
+    client: &Client,
+    program: &Path,
+    inputs: &[String],
+    policy: Option<&str>,
+    labels: &[String],
+    wait: bool,
+    format: Format,
+) -> Result<()> {
+    let bytes =
+        std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
+    let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut body = json!({"program": {"name": name}, "labels": {}, "inputs": {}});
+    if xpu_runtime::ProgramKind::of(&name).is_some_and(|k| k.is_text()) {
+        body["program"]["source"] = json!(String::from_utf8_lossy(&bytes));
+    } else {
+        body["program"]["source_base64"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(&bytes));
+    }
+    for kv in labels {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| crate::usage(format!("--label {kv:?}: expected KEY=VALUE")))?;
+        body["labels"][k] = json!(v);
+    }
+    for arg in inputs {
+        let (n, path) = arg
+            .split_once('=')
+            .ok_or_else(|| crate::usage(format!("--input {arg:?}: expected NAME=PATH.npy")))?;
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
+        body["inputs"][n] =
+            json!({"npy_base64": base64::engine::general_purpose::STANDARD.encode(bytes)});
+    }
+    match policy {
+        Some(p) if p.ends_with(".toml") && Path::new(p).exists() => {
+            body["policy_toml"] =
+                json!(std::fs::read_to_string(p).with_context(|| format!("cannot read {p}"))?);
+        }
+        Some(p) => body["policy"] = json!(p),
+        None => {}
+    }
+    let (_, mut run) = client.post("/v1/jobs", &body)?;
+    if wait {
+        let id = run["run_id"].as_str().unwrap_or("").to_string();
+        let bar = (format == Format::Text).then(|| {
+            let b = indicatif::ProgressBar::new_spinner();
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            b.enable_steady_tick(Duration::from_millis(100));
+            b
+        });
+        let mut delay = Duration::from_millis(5);
+        while matches!(run["status"].as_str(), Some("queued" | "running")) {
+            if let Some(b) = &bar {
+                b.set_message(format!("{id} {}", run["status"].as_str().unwrap_or("")));
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(250));
+            run = client.get(&format!("/v1/runs/{id}"))?;
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+    }
+    match format {
+        Format::Json => print_json(&run),
+        Format::Text => print_run(&run),
+    }
+    if run["status"] == "failed" || run["status"] == "timed_out" {
+        return Err(anyhow::Error::new(crate::Reported));
+    }
+    Ok(())
+}
+
+pub fn status(client: &Client, run: &str, format: Format) -> Result<()> {
+    let v = client.get(&format!("/v1/runs/{run}"))?;
+    match format {
+        Format::Json => print_json(&v),
+        Format::Text => print_run(&v),
+    }
+    Ok(())
+}
+
+pub fn list(
+    client: &Client,
+    status: Option<&str>,
+    policy: Option<&str>,
+    labels: &[String],
+    limit: usize,
+    cursor: Option<&str>,
+    format: Format,
+) -> Result<()> {
+    let mut q = vec![format!("limit={limit}")];
+    if let Some(s) = status {
+        q.push(format!("status={s}"));
+    }
+    if let Some(p) = policy {
+        q.push(format!("policy={p}"));
+    }
+    if !labels.is_empty() {
+        q.push(format!("label={}", labels.join(",")));
+    }
+    if let Some(c) = cursor {
+        q.push(format!("cursor={c}"));
+    }
+    let v = client.get(&format!("/v1/runs?{}", q.join("&")))?;
+    if format == Format::Json {
+        print_json(&v);
+        return Ok(());
+    }
+    let mut t = table(&["run", "status", "program", "policy", "run ms", "nodes", "fallbacks"]);
+    for r in v["runs"].as_array().into_iter().flatten() {
+        t.add_row(vec![
+            r["run_id"].as_str().unwrap_or("").to_string(),
+            r["status"].as_str().unwrap_or("").to_string(),
+            r["program"].as_str().unwrap_or("").to_string(),
+            r["policy"].as_str().unwrap_or("").to_string(),
+            ms(&r["run_us"]),
+            r["nodes"].to_string(),
+            r["fallbacks"].to_string(),
+        ]);
+    }
+    println!("{t}");
+    if let Some(c) = v["next_cursor"].as_str() {
+        println!("more: --cursor {c}");
+    }
+    Ok(())
+}
+
+pub fn cancel(client: &Client, run: &str, format: Format) -> Result<()> {
+    let (_, v) = client.post(&format!("/v1/runs/{run}/cancel"), &json!({}))?;
+    match format {
+        Format::Json => print_json(&v),
+        Format::Text => {
+            println!("{run}: cancellation requested (was {})", v["status"].as_str().unwrap_or(""))
+        }
+    }
+    Ok(())
+}
+
+/// An explanation from the server, or from a store directory opened offline.
+fn explanation(
+    client: Option<&Client>,
+    store: Option<&xpu_store::Store>,
+    run: &str,
+) -> Result<xpu_plan::Explanation> {
+    if let Some(s) = store {
+        let found = s.explanation(run, xpu_store::Scope::All)?;
+        return match found {
+            Some((Some(ex), _)) => Ok(ex),
+            Some((None, _)) => bail!("run {run} failed before it was planned"),
+            None => bail!("no run {run} in {}", s.dir().display()),
+        };
+    }
+    let v = client
+        .ok_or_else(|| crate::usage("no server and no --store"))?
+        .get(&format!("/v1/runs/{run}/explain"))?;
+    serde_json::from_value(v).map_err(|e| anyhow!("run {run}: unreadable explanation: {e}"))
+}
+
+pub fn explain(
+    client: Option<&Client>,
+    store_dir: Option<&PathBuf>,
+    run: &str,
+    node: Option<&str>,
+    diff: Option<&str>,
+    format: Format,
+) -> Result<()> {
+    let store = match store_dir {
+        Some(d) => Some(xpu_store::Store::open(d)?),
+        None => None,
+    };
+    let mut ex = explanation(client, store.as_ref(), run)?;
+    if let Some(n) = node {
+        ex.decisions.retain(|d| d.node.to_string() == n || d.name.as_deref() == Some(n));
+        if ex.decisions.is_empty() {
+            bail!("run {run} has no node {n}");
+        }
+    }
+    let Some(other) = diff else {
+        match format {
+            Format::Json => println!("{}", ex.to_json()),
+            Format::Text => print!("{}", xpu_plan::render::explanation_text(&ex, true)),
+        }
+        return Ok(());
+    };
+    let theirs = explanation(client, store.as_ref(), other)?;
+    let mut changes = Vec::new();
+    for d in &ex.decisions {
+        let key = d.name.clone().unwrap_or_else(|| d.node.to_string());
+        let mine = xpu_plan::render::decision_sentence(d);
+        let t = theirs.decisions.iter().find(|t| t.name == d.name && t.op == d.op);
+        let their = t.map(xpu_plan::render::decision_sentence).unwrap_or_else(|| "(absent)".into());
+        let choice = |d: Option<&xpu_plan::Decision>| {
+            d.and_then(|d| d.chosen.as_ref())
+                .map(|c| {
+                    format!("{}/{}/{}", c.engine, c.kernel, c.precision.as_deref().unwrap_or("-"))
+                })
+                .unwrap_or_else(|| "-".into())
+        };
+        if choice(Some(d)) != choice(t) {
+            changes.push(json!({"node": key, "op": d.op, run: choice(Some(d)), other: choice(t), "before": mine, "after": their}));
+        }
+    }
+    match format {
+        Format::Json => print_json(&json!({"run": run, "other": other, "changes": changes})),
+        Format::Text => {
+            if changes.is_empty() {
+                println!("{run} and {other}: every node ran the same way");
+            } else {
+                let mut t = table(&["node", "op", run, other]);
+                for c in &changes {
+                    t.add_row(vec![
+                        c["node"].as_str().unwrap_or("").to_string(),
+                        c["op"].as_str().unwrap_or("").to_string(),
+                        c[run].as_str().unwrap_or("").to_string(),
+                        c[other].as_str().unwrap_or("").to_string(),
+                    ]);
+                }
+                println!("{t}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn search(client: &Client, query: &str, limit: usize, format: Format) -> Result<()> {
+    let q: String = query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let v = client.get(&format!("/v1/search?q={q}&limit={limit}"))?;
+    if format == Format::Json {
+        print_json(&v);
+        return Ok(());
+    }
+    let mut t = table(&["run", "score", "snippet"]);
+    for h in v.as_array().into_iter().flatten() {
+        t.add_row(vec![
+            h["run_id"].as_str().unwrap_or("").to_string(),
+            format!("{:.2}", h["score"].as_f64().unwrap_or(0.0)),
+            h["snippet"].as_str().unwrap_or("").replace('\n', " "),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+pub fn sql(client: &Client, query: &str, limit: usize, format: Format) -> Result<()> {
+    let (_, v) = client.post("/v1/sql", &json!({"query": query, "limit": limit}))?;
+    if format == Format::Json {
+        print_json(&v);
+        return Ok(());
+    }
+    let cols: Vec<&str> =
+        v["columns"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+    let mut t = table(&cols);
+    for row in v["rows"].as_array().into_iter().flatten() {
+        t.add_row(row.as_array().into_iter().flatten().map(|c| match c {
+            Value::String(s) => s.clone(),
+            Value::Null => "NULL".into(),
+            other => other.to_string(),
+        }));
+    }
+    println!("{t}");
+    if v["truncated"] == true {
+        println!("(more rows; raise --limit)");
+    }
+    Ok(())
+}
+
+pub fn replay(client: &Client, run: &str, verify: bool, format: Format) -> Result<()> {
+    let (_, v) =
+        client.post(&format!("/v1/runs/{run}/replay"), &json!({"verify": verify, "wait": true}))?;
+    if format == Format::Json {
+        print_json(&v);
+    } else {
+        print_run(&v["run"]);
+        if v["policy_changed"] == true {
+            println!(
+                "note: policy {} has changed since {run} ran",
+                v["run"]["policy"].as_str().unwrap_or("")
+            );
+        }
+        if let Some(ok) = v["verified"].as_bool() {
+            for o in v["outputs"].as_array().into_iter().flatten() {
+                println!(
+                    "{}: {}",
+                    o["name"].as_str().unwrap_or(""),
+                    if o["same"] == true { "same bytes" } else { "DIFFERS" }
+                );
+            }
+            println!("verify: {}", if ok { "identical" } else { "outputs differ" });
+        }
+    }
+    if v["verified"] == false {
+        return Err(anyhow::Error::new(crate::Reported));
+    }
+    Ok(())
+}
+
+pub fn policies(client: &Client, format: Format) -> Result<()> {
+    let v = client.get("/v1/policies")?;
+    if format == Format::Json {
+        print_json(&v);
+        return Ok(());
+    }
+    let mut t = table(&["policy", "version", "priority", "match", "description"]);
+    for p in v.as_array().into_iter().flatten() {
+        let m: Vec<String> = p["match_labels"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
+            .unwrap_or_default();
+        t.add_row(vec![
+            p["name"].as_str().unwrap_or("").to_string(),
+            p["version"].to_string(),
+            p["priority"].to_string(),
+            m.join(","),
+            p["description"].as_str().unwrap_or("").to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+pub fn engines(client: &Client, format: Format) -> Result<()> {
+    let v = client.get("/v1/engines")?;
+    if format == Format::Json {
+        print_json(&v);
+        return Ok(());
+    }
+    let mut t = table(&["engine", "version", "availability", "kernels"]);
+    for e in v["engines"].as_array().into_iter().flatten() {
+        let kernels: Vec<&str> = e["kernels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| k["name"].as_str())
+            .collect();
+        t.add_row(vec![
+            e["engine"].as_str().unwrap_or("").to_string(),
+            e["version"].as_str().unwrap_or("").to_string(),
+            e["availability"]["status"].as_str().unwrap_or("").to_string(),
+            kernels.join(", "),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `xpuctl admin reindex`: rebuild a store's search index (the daemon must be stopped).
+pub fn reindex(dir: &Path) -> Result<()> {
+    let store = xpu_store::Store::open(dir)?;
+    let n = store.reindex()?;
+    println!("{}: {n} runs indexed", dir.display());
+    Ok(())
+}

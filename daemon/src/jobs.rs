@@ -1,0 +1,526 @@
+//! Jobs: a bounded queue in front of a fixed set of worker threads, and one store writer
+//! that commits finished runs in groups. The life of a job:
+//!
+//! 1. submit (HTTP handler): the program is compiled and the policy resolved at once, so a
+//!    job that cannot run is refused with a 4xx and never queued; the job's files (program,
+//!    inputs) are kept under `runs/<id>/` for replay; a full queue answers 429.
+//! 2. a worker plans it (through the plan cache) and runs it on a fresh engine registry
+//!    (the table engine's DuckDB connection is per job), writes its outputs under
+//!    `runs/<id>/outputs/`, and hands the finished run to the writer. Workers never wait
+//!    for the disk.
+//! 3. the writer commits every run waiting (one DuckDB transaction per group) and only then
+//!    marks them complete and wakes whoever waits on them: a run reported complete is
+//!    durable and explainable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use xpu_ir::{Graph, Tensor};
+use xpu_minilang::paths::DataRoots;
+use xpu_plan::PlanCache;
+use xpu_policy::Policy;
+use xpu_store::{OutputInfo, RunRecord, RunStatus, RunSummary, Store};
+
+use crate::metrics::Metrics;
+use crate::policies::PolicySet;
+
+pub fn now_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+/// What a job runs: everything resolved at submit time.
+pub struct JobSpec {
+    pub program_name: String,
+    pub program_kind: &'static str,
+    pub program_bytes: Vec<u8>,
+    pub program_text: bool,
+    pub graph: Arc<Graph>,
+    pub inputs: Vec<Tensor>,
+    pub input_names: Vec<String>,
+    pub policy: Arc<Policy>,
+    pub labels: BTreeMap<String, String>,
+    pub tenant: Option<String>,
+    /// Set for replays: the run this one repeats.
+    pub replay_of: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Queued,
+    Running,
+    /// Committed to the store.
+    Done(Box<RunSummary>),
+}
+
+/// A job the daemon holds in memory until its run is committed.
+pub struct Job {
+    pub run_id: String,
+    pub spec: JobSpec,
+    pub submitted: Instant,
+    pub submitted_us: i64,
+    pub cancel: AtomicBool,
+    phase: tokio::sync::watch::Sender<Phase>,
+    /// Nanoseconds spent executing the plan (for the overhead metric).
+    pub run_nanos: AtomicI64,
+}
+
+impl Job {
+    pub fn phase(&self) -> Phase {
+        self.phase.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the queue is full ({0} jobs waiting)")]
+    QueueFull(usize),
+    #[error("the daemon is shutting down")]
+    Draining,
+    #[error("cannot keep the job's files: {0}")]
+    Io(String),
+}
+
+/// A finished run on its way to the store.
+struct Finished {
+    job: Arc<Job>,
+    record: RunRecord,
+}
+
+pub struct Jobs {
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    pub policies: RwLock<Arc<PolicySet>>,
+    pub cache: PlanCache,
+    pub data_roots: DataRoots,
+    pub model_roots: DataRoots,
+    runs_dir: PathBuf,
+    cpu: Arc<dyn xpu_engine::Engine>,
+    live: Mutex<HashMap<String, Arc<Job>>>,
+    queue: SyncSender<Arc<Job>>,
+    capacity: usize,
+    writer: Mutex<Option<std::sync::mpsc::Sender<Finished>>>,
+    draining: AtomicBool,
+}
+
+impl Jobs {
+    /// Starts `workers` worker threads, the store writer and the search indexer.
+    pub fn start(
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        policies: PolicySet,
+        data_roots: DataRoots,
+        model_roots: DataRoots,
+        workers: usize,
+        capacity: usize,
+    ) -> Arc<Jobs> {
+        let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
+        let (wtx, wrx) = std::sync::mpsc::channel::<Finished>();
+        let runs_dir = store.dir().join("runs");
+        let jobs = Arc::new(Jobs {
+            store,
+            metrics,
+            policies: RwLock::new(Arc::new(policies)),
+            cache: PlanCache::new(1024),
+            data_roots,
+            model_roots,
+            runs_dir,
+            cpu: Arc::new(xpu_engine_cpu_engine()),
+            live: Mutex::new(HashMap::new()),
+            queue,
+            capacity,
+            writer: Mutex::new(Some(wtx)),
+            draining: AtomicBool::new(false),
+        });
+        // The threads live as long as the process (workers end when the queue closes).
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..workers.max(1) {
+            let (jobs, rx) = (jobs.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("xpud-worker-{i}"))
+                .spawn(move || jobs.work(&rx))
+                .expect("spawn worker");
+        }
+        let j = jobs.clone();
+        std::thread::Builder::new()
+            .name("xpud-store".into())
+            .spawn(move || j.write(wrx))
+            .expect("spawn writer");
+        let j = Arc::downgrade(&jobs);
+        std::thread::Builder::new()
+            .name("xpud-index".into())
+            .spawn(move || {
+                // The search index follows the store at most a second behind.
+                while let Some(jobs) = j.upgrade() {
+                    let _ = jobs.store.index_pending();
+                    if let Ok((committed, indexed)) = jobs.store.sequences() {
+                        jobs.metrics.index_lag.set(committed.saturating_sub(indexed) as i64);
+                    }
+                    drop(jobs);
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            })
+            .expect("spawn indexer");
+        jobs
+    }
+
+    pub fn policies(&self) -> Arc<PolicySet> {
+        self.policies.read().map(|p| p.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Queues a job; its files are written first so a replay can repeat it.
+    pub fn submit(&self, spec: JobSpec) -> Result<Arc<Job>, SubmitError> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err(SubmitError::Draining);
+        }
+        let run_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
+        self.keep_job_files(&self.run_dir(&run_id), &spec)?;
+        let (phase, _) = tokio::sync::watch::channel(Phase::Queued);
+        let job = Arc::new(Job {
+            run_id: run_id.clone(),
+            spec,
+            submitted: Instant::now(),
+            submitted_us: now_us(),
+            cancel: AtomicBool::new(false),
+            phase,
+            run_nanos: AtomicI64::new(0),
+        });
+        self.live.lock().map_err(|_| SubmitError::Draining)?.insert(run_id.clone(), job.clone());
+        match self.queue.try_send(job.clone()) {
+            Ok(()) => {
+                self.metrics.queue_depth.inc();
+                Ok(job)
+            }
+            Err(e) => {
+                if let Ok(mut live) = self.live.lock() {
+                    live.remove(&run_id);
+                }
+                Err(match e {
+                    TrySendError::Full(_) => SubmitError::QueueFull(self.capacity),
+                    TrySendError::Disconnected(_) => SubmitError::Draining,
+                })
+            }
+        }
+    }
+
+    /// A job not yet committed.
+    pub fn live(&self, run_id: &str) -> Option<Arc<Job>> {
+        self.live.lock().ok()?.get(run_id).cloned()
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.live.lock().map_or(0, |l| l.len())
+    }
+
+    /// Where a run's files are.
+    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.runs_dir.join(run_id)
+    }
+
+    /// Stops taking jobs, waits up to `bound` for the queued and running ones to be
+    /// committed, then stops the writer. Returns how many were still unfinished.
+    pub fn drain(&self, bound: Duration) -> usize {
+        self.draining.store(true, Ordering::Release);
+        let until = Instant::now() + bound;
+        while self.live_count() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = self.live_count();
+        if let Ok(mut w) = self.writer.lock() {
+            w.take();
+        }
+        left
+    }
+
+    fn work(&self, rx: &Mutex<Receiver<Arc<Job>>>) {
+        loop {
+            let next = match rx.lock() {
+                Ok(r) => r.recv(),
+                Err(_) => return,
+            };
+            let Ok(job) = next else { return };
+            self.metrics.queue_depth.dec();
+            self.metrics.running.inc();
+            let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&job)))
+                .unwrap_or_else(|_| {
+                    self.failed(&job, None, "internal error: the job's engine panicked".into())
+                });
+            self.metrics.running.dec();
+            let writer = self.writer.lock().ok().and_then(|w| w.clone());
+            match writer {
+                Some(w) => {
+                    let _ = w.send(Finished { job, record });
+                }
+                None => {
+                    // Draining ran out of time: this run is not stored (nor reported).
+                    if let Ok(mut live) = self.live.lock() {
+                        live.remove(&job.run_id);
+                    }
+                }
+            }
+        }
+    }
+
+    fn base_record(&self, job: &Job, status: RunStatus) -> RunRecord {
+        let s = &job.spec;
+        RunRecord {
+            run_id: job.run_id.clone(),
+            tenant: s.tenant.clone(),
+            status,
+            program_name: s.program_name.clone(),
+            program_kind: s.program_kind.to_string(),
+            program_sha256: sha256_hex(&s.program_bytes),
+            program_source: s
+                .program_text
+                .then(|| String::from_utf8_lossy(&s.program_bytes).into_owned()),
+            policy_name: s.policy.name().to_string(),
+            policy_version: s.policy.spec.policy.version,
+            policy_sha256: s.policy.sha256.clone(),
+            labels: s.labels.clone(),
+            submitted_us: job.submitted_us,
+            started_us: None,
+            finished_us: now_us(),
+            queue_us: 0,
+            run_us: 0,
+            error: None,
+            outputs: Vec::new(),
+            explanation: None,
+            environment: environment(),
+        }
+    }
+
+    fn failed(
+        &self,
+        job: &Job,
+        explanation: Option<xpu_plan::Explanation>,
+        error: String,
+    ) -> RunRecord {
+        let mut r = self.base_record(job, RunStatus::Failed);
+        r.error = Some(error);
+        r.explanation = explanation;
+        r
+    }
+
+    fn run(&self, job: &Job) -> RunRecord {
+        let queue_us = job.submitted.elapsed().as_micros() as u64;
+        self.metrics.queue_wait.observe(queue_us as f64 * 1e-6);
+        if job.cancel.load(Ordering::Acquire) {
+            let mut r = self.base_record(job, RunStatus::Cancelled);
+            r.queue_us = queue_us;
+            r.error = Some("cancelled before it started".into());
+            return r;
+        }
+        job.phase.send_replace(Phase::Running);
+        let started_us = now_us();
+        let start = Instant::now();
+        // A fresh table engine per job: its DuckDB connection is the job's own.
+        let mut registry = xpu_engine::Registry::new();
+        registry.register(self.cpu.clone());
+        registry.register(Arc::new(xpu_engine_table::TableEngine::new(
+            self.data_roots.roots().to_vec(),
+        )));
+        let s = &job.spec;
+        let result =
+            xpu_runtime::plan_and_run(&s.graph, &s.inputs, &s.policy, &registry, Some(&self.cache));
+        let run_us = start.elapsed().as_micros() as u64;
+        let mut record = match result {
+            Ok(ran) => {
+                self.metrics
+                    .plan_cache
+                    .with_label_values(&[if ran.cache_hit { "hit" } else { "miss" }])
+                    .inc();
+                job.run_nanos.store(ran.run_nanos as i64, Ordering::Release);
+                let cancelled = job.cancel.load(Ordering::Acquire);
+                let mut r = self.base_record(
+                    job,
+                    if cancelled { RunStatus::Cancelled } else { RunStatus::Succeeded },
+                );
+                if cancelled {
+                    r.error = Some("cancelled while running; outputs discarded".into());
+                } else {
+                    match self.keep_outputs(&job.run_id, &ran.outputs) {
+                        Ok(outputs) => r.outputs = outputs,
+                        Err(e) => {
+                            r.status = RunStatus::Failed;
+                            r.error = Some(format!("cannot keep the outputs: {e}"));
+                        }
+                    }
+                }
+                self.metrics.observe_run(&ran.explanation);
+                r.explanation = Some(ran.explanation);
+                r
+            }
+            Err(e) => {
+                let timed_out =
+                    matches!(&e, xpu_runtime::RunError::Exec(xpu_plan::ExecError::Timeout { .. }));
+                let ex = e.explanation().cloned();
+                let mut r = self.failed(job, ex, e.to_string());
+                if timed_out {
+                    r.status = RunStatus::TimedOut;
+                }
+                r
+            }
+        };
+        record.queue_us = queue_us;
+        record.started_us = Some(started_us);
+        record.run_us = run_us;
+        record.finished_us = now_us();
+        record
+    }
+
+    /// Writes each output (`.npy` for tensors, `.csv` for tables) under the run's directory.
+    fn keep_outputs(
+        &self,
+        run_id: &str,
+        outputs: &[(String, Tensor)],
+    ) -> Result<Vec<OutputInfo>, String> {
+        let dir = self.run_dir(run_id).join("outputs");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let mut infos = Vec::new();
+        for (name, t) in outputs {
+            let (bytes, ext) = match t.data().as_table() {
+                Some(table) => {
+                    (xpu_runtime::tensors::csv_bytes(table).map_err(|e| e.to_string())?, "csv")
+                }
+                None => (xpu_runtime::tensors::npy_bytes(t).map_err(|e| e.to_string())?, "npy"),
+            };
+            let file = format!("{}.{ext}", xpu_runtime::tensors::output_file_name(name));
+            std::fs::write(dir.join(&file), &bytes).map_err(|e| e.to_string())?;
+            infos.push(OutputInfo {
+                name: name.clone(),
+                dtype: t.dtype().name().to_string(),
+                shape: t.shape().to_vec(),
+                sha256: sha256_hex(&bytes),
+                bytes: bytes.len() as u64,
+            });
+        }
+        Ok(infos)
+    }
+
+    /// The writer: commit whatever has finished, as one group, then report each run.
+    fn write(&self, rx: Receiver<Finished>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < 512 {
+                match rx.try_recv() {
+                    Ok(f) => batch.push(f),
+                    Err(_) => break,
+                }
+            }
+            let records: Vec<RunRecord> = batch.iter().map(|f| f.record.clone()).collect();
+            let start = Instant::now();
+            let result = self.store.commit(&records);
+            self.metrics.store_write.observe(start.elapsed().as_secs_f64());
+            match result {
+                Ok(seqs) => {
+                    for (f, seq) in batch.into_iter().zip(seqs) {
+                        self.complete(f, seq);
+                    }
+                }
+                Err(e) => {
+                    // The group failed as a whole; commit each run alone so one bad record
+                    // does not sink the others.
+                    tracing::error!("store commit of {} runs failed: {e}", records.len());
+                    self.metrics.store_errors.inc();
+                    for f in batch {
+                        match self.store.commit(std::slice::from_ref(&f.record)) {
+                            Ok(seq) => {
+                                let seq = seq.first().copied().unwrap_or(0);
+                                self.complete(f, seq);
+                            }
+                            Err(e) => {
+                                tracing::error!("run {} could not be stored: {e}", f.job.run_id);
+                                if let Ok(mut live) = self.live.lock() {
+                                    live.remove(&f.job.run_id);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&self, f: Finished, seq: u64) {
+        let r = &f.record;
+        self.metrics.jobs.with_label_values(&[r.status.name(), r.policy_name.as_str()]).inc();
+        self.metrics
+            .job_duration
+            .with_label_values(&[&r.policy_name])
+            .observe(r.run_us as f64 * 1e-6);
+        let summary = summary_of(r, seq);
+        f.job.phase.send_replace(Phase::Done(Box::new(summary)));
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(&f.job.run_id);
+        }
+    }
+
+    /// Keeps the job's program and inputs (as `.npy`) for replay.
+    fn keep_job_files(&self, run_dir: &Path, spec: &JobSpec) -> Result<(), SubmitError> {
+        let io = |e: std::io::Error| SubmitError::Io(e.to_string());
+        std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
+        let ext = Path::new(&spec.program_name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("bin")
+            .to_string();
+        std::fs::write(run_dir.join(format!("program.{ext}")), &spec.program_bytes).map_err(io)?;
+        for (name, t) in spec.input_names.iter().zip(&spec.inputs) {
+            let bytes =
+                xpu_runtime::tensors::npy_bytes(t).map_err(|e| SubmitError::Io(e.to_string()))?;
+            let file = format!("{}.npy", xpu_runtime::tensors::output_file_name(name));
+            std::fs::write(run_dir.join("inputs").join(file), bytes).map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
+fn xpu_engine_cpu_engine() -> xpu_engine_cpu::CpuEngine {
+    xpu_engine_cpu::CpuEngine::new()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a run records about where it ran.
+fn environment() -> Vec<(String, String)> {
+    vec![
+        ("xpud".into(), env!("CARGO_PKG_VERSION").into()),
+        ("os".into(), std::env::consts::OS.into()),
+        ("arch".into(), std::env::consts::ARCH.into()),
+    ]
+}
+
+/// The summary the store would return for a record just committed as `seq`.
+pub fn summary_of(r: &RunRecord, seq: u64) -> RunSummary {
+    let ex = r.explanation.as_ref();
+    RunSummary {
+        seq,
+        run_id: r.run_id.clone(),
+        tenant: r.tenant.clone(),
+        status: r.status,
+        program_name: r.program_name.clone(),
+        program_kind: r.program_kind.clone(),
+        program_sha256: r.program_sha256.clone(),
+        policy_name: r.policy_name.clone(),
+        policy_version: r.policy_version,
+        labels: r.labels.clone(),
+        submitted_us: r.submitted_us,
+        finished_us: r.finished_us,
+        queue_us: r.queue_us,
+        run_us: r.run_us,
+        nodes: ex.map_or(0, |e| e.decisions.len()) as u64,
+        fallbacks: ex.map_or(0, |e| e.fallbacks()) as u64,
+        error: r.error.clone(),
+        outputs: r.outputs.clone(),
+    }
+}

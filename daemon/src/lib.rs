@@ -1,0 +1,106 @@
+//! xpud, the xpu daemon, as a library (the binary is `main.rs`; tests drive the router
+//! without a socket). Jobs arrive over REST (`api`), wait in a bounded queue and run on
+//! worker threads (`jobs`) under policies (`policies`); every finished run is committed to
+//! the explanation store before it is reported complete; Prometheus metrics (`metrics`);
+//! bearer-token auth with scopes and tenants (`auth`); figment configuration (`config`).
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod dto;
+pub mod error;
+pub mod jobs;
+pub mod metrics;
+pub mod policies;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+pub use config::Config;
+
+/// Everything a request handler reaches.
+pub struct App {
+    pub config: Config,
+    /// `None` under `--dev` (no authentication).
+    pub tokens: Option<auth::Tokens>,
+    pub jobs: Arc<jobs::Jobs>,
+    pub metrics: Arc<metrics::Metrics>,
+    pub inventory: xpu_engine::Inventory,
+    pub draining: AtomicBool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Store(#[from] xpu_store::StoreError),
+    #[error("policies: {0}")]
+    Policies(String),
+    #[error(transparent)]
+    Tokens(#[from] auth::TokensError),
+    #[error(
+        "no tokens file: set auth.tokens_file (or XPU_AUTH__TOKENS_FILE), or run with --dev on a loopback address"
+    )]
+    NoAuth,
+}
+
+impl App {
+    /// Opens the store, loads policies and tokens, starts the workers.
+    pub fn start(config: Config) -> Result<Arc<App>, StartError> {
+        let tokens = if config.dev {
+            None
+        } else {
+            let file = config.auth.tokens_file.as_ref().ok_or(StartError::NoAuth)?;
+            Some(auth::Tokens::load(file)?)
+        };
+        let store = Arc::new(xpu_store::Store::open(&config.data_dir)?);
+        let policies =
+            policies::PolicySet::load(&config.policy_dirs).map_err(StartError::Policies)?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let data_roots = xpu_minilang::paths::DataRoots::new(config.data_roots.clone());
+        let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
+        let inventory = xpu_runtime::registry_for(data_roots.roots()).inventory();
+        for e in &inventory.engines {
+            metrics
+                .engine_available
+                .with_label_values(&[&e.engine])
+                .set(e.availability.is_available() as i64);
+        }
+        let jobs = jobs::Jobs::start(
+            store,
+            metrics.clone(),
+            policies,
+            data_roots,
+            model_roots,
+            config.workers(),
+            config.limits.queue_capacity,
+        );
+        Ok(Arc::new(App {
+            config,
+            tokens,
+            jobs,
+            metrics,
+            inventory,
+            draining: AtomicBool::new(false),
+        }))
+    }
+
+    /// Reloads the policy set; the old one stays when the new one is invalid.
+    pub fn reload_policies(&self) -> Result<usize, String> {
+        match policies::PolicySet::load(&self.config.policy_dirs) {
+            Ok(set) => {
+                let n = set.by_name.len();
+                if let Ok(mut p) = self.jobs.policies.write() {
+                    *p = Arc::new(set);
+                }
+                self.metrics.policy_reloads.with_label_values(&["ok"]).inc();
+                Ok(n)
+            }
+            Err(e) => {
+                self.metrics.policy_reloads.with_label_values(&["rejected"]).inc();
+                Err(e)
+            }
+        }
+    }
+}

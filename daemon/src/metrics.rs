@@ -1,0 +1,177 @@
+//! The Prometheus metrics `/metrics` serves (names and labels documented in
+//! `docs/metrics.md`; `promtool check metrics` runs over the exposition in the tests).
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    pub jobs: IntCounterVec,
+    pub job_duration: HistogramVec,
+    pub queue_wait: Histogram,
+    pub nodes: IntCounterVec,
+    pub node_duration: HistogramVec,
+    pub fallbacks: IntCounterVec,
+    pub precision_overrides: IntCounterVec,
+    pub transfer_bytes: IntCounterVec,
+    pub plan_cache: IntCounterVec,
+    pub policy_reloads: IntCounterVec,
+    pub engine_available: IntGaugeVec,
+    pub queue_depth: IntGauge,
+    pub running: IntGauge,
+    pub store_write: Histogram,
+    pub rejected: IntCounterVec,
+    pub http_requests: IntCounterVec,
+    pub server_overhead: Histogram,
+    pub index_lag: IntGauge,
+    pub store_errors: IntCounter,
+}
+
+/// Buckets for durations from 10 µs to ~100 s.
+fn seconds_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(1e-5, 4.0, 12).unwrap_or_default()
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        macro_rules! reg {
+            ($m:expr) => {{
+                let m = $m.expect("metric definitions are static and valid");
+                registry.register(Box::new(m.clone())).expect("metric names are unique");
+                m
+            }};
+        }
+        let h = |name: &str, help: &str| HistogramOpts::new(name, help).buckets(seconds_buckets());
+        Metrics {
+            jobs: reg!(IntCounterVec::new(
+                Opts::new("xpu_jobs_total", "Jobs finished, by final status and policy."),
+                &["status", "policy"]
+            )),
+            job_duration: reg!(HistogramVec::new(
+                h("xpu_job_duration_seconds", "Time from a job's start to its result, by policy."),
+                &["policy"]
+            )),
+            queue_wait: reg!(Histogram::with_opts(h(
+                "xpu_job_queue_wait_seconds",
+                "Time jobs waited in the queue before a worker took them."
+            ))),
+            nodes: reg!(IntCounterVec::new(
+                Opts::new("xpu_nodes_total", "Graph nodes run, by engine, op and kernel."),
+                &["engine", "op", "kernel"]
+            )),
+            node_duration: reg!(HistogramVec::new(
+                h("xpu_node_duration_seconds", "Wall time of node kernels, by engine, op and kernel."),
+                &["engine", "op", "kernel"]
+            )),
+            fallbacks: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_fallbacks_total",
+                    "Nodes placed on another engine than their first choice, by from, to and reason code."
+                ),
+                &["from", "to", "reason"]
+            )),
+            precision_overrides: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_precision_overrides_total",
+                    "Nodes run at a precision other than the graph's, by precision and the policy key that chose it."
+                ),
+                &["precision", "from"]
+            )),
+            transfer_bytes: reg!(IntCounterVec::new(
+                Opts::new("xpu_transfer_bytes_total", "Bytes moved between devices, by direction."),
+                &["direction"]
+            )),
+            plan_cache: reg!(IntCounterVec::new(
+                Opts::new("xpu_plan_cache_total", "Plan cache lookups, by result (hit or miss)."),
+                &["result"]
+            )),
+            policy_reloads: reg!(IntCounterVec::new(
+                Opts::new("xpu_policy_reloads_total", "Policy set reloads, by result (ok or rejected)."),
+                &["result"]
+            )),
+            engine_available: reg!(IntGaugeVec::new(
+                Opts::new("xpu_engine_available", "1 when the engine can run jobs here, 0 when not."),
+                &["engine"]
+            )),
+            queue_depth: reg!(IntGauge::new("xpu_queue_depth", "Jobs waiting in the queue.")),
+            running: reg!(IntGauge::new("xpu_jobs_running", "Jobs running now.")),
+            store_write: reg!(Histogram::with_opts(h(
+                "xpu_store_write_seconds",
+                "Time to commit one batch of runs to the store."
+            ))),
+            rejected: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_requests_rejected_total",
+                    "Requests refused before any work, by reason (queue_full, too_large, unauthorized, forbidden, invalid)."
+                ),
+                &["reason"]
+            )),
+            http_requests: reg!(IntCounterVec::new(
+                Opts::new("xpu_http_requests_total", "HTTP requests answered, by route and status class."),
+                &["route", "class"]
+            )),
+            server_overhead: reg!(Histogram::with_opts(
+                HistogramOpts::new(
+                    "xpu_job_overhead_seconds",
+                    "Server time of a waited job outside its plan's execution (parse, queue, plan lookup, store)."
+                )
+                .buckets(seconds_buckets())
+            )),
+            index_lag: reg!(IntGauge::new(
+                "xpu_search_index_lag_runs",
+                "Committed runs not yet in the search index."
+            )),
+            store_errors: reg!(IntCounter::new(
+                "xpu_store_errors_total",
+                "Store commits that failed (the runs in them are reported failed)."
+            )),
+            registry,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// Counts what a finished run's explanation says.
+    pub fn observe_run(&self, ex: &xpu_plan::Explanation) {
+        let op_of = |node: xpu_ir::NodeId| {
+            ex.decisions.iter().find(|d| d.node == node).map(|d| d.op.to_string())
+        };
+        for t in &ex.timings {
+            let op = op_of(t.node).unwrap_or_else(|| "?".into());
+            self.nodes.with_label_values(&[&t.engine, &op, &t.kernel]).inc();
+            self.node_duration
+                .with_label_values(&[&t.engine, &op, &t.kernel])
+                .observe(t.nanos as f64 * 1e-9);
+        }
+        for d in &ex.decisions {
+            if let (Some(f), Some(c)) = (&d.fallback, &d.chosen) {
+                self.fallbacks
+                    .with_label_values(&[f.from.as_str(), c.engine.as_ref(), f.code.name()])
+                    .inc();
+            }
+            if let (Some(p), Some(c)) = (&d.precision_from, &d.chosen)
+                && p.key.as_ref() != "graph dtype"
+                && let Some(prec) = &c.precision
+            {
+                self.precision_overrides.with_label_values(&[prec, &p.key]).inc();
+            }
+        }
+        for t in &ex.transfers_done {
+            self.transfer_bytes.with_label_values(&[&t.direction]).inc_by(t.bytes);
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

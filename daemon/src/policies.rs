@@ -1,0 +1,91 @@
+//! The policies a daemon serves: every `*.toml` of its policy directories, loaded and
+//! validated as one set. A reload builds a new set and swaps it in only when every file
+//! loads and no two policies share a name; otherwise the old set stays (and the failure is
+//! logged and counted).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use xpu_policy::{Loader, Policy};
+
+#[derive(Debug)]
+pub struct PolicySet {
+    pub by_name: BTreeMap<String, Arc<Policy>>,
+    /// Used when a job names no policy: the one named `default`, else the built-in default.
+    pub default: Arc<Policy>,
+    pub dirs: Vec<PathBuf>,
+}
+
+pub const BUILTIN_DEFAULT: &str = "[policy]\nname = \"default\"\n";
+
+impl PolicySet {
+    pub fn load(dirs: &[PathBuf]) -> Result<PolicySet, String> {
+        let loader = Loader::new();
+        let mut by_name: BTreeMap<String, Arc<Policy>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for dir in dirs {
+            let entries = std::fs::read_dir(dir)
+                .map_err(|e| format!("policy directory {}: {e}", dir.display()))?;
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                .collect();
+            files.sort();
+            for f in files {
+                match loader.load(&f) {
+                    Ok(p) => {
+                        let name = p.name().to_string();
+                        if let Some(old) = by_name.get(&name) {
+                            problems.push(format!(
+                                "{}: policy `{name}` is also defined in {}",
+                                f.display(),
+                                old.files
+                                    .first()
+                                    .map(|f| f.display().to_string())
+                                    .unwrap_or_default()
+                            ));
+                        } else {
+                            by_name.insert(name, Arc::new(p));
+                        }
+                    }
+                    Err(d) => problems.push(d.to_string()),
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("\n"));
+        }
+        let default = match by_name.get("default") {
+            Some(p) => p.clone(),
+            None => Arc::new(
+                loader
+                    .load_text("built-in default policy", None, BUILTIN_DEFAULT)
+                    .map_err(|d| d.to_string())?,
+            ),
+        };
+        Ok(PolicySet { by_name, default, dirs: dirs.to_vec() })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {
+        if name == "default" {
+            return Some(&self.default);
+        }
+        self.by_name.get(name)
+    }
+
+    /// The policy whose `match.labels` fit `labels` best (most specific, then priority).
+    pub fn select(&self, labels: &BTreeMap<String, String>) -> Option<Arc<Policy>> {
+        let all: Vec<Policy> = self.by_name.values().map(|p| (**p).clone()).collect();
+        let chosen = xpu_policy::select(&all, labels)?;
+        self.by_name.get(chosen.name()).cloned()
+    }
+
+    /// An inline policy (TOML text sent with a job); `extends` resolves in the policy dirs.
+    pub fn inline(&self, text: &str) -> Result<Policy, String> {
+        // Anchored in the first policy directory, so `extends = "base"` finds base.toml.
+        let anchor = self.dirs.first().map(|d| d.join("inline.toml"));
+        Loader::new().load_text("inline policy", anchor.as_deref(), text).map_err(|d| d.to_string())
+    }
+}

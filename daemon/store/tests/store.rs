@@ -1,0 +1,199 @@
+//! The store on disk: runs committed whole with their decisions and candidates, listed,
+//! searched per tenant, re-opened (the index catches up from its payload), re-indexed, one
+//! owner at a time, read-only SQL.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use xpu_store::{OutputInfo, RunFilter, RunRecord, RunStatus, Scope, Store, StoreError};
+
+const GRAPH: &str = r#"graph "mlp" {
+  %0: f32[4,8] = input "x"
+  %1: f32[8,8] = input "w"
+  %2: f32[4,8] = matmul(%0, %1) @name("fc")
+  %3: f32[4,8] = softmax(%2) {axis = -1} @name("probs")
+  return "y" = %3
+}"#;
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A real explanation: the graph planned under a policy that prefers cuda on the H100
+/// inventory with cuda denied, so every node has a rejected candidate with a reason.
+fn explanation() -> xpu_plan::Explanation {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = std::fs::read_to_string(repo().join("policies/inventories/h100.toml")).unwrap();
+    let inv = xpu_engine::Inventory::from_toml(&inv).unwrap();
+    let policy = xpu_policy::Loader::new()
+        .load_text("deny.toml", None, "[policy]\nname = \"no-gpu\"\n[engines]\ndeny = [\"cuda\"]\n")
+        .unwrap();
+    match xpu_plan::plan(&g, &policy, &inv) {
+        Ok((_, ex)) => ex,
+        Err(f) => *f.explanation,
+    }
+}
+
+fn record(i: usize, tenant: Option<&str>, status: RunStatus) -> RunRecord {
+    let mut labels = BTreeMap::new();
+    labels.insert("team".to_string(), if i % 2 == 0 { "vision" } else { "search" }.to_string());
+    RunRecord {
+        run_id: format!("run-{i:04}"),
+        tenant: tenant.map(str::to_string),
+        status,
+        program_name: "mlp.sgr".into(),
+        program_kind: "sgr".into(),
+        program_sha256: "ab".repeat(32),
+        program_source: Some(GRAPH.into()),
+        policy_name: "no-gpu".into(),
+        policy_version: 1,
+        policy_sha256: "cd".repeat(32),
+        labels,
+        submitted_us: 1_700_000_000_000_000 + i as i64,
+        started_us: Some(1_700_000_000_000_100 + i as i64),
+        finished_us: 1_700_000_000_000_900 + i as i64,
+        queue_us: 100,
+        run_us: 800,
+        error: (status == RunStatus::Failed).then(|| "division by zebra".to_string()),
+        outputs: vec![OutputInfo {
+            name: "y".into(),
+            dtype: "f32".into(),
+            shape: vec![4, 8],
+            sha256: "ef".repeat(32),
+            bytes: 128,
+        }],
+        explanation: Some(explanation()),
+        environment: vec![("xpu".into(), "0.1.0".into())],
+    }
+}
+
+#[test]
+fn runs_are_stored_whole_and_found_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let batch: Vec<RunRecord> = (0..10)
+        .map(|i| {
+            let tenant = if i < 6 { "acme" } else { "globex" };
+            let status = if i == 3 { RunStatus::Failed } else { RunStatus::Succeeded };
+            record(i, Some(tenant), status)
+        })
+        .collect();
+    let seqs = store.commit(&batch).unwrap();
+    assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+
+    let run = store.run("run-0003", Scope::Tenant("acme")).unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error.as_deref(), Some("division by zebra"));
+    assert_eq!(run.labels["team"], "search");
+    assert_eq!(run.outputs[0].shape, vec![4, 8]);
+    assert!(run.nodes >= 4, "{run:?}");
+    // Another tenant's run is invisible, as if it did not exist.
+    assert!(store.run("run-0003", Scope::Tenant("globex")).unwrap().is_none());
+    assert!(store.run("run-0003", Scope::All).unwrap().is_some());
+
+    let (ex, source) = store.explanation("run-0001", Scope::All).unwrap().unwrap();
+    assert_eq!(ex.unwrap(), explanation());
+    assert_eq!(source.as_deref(), Some(GRAPH));
+
+    // Decisions and candidates are rows too.
+    let rows = store
+        .sql(
+            "SELECT count(*) FROM candidates WHERE run_id = 'run-0000' AND code = 'PolicyDenied'",
+            10,
+        )
+        .unwrap();
+    assert!(rows.rows[0][0].as_i64().unwrap() >= 1, "{rows:?}");
+
+    // Newest first, paged with the last seq as the cursor, filtered by tenant and label.
+    let page = store.list(&RunFilter { limit: 4, ..Default::default() }, Scope::All).unwrap();
+    let ids: Vec<&str> = page.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run-0009", "run-0008", "run-0007", "run-0006"]);
+    let next = store
+        .list(&RunFilter { limit: 4, before: Some(page[3].seq), ..Default::default() }, Scope::All)
+        .unwrap();
+    assert_eq!(next[0].run_id, "run-0005");
+    let vision = store
+        .list(
+            &RunFilter {
+                limit: 100,
+                labels: vec![("team".into(), "vision".into())],
+                ..Default::default()
+            },
+            Scope::Tenant("acme"),
+        )
+        .unwrap();
+    let ids: Vec<&str> = vision.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run-0004", "run-0002", "run-0000"]);
+
+    // Search sees decisions, reason codes and errors, per tenant.
+    let hits = store.search("zebra", Scope::Tenant("acme"), 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].run_id, "run-0003");
+    assert!(hits[0].snippet.contains("[zebra]"), "{:?}", hits[0]);
+    assert!(store.search("zebra", Scope::Tenant("globex"), 10).unwrap().is_empty());
+    let denied = store.search("code:PolicyDenied", Scope::All, 100).unwrap();
+    assert_eq!(denied.len(), 10);
+    assert_eq!(store.search("label:team=vision", Scope::All, 100).unwrap().len(), 5);
+    assert!(matches!(store.search("(unclosed", Scope::All, 10), Err(StoreError::Query(_))));
+}
+
+#[test]
+fn one_owner_at_a_time_and_the_index_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let err = Store::open(dir.path()).err().expect("a second open is refused");
+        assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains("another process"), "{err}");
+        store.commit(&[record(0, None, RunStatus::Succeeded)]).unwrap();
+        // Committed but not yet indexed when the process goes away.
+        assert_eq!(store.sequences().unwrap(), (1, 0));
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.sequences().unwrap(), (1, 1), "caught up at open");
+    store
+        .commit(&(1..5).map(|i| record(i, None, RunStatus::Succeeded)).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(store.index_pending().unwrap(), 4);
+    assert_eq!(store.index_pending().unwrap(), 0, "nothing twice");
+    assert_eq!(store.search("mlp.sgr", Scope::All, 100).unwrap().len(), 5);
+    assert_eq!(store.reindex().unwrap(), 5);
+    assert_eq!(store.search("mlp.sgr", Scope::All, 100).unwrap().len(), 5, "no duplicates");
+    drop(store);
+    // A damaged index is rebuilt from the database.
+    for entry in std::fs::read_dir(dir.path().join("index")).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "json") {
+            std::fs::write(entry.path(), b"{ not json").unwrap();
+        }
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.search("mlp.sgr", Scope::All, 100).unwrap().len(), 5);
+    assert_eq!(store.count().unwrap(), 5);
+}
+
+#[test]
+fn sql_reads_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.commit(&[record(0, None, RunStatus::Succeeded)]).unwrap();
+    let r = store.sql("SELECT run_id, nodes, status FROM runs", 10).unwrap();
+    assert_eq!(r.columns, ["run_id", "nodes", "status"]);
+    assert_eq!(r.rows[0][0], "run-0000");
+    let many = store.sql("SELECT * FROM range(100)", 7).unwrap();
+    assert_eq!((many.rows.len(), many.truncated), (7, true));
+    for bad in [
+        "DELETE FROM runs",
+        "DROP TABLE runs",
+        "INSERT INTO runs SELECT * FROM runs",
+        "ATTACH '/tmp/x.db'",
+        "COPY runs TO '/tmp/runs.csv'",
+        "SET enable_external_access = true",
+    ] {
+        assert!(matches!(store.sql(bad, 10), Err(StoreError::Query(_))), "{bad}");
+    }
+    // Reading files is off even inside a SELECT.
+    let err = store.sql("SELECT * FROM read_csv('/etc/passwd')", 10).unwrap_err();
+    assert!(matches!(err, StoreError::Query(_)), "{err}");
+    assert!(store.sql("SELEC oops", 10).is_err());
+    assert_eq!(store.count().unwrap(), 1, "nothing was changed");
+}

@@ -1,0 +1,418 @@
+//! The API without a socket (tower `oneshot` on the router): jobs submitted, waited for,
+//! listed, explained, searched; auth (401/403, tenants); the error format for every kind of
+//! bad request; the committed OpenAPI document is the served one.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use xpud::{App, Config};
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+struct Server {
+    app: Arc<App>,
+    _dir: tempfile::TempDir,
+}
+
+const ADMIN: &str = "admin-token";
+const ACME: &str = "acme-token";
+const GLOBEX_READ: &str = "globex-read-token";
+
+fn server(dev: bool, tweak: impl FnOnce(&mut Config)) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[token]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"admin\"]\n\n\
+             [[token]]\nname = \"acme-ci\"\nsha256 = \"{}\"\nscopes = [\"submit\", \"read\"]\ntenant = \"acme\"\n\n\
+             [[token]]\nname = \"globex-viewer\"\nsha256 = \"{}\"\nscopes = [\"read\"]\ntenant = \"globex\"\n",
+            xpud::auth::digest(ADMIN),
+            xpud::auth::digest(ACME),
+            xpud::auth::digest(GLOBEX_READ)
+        ),
+    )
+    .unwrap();
+    let mut config = Config {
+        data_dir: dir.path().join("var"),
+        dev,
+        policy_dirs: vec![repo().join("policies/examples")],
+        data_roots: vec![repo().join("examples")],
+        model_roots: vec![repo().join("examples")],
+        ..Config::default()
+    };
+    config.auth.tokens_file = Some(tokens);
+    config.limits.workers = 2;
+    config.limits.max_body_bytes = 64 * 1024;
+    tweak(&mut config);
+    Server { app: App::start(config).unwrap(), _dir: dir }
+}
+
+impl Server {
+    async fn call(&self, req: Request<Body>) -> (StatusCode, Value, axum::http::HeaderMap) {
+        let r = xpud::api::router(self.app.clone()).oneshot(req).await.unwrap();
+        let status = r.status();
+        let headers = r.headers().clone();
+        let bytes = r.into_body().collect().await.unwrap().to_bytes();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, body, headers)
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut b = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(v) => b
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(v.to_string()))
+                .unwrap(),
+            None => b.body(Body::empty()).unwrap(),
+        };
+        let (s, v, _) = self.call(req).await;
+        (s, v)
+    }
+}
+
+fn job(source: &str, wait: bool) -> Value {
+    json!({"program": {"name": "job.ml", "source": source}, "wait": wait,
+           "labels": {"team": "vision"}})
+}
+
+/// Every error body has the one format.
+fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(body.get("details").is_some(), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_are_stored_and_explained() {
+    let s = server(false, |_| {});
+    let (status, run) = s
+        .send(
+            "POST",
+            "/v1/jobs",
+            Some(ACME),
+            Some(job("let x = [1.0, 2.0, 3.0]\nprint sum(x * 2.0)\n", true)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(run["seq"].as_u64().unwrap() >= 1);
+    let id = run["run_id"].as_str().unwrap().to_string();
+    let out = &run["outputs"][0];
+    let url = format!("{}?format=json", out["url"].as_str().unwrap());
+    let (status, data) = s.send("GET", &url, Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK, "{data}");
+    assert_eq!(data["data"][0], 12.0, "{data}");
+
+    // Complete means explainable, at once.
+    let (status, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK, "{ex}");
+    assert!(ex["decisions"].as_array().unwrap().iter().any(|d| d["chosen"]["engine"] == "cpu"));
+    let (status, text) =
+        s.send("GET", &format!("/v1/runs/{id}/explain?format=text"), Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(text.as_str().unwrap().contains("policy default"), "{text}");
+
+    // Tenants: another tenant sees nothing; admin sees all.
+    let (status, body) = s.send("GET", &format!("/v1/runs/{id}"), Some(GLOBEX_READ), None).await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "not_found");
+    let (status, _) = s.send("GET", &format!("/v1/runs/{id}"), Some(ADMIN), None).await;
+    assert_eq!(status, StatusCode::OK);
+    // Scopes: a read-only token cannot submit.
+    let (status, body) =
+        s.send("POST", "/v1/jobs", Some(GLOBEX_READ), Some(job("print 1\n", false))).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
+    let (status, body) = s.send("GET", "/v1/runs", None, None).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
+    let (status, body) = s.send("GET", "/v1/runs", Some("nope"), None).await;
+    assert_error(status, &body, StatusCode::UNAUTHORIZED, "unauthorized");
+
+    // A table job on DuckDB, then list, filter, search.
+    let (status, run2) = s
+        .send(
+            "POST",
+            "/v1/jobs",
+            Some(ACME),
+            Some(job("let t = load_csv(\"titanic.csv\")\nprint stats(t, [\"mean\"])\n", true)),
+        )
+        .await;
+    assert_eq!((status, run2["status"].as_str()), (StatusCode::OK, Some("succeeded")), "{run2}");
+    let (status, list) = s.send("GET", "/v1/runs?limit=1", Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["runs"][0]["run_id"], run2["run_id"]);
+    let cursor = list["next_cursor"].as_str().unwrap().to_string();
+    let (_, older) =
+        s.send("GET", &format!("/v1/runs?limit=1&cursor={cursor}"), Some(ACME), None).await;
+    assert_eq!(older["runs"][0]["run_id"], id.as_str());
+    let (_, labelled) = s.send("GET", "/v1/runs?label=team=vision", Some(ACME), None).await;
+    assert_eq!(labelled["runs"].as_array().unwrap().len(), 2);
+    // The index follows within a second.
+    let mut found = Value::Null;
+    for _ in 0..40 {
+        let (_, hits) = s.send("GET", "/v1/search?q=engine:table", Some(ACME), None).await;
+        if hits.as_array().is_some_and(|h| !h.is_empty()) {
+            found = hits;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(found[0]["run_id"], run2["run_id"], "{found}");
+    let (_, none) = s.send("GET", "/v1/search?q=engine:table", Some(GLOBEX_READ), None).await;
+    assert_eq!(none, json!([]));
+
+    // Replay repeats the run; verify compares the outputs' bytes.
+    let (status, rep) = s
+        .send("POST", &format!("/v1/runs/{id}/replay"), Some(ACME), Some(json!({"verify": true})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{rep}");
+    assert_eq!(rep["verified"], true, "{rep}");
+    assert_eq!(rep["replay_of"], id.as_str());
+
+    // SQL is for admins, and reads only.
+    let (status, body) =
+        s.send("POST", "/v1/sql", Some(ACME), Some(json!({"query": "SELECT 1"}))).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
+    let (status, rows) = s
+        .send(
+            "POST",
+            "/v1/sql",
+            Some(ADMIN),
+            Some(json!({"query": "SELECT count(*) AS n FROM runs"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{rows}");
+    assert_eq!(rows["rows"][0][0], 3);
+    let (status, body) =
+        s.send("POST", "/v1/sql", Some(ADMIN), Some(json!({"query": "DELETE FROM runs"}))).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_sql");
+
+    // Metrics count what happened.
+    let (status, m) = s.send("GET", "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let m = m.as_str().unwrap();
+    assert!(m.contains("xpu_jobs_total{policy=\"default\",status=\"succeeded\"} 3"), "{m}");
+    assert!(m.contains("xpu_nodes_total{engine=\"table\""), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_the_error_format() {
+    let s = server(true, |_| {});
+    let raw = |body: &str, ctype: &str| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/jobs")
+            .header(header::CONTENT_TYPE, ctype)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (st, b, _) = s.call(raw("{not json", "application/json")).await;
+    assert_error(st, &b, StatusCode::BAD_REQUEST, "malformed_json");
+    let (st, b, _) = s.call(raw("{\"program\": 3}", "application/json")).await;
+    assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_json");
+    let (st, b, _) = s.call(raw("{}", "text/plain")).await;
+    assert_error(st, &b, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
+    let big =
+        format!("{{\"program\": {{\"name\": \"a.ml\", \"source\": \"{}\"}}}}", "x".repeat(100_000));
+    let (st, b, _) = s.call(raw(&big, "application/json")).await;
+    assert_error(st, &b, StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+    let (st, b) = s.send("GET", "/v1/nowhere", None, None).await;
+    assert_error(st, &b, StatusCode::NOT_FOUND, "not_found");
+    let (st, b) = s.send("DELETE", "/v1/jobs", None, None).await;
+    assert_error(st, &b, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+
+    // Programs that do not compile: 422 with the located diagnostics.
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(job("let x = \nprint y\n", true))).await;
+    assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_program");
+    assert!(b["details"]["diagnostics"].as_str().unwrap().contains("job.ml:"), "{b}");
+    // Paths outside the data roots.
+    let (st, b) = s
+        .send("POST", "/v1/jobs", None, Some(job("print load_csv(\"../Cargo.toml\")\n", true)))
+        .await;
+    assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_program");
+    let (st, b) =
+        s.send("POST", "/v1/jobs", None, Some(json!({"program": {"path": "../Cargo.toml"}}))).await;
+    assert_error(st, &b, StatusCode::FORBIDDEN, "path_outside_roots");
+    // Unknown policy, bad inline policy, both.
+    let mut j = job("print 1\n", true);
+    j["policy"] = json!("no-such-policy");
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
+    assert_error(st, &b, StatusCode::NOT_FOUND, "not_found");
+    assert!(b["message"].as_str().unwrap().contains("cpu-only"), "lists the known ones: {b}");
+    let mut j = job("print 1\n", true);
+    j["policy_toml"] = json!("[policy]\nname = \"x\"\n[engines]\norder = 3\n");
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
+    assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy");
+    // Unknown fields are refused rather than ignored.
+    let (st, b) = s
+        .send(
+            "POST",
+            "/v1/jobs",
+            None,
+            Some(json!({"program": {"name": "a.ml", "source": "print 1"}, "wiat": true})),
+        )
+        .await;
+    assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_json");
+    // Garbage in every field the server parses: never a 5xx.
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..200 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let pieces = [
+            "{",
+            "}",
+            "\"program\"",
+            ":",
+            "\"name\"",
+            "\"a.ml\"",
+            ",",
+            "\"source\"",
+            "[",
+            "]",
+            "null",
+            "\"wait\"",
+            "true",
+            "\"inputs\"",
+            "\"x\"",
+            "{\"data\": [1]}",
+            "\"\\u0000\"",
+        ];
+        let body: String = (0..(seed % 24) as usize)
+            .map(|k| pieces[((seed >> (k % 60)) as usize + k + i) % pieces.len()])
+            .collect();
+        let (st, b, _) = s.call(raw(&body, "application/json")).await;
+        assert!(st.is_client_error() || st.is_success(), "{body} -> {st} {b}");
+        if st.is_client_error() {
+            assert!(b["code"].is_string(), "{body} -> {b}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_429_with_retry_after() {
+    let s = server(true, |c| {
+        c.limits.queue_capacity = 2;
+        c.limits.workers = 1;
+    });
+    // A job slow enough to keep the worker busy while the queue fills.
+    let slow =
+        "let x = randn([300, 300], seed=1)\nlet y = x @ x @ x @ x @ x @ x @ x @ x\nprint sum(y)\n";
+    let mut statuses = Vec::new();
+    let mut retry = None;
+    for _ in 0..12 {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/jobs")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(job(slow, false).to_string()))
+            .unwrap();
+        let (st, b, h) = s.call(req).await;
+        if st == StatusCode::TOO_MANY_REQUESTS {
+            assert_error(st, &b, StatusCode::TOO_MANY_REQUESTS, "queue_full");
+            retry = h.get(header::RETRY_AFTER).cloned();
+        }
+        statuses.push(st);
+    }
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::ACCEPTED || *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&StatusCode::TOO_MANY_REQUESTS), "{statuses:?}");
+    assert_eq!(retry.unwrap(), "1");
+}
+
+#[test]
+fn committed_openapi_is_current() {
+    let served = xpud::api::openapi_json();
+    let path = repo().join("schemas/openapi.json");
+    if std::env::var_os("XPU_BLESS").is_some() {
+        std::fs::write(&path, format!("{served}\n")).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        committed.trim_end(),
+        served.trim_end(),
+        "schemas/openapi.json is stale: XPU_BLESS=1 cargo test --test router"
+    );
+    let doc: Value = serde_json::from_str(&served).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+    for path in
+        ["/v1/jobs", "/v1/runs", "/v1/runs/{id}/explain", "/v1/search", "/v1/sql", "/metrics"]
+    {
+        assert!(doc["paths"].get(path).is_some(), "{path} is documented");
+    }
+}
+
+#[test]
+fn dev_mode_is_refused_off_loopback() {
+    let flags =
+        xpud::config::Flags { listen: Some("0.0.0.0:8080".into()), data_dir: None, dev: true };
+    let err = Config::load(None, &flags).unwrap_err().to_string();
+    assert!(err.contains("loopback"), "{err}");
+    let flags =
+        xpud::config::Flags { listen: Some("127.0.0.1:0".into()), data_dir: None, dev: true };
+    assert!(Config::load(None, &flags).is_ok());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("xpud.toml");
+    std::fs::write(&file, "listn = \"127.0.0.1:1\"\n").unwrap();
+    let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
+    assert!(err.contains("listn"), "a typo is named: {err}");
+}
+
+fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed by `make setup` (Debian package prometheus)");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_alert_rules_pass_promtool() {
+    let s = server(true, |_| {});
+    let (status, _) = s.send("POST", "/v1/jobs", None, Some(job("print 1 + 2\n", true))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, m) = s.send("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap().to_string();
+    for name in [
+        "xpu_jobs_total",
+        "xpu_job_duration_seconds",
+        "xpu_job_queue_wait_seconds",
+        "xpu_plan_cache_total",
+        "xpu_engine_available",
+        "xpu_store_write_seconds",
+    ] {
+        assert!(m.contains(name), "{name} missing:\n{m}");
+    }
+    let (ok, text) = promtool(&["check", "metrics"], &m);
+    assert!(ok, "promtool check metrics:\n{text}");
+    let rules = repo().join("deploy/prometheus/alerts.yml");
+    let (ok, text) = promtool(&["check", "rules", rules.to_str().unwrap()], "");
+    assert!(ok, "promtool check rules:\n{text}");
+}
