@@ -13,6 +13,13 @@ SHELL := /bin/bash
 
 # A persistent target dir outside the clone keeps warm builds fast (CI reuses it).
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/xpu-target
+# C and C++ go through ccache: `cargo clippy` (check mode) and `cargo test` (build mode) give
+# DuckDB's build script different hashes, so its bundled C++ (~35 min on 2 cores) is compiled
+# for each; with ccache the second compile of the same sources is a cache hit.
+export CC := ccache gcc
+export CXX := ccache g++
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+export CCACHE_MAXSIZE ?= 6G
 export CARGO_TERM_COLOR ?= never
 
 PYTHON ?= python3
@@ -20,8 +27,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_CASES := .cache/onnx-node
 # Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel, DejaVu Sans
-# for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules).
-APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus
+# for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules),
+# ccache (see CC/CXX above).
+APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus ccache
 
 .PHONY: setup setup-apt setup-python setup-cases test lint build run example bench bless clean-cache
 

@@ -82,11 +82,6 @@ impl Client {
         serde_json::from_slice(&body).map_err(|e| anyhow!("GET {path}: not JSON: {e}"))
     }
 
-    pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>> {
-        let r = self.auth(self.agent.get(&format!("{}{path}", self.base))).call();
-        Ok(self.handle(&format!("GET {path}"), r)?.1)
-    }
-
     pub fn post(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
         let r = self.auth(self.agent.post(&format!("{}{path}", self.base))).send_json(body);
         let (status, bytes) = self.handle(&format!("POST {path}"), r)?;
@@ -103,7 +98,7 @@ fn print_json(v: &Value) {
 
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_preset(NOTHING).set_header(header.iter().map(|h| h.to_uppercase()));
+    t.load_style(NOTHING).set_header(header.iter().map(|h| h.to_uppercase()));
     t
 }
 
@@ -113,7 +108,7 @@ fn ms(us: &Value) -> String {
 
 fn print_run(run: &Value) {
     let mut t = Table::new();
-    t.load_preset(NOTHING);
+    t.load_style(NOTHING);
     let labels: Vec<String> = run["labels"]
         .as_object()
         .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect())
@@ -361,7 +356,14 @@ pub fn explain(
                 .unwrap_or_else(|| "-".into())
         };
         if choice(Some(d)) != choice(t) {
-            changes.push(json!({"node": key, "op": d.op, run: choice(Some(d)), other: choice(t), "before": mine, "after": their}));
+            let mut c = serde_json::Map::new();
+            c.insert("node".into(), json!(key));
+            c.insert("op".into(), json!(d.op));
+            c.insert(run.to_string(), json!(choice(Some(d))));
+            c.insert(other.to_string(), json!(choice(t)));
+            c.insert("before".into(), json!(mine));
+            c.insert("after".into(), json!(their));
+            changes.push(Value::Object(c));
         }
     }
     match format {

@@ -77,12 +77,8 @@ pub struct MiniLang {
     pub writes: Vec<(String, std::path::PathBuf)>,
 }
 
-/// Parses, checks and lowers a `.ml` file; every diagnostic is rendered into the error.
-pub fn load_minilang(path: &Path, bytes: Vec<u8>) -> Result<MiniLang> {
-    load_minilang_with(path, bytes, &xpu_minilang::lower::Inputs::default())
-}
-
-/// [`load_minilang`] with the types of the tensors given for its `input(…)`s.
+/// Parses, checks and lowers a `.ml` file with the types of the tensors given for its
+/// `input(…)`s; every diagnostic is rendered into the error.
 pub fn load_minilang_with(
     path: &Path,
     bytes: Vec<u8>,

@@ -141,7 +141,10 @@ impl Config {
         match file {
             Some(f) if !f.exists() => return Err(ConfigError::Missing(f.to_path_buf())),
             Some(f) => fig = fig.merge(Toml::file_exact(f)),
-            None => fig = fig.merge(Toml::file_exact("xpud.toml")),
+            None if Path::new("xpud.toml").exists() => {
+                fig = fig.merge(Toml::file_exact("xpud.toml"))
+            }
+            None => {}
         }
         let env = Env::prefixed("XPU_")
             .filter(|k| {

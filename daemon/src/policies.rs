@@ -76,8 +76,15 @@ impl PolicySet {
     }
 
     /// The policy whose `match.labels` fit `labels` best (most specific, then priority).
+    /// Only policies that declare `match.labels` take part: a policy matching everything
+    /// (a `base` to extend) is never picked by accident.
     pub fn select(&self, labels: &BTreeMap<String, String>) -> Option<Arc<Policy>> {
-        let all: Vec<Policy> = self.by_name.values().map(|p| (**p).clone()).collect();
+        let all: Vec<Policy> = self
+            .by_name
+            .values()
+            .filter(|p| !p.spec.policy.matches.labels.is_empty())
+            .map(|p| (**p).clone())
+            .collect();
         let chosen = xpu_policy::select(&all, labels)?;
         self.by_name.get(chosen.name()).cloned()
     }

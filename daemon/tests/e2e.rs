@@ -33,7 +33,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(data: &Path, policies: &Path, extra: &[&str]) -> Daemon {
+    fn start(data: &Path, policies: &Path, env: &[(&str, &str)]) -> Daemon {
         let port = free_port();
         let mut cmd = Command::new(xpud_bin());
         cmd.args(["--dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
@@ -42,7 +42,7 @@ impl Daemon {
             .env("XPU_DATA_ROOTS", format!("[\"{}\"]", repo().join("examples").display()))
             .env("XPU_MODEL_ROOTS", format!("[\"{}\"]", repo().join("examples").display()))
             .env("XPU_LOG", "warn")
-            .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let child = cmd.spawn().unwrap();
@@ -317,18 +317,25 @@ fn acknowledged_runs_survive_sigkill() {
 #[test]
 fn a_flood_gets_2xx_and_429_only() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("var"), &repo().join("policies/examples"), &[]);
-    // The default capacity is 1024 (see docs/daemon.md): 4096 submissions, 32 at a time.
-    let capacity = 1024;
+    // A queue of 64 behind one worker, and 256 jobs (4× the capacity) sent at once from
+    // 64 connections.
+    let capacity = 64;
+    let d = Daemon::start(
+        &dir.path().join("var"),
+        &repo().join("policies/examples"),
+        &[("XPU_LIMITS__QUEUE_CAPACITY", "64"), ("XPU_LIMITS__WORKERS", "1")],
+    );
     let url = d.url.clone();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(64));
     let mut threads = Vec::new();
-    for t in 0..32 {
-        let url = url.clone();
+    for t in 0..64 {
+        let (url, barrier) = (url.clone(), barrier.clone());
         threads.push(std::thread::spawn(move || {
             let a = agent();
             let mut codes = Vec::new();
-            for i in 0..(4 * capacity / 32) {
-                let src = format!("let x = randn([64, 64], seed={t}{i})\nprint sum(x @ x)\n");
+            barrier.wait();
+            for i in 0..(4 * capacity / 64) {
+                let src = format!("let x = randn([96, 96], seed={t}{i})\nprint sum(x @ x @ x)\n");
                 let body = json!({"program": {"name": "flood.ml", "source": src}});
                 codes.push(post(&a, &format!("{url}/v1/jobs"), &body).map(|r| r.0).unwrap_or(0));
             }
@@ -351,6 +358,7 @@ fn a_flood_gets_2xx_and_429_only() {
         codes.len() - rejected,
         peak / 1024
     );
+    assert!(rejected > 0, "a queue of {capacity} cannot take {} jobs at once", codes.len());
     assert!(peak < 1024 * 1024, "peak RSS {} MiB", peak / 1024);
     let (s, _) = get(&agent(), &format!("{url}/healthz"));
     assert_eq!(s, 200, "still serving");

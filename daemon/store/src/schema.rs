@@ -63,9 +63,9 @@ CREATE TABLE candidates (
     kernel    VARCHAR,
     precision VARCHAR,
     code      VARCHAR NOT NULL,
-    detail    VARCHAR NOT NULL,
-    key       VARCHAR,
-    at        VARCHAR
+    detail     VARCHAR NOT NULL,
+    policy_key VARCHAR,                -- the policy key behind the rejection
+    policy_at  VARCHAR                 -- where it is set (file:line)
 );
 CREATE TABLE transfers (
     run_id    VARCHAR NOT NULL,
