@@ -36,7 +36,10 @@ fn explanation() -> xpu_plan::Explanation {
 
 fn record(i: usize, tenant: Option<&str>, status: RunStatus) -> RunRecord {
     let mut labels = BTreeMap::new();
-    labels.insert("team".to_string(), if i.is_multiple_of(2) { "vision" } else { "search" }.to_string());
+    labels.insert(
+        "team".to_string(),
+        if i.is_multiple_of(2) { "vision" } else { "search" }.to_string(),
+    );
     RunRecord {
         run_id: format!("run-{i:04}"),
         tenant: tenant.map(str::to_string),
