@@ -77,7 +77,16 @@ impl Client {
     }
 
     pub fn get(&self, path: &str) -> Result<Value> {
-        let r = self.auth(self.agent.get(&format!("{}{path}", self.base))).call();
+        self.get_query(path, &[])
+    }
+
+    /// GET with query parameters (ureq encodes them).
+    pub fn get_query(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
+        let mut req = self.agent.get(&format!("{}{path}", self.base));
+        for (k, v) in query {
+            req = req.query(*k, v);
+        }
+        let r = self.auth(req).call();
         let (_, body) = self.handle(&format!("GET {path}"), r)?;
         serde_json::from_slice(&body).map_err(|e| anyhow!("GET {path}: not JSON: {e}"))
     }
@@ -247,20 +256,14 @@ pub fn list(
     cursor: Option<&str>,
     format: Format,
 ) -> Result<()> {
-    let mut q = vec![format!("limit={limit}")];
-    if let Some(s) = status {
-        q.push(format!("status={s}"));
-    }
-    if let Some(p) = policy {
-        q.push(format!("policy={p}"));
-    }
+    let mut q = vec![("limit", limit.to_string())];
+    q.extend(status.map(|s| ("status", s.to_string())));
+    q.extend(policy.map(|p| ("policy", p.to_string())));
     if !labels.is_empty() {
-        q.push(format!("label={}", labels.join(",")));
+        q.push(("label", labels.join(",")));
     }
-    if let Some(c) = cursor {
-        q.push(format!("cursor={c}"));
-    }
-    let v = client.get(&format!("/v1/runs?{}", q.join("&")))?;
+    q.extend(cursor.map(|c| ("cursor", c.to_string())));
+    let v = client.get_query("/v1/runs", &q)?;
     if format == Format::Json {
         print_json(&v);
         return Ok(());
@@ -389,16 +392,8 @@ pub fn explain(
 }
 
 pub fn search(client: &Client, query: &str, limit: usize, format: Format) -> Result<()> {
-    let q: String = query
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let v = client.get(&format!("/v1/search?q={q}&limit={limit}"))?;
+    let v = client
+        .get_query("/v1/search", &[("q", query.to_string()), ("limit", limit.to_string())])?;
     if format == Format::Json {
         print_json(&v);
         return Ok(());

@@ -45,17 +45,12 @@ enum InventoryFormat {
 /// The engines this build registers; the table engine may touch files only in the working
 /// directory.
 pub(crate) fn registry() -> xpu_engine::Registry {
-    registry_for(&[std::env::current_dir().unwrap_or_else(|_| ".".into())])
-}
-
-/// [`registry`] with the table engine confined to `roots` (a job's data roots).
-pub(crate) fn registry_for(roots: &[PathBuf]) -> xpu_engine::Registry {
-    xpu_runtime::registry_for(roots)
+    xpu_runtime::registry_for(&[std::env::current_dir().unwrap_or_else(|_| ".".into())])
 }
 
 /// Plans a graph under the built-in default policy on this build's engines and runs it.
 pub(crate) fn run_default(g: xpu_ir::Graph, roots: &[PathBuf]) -> Result<Vec<xpu_ir::Tensor>> {
-    let registry = registry_for(roots);
+    let registry = xpu_runtime::registry_for(roots);
     let policy = policy_cmd::load_policy(None, &[])?;
     let g = std::sync::Arc::new(g);
     let (plan, _) = xpu_plan::plan_shared(
@@ -684,7 +679,7 @@ fn run(
     };
     let g = std::sync::Arc::new(g);
     let inputs = bind_inputs(&g, read)?;
-    let registry = registry_for(program::data_roots(program).roots());
+    let registry = xpu_runtime::registry_for(xpu_runtime::program::data_roots_of(program).roots());
     let (plan, mut explanation, policy_name) = match frozen {
         Some(path) => {
             let text = std::fs::read_to_string(path)

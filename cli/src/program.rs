@@ -24,15 +24,16 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
     let (program, mut diags) = xpu_minilang::analyze(&text);
     // A program that parses is also lowered: compile-time type, shape and path errors are
     // diagnostics too (nothing runs).
+    let roots = xpu_runtime::program::data_roots_of(path);
     if diags.is_empty()
         && let Err(more) = xpu_minilang::lower::lower_with(
             &program,
             "check",
-            Some(&data_roots(path)),
+            Some(&roots),
             &xpu_minilang::lower::Inputs {
                 allow_undeclared: true,
-                models: Some(model_loader()),
-                tables: Some(table_loader(data_roots(path).roots())),
+                models: Some(xpu_runtime::program::model_loader()),
+                tables: Some(xpu_runtime::program::table_loader(roots.roots())),
                 ..Default::default()
             },
         )
@@ -85,19 +86,7 @@ pub fn load_minilang_with(
     inputs: &xpu_minilang::lower::Inputs,
 ) -> Result<MiniLang> {
     let name = path.display().to_string();
-    let c = xpu_runtime::program::compile(&name, &bytes, &data_roots(path), inputs)?;
+    let roots = xpu_runtime::program::data_roots_of(path);
+    let c = xpu_runtime::program::compile(&name, &bytes, &roots, inputs)?;
     Ok(MiniLang { graph: c.graph, prints: c.prints, writes: c.writes })
-}
-
-/// Files a program names resolve in the working directory or the program's own directory.
-pub fn data_roots(program: &Path) -> xpu_minilang::paths::DataRoots {
-    xpu_runtime::program::data_roots_of(program)
-}
-
-fn model_loader() -> xpu_minilang::lower::ModelLoader {
-    xpu_runtime::program::model_loader()
-}
-
-pub fn table_loader(roots: &[std::path::PathBuf]) -> xpu_minilang::lower::TableSchemaLoader {
-    xpu_runtime::program::table_loader(roots)
 }

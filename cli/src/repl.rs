@@ -144,7 +144,7 @@ pub fn repl() -> Result<()> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
     let roots = xpu_minilang::paths::DataRoots::new([cwd]);
     let inputs = xpu_minilang::lower::Inputs {
-        tables: Some(crate::program::table_loader(roots.roots())),
+        tables: Some(xpu_runtime::program::table_loader(roots.roots())),
         ..Default::default()
     };
     let mut session = Session { accepted: String::new(), shown_prints: 0, roots, inputs };

@@ -626,7 +626,7 @@ pub async fn replay(
         .await
         .map_err(ApiError::internal)??;
     spec.replay_of = Some(id.clone());
-    let policy_changed = spec.policy.sha256 != stored_policy_sha(&app, &id)?;
+    let policy_changed = spec.policy.sha256 != original.policy_sha256;
     let job = app.jobs.submit(spec).map_err(|e| submit_error(&app, e))?;
     let run = if req.wait || req.verify { wait_for(&app, &job).await } else { live_dto(&job) };
     let finished = !matches!(run.status.as_str(), "queued" | "running");
@@ -653,18 +653,6 @@ pub async fn replay(
         .into_response())
 }
 
-fn stored_policy_sha(app: &App, id: &str) -> ApiResult<String> {
-    let r = app
-        .jobs
-        .store
-        .sql(
-            &format!("SELECT policy_sha256 FROM runs WHERE run_id = '{}'", id.replace('\'', "")),
-            1,
-        )
-        .map_err(ApiError::internal)?;
-    Ok(r.rows.first().and_then(|r| r.first()).and_then(|v| v.as_str()).unwrap_or("").to_string())
-}
-
 #[utoipa::path(post, path = "/v1/plans", tag = "plans", request_body = SubmitJob,
     responses((status = 200, description = "The plan's explanation; nothing runs", body = PlanResponse),
         (status = 422, body = ErrorBody)), security(("bearer" = [])))]
@@ -677,11 +665,7 @@ pub async fn dry_run(
     let app2 = app.clone();
     tokio::task::spawn_blocking(move || {
         let spec = prepare(&app2, &caller, &req)?;
-        let mut registry = xpu_engine::Registry::new();
-        registry.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
-        registry.register(Arc::new(xpu_engine_table::TableEngine::new(
-            app2.jobs.data_roots.roots().to_vec(),
-        )));
+        let registry = app2.jobs.registry();
         let shapes: Vec<Vec<usize>> = spec.inputs.iter().map(|t| t.shape().to_vec()).collect();
         let (explanation, ok) = match app2.jobs.cache.get_or_plan(
             &spec.graph,

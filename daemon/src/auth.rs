@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -90,8 +89,7 @@ pub enum TokensError {
 }
 
 pub fn digest(token: &str) -> String {
-    let d = Sha256::digest(token.as_bytes());
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    crate::jobs::sha256_hex(token.as_bytes())
 }
 
 impl Tokens {

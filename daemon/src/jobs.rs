@@ -132,7 +132,7 @@ impl Jobs {
             data_roots,
             model_roots,
             runs_dir,
-            cpu: Arc::new(xpu_engine_cpu_engine()),
+            cpu: Arc::new(xpu_engine_cpu::CpuEngine::new()),
             live: Mutex::new(HashMap::new()),
             queue,
             capacity,
@@ -169,6 +169,17 @@ impl Jobs {
             })
             .expect("spawn indexer");
         jobs
+    }
+
+    /// The engines one job runs on: the shared CPU engine and a fresh table engine, whose
+    /// DuckDB connection is then the job's own.
+    pub fn registry(&self) -> xpu_engine::Registry {
+        let mut registry = xpu_engine::Registry::new();
+        registry.register(self.cpu.clone());
+        registry.register(Arc::new(xpu_engine_table::TableEngine::new(
+            self.data_roots.roots().to_vec(),
+        )));
+        registry
     }
 
     pub fn policies(&self) -> Arc<PolicySet> {
@@ -320,12 +331,7 @@ impl Jobs {
         job.phase.send_replace(Phase::Running);
         let started_us = now_us();
         let start = Instant::now();
-        // A fresh table engine per job: its DuckDB connection is the job's own.
-        let mut registry = xpu_engine::Registry::new();
-        registry.register(self.cpu.clone());
-        registry.register(Arc::new(xpu_engine_table::TableEngine::new(
-            self.data_roots.roots().to_vec(),
-        )));
+        let registry = self.registry();
         let s = &job.spec;
         let result =
             xpu_runtime::plan_and_run(&s.graph, &s.inputs, &s.policy, &registry, Some(&self.cache));
@@ -455,7 +461,7 @@ impl Jobs {
             .job_duration
             .with_label_values(&[&r.policy_name])
             .observe(r.run_us as f64 * 1e-6);
-        let summary = summary_of(r, seq);
+        let summary = r.summary(seq);
         f.job.phase.send_replace(Phase::Done(Box::new(summary)));
         if let Ok(mut live) = self.live.lock() {
             live.remove(&f.job.run_id);
@@ -482,10 +488,6 @@ impl Jobs {
     }
 }
 
-fn xpu_engine_cpu_engine() -> xpu_engine_cpu::CpuEngine {
-    xpu_engine_cpu::CpuEngine::new()
-}
-
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
@@ -498,29 +500,4 @@ fn environment() -> Vec<(String, String)> {
         ("os".into(), std::env::consts::OS.into()),
         ("arch".into(), std::env::consts::ARCH.into()),
     ]
-}
-
-/// The summary the store would return for a record just committed as `seq`.
-pub fn summary_of(r: &RunRecord, seq: u64) -> RunSummary {
-    let ex = r.explanation.as_ref();
-    RunSummary {
-        seq,
-        run_id: r.run_id.clone(),
-        tenant: r.tenant.clone(),
-        status: r.status,
-        program_name: r.program_name.clone(),
-        program_kind: r.program_kind.clone(),
-        program_sha256: r.program_sha256.clone(),
-        policy_name: r.policy_name.clone(),
-        policy_version: r.policy_version,
-        labels: r.labels.clone(),
-        submitted_us: r.submitted_us,
-        finished_us: r.finished_us,
-        queue_us: r.queue_us,
-        run_us: r.run_us,
-        nodes: ex.map_or(0, |e| e.decisions.len()) as u64,
-        fallbacks: ex.map_or(0, |e| e.fallbacks()) as u64,
-        error: r.error.clone(),
-        outputs: r.outputs.clone(),
-    }
 }

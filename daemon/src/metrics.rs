@@ -141,15 +141,14 @@ impl Metrics {
 
     /// Counts what a finished run's explanation says.
     pub fn observe_run(&self, ex: &xpu_plan::Explanation) {
-        let op_of = |node: xpu_ir::NodeId| {
-            ex.decisions.iter().find(|d| d.node == node).map(|d| d.op.to_string())
-        };
+        // One lookup table per run, not a scan of the decisions per timing.
+        let ops: std::collections::HashMap<xpu_ir::NodeId, &str> =
+            ex.decisions.iter().map(|d| (d.node, d.op.as_ref())).collect();
         for t in &ex.timings {
-            let op = op_of(t.node).unwrap_or_else(|| "?".into());
-            self.nodes.with_label_values(&[&t.engine, &op, &t.kernel]).inc();
-            self.node_duration
-                .with_label_values(&[&t.engine, &op, &t.kernel])
-                .observe(t.nanos as f64 * 1e-9);
+            let op = ops.get(&t.node).copied().unwrap_or("?");
+            let labels = [t.engine.as_str(), op, t.kernel.as_str()];
+            self.nodes.with_label_values(&labels).inc();
+            self.node_duration.with_label_values(&labels).observe(t.nanos as f64 * 1e-9);
         }
         for d in &ex.decisions {
             if let (Some(f), Some(c)) = (&d.fallback, &d.chosen) {

@@ -12,6 +12,8 @@ use xpu_policy::{Loader, Policy};
 #[derive(Debug)]
 pub struct PolicySet {
     pub by_name: BTreeMap<String, Arc<Policy>>,
+    /// The policies that declare `match.labels`, the candidates of [`PolicySet::select`].
+    selectable: Vec<Policy>,
     /// Used when a job names no policy: the one named `default`, else the built-in default.
     pub default: Arc<Policy>,
     pub dirs: Vec<PathBuf>,
@@ -65,7 +67,14 @@ impl PolicySet {
                     .map_err(|d| d.to_string())?,
             ),
         };
-        Ok(PolicySet { by_name, default, dirs: dirs.to_vec() })
+        // Only policies that declare `match.labels` take part in selection: a policy matching
+        // everything (a `base` to extend) is never picked by accident.
+        let selectable = by_name
+            .values()
+            .filter(|p| !p.spec.policy.matches.labels.is_empty())
+            .map(|p| (**p).clone())
+            .collect();
+        Ok(PolicySet { by_name, selectable, default, dirs: dirs.to_vec() })
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {
@@ -75,17 +84,10 @@ impl PolicySet {
         self.by_name.get(name)
     }
 
-    /// The policy whose `match.labels` fit `labels` best (most specific, then priority).
-    /// Only policies that declare `match.labels` take part: a policy matching everything
-    /// (a `base` to extend) is never picked by accident.
+    /// The policy whose `match.labels` fit `labels` best (most specific, then priority),
+    /// among those that declare `match.labels`.
     pub fn select(&self, labels: &BTreeMap<String, String>) -> Option<Arc<Policy>> {
-        let all: Vec<Policy> = self
-            .by_name
-            .values()
-            .filter(|p| !p.spec.policy.matches.labels.is_empty())
-            .map(|p| (**p).clone())
-            .collect();
-        let chosen = xpu_policy::select(&all, labels)?;
+        let chosen = xpu_policy::select(&self.selectable, labels)?;
         self.by_name.get(chosen.name()).cloned()
     }
 

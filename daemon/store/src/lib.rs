@@ -124,6 +124,7 @@ pub struct RunSummary {
     pub program_sha256: String,
     pub policy_name: String,
     pub policy_version: u32,
+    pub policy_sha256: String,
     pub labels: BTreeMap<String, String>,
     pub submitted_us: i64,
     pub finished_us: i64,
@@ -133,6 +134,41 @@ pub struct RunSummary {
     pub fallbacks: u64,
     pub error: Option<String>,
     pub outputs: Vec<OutputInfo>,
+}
+
+impl RunRecord {
+    /// Graph nodes and fallbacks, from the explanation (0 when the run was never planned).
+    fn counts(&self) -> (u64, u64) {
+        self.explanation
+            .as_ref()
+            .map_or((0, 0), |e| (e.decisions.len() as u64, e.fallbacks() as u64))
+    }
+
+    /// The summary the store returns for this record once committed as `seq`.
+    pub fn summary(&self, seq: u64) -> RunSummary {
+        let (nodes, fallbacks) = self.counts();
+        RunSummary {
+            seq,
+            run_id: self.run_id.clone(),
+            tenant: self.tenant.clone(),
+            status: self.status,
+            program_name: self.program_name.clone(),
+            program_kind: self.program_kind.clone(),
+            program_sha256: self.program_sha256.clone(),
+            policy_name: self.policy_name.clone(),
+            policy_version: self.policy_version,
+            policy_sha256: self.policy_sha256.clone(),
+            labels: self.labels.clone(),
+            submitted_us: self.submitted_us,
+            finished_us: self.finished_us,
+            queue_us: self.queue_us,
+            run_us: self.run_us,
+            nodes,
+            fallbacks,
+            error: self.error.clone(),
+            outputs: self.outputs.clone(),
+        }
+    }
 }
 
 /// Which runs a list returns: newest first, `before` (a sequence number from the previous
@@ -254,8 +290,7 @@ impl Store {
             for (i, r) in runs.iter().enumerate() {
                 let seq = first + i as u64;
                 let ex = r.explanation.as_ref();
-                let nodes = ex.map_or(0, |e| e.decisions.len()) as i64;
-                let fallbacks = ex.map_or(0, |e| e.fallbacks()) as i64;
+                let (nodes, fallbacks) = r.counts();
                 let labels = serde_json::to_string(&r.labels).unwrap_or_else(|_| "{}".into());
                 let outputs = serde_json::to_string(&r.outputs).unwrap_or_else(|_| "[]".into());
                 let explanation = ex.map(|e| serde_json::to_string(e).unwrap_or_default());
@@ -279,8 +314,8 @@ impl Store {
                     micros(r.finished_us),
                     DuckValue::BigInt(r.queue_us as i64),
                     DuckValue::BigInt(r.run_us as i64),
-                    DuckValue::BigInt(nodes),
-                    DuckValue::BigInt(fallbacks),
+                    DuckValue::BigInt(nodes as i64),
+                    DuckValue::BigInt(fallbacks as i64),
                     opt_text(r.error.as_deref()),
                     DuckValue::Text(outputs),
                     opt_text(explanation.as_deref()),
@@ -413,7 +448,7 @@ impl Store {
 
     const SUMMARY_COLUMNS: &'static str = "seq, run_id, tenant, status, program_name, program_kind, \
         program_sha256, policy_name, policy_version, labels, epoch_us(submitted_at), \
-        epoch_us(finished_at), queue_us, run_us, nodes, fallbacks, error, outputs";
+        epoch_us(finished_at), queue_us, run_us, nodes, fallbacks, error, outputs, policy_sha256";
 
     fn summary(r: &duckdb::Row<'_>) -> duckdb::Result<RunSummary> {
         let labels: String = r.get(9)?;
@@ -438,6 +473,7 @@ impl Store {
             fallbacks: r.get::<_, i64>(15)? as u64,
             error: r.get(16)?,
             outputs: serde_json::from_str(&outputs).unwrap_or_default(),
+            policy_sha256: r.get(18)?,
         })
     }
 
