@@ -83,7 +83,7 @@ example: setup-apt build
 	cd examples && $(XPUCTL) run example.ml --out ../out/example
 
 bench: setup
-	cargo build -q --release --locked -p xpu-bench -p xpuctl
+	cargo build -q --release --locked --workspace --bins
 	$(PY) bench/run.py
 
 bless: setup

@@ -60,6 +60,25 @@ fn write_data(dir: &Path) {
         writeln!(extra, "{id},x{id},{:.3},{}", rng.unit(), id % 3).unwrap();
     }
     std::fs::write(dir.join("extra.csv"), extra).unwrap();
+    // The same people, read straight into `stats`: the native kernel scans the file itself
+    // (quoted fields with commas and quotes: the one-thread path).
+    std::fs::copy(dir.join("people.csv"), dir.join("people_copy.csv")).unwrap();
+    // Over a megabyte without quotes, CRLF line ends, pandas' missing-value markers and an
+    // integer column with a marker: the native scan cuts it into one chunk per thread.
+    let mut measures = String::from("i,a,b,c,label\r\n");
+    for i in 0..40_000 {
+        let a = if rng.unit() < 0.05 { String::new() } else { format!("{:.5}", rng.unit() * 1e4) };
+        let b = match rng.next() % 40 {
+            0 => "NA".to_string(),
+            1 => "nan".to_string(),
+            2 => "NaN".to_string(),
+            _ => format!("{:.8e}", (rng.unit() - 0.5) * 1e-3),
+        };
+        let c = if rng.unit() < 0.01 { "n/a".to_string() } else { (rng.next() % 1000).to_string() };
+        let label = rng.pick(&["north", "south", "east"]);
+        write!(measures, "{i},{a},{b},{c},{label}\r\n").unwrap();
+    }
+    std::fs::write(dir.join("measures.csv"), measures).unwrap();
 }
 
 /// (case, MiniLang expression over `people`/`orders`/`extra`, pandas expression, rows in
@@ -75,6 +94,24 @@ const CASES: &[(&str, &str, &str, bool)] = &[
         "stats_some",
         "stats(people, [\"mean\", \"std\", \"50%\"])",
         "people.describe().loc[['mean', 'std', '50%']].reset_index().rename(columns={'index': 'statistic'})",
+        true,
+    ),
+    (
+        "stats_file",
+        "stats(load_csv(\"people_copy.csv\"))",
+        "people_copy.describe().reset_index().rename(columns={'index': 'statistic'})",
+        true,
+    ),
+    (
+        "stats_measures",
+        "stats(load_csv(\"measures.csv\"))",
+        "measures.describe().reset_index().rename(columns={'index': 'statistic'})",
+        true,
+    ),
+    (
+        "stats_percentiles",
+        "stats(load_csv(\"measures.csv\"), [\"count\", \"10%\", \"99.9%\", \"max\"])",
+        "measures.describe(percentiles=[.1, .999]).loc[['count', '10%', '99.9%', 'max']].reset_index().rename(columns={'index': 'statistic'})",
         true,
     ),
     (
@@ -177,21 +214,40 @@ fn same_cell(a: &str, b: &str) -> bool {
     }
 }
 
+/// Runs every case as one job writing `{prefix}{case}.csv`, under `policy` if given.
+fn run_cases(dir: &Path, prefix: &str, policy: Option<&str>) {
+    let mut program = String::from(
+        "let people = load_csv(\"people.csv\")\nlet orders = load_csv(\"orders.csv\")\nlet extra = load_csv(\"extra.csv\")\n",
+    );
+    for (name, ml, _, _) in CASES {
+        writeln!(program, "write_csv({ml}, \"{prefix}{name}.csv\")").unwrap();
+    }
+    let job = format!("{prefix}job.ml");
+    std::fs::write(dir.join(&job), &program).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xpuctl"));
+    cmd.args(["run", &job, "--out", "out"]).current_dir(dir);
+    if let Some(p) = policy {
+        cmd.args(["--policy", p]);
+    }
+    let run = cmd.output().unwrap();
+    assert!(
+        run.status.success(),
+        "xpuctl run ({prefix}) failed:\n{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 #[test]
 fn tables_match_pandas() {
     let python = repo().join(".venv/bin/python");
     assert!(python.exists(), "the test venv is missing: run `make setup`");
     let dir = tempfile::tempdir().unwrap();
     write_data(dir.path());
-    let mut program = String::from(
-        "let people = load_csv(\"people.csv\")\nlet orders = load_csv(\"orders.csv\")\nlet extra = load_csv(\"extra.csv\")\n",
-    );
     let mut cases = serde_json::Map::new();
-    for (name, ml, pandas, _) in CASES {
-        writeln!(program, "write_csv({ml}, \"got_{name}.csv\")").unwrap();
+    for (name, _, pandas, _) in CASES {
         cases.insert(name.to_string(), serde_json::Value::String(pandas.to_string()));
     }
-    std::fs::write(dir.path().join("job.ml"), &program).unwrap();
     std::fs::write(dir.path().join("cases.json"), serde_json::to_string(&cases).unwrap()).unwrap();
     let out = Command::new(&python)
         .arg(repo().join("tests/tables/pandas_oracle.py"))
@@ -199,52 +255,56 @@ fn tables_match_pandas() {
         .output()
         .unwrap();
     assert!(out.status.success(), "pandas oracle failed: {}", String::from_utf8_lossy(&out.stderr));
-    let run = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .args(["run", "job.ml", "--out", "out"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "xpuctl run failed:\n{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    // Every case twice: as planned by default (`describe` on table.native) and with
+    // `describe` pinned to DuckDB's SQL, so both kernels answer to pandas.
+    run_cases(dir.path(), "got_", None);
+    std::fs::write(
+        dir.path().join("sql.toml"),
+        "[policy]\nname = \"sql-describe\"\n\n[kernels]\ndescribe = \"table.duckdb\"\n",
+    )
+    .unwrap();
+    run_cases(dir.path(), "sql_", Some("sql.toml"));
     let mut failures = Vec::new();
     let mut compared = 0usize;
-    for (name, _, _, ordered) in CASES {
-        let (gh, mut got) = read_csv(&dir.path().join(format!("got_{name}.csv")));
-        let (eh, mut expected) = read_csv(&dir.path().join(format!("expected_{name}.csv")));
-        if gh != eh {
-            failures.push(format!("{name}: columns {gh:?}, pandas has {eh:?}"));
-            continue;
-        }
-        if got.len() != expected.len() {
-            failures.push(format!("{name}: {} rows, pandas has {}", got.len(), expected.len()));
-            continue;
-        }
-        if !ordered {
-            got.sort();
-            expected.sort();
-        }
-        for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
-            for (c, (a, b)) in g.iter().zip(e).enumerate() {
-                compared += 1;
-                if !same_cell(a, b) {
-                    failures.push(format!(
-                        "{name}: row {i}, column {}: xpu {a:?}, pandas {b:?}",
-                        gh[c]
-                    ));
+    for prefix in ["got_", "sql_"] {
+        for (name, _, _, ordered) in CASES {
+            let (gh, mut got) = read_csv(&dir.path().join(format!("{prefix}{name}.csv")));
+            let (eh, mut expected) = read_csv(&dir.path().join(format!("expected_{name}.csv")));
+            if gh != eh {
+                failures.push(format!("{prefix}{name}: columns {gh:?}, pandas has {eh:?}"));
+                continue;
+            }
+            if got.len() != expected.len() {
+                failures.push(format!(
+                    "{prefix}{name}: {} rows, pandas has {}",
+                    got.len(),
+                    expected.len()
+                ));
+                continue;
+            }
+            if !ordered {
+                got.sort();
+                expected.sort();
+            }
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                for (c, (a, b)) in g.iter().zip(e).enumerate() {
+                    compared += 1;
+                    if !same_cell(a, b) {
+                        failures.push(format!(
+                            "{prefix}{name}: row {i}, column {}: xpu {a:?}, pandas {b:?}",
+                            gh[c]
+                        ));
+                        break;
+                    }
+                }
+                if failures.len() > 20 {
                     break;
                 }
-            }
-            if failures.len() > 20 {
-                break;
             }
         }
     }
     assert!(failures.is_empty(), "{} mismatch(es):\n{}", failures.len(), failures.join("\n"));
-    eprintln!("{} cases, {compared} cells match pandas", CASES.len());
+    eprintln!("{} cases under 2 policies, {compared} cells match pandas", CASES.len());
 }
 
 /// Malformed table files: `xpuctl run` exits 1 with an error naming the file (and the line,

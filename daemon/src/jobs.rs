@@ -462,10 +462,12 @@ impl Jobs {
             .with_label_values(&[&r.policy_name])
             .observe(r.run_us as f64 * 1e-6);
         let summary = r.summary(seq);
-        f.job.phase.send_replace(Phase::Done(Box::new(summary)));
+        // Out of the live set first: the store already holds the run, and a client woken by
+        // `Done` must find it there (not a live job answering "not finished").
         if let Ok(mut live) = self.live.lock() {
             live.remove(&f.job.run_id);
         }
+        f.job.phase.send_replace(Phase::Done(Box::new(summary)));
     }
 
     /// Keeps the job's program and inputs (as `.npy`) for replay.

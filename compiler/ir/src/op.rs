@@ -358,7 +358,7 @@ define_ops! {
     FilterRows "filter_rows" "—" Table (1,1)->(1,1) ["predicate": Str] "Rows where the predicate is true (missing counts as false).";
     WithColumn "with_column" "—" Table (1,1)->(1,1) ["expr": Str, "name": Str] "Add (or replace) a column computed per row.";
     GroupAgg "group_agg" "—" Table (1,1)->(1,1) ["columns": Strs, "funcs": Strs, "keys": Strs, "names": Strs] "Group by `keys` (sorted), then aggregate `funcs[i](columns[i])` into `names[i]` (count, sum, mean, std, var, min, max, median, first, nunique).";
-    Describe "describe" "—" Table (1,1)->(1,1) ["stats": Strs] "pandas describe() of the numeric columns: rows count, mean, std (sample), min, 25%, 50%, 75%, max (or the `stats` named), nulls skipped, quantiles linear.";
+    Describe "describe" "—" Table (1,1)->(1,1) ["columns": Strs, "stats": Strs] "pandas describe() of the numeric columns (or the `columns` named, which must be numeric): rows count, mean, std (sample), min, 25%, 50%, 75%, max (or the `stats` named), nulls skipped, quantiles linear.";
     Pivot "pivot" "—" Table (1,1)->(1,1) ["agg": Str, "columns": Str, "index": Str, "values": Str] "Pivot table: one row per `index` value, one column per distinct `columns` value, cells `agg(values)`.";
     Join "join" "—" Table (2,2)->(1,1) ["how": Str, "on": Strs] "Join two tables on equal `on` columns (inner, left or outer).";
     ConcatTables "concat_tables" "—" Table (1,MANY)->(1,1) [] "Rows of every input in order; columns matched by name (missing ones null).";

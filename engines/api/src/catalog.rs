@@ -53,8 +53,8 @@ pub const ENGINES: &[KnownEngine] = &[
     KnownEngine {
         name: "table",
         feature: "table",
-        kernels: &["table.duckdb"],
-        description: "DuckDB for table operations",
+        kernels: &["table.native", "table.duckdb"],
+        description: "DuckDB for table operations; describe natively in Rust",
     },
 ];
 

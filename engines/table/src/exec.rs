@@ -10,14 +10,18 @@ use duckdb::types::Value as DuckValue;
 use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, check_inputs};
 use xpu_ir::{Attrs, Column, ColumnData, DType, Graph, NodeId, Op, Table, Tensor, ValueId};
 
+use crate::native;
 use crate::sql::{self, ident, lit};
-use crate::{KERNEL, SharedConnection};
+use crate::{KERNEL, NATIVE_KERNEL, SharedConnection};
 
 /// How a node's result is held in the connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Holding {
     View,
     Table,
+    /// Not in DuckDB at all: a CSV file only `table.native` nodes read, which scan it
+    /// themselves (binding a DuckDB view would sniff the file for nothing).
+    File,
 }
 
 /// Ops that read their input's row order through `rowid`, so their inputs must be tables.
@@ -37,6 +41,8 @@ struct Rel {
     name: String,
     /// The first column holds row labels (`describe`, `pivot`).
     indexed: bool,
+    /// The `read_csv` node whose file this is, when it is held as [`Holding::File`].
+    file: Option<NodeId>,
 }
 
 pub struct TableExec {
@@ -44,7 +50,15 @@ pub struct TableExec {
     conn: SharedConnection,
     id: usize,
     holding: Vec<Holding>,
+    /// The kernel of every node (the assignment's, else the engine's first that runs it).
+    kernels: Vec<&'static str>,
     roots: Vec<std::path::PathBuf>,
+    threads: usize,
+}
+
+/// A CSV source the native scan can read: a header row and a one-byte separator.
+fn natively_readable(n: &xpu_ir::Node) -> bool {
+    n.op == Op::ReadCsv && n.attrs.int("header", 1) != 0 && n.attrs.str("sep", ",").len() == 1
 }
 
 /// DuckDB's message without its advice: the "Possible fixes" it appends name reader options
@@ -89,9 +103,11 @@ fn kernel_err(g: &Graph, id: NodeId, message: impl std::fmt::Display) -> EngineE
 impl TableExec {
     pub fn new(
         g: Graph,
+        assignment: &xpu_engine::Assignment,
         conn: SharedConnection,
         id: usize,
         roots: Vec<std::path::PathBuf>,
+        threads: usize,
     ) -> Result<TableExec, EngineError> {
         let mut consumers: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
         for nid in g.node_ids() {
@@ -107,6 +123,23 @@ impl TableExec {
                 consumers.entry(v).or_default().push(nid);
             }
         }
+        let mut kernels = Vec::with_capacity(g.nodes.len());
+        for nid in g.node_ids() {
+            let op = g.node(nid).op;
+            kernels.push(match assignment.kernels.get(&nid).map(String::as_str) {
+                Some(NATIVE_KERNEL) if op == Op::Describe => NATIVE_KERNEL,
+                Some(KERNEL) => KERNEL,
+                None if op == Op::Describe => NATIVE_KERNEL,
+                None => KERNEL,
+                Some(k) => {
+                    return Err(EngineError::Unsupported {
+                        engine: "table".into(),
+                        node: g.node(nid).label(nid),
+                        what: format!("kernel {k} for {op}"),
+                    });
+                }
+            });
+        }
         let outputs: Vec<ValueId> = g.outputs.iter().map(|o| o.value).collect();
         let holding = g
             .node_ids()
@@ -114,6 +147,13 @@ impl TableExec {
                 let n = g.node(nid);
                 let out = n.outputs[0];
                 let users = consumers.get(&out).map_or(&[][..], |v| &v[..]);
+                if natively_readable(n)
+                    && !users.is_empty()
+                    && !outputs.contains(&out)
+                    && users.iter().all(|u| kernels[u.index()] == NATIVE_KERNEL)
+                {
+                    return Holding::File;
+                }
                 let built_from_values = matches!(n.op, Op::Describe | Op::ReadXlsx | Op::Pivot);
                 let ordered = users.iter().any(|&u| reads_order(g.node(u).op, &g.node(u).attrs));
                 if users.len() == 1 && !outputs.contains(&out) && !ordered && !built_from_values {
@@ -123,7 +163,7 @@ impl TableExec {
                 }
             })
             .collect();
-        Ok(TableExec { g, conn, id, holding, roots })
+        Ok(TableExec { g, conn, id, holding, kernels, roots, threads })
     }
 }
 
@@ -244,6 +284,8 @@ enum Step {
     Built(Table, String),
     /// A statement whose result is a tensor (rows written, a tensor of columns).
     Value(Tensor),
+    /// A file left for the native nodes that read it ([`Holding::File`]).
+    File,
 }
 
 impl Executable for TableExec {
@@ -256,6 +298,7 @@ impl Executable for TableExec {
         // Drop what this run made, newest first (views depend on what came before).
         for (name, h) in created.iter().rev() {
             let kind = if *h == Holding::View { "VIEW" } else { "TABLE" };
+            debug_assert!(*h != Holding::File, "files are never created in DuckDB");
             let _ = conn.execute_batch(&format!("DROP {kind} IF EXISTS {}", ident(name)));
         }
         result
@@ -285,7 +328,7 @@ impl TableExec {
             load_table(conn, &name, table)
                 .map_err(|e| EngineError::Other(format!("duckdb: {e}")))?;
             created.push((name.clone(), Holding::Table));
-            rels.insert(v, Rel { name: ident(&name), indexed: table.index });
+            rels.insert(v, Rel { name: ident(&name), indexed: table.index, file: None });
         }
         for nid in g.node_ids() {
             let start = Instant::now();
@@ -313,19 +356,25 @@ impl TableExec {
             let name = format!("x{}_n{}", self.id, nid.0);
             let holding = self.holding[nid.index()];
             let statement = match step {
+                Step::File => {
+                    rels.insert(n.outputs[0], Rel { name, indexed: false, file: Some(nid) });
+                    "-- not bound in DuckDB: its only readers are table.native nodes, which \
+                     scan the file themselves"
+                        .to_string()
+                }
                 Step::Query(q) => {
                     let kind = if holding == Holding::View { "VIEW" } else { "TABLE" };
                     let stmt = format!("CREATE {kind} {} AS {q}", ident(&name));
                     // One prepared statement: an attribute smuggling a `;` cannot run a second.
                     conn.execute(&stmt, []).map_err(fail)?;
                     created.push((name.clone(), holding));
-                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
+                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed, file: None });
                     stmt
                 }
                 Step::Built(table, how) => {
                     load_table(conn, &name, &table).map_err(fail)?;
                     created.push((name.clone(), Holding::Table));
-                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed });
+                    rels.insert(n.outputs[0], Rel { name: ident(&name), indexed, file: None });
                     format!("{how}; -- {} rows loaded into {}", table.rows(), ident(&name))
                 }
                 Step::Value(t) => {
@@ -338,7 +387,7 @@ impl TableExec {
             }
             timings.push(NodeTiming {
                 node: nid,
-                kernel: KERNEL.into(),
+                kernel: self.kernels[nid.index()].into(),
                 nanos: start.elapsed().as_nanos() as u64,
             });
         }
@@ -366,6 +415,7 @@ impl TableExec {
         let cols = |rel: &str| describe(conn, &format!("SELECT * FROM {rel}"));
         let names = |key: &str| a.strs(key).unwrap_or(&[]).to_vec();
         Ok(match n.op {
+            Op::ReadCsv if self.holding[nid.index()] == Holding::File => (Step::File, false),
             Op::ReadCsv | Op::ReadParquet => {
                 (Step::Query(format!("SELECT * FROM {}", source_sql(n.op, a)?)), false)
             }
@@ -442,6 +492,10 @@ impl TableExec {
                     ));
                 }
                 (Step::Query(q), false)
+            }
+            Op::Describe if self.kernels[nid.index()] == NATIVE_KERNEL => {
+                let (table, how) = self.native_describe(conn, nid, &ins[0])?;
+                (Step::Built(table, how), true)
             }
             Op::Describe => {
                 let (table, q) = self.describe(conn, nid, input())?;
@@ -584,32 +638,49 @@ impl TableExec {
         kernel_err(&self.g, nid, message)
     }
 
-    /// pandas `describe()`: the statistics of every numeric (not bool) column, in one scan.
+    /// The statistics a `describe` node computes: its `stats`, else pandas' eight.
+    fn describe_stats(&self, nid: NodeId) -> Result<Vec<String>, EngineError> {
+        let stats: Vec<String> = match self.g.node(nid).attrs.strs("stats") {
+            Some(s) if !s.is_empty() => s.to_vec(),
+            _ => sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect(),
+        };
+        match stats.iter().find(|s| sql::describe_stat(s, "x").is_none()) {
+            Some(s) => Err(self.err(nid, format!("unknown statistic `{s}`"))),
+            None => Ok(stats),
+        }
+    }
+
+    /// The columns a `describe` node covers: its `columns` (the numeric columns of the
+    /// compile-time schema), else every numeric (not bool) column of the input.
+    fn describe_columns(
+        &self,
+        conn: &Connection,
+        nid: NodeId,
+        rel: &str,
+    ) -> Result<Vec<String>, duckdb::Error> {
+        if let Some(columns) = self.g.node(nid).attrs.strs("columns") {
+            return Ok(columns.to_vec());
+        }
+        Ok(describe(conn, &format!("SELECT * FROM {rel}"))?
+            .into_iter()
+            .filter(|(_, t)| matches!(sql::dtype_of_sql(t), DType::I64 | DType::F64))
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// pandas `describe()` as SQL: the statistics of every column in one query.
     fn describe(
         &self,
         conn: &Connection,
         nid: NodeId,
         rel: &str,
     ) -> Result<(Table, String), StepError> {
-        let a = &self.g.node(nid).attrs;
-        let stats: Vec<String> = match a.strs("stats") {
-            Some(s) if !s.is_empty() => s.to_vec(),
-            _ => sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect(),
-        };
-        let numeric: Vec<String> = describe(conn, &format!("SELECT * FROM {rel}"))?
-            .into_iter()
-            .filter(|(_, t)| matches!(sql::dtype_of_sql(t), DType::I64 | DType::F64))
-            .map(|(c, _)| c)
+        let stats = self.describe_stats(nid)?;
+        let numeric = self.describe_columns(conn, nid, rel)?;
+        let exprs: Vec<String> = numeric
+            .iter()
+            .flat_map(|c| stats.iter().filter_map(|s| sql::describe_stat(s, &ident(c))))
             .collect();
-        let mut exprs = Vec::new();
-        for c in &numeric {
-            for s in &stats {
-                exprs.push(
-                    sql::describe_stat(s, &ident(c))
-                        .ok_or_else(|| self.err(nid, format!("unknown statistic `{s}`")))?,
-                );
-            }
-        }
         let mut cells: Vec<Option<f64>> = Vec::new();
         let q = format!("SELECT {} FROM {rel}", exprs.join(", "));
         if !exprs.is_empty() {
@@ -630,6 +701,60 @@ impl TableExec {
         }
         let how = if exprs.is_empty() { "-- no numeric columns".to_string() } else { q };
         Ok((Table { columns, index: true }, how))
+    }
+
+    /// pandas `describe()` in Rust (`table.native`): a CSV file left unbound
+    /// ([`Holding::File`]) is scanned directly; any other input is read back from DuckDB,
+    /// its numeric columns only.
+    fn native_describe(
+        &self,
+        conn: &Connection,
+        nid: NodeId,
+        input: &Rel,
+    ) -> Result<(Table, String), StepError> {
+        let stats = self.describe_stats(nid)?;
+        let only = self.g.node(nid).attrs.strs("columns");
+        let (values, how) = match input.file {
+            Some(src) => {
+                let a = &self.g.node(src).attrs;
+                let file = native::CsvFile {
+                    path: a.str("path", ""),
+                    sep: a.str("sep", ",").as_bytes()[0],
+                    na_values: a.strs("na_values").unwrap_or(&[]),
+                };
+                let wanted = match only {
+                    Some(c) => native::Wanted::Exactly(c),
+                    None => native::Wanted::Numeric,
+                };
+                let (values, scan) = native::scan_csv(&file, &self.roots, wanted, self.threads)
+                    .map_err(|m| self.err(nid, m))?;
+                let how = format!(
+                    "-- table.native: {} scanned once on {} thread(s), {} rows, {} column(s)",
+                    file.path,
+                    scan.threads,
+                    scan.rows,
+                    values.len()
+                );
+                (values, how)
+            }
+            None => {
+                let numeric = self.describe_columns(conn, nid, &input.name)?;
+                let select: Vec<String> = numeric.iter().map(|c| ident(c)).collect();
+                let rel = format!("(SELECT {} FROM {})", select.join(", "), input.name);
+                let table = if numeric.is_empty() {
+                    Table::default()
+                } else {
+                    materialize(conn, &rel, false)?
+                };
+                let how = format!(
+                    "-- table.native: {} column(s) of {} read back from DuckDB",
+                    numeric.len(),
+                    input.name
+                );
+                (native::table_values(&table, None), how)
+            }
+        };
+        Ok((native::describe(values, &stats, self.threads), how))
     }
 
     /// pandas `pivot_table`: one row per index value (sorted), one column per distinct value

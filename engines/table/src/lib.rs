@@ -5,9 +5,12 @@
 //! explanation. The connection may read and write only inside the job's data roots
 //! (`allowed_directories`, external access otherwise off, configuration locked). It also
 //! answers schema questions at compile time ([`TableEngine::source_schema`]), with the same
-//! reader, so the columns a program is checked against are the ones it will get.
+//! reader, so the columns a program is checked against are the ones it will get. A second
+//! kernel, `table.native` ([`native`]), computes `describe` in Rust, scanning a CSV file
+//! directly when nothing else reads it.
 
 mod exec;
+pub mod native;
 mod plot;
 pub mod sql;
 mod xlsx;
@@ -24,8 +27,11 @@ use xpu_ir::{Attrs, DType, Graph, Op, OpClass};
 
 pub use exec::{load_table, materialize};
 
-/// The one kernel: DuckDB's vectorised SQL engine.
+/// DuckDB's vectorised SQL engine: every table op.
 pub const KERNEL: &str = "table.duckdb";
+/// `describe` in Rust ([`native`]): a CSV file scanned once in parallel, quantiles by
+/// selection. The engine's first choice for `describe`; a policy may pin `table.duckdb`.
+pub const NATIVE_KERNEL: &str = "table.native";
 
 /// The shared job connection. DuckDB's `Connection` is `Send` but not `Sync`.
 type SharedConnection = Arc<Mutex<Connection>>;
@@ -40,6 +46,20 @@ pub struct TableEngine {
 impl std::fmt::Debug for TableEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TableEngine").field("roots", &self.roots).finish()
+    }
+}
+
+/// Refuses a file outside the engine's data roots, for the readers that do not go through
+/// DuckDB (workbooks, the native CSV scan): the compiler resolved the path already; this
+/// keeps the engine safe on its own.
+pub(crate) fn confined(path: &str, what: &str, roots: &[PathBuf]) -> Result<PathBuf, String> {
+    let p = std::path::Path::new(path)
+        .canonicalize()
+        .map_err(|e| format!("cannot open {what} {path}: {e}"))?;
+    if roots.iter().any(|r| p.starts_with(r)) {
+        Ok(p)
+    } else {
+        Err(format!("{path} is outside the data roots"))
     }
 }
 
@@ -126,14 +146,26 @@ impl Engine for TableEngine {
             version: self.version(),
             availability: Availability::Available,
             devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
-            kernels: vec![KernelCaps {
-                name: KERNEL.into(),
-                ops: vec![],
-                classes: vec![OpClass::Table],
-                dtypes: vec![DType::Table],
-                deterministic: true,
-                description: "DuckDB SQL, one in-memory connection per job".into(),
-            }],
+            kernels: vec![
+                KernelCaps {
+                    name: NATIVE_KERNEL.into(),
+                    ops: vec![Op::Describe],
+                    classes: vec![],
+                    dtypes: vec![DType::Table],
+                    deterministic: true,
+                    description: "describe in Rust: one parallel scan of a CSV file, \
+                                  quantiles by selection"
+                        .into(),
+                },
+                KernelCaps {
+                    name: KERNEL.into(),
+                    ops: vec![],
+                    classes: vec![OpClass::Table],
+                    dtypes: vec![DType::Table],
+                    deterministic: true,
+                    description: "DuckDB SQL, one in-memory connection per job".into(),
+                },
+            ],
         }
     }
 
@@ -145,7 +177,17 @@ impl Engine for TableEngine {
         let threads = assignment.options.get("threads").and_then(|t| t.parse().ok());
         let conn = self.connection(threads)?;
         let id = self.executables.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(exec::TableExec::new(partition.clone(), conn, id, self.roots.clone())?))
+        let threads = threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        Ok(Box::new(exec::TableExec::new(
+            partition.clone(),
+            assignment,
+            conn,
+            id,
+            self.roots.clone(),
+            threads,
+        )?))
     }
 }
 

@@ -3,25 +3,13 @@
 //! numbers f64, booleans bool, anything else text — and `sheet = "*"` stacks every sheet.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use calamine::{Data, Reader, open_workbook_auto};
 use xpu_ir::{Attrs, Column, ColumnData, DType, Table};
 
-/// Refuses a workbook outside the engine's data roots (the compiler resolved the path
-/// already; this keeps the engine safe on its own).
-fn confined(path: &str, roots: &[PathBuf]) -> Result<PathBuf, String> {
-    let p =
-        Path::new(path).canonicalize().map_err(|e| format!("cannot open workbook {path}: {e}"))?;
-    if roots.iter().any(|r| p.starts_with(r)) {
-        Ok(p)
-    } else {
-        Err(format!("{path} is outside the data roots"))
-    }
-}
-
 pub fn read(attrs: &Attrs, roots: &[PathBuf]) -> Result<Table, String> {
-    let path = confined(attrs.str("path", ""), roots)?;
+    let path = crate::confined(attrs.str("path", ""), "workbook", roots)?;
     let mut book = open_workbook_auto(&path)
         .map_err(|e| format!("{}: not a readable workbook: {e}", path.display()))?;
     let names = book.sheet_names();

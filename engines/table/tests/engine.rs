@@ -128,3 +128,99 @@ fn plots_are_drawn_and_not_blank() {
         }
     }
 }
+
+/// `describe` over a CSV file, on the kernel named (`None`: the engine's default).
+fn describe_file(
+    engine: &TableEngine,
+    path: &Path,
+    columns: Option<&[&str]>,
+    kernel: Option<&str>,
+) -> Result<xpu_ir::Table, String> {
+    let mut attrs = Attrs::new();
+    if let Some(c) = columns {
+        attrs = attrs.with("columns", Attr::Strs(c.iter().map(|s| s.to_string()).collect()));
+    }
+    let g = graph(csv_attrs(path), Some((Op::Describe, attrs)));
+    let mut assignment = Assignment::new("table");
+    if let Some(k) = kernel {
+        assignment.kernels.insert(xpu_ir::NodeId(1), k.to_string());
+    }
+    let mut exe = engine.prepare(&g, &assignment).map_err(|e| e.to_string())?;
+    let out = exe.run(&[]).map_err(|e| e.to_string())?;
+    Ok(out.outputs[0].data().as_table().unwrap().clone())
+}
+
+#[test]
+fn native_describe_agrees_with_sql_on_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    // Big enough (> 1 MiB) to be cut into chunks; a second copy with one quoted field is
+    // read whole. Both must give what DuckDB's SQL gives.
+    let mut plain = String::from("k,x,y,name\n");
+    for i in 0..60_000u64 {
+        let x = if i % 17 == 0 {
+            String::new()
+        } else {
+            format!("{}", (i * 7919 % 10_007) as f64 / 7.0)
+        };
+        let y = if i % 101 == 0 { "NA".to_string() } else { format!("{}", (i as f64).sqrt()) };
+        plain.push_str(&format!("{i},{x},{y},n{}\n", i % 13));
+    }
+    let quoted = plain.replacen("n0\n", "\"n,0\"\n", 1);
+    for (name, text) in [("plain.csv", &plain), ("quoted.csv", &quoted)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let native = describe_file(&engine, &path, None, None).unwrap();
+        let sql = describe_file(&engine, &path, None, Some("table.duckdb")).unwrap();
+        let names =
+            |t: &xpu_ir::Table| t.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&native), ["statistic", "k", "x", "y"], "{name}");
+        assert_eq!(names(&native), names(&sql), "{name}");
+        for (a, b) in native.columns.iter().zip(&sql.columns).skip(1) {
+            for r in 0..native.rows() {
+                let (x, y) = (a.data.get_f64(r), b.data.get_f64(r));
+                assert!(
+                    (x - y).abs() <= 1e-9 * x.abs().max(y.abs()),
+                    "{name} {} row {r}: native {x}, sql {y}",
+                    a.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn native_describe_reports_bad_rows_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    // A column the program was checked against as numbers holds a word on line 4.
+    let word = write("word.csv", "a,b\n1,2\n3,4\n5,oops\n");
+    let err = describe_file(&engine, &word, Some(&["a", "b"]), None).unwrap_err();
+    assert!(err.contains("word.csv") && err.contains("line 4") && err.contains("oops"), "{err}");
+    // Without the compile-time columns a word makes the column non-numeric, as in pandas.
+    let t = describe_file(&engine, &word, None, None).unwrap();
+    assert_eq!(t.columns.len(), 2, "only `a` is numeric");
+    let ragged = write("ragged.csv", "a,b\n1,2\n\n3,4,5\n");
+    let err = describe_file(&engine, &ragged, None, None).unwrap_err();
+    assert!(err.contains("ragged.csv") && err.contains("line 4") && err.contains("3"), "{err}");
+    let latin1 = write("latin1.csv", "a,b\n1,2\n3,caf\u{e9}\n");
+    let mut bytes = std::fs::read(&latin1).unwrap();
+    bytes.retain(|&b| b != 0xc3);
+    bytes.iter_mut().filter(|b| **b == 0xa9).for_each(|b| *b = 0xe9);
+    std::fs::write(&latin1, bytes).unwrap();
+    let err = describe_file(&engine, &latin1, None, None).unwrap_err();
+    assert!(err.contains("latin1.csv") && err.contains("line 3") && err.contains("UTF-8"), "{err}");
+    let err = describe_file(&engine, &word, Some(&["nope"]), None).unwrap_err();
+    assert!(err.contains("no column named \"nope\""), "{err}");
+    // The native scan is confined to the data roots like DuckDB is.
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.csv");
+    std::fs::write(&secret, "s\n42\n").unwrap();
+    let err = describe_file(&engine, &secret, None, None).unwrap_err();
+    assert!(err.contains("outside the data roots") && !err.contains("42.0"), "{err}");
+}

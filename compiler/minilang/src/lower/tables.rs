@@ -889,13 +889,15 @@ impl Builtin<'_, '_> {
                         .filter(|(_, d)| numeric(*d))
                         .map(|(n, _)| (n.clone(), DType::F64)),
                 );
-                self.l.table(
-                    Op::Describe,
-                    &[t],
-                    Attrs::new().with("stats", Attr::Strs(stats)),
-                    out,
-                    self.span,
-                )
+                // The columns described, fixed now: the run then describes what the program
+                // was checked against (a later non-number is an error, not a lost column),
+                // and no engine has to ask the data which columns are numeric.
+                let mut attrs = Attrs::new().with("stats", Attr::Strs(stats));
+                if !schema.open {
+                    let described = out.columns[1..].iter().map(|(n, _)| n.clone()).collect();
+                    attrs = attrs.with("columns", Attr::Strs(described));
+                }
+                self.l.table(Op::Describe, &[t], attrs, out, self.span)
             }
             "pivot" => {
                 let (t, schema, tspan) = self.table_arg(0, "table")?;

@@ -1,0 +1,457 @@
+//! The `table.native` kernel: `describe` computed in Rust. Reading a CSV file into DuckDB and
+//! asking for eight statistics per column makes DuckDB parse every cell into its vectors and
+//! collect each column once per quantile; describing a file directly needs one parallel scan
+//! that keeps the numeric columns as plain `f64` vectors, and quantiles by selection. The
+//! statistics follow pandas (`describe()`): missing values skipped, sample standard
+//! deviation from the mean's deviations, numpy's pairwise summation and linear quantiles.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use xpu_ir::{Column, ColumnData, Table};
+
+/// A CSV file as `read_csv` names it.
+#[derive(Clone, Debug)]
+pub struct CsvFile<'a> {
+    pub path: &'a str,
+    pub sep: u8,
+    /// Missing-value markers; empty means pandas' defaults.
+    pub na_values: &'a [String],
+}
+
+/// The values of one column, missing ones dropped.
+#[derive(Debug)]
+pub struct Values {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// How the file was scanned, for the explanation.
+#[derive(Debug)]
+pub struct ScanReport {
+    pub rows: usize,
+    pub threads: usize,
+}
+
+/// Which columns to keep from a file.
+#[derive(Clone, Copy, Debug)]
+pub enum Wanted<'a> {
+    /// These columns, each of which must hold numbers (the compile-time schema said so).
+    Exactly(&'a [String]),
+    /// Every column whose cells are all numbers or missing (pandas' numeric columns).
+    Numeric,
+}
+
+struct Markers {
+    set: HashSet<Vec<u8>>,
+    /// A marker that reads as a number (`-999`): every cell is checked against the set
+    /// before it is parsed.
+    numeric: bool,
+}
+
+impl Markers {
+    fn new(na_values: &[String]) -> Markers {
+        let list: Vec<&str> = if na_values.is_empty() {
+            crate::sql::PANDAS_NA_VALUES.to_vec()
+        } else {
+            na_values.iter().map(String::as_str).collect()
+        };
+        let numeric = list.iter().any(|m| parse_number(m.as_bytes()).is_some());
+        Markers { set: list.iter().map(|m| m.as_bytes().to_vec()).collect(), numeric }
+    }
+}
+
+/// A number as pandas reads one: surrounding spaces allowed, `inf` and `nan` spelled any
+/// case. NaN comes back as `Some(NaN)`; the caller counts it as missing.
+fn parse_number(field: &[u8]) -> Option<f64> {
+    let f = field.trim_ascii();
+    if f.is_empty() {
+        return None;
+    }
+    fast_float2::parse(f).ok()
+}
+
+/// One cell: `Ok(Some(x))` a number, `Ok(None)` missing, `Err(())` not a number.
+fn cell(field: &[u8], na: &Markers) -> Result<Option<f64>, ()> {
+    if na.numeric && na.set.contains(field) {
+        return Ok(None);
+    }
+    match parse_number(field) {
+        Some(x) if x.is_nan() => Ok(None),
+        Some(x) => Ok(Some(x)),
+        None if field.trim_ascii().is_empty() || na.set.contains(field) => Ok(None),
+        None => Err(()),
+    }
+}
+
+/// The 1-based line of byte `offset` of `buf`, past the blank lines the reader skipped.
+fn line_at(buf: &[u8], mut offset: usize) -> usize {
+    while offset < buf.len() && matches!(buf[offset], b'\n' | b'\r') {
+        offset += 1;
+    }
+    1 + memchr::memchr_iter(b'\n', &buf[..offset.min(buf.len())]).count()
+}
+
+/// What one chunk of rows gave: per kept column its values, or the first non-number.
+struct ChunkResult {
+    columns: Vec<Option<Vec<f64>>>,
+    rows: usize,
+    /// Byte offset (in the whole file) and text of the first non-number of a column that
+    /// had to be numeric.
+    bad: Option<(usize, usize, String)>,
+}
+
+fn scan_chunk(
+    file: &CsvFile<'_>,
+    buf: &[u8],
+    start: usize,
+    end: usize,
+    width: usize,
+    keep: &[Option<usize>],
+    strict: &[bool],
+    na: &Markers,
+) -> Result<ChunkResult, String> {
+    let chunk = &buf[start..end];
+    if let Err(e) = std::str::from_utf8(chunk) {
+        let line = line_at(buf, start + e.valid_up_to());
+        return Err(format!("{}: line {line}: invalid UTF-8", file.path));
+    }
+    let mut columns: Vec<Option<Vec<f64>>> =
+        keep.iter().map(|_| Some(Vec::with_capacity(chunk.len() / (8 * width).max(1)))).collect();
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(file.sep)
+        .from_reader(chunk);
+    let mut record = csv::ByteRecord::new();
+    let mut rows = 0usize;
+    let mut bad = None;
+    loop {
+        match reader.read_byte_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                let at = e.position().map_or(start, |p| start + p.byte() as usize);
+                return Err(format!("{}: line {}: {e}", file.path, line_at(buf, at)));
+            }
+        }
+        let at = || start + record.position().map_or(0, |p| p.byte() as usize);
+        if record.len() != width {
+            return Err(format!(
+                "{}: line {}: expected {width} fields, saw {}",
+                file.path,
+                line_at(buf, at()),
+                record.len()
+            ));
+        }
+        for (k, (col, out)) in keep.iter().zip(columns.iter_mut()).enumerate() {
+            let (Some(col), Some(values)) = (col, out.as_mut()) else { continue };
+            match cell(&record[*col], na) {
+                Ok(Some(x)) => values.push(x),
+                Ok(None) => {}
+                Err(()) if strict[k] => {
+                    if bad.is_none() {
+                        let text = String::from_utf8_lossy(&record[*col]).into_owned();
+                        bad = Some((at(), k, text));
+                    }
+                    *out = None;
+                }
+                Err(()) => *out = None,
+            }
+        }
+        rows += 1;
+    }
+    Ok(ChunkResult { columns, rows, bad })
+}
+
+/// Scans a CSV file with a header row once, on up to `threads` threads, and returns the
+/// wanted columns' values. A file without quote characters is cut at line ends into one
+/// chunk per thread; one with quotes (a quoted field may hold a line end) is read whole.
+/// The file must lie inside `roots`.
+pub fn scan_csv(
+    file: &CsvFile<'_>,
+    roots: &[PathBuf],
+    wanted: Wanted<'_>,
+    threads: usize,
+) -> Result<(Vec<Values>, ScanReport), String> {
+    let path = crate::confined(file.path, "file", roots)?;
+    let handle = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", file.path))?;
+    // SAFETY: the map is read-only and lives only for this scan; a file truncated meanwhile
+    // by another process is the one case memory maps cannot guard against, as for any reader.
+    let map = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| format!("{}: {e}", file.path))?;
+    let buf: &[u8] = &map;
+    if buf.is_empty() {
+        return Err(format!("{} is empty: no columns to read", file.path));
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .delimiter(file.sep)
+        .from_reader(buf);
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("{}: line 1: {e}", file.path))?
+        .iter()
+        .map(|h| h.trim().to_string())
+        .collect();
+    let body_start = reader.position().byte() as usize;
+    let width = header.len();
+    let (names, strict): (Vec<String>, Vec<bool>) = match wanted {
+        Wanted::Exactly(cols) => (cols.to_vec(), vec![true; cols.len()]),
+        Wanted::Numeric => (header.clone(), vec![false; width]),
+    };
+    let keep: Vec<Option<usize>> =
+        names.iter().map(|n| header.iter().position(|h| h == n)).collect::<Vec<_>>();
+    if let Some(missing) = names.iter().zip(&keep).find(|(_, k)| k.is_none()) {
+        return Err(format!("{}: no column named {:?}", file.path, missing.0));
+    }
+    let na = Markers::new(file.na_values);
+    let body = &buf[body_start..];
+    let threads = threads.max(1);
+    let mut bounds = vec![body_start];
+    if memchr::memchr(b'"', body).is_none() && threads > 1 && body.len() > 1 << 20 {
+        for t in 1..threads {
+            let target = body_start + body.len() * t / threads;
+            let last = *bounds.last().unwrap_or(&body_start);
+            if target <= last {
+                continue;
+            }
+            if let Some(nl) = memchr::memchr(b'\n', &buf[target..]) {
+                bounds.push(target + nl + 1);
+            }
+        }
+    }
+    bounds.push(buf.len());
+    bounds.dedup();
+    let chunks: Vec<Result<ChunkResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = bounds
+            .windows(2)
+            .map(|w| {
+                let (start, end) = (w[0], w[1]);
+                let (keep, strict, na) = (&keep, &strict, &na);
+                s.spawn(move || scan_chunk(file, buf, start, end, width, keep, strict, na))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(format!("{}: the scan failed", file.path))))
+            .collect()
+    });
+    let mut out: Vec<Option<Vec<f64>>> = names.iter().map(|_| Some(Vec::new())).collect();
+    let mut rows = 0;
+    for chunk in chunks {
+        let chunk = chunk?;
+        if let Some((at, k, text)) = chunk.bad {
+            return Err(format!(
+                "{}: line {}: column {:?}: {text:?} is not a number",
+                file.path,
+                line_at(buf, at),
+                names[k]
+            ));
+        }
+        rows += chunk.rows;
+        for (o, c) in out.iter_mut().zip(chunk.columns) {
+            match (o.as_mut(), c) {
+                (Some(o), Some(mut c)) if o.is_empty() => std::mem::swap(o, &mut c),
+                (Some(o), Some(c)) => o.extend_from_slice(&c),
+                _ => *o = None,
+            }
+        }
+    }
+    let values = names
+        .into_iter()
+        .zip(out)
+        .filter_map(|(name, v)| v.map(|values| Values { name, values }))
+        .collect();
+    Ok((values, ScanReport { rows, threads: bounds.len() - 1 }))
+}
+
+/// The numeric (integer or float, not bool) columns of a materialised table, missing values
+/// dropped; `only` restricts and orders them.
+pub fn table_values(table: &Table, only: Option<&[String]>) -> Vec<Values> {
+    let pick = |c: &Column| -> Option<Values> {
+        let values = match &c.data {
+            ColumnData::I64(v) => v.iter().flatten().map(|&x| x as f64).collect(),
+            ColumnData::F64(v) => v.iter().flatten().copied().filter(|x| !x.is_nan()).collect(),
+            _ => return None,
+        };
+        Some(Values { name: c.name.clone(), values })
+    };
+    match only {
+        Some(names) => names
+            .iter()
+            .filter_map(|n| table.columns.iter().find(|c| &c.name == n))
+            .filter_map(pick)
+            .collect(),
+        None => table.columns.iter().filter_map(pick).collect(),
+    }
+}
+
+/// numpy's pairwise summation (`pairwise_sum` in numpy's loops): eight accumulators over
+/// blocks of up to 128 values, halves added recursively. Matches `ndarray.sum` far closer
+/// than a running sum does.
+fn pairwise_sum(a: &[f64]) -> f64 {
+    const BLOCK: usize = 128;
+    if a.len() < 8 {
+        return a.iter().fold(0.0, |s, &x| s + x);
+    }
+    if a.len() <= BLOCK {
+        let mut r = [a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]];
+        let mut i = 8;
+        while i + 8 <= a.len() {
+            for (k, acc) in r.iter_mut().enumerate() {
+                *acc += a[i + k];
+            }
+            i += 8;
+        }
+        let mut s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for &x in &a[i..] {
+            s += x;
+        }
+        return s;
+    }
+    let half = (a.len() / 2) & !7;
+    pairwise_sum(&a[..half]) + pairwise_sum(&a[half..])
+}
+
+/// numpy's linear interpolation between neighbours (`_lerp`), exact at both ends.
+fn lerp(a: f64, b: f64, t: f64) -> f64 {
+    let diff = b - a;
+    if t >= 0.5 { b - diff * (1.0 - t) } else { a + diff * t }
+}
+
+/// The statistics of one column, in the order `stats` names them; `None` where pandas gives
+/// NaN (no values; a standard deviation of fewer than two).
+fn column_stats(values: &mut [f64], stats: &[String]) -> Vec<Option<f64>> {
+    let n = values.len();
+    let mean = (n > 0).then(|| pairwise_sum(values) / n as f64);
+    let std = match mean {
+        Some(m) if n > 1 => {
+            let squares: Vec<f64> = values.iter().map(|&x| (x - m) * (x - m)).collect();
+            Some((pairwise_sum(&squares) / (n - 1) as f64).sqrt())
+        }
+        _ => None,
+    };
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    for &x in values.iter() {
+        min = min.min(x);
+        max = max.max(x);
+    }
+    // Quantiles in ascending order, each selection on what lies above the previous one.
+    let mut wanted: Vec<(usize, f64)> = stats
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| crate::sql::percentile(s).map(|q| (i, q)))
+        .collect();
+    wanted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut quantiles = vec![None; stats.len()];
+    let mut floor_done = 0usize;
+    for (i, q) in wanted {
+        if n == 0 {
+            break;
+        }
+        let h = (n - 1) as f64 * q;
+        let lo = (h.floor() as usize).min(n - 1);
+        let t = h - lo as f64;
+        if lo >= floor_done {
+            values[floor_done..].select_nth_unstable_by(lo - floor_done, f64::total_cmp);
+            floor_done = lo;
+        }
+        let a = values[lo];
+        let b = if lo + 1 < n && t > 0.0 {
+            values[lo + 1..].iter().copied().fold(f64::INFINITY, f64::min)
+        } else {
+            a
+        };
+        quantiles[i] = Some(lerp(a, b, t));
+    }
+    stats
+        .iter()
+        .zip(quantiles)
+        .map(|(s, q)| match s.as_str() {
+            "count" => Some(n as f64),
+            "mean" => mean,
+            "std" => std,
+            "min" => (n > 0).then_some(min),
+            "max" => (n > 0).then_some(max),
+            _ => q,
+        })
+        .collect()
+}
+
+/// `describe`'s table: the statistic names as row labels, one column per input column.
+/// Columns are worked on `threads` threads.
+pub fn describe(mut columns: Vec<Values>, stats: &[String], threads: usize) -> Table {
+    let per_thread = columns.len().div_ceil(threads.max(1)).max(1);
+    let results: Vec<Vec<Option<f64>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = columns
+            .chunks_mut(per_thread)
+            .map(|group| {
+                s.spawn(move || {
+                    group.iter_mut().map(|c| column_stats(&mut c.values, stats)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    let mut out = vec![Column {
+        name: "statistic".into(),
+        data: ColumnData::String(stats.iter().map(|s| Some(s.clone())).collect()),
+    }];
+    for (c, cells) in columns.into_iter().zip(results) {
+        out.push(Column { name: c.name, data: ColumnData::F64(cells) });
+    }
+    Table { columns: out, index: true }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats() -> Vec<String> {
+        crate::sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn quantiles_interpolate_like_numpy() {
+        // numpy.percentile([4, 1, 3, 2], [25, 50, 75]) == [1.75, 2.5, 3.25]
+        let mut v = vec![4.0, 1.0, 3.0, 2.0];
+        let s = column_stats(&mut v, &stats());
+        assert_eq!(s[0], Some(4.0));
+        assert_eq!(s[1], Some(2.5));
+        assert!((s[2].unwrap() - 1.2909944487358056).abs() < 1e-15);
+        assert_eq!(&s[3..], &[Some(1.0), Some(1.75), Some(2.5), Some(3.25), Some(4.0)]);
+    }
+
+    #[test]
+    fn empty_and_single_columns_give_pandas_nans() {
+        let s = column_stats(&mut [], &stats());
+        assert_eq!(s[0], Some(0.0));
+        assert!(s[1..].iter().all(Option::is_none));
+        let s = column_stats(&mut [7.0], &stats());
+        assert_eq!(
+            s,
+            [Some(1.0), Some(7.0), None, Some(7.0), Some(7.0), Some(7.0), Some(7.0), Some(7.0)]
+        );
+    }
+
+    #[test]
+    fn pairwise_sum_is_numpys() {
+        // 0.1 summed 1000 times: numpy's `np.full(1000, 0.1).sum()`; a running sum gives
+        // 99.9999999999986.
+        assert_eq!(pairwise_sum(&vec![0.1; 1000]), 100.00000000000001);
+    }
+
+    #[test]
+    fn cells_read_as_pandas_reads_them() {
+        let na = Markers::new(&[]);
+        assert_eq!(cell(b" 1.5 ", &na), Ok(Some(1.5)));
+        assert_eq!(cell(b"", &na), Ok(None));
+        assert_eq!(cell(b"NA", &na), Ok(None));
+        assert_eq!(cell(b"nan", &na), Ok(None));
+        assert_eq!(cell(b"-inf", &na), Ok(Some(f64::NEG_INFINITY)));
+        assert_eq!(cell(b"oops", &na), Err(()));
+        let custom = Markers::new(&["-999".to_string()]);
+        assert_eq!(cell(b"-999", &custom), Ok(None));
+    }
+}
