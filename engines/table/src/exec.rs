@@ -47,7 +47,9 @@ struct Rel {
 
 pub struct TableExec {
     g: Graph,
-    conn: SharedConnection,
+    /// The job's DuckDB connection; `None` for a partition that runs without it
+    /// ([`TableExec::needs_duckdb`]).
+    conn: Option<SharedConnection>,
     id: usize,
     holding: Vec<Holding>,
     /// The kernel of every node (the assignment's, else the engine's first that runs it).
@@ -104,7 +106,6 @@ impl TableExec {
     pub fn new(
         g: Graph,
         assignment: &xpu_engine::Assignment,
-        conn: SharedConnection,
         id: usize,
         roots: Vec<std::path::PathBuf>,
         threads: usize,
@@ -163,7 +164,73 @@ impl TableExec {
                 }
             })
             .collect();
-        Ok(TableExec { g, conn, id, holding, kernels, roots, threads })
+        Ok(TableExec { g, conn: None, id, holding, kernels, roots, threads })
+    }
+
+    /// Whether running needs the DuckDB connection: anything but native nodes over files
+    /// left unbound does. A `describe` of a CSV file then starts no database at all.
+    pub fn needs_duckdb(&self) -> bool {
+        let native_over_file = |nid: NodeId| {
+            let n = self.g.node(nid);
+            self.kernels[nid.index()] == NATIVE_KERNEL
+                && n.input_values().all(|v| {
+                    self.g.producer(v).is_some_and(|p| self.holding[p.index()] == Holding::File)
+                })
+        };
+        !self.g.inputs.is_empty()
+            || self
+                .g
+                .node_ids()
+                .any(|nid| self.holding[nid.index()] != Holding::File && !native_over_file(nid))
+    }
+
+    pub fn set_connection(&mut self, conn: SharedConnection) {
+        self.conn = Some(conn);
+    }
+
+    /// A partition of native nodes over unbound files ([`TableExec::needs_duckdb`] false).
+    fn run_native(&self) -> Result<Execution, EngineError> {
+        let mut rels: HashMap<ValueId, Rel> = HashMap::new();
+        let mut built: HashMap<ValueId, Table> = HashMap::new();
+        let (mut facts, mut timings) = (Vec::new(), Vec::new());
+        for nid in self.g.node_ids() {
+            let start = Instant::now();
+            let n = self.g.node(nid);
+            let how = if self.holding[nid.index()] == Holding::File {
+                let name = format!("x{}_n{}", self.id, nid.0);
+                rels.insert(n.outputs[0], Rel { name, indexed: false, file: Some(nid) });
+                "-- not bound in DuckDB: its only readers are table.native nodes, which scan \
+                 the file themselves"
+                    .to_string()
+            } else {
+                let input = n
+                    .input_values()
+                    .next()
+                    .and_then(|v| rels.get(&v))
+                    .ok_or_else(|| kernel_err(&self.g, nid, "input not computed"))?;
+                let (table, how) = self.native_file_describe(nid, input)?;
+                built.insert(n.outputs[0], table);
+                how
+            };
+            facts.push(Fact { node: Some(nid), key: "sql".into(), value: how });
+            timings.push(NodeTiming {
+                node: nid,
+                kernel: self.kernels[nid.index()].into(),
+                nanos: start.elapsed().as_nanos() as u64,
+            });
+        }
+        let outputs = self
+            .g
+            .outputs
+            .iter()
+            .map(|o| {
+                let table = built.get(&o.value).cloned().ok_or_else(|| {
+                    EngineError::Other(format!("output {} was not computed", o.name))
+                })?;
+                Ok(Tensor::from_vec(vec![], vec![table]).expect("scalar table"))
+            })
+            .collect::<Result<_, EngineError>>()?;
+        Ok(Execution { outputs, timings, facts })
     }
 }
 
@@ -291,8 +358,10 @@ enum Step {
 impl Executable for TableExec {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         check_inputs(&self.g, inputs)?;
-        let conn =
-            self.conn.lock().map_err(|_| EngineError::Other("poisoned connection".into()))?;
+        let Some(conn) = &self.conn else {
+            return self.run_native();
+        };
+        let conn = conn.lock().map_err(|_| EngineError::Other("poisoned connection".into()))?;
         let mut created: Vec<(String, Holding)> = Vec::new();
         let result = self.run_in(&conn, inputs, &mut created);
         // Drop what this run made, newest first (views depend on what came before).
@@ -703,58 +772,60 @@ impl TableExec {
         Ok((Table { columns, index: true }, how))
     }
 
-    /// pandas `describe()` in Rust (`table.native`): a CSV file left unbound
-    /// ([`Holding::File`]) is scanned directly; any other input is read back from DuckDB,
-    /// its numeric columns only.
+    /// pandas `describe()` in Rust (`table.native`) of a CSV file left unbound
+    /// ([`Holding::File`]): the file is scanned directly.
+    fn native_file_describe(
+        &self,
+        nid: NodeId,
+        input: &Rel,
+    ) -> Result<(Table, String), EngineError> {
+        let stats = self.describe_stats(nid)?;
+        let src = input.file.ok_or_else(|| self.err(nid, "input is not a file"))?;
+        let a = &self.g.node(src).attrs;
+        let file = native::CsvFile {
+            path: a.str("path", ""),
+            sep: a.str("sep", ",").as_bytes()[0],
+            na_values: a.strs("na_values").unwrap_or(&[]),
+        };
+        let wanted = match self.g.node(nid).attrs.strs("columns") {
+            Some(c) => native::Wanted::Exactly(c),
+            None => native::Wanted::Numeric,
+        };
+        let (values, scan) = native::scan_csv(&file, &self.roots, wanted, self.threads)
+            .map_err(|m| self.err(nid, m))?;
+        let how = format!(
+            "-- table.native: {} scanned once on {} thread(s), {} rows, {} column(s)",
+            file.path,
+            scan.threads,
+            scan.rows,
+            values.len()
+        );
+        Ok((native::describe(values, &stats, self.threads), how))
+    }
+
+    /// pandas `describe()` in Rust (`table.native`): a file left unbound is scanned
+    /// directly; any other input is read back from DuckDB, its numeric columns only.
     fn native_describe(
         &self,
         conn: &Connection,
         nid: NodeId,
         input: &Rel,
     ) -> Result<(Table, String), StepError> {
+        if input.file.is_some() {
+            return Ok(self.native_file_describe(nid, input)?);
+        }
         let stats = self.describe_stats(nid)?;
-        let only = self.g.node(nid).attrs.strs("columns");
-        let (values, how) = match input.file {
-            Some(src) => {
-                let a = &self.g.node(src).attrs;
-                let file = native::CsvFile {
-                    path: a.str("path", ""),
-                    sep: a.str("sep", ",").as_bytes()[0],
-                    na_values: a.strs("na_values").unwrap_or(&[]),
-                };
-                let wanted = match only {
-                    Some(c) => native::Wanted::Exactly(c),
-                    None => native::Wanted::Numeric,
-                };
-                let (values, scan) = native::scan_csv(&file, &self.roots, wanted, self.threads)
-                    .map_err(|m| self.err(nid, m))?;
-                let how = format!(
-                    "-- table.native: {} scanned once on {} thread(s), {} rows, {} column(s)",
-                    file.path,
-                    scan.threads,
-                    scan.rows,
-                    values.len()
-                );
-                (values, how)
-            }
-            None => {
-                let numeric = self.describe_columns(conn, nid, &input.name)?;
-                let select: Vec<String> = numeric.iter().map(|c| ident(c)).collect();
-                let rel = format!("(SELECT {} FROM {})", select.join(", "), input.name);
-                let table = if numeric.is_empty() {
-                    Table::default()
-                } else {
-                    materialize(conn, &rel, false)?
-                };
-                let how = format!(
-                    "-- table.native: {} column(s) of {} read back from DuckDB",
-                    numeric.len(),
-                    input.name
-                );
-                (native::table_values(&table, None), how)
-            }
-        };
-        Ok((native::describe(values, &stats, self.threads), how))
+        let numeric = self.describe_columns(conn, nid, &input.name)?;
+        let select: Vec<String> = numeric.iter().map(|c| ident(c)).collect();
+        let rel = format!("(SELECT {} FROM {})", select.join(", "), input.name);
+        let table =
+            if numeric.is_empty() { Table::default() } else { materialize(conn, &rel, false)? };
+        let how = format!(
+            "-- table.native: {} column(s) of {} read back from DuckDB",
+            numeric.len(),
+            input.name
+        );
+        Ok((native::describe(native::table_values(&table, None), &stats, self.threads), how))
     }
 
     /// pandas `pivot_table`: one row per index value (sorted), one column per distinct value

@@ -175,30 +175,26 @@ impl Engine for TableEngine {
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
         let threads = assignment.options.get("threads").and_then(|t| t.parse().ok());
-        let conn = self.connection(threads)?;
         let id = self.executables.fetch_add(1, Ordering::Relaxed);
-        let threads = threads.unwrap_or_else(|| {
+        let workers = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
-        Ok(Box::new(exec::TableExec::new(
-            partition.clone(),
-            assignment,
-            conn,
-            id,
-            self.roots.clone(),
-            threads,
-        )?))
+        let mut exec =
+            exec::TableExec::new(partition.clone(), assignment, id, self.roots.clone(), workers)?;
+        if exec.needs_duckdb() {
+            exec.set_connection(self.connection(threads)?);
+        }
+        Ok(Box::new(exec))
     }
 }
 
 fn duckdb_version() -> String {
-    // The library's own version string, e.g. `v1.2.0`, read once.
-    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    VERSION
-        .get_or_init(|| {
-            Connection::open_in_memory()
-                .and_then(|c| c.query_row("SELECT version()", [], |r| r.get::<_, String>(0)))
-                .unwrap_or_else(|_| "unknown".into())
-        })
-        .clone()
+    // The linked library's own version string, e.g. `v1.2.0`, without opening a database.
+    // SAFETY: `duckdb_library_version` returns a pointer to a static NUL-terminated string.
+    let raw = unsafe { duckdb::ffi::duckdb_library_version() };
+    if raw.is_null() {
+        return "unknown".into();
+    }
+    // SAFETY: non-null, static and NUL-terminated (above).
+    unsafe { std::ffi::CStr::from_ptr(raw) }.to_string_lossy().into_owned()
 }
