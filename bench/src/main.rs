@@ -8,6 +8,8 @@
 //! Each prints `{"median_s": …, "min_s": …, "reps": …}`. Preparation happens once, as a
 //! deployed engine would; inputs are borrowed by every run, as a peer's are.
 
+mod daemon;
+
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -82,6 +84,12 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("daemon") {
+        let url = args.get(2).context("daemon URL")?;
+        let concurrency: usize = args.get(3).context("daemon CONCURRENCY")?.parse()?;
+        let seconds: f64 = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(5.0);
+        return daemon::run(url.trim_end_matches('/'), concurrency, seconds);
+    }
     let (median, min, reps) = match args.get(1).map(String::as_str) {
         Some("matmul") => {
             let n: usize = args.get(2).context("matmul N")?.parse()?;

@@ -364,13 +364,27 @@ pub async fn submit(
     }
     let dto = wait_for(&app, &job).await;
     let finished = !matches!(dto.status.as_str(), "queued" | "running");
-    if finished {
-        let run = job.run_nanos.load(Ordering::Acquire).max(0) as u64;
-        let overhead = start.elapsed().as_nanos().saturating_sub(run as u128) as f64 * 1e-9;
-        app.metrics.server_overhead.observe(overhead);
-    }
     let status = if finished { StatusCode::OK } else { StatusCode::ACCEPTED };
-    Ok((status, Json(dto)).into_response())
+    let mut response = (status, Json(&dto)).into_response();
+    if finished {
+        let total = start.elapsed().as_nanos() as u64;
+        let run = job.run_nanos.load(Ordering::Acquire).max(0) as u64;
+        let queue = dto.queue_us.unwrap_or(0) * 1000;
+        app.metrics.server_overhead.observe(total.saturating_sub(run) as f64 * 1e-9);
+        // Where the server's time went (W3C Server-Timing, milliseconds): load generators
+        // and browsers read the overhead without the execution from it.
+        let ms = |n: u64| n as f64 * 1e-6;
+        let timing = format!(
+            "total;dur={:.3}, queue;dur={:.3}, run;dur={:.3}",
+            ms(total),
+            ms(queue),
+            ms(run)
+        );
+        if let Ok(v) = axum::http::HeaderValue::from_str(&timing) {
+            response.headers_mut().insert("server-timing", v);
+        }
+    }
+    Ok(response)
 }
 
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery),
