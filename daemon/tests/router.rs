@@ -421,14 +421,17 @@ async fn metrics_and_alert_rules_pass_promtool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waited_submits_carry_server_timing() {
     let s = server(false, |_| {});
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/jobs")
-        .header(header::AUTHORIZATION, format!("Bearer {ACME}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(job("let x = [1.0, 2.0]\nprint sum(x)\n", true).to_string()))
-        .unwrap();
-    let (status, body, headers) = s.call(req).await;
+    let submit = |body: Value| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/jobs")
+            .header(header::AUTHORIZATION, format!("Bearer {ACME}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (status, body, headers) =
+        s.call(submit(job("let x = [1.0, 2.0]\nprint sum(x)\n", true))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let timing = headers.get("server-timing").expect("Server-Timing").to_str().unwrap();
     let dur = |name: &str| -> f64 {
@@ -439,14 +442,7 @@ async fn waited_submits_carry_server_timing() {
     assert!(total > 0.0 && run > 0.0 && queue >= 0.0, "{timing}");
     assert!(run + queue <= total, "{timing}");
     // An answer that is not a finished run has no timing to give.
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/jobs")
-        .header(header::AUTHORIZATION, format!("Bearer {ACME}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(job("print 1.0\n", false).to_string()))
-        .unwrap();
-    let (status, _, headers) = s.call(req).await;
+    let (status, _, headers) = s.call(submit(job("print 1.0\n", false))).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     assert!(headers.get("server-timing").is_none());
 }
