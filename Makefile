@@ -69,7 +69,7 @@ test: setup lint
 	$(XPUCTL) policy test policies/examples
 
 build:
-	cargo build -q --workspace --all-targets --locked
+	cargo build -q --workspace --bins --locked
 
 XPUD := $(CARGO_TARGET_DIR)/debug/xpud
 
