@@ -20,6 +20,8 @@ pub struct Config {
     pub dev: bool,
     /// Directories of policy files (`*.toml`); jobs name policies by `[policy] name`.
     pub policy_dirs: Vec<PathBuf>,
+    /// Reload the policy set when a file in `policy_dirs` changes (as SIGHUP does).
+    pub watch_policies: bool,
     /// Directories a job's program may read tables and files from (and write to).
     pub data_roots: Vec<PathBuf>,
     /// Directories a job may name a program or model file in (`program.path`).
@@ -71,6 +73,7 @@ impl Default for Config {
             data_dir: "var".into(),
             dev: false,
             policy_dirs: vec!["policies/examples".into()],
+            watch_policies: true,
             data_roots: vec!["examples".into()],
             model_roots: vec!["examples".into()],
             auth: Auth::default(),
@@ -101,6 +104,7 @@ const KEYS: &[&str] = &[
     "data_dir",
     "dev",
     "policy_dirs",
+    "watch_policies",
     "data_roots",
     "model_roots",
     "auth",

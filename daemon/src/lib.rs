@@ -87,6 +87,41 @@ impl App {
     }
 
     /// Reloads the policy set; the old one stays when the new one is invalid.
+    /// Watches the policy directories and reloads the set when a file changes, once the
+    /// directory has been quiet for 200 ms (editors save in several steps). A bad set is
+    /// refused as on SIGHUP. The watch lasts as long as the returned watcher.
+    pub fn watch_policies(self: &Arc<Self>) -> Result<notify::RecommendedWatcher, String> {
+        use notify::Watcher;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+            if e.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.send(());
+            }
+        })
+        .map_err(|e| format!("cannot watch the policy directories: {e}"))?;
+        for dir in self.config.policy_dirs.iter().filter(|d| d.is_dir()) {
+            watcher
+                .watch(dir, notify::RecursiveMode::NonRecursive)
+                .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        }
+        let app = self.clone();
+        std::thread::Builder::new()
+            .name("policy-watch".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    while rx.recv_timeout(std::time::Duration::from_millis(200)).is_ok() {}
+                    match app.reload_policies() {
+                        Ok(n) => tracing::info!("policy files changed: {n} policies loaded"),
+                        Err(e) => tracing::error!(
+                            "policy files changed; the new set is refused, the old one stays:\n{e}"
+                        ),
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(watcher)
+    }
+
     pub fn reload_policies(&self) -> Result<usize, String> {
         match policies::PolicySet::load(&self.config.policy_dirs) {
             Ok(set) => {

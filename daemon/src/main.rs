@@ -120,6 +120,11 @@ async fn serve(config: Config) -> Result<()> {
              then explain it:         xpuctl --server http://{addr} explain RUN_ID"
         );
     }
+    let _watch = if app.config.watch_policies {
+        Some(app.watch_policies().map_err(|e| anyhow::anyhow!(e))?)
+    } else {
+        None
+    };
     let mut hup = signal(SignalKind::hangup())?;
     let reload_app = app.clone();
     tokio::spawn(async move {

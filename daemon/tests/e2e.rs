@@ -187,7 +187,8 @@ fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     let pol = dir.path().join("policies");
     std::fs::create_dir(&pol).unwrap();
     std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
-    let d = Daemon::start(&dir.path().join("var"), &pol, &[]);
+    // Only the signal reloads here (the file watch has its own test).
+    let d = Daemon::start(&dir.path().join("var"), &pol, &[("XPU_WATCH_POLICIES", "false")]);
     let a = agent();
     let names = |a: &ureq::Agent| {
         let (_, v) = get(a, &format!("{}/v1/policies", d.url));
@@ -221,6 +222,44 @@ fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     };
     assert!(m.contains("xpu_policy_reloads_total{result=\"rejected\"} 1"), "{m}");
     assert!(m.contains("xpu_policy_reloads_total{result=\"ok\"} 1"), "{m}");
+}
+
+/// A policy file written, fixed or broken while xpud runs: the watch reloads the set without
+/// a signal, and a bad set is refused with the old one kept.
+#[test]
+fn policy_files_are_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    let pol = dir.path().join("policies");
+    std::fs::create_dir(&pol).unwrap();
+    std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
+    let d = Daemon::start(&dir.path().join("var"), &pol, &[]);
+    let a = agent();
+    let names = || {
+        let (_, v) = get(&a, &format!("{}/v1/policies", d.url));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let becomes = |want: &[&str]| {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if names() == want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n").unwrap();
+    assert!(becomes(&["alpha", "beta"]), "{:?}", names());
+    std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n[engines]\norder = 5\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(names(), ["alpha", "beta"], "the bad set is refused, the old one stays");
+    std::fs::remove_file(pol.join("b.toml")).unwrap();
+    assert!(becomes(&["alpha"]), "{:?}", names());
 }
 
 /// SIGKILL under load, several times: every run acknowledged complete is stored and
