@@ -181,6 +181,12 @@ fn xpuctl_drives_a_real_daemon() {
     assert!(!out.status.success() && err.contains("another process"), "{err}");
 }
 
+/// The names of the policies xpud serves.
+fn policy_names(a: &ureq::Agent, url: &str) -> Vec<String> {
+    let (_, v) = get(a, &format!("{url}/v1/policies"));
+    v.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+}
+
 #[test]
 fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,14 +196,7 @@ fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     // Only the signal reloads here (the file watch has its own test).
     let d = Daemon::start(&dir.path().join("var"), &pol, &[("XPU_WATCH_POLICIES", "false")]);
     let a = agent();
-    let names = |a: &ureq::Agent| {
-        let (_, v) = get(a, &format!("{}/v1/policies", d.url));
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let names = |a: &ureq::Agent| policy_names(a, &d.url);
     assert_eq!(names(&a), ["alpha"]);
     std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n").unwrap();
     d.signal("HUP");
@@ -234,14 +233,7 @@ fn policy_files_are_watched() {
     std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
     let d = Daemon::start(&dir.path().join("var"), &pol, &[]);
     let a = agent();
-    let names = || {
-        let (_, v) = get(&a, &format!("{}/v1/policies", d.url));
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["name"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let names = || policy_names(&a, &d.url);
     let becomes = |want: &[&str]| {
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
