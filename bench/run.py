@@ -247,8 +247,7 @@ def bench_daemon(rows):
                 break
             except OSError:
                 time.sleep(0.1)
-        print("
-xpud, tiny job with wait     jobs/s   overhead µs p50 / p90 / p99   queue µs p50")
+        print("\nxpud, tiny job with wait     jobs/s   overhead µs p50 / p90 / p99   queue µs p50")
         total = 0
         for conc in (1, 4, 16):
             out = subprocess.run([BENCH_BIN, "daemon", url, str(conc), "5"], check=True,

@@ -1,4 +1,5 @@
-//! The `cpu.blas` kernel: row-major SGEMM/DGEMM through the system OpenBLAS (CBLAS).
+//! The `cpu.blas` kernel: row-major SGEMM/DGEMM through the system OpenBLAS (CBLAS),
+//! loaded with `dlopen` at first use.
 
 use std::any::TypeId;
 use std::os::raw::c_int;
@@ -8,39 +9,78 @@ use crate::linalg::Mat;
 const ROW_MAJOR: c_int = 101;
 const NO_TRANS: c_int = 111;
 
-unsafe extern "C" {
-    fn cblas_sgemm(
-        order: c_int,
-        ta: c_int,
-        tb: c_int,
-        m: c_int,
-        n: c_int,
-        k: c_int,
-        alpha: f32,
-        a: *const f32,
-        lda: c_int,
-        b: *const f32,
-        ldb: c_int,
-        beta: f32,
-        c: *mut f32,
-        ldc: c_int,
-    );
-    fn cblas_dgemm(
-        order: c_int,
-        ta: c_int,
-        tb: c_int,
-        m: c_int,
-        n: c_int,
-        k: c_int,
-        alpha: f64,
-        a: *const f64,
-        lda: c_int,
-        b: *const f64,
-        ldb: c_int,
-        beta: f64,
-        c: *mut f64,
-        ldc: c_int,
-    );
+type Sgemm = unsafe extern "C" fn(
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    f32,
+    *const f32,
+    c_int,
+    *const f32,
+    c_int,
+    f32,
+    *mut f32,
+    c_int,
+);
+type Dgemm = unsafe extern "C" fn(
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    f64,
+    *const f64,
+    c_int,
+    *const f64,
+    c_int,
+    f64,
+    *mut f64,
+    c_int,
+);
+
+/// The loaded library's CBLAS entry points.
+struct Cblas {
+    sgemm: Sgemm,
+    dgemm: Dgemm,
+    /// Kept loaded for the process's life.
+    _library: libloading::Library,
+}
+
+/// OpenBLAS, loaded at the first product that uses it rather than linked: a linked
+/// OpenBLAS starts its thread pool when the process starts, and those threads spin on the
+/// cores for their first ~0.1 s — a tax on every `xpuctl` run, table jobs included.
+/// `Err` (library missing or without CBLAS) makes `gemm` decline, so another kernel runs.
+fn cblas() -> Result<&'static Cblas, &'static str> {
+    static CBLAS: std::sync::OnceLock<Result<Cblas, String>> = std::sync::OnceLock::new();
+    CBLAS
+        .get_or_init(|| {
+            let names = ["libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"];
+            let mut last = String::from("OpenBLAS not found");
+            for name in names {
+                // SAFETY: loading OpenBLAS runs its initialisers, which have no preconditions.
+                match unsafe { libloading::Library::new(name) } {
+                    Ok(library) => {
+                        // SAFETY: the symbols are the CBLAS functions with these signatures.
+                        let found = unsafe {
+                            library.get::<Sgemm>(b"cblas_sgemm\0").map(|s| *s).and_then(|s| {
+                                library.get::<Dgemm>(b"cblas_dgemm\0").map(|d| (s, *d))
+                            })
+                        };
+                        return found
+                            .map(|(sgemm, dgemm)| Cblas { sgemm, dgemm, _library: library })
+                            .map_err(|e| format!("{name}: {e}"));
+                    }
+                    Err(e) => last = format!("{name}: {e}"),
+                }
+            }
+            Err(last)
+        })
+        .as_ref()
+        .map_err(String::as_str)
 }
 
 const TRANS: c_int = 112;
@@ -68,6 +108,7 @@ pub fn gemm<T: 'static>(
     c: &mut [T],
 ) -> bool {
     let (Some((ta, lda)), Some((tb, ldb))) = (layout(&a), layout(&b)) else { return false };
+    let Ok(cblas) = cblas() else { return false };
     let fits = [m, n, k, lda, ldb].iter().all(|&d| d <= c_int::MAX as usize);
     if !fits || m == 0 || n == 0 || k == 0 || c.len() < m * n {
         return false;
@@ -77,7 +118,7 @@ pub fn gemm<T: 'static>(
     if TypeId::of::<T>() == TypeId::of::<f32>() {
         // SAFETY: T is f32 (checked above); operands cover their shapes at these strides.
         unsafe {
-            cblas_sgemm(
+            (cblas.sgemm)(
                 ROW_MAJOR,
                 ta,
                 tb,
@@ -98,7 +139,7 @@ pub fn gemm<T: 'static>(
     } else if TypeId::of::<T>() == TypeId::of::<f64>() {
         // SAFETY: as above, with T = f64.
         unsafe {
-            cblas_dgemm(
+            (cblas.dgemm)(
                 ROW_MAJOR,
                 ta,
                 tb,

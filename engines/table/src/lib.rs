@@ -41,7 +41,11 @@ pub struct TableEngine {
     connection: Mutex<Option<SharedConnection>>,
     /// Numbers executables, so relation names of two partitions never collide.
     executables: AtomicUsize,
+    /// Compile-time schema answers ([`TableEngine::source_schema`]).
+    schemas: Mutex<std::collections::HashMap<String, SchemaAnswer>>,
 }
+
+type SchemaAnswer = Result<Vec<(String, DType)>, String>;
 
 impl std::fmt::Debug for TableEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,7 +76,12 @@ impl TableEngine {
     /// where they exist).
     pub fn new(roots: Vec<PathBuf>) -> TableEngine {
         let roots = roots.into_iter().map(|r| r.canonicalize().unwrap_or(r)).collect();
-        TableEngine { roots, connection: Mutex::new(None), executables: AtomicUsize::new(0) }
+        TableEngine {
+            roots,
+            connection: Mutex::new(None),
+            executables: AtomicUsize::new(0),
+            schemas: Mutex::new(std::collections::HashMap::new()),
+        }
     }
 
     /// Opens the confined connection: external access only inside the roots, no extension
@@ -118,11 +127,40 @@ impl TableEngine {
 
     /// The columns (name, dtype) a read node (`read_csv`, `read_xlsx`, `read_parquet`) will
     /// produce, found by the same reader that runs it. Used by MiniLang at compile time.
+    /// Answers are remembered for the engine's life (one compile, one REPL session), keyed
+    /// by the read's attributes and the file's size and modification time: a program that
+    /// names a file twice, or checks and then lowers it, sniffs it once.
     pub fn source_schema(&self, op: Op, attrs: &Attrs) -> Result<Vec<(String, DType)>, String> {
+        let stamp =
+            std::fs::metadata(attrs.str("path", "")).ok().map(|m| (m.len(), m.modified().ok()));
+        let key = format!("{op}|{attrs:?}|{stamp:?}");
+        if let Some(hit) = self.schemas.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return hit;
+        }
+        let answer = self.sniff_schema(op, attrs);
+        if let Ok(mut cache) = self.schemas.lock() {
+            cache.insert(key, answer.clone());
+        }
+        answer
+    }
+
+    fn sniff_schema(&self, op: Op, attrs: &Attrs) -> Result<Vec<(String, DType)>, String> {
         if op == Op::ReadXlsx {
             return xlsx::schema(attrs, &self.roots);
         }
         let source = exec::source_sql(op, attrs).map_err(|e| e.to_string())?;
+        if op == Op::ReadCsv
+            && attrs.int("header", 1) != 0
+            && let [sep] = attrs.str("sep", ",").as_bytes()
+            && let Some(schema) = native::numeric_schema(
+                attrs.str("path", ""),
+                *sep,
+                attrs.strs("na_values").unwrap_or(&[]),
+                &self.roots,
+            )
+        {
+            return Ok(schema);
+        }
         let conn = self.connection(None).map_err(|e| e.to_string())?;
         let conn = conn.lock().map_err(|_| "poisoned connection".to_string())?;
         exec::describe(&conn, &format!("SELECT * FROM {source}"))

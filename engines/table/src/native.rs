@@ -44,8 +44,8 @@ pub enum Wanted<'a> {
 
 struct Markers {
     set: HashSet<Vec<u8>>,
-    /// A marker that reads as a number (`-999`): every cell is checked against the set
-    /// before it is parsed.
+    /// A marker that reads as a number other than NaN (`-999`): every cell is checked against
+    /// the set before it is parsed.
     numeric: bool,
 }
 
@@ -56,7 +56,8 @@ impl Markers {
         } else {
             na_values.iter().map(String::as_str).collect()
         };
-        let numeric = list.iter().any(|m| parse_number(m.as_bytes()).is_some());
+        // `NaN`-like markers read as NaN, which counts as missing anyway.
+        let numeric = list.iter().any(|m| parse_number(m.as_bytes()).is_some_and(|x| !x.is_nan()));
         Markers { set: list.iter().map(|m| m.as_bytes().to_vec()).collect(), numeric }
     }
 }
@@ -68,7 +69,58 @@ fn parse_number(field: &[u8]) -> Option<f64> {
     if f.is_empty() {
         return None;
     }
-    fast_float2::parse(f).ok()
+    plain_decimal(f).or_else(|| fast_float2::parse(f).ok())
+}
+
+/// The common shape of a number in a CSV file, `-?digits[.digits]` with at most 15
+/// significant digits, read exactly: the digits as an integer (exact in f64 below 2^53)
+/// divided by a power of ten that is itself exact (≤ 10^22) is the correctly rounded value
+/// (Clinger's fast path, as every correct parser takes it). Anything else — exponents, more
+/// digits, `inf` — goes to the general parser.
+fn plain_decimal(f: &[u8]) -> Option<f64> {
+    const POW10: [f64; 16] =
+        [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+    let (negative, d) = match f.first()? {
+        b'-' => (true, &f[1..]),
+        b'+' => (false, &f[1..]),
+        _ => (false, f),
+    };
+    // At most 15 digits and a point: the mantissa stays below 10^15 < 2^53.
+    if d.is_empty() || d.len() > 16 {
+        return None;
+    }
+    let mut mantissa: u64 = 0;
+    let mut i = 0;
+    while i < d.len() {
+        let c = d[i].wrapping_sub(b'0');
+        if c > 9 {
+            break;
+        }
+        mantissa = mantissa * 10 + c as u64;
+        i += 1;
+    }
+    let whole = i;
+    let mut scale = 0;
+    if i < d.len() {
+        if d[i] != b'.' {
+            return None;
+        }
+        i += 1;
+        while i < d.len() {
+            let c = d[i].wrapping_sub(b'0');
+            if c > 9 {
+                return None;
+            }
+            mantissa = mantissa * 10 + c as u64;
+            i += 1;
+            scale += 1;
+        }
+    }
+    if whole + scale == 0 || whole + scale > 15 {
+        return None;
+    }
+    let value = mantissa as f64 / POW10[scale];
+    Some(if negative { -value } else { value })
 }
 
 /// One cell: `Ok(Some(x))` a number, `Ok(None)` missing, `Err(())` not a number.
@@ -101,67 +153,103 @@ struct ChunkResult {
     bad: Option<(usize, usize, String)>,
 }
 
-fn scan_chunk(
-    file: &CsvFile<'_>,
-    buf: &[u8],
-    start: usize,
-    end: usize,
+/// Where one chunk's values go: the kept columns' values, and the first non-number met in
+/// a column that had to be numeric.
+struct Sink<'a> {
+    file: &'a CsvFile<'a>,
+    buf: &'a [u8],
     width: usize,
-    keep: &[Option<usize>],
-    strict: &[bool],
-    na: &Markers,
-) -> Result<ChunkResult, String> {
-    let chunk = &buf[start..end];
-    if let Err(e) = std::str::from_utf8(chunk) {
-        let line = line_at(buf, start + e.valid_up_to());
-        return Err(format!("{}: line {line}: invalid UTF-8", file.path));
-    }
-    let mut columns: Vec<Option<Vec<f64>>> =
-        keep.iter().map(|_| Some(Vec::with_capacity(chunk.len() / (8 * width).max(1)))).collect();
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(file.sep)
-        .from_reader(chunk);
-    let mut record = csv::ByteRecord::new();
-    let mut rows = 0usize;
-    let mut bad = None;
-    loop {
-        match reader.read_byte_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let at = e.position().map_or(start, |p| start + p.byte() as usize);
-                return Err(format!("{}: line {}: {e}", file.path, line_at(buf, at)));
-            }
-        }
-        let at = || start + record.position().map_or(0, |p| p.byte() as usize);
-        if record.len() != width {
+    keep: &'a [Option<usize>],
+    strict: &'a [bool],
+    na: &'a Markers,
+    columns: Vec<Option<Vec<f64>>>,
+    rows: usize,
+    bad: Option<(usize, usize, String)>,
+}
+
+impl Sink<'_> {
+    /// One record whose first byte is at `at` in the file.
+    fn record(&mut self, fields: &[&[u8]], at: usize) -> Result<(), String> {
+        if fields.len() != self.width {
             return Err(format!(
-                "{}: line {}: expected {width} fields, saw {}",
-                file.path,
-                line_at(buf, at()),
-                record.len()
+                "{}: line {}: expected {} fields, saw {}",
+                self.file.path,
+                line_at(self.buf, at),
+                self.width,
+                fields.len()
             ));
         }
-        for (k, (col, out)) in keep.iter().zip(columns.iter_mut()).enumerate() {
+        for (k, (col, out)) in self.keep.iter().zip(self.columns.iter_mut()).enumerate() {
             let (Some(col), Some(values)) = (col, out.as_mut()) else { continue };
-            match cell(&record[*col], na) {
+            match cell(fields[*col], self.na) {
                 Ok(Some(x)) => values.push(x),
                 Ok(None) => {}
-                Err(()) if strict[k] => {
-                    if bad.is_none() {
-                        let text = String::from_utf8_lossy(&record[*col]).into_owned();
-                        bad = Some((at(), k, text));
+                Err(()) => {
+                    if self.strict[k] && self.bad.is_none() {
+                        let text = String::from_utf8_lossy(fields[*col]).into_owned();
+                        self.bad = Some((at, k, text));
                     }
                     *out = None;
                 }
-                Err(()) => *out = None,
             }
         }
-        rows += 1;
+        self.rows += 1;
+        Ok(())
     }
-    Ok(ChunkResult { columns, rows, bad })
+}
+
+/// Reads the records of `buf[start..end]`. `plain`: the file has no quote characters, so a
+/// record is a line and a field what lies between separators (split with memchr); otherwise
+/// the csv crate's reader handles quoting.
+fn scan_chunk(sink: &mut Sink<'_>, start: usize, end: usize, plain: bool) -> Result<(), String> {
+    let (buf, path, sep) = (sink.buf, sink.file.path, sink.file.sep);
+    let chunk = &buf[start..end];
+    if let Err(e) = std::str::from_utf8(chunk) {
+        let line = line_at(buf, start + e.valid_up_to());
+        return Err(format!("{path}: line {line}: invalid UTF-8"));
+    }
+    let mut fields: Vec<&[u8]> = Vec::with_capacity(sink.width);
+    if plain {
+        let mut pos = 0;
+        while pos < chunk.len() {
+            let stop = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
+            let mut line = &chunk[pos..stop];
+            if let [rest @ .., b'\r'] = line {
+                line = rest;
+            }
+            if !line.is_empty() {
+                fields.clear();
+                let mut from = 0;
+                for i in memchr::memchr_iter(sep, line) {
+                    fields.push(&line[from..i]);
+                    from = i + 1;
+                }
+                fields.push(&line[from..]);
+                sink.record(&fields, start + pos)?;
+            }
+            pos = stop + 1;
+        }
+        return Ok(());
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(sep)
+        .from_reader(chunk);
+    let mut record = csv::ByteRecord::new();
+    loop {
+        match reader.read_byte_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => {
+                let at = e.position().map_or(start, |p| start + p.byte() as usize);
+                return Err(format!("{path}: line {}: {e}", line_at(buf, at)));
+            }
+        }
+        let at = start + record.position().map_or(0, |p| p.byte() as usize);
+        let fields: Vec<&[u8]> = record.iter().collect();
+        sink.record(&fields, at)?;
+    }
 }
 
 /// Scans a CSV file with a header row once, on up to `threads` threads, and returns the
@@ -178,7 +266,8 @@ pub fn scan_csv(
     let handle = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", file.path))?;
     // SAFETY: the map is read-only and lives only for this scan; a file truncated meanwhile
     // by another process is the one case memory maps cannot guard against, as for any reader.
-    let map = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| format!("{}: {e}", file.path))?;
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&handle) }
+        .map_err(|e| format!("{}: {e}", file.path))?;
     let buf: &[u8] = &map;
     if buf.is_empty() {
         return Err(format!("{} is empty: no columns to read", file.path));
@@ -208,8 +297,9 @@ pub fn scan_csv(
     let na = Markers::new(file.na_values);
     let body = &buf[body_start..];
     let threads = threads.max(1);
+    let plain = memchr::memchr(b'"', body).is_none();
     let mut bounds = vec![body_start];
-    if memchr::memchr(b'"', body).is_none() && threads > 1 && body.len() > 1 << 20 {
+    if plain && threads > 1 && body.len() > 1 << 20 {
         for t in 1..threads {
             let target = body_start + body.len() * t / threads;
             let last = *bounds.last().unwrap_or(&body_start);
@@ -229,7 +319,24 @@ pub fn scan_csv(
             .map(|w| {
                 let (start, end) = (w[0], w[1]);
                 let (keep, strict, na) = (&keep, &strict, &na);
-                s.spawn(move || scan_chunk(file, buf, start, end, width, keep, strict, na))
+                s.spawn(move || {
+                    let mut sink = Sink {
+                        file,
+                        buf,
+                        width,
+                        keep,
+                        strict,
+                        na,
+                        columns: keep
+                            .iter()
+                            .map(|_| Some(Vec::with_capacity((end - start) / (8 * width).max(1))))
+                            .collect(),
+                        rows: 0,
+                        bad: None,
+                    };
+                    scan_chunk(&mut sink, start, end, plain)?;
+                    Ok(ChunkResult { columns: sink.columns, rows: sink.rows, bad: sink.bad })
+                })
             })
             .collect();
         handles
@@ -264,6 +371,112 @@ pub fn scan_csv(
         .filter_map(|(name, v)| v.map(|values| Values { name, values }))
         .collect();
     Ok((values, ScanReport { rows, threads: bounds.len() - 1 }))
+}
+
+/// `digits.digits` with digits on both sides and no leading zero (but `0.x`): a plain
+/// decimal as DuckDB's sniffer reads it as DOUBLE, however many digits it has.
+fn decimal_shape(d: &[u8]) -> bool {
+    let Some(point) = d.iter().position(|&b| b == b'.') else { return false };
+    let (whole, frac) = (&d[..point], &d[point + 1..]);
+    !whole.is_empty()
+        && !frac.is_empty()
+        && whole.iter().chain(frac).all(u8::is_ascii_digit)
+        && (whole.len() == 1 || whole[0] != b'0')
+}
+
+/// The schema of a CSV file whose every column is plainly numeric, read without DuckDB:
+/// the header, then the first 20,480 rows and 2,048 rows at each of four later points of
+/// the file (DuckDB's sniffer also samples beyond the start). A column whose non-missing
+/// cells are all integers without a sign or leading zeros is i64, one of plain decimals f64
+/// — what DuckDB's sniffer answers for such files. `None` — DuckDB decides — for anything
+/// else: quote characters, strings, dates, booleans, exponents, a column with no value in
+/// the sample, duplicate or empty names, ragged rows, invalid UTF-8.
+pub fn numeric_schema(
+    path: &str,
+    sep: u8,
+    na_values: &[String],
+    roots: &[PathBuf],
+) -> Option<Vec<(String, xpu_ir::DType)>> {
+    use std::io::{Read, Seek, SeekFrom};
+    const HEAD: usize = 4 << 20;
+    const PROBE: usize = 256 << 10;
+    let confined = crate::confined(path, "file", roots).ok()?;
+    let mut f = std::fs::File::open(confined).ok()?;
+    let len = f.metadata().ok()?.len() as usize;
+    let mut head = Vec::with_capacity(HEAD.min(len));
+    f.by_ref().take(HEAD as u64).read_to_end(&mut head).ok()?;
+    let header_end = memchr::memchr(b'\n', &head)?;
+    let header = std::str::from_utf8(&head[..header_end]).ok()?.trim_end_matches('\r');
+    let names: Vec<String> = header.split(sep as char).map(str::to_string).collect();
+    let mut seen = HashSet::new();
+    if names.iter().any(|n| n.is_empty() || n.trim() != n || !seen.insert(n.clone())) {
+        return None;
+    }
+    // Per column: (any value, all integers).
+    let mut kinds = vec![(false, true); names.len()];
+    let na = Markers::new(na_values);
+    let mut take = |block: &[u8], rows: usize| -> Option<()> {
+        if memchr::memchr(b'"', block).is_some() {
+            return None;
+        }
+        let text = std::str::from_utf8(block).ok()?;
+        for line in
+            text.split('\n').map(|l| l.trim_end_matches('\r')).filter(|l| !l.is_empty()).take(rows)
+        {
+            let mut n = 0;
+            for (i, field) in line.split(sep as char).enumerate() {
+                let kind = kinds.get_mut(i)?;
+                n += 1;
+                let b = field.as_bytes();
+                if b.is_empty() || na.set.contains(b) {
+                    continue;
+                }
+                let digits = b.strip_prefix(b"-").unwrap_or(b);
+                let integer = !digits.is_empty()
+                    && digits.iter().all(u8::is_ascii_digit)
+                    && (digits.len() == 1 || digits[0] != b'0')
+                    && field.parse::<i64>().is_ok();
+                let decimal = integer || decimal_shape(digits);
+                if !decimal {
+                    return None;
+                }
+                kind.0 = true;
+                kind.1 &= integer;
+            }
+            if n != names.len() {
+                return None;
+            }
+        }
+        Some(())
+    };
+    // The first rows, then four later probes each starting at a line start.
+    let first = &head[header_end + 1..];
+    let first = match memchr::memrchr(b'\n', first) {
+        Some(end) if head.len() < len => &first[..=end],
+        _ => first,
+    };
+    take(first, 20_480)?;
+    if len > head.len() {
+        let mut block = vec![0u8; PROBE];
+        for k in 1..=4usize {
+            let at = (len as u128 * k as u128 / 5) as u64;
+            f.seek(SeekFrom::Start(at)).ok()?;
+            let got = f.read(&mut block).ok()?;
+            let part = &block[..got];
+            let start = memchr::memchr(b'\n', part)? + 1;
+            let end = memchr::memrchr(b'\n', part)?;
+            if start < end {
+                take(&part[start..end], 2_048)?;
+            }
+        }
+    }
+    kinds
+        .iter()
+        .zip(names)
+        .map(|(&(any, int), name)| {
+            any.then_some((name, if int { xpu_ir::DType::I64 } else { xpu_ir::DType::F64 }))
+        })
+        .collect()
 }
 
 /// The numeric (integer or float, not bool) columns of a materialised table, missing values
@@ -443,8 +656,30 @@ mod tests {
     }
 
     #[test]
+    fn plain_decimals_are_read_exactly() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let text = match state % 4 {
+                0 => format!("{:.6}", (state >> 11) as f64 / 1e9 - 4e3),
+                1 => format!("{}", (state >> 20) as i64 - (1 << 43)),
+                2 => format!("-0.{:015}", state % 1_000_000_000_000_000),
+                _ => format!("{:.2}", (state >> 30) as f64 / 7.0),
+            };
+            let want: f64 = text.parse().unwrap();
+            assert_eq!(parse_number(text.as_bytes()), Some(want), "{text}");
+        }
+        for odd in ["1e5", "-.5", "5.", "1.2.3", "--1", "0x10", "12345678901234567890"] {
+            assert_eq!(parse_number(odd.as_bytes()), odd.parse::<f64>().ok(), "{odd}");
+        }
+    }
+
+    #[test]
     fn cells_read_as_pandas_reads_them() {
         let na = Markers::new(&[]);
+        assert!(!na.numeric, "pandas' markers need no lookup before parsing");
         assert_eq!(cell(b" 1.5 ", &na), Ok(Some(1.5)));
         assert_eq!(cell(b"", &na), Ok(None));
         assert_eq!(cell(b"NA", &na), Ok(None));

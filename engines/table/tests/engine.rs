@@ -224,3 +224,58 @@ fn native_describe_reports_bad_rows_with_their_line() {
     let err = describe_file(&engine, &secret, None, None).unwrap_err();
     assert!(err.contains("outside the data roots") && !err.contains("42.0"), "{err}");
 }
+
+/// The compile-time schema of a plainly numeric CSV is read without DuckDB; wherever that
+/// reader answers, it must answer what DuckDB's sniffer does, and it must leave every other
+/// file to DuckDB.
+#[test]
+fn numeric_schemas_match_duckdbs_sniffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let roots = [dir.path().canonicalize().unwrap()];
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let sniffed = |path: &Path| -> Vec<(String, String)> {
+        let q = format!(
+            "DESCRIBE SELECT * FROM {}",
+            xpu_engine_table::sql::read_csv(&path.display().to_string(), ",", true, &[])
+        );
+        let mut stmt = conn.prepare(&q).unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let body = |f: &dyn Fn(usize) -> String| (0..30_000).map(f).collect::<String>();
+    let cases: Vec<(&str, String, bool)> = vec![
+        ("ints", format!("a,b\n{}", body(&|i| format!("{i},-{}\n", i * 7))), true),
+        ("floats", format!("x,y\n{}", body(&|i| format!("{}.25,{}\n", i, i as f64 / 3.0))), true),
+        (
+            "holes",
+            format!(
+                "a,b\n{}",
+                body(&|i| if i % 9 == 0 { ",NA\n".into() } else { format!("{i},{i}.5\n") })
+            ),
+            true,
+        ),
+        ("crlf", format!("a,b\r\n{}", body(&|i| format!("{i},{}.5\r\n", i % 10))), true),
+        ("words", format!("a,b\n{}", body(&|i| format!("{i},w{i}\n"))), false),
+        ("zeros", format!("a,b\n{}", body(&|i| format!("00{i},{i}\n"))), false),
+        ("exponents", format!("a,b\n{}", body(&|i| format!("{i}e3,{i}\n"))), false),
+        ("quoted", format!("a,b\n{}", body(&|i| format!("\"{i}\",{i}\n"))), false),
+        ("empty_column", format!("a,b\n{}", body(&|i| format!("{i},\n"))), false),
+    ];
+    for (name, text, native) in cases {
+        let path = dir.path().join(format!("{name}.csv"));
+        std::fs::write(&path, text).unwrap();
+        let ours = xpu_engine_table::native::numeric_schema(
+            &path.display().to_string(),
+            b',',
+            &[],
+            &roots,
+        );
+        assert_eq!(ours.is_some(), native, "{name}: {ours:?}");
+        if let Some(ours) = ours {
+            let theirs: Vec<(String, xpu_ir::DType)> = sniffed(&path)
+                .into_iter()
+                .map(|(n, t)| (n, xpu_engine_table::sql::dtype_of_sql(&t)))
+                .collect();
+            assert_eq!(ours, theirs, "{name}");
+        }
+    }
+}
