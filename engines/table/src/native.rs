@@ -91,29 +91,16 @@ fn plain_decimal(f: &[u8]) -> Option<f64> {
     }
     let mut mantissa: u64 = 0;
     let mut i = 0;
-    while i < d.len() {
-        let c = d[i].wrapping_sub(b'0');
-        if c > 9 {
-            break;
-        }
-        mantissa = mantissa * 10 + c as u64;
-        i += 1;
-    }
-    let whole = i;
+    let whole = read_digits(d, &mut i, &mut mantissa);
     let mut scale = 0;
     if i < d.len() {
         if d[i] != b'.' {
             return None;
         }
         i += 1;
-        while i < d.len() {
-            let c = d[i].wrapping_sub(b'0');
-            if c > 9 {
-                return None;
-            }
-            mantissa = mantissa * 10 + c as u64;
-            i += 1;
-            scale += 1;
+        scale = read_digits(d, &mut i, &mut mantissa);
+        if i < d.len() {
+            return None;
         }
     }
     if whole + scale == 0 || whole + scale > 15 {
@@ -384,6 +371,30 @@ fn decimal_shape(d: &[u8]) -> bool {
         && (whole.len() == 1 || whole[0] != b'0')
 }
 
+/// Appends the ASCII digits at `d[*i..]` to `mantissa`, two at a time (which halves the
+/// chain of dependent multiply-adds that bounds a digit loop); returns how many it read.
+fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
+    let start = *i;
+    while *i + 1 < d.len() {
+        let (a, b) = (d[*i].wrapping_sub(b'0'), d[*i + 1].wrapping_sub(b'0'));
+        if a > 9 {
+            return *i - start;
+        }
+        if b > 9 {
+            *mantissa = *mantissa * 10 + a as u64;
+            *i += 1;
+            return *i - start;
+        }
+        *mantissa = *mantissa * 100 + (a * 10 + b) as u64;
+        *i += 2;
+    }
+    if let Some(a) = d.get(*i).map(|c| c.wrapping_sub(b'0')).filter(|a| *a <= 9) {
+        *mantissa = *mantissa * 10 + a as u64;
+        *i += 1;
+    }
+    *i - start
+}
+
 /// The schema of a CSV file whose every column is plainly numeric, read without DuckDB:
 /// the header, then the first 20,480 rows and 2,048 rows at each of four later points of
 /// the file (DuckDB's sniffer also samples beyond the start). A column whose non-missing
@@ -504,27 +515,36 @@ pub fn table_values(table: &Table, only: Option<&[String]>) -> Vec<Values> {
 /// blocks of up to 128 values, halves added recursively. Matches `ndarray.sum` far closer
 /// than a running sum does.
 fn pairwise_sum(a: &[f64]) -> f64 {
+    pairwise_sum_of(a, &|x| x)
+}
+
+/// The pairwise sum of `f(x)` over `a`, in numpy's order, without materialising the mapped
+/// array (numpy's variance sums `(x - mean)²` this way over a temporary).
+fn pairwise_sum_of(a: &[f64], f: &impl Fn(f64) -> f64) -> f64 {
     const BLOCK: usize = 128;
     if a.len() < 8 {
-        return a.iter().fold(0.0, |s, &x| s + x);
+        return a.iter().fold(0.0, |s, &x| s + f(x));
     }
     if a.len() <= BLOCK {
-        let mut r = [a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]];
+        let mut r = [0.0; 8];
+        for (k, acc) in r.iter_mut().enumerate() {
+            *acc = f(a[k]);
+        }
         let mut i = 8;
         while i + 8 <= a.len() {
             for (k, acc) in r.iter_mut().enumerate() {
-                *acc += a[i + k];
+                *acc += f(a[i + k]);
             }
             i += 8;
         }
         let mut s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
         for &x in &a[i..] {
-            s += x;
+            s += f(x);
         }
         return s;
     }
     let half = (a.len() / 2) & !7;
-    pairwise_sum(&a[..half]) + pairwise_sum(&a[half..])
+    pairwise_sum_of(&a[..half], f) + pairwise_sum_of(&a[half..], f)
 }
 
 /// numpy's linear interpolation between neighbours (`_lerp`), exact at both ends.
@@ -540,8 +560,8 @@ fn column_stats(values: &mut [f64], stats: &[String]) -> Vec<Option<f64>> {
     let mean = (n > 0).then(|| pairwise_sum(values) / n as f64);
     let std = match mean {
         Some(m) if n > 1 => {
-            let squares: Vec<f64> = values.iter().map(|&x| (x - m) * (x - m)).collect();
-            Some((pairwise_sum(&squares) / (n - 1) as f64).sqrt())
+            let squares = pairwise_sum_of(values, &|x| (x - m) * (x - m));
+            Some((squares / (n - 1) as f64).sqrt())
         }
         _ => None,
     };
