@@ -4,6 +4,8 @@
 //! that keeps the numeric columns as plain `f64` vectors, and quantiles by selection. The
 //! statistics follow pandas (`describe()`): missing values skipped, sample standard
 //! deviation from the mean's deviations, numpy's pairwise summation and linear quantiles.
+//! [`numeric_schema`] answers the compile-time column question for plainly numeric CSV files
+//! the same way DuckDB's sniffer does, so such a job needs no database at all.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
