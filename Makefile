@@ -68,8 +68,10 @@ test: setup lint
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
 
+# The test build (as `make test` makes it): its xpud/xpuctl, and its one DuckDB compile —
+# a binaries-only build resolves features differently and would compile DuckDB again.
 build:
-	cargo build -q --workspace --bins --locked
+	cargo test -q --workspace --all-targets --locked --no-run
 
 XPUD := $(CARGO_TARGET_DIR)/debug/xpud
 
