@@ -187,12 +187,30 @@ fn policy_names(a: &ureq::Agent, url: &str) -> Vec<String> {
     v.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
 }
 
+/// Whether xpud serves exactly `want` within `limit`.
+fn policies_become(a: &ureq::Agent, url: &str, want: &[&str], limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if policy_names(a, url) == want {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A policy directory under `dir` holding one policy, `alpha`.
+fn alpha_policy_dir(dir: &Path) -> PathBuf {
+    let pol = dir.join("policies");
+    std::fs::create_dir(&pol).unwrap();
+    std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
+    pol
+}
+
 #[test]
 fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     let dir = tempfile::tempdir().unwrap();
-    let pol = dir.path().join("policies");
-    std::fs::create_dir(&pol).unwrap();
-    std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
+    let pol = alpha_policy_dir(dir.path());
     // Only the signal reloads here (the file watch has its own test).
     let d = Daemon::start(&dir.path().join("var"), &pol, &[("XPU_WATCH_POLICIES", "false")]);
     let a = agent();
@@ -200,16 +218,7 @@ fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
     assert_eq!(names(&a), ["alpha"]);
     std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n").unwrap();
     d.signal("HUP");
-    let wait_for = |want: &[&str]| {
-        for _ in 0..50 {
-            if names(&a) == want {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    };
-    assert!(wait_for(&["alpha", "beta"]));
+    assert!(policies_become(&a, &d.url, &["alpha", "beta"], Duration::from_millis(2500)));
     std::fs::write(pol.join("c.toml"), "[policy]\nname = \"gamma\"\n[engines]\norder = 5\n")
         .unwrap();
     d.signal("HUP");
@@ -228,22 +237,11 @@ fn sighup_reloads_policies_and_keeps_the_old_set_when_the_new_is_bad() {
 #[test]
 fn policy_files_are_watched() {
     let dir = tempfile::tempdir().unwrap();
-    let pol = dir.path().join("policies");
-    std::fs::create_dir(&pol).unwrap();
-    std::fs::write(pol.join("a.toml"), "[policy]\nname = \"alpha\"\n").unwrap();
+    let pol = alpha_policy_dir(dir.path());
     let d = Daemon::start(&dir.path().join("var"), &pol, &[]);
     let a = agent();
     let names = || policy_names(&a, &d.url);
-    let becomes = |want: &[&str]| {
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            if names() == want {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    };
+    let becomes = |want: &[&str]| policies_become(&a, &d.url, want, Duration::from_secs(5));
     std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n").unwrap();
     assert!(becomes(&["alpha", "beta"]), "{:?}", names());
     std::fs::write(pol.join("b.toml"), "[policy]\nname = \"beta\"\n[engines]\norder = 5\n")

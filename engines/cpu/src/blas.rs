@@ -9,43 +9,28 @@ use crate::linalg::Mat;
 const ROW_MAJOR: c_int = 101;
 const NO_TRANS: c_int = 111;
 
-type Sgemm = unsafe extern "C" fn(
+/// `cblas_?gemm(order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)`.
+type Gemm<T> = unsafe extern "C" fn(
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
-    f32,
-    *const f32,
+    T,
+    *const T,
     c_int,
-    *const f32,
+    *const T,
     c_int,
-    f32,
-    *mut f32,
-    c_int,
-);
-type Dgemm = unsafe extern "C" fn(
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    f64,
-    *const f64,
-    c_int,
-    *const f64,
-    c_int,
-    f64,
-    *mut f64,
+    T,
+    *mut T,
     c_int,
 );
 
 /// The loaded library's CBLAS entry points.
 struct Cblas {
-    sgemm: Sgemm,
-    dgemm: Dgemm,
+    sgemm: Gemm<f32>,
+    dgemm: Gemm<f64>,
     /// Kept loaded for the process's life.
     _library: libloading::Library,
 }
@@ -66,8 +51,8 @@ fn cblas() -> Result<&'static Cblas, &'static str> {
                     Ok(library) => {
                         // SAFETY: the symbols are the CBLAS functions with these signatures.
                         let found = unsafe {
-                            library.get::<Sgemm>(b"cblas_sgemm\0").map(|s| *s).and_then(|s| {
-                                library.get::<Dgemm>(b"cblas_dgemm\0").map(|d| (s, *d))
+                            library.get::<Gemm<f32>>(b"cblas_sgemm\0").map(|s| *s).and_then(|s| {
+                                library.get::<Gemm<f64>>(b"cblas_dgemm\0").map(|d| (s, *d))
                             })
                         };
                         return found

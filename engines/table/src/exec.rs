@@ -188,6 +188,15 @@ impl TableExec {
         self.conn = Some(conn);
     }
 
+    /// The relation of a read node held as [`Holding::File`], and what the explanation says
+    /// of it.
+    fn file_rel(&self, nid: NodeId) -> (Rel, String) {
+        let name = format!("x{}_n{}", self.id, nid.0);
+        let how = "-- not bound in DuckDB: its only readers are table.native nodes, which scan \
+                   the file themselves";
+        (Rel { name, indexed: false, file: Some(nid) }, how.to_string())
+    }
+
     /// A partition of native nodes over unbound files ([`TableExec::needs_duckdb`] false).
     fn run_native(&self) -> Result<Execution, EngineError> {
         let mut rels: HashMap<ValueId, Rel> = HashMap::new();
@@ -197,11 +206,9 @@ impl TableExec {
             let start = Instant::now();
             let n = self.g.node(nid);
             let how = if self.holding[nid.index()] == Holding::File {
-                let name = format!("x{}_n{}", self.id, nid.0);
-                rels.insert(n.outputs[0], Rel { name, indexed: false, file: Some(nid) });
-                "-- not bound in DuckDB: its only readers are table.native nodes, which scan \
-                 the file themselves"
-                    .to_string()
+                let (rel, how) = self.file_rel(nid);
+                rels.insert(n.outputs[0], rel);
+                how
             } else {
                 let input = n
                     .input_values()
@@ -426,10 +433,9 @@ impl TableExec {
             let holding = self.holding[nid.index()];
             let statement = match step {
                 Step::File => {
-                    rels.insert(n.outputs[0], Rel { name, indexed: false, file: Some(nid) });
-                    "-- not bound in DuckDB: its only readers are table.native nodes, which \
-                     scan the file themselves"
-                        .to_string()
+                    let (rel, how) = self.file_rel(nid);
+                    rels.insert(n.outputs[0], rel);
+                    how
                 }
                 Step::Query(q) => {
                     let kind = if holding == Holding::View { "VIEW" } else { "TABLE" };

@@ -76,7 +76,7 @@ fn parse_number(field: &[u8]) -> Option<f64> {
 
 /// The common shape of a number in a CSV file, `-?digits[.digits]` with at most 15
 /// significant digits, read exactly: the digits as an integer (exact in f64 below 2^53)
-/// divided by a power of ten that is itself exact (≤ 10^22) is the correctly rounded value
+/// divided by a power of ten that is itself exact (≤ 10^15 here) is the correctly rounded value
 /// (Clinger's fast path, as every correct parser takes it). Anything else — exponents, more
 /// digits, `inf` — goes to the general parser.
 fn plain_decimal(f: &[u8]) -> Option<f64> {
@@ -133,22 +133,14 @@ fn line_at(buf: &[u8], mut offset: usize) -> usize {
     1 + memchr::memchr_iter(b'\n', &buf[..offset.min(buf.len())]).count()
 }
 
-/// What one chunk of rows gave: per kept column its values, or the first non-number.
-struct ChunkResult {
-    columns: Vec<Option<Vec<f64>>>,
-    rows: usize,
-    /// Byte offset (in the whole file) and text of the first non-number of a column that
-    /// had to be numeric.
-    bad: Option<(usize, usize, String)>,
-}
-
 /// Where one chunk's values go: the kept columns' values, and the first non-number met in
 /// a column that had to be numeric.
 struct Sink<'a> {
     file: &'a CsvFile<'a>,
     buf: &'a [u8],
     width: usize,
-    keep: &'a [Option<usize>],
+    /// The file column of each kept column.
+    keep: &'a [usize],
     strict: &'a [bool],
     na: &'a Markers,
     columns: Vec<Option<Vec<f64>>>,
@@ -169,7 +161,7 @@ impl Sink<'_> {
             ));
         }
         for (k, (col, out)) in self.keep.iter().zip(self.columns.iter_mut()).enumerate() {
-            let (Some(col), Some(values)) = (col, out.as_mut()) else { continue };
+            let Some(values) = out.as_mut() else { continue };
             match cell(fields[*col], self.na) {
                 Ok(Some(x)) => values.push(x),
                 Ok(None) => {}
@@ -278,11 +270,15 @@ pub fn scan_csv(
         Wanted::Exactly(cols) => (cols.to_vec(), vec![true; cols.len()]),
         Wanted::Numeric => (header.clone(), vec![false; width]),
     };
-    let keep: Vec<Option<usize>> =
-        names.iter().map(|n| header.iter().position(|h| h == n)).collect::<Vec<_>>();
-    if let Some(missing) = names.iter().zip(&keep).find(|(_, k)| k.is_none()) {
-        return Err(format!("{}: no column named {:?}", file.path, missing.0));
-    }
+    let keep: Vec<usize> = names
+        .iter()
+        .map(|n| {
+            header
+                .iter()
+                .position(|h| h == n)
+                .ok_or_else(|| format!("{}: no column named {n:?}", file.path))
+        })
+        .collect::<Result<_, _>>()?;
     let na = Markers::new(file.na_values);
     let body = &buf[body_start..];
     let threads = threads.max(1);
@@ -302,7 +298,7 @@ pub fn scan_csv(
     }
     bounds.push(buf.len());
     bounds.dedup();
-    let chunks: Vec<Result<ChunkResult, String>> = std::thread::scope(|s| {
+    let chunks: Vec<Result<Sink<'_>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = bounds
             .windows(2)
             .map(|w| {
@@ -324,7 +320,7 @@ pub fn scan_csv(
                         bad: None,
                     };
                     scan_chunk(&mut sink, start, end, plain)?;
-                    Ok(ChunkResult { columns: sink.columns, rows: sink.rows, bad: sink.bad })
+                    Ok(sink)
                 })
             })
             .collect();
