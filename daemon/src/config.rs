@@ -28,7 +28,17 @@ pub struct Config {
     pub model_roots: Vec<PathBuf>,
     pub auth: Auth,
     pub limits: Limits,
+    pub store: StoreSettings,
     pub engines: Engines,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// When a finished run is acknowledged: `process` (journaled to the operating system:
+    /// survives xpud crashing or being killed) or `machine` (also fdatasync'ed: survives
+    /// power loss, at one disk flush per run).
+    pub durability: xpu_store::Durability,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -78,6 +88,7 @@ impl Default for Config {
             model_roots: vec!["examples".into()],
             auth: Auth::default(),
             limits: Limits::default(),
+            store: StoreSettings::default(),
             engines: Engines::default(),
         }
     }
@@ -109,6 +120,7 @@ const KEYS: &[&str] = &[
     "model_roots",
     "auth",
     "limits",
+    "store",
     "engines",
 ];
 

@@ -5,12 +5,12 @@
 //!    job that cannot run is refused with a 4xx and never queued; the job's files (program,
 //!    inputs) are kept under `runs/<id>/` for replay; a full queue answers 429.
 //! 2. a worker plans it (through the plan cache) and runs it on a fresh engine registry
-//!    (the table engine's DuckDB connection is per job), writes its outputs under
-//!    `runs/<id>/outputs/`, and hands the finished run to the writer. Workers never wait
-//!    for the disk.
-//! 3. the writer commits every run waiting (one DuckDB transaction per group) and only then
-//!    marks them complete and wakes whoever waits on them: a run reported complete is
-//!    durable and explainable.
+//!    (the table engine's DuckDB connection is per job) and writes its outputs under
+//!    `runs/<id>/outputs/`.
+//! 3. the worker appends the finished run to the store's journal and only then marks it
+//!    complete and wakes whoever waits on it: a run reported complete survives a crash of
+//!    the daemon and explains at once (from memory until the store's feeder has committed
+//!    it to DuckDB, in batches, in the background).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -88,12 +88,6 @@ pub enum SubmitError {
     Io(String),
 }
 
-/// A finished run on its way to the store.
-struct Finished {
-    job: Arc<Job>,
-    record: RunRecord,
-}
-
 pub struct Jobs {
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
@@ -106,12 +100,13 @@ pub struct Jobs {
     live: Mutex<HashMap<String, Arc<Job>>>,
     queue: SyncSender<Arc<Job>>,
     capacity: usize,
-    writer: Mutex<Option<std::sync::mpsc::Sender<Finished>>>,
     draining: AtomicBool,
+    /// Set when draining ran out of time: runs finishing after it are not stored.
+    closed: AtomicBool,
 }
 
 impl Jobs {
-    /// Starts `workers` worker threads, the store writer and the search indexer.
+    /// Starts `workers` worker threads and the search indexer.
     pub fn start(
         store: Arc<Store>,
         metrics: Arc<Metrics>,
@@ -122,7 +117,6 @@ impl Jobs {
         capacity: usize,
     ) -> Arc<Jobs> {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
-        let (wtx, wrx) = std::sync::mpsc::channel::<Finished>();
         let runs_dir = store.dir().join("runs");
         let jobs = Arc::new(Jobs {
             store,
@@ -136,8 +130,8 @@ impl Jobs {
             live: Mutex::new(HashMap::new()),
             queue,
             capacity,
-            writer: Mutex::new(Some(wtx)),
             draining: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         });
         // The threads live as long as the process (workers end when the queue closes).
         let rx = Arc::new(Mutex::new(rx));
@@ -148,11 +142,6 @@ impl Jobs {
                 .spawn(move || jobs.work(&rx))
                 .expect("spawn worker");
         }
-        let j = jobs.clone();
-        std::thread::Builder::new()
-            .name("xpud-store".into())
-            .spawn(move || j.write(wrx))
-            .expect("spawn writer");
         let j = Arc::downgrade(&jobs);
         std::thread::Builder::new()
             .name("xpud-index".into())
@@ -160,8 +149,11 @@ impl Jobs {
                 // The search index follows the store at most a second behind.
                 while let Some(jobs) = j.upgrade() {
                     let _ = jobs.store.index_pending();
-                    if let Ok((committed, indexed)) = jobs.store.sequences() {
-                        jobs.metrics.index_lag.set(committed.saturating_sub(indexed) as i64);
+                    if let Ok(p) = jobs.store.progress() {
+                        jobs.metrics.index_lag.set(p.committed.saturating_sub(p.indexed) as i64);
+                        jobs.metrics
+                            .store_pending
+                            .set(p.journaled.saturating_sub(p.committed) as i64);
                     }
                     drop(jobs);
                     std::thread::sleep(Duration::from_millis(250));
@@ -235,19 +227,16 @@ impl Jobs {
         self.runs_dir.join(run_id)
     }
 
-    /// Stops taking jobs, waits up to `bound` for the queued and running ones to be
-    /// committed, then stops the writer. Returns how many were still unfinished.
+    /// Stops taking jobs and waits up to `bound` for the queued and running ones to be
+    /// stored; runs finishing later are not. Returns how many were still unfinished.
     pub fn drain(&self, bound: Duration) -> usize {
         self.draining.store(true, Ordering::Release);
         let until = Instant::now() + bound;
         while self.live_count() > 0 && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let left = self.live_count();
-        if let Ok(mut w) = self.writer.lock() {
-            w.take();
-        }
-        left
+        self.closed.store(true, Ordering::Release);
+        self.live_count()
     }
 
     fn work(&self, rx: &Mutex<Receiver<Arc<Job>>>) {
@@ -264,18 +253,14 @@ impl Jobs {
                     self.failed(&job, None, "internal error: the job's engine panicked".into())
                 });
             self.metrics.running.dec();
-            let writer = self.writer.lock().ok().and_then(|w| w.clone());
-            match writer {
-                Some(w) => {
-                    let _ = w.send(Finished { job, record });
+            if self.closed.load(Ordering::Acquire) {
+                // Draining ran out of time: this run is not stored (nor reported).
+                if let Ok(mut live) = self.live.lock() {
+                    live.remove(&job.run_id);
                 }
-                None => {
-                    // Draining ran out of time: this run is not stored (nor reported).
-                    if let Ok(mut live) = self.live.lock() {
-                        live.remove(&job.run_id);
-                    }
-                }
+                continue;
             }
+            self.store_run(&job, record);
         }
     }
 
@@ -410,64 +395,38 @@ impl Jobs {
         Ok(infos)
     }
 
-    /// The writer: commit whatever has finished, as one group, then report each run.
-    fn write(&self, rx: Receiver<Finished>) {
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            while batch.len() < 512 {
-                match rx.try_recv() {
-                    Ok(f) => batch.push(f),
-                    Err(_) => break,
-                }
+    /// Journals a finished run, then reports it complete. A run the store cannot take
+    /// (its disk is full) is reported failed with the reason, and is not stored.
+    fn store_run(&self, job: &Job, record: RunRecord) {
+        let mut summary = record.summary(0);
+        let start = Instant::now();
+        let stored = self.store.append(vec![record]);
+        self.metrics.store_write.observe(start.elapsed().as_secs_f64());
+        match stored {
+            Ok(seqs) => {
+                summary.seq = seqs.first().copied().unwrap_or(0);
+                self.metrics
+                    .jobs
+                    .with_label_values(&[summary.status.name(), summary.policy_name.as_str()])
+                    .inc();
+                self.metrics
+                    .job_duration
+                    .with_label_values(&[&summary.policy_name])
+                    .observe(summary.run_us as f64 * 1e-6);
             }
-            let records: Vec<RunRecord> = batch.iter().map(|f| f.record.clone()).collect();
-            let start = Instant::now();
-            let result = self.store.commit(&records);
-            self.metrics.store_write.observe(start.elapsed().as_secs_f64());
-            match result {
-                Ok(seqs) => {
-                    for (f, seq) in batch.into_iter().zip(seqs) {
-                        self.complete(f, seq);
-                    }
-                }
-                Err(e) => {
-                    // The group failed as a whole; commit each run alone so one bad record
-                    // does not sink the others.
-                    tracing::error!("store commit of {} runs failed: {e}", records.len());
-                    self.metrics.store_errors.inc();
-                    for f in batch {
-                        match self.store.commit(std::slice::from_ref(&f.record)) {
-                            Ok(seq) => {
-                                let seq = seq.first().copied().unwrap_or(0);
-                                self.complete(f, seq);
-                            }
-                            Err(e) => {
-                                tracing::error!("run {} could not be stored: {e}", f.job.run_id);
-                                if let Ok(mut live) = self.live.lock() {
-                                    live.remove(&f.job.run_id);
-                                }
-                            }
-                        }
-                    }
-                }
+            Err(e) => {
+                tracing::error!("run {} could not be stored: {e}", job.run_id);
+                self.metrics.store_errors.with_label_values(&["journal"]).inc();
+                summary.status = RunStatus::Failed;
+                summary.error = Some(format!("the run finished but could not be stored: {e}"));
             }
         }
-    }
-
-    fn complete(&self, f: Finished, seq: u64) {
-        let r = &f.record;
-        self.metrics.jobs.with_label_values(&[r.status.name(), r.policy_name.as_str()]).inc();
-        self.metrics
-            .job_duration
-            .with_label_values(&[&r.policy_name])
-            .observe(r.run_us as f64 * 1e-6);
-        let summary = r.summary(seq);
         // Out of the live set first: the store already holds the run, and a client woken by
         // `Done` must find it there (not a live job answering "not finished").
         if let Ok(mut live) = self.live.lock() {
-            live.remove(&f.job.run_id);
+            live.remove(&job.run_id);
         }
-        f.job.phase.send_replace(Phase::Done(Box::new(summary)));
+        job.phase.send_replace(Phase::Done(Box::new(summary)));
     }
 
     /// Keeps the job's program and inputs (as `.npy`) for replay.

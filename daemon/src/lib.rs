@@ -54,10 +54,28 @@ impl App {
             let file = config.auth.tokens_file.as_ref().ok_or(StartError::NoAuth)?;
             Some(auth::Tokens::load(file)?)
         };
-        let store = Arc::new(xpu_store::Store::open(&config.data_dir)?);
+        let metrics = Arc::new(metrics::Metrics::new());
+        let m = metrics.clone();
+        let on_commit = move |took: std::time::Duration, _runs: usize, err: Option<&_>| {
+            m.store_commit.observe(took.as_secs_f64());
+            if err.is_some() {
+                m.store_errors.with_label_values(&["database"]).inc();
+            }
+        };
+        let options = xpu_store::StoreOptions {
+            durability: config.store.durability,
+            on_commit: Some(Box::new(on_commit)),
+        };
+        let store = Arc::new(xpu_store::Store::open_with(&config.data_dir, options)?);
+        metrics.store_replayed.set(store.replayed() as i64);
+        if store.replayed() > 0 {
+            tracing::warn!(
+                "{} run(s) acknowledged before an unclean stop were committed from the journal",
+                store.replayed()
+            );
+        }
         let policies =
             policies::PolicySet::load(&config.policy_dirs).map_err(StartError::Policies)?;
-        let metrics = Arc::new(metrics::Metrics::new());
         let data_roots = xpu_minilang::paths::DataRoots::new(config.data_roots.clone());
         let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
         let inventory = xpu_runtime::registry_for(data_roots.roots()).inventory();

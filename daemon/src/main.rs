@@ -152,7 +152,13 @@ async fn serve(config: Config) -> Result<()> {
         })
         .await?;
     let jobs = app.jobs.clone();
-    let left = tokio::task::spawn_blocking(move || jobs.drain(drain)).await?;
+    let left = tokio::task::spawn_blocking(move || {
+        let left = jobs.drain(drain);
+        // The database takes in every journaled run, so the next start replays nothing.
+        jobs.store.close();
+        left
+    })
+    .await?;
     if left > 0 {
         tracing::warn!("{left} job(s) did not finish within {}s and were dropped", drain.as_secs());
     } else {

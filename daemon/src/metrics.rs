@@ -2,8 +2,8 @@
 //! `docs/metrics.md`; `promtool check metrics` runs over the exposition in the tests).
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -22,11 +22,14 @@ pub struct Metrics {
     pub queue_depth: IntGauge,
     pub running: IntGauge,
     pub store_write: Histogram,
+    pub store_commit: Histogram,
+    pub store_pending: IntGauge,
+    pub store_replayed: IntGauge,
     pub rejected: IntCounterVec,
     pub http_requests: IntCounterVec,
     pub server_overhead: Histogram,
     pub index_lag: IntGauge,
-    pub store_errors: IntCounter,
+    pub store_errors: IntCounterVec,
 }
 
 /// Buckets for durations from 10 µs to ~100 s.
@@ -100,8 +103,20 @@ impl Metrics {
             running: reg!(IntGauge::new("xpu_jobs_running", "Jobs running now.")),
             store_write: reg!(Histogram::with_opts(h(
                 "xpu_store_write_seconds",
-                "Time to commit one batch of runs to the store."
+                "Time to journal one finished run, the step before it is reported complete."
             ))),
+            store_commit: reg!(Histogram::with_opts(h(
+                "xpu_store_commit_seconds",
+                "Time of one DuckDB transaction taking journaled runs into the database."
+            ))),
+            store_pending: reg!(IntGauge::new(
+                "xpu_store_pending_runs",
+                "Runs journaled (reported complete) but not yet committed to the database."
+            )),
+            store_replayed: reg!(IntGauge::new(
+                "xpu_store_replayed_runs",
+                "Runs committed from the journal at start: acknowledged before an unclean stop."
+            )),
             rejected: reg!(IntCounterVec::new(
                 Opts::new(
                     "xpu_requests_rejected_total",
@@ -124,9 +139,12 @@ impl Metrics {
                 "xpu_search_index_lag_runs",
                 "Committed runs not yet in the search index."
             )),
-            store_errors: reg!(IntCounter::new(
-                "xpu_store_errors_total",
-                "Store commits that failed (the runs in them are reported failed)."
+            store_errors: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_store_errors_total",
+                    "Store writes that failed, by stage: journal (the run is reported failed, not stored) or database (retried; the runs stay in the journal)."
+                ),
+                &["stage"]
             )),
             registry,
         }

@@ -260,8 +260,10 @@ fn acknowledged_runs_survive_sigkill() {
     let data = dir.path().join("var");
     let policies = repo().join("policies/examples");
     let mut acknowledged: Vec<String> = Vec::new();
+    let mut replayed = 0;
     for round in 0..3 {
         let d = Daemon::start(&data, &policies, &[]);
+        replayed += replayed_at_start(&d);
         let url = d.url.clone();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -296,6 +298,7 @@ fn acknowledged_runs_survive_sigkill() {
         assert!(!acknowledged.is_empty(), "round {round}: some runs completed");
     }
     let d = Daemon::start(&data, &policies, &[]);
+    replayed += replayed_at_start(&d);
     let a = agent();
     let mut missing = Vec::new();
     for id in &acknowledged {
@@ -336,9 +339,24 @@ fn acknowledged_runs_survive_sigkill() {
     }
     assert_eq!(hits as u64, stored.min(1000));
     eprintln!(
-        "crash test: 3 SIGKILLs, {} runs acknowledged, {stored} stored, 0 lost, 0 duplicated",
+        "crash test: 3 SIGKILLs, {} runs acknowledged, {stored} stored ({replayed} of them \
+         from the journal at restart), 0 lost, 0 duplicated",
         acknowledged.len()
     );
+}
+
+/// `xpu_store_replayed_runs` of a daemon just started.
+fn replayed_at_start(d: &Daemon) -> u64 {
+    let text = ureq::get(&format!("{}/metrics", d.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("xpu_store_replayed_runs "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("xpu_store_replayed_runs is exported")
 }
 
 /// Four times the queue's capacity at once: only 2xx and 429, and the daemon's memory stays

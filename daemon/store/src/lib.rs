@@ -8,12 +8,15 @@
 //! both open it through this crate.
 
 mod index;
+mod journal;
 pub mod schema;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use duckdb::types::{TimeUnit, Value as DuckValue, ValueRef};
 use duckdb::{Config, Connection, params};
@@ -21,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use xpu_plan::Explanation;
 
 pub use index::SearchHit;
+pub use journal::Durability;
+use journal::{EntryRef, Journal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -38,6 +43,10 @@ pub enum StoreError {
     NewerSchema { found: u32, supported: u32 },
     #[error("query: {0}")]
     Query(String),
+    #[error(
+        "the database is {behind} runs behind the journal after {waited_s} s (last error: {error})"
+    )]
+    Behind { behind: u64, waited_s: u64, error: String },
     #[error("run {0}: stored explanation is unreadable: {1}")]
     Corrupt(String, String),
 }
@@ -87,7 +96,7 @@ pub struct OutputInfo {
 }
 
 /// A finished run, as the daemon hands it to the store.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     pub run_id: String,
     pub tenant: Option<String>,
@@ -201,20 +210,66 @@ pub struct SqlResult {
 
 const DB_FILE: &str = "xpu.duckdb";
 const INDEX_DIR: &str = "index";
+const JOURNAL_DIR: &str = "journal";
 const LOCK_FILE: &str = "store.lock";
+/// Most runs one database transaction takes from the journal.
+const DB_BATCH: usize = 4096;
+/// How long a read that needs the database waits for it to catch up with the journal.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// How the store is opened.
+#[derive(Default)]
+pub struct StoreOptions {
+    pub durability: Durability,
+    /// Called after every database transaction the store makes from the journal: how long
+    /// it took, how many runs it held, and its error if it failed (it is retried).
+    pub on_commit: Option<Box<dyn Fn(Duration, usize, Option<&StoreError>) + Send + Sync>>,
+}
+
+/// Where the runs are: the last sequence number journaled (acknowledged), committed to the
+/// database, and indexed for search.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub journaled: u64,
+    pub committed: u64,
+    pub indexed: u64,
+}
 
 pub struct Store {
+    shared: Arc<Shared>,
+    /// Feeds the database from the journal; stopped (after catching up) when the store drops.
+    feeder: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Runs the journal held beyond the database at open (acknowledged before a crash).
+    replayed: u64,
+}
+
+struct Shared {
     dir: PathBuf,
-    /// The one writer; reads borrow a clone from `readers`.
-    writer: Mutex<Writer>,
+    /// The one database writer; reads borrow a clone from `readers`.
+    writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     index: index::SearchIndex,
+    /// Appends take this first, then `state`.
+    journal: Mutex<Journal>,
+    state: Mutex<Pipeline>,
+    /// Signalled when runs are journaled (the feeder wakes) and when they are committed
+    /// (readers waiting for the database wake).
+    changed: Condvar,
+    stop: AtomicBool,
+    on_commit: Option<Box<dyn Fn(Duration, usize, Option<&StoreError>) + Send + Sync>>,
     _lock: File,
 }
 
-struct Writer {
-    conn: Connection,
-    next_seq: u64,
+/// Runs between the journal and the database.
+#[derive(Default)]
+struct Pipeline {
+    /// Journaled but not yet committed, by sequence number.
+    pending: BTreeMap<u64, Arc<RunRecord>>,
+    by_id: HashMap<String, u64>,
+    journaled: u64,
+    committed: u64,
+    /// The last database error while the feeder retries.
+    failing: Option<String>,
 }
 
 fn io(dir: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -229,10 +284,20 @@ fn opt_text(s: Option<&str>) -> DuckValue {
     s.map_or(DuckValue::Null, |s| DuckValue::Text(s.to_string()))
 }
 
+fn poisoned(what: &str) -> StoreError {
+    StoreError::Query(format!("{what} poisoned"))
+}
+
 impl Store {
-    /// Opens (creating if needed) the store in `dir`, migrates it, and brings the search
-    /// index up to the last committed run.
+    /// Opens (creating if needed) the store in `dir` with the default options.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with(dir, StoreOptions::default())
+    }
+
+    /// Opens (creating if needed) the store in `dir`, migrates it, commits whatever the
+    /// journal holds beyond the database (a crash's acknowledged runs), and brings the
+    /// search index up to the last committed run.
+    pub fn open_with(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let lock_path = dir.join(LOCK_FILE);
         let lock = File::options()
@@ -255,169 +320,107 @@ impl Store {
         schema::migrate(&mut conn)?;
         let last: i64 =
             conn.query_row("SELECT coalesce(max(seq), 0) FROM runs", [], |r| r.get(0))?;
+        let mut committed = last as u64;
+        let (mut journal, entries) = Journal::open(&dir.join(JOURNAL_DIR), options.durability)?;
+        // Runs acknowledged before a crash and not yet in the database; those at or below
+        // `committed` made it in before the journal was released.
+        let replay: Vec<(u64, &RunRecord)> =
+            entries.iter().filter(|e| e.seq > committed).map(|e| (e.seq, &e.record)).collect();
+        let replayed = replay.len() as u64;
+        for chunk in replay.chunks(DB_BATCH) {
+            write_runs(&mut conn, chunk)?;
+            committed = chunk.last().map_or(committed, |c| c.0);
+        }
+        journal.release(committed, committed + 1, true)?;
         let index = index::SearchIndex::open(&dir.join(INDEX_DIR))?;
-        let store = Store {
+        let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
-            writer: Mutex::new(Writer { conn, next_seq: last as u64 + 1 }),
+            writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             index,
+            journal: Mutex::new(journal),
+            state: Mutex::new(Pipeline { journaled: committed, committed, ..Pipeline::default() }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            on_commit: options.on_commit,
             _lock: lock,
-        };
+        });
+        let s = shared.clone();
+        let feeder = std::thread::Builder::new()
+            .name("xpu-store".into())
+            .spawn(move || s.feed())
+            .map_err(|e| io(dir, e))?;
+        let store = Store { shared, feeder: Mutex::new(Some(feeder)), replayed };
         store.index_pending()?;
         Ok(store)
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.shared.dir
     }
 
-    /// Commits finished runs in one transaction; returns their sequence numbers. When this
-    /// returns Ok the runs are durable (DuckDB's WAL), so only then may they be reported
-    /// complete. On error nothing of the batch is stored.
-    pub fn commit(&self, runs: &[RunRecord]) -> Result<Vec<u64>, StoreError> {
-        let mut w = self.writer.lock().map_err(|_| StoreError::Query("writer poisoned".into()))?;
-        let first = w.next_seq;
-        let tx = w.conn.transaction()?;
-        {
-            let mut app_runs = tx.appender("runs")?;
-            let mut app_dec = tx.appender("decisions")?;
-            let mut app_cand = tx.appender("candidates")?;
-            let mut app_tr = tx.appender("transfers")?;
-            let mut app_time = tx.appender("timings")?;
-            let mut app_fact = tx.appender("facts")?;
-            let mut app_env = tx.appender("environment")?;
-            let mut app_labels = tx.appender("labels")?;
-            for (i, r) in runs.iter().enumerate() {
-                let seq = first + i as u64;
-                let ex = r.explanation.as_ref();
-                let (nodes, fallbacks) = r.counts();
-                let labels = serde_json::to_string(&r.labels).unwrap_or_else(|_| "{}".into());
-                let outputs = serde_json::to_string(&r.outputs).unwrap_or_else(|_| "[]".into());
-                let explanation = ex.map(|e| serde_json::to_string(e).unwrap_or_default());
-                let row: Vec<DuckValue> = vec![
-                    DuckValue::BigInt(seq as i64),
-                    DuckValue::Text(r.run_id.clone()),
-                    opt_text(r.tenant.as_deref()),
-                    DuckValue::Text(r.status.name().into()),
-                    DuckValue::Text(r.program_name.clone()),
-                    DuckValue::Text(r.program_kind.clone()),
-                    DuckValue::Text(r.program_sha256.clone()),
-                    opt_text(r.program_source.as_deref()),
-                    DuckValue::Text(r.policy_name.clone()),
-                    DuckValue::BigInt(r.policy_version as i64),
-                    DuckValue::Text(r.policy_sha256.clone()),
-                    DuckValue::Text(labels),
-                    opt_text(ex.map(|e| e.graph_hash.as_str())),
-                    opt_text(ex.map(|e| e.inventory.fingerprint.as_str())),
-                    micros(r.submitted_us),
-                    r.started_us.map_or(DuckValue::Null, micros),
-                    micros(r.finished_us),
-                    DuckValue::BigInt(r.queue_us as i64),
-                    DuckValue::BigInt(r.run_us as i64),
-                    DuckValue::BigInt(nodes as i64),
-                    DuckValue::BigInt(fallbacks as i64),
-                    opt_text(r.error.as_deref()),
-                    DuckValue::Text(outputs),
-                    opt_text(explanation.as_deref()),
-                ];
-                app_runs.append_row(duckdb::appender_params_from_iter(row))?;
-                for (k, v) in &r.environment {
-                    app_env.append_row(params![r.run_id, k, v])?;
-                }
-                for (k, v) in &r.labels {
-                    app_labels.append_row(params![r.run_id, k, v])?;
-                }
-                let Some(ex) = ex else { continue };
-                for d in &ex.decisions {
-                    let node = d.node.0 as i64;
-                    let c = d.chosen.as_ref();
-                    let rule = d.rule.as_ref();
-                    let f = d.fallback.as_ref();
-                    app_dec.append_row(params![
-                        r.run_id,
-                        node,
-                        d.name,
-                        d.op.as_ref(),
-                        d.class.as_ref(),
-                        c.map(|c| c.engine.to_string()),
-                        c.map(|c| c.kernel.to_string()),
-                        c.and_then(|c| c.precision.as_deref().map(str::to_string)),
-                        c.map(|c| c.device.to_string()),
-                        rule.map(|r| r.key.to_string()),
-                        rule.and_then(|r| r.at.as_deref().map(str::to_string)),
-                        d.precision_from.as_ref().map(|p| p.key.to_string()),
-                        f.map(|f| f.from.clone()),
-                        f.map(|f| f.code.name()),
-                        f.map(|f| f.detail.clone()),
-                        xpu_plan::render::decision_sentence(d),
-                    ])?;
-                    for c in d.rejected.iter() {
-                        app_cand.append_row(params![
-                            r.run_id,
-                            node,
-                            c.engine,
-                            c.kernel,
-                            c.precision,
-                            c.code.name(),
-                            c.detail,
-                            c.key.as_deref(),
-                            c.at.as_deref(),
-                        ])?;
-                    }
-                }
-                for t in &ex.transfers {
-                    app_tr.append_row(params![
-                        r.run_id,
-                        t.value.0 as i64,
-                        t.direction,
-                        t.bytes.map(|b| b as i64),
-                        true
-                    ])?;
-                }
-                for t in &ex.transfers_done {
-                    app_tr.append_row(params![
-                        r.run_id,
-                        t.value.0 as i64,
-                        t.direction,
-                        t.bytes as i64,
-                        false
-                    ])?;
-                }
-                for t in &ex.timings {
-                    app_time.append_row(params![
-                        r.run_id,
-                        t.node.0 as i64,
-                        t.engine,
-                        t.kernel,
-                        t.nanos as i64
-                    ])?;
-                }
-                for f in &ex.facts {
-                    app_fact.append_row(params![
-                        r.run_id,
-                        f.engine,
-                        f.node.map(|n| n.0 as i64),
-                        f.key,
-                        f.value
-                    ])?;
-                }
-            }
-            for app in [
-                &mut app_runs,
-                &mut app_dec,
-                &mut app_cand,
-                &mut app_tr,
-                &mut app_time,
-                &mut app_fact,
-                &mut app_env,
-                &mut app_labels,
-            ] {
-                app.flush()?;
-            }
+    /// How many runs the journal held beyond the database at open (acknowledged before a
+    /// crash, committed then).
+    pub fn replayed(&self) -> u64 {
+        self.replayed
+    }
+
+    /// Journals finished runs (one write) and returns their sequence numbers. When this
+    /// returns Ok the runs are acknowledged: they survive a crash of this process (and with
+    /// [`Durability::Machine`], of the machine), reads by run id find them at once, and the
+    /// database receives them in the background. On error nothing of the batch is stored.
+    pub fn append(&self, runs: Vec<RunRecord>) -> Result<Vec<u64>, StoreError> {
+        let sh = &self.shared;
+        let mut journal = sh.journal.lock().map_err(|_| poisoned("journal"))?;
+        let first = sh.state.lock().map_err(|_| poisoned("store state"))?.journaled + 1;
+        let entries: Vec<EntryRef<'_>> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, record)| EntryRef { seq: first + i as u64, record })
+            .collect();
+        journal.append(&entries)?;
+        drop(entries);
+        let mut state = sh.state.lock().map_err(|_| poisoned("store state"))?;
+        let seqs: Vec<u64> = (first..first + runs.len() as u64).collect();
+        for (seq, record) in seqs.iter().zip(runs) {
+            state.by_id.insert(record.run_id.clone(), *seq);
+            state.pending.insert(*seq, Arc::new(record));
         }
-        tx.commit()?;
-        w.next_seq = first + runs.len() as u64;
-        Ok((first..w.next_seq).collect())
+        state.journaled = first + seqs.len() as u64 - 1;
+        drop(state);
+        drop(journal);
+        sh.changed.notify_all();
+        Ok(seqs)
+    }
+
+    /// Stores finished runs and returns once the database holds them (for callers that read
+    /// the database straight after, and tests).
+    pub fn commit(&self, runs: &[RunRecord]) -> Result<Vec<u64>, StoreError> {
+        let seqs = self.append(runs.to_vec())?;
+        if let Some(&last) = seqs.last() {
+            self.shared.settle(last)?;
+        }
+        Ok(seqs)
+    }
+
+    /// Waits until the database holds every run journaled so far.
+    pub fn settle(&self) -> Result<(), StoreError> {
+        let target = self.shared.state.lock().map_err(|_| poisoned("store state"))?.journaled;
+        self.shared.settle(target)
+    }
+
+    /// A journaled run not yet in the database, if `scope` may see it.
+    fn pending(&self, run_id: &str, scope: Scope<'_>) -> Option<Arc<RunRecord>> {
+        let state = self.shared.state.lock().ok()?;
+        let record = state.pending.get(state.by_id.get(run_id)?)?;
+        match scope_tenant(scope) {
+            Some(t) if record.tenant.as_deref() != Some(t) => None,
+            _ => Some(record.clone()),
+        }
+    }
+
+    fn pending_seq(&self, run_id: &str) -> Option<u64> {
+        self.shared.state.lock().ok()?.by_id.get(run_id).copied()
     }
 
     /// A connection for reads (clones share the database; each is used by one caller).
@@ -426,21 +429,14 @@ impl Store {
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let conn = {
-            let mut pool =
-                self.readers.lock().map_err(|_| StoreError::Query("pool poisoned".into()))?;
+            let mut pool = self.shared.readers.lock().map_err(|_| poisoned("pool"))?;
             match pool.pop() {
                 Some(c) => c,
-                None => {
-                    let w = self
-                        .writer
-                        .lock()
-                        .map_err(|_| StoreError::Query("writer poisoned".into()))?;
-                    w.conn.try_clone()?
-                }
+                None => self.shared.writer.lock().map_err(|_| poisoned("writer"))?.try_clone()?,
             }
         };
         let out = f(&conn);
-        if let Ok(mut pool) = self.readers.lock() {
+        if let Ok(mut pool) = self.shared.readers.lock() {
             pool.push(conn);
         }
         out
@@ -479,6 +475,11 @@ impl Store {
 
     /// The run, if it exists and `scope` may see it.
     pub fn run(&self, run_id: &str, scope: Scope<'_>) -> Result<Option<RunSummary>, StoreError> {
+        if let Some(seq) = self.pending_seq(run_id)
+            && let Some(record) = self.pending(run_id, scope)
+        {
+            return Ok(Some(record.summary(seq)));
+        }
         self.with_reader(|c| {
             let sql = format!(
                 "SELECT {} FROM runs WHERE run_id = ? AND (? IS NULL OR tenant = ?)",
@@ -500,6 +501,9 @@ impl Store {
         run_id: &str,
         scope: Scope<'_>,
     ) -> Result<Option<(Option<Explanation>, Option<String>)>, StoreError> {
+        if let Some(record) = self.pending(run_id, scope) {
+            return Ok(Some((record.explanation.clone(), record.program_source.clone())));
+        }
         let found: Option<(Option<String>, Option<String>)> = self.with_reader(|c| {
             let tenant = scope_tenant(scope);
             let mut stmt = c.prepare(
@@ -529,6 +533,8 @@ impl Store {
         filter: &RunFilter,
         scope: Scope<'_>,
     ) -> Result<Vec<RunSummary>, StoreError> {
+        // Lists read the database: it first takes in every run acknowledged so far.
+        self.settle()?;
         let mut sql = format!("SELECT {} FROM runs WHERE true", Self::SUMMARY_COLUMNS);
         let mut args: Vec<DuckValue> = Vec::new();
         if let Some(t) = scope_tenant(scope) {
@@ -566,6 +572,7 @@ impl Store {
 
     /// Number of stored runs.
     pub fn count(&self) -> Result<u64, StoreError> {
+        self.settle()?;
         self.with_reader(|c| {
             Ok(c.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0))? as u64)
         })
@@ -579,7 +586,7 @@ impl Store {
         scope: Scope<'_>,
         limit: usize,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        self.index.search(query, scope_tenant(scope), limit.clamp(1, 1000))
+        self.shared.index.search(query, scope_tenant(scope), limit.clamp(1, 1000))
     }
 
     /// Indexes every committed run the search index does not hold yet; returns how many.
@@ -587,26 +594,30 @@ impl Store {
     pub fn index_pending(&self) -> Result<usize, StoreError> {
         let mut total = 0;
         loop {
-            let after = self.index.last_seq();
+            let after = self.shared.index.last_seq();
             let batch = self.with_reader(|c| index::load_docs(c, after, 2000))?;
             if batch.is_empty() {
                 return Ok(total);
             }
             total += batch.len();
-            self.index.add(&batch)?;
+            self.shared.index.add(&batch)?;
         }
     }
 
     /// Drops the search index and rebuilds it from the database.
     pub fn reindex(&self) -> Result<usize, StoreError> {
-        self.index.clear()?;
+        self.shared.index.clear()?;
         self.index_pending()
     }
 
-    /// The last sequence number committed to the database and the last one indexed.
-    pub fn sequences(&self) -> Result<(u64, u64), StoreError> {
-        let w = self.writer.lock().map_err(|_| StoreError::Query("writer poisoned".into()))?;
-        Ok((w.next_seq - 1, self.index.last_seq()))
+    /// How far the runs have gone: journaled, committed to the database, indexed.
+    pub fn progress(&self) -> Result<Progress, StoreError> {
+        let state = self.shared.state.lock().map_err(|_| poisoned("store state"))?;
+        Ok(Progress {
+            journaled: state.journaled,
+            committed: state.committed,
+            indexed: self.shared.index.last_seq(),
+        })
     }
 
     /// A read-only SQL query (admins): one statement that reads (SELECT, WITH, FROM,
@@ -627,6 +638,7 @@ impl Store {
                 READS.join(", ")
             )));
         }
+        self.settle()?;
         self.with_reader(|c| {
             c.execute_batch("BEGIN TRANSACTION")?;
             let out = read_rows(c, query, limit);
@@ -634,6 +646,257 @@ impl Store {
             out
         })
     }
+}
+
+impl Shared {
+    /// Waits until the database holds every run up to `target`.
+    fn settle(&self, target: u64) -> Result<(), StoreError> {
+        let state = self.state.lock().map_err(|_| poisoned("store state"))?;
+        let (state, waited) = self
+            .changed
+            .wait_timeout_while(state, SETTLE_LIMIT, |s| s.committed < target)
+            .map_err(|_| poisoned("store state"))?;
+        if waited.timed_out() && state.committed < target {
+            return Err(StoreError::Behind {
+                behind: target - state.committed,
+                waited_s: SETTLE_LIMIT.as_secs(),
+                error: state.failing.clone().unwrap_or_else(|| "none; it is busy".into()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The feeder: commits journaled runs to the database in batches (whatever has piled up
+    /// while the last transaction ran), then releases the journal segments it no longer
+    /// needs. A failed transaction is retried, backing off up to a second: the runs stay in
+    /// the journal and in memory, so nothing acknowledged is lost. When the store drops it
+    /// catches up before it ends (unless the database keeps failing; the journal is then
+    /// replayed at the next open).
+    fn feed(&self) {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let batch: Vec<(u64, Arc<RunRecord>)> = {
+                let Ok(state) = self.state.lock() else { return };
+                let Ok(state) = self.changed.wait_while(state, |s| {
+                    s.committed == s.journaled && !self.stop.load(Ordering::Acquire)
+                }) else {
+                    return;
+                };
+                if state.committed == state.journaled {
+                    return; // stopping, and everything is in
+                }
+                state.pending.iter().take(DB_BATCH).map(|(k, v)| (*k, v.clone())).collect()
+            };
+            let rows: Vec<(u64, &RunRecord)> = batch.iter().map(|(k, v)| (*k, &**v)).collect();
+            let start = Instant::now();
+            let result = match self.writer.lock() {
+                Ok(mut conn) => write_runs(&mut conn, &rows),
+                Err(_) => Err(poisoned("writer")),
+            };
+            if let Some(observe) = &self.on_commit {
+                observe(start.elapsed(), rows.len(), result.as_ref().err());
+            }
+            let last = rows.last().map_or(0, |r| r.0);
+            let Ok(mut state) = self.state.lock() else { return };
+            match result {
+                Ok(()) => {
+                    for (seq, record) in &batch {
+                        state.pending.remove(seq);
+                        state.by_id.remove(&record.run_id);
+                    }
+                    state.committed = last;
+                    state.failing = None;
+                    let next = state.journaled + 1;
+                    drop(state);
+                    self.changed.notify_all();
+                    backoff = Duration::from_millis(10);
+                    if let Ok(mut journal) = self.journal.lock()
+                        && let Err(e) = journal.release(last, next, false)
+                    {
+                        tracing::warn!("journal release: {e}");
+                    }
+                }
+                Err(e) => {
+                    state.failing = Some(e.to_string());
+                    drop(state);
+                    self.changed.notify_all();
+                    if self.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Store {
+    /// Stops taking runs into the database once it holds every run journaled so far, and
+    /// removes the journal if so (a later `append` is still journaled, and replayed at the
+    /// next open). Called on drop; a daemon calls it when it stops.
+    pub fn close(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.changed.notify_all();
+        if let Some(feeder) = self.feeder.lock().ok().and_then(|mut f| f.take()) {
+            let _ = feeder.join();
+        }
+        // Everything committed: the journal is no longer needed.
+        if let (Ok(state), Ok(mut journal)) = (self.shared.state.lock(), self.shared.journal.lock())
+            && state.committed == state.journaled
+        {
+            let _ = journal.release(state.committed, state.journaled + 1, true);
+        }
+    }
+}
+
+/// Writes runs with their sequence numbers in one transaction, through the Appender.
+fn write_runs(conn: &mut Connection, runs: &[(u64, &RunRecord)]) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    {
+        let mut app_runs = tx.appender("runs")?;
+        let mut app_dec = tx.appender("decisions")?;
+        let mut app_cand = tx.appender("candidates")?;
+        let mut app_tr = tx.appender("transfers")?;
+        let mut app_time = tx.appender("timings")?;
+        let mut app_fact = tx.appender("facts")?;
+        let mut app_env = tx.appender("environment")?;
+        let mut app_labels = tx.appender("labels")?;
+        for &(seq, r) in runs {
+            let ex = r.explanation.as_ref();
+            let (nodes, fallbacks) = r.counts();
+            let labels = serde_json::to_string(&r.labels).unwrap_or_else(|_| "{}".into());
+            let outputs = serde_json::to_string(&r.outputs).unwrap_or_else(|_| "[]".into());
+            let explanation = ex.map(|e| serde_json::to_string(e).unwrap_or_default());
+            let row: Vec<DuckValue> = vec![
+                DuckValue::BigInt(seq as i64),
+                DuckValue::Text(r.run_id.clone()),
+                opt_text(r.tenant.as_deref()),
+                DuckValue::Text(r.status.name().into()),
+                DuckValue::Text(r.program_name.clone()),
+                DuckValue::Text(r.program_kind.clone()),
+                DuckValue::Text(r.program_sha256.clone()),
+                opt_text(r.program_source.as_deref()),
+                DuckValue::Text(r.policy_name.clone()),
+                DuckValue::BigInt(r.policy_version as i64),
+                DuckValue::Text(r.policy_sha256.clone()),
+                DuckValue::Text(labels),
+                opt_text(ex.map(|e| e.graph_hash.as_str())),
+                opt_text(ex.map(|e| e.inventory.fingerprint.as_str())),
+                micros(r.submitted_us),
+                r.started_us.map_or(DuckValue::Null, micros),
+                micros(r.finished_us),
+                DuckValue::BigInt(r.queue_us as i64),
+                DuckValue::BigInt(r.run_us as i64),
+                DuckValue::BigInt(nodes as i64),
+                DuckValue::BigInt(fallbacks as i64),
+                opt_text(r.error.as_deref()),
+                DuckValue::Text(outputs),
+                opt_text(explanation.as_deref()),
+            ];
+            app_runs.append_row(duckdb::appender_params_from_iter(row))?;
+            for (k, v) in &r.environment {
+                app_env.append_row(params![r.run_id, k, v])?;
+            }
+            for (k, v) in &r.labels {
+                app_labels.append_row(params![r.run_id, k, v])?;
+            }
+            let Some(ex) = ex else { continue };
+            for d in &ex.decisions {
+                let node = d.node.0 as i64;
+                let c = d.chosen.as_ref();
+                let rule = d.rule.as_ref();
+                let f = d.fallback.as_ref();
+                app_dec.append_row(params![
+                    r.run_id,
+                    node,
+                    d.name,
+                    d.op.as_ref(),
+                    d.class.as_ref(),
+                    c.map(|c| c.engine.to_string()),
+                    c.map(|c| c.kernel.to_string()),
+                    c.and_then(|c| c.precision.as_deref().map(str::to_string)),
+                    c.map(|c| c.device.to_string()),
+                    rule.map(|r| r.key.to_string()),
+                    rule.and_then(|r| r.at.as_deref().map(str::to_string)),
+                    d.precision_from.as_ref().map(|p| p.key.to_string()),
+                    f.map(|f| f.from.clone()),
+                    f.map(|f| f.code.name()),
+                    f.map(|f| f.detail.clone()),
+                    xpu_plan::render::decision_sentence(d),
+                ])?;
+                for c in d.rejected.iter() {
+                    app_cand.append_row(params![
+                        r.run_id,
+                        node,
+                        c.engine,
+                        c.kernel,
+                        c.precision,
+                        c.code.name(),
+                        c.detail,
+                        c.key.as_deref(),
+                        c.at.as_deref(),
+                    ])?;
+                }
+            }
+            for t in &ex.transfers {
+                app_tr.append_row(params![
+                    r.run_id,
+                    t.value.0 as i64,
+                    t.direction,
+                    t.bytes.map(|b| b as i64),
+                    true
+                ])?;
+            }
+            for t in &ex.transfers_done {
+                app_tr.append_row(params![
+                    r.run_id,
+                    t.value.0 as i64,
+                    t.direction,
+                    t.bytes as i64,
+                    false
+                ])?;
+            }
+            for t in &ex.timings {
+                app_time.append_row(params![
+                    r.run_id,
+                    t.node.0 as i64,
+                    t.engine,
+                    t.kernel,
+                    t.nanos as i64
+                ])?;
+            }
+            for f in &ex.facts {
+                app_fact.append_row(params![
+                    r.run_id,
+                    f.engine,
+                    f.node.map(|n| n.0 as i64),
+                    f.key,
+                    f.value
+                ])?;
+            }
+        }
+        for app in [
+            &mut app_runs,
+            &mut app_dec,
+            &mut app_cand,
+            &mut app_tr,
+            &mut app_time,
+            &mut app_fact,
+            &mut app_env,
+            &mut app_labels,
+        ] {
+            app.flush()?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 fn scope_tenant(scope: Scope<'_>) -> Option<&str> {

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use xpu_store::{OutputInfo, RunFilter, RunRecord, RunStatus, Scope, Store, StoreError};
+use xpu_store::{
+    Durability, OutputInfo, RunFilter, RunRecord, RunStatus, Scope, Store, StoreError, StoreOptions,
+};
 
 const GRAPH: &str = r#"graph "mlp" {
   %0: f32[4,8] = input "x"
@@ -153,10 +155,12 @@ fn one_owner_at_a_time_and_the_index_catches_up() {
         assert!(err.to_string().contains("another process"), "{err}");
         store.commit(&[record(0, None, RunStatus::Succeeded)]).unwrap();
         // Committed but not yet indexed when the process goes away.
-        assert_eq!(store.sequences().unwrap(), (1, 0));
+        let p = store.progress().unwrap();
+        assert_eq!((p.journaled, p.committed, p.indexed), (1, 1, 0));
     }
     let store = Store::open(dir.path()).unwrap();
-    assert_eq!(store.sequences().unwrap(), (1, 1), "caught up at open");
+    let p = store.progress().unwrap();
+    assert_eq!((p.journaled, p.committed, p.indexed), (1, 1, 1), "caught up at open");
     store
         .commit(&(1..5).map(|i| record(i, None, RunStatus::Succeeded)).collect::<Vec<_>>())
         .unwrap();
@@ -202,4 +206,113 @@ fn sql_reads_only() {
     assert!(matches!(err, StoreError::Query(_)), "{err}");
     assert!(store.sql("SELEC oops", 10).is_err());
     assert_eq!(store.count().unwrap(), 1, "nothing was changed");
+}
+
+/// The journal's frames (`len: u32 LE, crc32: u32 LE, payload`), whole.
+fn frames(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        out.push(&bytes[at..at + 8 + len]);
+        at += 8 + len;
+    }
+    out
+}
+
+fn segment(first: u64) -> String {
+    format!("journal/{first:020}.log")
+}
+
+#[test]
+fn acknowledged_runs_are_replayed_from_the_journal_once() {
+    // A store whose database took in ten runs; its journal segment (still on disk while the
+    // store is open) is what a crash before the database commit would leave behind.
+    let first = tempfile::tempdir().unwrap();
+    let runs: Vec<RunRecord> =
+        (0..10).map(|i| record(i, Some("acme"), RunStatus::Succeeded)).collect();
+    let journal = {
+        let store = Store::open(first.path()).unwrap();
+        assert_eq!(store.commit(&runs[..4]).unwrap(), [1, 2, 3, 4]);
+        assert_eq!(store.append(runs[4..].to_vec()).unwrap(), [5, 6, 7, 8, 9, 10]);
+        // Reads by id see an acknowledged run at once; lists once the database has it.
+        let s = store.run("run-0009", Scope::Tenant("acme")).unwrap().expect("visible at once");
+        assert_eq!((s.seq, s.status), (10, RunStatus::Succeeded));
+        assert!(store.run("run-0009", Scope::Tenant("globex")).unwrap().is_none());
+        let (ex, _) = store.explanation("run-0009", Scope::All).unwrap().unwrap();
+        assert_eq!(ex.as_ref(), runs[9].explanation.as_ref());
+        assert_eq!(store.count().unwrap(), 10);
+        std::fs::read(first.path().join(segment(1))).unwrap()
+    };
+    assert!(!first.path().join(segment(1)).exists(), "a clean close removes the journal");
+    let frames = frames(&journal);
+    assert_eq!(frames.len(), 10);
+
+    // Replayed into an empty database: every run, whole, under its own sequence number; the
+    // journal split into two segments, as a long-running store leaves it.
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fresh.path().join("journal")).unwrap();
+    std::fs::write(fresh.path().join(segment(1)), frames[..6].concat()).unwrap();
+    std::fs::write(fresh.path().join(segment(7)), frames[6..].concat()).unwrap();
+    {
+        let store = Store::open(fresh.path()).unwrap();
+        assert_eq!(store.replayed(), 10);
+        assert_eq!(store.count().unwrap(), 10);
+        let p = store.progress().unwrap();
+        assert_eq!((p.journaled, p.committed, p.indexed), (10, 10, 10));
+        let s = store.run("run-0003", Scope::All).unwrap().unwrap();
+        assert_eq!(s, runs[3].summary(4));
+        let (ex, source) = store.explanation("run-0007", Scope::All).unwrap().unwrap();
+        assert_eq!(ex.as_ref(), runs[7].explanation.as_ref());
+        assert_eq!(source.as_deref(), Some(GRAPH));
+        assert!(!fresh.path().join(segment(1)).exists(), "replayed segments are released");
+        // New runs continue the sequence.
+        assert_eq!(store.commit(&[record(10, None, RunStatus::Failed)]).unwrap(), [11]);
+    }
+
+    // The same journal over a database that already holds its runs adds nothing; a torn
+    // frame at its end (the write a kill interrupted, never acknowledged) is cut off.
+    std::fs::create_dir_all(first.path().join("journal")).unwrap();
+    let torn = [&journal[..], &frames[0][..frames[0].len() / 2]].concat();
+    std::fs::write(first.path().join(segment(1)), &torn).unwrap();
+    {
+        let store = Store::open(first.path()).unwrap();
+        assert_eq!(store.replayed(), 0);
+        assert_eq!(store.count().unwrap(), 10, "nothing stored twice");
+        assert_eq!(store.commit(&[record(10, None, RunStatus::Failed)]).unwrap(), [11]);
+        assert_eq!(store.count().unwrap(), 11);
+        let listed = store.list(&RunFilter { limit: 100, ..RunFilter::default() }, Scope::All);
+        assert_eq!(listed.unwrap().len(), 11);
+    }
+
+    // A damaged frame before the end is corruption: the open is refused (naming the file
+    // and byte) rather than dropping the runs after it.
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::create_dir(broken.path().join("journal")).unwrap();
+    let mut bad = frames[..6].concat();
+    bad[frames[0].len() + 20] ^= 0x55;
+    std::fs::write(broken.path().join(segment(1)), &bad).unwrap();
+    std::fs::write(broken.path().join(segment(7)), frames[6..].concat()).unwrap();
+    let err = Store::open(broken.path()).err().expect("a corrupt journal refuses the open");
+    let text = err.to_string();
+    assert!(
+        text.contains(&segment(1)[8..]) && text.contains(&format!("byte {}", frames[0].len())),
+        "{text}"
+    );
+    // Garbage that is not a journal at all, as the only segment: the torn-tail rule applies
+    // (nothing whole in it), so the store opens empty and the file is cut back.
+    std::fs::remove_file(broken.path().join(segment(7))).unwrap();
+    std::fs::write(broken.path().join(segment(1)), b"\xff\xff\xff\x7fnot a journal").unwrap();
+    let store = Store::open(broken.path()).unwrap();
+    assert_eq!(store.count().unwrap(), 0);
+}
+
+#[test]
+fn machine_durability_syncs_and_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions { durability: Durability::Machine, ..StoreOptions::default() };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let seqs = store.commit(&[record(0, None, RunStatus::Succeeded)]).unwrap();
+    assert_eq!(seqs, [1]);
+    assert_eq!(store.count().unwrap(), 1);
 }
