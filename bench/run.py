@@ -256,6 +256,8 @@ def bench_daemon(rows):
             total += r["jobs"]
             o = r["overhead_us"]
             print(f"concurrency {conc:<3}               {r['jobs_per_s']:8.0f}   {o['p50']:8.0f} / {o['p90']:6.0f} / {o['p99']:6.0f}   {r['queue_us']['p50']:8.0f}")
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in r["steps_p50_us"].items())
+            print(f"    steps, µs p50: {steps}")
             rows.append(("xpud overhead p50 (µs)", f"concurrency {conc}", "cpu", o["p50"], 100.0, 100.0 / max(o["p50"], 1e-9)))
             rows.append(("xpud jobs/s", f"concurrency {conc}", "cpu", r["jobs_per_s"], 2000.0, r["jobs_per_s"] / 2000.0))
             if conc == 1:

@@ -10,11 +10,16 @@ use anyhow::{Context, Result, bail};
 
 const JOB: &str = "let x = [1.0, 2.0, 3.0]\nprint sum(x * 2.0)\n";
 
+/// The overhead's steps xpud reports in `Server-Timing` besides total, queue and run.
+const STEPS: [&str; 5] = ["prepare", "files", "plan", "outputs", "store"];
+
 /// One request's server-side timings, in microseconds.
 struct Sample {
     overhead_us: f64,
     queue_us: f64,
     client_us: f64,
+    /// [`STEPS`], in order (0 when the server did not report one).
+    steps_us: [f64; STEPS.len()],
 }
 
 fn timing(header: &str, name: &str) -> Option<f64> {
@@ -62,6 +67,7 @@ fn worker(url: &str, token: Option<&str>, until: Instant) -> Result<Vec<Sample>>
             overhead_us: (total - run - queue).max(0.0),
             queue_us: queue,
             client_us,
+            steps_us: STEPS.map(|name| ms(name).unwrap_or(0.0)),
         });
     }
     Ok(samples)
@@ -96,6 +102,14 @@ pub fn run(url: &str, concurrency: usize, seconds: f64) -> Result<()> {
         v.sort_by(f64::total_cmp);
     }
     let p = |v: &[f64]| serde_json::json!({"p50": percentile(v, 0.5), "p90": percentile(v, 0.9), "p99": percentile(v, 0.99)});
+    // Where the overhead goes: each step's median (the rest is hand-offs between threads,
+    // HTTP and JSON).
+    let mut steps = serde_json::Map::new();
+    for (i, name) in STEPS.iter().enumerate() {
+        let mut v: Vec<f64> = samples.iter().map(|s| s.steps_us[i]).collect();
+        v.sort_by(f64::total_cmp);
+        steps.insert(name.to_string(), serde_json::json!(percentile(&v, 0.5)));
+    }
     println!(
         "{}",
         serde_json::json!({
@@ -106,6 +120,7 @@ pub fn run(url: &str, concurrency: usize, seconds: f64) -> Result<()> {
             "overhead_us": p(&overhead),
             "queue_us": p(&queue),
             "client_latency_us": p(&client),
+            "steps_p50_us": steps,
         })
     );
     Ok(())

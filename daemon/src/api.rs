@@ -358,6 +358,7 @@ pub async fn submit(
     let spec = tokio::task::spawn_blocking(move || prepare(&app2, &caller, &req))
         .await
         .map_err(ApiError::internal)??;
+    let prepared = start.elapsed().as_nanos() as u64;
     let job = app.jobs.submit(spec).map_err(|e| submit_error(&app, e))?;
     if !wait {
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
@@ -368,18 +369,27 @@ pub async fn submit(
     let mut response = (status, Json(&dto)).into_response();
     if finished {
         let total = start.elapsed().as_nanos() as u64;
-        let run = job.run_nanos.load(Ordering::Acquire).max(0) as u64;
+        let t = &job.timings;
+        let run = t.run.load(Ordering::Acquire);
         let queue = dto.queue_us.unwrap_or(0) * 1000;
         app.metrics.server_overhead.observe(total.saturating_sub(run) as f64 * 1e-9);
         // Where the server's time went (W3C Server-Timing, milliseconds): load generators
-        // and browsers read the overhead without the execution from it.
-        let ms = |n: u64| n as f64 * 1e-6;
-        let timing = format!(
-            "total;dur={:.3}, queue;dur={:.3}, run;dur={:.3}",
-            ms(total),
-            ms(queue),
-            ms(run)
-        );
+        // and browsers read the overhead without the execution from it, and each step.
+        let steps = [
+            ("total", total),
+            ("prepare", prepared),
+            ("files", t.files.load(Ordering::Acquire)),
+            ("queue", queue),
+            ("plan", t.plan.load(Ordering::Acquire)),
+            ("run", run),
+            ("outputs", t.outputs.load(Ordering::Acquire)),
+            ("store", t.store.load(Ordering::Acquire)),
+        ];
+        let timing = steps
+            .iter()
+            .map(|(name, n)| format!("{name};dur={:.3}", *n as f64 * 1e-6))
+            .collect::<Vec<_>>()
+            .join(", ");
         if let Ok(v) = axum::http::HeaderValue::from_str(&timing) {
             response.headers_mut().insert("server-timing", v);
         }
@@ -503,12 +513,7 @@ pub async fn output(
     };
     let table = out.dtype == "table";
     let ext = if table { "csv" } else { "npy" };
-    let file = app
-        .jobs
-        .run_dir(&id)
-        .join("outputs")
-        .join(format!("{}.{ext}", xpu_runtime::tensors::output_file_name(&name)));
-    let bytes = std::fs::read(&file).map_err(ApiError::internal)?;
+    let bytes = app.jobs.output_bytes(&out.sha256, ext).map_err(ApiError::internal)?;
     match (q.format.as_deref().unwrap_or(ext), table) {
         ("npy", false) => {
             Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
@@ -600,14 +605,24 @@ pub async fn replay(
             None => return Err(ApiError::not_found(format!("no finished run {id}"))),
         };
     let dir = app.jobs.run_dir(&id);
-    let ext = std::path::Path::new(&original.program_name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("bin")
-        .to_string();
-    let program = std::fs::read(dir.join(format!("program.{ext}"))).map_err(ApiError::internal)?;
+    // A text program is in the record; a binary one was kept beside the inputs.
+    let source = match app.jobs.store.explanation(&id, caller.0.visibility()) {
+        Ok(Some((_, source))) => source,
+        Ok(None) => None,
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    let program = match source {
+        Some(text) => text.into_bytes(),
+        None => std::fs::read(dir.join(crate::jobs::program_file(&original.program_name)))
+            .map_err(ApiError::internal)?,
+    };
     let mut inputs = BTreeMap::new();
-    for entry in std::fs::read_dir(dir.join("inputs")).map_err(ApiError::internal)?.flatten() {
+    let kept_inputs = match std::fs::read_dir(dir.join("inputs")) {
+        Ok(entries) => entries.flatten().collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    for entry in kept_inputs {
         let p = entry.path();
         let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else { continue };
         let bytes = std::fs::read(&p).map_err(ApiError::internal)?;

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,8 +64,23 @@ pub struct Job {
     pub submitted_us: i64,
     pub cancel: AtomicBool,
     phase: tokio::sync::watch::Sender<Phase>,
-    /// Nanoseconds spent executing the plan (for the overhead metric).
-    pub run_nanos: AtomicI64,
+    /// Where the job's time went, in nanoseconds (Server-Timing, the overhead metric).
+    pub timings: JobTimings,
+}
+
+/// A job's steps, in nanoseconds: keeping its files at submit, planning (a plan-cache
+/// lookup when warm), executing the plan, writing its outputs, journaling the run.
+#[derive(Default)]
+pub struct JobTimings {
+    pub files: AtomicU64,
+    pub plan: AtomicU64,
+    pub run: AtomicU64,
+    pub outputs: AtomicU64,
+    pub store: AtomicU64,
+}
+
+fn nanos_since(start: Instant) -> u64 {
+    start.elapsed().as_nanos() as u64
 }
 
 impl Job {
@@ -96,6 +111,7 @@ pub struct Jobs {
     pub data_roots: DataRoots,
     pub model_roots: DataRoots,
     runs_dir: PathBuf,
+    blobs: crate::blobs::Blobs,
     cpu: Arc<dyn xpu_engine::Engine>,
     live: Mutex<HashMap<String, Arc<Job>>>,
     queue: SyncSender<Arc<Job>>,
@@ -115,9 +131,12 @@ impl Jobs {
         model_roots: DataRoots,
         workers: usize,
         capacity: usize,
+        durability: xpu_store::Durability,
     ) -> Arc<Jobs> {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
+        let sync = durability == xpu_store::Durability::Machine;
+        let blobs = crate::blobs::Blobs::new(store.dir().join("blobs"), sync);
         let jobs = Arc::new(Jobs {
             store,
             metrics,
@@ -126,6 +145,7 @@ impl Jobs {
             data_roots,
             model_roots,
             runs_dir,
+            blobs,
             cpu: Arc::new(xpu_engine_cpu::CpuEngine::new()),
             live: Mutex::new(HashMap::new()),
             queue,
@@ -146,8 +166,11 @@ impl Jobs {
         std::thread::Builder::new()
             .name("xpud-index".into())
             .spawn(move || {
-                // The search index follows the store at most a second behind.
+                xpu_store::lower_priority();
+                // The search index follows the database in one tantivy commit a second
+                // (each commit is a new segment to merge later: fewer is cheaper).
                 while let Some(jobs) = j.upgrade() {
+                    let tick = Instant::now() + Duration::from_secs(1);
                     let _ = jobs.store.index_pending();
                     if let Ok(p) = jobs.store.progress() {
                         jobs.metrics.index_lag.set(p.committed.saturating_sub(p.indexed) as i64);
@@ -156,7 +179,7 @@ impl Jobs {
                             .set(p.journaled.saturating_sub(p.committed) as i64);
                     }
                     drop(jobs);
-                    std::thread::sleep(Duration::from_millis(250));
+                    std::thread::sleep(tick.saturating_duration_since(Instant::now()));
                 }
             })
             .expect("spawn indexer");
@@ -168,7 +191,7 @@ impl Jobs {
     pub fn registry(&self) -> xpu_engine::Registry {
         let mut registry = xpu_engine::Registry::new();
         registry.register(self.cpu.clone());
-        registry.register(Arc::new(xpu_engine_table::TableEngine::new(
+        registry.register(Arc::new(xpu_engine_table::TableEngine::with_canonical_roots(
             self.data_roots.roots().to_vec(),
         )));
         registry
@@ -184,7 +207,9 @@ impl Jobs {
             return Err(SubmitError::Draining);
         }
         let run_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
+        let start = Instant::now();
         self.keep_job_files(&self.run_dir(&run_id), &spec)?;
+        let files = nanos_since(start);
         let (phase, _) = tokio::sync::watch::channel(Phase::Queued);
         let job = Arc::new(Job {
             run_id: run_id.clone(),
@@ -193,7 +218,7 @@ impl Jobs {
             submitted_us: now_us(),
             cancel: AtomicBool::new(false),
             phase,
-            run_nanos: AtomicI64::new(0),
+            timings: JobTimings { files: AtomicU64::new(files), ..JobTimings::default() },
         });
         self.live.lock().map_err(|_| SubmitError::Draining)?.insert(run_id.clone(), job.clone());
         match self.queue.try_send(job.clone()) {
@@ -222,9 +247,14 @@ impl Jobs {
         self.live.lock().map_or(0, |l| l.len())
     }
 
-    /// Where a run's files are.
+    /// Where a run's kept files are (a binary program, inputs).
     pub fn run_dir(&self, run_id: &str) -> PathBuf {
         self.runs_dir.join(run_id)
+    }
+
+    /// The bytes of a run's output (`ext` npy or csv), by the SHA-256 its record lists.
+    pub fn output_bytes(&self, sha256: &str, ext: &str) -> std::io::Result<Vec<u8>> {
+        self.blobs.get(sha256, ext)
     }
 
     /// Stops taking jobs and waits up to `bound` for the queued and running ones to be
@@ -327,7 +357,8 @@ impl Jobs {
                     .plan_cache
                     .with_label_values(&[if ran.cache_hit { "hit" } else { "miss" }])
                     .inc();
-                job.run_nanos.store(ran.run_nanos as i64, Ordering::Release);
+                job.timings.plan.store(ran.plan_nanos, Ordering::Release);
+                job.timings.run.store(ran.run_nanos, Ordering::Release);
                 let cancelled = job.cancel.load(Ordering::Acquire);
                 let mut r = self.base_record(
                     job,
@@ -336,13 +367,15 @@ impl Jobs {
                 if cancelled {
                     r.error = Some("cancelled while running; outputs discarded".into());
                 } else {
-                    match self.keep_outputs(&job.run_id, &ran.outputs) {
+                    let start = Instant::now();
+                    match self.keep_outputs(&ran.outputs) {
                         Ok(outputs) => r.outputs = outputs,
                         Err(e) => {
                             r.status = RunStatus::Failed;
                             r.error = Some(format!("cannot keep the outputs: {e}"));
                         }
                     }
+                    job.timings.outputs.store(nanos_since(start), Ordering::Release);
                 }
                 self.metrics.observe_run(&ran.explanation);
                 r.explanation = Some(ran.explanation);
@@ -366,14 +399,9 @@ impl Jobs {
         record
     }
 
-    /// Writes each output (`.npy` for tensors, `.csv` for tables) under the run's directory.
-    fn keep_outputs(
-        &self,
-        run_id: &str,
-        outputs: &[(String, Tensor)],
-    ) -> Result<Vec<OutputInfo>, String> {
-        let dir = self.run_dir(run_id).join("outputs");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    /// Keeps each output (`.npy` for tensors, `.csv` for tables) as a blob named by its
+    /// SHA-256, which the run's record lists.
+    fn keep_outputs(&self, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, String> {
         let mut infos = Vec::new();
         for (name, t) in outputs {
             let (bytes, ext) = match t.data().as_table() {
@@ -382,13 +410,13 @@ impl Jobs {
                 }
                 None => (xpu_runtime::tensors::npy_bytes(t).map_err(|e| e.to_string())?, "npy"),
             };
-            let file = format!("{}.{ext}", xpu_runtime::tensors::output_file_name(name));
-            std::fs::write(dir.join(&file), &bytes).map_err(|e| e.to_string())?;
+            let sha256 = sha256_hex(&bytes);
+            self.blobs.put(&sha256, ext, &bytes).map_err(|e| e.to_string())?;
             infos.push(OutputInfo {
                 name: name.clone(),
                 dtype: t.dtype().name().to_string(),
                 shape: t.shape().to_vec(),
-                sha256: sha256_hex(&bytes),
+                sha256,
                 bytes: bytes.len() as u64,
             });
         }
@@ -401,6 +429,7 @@ impl Jobs {
         let mut summary = record.summary(0);
         let start = Instant::now();
         let stored = self.store.append(vec![record]);
+        job.timings.store.store(nanos_since(start), Ordering::Release);
         self.metrics.store_write.observe(start.elapsed().as_secs_f64());
         match stored {
             Ok(seqs) => {
@@ -429,16 +458,19 @@ impl Jobs {
         job.phase.send_replace(Phase::Done(Box::new(summary)));
     }
 
-    /// Keeps the job's program and inputs (as `.npy`) for replay.
+    /// Keeps what a replay needs beyond the run's record: a binary program (ONNX) and the
+    /// inputs (as `.npy`) under `runs/<id>/`. A text program is in the record itself
+    /// (`program_source`), so a job without inputs writes no file here.
     fn keep_job_files(&self, run_dir: &Path, spec: &JobSpec) -> Result<(), SubmitError> {
         let io = |e: std::io::Error| SubmitError::Io(e.to_string());
-        std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
-        let ext = Path::new(&spec.program_name)
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or("bin")
-            .to_string();
-        std::fs::write(run_dir.join(format!("program.{ext}")), &spec.program_bytes).map_err(io)?;
+        if !spec.program_text {
+            std::fs::create_dir_all(run_dir).map_err(io)?;
+            std::fs::write(run_dir.join(program_file(&spec.program_name)), &spec.program_bytes)
+                .map_err(io)?;
+        }
+        if !spec.inputs.is_empty() {
+            std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
+        }
         for (name, t) in spec.input_names.iter().zip(&spec.inputs) {
             let bytes =
                 xpu_runtime::tensors::npy_bytes(t).map_err(|e| SubmitError::Io(e.to_string()))?;
@@ -447,6 +479,12 @@ impl Jobs {
         }
         Ok(())
     }
+}
+
+/// The file name a kept binary program has under its run's directory.
+pub fn program_file(program_name: &str) -> String {
+    let ext = Path::new(program_name).extension().and_then(|e| e.to_str()).unwrap_or("bin");
+    format!("program.{ext}")
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+mod blobs;
 pub mod config;
 pub mod dto;
 pub mod error;
@@ -93,6 +94,7 @@ impl App {
             model_roots,
             config.workers(),
             config.limits.queue_capacity,
+            config.store.durability,
         );
         Ok(Arc::new(App {
             config,

@@ -216,6 +216,9 @@ const LOCK_FILE: &str = "store.lock";
 const DB_BATCH: usize = 4096;
 /// How long a read that needs the database waits for it to catch up with the journal.
 const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+/// Most runs held in memory between the journal and the database: past it, appends wait
+/// for the feeder (memory stays bounded when runs finish faster than DuckDB takes them).
+const MAX_PENDING: u64 = 20_000;
 
 /// How the store is opened.
 #[derive(Default)]
@@ -314,8 +317,12 @@ impl Store {
             Err(std::fs::TryLockError::Error(e)) => return Err(io(dir, e)),
         }
         // The store never reads files or loads extensions: a SQL query cannot either.
-        let config =
-            Config::default().enable_autoload_extension(false)?.enable_external_access(false)?;
+        // One DuckDB thread: the store's work is appends and small reads, and the cores
+        // belong to the jobs.
+        let config = Config::default()
+            .enable_autoload_extension(false)?
+            .enable_external_access(false)?
+            .threads(1)?;
         let mut conn = Connection::open_with_flags(dir.join(DB_FILE), config)?;
         schema::migrate(&mut conn)?;
         let last: i64 =
@@ -371,6 +378,15 @@ impl Store {
     /// database receives them in the background. On error nothing of the batch is stored.
     pub fn append(&self, runs: Vec<RunRecord>) -> Result<Vec<u64>, StoreError> {
         let sh = &self.shared;
+        {
+            let state = sh.state.lock().map_err(|_| poisoned("store state"))?;
+            let _caught_up = sh
+                .changed
+                .wait_timeout_while(state, SETTLE_LIMIT, |s| {
+                    s.journaled - s.committed >= MAX_PENDING && s.failing.is_none()
+                })
+                .map_err(|_| poisoned("store state"))?;
+        }
         let mut journal = sh.journal.lock().map_err(|_| poisoned("journal"))?;
         let first = sh.state.lock().map_err(|_| poisoned("store state"))?.journaled + 1;
         let entries: Vec<EntryRef<'_>> = runs
@@ -673,6 +689,7 @@ impl Shared {
     /// catches up before it ends (unless the database keeps failing; the journal is then
     /// replayed at the next open).
     fn feed(&self) {
+        lower_priority();
         let mut backoff = Duration::from_millis(10);
         loop {
             let batch: Vec<(u64, Arc<RunRecord>)> = {
@@ -754,6 +771,14 @@ impl Store {
             let _ = journal.release(state.committed, state.journaled + 1, true);
         }
     }
+}
+
+/// Gives the calling thread a lower CPU priority (nice 10): the store's background work
+/// (taking journaled runs into DuckDB, indexing) yields to requests and jobs, which is what
+/// keeps their latency flat while it runs. Linux sets niceness per thread.
+pub fn lower_priority() {
+    // SAFETY: setpriority only reads its arguments; `who = 0` is the calling thread.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
 }
 
 /// Writes runs with their sequence numbers in one transaction, through the Appender.

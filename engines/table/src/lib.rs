@@ -76,6 +76,12 @@ impl TableEngine {
     /// where they exist).
     pub fn new(roots: Vec<PathBuf>) -> TableEngine {
         let roots = roots.into_iter().map(|r| r.canonicalize().unwrap_or(r)).collect();
+        TableEngine::with_canonical_roots(roots)
+    }
+
+    /// [`TableEngine::new`] for roots already canonical (as `DataRoots` holds them): a
+    /// daemon makes one engine per job and need not resolve the same paths each time.
+    pub fn with_canonical_roots(roots: Vec<PathBuf>) -> TableEngine {
         TableEngine {
             roots,
             connection: Mutex::new(None),
