@@ -606,11 +606,8 @@ pub async fn replay(
         };
     let dir = app.jobs.run_dir(&id);
     // A text program is in the record; a binary one was kept beside the inputs.
-    let source = match app.jobs.store.explanation(&id, caller.0.visibility()) {
-        Ok(Some((_, source))) => source,
-        Ok(None) => None,
-        Err(e) => return Err(ApiError::internal(e)),
-    };
+    let source =
+        app.jobs.store.program_source(&id, caller.0.visibility()).map_err(ApiError::internal)?;
     let program = match source {
         Some(text) => text.into_bytes(),
         None => std::fs::read(dir.join(crate::jobs::program_file(&original.program_name)))

@@ -2,11 +2,12 @@
 //! that commits finished runs in groups. The life of a job:
 //!
 //! 1. submit (HTTP handler): the program is compiled and the policy resolved at once, so a
-//!    job that cannot run is refused with a 4xx and never queued; the job's files (program,
-//!    inputs) are kept under `runs/<id>/` for replay; a full queue answers 429.
+//!    job that cannot run is refused with a 4xx and never queued; what a replay needs
+//!    beyond the record (a binary program, the inputs) is kept under `runs/<id>/`; a full
+//!    queue answers 429.
 //! 2. a worker plans it (through the plan cache) and runs it on a fresh engine registry
-//!    (the table engine's DuckDB connection is per job) and writes its outputs under
-//!    `runs/<id>/outputs/`.
+//!    (the table engine's DuckDB connection is per job) and keeps its outputs as blobs
+//!    named by their SHA-256.
 //! 3. the worker appends the finished run to the store's journal and only then marks it
 //!    complete and wakes whoever waits on it: a run reported complete survives a crash of
 //!    the daemon and explains at once (from memory until the store's feeder has committed

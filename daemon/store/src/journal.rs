@@ -58,8 +58,8 @@ pub(crate) struct Journal {
     first: u64,
     len: u64,
     durability: Durability,
-    /// Segments before the open one: (first seq, path), oldest first.
-    closed: Vec<(u64, PathBuf)>,
+    /// First sequence numbers of the segments before the open one, oldest first.
+    closed: Vec<u64>,
 }
 
 fn segment_path(dir: &Path, first: u64) -> PathBuf {
@@ -74,7 +74,7 @@ impl Journal {
     /// Opens the journal in `dir`, returning it and every entry it holds, in order.
     pub fn open(dir: &Path, durability: Durability) -> Result<(Journal, Vec<Entry>), StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        let mut segments: Vec<(u64, PathBuf)> = Vec::new();
+        let mut segments: Vec<u64> = Vec::new();
         for item in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
             let path = item.map_err(|e| io(dir, e))?.path();
             let first = path
@@ -83,17 +83,18 @@ impl Journal {
                 .and_then(|n| n.strip_suffix(".log"))
                 .and_then(|n| n.parse::<u64>().ok());
             if let Some(first) = first {
-                segments.push((first, path));
+                segments.push(first);
             }
         }
         segments.sort();
         let mut entries = Vec::new();
         let last = segments.len().saturating_sub(1);
-        for (i, (_, path)) in segments.iter().enumerate() {
-            let valid = read_segment(path, i == last, &mut entries)?;
+        for (i, &first) in segments.iter().enumerate() {
+            let path = segment_path(dir, first);
+            let valid = read_segment(&path, i == last, &mut entries)?;
             if i == last {
                 // Cut a torn tail off so new frames follow whole ones.
-                let f = OpenOptions::new().write(true).open(path).map_err(|e| io(dir, e))?;
+                let f = OpenOptions::new().write(true).open(&path).map_err(|e| io(dir, e))?;
                 f.set_len(valid).map_err(|e| io(dir, e))?;
             }
         }
@@ -164,7 +165,7 @@ impl Journal {
             File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io(&self.dir, e))?;
         }
         if self.file.replace(file).is_some() {
-            self.closed.push((self.first, segment_path(&self.dir, self.first)));
+            self.closed.push(self.first);
         }
         self.first = first;
         self.len = 0;
@@ -175,17 +176,17 @@ impl Journal {
     /// whose runs are all in it, and the open one too once it is wholly in it and `all` is
     /// set or it has grown past a quarter segment (so a busy journal does not churn files).
     pub fn release(&mut self, committed: u64, next_seq: u64, all: bool) -> Result<(), StoreError> {
-        while let Some((_, path)) = self.closed.first() {
+        while let Some(&first) = self.closed.first() {
             // A closed segment ends where the next one begins.
             let end = match (self.closed.get(1), &self.file) {
-                (Some(next), _) => next.0,
+                (Some(&next), _) => next,
                 (None, Some(_)) => self.first,
                 (None, None) => next_seq,
             };
             if end > committed + 1 {
                 break;
             }
-            std::fs::remove_file(path).map_err(|e| io(&self.dir, e))?;
+            std::fs::remove_file(segment_path(&self.dir, first)).map_err(|e| io(&self.dir, e))?;
             self.closed.remove(0);
         }
         let done = self.closed.is_empty() && next_seq == committed + 1;

@@ -425,18 +425,56 @@ impl Store {
         self.shared.settle(target)
     }
 
-    /// A journaled run not yet in the database, if `scope` may see it.
-    fn pending(&self, run_id: &str, scope: Scope<'_>) -> Option<Arc<RunRecord>> {
-        let state = self.shared.state.lock().ok()?;
-        let record = state.pending.get(state.by_id.get(run_id)?)?;
-        match scope_tenant(scope) {
-            Some(t) if record.tenant.as_deref() != Some(t) => None,
-            _ => Some(record.clone()),
+    /// Stops taking runs into the database once it holds every run journaled so far, and
+    /// removes the journal if so (a later `append` is still journaled, and replayed at the
+    /// next open). Called on drop; a daemon calls it when it stops.
+    pub fn close(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.changed.notify_all();
+        if let Some(feeder) = self.feeder.lock().ok().and_then(|mut f| f.take()) {
+            let _ = feeder.join();
+        }
+        // Everything committed: the journal is no longer needed.
+        if let (Ok(state), Ok(mut journal)) = (self.shared.state.lock(), self.shared.journal.lock())
+            && state.committed == state.journaled
+        {
+            let _ = journal.release(state.committed, state.journaled + 1, true);
         }
     }
 
-    fn pending_seq(&self, run_id: &str) -> Option<u64> {
-        self.shared.state.lock().ok()?.by_id.get(run_id).copied()
+    /// A journaled run not yet in the database, with its sequence number, if `scope` may
+    /// see it.
+    fn pending(&self, run_id: &str, scope: Scope<'_>) -> Option<(u64, Arc<RunRecord>)> {
+        let state = self.shared.state.lock().ok()?;
+        let seq = *state.by_id.get(run_id)?;
+        let record = state.pending.get(&seq)?;
+        match scope_tenant(scope) {
+            Some(t) if record.tenant.as_deref() != Some(t) => None,
+            _ => Some((seq, record.clone())),
+        }
+    }
+
+    /// The text of the run's program (MiniLang or SGR; none for ONNX), if `scope` may see
+    /// the run.
+    pub fn program_source(
+        &self,
+        run_id: &str,
+        scope: Scope<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        if let Some((_, record)) = self.pending(run_id, scope) {
+            return Ok(record.program_source.clone());
+        }
+        self.with_reader(|c| {
+            let tenant = scope_tenant(scope);
+            let mut stmt = c.prepare(
+                "SELECT program_source FROM runs WHERE run_id = ? AND (? IS NULL OR tenant = ?)",
+            )?;
+            let mut rows = stmt.query(params![run_id, tenant, tenant])?;
+            Ok(match rows.next()? {
+                Some(r) => r.get(0)?,
+                None => None,
+            })
+        })
     }
 
     /// A connection for reads (clones share the database; each is used by one caller).
@@ -491,9 +529,7 @@ impl Store {
 
     /// The run, if it exists and `scope` may see it.
     pub fn run(&self, run_id: &str, scope: Scope<'_>) -> Result<Option<RunSummary>, StoreError> {
-        if let Some(seq) = self.pending_seq(run_id)
-            && let Some(record) = self.pending(run_id, scope)
-        {
+        if let Some((seq, record)) = self.pending(run_id, scope) {
             return Ok(Some(record.summary(seq)));
         }
         self.with_reader(|c| {
@@ -517,7 +553,7 @@ impl Store {
         run_id: &str,
         scope: Scope<'_>,
     ) -> Result<Option<(Option<Explanation>, Option<String>)>, StoreError> {
-        if let Some(record) = self.pending(run_id, scope) {
+        if let Some((_, record)) = self.pending(run_id, scope) {
             return Ok(Some((record.explanation.clone(), record.program_source.clone())));
         }
         let found: Option<(Option<String>, Option<String>)> = self.with_reader(|c| {
@@ -754,25 +790,6 @@ impl Drop for Store {
     }
 }
 
-impl Store {
-    /// Stops taking runs into the database once it holds every run journaled so far, and
-    /// removes the journal if so (a later `append` is still journaled, and replayed at the
-    /// next open). Called on drop; a daemon calls it when it stops.
-    pub fn close(&self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.changed.notify_all();
-        if let Some(feeder) = self.feeder.lock().ok().and_then(|mut f| f.take()) {
-            let _ = feeder.join();
-        }
-        // Everything committed: the journal is no longer needed.
-        if let (Ok(state), Ok(mut journal)) = (self.shared.state.lock(), self.shared.journal.lock())
-            && state.committed == state.journaled
-        {
-            let _ = journal.release(state.committed, state.journaled + 1, true);
-        }
-    }
-}
-
 /// Gives the calling thread a lower CPU priority (nice 10): the store's background work
 /// (taking journaled runs into DuckDB, indexing) yields to requests and jobs, which is what
 /// keeps their latency flat while it runs. Linux sets niceness per thread.
@@ -870,22 +887,17 @@ fn write_runs(conn: &mut Connection, runs: &[(u64, &RunRecord)]) -> Result<(), S
                     ])?;
                 }
             }
-            for t in &ex.transfers {
+            // Planned transfers (bytes known when shapes are) and the ones that ran.
+            let planned = ex.transfers.iter().map(|t| (t.value, &t.direction, t.bytes, true));
+            let done =
+                ex.transfers_done.iter().map(|t| (t.value, &t.direction, Some(t.bytes), false));
+            for (value, direction, bytes, planned) in planned.chain(done) {
                 app_tr.append_row(params![
                     r.run_id,
-                    t.value.0 as i64,
-                    t.direction,
-                    t.bytes.map(|b| b as i64),
-                    true
-                ])?;
-            }
-            for t in &ex.transfers_done {
-                app_tr.append_row(params![
-                    r.run_id,
-                    t.value.0 as i64,
-                    t.direction,
-                    t.bytes as i64,
-                    false
+                    value.0 as i64,
+                    direction,
+                    bytes.map(|b| b as i64),
+                    planned
                 ])?;
             }
             for t in &ex.timings {
