@@ -241,14 +241,16 @@ fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
     }
     let types = input_names.iter().zip(&inputs).map(|(n, t)| (n.clone(), t.ty())).collect();
     let lower_inputs = xpu_minilang::lower::Inputs { types, ..Default::default() };
-    let compiled =
-        xpu_runtime::program::compile(&name, &bytes, &app.jobs.data_roots, &lower_inputs).map_err(
-            |e| {
-                ApiError::unprocessable("invalid_program", "the program does not compile")
-                    .details(serde_json::json!({ "diagnostics": e.to_string() }))
-            },
-        )?;
-    let graph = Arc::new(compiled.graph);
+    let program_sha256 = crate::jobs::sha256_hex(&bytes);
+    let (compiled, _) = app
+        .jobs
+        .compiled
+        .get_or_compile(&name, &bytes, &program_sha256, &app.jobs.data_roots, &lower_inputs)
+        .map_err(|e| {
+            ApiError::unprocessable("invalid_program", "the program does not compile")
+                .details(serde_json::json!({ "diagnostics": e.to_string() }))
+        })?;
+    let graph = compiled.graph;
     // Inputs in the graph's order, checked by name.
     let mut ordered = Vec::new();
     let mut ordered_names = Vec::new();
@@ -295,7 +297,9 @@ fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
         program_kind: kind.name(),
         program_text: kind.is_text(),
         program_bytes: bytes,
+        program_sha256,
         graph,
+        graph_hash: compiled.hash,
         inputs: ordered,
         input_names: ordered_names,
         policy,
@@ -354,12 +358,16 @@ pub async fn submit(
     caller.require(&app, Scope::Submit)?;
     let wait = req.wait;
     let app2 = app.clone();
-    // Compiling reads files and may take a while: off the async threads.
-    let spec = tokio::task::spawn_blocking(move || prepare(&app2, &caller, &req))
-        .await
-        .map_err(ApiError::internal)??;
-    let prepared = start.elapsed().as_nanos() as u64;
-    let job = app.jobs.submit(spec).map_err(|e| submit_error(&app, e))?;
+    // Compiling reads files and may take a while: off the async threads. A waited job that
+    // finds a free slot and an empty queue also runs there, in place.
+    let (job, prepared) = tokio::task::spawn_blocking(move || {
+        let spec = prepare(&app2, &caller, &req)?;
+        let prepared = start.elapsed().as_nanos() as u64;
+        let job = if wait { app2.jobs.submit_and_run_here(spec) } else { app2.jobs.submit(spec) };
+        Ok::<_, ApiError>((job.map_err(|e| submit_error(&app2, e))?, prepared))
+    })
+    .await
+    .map_err(ApiError::internal)??;
     if !wait {
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
     }
@@ -569,7 +577,12 @@ pub async fn cancel(
     if let Some(job) = app.jobs.live(&id)
         && visible(&caller.0, job.spec.tenant.as_deref())
     {
-        job.cancel.store(true, Ordering::Release);
+        let app2 = app.clone();
+        let job2 = job.clone();
+        // A job parked for its engine is stored cancelled at once (a journal write).
+        tokio::task::spawn_blocking(move || app2.jobs.cancel(&job2))
+            .await
+            .map_err(ApiError::internal)?;
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
     }
     let run = find_run(&app, &caller, &id)?;
@@ -691,12 +704,11 @@ pub async fn dry_run(
     let app2 = app.clone();
     tokio::task::spawn_blocking(move || {
         let spec = prepare(&app2, &caller, &req)?;
-        let registry = app2.jobs.registry();
         let shapes: Vec<Vec<usize>> = spec.inputs.iter().map(|t| t.shape().to_vec()).collect();
         let (explanation, ok) = match app2.jobs.cache.get_or_plan(
             &spec.graph,
             &spec.policy,
-            &registry.inventory(),
+            app2.jobs.inventory(),
             &shapes,
         ) {
             Ok((p, _)) => (p.1.clone(), true),

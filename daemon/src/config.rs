@@ -65,6 +65,10 @@ pub struct Limits {
     pub max_sql_rows: usize,
     /// Runs kept per list page at most.
     pub max_page: usize,
+    /// Jobs using an engine at once, by engine name (`table = 1`: one DuckDB job at a time).
+    /// A job whose engine is at its limit waits, without holding a worker; an engine not
+    /// named here is limited by `workers` alone.
+    pub engine_concurrency: std::collections::BTreeMap<String, usize>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -104,6 +108,7 @@ impl Default for Limits {
             drain_timeout_s: 30,
             max_sql_rows: 10_000,
             max_page: 1000,
+            engine_concurrency: Default::default(),
         }
     }
 }
@@ -147,6 +152,8 @@ pub enum ConfigError {
     DevNotLoopback(SocketAddr),
     #[error("{0} does not exist")]
     Missing(PathBuf),
+    #[error("limits.engine_concurrency.{engine}: {message}")]
+    EngineLimit { engine: String, message: String },
 }
 
 impl Config {
@@ -182,6 +189,18 @@ impl Config {
         let addr = self.listen_addr()?;
         if self.dev && !addr.ip().is_loopback() {
             return Err(ConfigError::DevNotLoopback(addr));
+        }
+        for (engine, &limit) in &self.limits.engine_concurrency {
+            let bad =
+                |message: String| ConfigError::EngineLimit { engine: engine.clone(), message };
+            if xpu_engine::catalog::engine(engine).is_none() {
+                let known: Vec<&str> =
+                    xpu_engine::catalog::ENGINES.iter().map(|e| e.name).collect();
+                return Err(bad(format!("no engine of that name (known: {})", known.join(", "))));
+            }
+            if limit == 0 {
+                return Err(bad("must be at least 1 (leave the engine out for no limit)".into()));
+            }
         }
         Ok(())
     }

@@ -1,13 +1,16 @@
-//! Jobs: a bounded queue in front of a fixed set of worker threads, and one store writer
-//! that commits finished runs in groups. The life of a job:
+//! Jobs: a bounded queue in front of a fixed set of worker threads, admission by execution
+//! slots and per-engine limits ([`crate::gate`]), and the store's journal. The life of a job:
 //!
-//! 1. submit (HTTP handler): the program is compiled and the policy resolved at once, so a
-//!    job that cannot run is refused with a 4xx and never queued; what a replay needs
-//!    beyond the record (a binary program, the inputs) is kept under `runs/<id>/`; a full
-//!    queue answers 429.
-//! 2. a worker plans it (through the plan cache) and runs it on a fresh engine registry
-//!    (the table engine's DuckDB connection is per job) and keeps its outputs as blobs
-//!    named by their SHA-256.
+//! 1. submit (HTTP handler): the program is compiled (or found in the compile cache) and the
+//!    policy resolved at once, so a job that cannot run is refused with a 4xx and never
+//!    queued; what a replay needs beyond the record (a binary program, the inputs) is kept
+//!    under `runs/<id>/`; a full queue answers 429. A waited job that finds a slot free and
+//!    nothing queued runs in place on the request's blocking thread: no hand-off.
+//! 2. a worker plans it (a plan-cache probe when warm); if one of its engines is at its
+//!    `limits.engine_concurrency`, the job is parked without holding the worker and run
+//!    when that engine frees. It runs on a fresh engine registry (the table engine's
+//!    DuckDB connection is per job) under the job's stop token (cancel, timeout), and its
+//!    outputs are kept as blobs named by their SHA-256.
 //! 3. the worker appends the finished run to the store's journal and only then marks it
 //!    complete and wakes whoever waits on it: a run reported complete survives a crash of
 //!    the daemon and explains at once (from memory until the store's feeder has committed
@@ -15,15 +18,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use xpu_engine::{Inventory, StopToken};
 use xpu_ir::{Graph, Tensor};
 use xpu_minilang::paths::DataRoots;
 use xpu_plan::PlanCache;
 use xpu_policy::Policy;
+use xpu_runtime::Planned;
 use xpu_store::{OutputInfo, RunRecord, RunStatus, RunSummary, Store};
 
 use crate::metrics::Metrics;
@@ -38,8 +43,11 @@ pub struct JobSpec {
     pub program_name: String,
     pub program_kind: &'static str,
     pub program_bytes: Vec<u8>,
+    pub program_sha256: String,
     pub program_text: bool,
     pub graph: Arc<Graph>,
+    /// The graph's content hash (the plan cache's key), computed once when compiled.
+    pub graph_hash: Arc<str>,
     pub inputs: Vec<Tensor>,
     pub input_names: Vec<String>,
     pub policy: Arc<Policy>,
@@ -63,7 +71,8 @@ pub struct Job {
     pub spec: JobSpec,
     pub submitted: Instant,
     pub submitted_us: i64,
-    pub cancel: AtomicBool,
+    /// Cancels the job: before it runs, or while it runs (engines check between nodes).
+    pub stop: StopToken,
     phase: tokio::sync::watch::Sender<Phase>,
     /// Where the job's time went, in nanoseconds (Server-Timing, the overhead metric).
     pub timings: JobTimings,
@@ -92,7 +101,14 @@ impl Job {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Phase> {
         self.phase.subscribe()
     }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.is_cancelled()
+    }
 }
+
+/// A planned job waiting for its engine (see [`crate::gate`]).
+type Admitted = (Arc<Job>, Planned);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -109,13 +125,21 @@ pub struct Jobs {
     pub metrics: Arc<Metrics>,
     pub policies: RwLock<Arc<PolicySet>>,
     pub cache: PlanCache,
+    pub compiled: crate::compiled::CompileCache,
     pub data_roots: DataRoots,
     pub model_roots: DataRoots,
     runs_dir: PathBuf,
     blobs: crate::blobs::Blobs,
     cpu: Arc<dyn xpu_engine::Engine>,
+    /// The engines every job gets (the registry is fixed for the process), and their
+    /// fingerprint: computed once, so a warm plan lookup hashes nothing.
+    inventory: Inventory,
+    inventory_fingerprint: String,
+    gate: crate::gate::Gate<Admitted>,
     live: Mutex<HashMap<String, Arc<Job>>>,
     queue: SyncSender<Arc<Job>>,
+    /// Jobs in `queue` (a waited job runs in place only when it is empty).
+    queued: AtomicUsize,
     capacity: usize,
     draining: AtomicBool,
     /// Set when draining ran out of time: runs finishing after it are not stored.
@@ -133,30 +157,39 @@ impl Jobs {
         workers: usize,
         capacity: usize,
         durability: xpu_store::Durability,
+        engine_limits: BTreeMap<String, usize>,
     ) -> Arc<Jobs> {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
         let sync = durability == xpu_store::Durability::Machine;
         let blobs = crate::blobs::Blobs::new(store.dir().join("blobs"), sync);
+        let cpu: Arc<dyn xpu_engine::Engine> = Arc::new(xpu_engine_cpu::CpuEngine::new());
+        let inventory = registry(&cpu, &data_roots).inventory();
+        let workers = workers.max(1);
         let jobs = Arc::new(Jobs {
             store,
             metrics,
             policies: RwLock::new(Arc::new(policies)),
             cache: PlanCache::new(1024),
+            compiled: crate::compiled::CompileCache::new(1024),
             data_roots,
             model_roots,
             runs_dir,
             blobs,
-            cpu: Arc::new(xpu_engine_cpu::CpuEngine::new()),
+            cpu,
+            inventory_fingerprint: inventory.fingerprint(),
+            inventory,
+            gate: crate::gate::Gate::new(workers, engine_limits),
             live: Mutex::new(HashMap::new()),
             queue,
+            queued: AtomicUsize::new(0),
             capacity,
             draining: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         });
         // The threads live as long as the process (workers end when the queue closes).
         let rx = Arc::new(Mutex::new(rx));
-        for i in 0..workers.max(1) {
+        for i in 0..workers {
             let (jobs, rx) = (jobs.clone(), rx.clone());
             std::thread::Builder::new()
                 .name(format!("xpud-worker-{i}"))
@@ -190,12 +223,12 @@ impl Jobs {
     /// The engines one job runs on: the shared CPU engine and a fresh table engine, whose
     /// DuckDB connection is then the job's own.
     pub fn registry(&self) -> xpu_engine::Registry {
-        let mut registry = xpu_engine::Registry::new();
-        registry.register(self.cpu.clone());
-        registry.register(Arc::new(xpu_engine_table::TableEngine::with_canonical_roots(
-            self.data_roots.roots().to_vec(),
-        )));
-        registry
+        registry(&self.cpu, &self.data_roots)
+    }
+
+    /// What the planner sees of [`registry`](Jobs::registry)'s engines.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
     }
 
     pub fn policies(&self) -> Arc<PolicySet> {
@@ -204,6 +237,25 @@ impl Jobs {
 
     /// Queues a job; its files are written first so a replay can repeat it.
     pub fn submit(&self, spec: JobSpec) -> Result<Arc<Job>, SubmitError> {
+        let job = self.accept(spec)?;
+        self.enqueue(job)
+    }
+
+    /// Runs a job here, on the calling (blocking) thread, when a slot is free and nothing
+    /// is queued — a waited job then pays no hand-off to a worker and back; otherwise
+    /// queues it like [`submit`](Jobs::submit). Returns once it finished or was queued.
+    pub fn submit_and_run_here(&self, spec: JobSpec) -> Result<Arc<Job>, SubmitError> {
+        let job = self.accept(spec)?;
+        if self.queued.load(Ordering::Acquire) > 0 || !self.gate.try_take_slot() {
+            return self.enqueue(job);
+        }
+        self.execute(job.clone());
+        self.gate.release_slot();
+        Ok(job)
+    }
+
+    /// Makes a job of `spec`: its files kept, it is live (findable by id) from here on.
+    fn accept(&self, spec: JobSpec) -> Result<Arc<Job>, SubmitError> {
         if self.draining.load(Ordering::Acquire) {
             return Err(SubmitError::Draining);
         }
@@ -217,25 +269,47 @@ impl Jobs {
             spec,
             submitted: Instant::now(),
             submitted_us: now_us(),
-            cancel: AtomicBool::new(false),
+            stop: StopToken::new(),
             phase,
             timings: JobTimings { files: AtomicU64::new(files), ..JobTimings::default() },
         });
-        self.live.lock().map_err(|_| SubmitError::Draining)?.insert(run_id.clone(), job.clone());
+        self.live.lock().map_err(|_| SubmitError::Draining)?.insert(run_id, job.clone());
+        Ok(job)
+    }
+
+    fn enqueue(&self, job: Arc<Job>) -> Result<Arc<Job>, SubmitError> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
         match self.queue.try_send(job.clone()) {
             Ok(()) => {
                 self.metrics.queue_depth.inc();
                 Ok(job)
             }
             Err(e) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
                 if let Ok(mut live) = self.live.lock() {
-                    live.remove(&run_id);
+                    live.remove(&job.run_id);
                 }
                 Err(match e {
                     TrySendError::Full(_) => SubmitError::QueueFull(self.capacity),
                     TrySendError::Disconnected(_) => SubmitError::Draining,
                 })
             }
+        }
+    }
+
+    /// Cancels a live job: one waiting (queued, or parked for its engine) ends cancelled
+    /// without running; a running one stops at its engine's next check (between nodes; a
+    /// DuckDB query is interrupted) and ends cancelled, its outputs discarded.
+    pub fn cancel(&self, job: &Arc<Job>) {
+        job.stop.cancel();
+        if let Some((parked, planned)) = self.gate.unpark(|(j, _)| j.run_id == job.run_id) {
+            self.metrics.queue_depth.dec();
+            self.metrics.engine_waiting.dec();
+            let mut r = self.base_record(&parked, RunStatus::Cancelled);
+            r.queue_us = parked.submitted.elapsed().as_micros() as u64;
+            r.error = Some("cancelled while waiting for its engine".into());
+            r.explanation = Some(planned.explanation);
+            self.finish(&parked, r);
         }
     }
 
@@ -277,22 +351,66 @@ impl Jobs {
                 Err(_) => return,
             };
             let Ok(job) = next else { return };
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             self.metrics.queue_depth.dec();
-            self.metrics.running.inc();
-            let record = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&job)))
-                .unwrap_or_else(|_| {
-                    self.failed(&job, None, "internal error: the job's engine panicked".into())
-                });
-            self.metrics.running.dec();
-            if self.closed.load(Ordering::Acquire) {
-                // Draining ran out of time: this run is not stored (nor reported).
-                if let Ok(mut live) = self.live.lock() {
-                    live.remove(&job.run_id);
-                }
-                continue;
-            }
-            self.store_run(&job, record);
+            self.gate.take_slot();
+            self.execute(job);
+            self.gate.release_slot();
         }
+    }
+
+    /// Plans a job and runs it (or parks it for its engine), then every parked job its
+    /// engines' release admits, on this thread (which holds an execution slot).
+    fn execute(&self, job: Arc<Job>) {
+        if job.is_cancelled() {
+            let queue_us = job.submitted.elapsed().as_micros() as u64;
+            let mut r = self.base_record(&job, RunStatus::Cancelled);
+            r.queue_us = queue_us;
+            r.error = Some("cancelled before it started".into());
+            return self.finish(&job, r);
+        }
+        let planned = match self.plan(&job) {
+            Ok(p) => p,
+            Err(mut r) => {
+                r.queue_us = job.submitted.elapsed().as_micros() as u64;
+                return self.finish(&job, *r);
+            }
+        };
+        let engines = self.gate.limited(planned.engines());
+        let Some(first) = self.gate.enter(engines, (job, planned)) else {
+            // Parked: its engine's next release runs it.
+            self.metrics.queue_depth.inc();
+            self.metrics.engine_waiting.inc();
+            return;
+        };
+        let mut ready = vec![first];
+        while let Some((job, planned)) = ready.pop() {
+            let engines = self.gate.limited(planned.engines());
+            self.metrics.running.inc();
+            let record =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&job, planned)))
+                    .unwrap_or_else(|_| {
+                        self.failed(&job, None, "internal error: the job's engine panicked".into())
+                    });
+            self.metrics.running.dec();
+            self.finish(&job, record);
+            let admitted = self.gate.leave(&engines);
+            self.metrics.queue_depth.sub(admitted.len() as i64);
+            self.metrics.engine_waiting.sub(admitted.len() as i64);
+            ready.extend(admitted.into_iter().rev());
+        }
+    }
+
+    /// Stores a finished run and reports it, unless draining ran out of time.
+    fn finish(&self, job: &Job, record: RunRecord) {
+        if self.closed.load(Ordering::Acquire) {
+            // Draining ran out of time: this run is not stored (nor reported).
+            if let Ok(mut live) = self.live.lock() {
+                live.remove(&job.run_id);
+            }
+            return;
+        }
+        self.store_run(job, record);
     }
 
     fn base_record(&self, job: &Job, status: RunStatus) -> RunRecord {
@@ -303,7 +421,7 @@ impl Jobs {
             status,
             program_name: s.program_name.clone(),
             program_kind: s.program_kind.to_string(),
-            program_sha256: sha256_hex(&s.program_bytes),
+            program_sha256: s.program_sha256.clone(),
             program_source: s
                 .program_text
                 .then(|| String::from_utf8_lossy(&s.program_bytes).into_owned()),
@@ -335,32 +453,51 @@ impl Jobs {
         r
     }
 
-    fn run(&self, job: &Job) -> RunRecord {
-        let queue_us = job.submitted.elapsed().as_micros() as u64;
+    /// The job's plan: a cache probe when warm (the graph's hash and the inventory's
+    /// fingerprint are known already). A job with no plan ends here, failed, explained.
+    fn plan(&self, job: &Job) -> Result<Planned, Box<RunRecord>> {
+        let s = &job.spec;
+        let keys = xpu_plan::Keys {
+            graph_hash: &s.graph_hash,
+            inventory_fingerprint: &self.inventory_fingerprint,
+        };
+        let planned = xpu_runtime::plan_job(
+            &s.graph,
+            &s.inputs,
+            &s.policy,
+            &self.inventory,
+            Some(&self.cache),
+            Some(keys),
+        )
+        .map_err(|e| {
+            let ex = e.explanation().cloned();
+            Box::new(self.failed(job, ex, e.to_string()))
+        })?;
+        self.metrics
+            .plan_cache
+            .with_label_values(&[if planned.cache_hit { "hit" } else { "miss" }])
+            .inc();
+        job.timings.plan.store(planned.plan_nanos, Ordering::Release);
+        Ok(planned)
+    }
+
+    fn run(&self, job: &Job, planned: Planned) -> RunRecord {
+        // Waiting: in the queue, and parked for an engine (planning is not waiting).
+        let queue_us = (job.submitted.elapsed().as_nanos() as u64)
+            .saturating_sub(job.timings.plan.load(Ordering::Acquire))
+            / 1000;
         self.metrics.queue_wait.observe(queue_us as f64 * 1e-6);
-        if job.cancel.load(Ordering::Acquire) {
-            let mut r = self.base_record(job, RunStatus::Cancelled);
-            r.queue_us = queue_us;
-            r.error = Some("cancelled before it started".into());
-            return r;
-        }
         job.phase.send_replace(Phase::Running);
         let started_us = now_us();
         let start = Instant::now();
         let registry = self.registry();
         let s = &job.spec;
-        let result =
-            xpu_runtime::plan_and_run(&s.graph, &s.inputs, &s.policy, &registry, Some(&self.cache));
+        let result = xpu_runtime::run_planned(&s.graph, planned, &s.inputs, &registry, &job.stop);
         let run_us = start.elapsed().as_micros() as u64;
         let mut record = match result {
             Ok(ran) => {
-                self.metrics
-                    .plan_cache
-                    .with_label_values(&[if ran.cache_hit { "hit" } else { "miss" }])
-                    .inc();
-                job.timings.plan.store(ran.plan_nanos, Ordering::Release);
                 job.timings.run.store(ran.run_nanos, Ordering::Release);
-                let cancelled = job.cancel.load(Ordering::Acquire);
+                let cancelled = job.is_cancelled();
                 let mut r = self.base_record(
                     job,
                     if cancelled { RunStatus::Cancelled } else { RunStatus::Succeeded },
@@ -383,12 +520,17 @@ impl Jobs {
                 r
             }
             Err(e) => {
-                let timed_out =
-                    matches!(&e, xpu_runtime::RunError::Exec(xpu_plan::ExecError::Timeout { .. }));
+                use xpu_plan::ExecError;
                 let ex = e.explanation().cloned();
                 let mut r = self.failed(job, ex, e.to_string());
-                if timed_out {
-                    r.status = RunStatus::TimedOut;
+                match &e {
+                    xpu_runtime::RunError::Exec(ExecError::Timeout { .. }) => {
+                        r.status = RunStatus::TimedOut;
+                    }
+                    xpu_runtime::RunError::Exec(ExecError::Cancelled { .. }) => {
+                        r.status = RunStatus::Cancelled;
+                    }
+                    _ => {}
                 }
                 r
             }
@@ -480,6 +622,16 @@ impl Jobs {
         }
         Ok(())
     }
+}
+
+/// The engines every job runs on: the shared CPU engine and a fresh table engine.
+fn registry(cpu: &Arc<dyn xpu_engine::Engine>, roots: &DataRoots) -> xpu_engine::Registry {
+    let mut registry = xpu_engine::Registry::new();
+    registry.register(cpu.clone());
+    registry.register(Arc::new(xpu_engine_table::TableEngine::with_canonical_roots(
+        roots.roots().to_vec(),
+    )));
+    registry
 }
 
 /// The file name a kept binary program has under its run's directory.

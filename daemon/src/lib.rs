@@ -7,9 +7,11 @@
 pub mod api;
 pub mod auth;
 mod blobs;
+pub mod compiled;
 pub mod config;
 pub mod dto;
 pub mod error;
+pub mod gate;
 pub mod jobs;
 pub mod metrics;
 pub mod policies;
@@ -95,6 +97,7 @@ impl App {
             config.workers(),
             config.limits.queue_capacity,
             config.store.durability,
+            config.limits.engine_concurrency.clone(),
         );
         Ok(Arc::new(App {
             config,

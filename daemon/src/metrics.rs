@@ -21,6 +21,7 @@ pub struct Metrics {
     pub engine_available: IntGaugeVec,
     pub queue_depth: IntGauge,
     pub running: IntGauge,
+    pub engine_waiting: IntGauge,
     pub store_write: Histogram,
     pub store_commit: Histogram,
     pub store_pending: IntGauge,
@@ -101,6 +102,10 @@ impl Metrics {
             )),
             queue_depth: reg!(IntGauge::new("xpu_queue_depth", "Jobs waiting in the queue.")),
             running: reg!(IntGauge::new("xpu_jobs_running", "Jobs running now.")),
+            engine_waiting: reg!(IntGauge::new(
+                "xpu_engine_waiting_jobs",
+                "Planned jobs waiting for an engine at its limits.engine_concurrency."
+            )),
             store_write: reg!(Histogram::with_opts(h(
                 "xpu_store_write_seconds",
                 "Time to journal one finished run, the step before it is reported complete."

@@ -449,3 +449,116 @@ async fn waited_submits_carry_server_timing() {
     assert_eq!(status, StatusCode::ACCEPTED);
     assert!(headers.get("server-timing").is_none());
 }
+
+/// A job of many slow nodes (a few seconds in all on this machine): what cancel and the
+/// timeout stop mid-run. `s` is an input so that nothing is folded at compile time.
+const SLOW: &str = "let s = input(\"s\")\nlet w = randn([384, 384], seed=1) * 0.01\n\
+    let mut x = randn([384, 384], seed=2) + s\nfor i in 0..400 {\n  x = tanh(x @ w)\n}\nprint sum(x)\n";
+
+fn slow_job(wait: bool, policy_toml: Option<&str>) -> Value {
+    let mut j = json!({"program": {"name": "slow.ml", "source": SLOW}, "wait": wait,
+        "inputs": {"s": {"dtype": "f64", "shape": [1], "data": [0.5]}}});
+    if let Some(p) = policy_toml {
+        j["policy_toml"] = json!(p);
+    }
+    j
+}
+
+impl Server {
+    /// Polls a run until `done` says so (20 s at most).
+    async fn poll(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let (status, run) = self.send("GET", &format!("/v1/runs/{id}"), None, None).await;
+            assert_eq!(status, StatusCode::OK, "{run}");
+            if done(&run) || std::time::Instant::now() > until {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_running_job_between_nodes() {
+    let s = server(true, |c| c.limits.workers = 1);
+    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(false, None))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["run_id"].as_str().unwrap().to_string();
+    let running = s.poll(&id, |r| r["status"] != "queued").await;
+    assert_eq!(running["status"], "running", "{running}");
+    let (status, body) = s.send("POST", &format!("/v1/runs/{id}/cancel"), None, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let done = s.poll(&id, |r| r["status"] != "running").await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    // Stopped inside the plan (not run to its end and then discarded), with no outputs.
+    let error = done["error"].as_str().unwrap();
+    assert!(error.contains("cancelled in partition") && error.contains("before node"), "{error}");
+    assert_eq!(done["outputs"], json!([]), "{done}");
+    // A finished run cannot be cancelled again.
+    let (status, body) = s.send("POST", &format!("/v1/runs/{id}/cancel"), None, None).await;
+    assert_error(status, &body, StatusCode::CONFLICT, "finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_timeout_stops_a_run_mid_partition() {
+    let s = server(true, |_| {});
+    let policy = "[policy]\nname = \"hurried\"\nversion = 1\n\n[execution]\ntimeout = \"50ms\"\n";
+    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(true, Some(policy)))).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(run["status"], "timed_out", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.contains("execution.timeout (50 ms)") && error.contains("before node"),
+        "{error}"
+    );
+    // Stopped near its deadline, not at the end of the whole plan.
+    assert!(run["run_us"].as_u64().unwrap() < 2_000_000, "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_limit_serializes_its_jobs_without_holding_workers() {
+    // Two workers, one cpu job at a time: two slow jobs never overlap, and a cancel reaches
+    // the one parked behind the other.
+    let s = server(true, |c| {
+        c.limits.workers = 2;
+        c.limits.engine_concurrency = [("cpu".to_string(), 1)].into();
+    });
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(false, None))).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+        ids.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    // The second and third wait for the cpu engine, holding no worker.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let waiting = loop {
+        let (_, metrics) = s.send("GET", "/metrics", None, None).await;
+        let line =
+            metrics.as_str().unwrap().lines().find(|l| l.starts_with("xpu_engine_waiting_jobs "));
+        let n: f64 = line.and_then(|l| l.split(' ').nth(1)?.parse().ok()).unwrap_or(-1.0);
+        if n == 2.0 || std::time::Instant::now() > until {
+            break n;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(waiting, 2.0);
+    let first = s.poll(&ids[0], |r| r["status"] == "running").await;
+    assert_eq!(first["status"], "running", "{first}");
+    // Cancelled while parked, the third ends at once, never run.
+    let (status, _) = s.send("POST", &format!("/v1/runs/{}/cancel", ids[2]), None, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let third = s.poll(&ids[2], |r| r["status"] != "queued").await;
+    assert_eq!(third["status"], "cancelled", "{third}");
+    assert_eq!(third["error"], "cancelled while waiting for its engine", "{third}");
+    assert_eq!(third["run_us"], 0, "{third}");
+    let mut spans = Vec::new();
+    for id in &ids[..2] {
+        let r = s.poll(id, |r| r["status"] == "succeeded").await;
+        assert_eq!(r["status"], "succeeded", "{r}");
+        let finished = r["finished_us"].as_i64().unwrap();
+        spans.push((finished - r["run_us"].as_i64().unwrap(), finished));
+    }
+    let (a, b) = (spans[0], spans[1]);
+    assert!(a.1 <= b.0 || b.1 <= a.0, "the two cpu jobs overlapped: {a:?} {b:?}");
+}

@@ -10,9 +10,9 @@ pub mod tensors;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use xpu_engine::Registry;
+use xpu_engine::{Inventory, Registry, StopToken};
 use xpu_ir::{Graph, Tensor};
-use xpu_plan::{CapturePlan, ExecError, Explanation, GraphExec, PlanCache, PlanFailure};
+use xpu_plan::{CapturePlan, ExecError, Explanation, GraphExec, Keys, PlanCache, PlanFailure};
 use xpu_policy::Policy;
 
 pub use program::{Compiled, ProgramError, ProgramKind};
@@ -78,44 +78,111 @@ pub fn plan_and_run(
     registry: &Registry,
     cache: Option<&PlanCache>,
 ) -> Result<Ran, RunError> {
-    let start = std::time::Instant::now();
     let inventory = registry.inventory();
+    let planned = plan_job(graph, inputs, policy, &inventory, cache, None)?;
+    run_planned(graph, planned, inputs, registry, &StopToken::default())
+}
+
+/// A plan made (or found in the cache) for one job, not yet run.
+#[derive(Debug)]
+pub struct Planned {
+    pub plan: Arc<CapturePlan>,
+    pub explanation: Explanation,
+    pub cache_hit: bool,
+    pub plan_nanos: u64,
+}
+
+impl Planned {
+    /// The engines the plan's partitions run on, sorted and distinct.
+    pub fn engines(&self) -> Vec<&str> {
+        let engines: std::collections::BTreeSet<&str> =
+            self.plan.partitions.iter().map(|p| p.engine.as_str()).collect();
+        engines.into_iter().collect()
+    }
+}
+
+/// Plans `graph` under `policy` for these inputs on the engines of `inventory`, through
+/// `cache` when given. `keys` are the graph's hash and the inventory's fingerprint when the
+/// caller already knows them (a warm daemon): the cache lookup then hashes nothing.
+pub fn plan_job(
+    graph: &Arc<Graph>,
+    inputs: &[Tensor],
+    policy: &Policy,
+    inventory: &Inventory,
+    cache: Option<&PlanCache>,
+    keys: Option<Keys<'_>>,
+) -> Result<Planned, RunError> {
+    let start = std::time::Instant::now();
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     let no_plan = |f: PlanFailure| RunError::NoPlan {
         policy: policy.name().to_string(),
         failure: Box::new(f),
     };
-    let (plan, explanation, cache_hit) = match cache {
-        Some(cache) => {
-            let (cached, hit) =
-                cache.get_or_plan(graph, policy, &inventory, &shapes).map_err(no_plan)?;
-            (Arc::new(cached.0.clone()), cached.1.clone(), hit)
+    let (plan, explanation, cache_hit) = match (cache, keys) {
+        (Some(cache), Some(keys)) => {
+            let (cached, hit) = cache
+                .get_or_plan_keyed(graph, policy, inventory, &shapes, keys)
+                .map_err(no_plan)?;
+            (cached.0.clone(), cached.1.clone(), hit)
         }
-        None => {
+        (Some(cache), None) => {
+            let (cached, hit) =
+                cache.get_or_plan(graph, policy, inventory, &shapes).map_err(no_plan)?;
+            (cached.0.clone(), cached.1.clone(), hit)
+        }
+        (None, _) => {
             let bindings = xpu_plan::bind_symbols(graph, &shapes);
-            let (p, e) =
-                xpu_plan::plan_shared(graph, &graph.content_hash(), policy, &inventory, &bindings)
-                    .map_err(no_plan)?;
+            let hash = keys.map_or_else(|| graph.content_hash(), |k| k.graph_hash.to_string());
+            let (p, e) = xpu_plan::plan_shared(graph, &hash, policy, inventory, &bindings)
+                .map_err(no_plan)?;
             (Arc::new(p), e, false)
         }
     };
-    run_plan(graph, plan, explanation, inputs, registry, cache_hit, start)
+    let plan_nanos = start.elapsed().as_nanos() as u64;
+    Ok(Planned { plan, explanation, cache_hit, plan_nanos })
+}
+
+/// Runs a plan from [`plan_job`] until it ends or `stop` stops it.
+pub fn run_planned(
+    graph: &Graph,
+    planned: Planned,
+    inputs: &[Tensor],
+    registry: &Registry,
+    stop: &StopToken,
+) -> Result<Ran, RunError> {
+    let Planned { plan, explanation, cache_hit, plan_nanos } = planned;
+    run_plan_until(graph, plan, explanation, inputs, registry, cache_hit, plan_nanos, stop)
 }
 
 /// Runs an already made plan (a frozen one, or one from [`plan_and_run`]'s cache).
 pub fn run_plan(
     graph: &Graph,
     plan: Arc<CapturePlan>,
-    mut explanation: Explanation,
+    explanation: Explanation,
     inputs: &[Tensor],
     registry: &Registry,
     cache_hit: bool,
     start: std::time::Instant,
 ) -> Result<Ran, RunError> {
     let plan_nanos = start.elapsed().as_nanos() as u64;
+    let stop = StopToken::default();
+    run_plan_until(graph, plan, explanation, inputs, registry, cache_hit, plan_nanos, &stop)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_plan_until(
+    graph: &Graph,
+    plan: Arc<CapturePlan>,
+    mut explanation: Explanation,
+    inputs: &[Tensor],
+    registry: &Registry,
+    cache_hit: bool,
+    plan_nanos: u64,
+    stop: &StopToken,
+) -> Result<Ran, RunError> {
     let mut exec = GraphExec::new(plan.clone(), registry).map_err(RunError::Prepare)?;
     let run_start = std::time::Instant::now();
-    let record = exec.run(inputs).map_err(RunError::Exec)?;
+    let record = exec.run_until(inputs, stop).map_err(RunError::Exec)?;
     let run_nanos = run_start.elapsed().as_nanos() as u64;
     explanation.record_run(&record);
     let outputs = graph.outputs.iter().map(|o| o.name.clone()).zip(record.outputs).collect();

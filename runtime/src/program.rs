@@ -72,6 +72,9 @@ pub struct Compiled {
     pub graph: Graph,
     pub prints: Vec<PrintItem>,
     pub writes: Vec<(String, PathBuf)>,
+    /// Files a MiniLang program names (read or written). Empty for the other kinds, whose
+    /// graph is a function of their bytes alone.
+    pub files: Vec<PathBuf>,
 }
 
 /// Loads a program from its bytes. `name` gives the language (by extension) and names the
@@ -108,7 +111,7 @@ pub fn compile(
             format!("the graph is invalid ({} problem(s)):\n{}", errs.len(), list.join("\n")),
         ));
     }
-    Ok(Compiled { kind, graph, prints: Vec::new(), writes: Vec::new() })
+    Ok(Compiled { kind, graph, prints: Vec::new(), writes: Vec::new(), files: Vec::new() })
 }
 
 fn compile_minilang(
@@ -151,6 +154,7 @@ fn compile_minilang(
         graph: lowered.graph,
         prints: lowered.prints,
         writes: lowered.writes,
+        files: lowered.files,
     })
 }
 

@@ -40,6 +40,10 @@ pub struct Lowered {
     /// The compile-time type of each printed table (`table[Name: string, Age: f64]`), by
     /// graph output name.
     pub types: std::collections::BTreeMap<String, String>,
+    /// Every file the program names (read or written), resolved, in program order. A
+    /// program naming none is a pure function of its text and input types (the daemon
+    /// caches those compiled).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +77,8 @@ struct Lowerer<'p> {
     program: &'p Program,
     roots: Option<&'p DataRoots>,
     writes: Vec<(String, std::path::PathBuf)>,
+    /// Files resolved so far (`resolve` borrows the lowerer shared, hence the cell).
+    files: std::cell::RefCell<Vec<std::path::PathBuf>>,
     scopes: Vec<HashMap<String, Val>>,
     fns: Vec<(&'p [Param], &'p Block)>,
     prints: Vec<PrintItem>,
@@ -143,6 +149,7 @@ pub fn lower_with<'p>(
         program,
         roots,
         writes: Vec::new(),
+        files: Default::default(),
         scopes: vec![HashMap::new()],
         fns: Vec::new(),
         prints: Vec::new(),
@@ -164,6 +171,7 @@ pub fn lower_with<'p>(
         prints: l.prints,
         writes: l.writes,
         types: l.types,
+        files: l.files.into_inner(),
     })
 }
 
@@ -856,9 +864,11 @@ impl Builtin<'_, '_> {
             ));
         };
         let resolved = if write { roots.resolve_write(path) } else { roots.resolve_read(path) };
-        resolved.map_err(|m| {
+        let resolved = resolved.map_err(|m| {
             err("E0301", span, m).label(if write { "not allowed" } else { "cannot read" })
-        })
+        })?;
+        self.l.files.borrow_mut().push(resolved.clone());
+        Ok(resolved)
     }
 
     fn tensor(&mut self, i: usize, name: &str) -> R<ValueId> {

@@ -36,7 +36,16 @@ pub fn bind_symbols(g: &Graph, shapes: &[Vec<usize>]) -> BTreeMap<String, u64> {
     b
 }
 
-pub type CachedPlan = Arc<(CapturePlan, Explanation)>;
+/// A plan (shared with every run of it) and the explanation of how it was made.
+pub type CachedPlan = Arc<(Arc<CapturePlan>, Explanation)>;
+
+/// What a caller may have computed already: the graph's [`Graph::content_hash`] and the
+/// inventory's [`Inventory::fingerprint`].
+#[derive(Clone, Copy, Debug)]
+pub struct Keys<'a> {
+    pub graph_hash: &'a str,
+    pub inventory_fingerprint: &'a str,
+}
 
 /// A bounded map from [`PlanKey`] to plans, with hit and miss counters.
 #[derive(Debug)]
@@ -68,11 +77,29 @@ impl PlanCache {
         inventory: &Inventory,
         input_shapes: &[Vec<usize>],
     ) -> Result<(CachedPlan, bool), PlanFailure> {
+        let keys = Keys {
+            graph_hash: &graph.content_hash(),
+            inventory_fingerprint: &inventory.fingerprint(),
+        };
+        self.get_or_plan_keyed(graph, policy, inventory, input_shapes, keys)
+    }
+
+    /// [`get_or_plan`](PlanCache::get_or_plan) with the graph's content hash and the
+    /// inventory's fingerprint already known (a daemon computes them once, not per job):
+    /// a warm lookup is then one hash probe.
+    pub fn get_or_plan_keyed(
+        &self,
+        graph: &Arc<Graph>,
+        policy: &Policy,
+        inventory: &Inventory,
+        input_shapes: &[Vec<usize>],
+        keys: Keys<'_>,
+    ) -> Result<(CachedPlan, bool), PlanFailure> {
         let key = PlanKey {
-            graph_hash: graph.content_hash(),
+            graph_hash: keys.graph_hash.to_string(),
             policy_sha256: policy.sha256.clone(),
             input_shapes: input_shapes.to_vec(),
-            inventory_fingerprint: inventory.fingerprint(),
+            inventory_fingerprint: keys.inventory_fingerprint.to_string(),
         };
         let now = self.tick.fetch_add(1, Ordering::Relaxed);
         if let Some(entry) = self.entries.lock().expect("cache lock").get_mut(&key) {
@@ -81,13 +108,14 @@ impl PlanCache {
             return Ok((entry.1.clone(), true));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        let planned = Arc::new(plan_shared(
+        let (plan, explanation) = plan_shared(
             graph,
             &key.graph_hash,
             policy,
             inventory,
             &bind_symbols(graph, input_shapes),
-        )?);
+        )?;
+        let planned = Arc::new((Arc::new(plan), explanation));
         let mut entries = self.entries.lock().expect("cache lock");
         if entries.len() >= self.capacity {
             // Evict the least recently used entry.

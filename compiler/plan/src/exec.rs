@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use xpu_engine::{EngineError, Executable, Registry};
+use xpu_engine::{EngineError, Executable, Registry, StopReason, StopToken};
 use xpu_ir::{NodeId, Tensor, ValueId};
 
 use crate::model::{CapturePlan, EngineFact, NodeTime, TransferDone};
@@ -22,8 +22,11 @@ pub enum ExecError {
     Engine { partition: usize, engine: String, error: EngineError },
     #[error("inputs: {0}")]
     Inputs(EngineError),
-    #[error("the run exceeded execution.timeout ({limit_ms} ms) after partition {partition}")]
-    Timeout { limit_ms: u64, partition: usize },
+    /// `at` says where it stopped: before a node, or at the end of a partition.
+    #[error("the run exceeded execution.timeout ({limit_ms} ms) in partition {partition}, {at}")]
+    Timeout { limit_ms: u64, partition: usize, at: String },
+    #[error("the run was cancelled in partition {partition}, {at}")]
+    Cancelled { partition: usize, at: String },
 }
 
 struct Prepared {
@@ -134,6 +137,32 @@ impl GraphExec {
 
     /// Runs the plan on one tensor per graph input.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<RunRecord, ExecError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    /// [`run`](GraphExec::run) that stops when `stop` is cancelled (engines check it between
+    /// nodes; DuckDB queries are interrupted) or when the plan's `execution.timeout` passes.
+    pub fn run_until(
+        &mut self,
+        inputs: &[Tensor],
+        stop: &StopToken,
+    ) -> Result<RunRecord, ExecError> {
+        let limit = self.plan.execution.timeout_ms;
+        let own;
+        let stop = match limit {
+            Some(ms) => {
+                // The caller's token may be the inert default, which carries no deadline.
+                let stop = if stop.is_inert() {
+                    own = StopToken::new();
+                    &own
+                } else {
+                    stop
+                };
+                stop.set_deadline(std::time::Duration::from_millis(ms));
+                stop
+            }
+            None => stop,
+        };
         let g = &self.plan.graph;
         xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
         let start = Instant::now();
@@ -149,7 +178,12 @@ impl GraphExec {
             facts: Vec::new(),
             wall_nanos: 0,
         };
-        let limit = self.plan.execution.timeout_ms;
+        let stopped = |reason: StopReason, partition: usize, at: String| match reason {
+            StopReason::Cancelled => ExecError::Cancelled { partition, at },
+            StopReason::DeadlinePassed => {
+                ExecError::Timeout { limit_ms: limit.unwrap_or(0), partition, at }
+            }
+        };
         for p in &mut self.parts {
             let mut args = Vec::with_capacity(p.inputs.len());
             for &v in &p.inputs {
@@ -163,10 +197,13 @@ impl GraphExec {
                 }
                 args.push(t);
             }
-            let exec = p.exe.run(&args).map_err(|error| ExecError::Engine {
-                partition: p.partition,
-                engine: p.engine.clone(),
-                error,
+            let exec = p.exe.run_until(&args, stop).map_err(|error| match error {
+                EngineError::Stopped { node, reason } => {
+                    stopped(reason, p.partition, format!("before node {node}"))
+                }
+                error => {
+                    ExecError::Engine { partition: p.partition, engine: p.engine.clone(), error }
+                }
             })?;
             for (&v, t) in p.outputs.iter().zip(exec.outputs) {
                 values[v.index()] = Some(t);
@@ -191,10 +228,8 @@ impl GraphExec {
                     value: f.value,
                 });
             }
-            if let Some(ms) = limit
-                && start.elapsed().as_millis() as u64 > ms
-            {
-                return Err(ExecError::Timeout { limit_ms: ms, partition: p.partition });
+            if let Some(reason) = stop.reason() {
+                return Err(stopped(reason, p.partition, "at its end".into()));
             }
         }
         for o in &g.outputs {

@@ -11,7 +11,7 @@ pub mod planner;
 pub mod reason;
 pub mod render;
 
-pub use cache::{PlanCache, PlanKey, bind_symbols};
+pub use cache::{Keys, PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
 pub use model::{CapturePlan, Decision, Explanation, FrozenPlan, Rejection};
 pub use planner::{PlanFailure, plan, plan_shared, plan_with};

@@ -120,7 +120,17 @@ impl SearchIndex {
             .payload
             .and_then(|p| serde_json::from_str::<Payload>(&p).ok())
             .map_or(0, |p| p.last_seq);
-        let writer = index.writer(30_000_000)?;
+        // tantivy's indexing and merge threads are spawned here and inherit this thread's
+        // scheduling class: made from a background thread, they stay in the background.
+        let writer = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    crate::lower_priority();
+                    index.writer(30_000_000)
+                })
+                .join()
+                .map_err(|_| StoreError::Index("creating the index writer panicked".into()))
+        })??;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         Ok(SearchIndex {
             index,

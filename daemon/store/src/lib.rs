@@ -790,12 +790,21 @@ impl Drop for Store {
     }
 }
 
-/// Gives the calling thread a lower CPU priority (nice 10): the store's background work
-/// (taking journaled runs into DuckDB, indexing) yields to requests and jobs, which is what
-/// keeps their latency flat while it runs. Linux sets niceness per thread.
+/// Puts the calling thread in the idle scheduling class (SCHED_IDLE; nice 19 where that is
+/// refused): the store's background work (taking journaled runs into DuckDB, indexing) runs
+/// on cycles requests and jobs leave, and a request waking up preempts it at once — which
+/// is what keeps request latency flat while it runs. Threads it spawns inherit the class.
+/// Linux sets both per thread. Nothing is lost when load starves it: appends wait once
+/// `MAX_PENDING` runs are behind, and the work then gets the cycles.
 pub fn lower_priority() {
-    // SAFETY: setpriority only reads its arguments; `who = 0` is the calling thread.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    // SAFETY: sched_setscheduler and setpriority only read their arguments; pid/who 0 is
+    // the calling thread.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+            let _ = libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+        }
+    }
 }
 
 /// Writes runs with their sequence numbers in one transaction, through the Appender.

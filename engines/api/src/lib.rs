@@ -15,8 +15,10 @@ pub use xpu_ir;
 
 pub mod catalog;
 mod registry;
+mod stop;
 
 pub use registry::Registry;
+pub use stop::{HookGuard, StopReason, StopToken};
 
 /// Whether an engine can run here. Never a panic: a missing library is data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,6 +272,9 @@ pub enum EngineError {
     Input { name: String, message: String },
     #[error("{node}: {message}")]
     Kernel { node: String, message: String },
+    /// The run was stopped (cancelled, or past its deadline) before `node`.
+    #[error("{node}: stopped ({reason})")]
+    Stopped { node: String, reason: StopReason },
     #[error("{0}")]
     Other(String),
 }
@@ -292,6 +297,13 @@ pub trait Executable: Send {
     /// Runs with one tensor per graph input, in order; returns one per graph output. Inputs
     /// stay the caller's: an engine copies what it must keep.
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError>;
+
+    /// [`run`](Executable::run), stopping when `stop` says so. Engines that run node by
+    /// node check it between nodes; this default checks once before the whole partition.
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        stop.check(|| "partition".into())?;
+        self.run(inputs)
+    }
 }
 
 /// Checks run-time inputs against a graph's declared inputs: count, dtype, rank, static

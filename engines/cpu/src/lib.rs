@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, Execution,
-    Fact, KernelCaps, NodeTiming,
+    Fact, KernelCaps, NodeTiming, StopToken,
 };
 use xpu_ir::{DType, Graph, Node, NodeId, Op, OpClass, Tensor};
 
@@ -469,9 +469,13 @@ impl Slot<'_> {
 
 impl Executable for CpuExecutable {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         match self.pool.clone() {
             Some(pool) => {
-                let mut result = pool.install(|| self.run_here(inputs));
+                let mut result = pool.install(|| self.run_here(inputs, stop));
                 if let Ok(e) = &mut result {
                     e.facts.push(Fact {
                         node: None,
@@ -481,13 +485,13 @@ impl Executable for CpuExecutable {
                 }
                 result
             }
-            None => self.run_here(inputs),
+            None => self.run_here(inputs, stop),
         }
     }
 }
 
 impl CpuExecutable {
-    fn run_here(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+    fn run_here(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         let g = &self.graph;
         xpu_engine::check_inputs(g, inputs)?;
         let mut values: Vec<Option<Slot<'_>>> = vec![None; g.values.len()];
@@ -496,6 +500,9 @@ impl CpuExecutable {
         }
         let mut timings = Vec::with_capacity(g.nodes.len());
         for (i, node) in g.nodes.iter().enumerate() {
+            if self.consts[i].is_none() {
+                stop.check(|| node.label(NodeId(i as u32)))?;
+            }
             let start = Instant::now();
             let outs: Vec<Slot<'_>> = if let Some(c) = &self.consts[i] {
                 vec![Slot::Shared(c.clone())]

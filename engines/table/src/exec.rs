@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use duckdb::Connection;
 use duckdb::types::Value as DuckValue;
-use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, check_inputs};
+use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, StopToken, check_inputs};
 use xpu_ir::{Attrs, Column, ColumnData, DType, Graph, NodeId, Op, Table, Tensor, ValueId};
 
 use crate::native;
@@ -364,13 +364,27 @@ enum Step {
 
 impl Executable for TableExec {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         check_inputs(&self.g, inputs)?;
         let Some(conn) = &self.conn else {
+            stop.check(|| "partition".into())?;
             return self.run_native();
         };
         let conn = conn.lock().map_err(|_| EngineError::Other("poisoned connection".into()))?;
         let mut created: Vec<(String, Holding)> = Vec::new();
-        let result = self.run_in(&conn, inputs, &mut created);
+        // A cancel interrupts the query DuckDB is running (its error then reads as stopped).
+        let interrupt = conn.interrupt_handle();
+        let hook = stop.on_cancel(move || interrupt.interrupt());
+        let result = match (self.run_in(&conn, inputs, &mut created, stop), stop.reason()) {
+            (Err(EngineError::Kernel { node, .. }), Some(reason)) => {
+                Err(EngineError::Stopped { node, reason })
+            }
+            (other, _) => other,
+        };
+        drop(hook);
         // Drop what this run made, newest first (views depend on what came before).
         for (name, h) in created.iter().rev() {
             let kind = if *h == Holding::View { "VIEW" } else { "TABLE" };
@@ -387,6 +401,7 @@ impl TableExec {
         conn: &Connection,
         inputs: &[Tensor],
         created: &mut Vec<(String, Holding)>,
+        stop: &StopToken,
     ) -> Result<Execution, EngineError> {
         let g = &self.g;
         let mut rels: HashMap<ValueId, Rel> = HashMap::new();
@@ -407,6 +422,7 @@ impl TableExec {
             rels.insert(v, Rel { name: ident(&name), indexed: table.index, file: None });
         }
         for nid in g.node_ids() {
+            stop.check(|| g.node(nid).label(nid))?;
             let start = Instant::now();
             let n = g.node(nid);
             let ins: Vec<Rel> = n
