@@ -421,6 +421,12 @@ impl Engine for CpuEngine {
                 Some(Arc::new(pool))
             }
         };
+        let memory_limit = match assignment.options.get("memory_limit") {
+            None => None,
+            Some(l) => Some(l.parse::<u64>().map_err(|_| {
+                EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
+            })?),
+        };
         Ok(Box::new(CpuExecutable {
             graph: partition.clone(),
             kernels,
@@ -428,6 +434,7 @@ impl Engine for CpuEngine {
             consts,
             out_dtypes,
             pool,
+            memory_limit,
         }))
     }
 }
@@ -442,6 +449,9 @@ struct CpuExecutable {
     out_dtypes: Vec<Vec<DType>>,
     /// Workers for this executable when the assignment bounds threads.
     pool: Option<Arc<rayon::ThreadPool>>,
+    /// The policy's memory.limit: the bytes of live tensors (inputs and computed values,
+    /// constants aside — as the planner counts them) a run may hold at once.
+    memory_limit: Option<u64>,
 }
 
 /// A value during execution: borrowed from the caller (graph inputs) or produced here.
@@ -499,6 +509,9 @@ impl CpuExecutable {
             values[v.index()] = Some(Slot::Borrowed(t));
         }
         let mut timings = Vec::with_capacity(g.nodes.len());
+        // Bytes of live tensors, checked against memory.limit: the planner checks the plan's
+        // peak when every size is known; this catches sizes known only when running.
+        let mut live: u64 = inputs.iter().map(|t| t.size_bytes() as u64).sum();
         for (i, node) in g.nodes.iter().enumerate() {
             if self.consts[i].is_none() {
                 stop.check(|| node.label(NodeId(i as u32)))?;
@@ -546,6 +559,17 @@ impl CpuExecutable {
                         ),
                     });
                 }
+                if let Some(limit) = self.memory_limit {
+                    live += outs.iter().map(|t| t.size_bytes() as u64).sum::<u64>();
+                    if live > limit {
+                        return Err(EngineError::Kernel {
+                            node: node.label(id),
+                            message: format!(
+                                "memory.limit: live tensors would reach {live} bytes, over the limit of {limit} bytes"
+                            ),
+                        });
+                    }
+                }
                 outs.into_iter().map(|t| Slot::Shared(Arc::new(t))).collect()
             };
             for (&o, t) in node.outputs.iter().zip(outs) {
@@ -554,6 +578,13 @@ impl CpuExecutable {
             // Move semantics: an intermediate's buffer is released after its last use.
             for v in node.input_values() {
                 if self.last_use[v.index()] == i {
+                    let constant = g.producer(v).is_some_and(|p| self.consts[p.index()].is_some());
+                    if self.memory_limit.is_some()
+                        && !constant
+                        && let Some(slot) = &values[v.index()]
+                    {
+                        live = live.saturating_sub(slot.get().size_bytes() as u64);
+                    }
                     values[v.index()] = None;
                 }
             }

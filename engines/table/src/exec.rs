@@ -382,6 +382,13 @@ impl Executable for TableExec {
             (Err(EngineError::Kernel { node, .. }), Some(reason)) => {
                 Err(EngineError::Stopped { node, reason })
             }
+            (Err(EngineError::Kernel { node, message }), None)
+                if message.contains("Out of Memory") =>
+            {
+                // The connection's memory_limit is the policy's memory.limit: say so.
+                let message = format!("{message} (DuckDB is bounded by the policy's memory.limit)");
+                Err(EngineError::Kernel { node, message })
+            }
             (other, _) => other,
         };
         drop(hook);

@@ -91,9 +91,14 @@ impl TableEngine {
     }
 
     /// Opens the confined connection: external access only inside the roots, no extension
-    /// downloads or loads, `threads` worker threads, then the configuration locked so no
-    /// statement can loosen it.
-    fn open(&self, threads: Option<usize>) -> Result<Connection, EngineError> {
+    /// downloads or loads, `threads` worker threads, DuckDB's memory bounded by the policy's
+    /// memory.limit (`memory_limit` bytes), then the configuration locked so no statement
+    /// can loosen it.
+    fn open(
+        &self,
+        threads: Option<usize>,
+        memory_limit: Option<u64>,
+    ) -> Result<Connection, EngineError> {
         let conn = Connection::open_in_memory().map_err(duck)?;
         let dirs: Vec<String> = self
             .roots
@@ -116,17 +121,24 @@ impl TableEngine {
         if let Some(t) = threads.filter(|t| *t > 0) {
             setup.push_str(&format!("SET threads = {t};"));
         }
+        if let Some(bytes) = memory_limit {
+            setup.push_str(&format!("SET memory_limit = '{bytes}B';"));
+        }
         setup.push_str("SET lock_configuration = true;");
         conn.execute_batch(&setup).map_err(duck)?;
         Ok(conn)
     }
 
-    fn connection(&self, threads: Option<usize>) -> Result<SharedConnection, EngineError> {
+    fn connection(
+        &self,
+        threads: Option<usize>,
+        memory_limit: Option<u64>,
+    ) -> Result<SharedConnection, EngineError> {
         let mut slot = self.connection.lock().map_err(|_| EngineError::Other("poisoned".into()))?;
         if let Some(c) = &*slot {
             return Ok(c.clone());
         }
-        let c = Arc::new(Mutex::new(self.open(threads)?));
+        let c = Arc::new(Mutex::new(self.open(threads, memory_limit)?));
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -167,7 +179,7 @@ impl TableEngine {
         {
             return Ok(schema);
         }
-        let conn = self.connection(None).map_err(|e| e.to_string())?;
+        let conn = self.connection(None, None).map_err(|e| e.to_string())?;
         let conn = conn.lock().map_err(|_| "poisoned connection".to_string())?;
         exec::describe(&conn, &format!("SELECT * FROM {source}"))
             .map(|cols| cols.into_iter().map(|(n, t)| (n, sql::dtype_of_sql(&t))).collect())
@@ -226,7 +238,13 @@ impl Engine for TableEngine {
         let mut exec =
             exec::TableExec::new(partition.clone(), assignment, id, self.roots.clone(), workers)?;
         if exec.needs_duckdb() {
-            exec.set_connection(self.connection(threads)?);
+            let memory_limit = match assignment.options.get("memory_limit") {
+                None => None,
+                Some(l) => Some(l.parse::<u64>().map_err(|_| {
+                    EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
+                })?),
+            };
+            exec.set_connection(self.connection(threads, memory_limit)?);
         }
         Ok(Box::new(exec))
     }

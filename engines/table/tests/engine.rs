@@ -280,22 +280,28 @@ fn numeric_schemas_match_duckdbs_sniffer() {
     }
 }
 
+/// A CSV of `rows` rows under `dir`, all with key 1, and a graph joining it with itself on
+/// the key: `rows²` rows, the size of the work chosen by the caller.
+fn self_join(dir: &Path, rows: usize) -> (Graph, xpu_ir::ValueId) {
+    let body: String = (0..rows).map(|i| format!("1,{i}\n")).collect();
+    std::fs::write(dir.join("k.csv"), format!("k,v\n{body}")).unwrap();
+    let mut g = Graph::new("t");
+    let a = g.add_op(Op::ReadCsv, &[], csv_attrs(&dir.join("k.csv"))).unwrap();
+    let b = g.add_op(Op::ReadCsv, &[], csv_attrs(&dir.join("k.csv"))).unwrap();
+    let on = Attrs::new()
+        .with("on", Attr::Strs(vec!["k".into()]))
+        .with("how", Attr::Str("inner".into()));
+    let joined = g.add_op(Op::Join, &[a, b], on).unwrap();
+    (g, joined)
+}
+
 /// A cancel reaches a query DuckDB is in the middle of: the join below makes 144 million
 /// rows in pandas' order (several seconds), and the run ends within moments of the cancel.
 #[test]
 fn a_cancel_interrupts_a_running_query() {
     let dir = tempfile::tempdir().unwrap();
-    let rows: String = (0..12_000).map(|i| format!("1,{i}\n")).collect();
-    std::fs::write(dir.path().join("k.csv"), format!("k,v\n{rows}")).unwrap();
+    let (mut g, joined) = self_join(dir.path(), 12_000);
     let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
-    let mut g = Graph::new("t");
-    let read = || csv_attrs(&dir.path().join("k.csv"));
-    let a = g.add_op(Op::ReadCsv, &[], read()).unwrap();
-    let b = g.add_op(Op::ReadCsv, &[], read()).unwrap();
-    let on = Attrs::new()
-        .with("on", Attr::Strs(vec!["k".into()]))
-        .with("how", Attr::Str("inner".into()));
-    let joined = g.add_op(Op::Join, &[a, b], on).unwrap();
     let strs = |s: &str| Attr::Strs(vec![s.into()]);
     let count = Attrs::new()
         .with("keys", strs("k"))
@@ -328,4 +334,21 @@ fn a_cancel_interrupts_a_running_query() {
         took < std::time::Duration::from_secs(5),
         "the query ran on for {took:?} after the cancel"
     );
+}
+
+/// The policy's memory.limit bounds the job's DuckDB: a query needing more fails with an
+/// error that says so; the same query runs without it.
+#[test]
+fn memory_limit_bounds_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut g, joined) = self_join(dir.path(), 1_500);
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    g.add_output("out", joined);
+    let unbounded = run(&TableEngine::new(vec![dir.path().to_path_buf()]), &g).unwrap();
+    assert_eq!(unbounded[0].data().as_table().unwrap().rows(), 1_500 * 1_500);
+    let mut assignment = Assignment::new("table");
+    assignment.options.insert("memory_limit".into(), (4u64 << 20).to_string());
+    let mut exe = engine.prepare(&g, &assignment).unwrap();
+    let err = exe.run(&[]).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("Out of Memory") && err.contains("memory.limit"), "{err}");
 }
