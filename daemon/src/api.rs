@@ -359,15 +359,27 @@ pub async fn submit(
     let wait = req.wait;
     let app2 = app.clone();
     // Compiling reads files and may take a while: off the async threads. A waited job that
-    // finds a free slot and an empty queue also runs there, in place.
-    let (job, prepared) = tokio::task::spawn_blocking(move || {
-        let spec = prepare(&app2, &caller, &req)?;
+    // finds a free slot and an empty queue also runs there, in place. The job comes back as
+    // soon as it is accepted: one running in place goes on while `wait_for` bounds the wait
+    // (the blocking task outlives a request answered at the wait limit).
+    let (tx, rx) = tokio::sync::oneshot::channel::<ApiResult<(Arc<Job>, u64)>>();
+    tokio::task::spawn_blocking(move || {
+        let spec = match prepare(&app2, &caller, &req) {
+            Ok(spec) => spec,
+            Err(e) => return drop(tx.send(Err(e))),
+        };
         let prepared = start.elapsed().as_nanos() as u64;
-        let job = if wait { app2.jobs.submit_and_run_here(spec) } else { app2.jobs.submit(spec) };
-        Ok::<_, ApiError>((job.map_err(|e| submit_error(&app2, e))?, prepared))
-    })
-    .await
-    .map_err(ApiError::internal)??;
+        let answer = |r: Result<Arc<Job>, SubmitError>| {
+            let _ = tx.send(r.map(|job| (job, prepared)).map_err(|e| submit_error(&app2, e)));
+        };
+        if wait {
+            app2.jobs.submit_and_run_here(spec, answer);
+        } else {
+            answer(app2.jobs.submit(spec));
+        }
+    });
+    let (job, prepared) =
+        rx.await.map_err(|_| ApiError::internal("the submit task ended without an answer"))??;
     if !wait {
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
     }

@@ -243,15 +243,24 @@ impl Jobs {
 
     /// Runs a job here, on the calling (blocking) thread, when a slot is free and nothing
     /// is queued — a waited job then pays no hand-off to a worker and back; otherwise
-    /// queues it like [`submit`](Jobs::submit). Returns once it finished or was queued.
-    pub fn submit_and_run_here(&self, spec: JobSpec) -> Result<Arc<Job>, SubmitError> {
-        let job = self.accept(spec)?;
+    /// queues it like [`submit`](Jobs::submit). `accepted` is told once, before the job
+    /// runs (so a waiter can stop waiting at its limit while it runs on) or once it is
+    /// queued, or with the reason it was refused.
+    pub fn submit_and_run_here(
+        &self,
+        spec: JobSpec,
+        accepted: impl FnOnce(Result<Arc<Job>, SubmitError>),
+    ) {
+        let job = match self.accept(spec) {
+            Ok(job) => job,
+            Err(e) => return accepted(Err(e)),
+        };
         if self.queued.load(Ordering::Acquire) > 0 || !self.gate.try_take_slot() {
-            return self.enqueue(job);
+            return accepted(self.enqueue(job));
         }
-        self.execute(job.clone());
+        accepted(Ok(job.clone()));
+        self.execute(job);
         self.gate.release_slot();
-        Ok(job)
     }
 
     /// Makes a job of `spec`: its files kept, it is live (findable by id) from here on.

@@ -562,3 +562,20 @@ async fn an_engine_limit_serializes_its_jobs_without_holding_workers() {
     let (a, b) = (spans[0], spans[1]);
     assert!(a.1 <= b.0 || b.1 <= a.0, "the two cpu jobs overlapped: {a:?} {b:?}");
 }
+
+/// A waited job running in place still answers at the wait limit: 202, still running, and
+/// it goes on to finish (here: is cancelled) after the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_at_its_limit_while_the_job_runs_on() {
+    let s = server(true, |c| c.limits.wait_timeout_s = 1);
+    let start = std::time::Instant::now();
+    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(true, None))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    assert_eq!(run["status"], "running", "{run}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(3), "{:?}", start.elapsed());
+    let id = run["run_id"].as_str().unwrap().to_string();
+    let (status, _) = s.send("POST", &format!("/v1/runs/{id}/cancel"), None, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let done = s.poll(&id, |r| r["status"] != "running").await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+}
