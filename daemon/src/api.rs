@@ -717,11 +717,12 @@ pub async fn dry_run(
     tokio::task::spawn_blocking(move || {
         let spec = prepare(&app2, &caller, &req)?;
         let shapes: Vec<Vec<usize>> = spec.inputs.iter().map(|t| t.shape().to_vec()).collect();
-        let (explanation, ok) = match app2.jobs.cache.get_or_plan(
+        let (explanation, ok) = match app2.jobs.cache.get_or_plan_keyed(
             &spec.graph,
             &spec.policy,
             app2.jobs.inventory(),
             &shapes,
+            app2.jobs.plan_keys(&spec),
         ) {
             Ok((p, _)) => (p.1.clone(), true),
             Err(f) => (*f.explanation, false),

@@ -231,6 +231,14 @@ impl Jobs {
         &self.inventory
     }
 
+    /// The plan cache's keys for a job, both computed already (at compile, at start).
+    pub fn plan_keys<'a>(&'a self, spec: &'a JobSpec) -> xpu_plan::Keys<'a> {
+        xpu_plan::Keys {
+            graph_hash: &spec.graph_hash,
+            inventory_fingerprint: &self.inventory_fingerprint,
+        }
+    }
+
     pub fn policies(&self) -> Arc<PolicySet> {
         self.policies.read().map(|p| p.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
@@ -313,7 +321,7 @@ impl Jobs {
         job.stop.cancel();
         if let Some((parked, planned)) = self.gate.unpark(|(j, _)| j.run_id == job.run_id) {
             self.metrics.queue_depth.dec();
-            self.metrics.engine_waiting.dec();
+            self.metrics.engine_waiting.set(self.gate.parked() as i64);
             let mut r = self.base_record(&parked, RunStatus::Cancelled);
             r.queue_us = parked.submitted.elapsed().as_micros() as u64;
             r.error = Some("cancelled while waiting for its engine".into());
@@ -389,7 +397,7 @@ impl Jobs {
         let Some(first) = self.gate.enter(engines, (job, planned)) else {
             // Parked: its engine's next release runs it.
             self.metrics.queue_depth.inc();
-            self.metrics.engine_waiting.inc();
+            self.metrics.engine_waiting.set(self.gate.parked() as i64);
             return;
         };
         let mut ready = vec![first];
@@ -404,8 +412,10 @@ impl Jobs {
             self.metrics.running.dec();
             self.finish(&job, record);
             let admitted = self.gate.leave(&engines);
-            self.metrics.queue_depth.sub(admitted.len() as i64);
-            self.metrics.engine_waiting.sub(admitted.len() as i64);
+            if !admitted.is_empty() {
+                self.metrics.queue_depth.sub(admitted.len() as i64);
+                self.metrics.engine_waiting.set(self.gate.parked() as i64);
+            }
             ready.extend(admitted.into_iter().rev());
         }
     }
@@ -466,10 +476,7 @@ impl Jobs {
     /// fingerprint are known already). A job with no plan ends here, failed, explained.
     fn plan(&self, job: &Job) -> Result<Planned, Box<RunRecord>> {
         let s = &job.spec;
-        let keys = xpu_plan::Keys {
-            graph_hash: &s.graph_hash,
-            inventory_fingerprint: &self.inventory_fingerprint,
-        };
+        let keys = self.plan_keys(s);
         let planned = xpu_runtime::plan_job(
             &s.graph,
             &s.inputs,

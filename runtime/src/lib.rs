@@ -118,19 +118,16 @@ pub fn plan_job(
         policy: policy.name().to_string(),
         failure: Box::new(f),
     };
-    let (plan, explanation, cache_hit) = match (cache, keys) {
-        (Some(cache), Some(keys)) => {
-            let (cached, hit) = cache
-                .get_or_plan_keyed(graph, policy, inventory, &shapes, keys)
-                .map_err(no_plan)?;
+    let (plan, explanation, cache_hit) = match cache {
+        Some(cache) => {
+            let (cached, hit) = match keys {
+                Some(keys) => cache.get_or_plan_keyed(graph, policy, inventory, &shapes, keys),
+                None => cache.get_or_plan(graph, policy, inventory, &shapes),
+            }
+            .map_err(no_plan)?;
             (cached.0.clone(), cached.1.clone(), hit)
         }
-        (Some(cache), None) => {
-            let (cached, hit) =
-                cache.get_or_plan(graph, policy, inventory, &shapes).map_err(no_plan)?;
-            (cached.0.clone(), cached.1.clone(), hit)
-        }
-        (None, _) => {
+        None => {
             let bindings = xpu_plan::bind_symbols(graph, &shapes);
             let hash = keys.map_or_else(|| graph.content_hash(), |k| k.graph_hash.to_string());
             let (p, e) = xpu_plan::plan_shared(graph, &hash, policy, inventory, &bindings)
@@ -140,18 +137,6 @@ pub fn plan_job(
     };
     let plan_nanos = start.elapsed().as_nanos() as u64;
     Ok(Planned { plan, explanation, cache_hit, plan_nanos })
-}
-
-/// Runs a plan from [`plan_job`] until it ends or `stop` stops it.
-pub fn run_planned(
-    graph: &Graph,
-    planned: Planned,
-    inputs: &[Tensor],
-    registry: &Registry,
-    stop: &StopToken,
-) -> Result<Ran, RunError> {
-    let Planned { plan, explanation, cache_hit, plan_nanos } = planned;
-    run_plan_until(graph, plan, explanation, inputs, registry, cache_hit, plan_nanos, stop)
 }
 
 /// Runs an already made plan (a frozen one, or one from [`plan_and_run`]'s cache).
@@ -164,22 +149,20 @@ pub fn run_plan(
     cache_hit: bool,
     start: std::time::Instant,
 ) -> Result<Ran, RunError> {
-    let plan_nanos = start.elapsed().as_nanos() as u64;
-    let stop = StopToken::default();
-    run_plan_until(graph, plan, explanation, inputs, registry, cache_hit, plan_nanos, &stop)
+    let planned =
+        Planned { plan, explanation, cache_hit, plan_nanos: start.elapsed().as_nanos() as u64 };
+    run_planned(graph, planned, inputs, registry, &StopToken::default())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_plan_until(
+/// Runs a plan from [`plan_job`] until it ends or `stop` stops it.
+pub fn run_planned(
     graph: &Graph,
-    plan: Arc<CapturePlan>,
-    mut explanation: Explanation,
+    planned: Planned,
     inputs: &[Tensor],
     registry: &Registry,
-    cache_hit: bool,
-    plan_nanos: u64,
     stop: &StopToken,
 ) -> Result<Ran, RunError> {
+    let Planned { plan, mut explanation, cache_hit, plan_nanos } = planned;
     let mut exec = GraphExec::new(plan.clone(), registry).map_err(RunError::Prepare)?;
     let run_start = std::time::Instant::now();
     let record = exec.run_until(inputs, stop).map_err(RunError::Exec)?;

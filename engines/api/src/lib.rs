@@ -235,6 +235,19 @@ impl Assignment {
     pub fn new(engine: &str) -> Assignment {
         Assignment { engine: engine.to_string(), device: "host".into(), ..Default::default() }
     }
+
+    /// The policy's memory.limit in bytes (option `memory_limit`), which every engine holds
+    /// while running.
+    pub fn memory_limit(&self) -> Result<Option<u64>, EngineError> {
+        self.options
+            .get("memory_limit")
+            .map(|l| {
+                l.parse::<u64>().map_err(|_| {
+                    EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
+                })
+            })
+            .transpose()
+    }
 }
 
 /// Wall time of one node, with the kernel that ran it.

@@ -112,12 +112,13 @@ impl StopToken {
     pub fn on_cancel(&self, hook: impl Fn() + Send + Sync + 'static) -> HookGuard {
         let Some(s) = &self.0 else { return HookGuard(None) };
         let id = s.next_hook.fetch_add(1, Ordering::Relaxed);
+        let hook: Hook = Arc::new(hook);
         if let Ok(mut hooks) = s.hooks.lock() {
-            hooks.push((id, Arc::new(hook)));
+            hooks.push((id, hook.clone()));
         }
         if self.is_cancelled() {
             // Cancelled between the engine's last check and the registration.
-            self.cancel();
+            hook();
         }
         HookGuard(Some((s.clone(), id)))
     }

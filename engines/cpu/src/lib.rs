@@ -421,12 +421,7 @@ impl Engine for CpuEngine {
                 Some(Arc::new(pool))
             }
         };
-        let memory_limit = match assignment.options.get("memory_limit") {
-            None => None,
-            Some(l) => Some(l.parse::<u64>().map_err(|_| {
-                EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
-            })?),
-        };
+        let memory_limit = assignment.memory_limit()?;
         Ok(Box::new(CpuExecutable {
             graph: partition.clone(),
             kernels,
@@ -578,9 +573,8 @@ impl CpuExecutable {
             // Move semantics: an intermediate's buffer is released after its last use.
             for v in node.input_values() {
                 if self.last_use[v.index()] == i {
-                    let constant = g.producer(v).is_some_and(|p| self.consts[p.index()].is_some());
                     if self.memory_limit.is_some()
-                        && !constant
+                        && g.producer(v).is_none_or(|p| self.consts[p.index()].is_none())
                         && let Some(slot) = &values[v.index()]
                     {
                         live = live.saturating_sub(slot.get().size_bytes() as u64);

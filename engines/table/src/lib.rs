@@ -238,13 +238,7 @@ impl Engine for TableEngine {
         let mut exec =
             exec::TableExec::new(partition.clone(), assignment, id, self.roots.clone(), workers)?;
         if exec.needs_duckdb() {
-            let memory_limit = match assignment.options.get("memory_limit") {
-                None => None,
-                Some(l) => Some(l.parse::<u64>().map_err(|_| {
-                    EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
-                })?),
-            };
-            exec.set_connection(self.connection(threads, memory_limit)?);
+            exec.set_connection(self.connection(threads, assignment.memory_limit()?)?);
         }
         Ok(Box::new(exec))
     }
