@@ -5,7 +5,8 @@
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
-#                (ONNX's node suite, and old-opset models with onnxruntime's outputs)
+#                (ONNX's node suite, and old-opset models with onnxruntime's outputs), and
+#                the ort/openvino engines' runtime libraries (.deps/)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
 
 SHELL := /bin/bash
@@ -31,9 +32,9 @@ NODE_CASES := .cache/onnx-node
 # ccache (see CC/CXX above).
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus ccache
 
-.PHONY: setup setup-apt setup-python setup-cases test lint build run example bench bless clean-cache
+.PHONY: setup setup-apt setup-python setup-cases setup-engines test lint build run example bench bless clean-cache
 
-setup: setup-apt setup-python setup-cases
+setup: setup-apt setup-python setup-cases setup-engines
 
 setup-apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -53,6 +54,11 @@ $(VENV)/.installed: requirements.txt
 setup-cases: setup-python
 	$(PY) tests/conformance/export_cases.py $(NODE_CASES)
 	$(PY) tests/conformance/legacy_opsets.py .cache/legacy-opsets
+
+# The ort and openvino engines' runtime libraries, from the onnxruntime and openvino wheels,
+# into .deps/ (git-ignored); the engines find them there, or where configuration points.
+setup-engines: setup-python
+	$(PY) engines/fetch_libraries.py .deps
 
 lint:
 	cargo fmt --all --check

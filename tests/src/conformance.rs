@@ -57,6 +57,8 @@ pub struct CaseResult {
     pub op: String,
     pub status: Status,
     pub detail: String,
+    /// For a passing case: each data set's outputs (the differential tests compare them).
+    pub outputs: Vec<Vec<Tensor>>,
 }
 
 /// Where the exported cases live: `$XPU_ONNX_NODE_CACHE` or `.cache/onnx-node` in the repo.
@@ -88,7 +90,7 @@ fn primary_op(case: &CaseInfo, by_name: &BTreeMap<&str, &CaseInfo>) -> String {
 }
 
 /// numpy's `assert_allclose` rule: |a − e| ≤ atol + rtol·|e|, NaNs equal.
-fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
+pub fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
     if actual.dtype() != expected.dtype() {
         return Err(format!("dtype {} != expected {}", actual.dtype(), expected.dtype()));
     }
@@ -121,7 +123,54 @@ fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(
     Ok(())
 }
 
-fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
+/// How a case's model reaches the engine under test.
+pub enum Route<'a> {
+    /// import → SGR-ML → `engine.prepare`: the cpu engine runs the graph; ort and openvino
+    /// export it back to ONNX first (the round trip).
+    Import(&'a dyn xpu_engine::Engine, xpu_engine::Assignment),
+    /// The model file as it is, straight to an engine that takes ONNX.
+    Direct(&'a DirectPrepare<'a>),
+}
+
+/// Prepares a whole ONNX model (case name, model bytes).
+pub type DirectPrepare<'a> = dyn Fn(&str, &[u8]) -> Result<Box<dyn xpu_engine::Executable>, xpu_engine::EngineError>
+    + Sync
+    + 'a;
+
+fn import_and_prepare(
+    bytes: &[u8],
+    engine: &dyn xpu_engine::Engine,
+    assignment: &xpu_engine::Assignment,
+) -> Result<Box<dyn xpu_engine::Executable>, (Status, String)> {
+    let graph = match xpu_onnx::import_model(bytes) {
+        Ok(g) => g,
+        Err(
+            e @ (xpu_onnx::OnnxError::UnsupportedOp { .. }
+            | xpu_onnx::OnnxError::UnsupportedDType { .. }),
+        ) => return Err((Status::Unsupported, e.to_string())),
+        Err(e) => {
+            let msg = e.to_string();
+            let status =
+                if msg.contains("not supported") { Status::Unsupported } else { Status::Error };
+            return Err((status, msg));
+        }
+    };
+    if let Err(errs) = xpu_ir::verify(&graph) {
+        return Err((Status::Error, format!("verifier: {}", errs[0])));
+    }
+    engine.prepare(&graph, assignment).map_err(|e| match e {
+        e @ xpu_engine::EngineError::Unsupported { .. } => (Status::Unsupported, e.to_string()),
+        e => (Status::Error, e.to_string()),
+    })
+}
+
+/// Runs one case; `outputs` gets each data set's outputs as the engine computed them.
+fn run_case(
+    dir: &Path,
+    case: &CaseInfo,
+    route: &Route<'_>,
+    outputs: &mut Vec<Vec<Tensor>>,
+) -> (Status, String) {
     let case_dir = dir.join(&case.name);
     if let Some(kind) = case
         .data_sets
@@ -135,31 +184,21 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
         Ok(b) => b,
         Err(e) => return (Status::Error, format!("cannot read model: {e}")),
     };
-    let graph = match xpu_onnx::import_model(&bytes) {
-        Ok(g) => g,
-        Err(
-            e @ (xpu_onnx::OnnxError::UnsupportedOp { .. }
-            | xpu_onnx::OnnxError::UnsupportedDType { .. }),
-        ) => return (Status::Unsupported, e.to_string()),
-        Err(e) => {
-            let msg = e.to_string();
-            let status =
-                if msg.contains("not supported") { Status::Unsupported } else { Status::Error };
-            return (status, msg);
+    let mut exe = match route {
+        Route::Import(engine, assignment) => {
+            match import_and_prepare(&bytes, *engine, assignment) {
+                Ok(e) => e,
+                Err(r) => return r,
+            }
         }
-    };
-    if let Err(errs) = xpu_ir::verify(&graph) {
-        return (Status::Error, format!("verifier: {}", errs[0]));
-    }
-    let engine = xpu_engine_cpu::CpuEngine::new();
-    let mut exe =
-        match xpu_engine::Engine::prepare(&engine, &graph, &xpu_engine::Assignment::new("cpu")) {
+        Route::Direct(prepare) => match prepare(&case.name, &bytes) {
             Ok(e) => e,
             Err(e @ xpu_engine::EngineError::Unsupported { .. }) => {
                 return (Status::Unsupported, e.to_string());
             }
             Err(e) => return (Status::Error, e.to_string()),
-        };
+        },
+    };
     for (k, ds) in case.data_sets.iter().enumerate() {
         let ds_dir = case_dir.join(k.to_string());
         let read = |role: &str, n: usize| -> Result<Vec<Tensor>, String> {
@@ -183,6 +222,7 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
             Ok(o) => o.outputs,
             Err(e) => return (Status::Error, e.to_string()),
         };
+        outputs.push(out.clone());
         if out.len() != expected.len() {
             return (
                 Status::Mismatch,
@@ -199,7 +239,11 @@ fn run_case(dir: &Path, case: &CaseInfo) -> (Status, String) {
 }
 
 /// Runs every case in the cache.
-pub fn run_all(dir: &Path, filter: Option<&str>) -> Result<(Manifest, Vec<CaseResult>), String> {
+pub fn run_all(
+    dir: &Path,
+    filter: Option<&str>,
+    route: &Route<'_>,
+) -> Result<(Manifest, Vec<CaseResult>), String> {
     let manifest = load_manifest(dir)?;
     let by_name: BTreeMap<&str, &CaseInfo> =
         manifest.cases.iter().map(|c| (c.name.as_str(), c)).collect();
@@ -208,7 +252,9 @@ pub fn run_all(dir: &Path, filter: Option<&str>) -> Result<(Manifest, Vec<CaseRe
         if filter.is_some_and(|f| !case.name.contains(f)) {
             continue;
         }
-        let (status, detail) = match std::panic::catch_unwind(|| run_case(dir, case)) {
+        let mut outputs = Vec::new();
+        let run = std::panic::AssertUnwindSafe(|| run_case(dir, case, route, &mut outputs));
+        let (status, detail) = match std::panic::catch_unwind(run) {
             Ok(r) => r,
             Err(p) => (
                 Status::Crash,
@@ -223,13 +269,14 @@ pub fn run_all(dir: &Path, filter: Option<&str>) -> Result<(Manifest, Vec<CaseRe
             op: primary_op(case, &by_name),
             status,
             detail,
+            outputs: if status == Status::Pass { outputs } else { Vec::new() },
         });
     }
     Ok((manifest, results))
 }
 
 /// The Markdown report: totals, a per-op table and every case that does not pass.
-pub fn report(manifest: &Manifest, results: &[CaseResult]) -> String {
+pub fn report(manifest: &Manifest, results: &[CaseResult], title: &str, route: &str) -> String {
     let count = |s: Status| results.iter().filter(|r| r.status == s).count();
     let mut per_op: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
     for r in results {
@@ -237,9 +284,9 @@ pub fn report(manifest: &Manifest, results: &[CaseResult]) -> String {
     }
     let ops_with_pass = per_op.iter().filter(|(op, c)| c[0] > 0 && !op.starts_with('(')).count();
     let mut s = String::new();
-    s.push_str("# ONNX node test suite — CPU engine conformance\n\n");
+    s.push_str(&format!("# ONNX node test suite — {title}\n\n"));
     s.push_str(&format!(
-        "Generated by `cargo test -p xpu-tests --test conformance` (re-bless with `XPU_BLESS=1`) from onnx {} node cases: import → SGR-ML → CPU engine, compared with each case's rtol/atol.\n\n",
+        "Generated by `cargo test -p xpu-tests --test conformance` (re-bless with `XPU_BLESS=1`) from onnx {} node cases: {route}, compared with each case's rtol/atol.\n\n",
         manifest.onnx_version
     ));
     s.push_str(&format!(
@@ -273,6 +320,109 @@ pub fn report(manifest: &Manifest, results: &[CaseResult]) -> String {
             d.push('…');
         }
         s.push_str(&format!("| {} | {} | {d} |\n", r.name, r.status.name()));
+    }
+    s
+}
+
+/// One engine route's results, named for the engines report (`ort`, `ort round trip`).
+pub struct RouteResults<'a> {
+    pub name: &'a str,
+    pub results: &'a [CaseResult],
+}
+
+/// Cases two routes both pass whose outputs disagree beyond the case's tolerance:
+/// `case: output i: …`.
+pub fn disagreements(manifest: &Manifest, a: &[CaseResult], b: &[CaseResult]) -> Vec<String> {
+    let tol: BTreeMap<&str, (f64, f64)> =
+        manifest.cases.iter().map(|c| (c.name.as_str(), (c.rtol, c.atol))).collect();
+    let b_by_name: BTreeMap<&str, &CaseResult> = b.iter().map(|r| (r.name.as_str(), r)).collect();
+    let mut out = Vec::new();
+    for ra in a.iter().filter(|r| r.status == Status::Pass) {
+        let Some(rb) = b_by_name.get(ra.name.as_str()).filter(|r| r.status == Status::Pass) else {
+            continue;
+        };
+        let (rtol, atol) = tol.get(ra.name.as_str()).copied().unwrap_or((1e-3, 1e-7));
+        'sets: for (k, (xa, xb)) in ra.outputs.iter().zip(&rb.outputs).enumerate() {
+            for (i, (ta, tb)) in xa.iter().zip(xb).enumerate() {
+                // Both ways: an infinite expectation accepts any value one way only.
+                if let Err(m) = compare(ta, tb, rtol, atol).and(compare(tb, ta, rtol, atol)) {
+                    out.push(format!("{}: data set {k}, output {i}: {m}", ra.name));
+                    break 'sets;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The per-engine report: totals per route, passes per op for every route, what the round
+/// trip loses, and the differential comparison of every pair of routes.
+pub fn engines_report(manifest: &Manifest, routes: &[RouteResults<'_>], notes: &str) -> String {
+    let mut s = String::from("# ONNX node test suite — engines\n\n");
+    s.push_str(&format!(
+        "Generated by `cargo test -p xpu-tests --test conformance` (re-bless with `XPU_BLESS=1`) from onnx {} node cases, each compared with its rtol/atol. {notes}\n\n",
+        manifest.onnx_version
+    ));
+    s.push_str("| route | cases | pass | mismatch | unsupported | error | crash |\n|---|---|---|---|---|---|---|\n");
+    for r in routes {
+        let count = |st: Status| r.results.iter().filter(|c| c.status == st).count();
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.name,
+            r.results.len(),
+            count(Status::Pass),
+            count(Status::Mismatch),
+            count(Status::Unsupported),
+            count(Status::Error),
+            count(Status::Crash)
+        ));
+    }
+    s.push_str("\n## Differential: outputs of cases both routes pass, compared with each other\n\n| routes | both pass | disagree |\n|---|---|---|\n");
+    let mut listed = Vec::new();
+    for (i, a) in routes.iter().enumerate() {
+        for b in &routes[i + 1..] {
+            let both = a
+                .results
+                .iter()
+                .zip(b.results)
+                .filter(|(x, y)| x.status == Status::Pass && y.status == Status::Pass)
+                .count();
+            let d = disagreements(manifest, a.results, b.results);
+            s.push_str(&format!("| {} vs {} | {both} | {} |\n", a.name, b.name, d.len()));
+            listed.extend(d.into_iter().map(|d| format!("{} vs {}: {d}", a.name, b.name)));
+        }
+    }
+    if !listed.is_empty() {
+        s.push_str("\nDisagreements:\n\n");
+        for d in &listed {
+            s.push_str(&format!("- {}\n", d.replace('|', "\\|")));
+        }
+    }
+    s.push_str("\n## Passes per op\n\n| op | cases |");
+    for r in routes {
+        s.push_str(&format!(" {} |", r.name));
+    }
+    s.push_str("\n|---|---|");
+    s.push_str(&"---|".repeat(routes.len()));
+    s.push('\n');
+    let mut per_op: BTreeMap<&str, (usize, Vec<usize>)> = BTreeMap::new();
+    for (k, r) in routes.iter().enumerate() {
+        for c in r.results {
+            let e = per_op.entry(&c.op).or_insert_with(|| (0, vec![0; routes.len()]));
+            if k == 0 {
+                e.0 += 1;
+            }
+            if c.status == Status::Pass {
+                e.1[k] += 1;
+            }
+        }
+    }
+    for (op, (n, passes)) in &per_op {
+        s.push_str(&format!("| {op} | {n} |"));
+        for p in passes {
+            s.push_str(&format!(" {p} |"));
+        }
+        s.push('\n');
     }
     s
 }

@@ -378,3 +378,11 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
     }
     Ok(())
 }
+
+/// `rel` under the working directory or the nearest of its parents that has it: where
+/// `make setup` put an engine's runtime library (`.deps/…` in the repository) when nothing
+/// configured a path.
+pub fn find_upwards(rel: &std::path::Path) -> Option<std::path::PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors().map(|d| d.join(rel)).find(|p| p.exists())
+}

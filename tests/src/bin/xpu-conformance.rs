@@ -1,19 +1,39 @@
 //! Runs the ONNX node-suite conformance outside the test harness:
-//! `xpu-conformance [FILTER]` prints one line per case and the totals.
+//! `xpu-conformance [ROUTE] [FILTER]` prints one line per case and the totals. ROUTE is
+//! `cpu` (import → cpu engine, the default), `ort` (the model straight to ONNX Runtime) or
+//! `ort-roundtrip` (import → SGR-ML → export → ONNX Runtime).
+
+use xpu_engine::{Assignment, Executable};
+use xpu_tests::conformance::{Route, Status, cache_dir, run_all};
 
 fn main() {
-    let filter = std::env::args().nth(1);
-    let dir = xpu_tests::conformance::cache_dir();
-    match xpu_tests::conformance::run_all(&dir, filter.as_deref()) {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let route_name = match args.first().map(String::as_str) {
+        Some("cpu" | "ort" | "ort-roundtrip") => args.remove(0),
+        _ => "cpu".to_string(),
+    };
+    let filter = args.first().cloned();
+    let cpu = xpu_engine_cpu::CpuEngine::new();
+    let ort = xpu_engine_ort::OrtEngine::load(None).without_profiling();
+    let direct = |name: &str, bytes: &[u8]| {
+        ort.prepare_model(name, bytes, &Assignment::new("ort"))
+            .map(|e| Box::new(e) as Box<dyn Executable>)
+    };
+    let route = match route_name.as_str() {
+        "ort" => Route::Direct(&direct),
+        "ort-roundtrip" => Route::Import(&ort, Assignment::new("ort")),
+        _ => Route::Import(&cpu, Assignment::new("cpu")),
+    };
+    match run_all(&cache_dir(), filter.as_deref(), &route) {
         Ok((_, results)) => {
             let mut pass = 0;
             for r in &results {
-                if r.status == xpu_tests::conformance::Status::Pass {
+                if r.status == Status::Pass {
                     pass += 1;
                 }
                 println!("{:<60} {:<11} {}", r.name, r.status.name(), r.detail);
             }
-            println!("{pass} / {} pass", results.len());
+            println!("{pass} / {} pass ({route_name})", results.len());
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,0 +1,75 @@
+//! xpu tensors ↔ ORT values. Inputs are borrowed views (no copy) except strings, which
+//! ORT stores in its own allocator; outputs are copied out into xpu tensors.
+
+use ort::session::SessionInputValue;
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, TensorRef, ValueType};
+use xpu_ir::{Tensor, TensorData};
+
+fn shape_of(t: &Tensor) -> Vec<i64> {
+    t.shape().iter().map(|&d| d as i64).collect()
+}
+
+/// A view of `t` ORT can read.
+pub fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
+    let shape = shape_of(t);
+    macro_rules! view {
+        ($v:expr) => {
+            TensorRef::from_array_view((shape, &$v[..])).map(Into::into).map_err(|e| e.to_string())
+        };
+    }
+    match t.data() {
+        TensorData::F32(v) => view!(v),
+        TensorData::F64(v) => view!(v),
+        TensorData::F16(v) => view!(v),
+        TensorData::BF16(v) => view!(v),
+        TensorData::I8(v) => view!(v),
+        TensorData::I16(v) => view!(v),
+        TensorData::I32(v) => view!(v),
+        TensorData::I64(v) => view!(v),
+        TensorData::U8(v) => view!(v),
+        TensorData::U16(v) => view!(v),
+        TensorData::U32(v) => view!(v),
+        TensorData::U64(v) => view!(v),
+        TensorData::Bool(v) => view!(v),
+        TensorData::String(v) => {
+            OrtTensor::from_string_array((shape, &v[..])).map(Into::into).map_err(|e| e.to_string())
+        }
+        TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
+    }
+}
+
+/// Copies an ORT output into an xpu tensor.
+pub fn output_tensor(v: &DynValue) -> Result<Tensor, String> {
+    let ValueType::Tensor { ty, shape, .. } = v.dtype() else {
+        return Err(format!("output is a {}, not a tensor", v.dtype()));
+    };
+    let ty = *ty;
+    let shape: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    macro_rules! copy {
+        ($t:ty, $variant:ident) => {{
+            let (_, data) = v.try_extract_tensor::<$t>().map_err(|e| e.to_string())?;
+            TensorData::$variant(data.to_vec())
+        }};
+    }
+    let data = match ty {
+        TensorElementType::Float32 => copy!(f32, F32),
+        TensorElementType::Float64 => copy!(f64, F64),
+        TensorElementType::Float16 => copy!(half::f16, F16),
+        TensorElementType::Bfloat16 => copy!(half::bf16, BF16),
+        TensorElementType::Int8 => copy!(i8, I8),
+        TensorElementType::Int16 => copy!(i16, I16),
+        TensorElementType::Int32 => copy!(i32, I32),
+        TensorElementType::Int64 => copy!(i64, I64),
+        TensorElementType::Uint8 => copy!(u8, U8),
+        TensorElementType::Uint16 => copy!(u16, U16),
+        TensorElementType::Uint32 => copy!(u32, U32),
+        TensorElementType::Uint64 => copy!(u64, U64),
+        TensorElementType::Bool => copy!(bool, Bool),
+        TensorElementType::String => {
+            let (_, s) = v.try_extract_strings().map_err(|e| e.to_string())?;
+            TensorData::String(s)
+        }
+        other => return Err(format!("output element type {other} has no xpu dtype")),
+    };
+    Tensor::new(shape, data).map_err(|e| e.to_string())
+}
