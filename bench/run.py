@@ -4,6 +4,10 @@
   Bar: ≥ 0.9× numpy.
 - An MLP (784-512-512-10) and a small conv net, batch 1 and 64: xpu's CPU engine vs
   onnxruntime's CPU provider with the same thread count. Reported, no bar yet.
+- The same MLP and conv net through xpu's ort engine (in-process, warm session, the model
+  as given) vs onnxruntime's Python API, same thread count and options (spinning off).
+  Bars: overhead ≤ 5% at batch 64 and ≤ 30 µs per call at batch 1. The openvino engine
+  against OpenVINO's Python API the same way (CPU, fp32, latency hint), reported.
 - The planner on a generated 1,000-node transformer-like graph under three example policies
   and their declared inventories (cpu-only, latency-gpu with bf16 casts, npu-openvino).
   Bar: ≤ 1 ms per plan (median); reported as budget / time. There is no peer planner.
@@ -152,6 +156,7 @@ def main():
                 t_x = min(t_x, xpu("model", path, batch, reps))
             print(f"{name:<16} {batch:5}  {t_x * 1e3:8.3f}   {t_ort * 1e3:12.3f}     {t_ort / t_x:5.2f}")
             rows.append((name, str(batch), "cpu", t_x * 1e3, t_ort * 1e3, t_ort / t_x))
+    engines_ok = bench_engines(rows, mlp, conv)
     print("\nplanner, 1,000 nodes           median ms   budget/median (bar ≥ 1.0)")
     plan_ok = True
     for policy, inventory in (("cpu-only", "cpu-x86"), ("latency-gpu", "h100"), ("npu-openvino", "npu-laptop")):
@@ -179,6 +184,62 @@ def main():
         sys.exit("load_csv + stats is less than 3× faster than pandas read_csv + describe")
     if not daemon_ok:
         sys.exit("xpud misses its overhead or throughput bar")
+    if not engines_ok:
+        sys.exit("the ort engine adds more than 5% at batch 64 or 30 µs per call at batch 1")
+
+
+def bench_engines(rows, mlp, conv):
+    """xpu's ort engine (in-process, warm session, the model as given) against onnxruntime's
+    Python API on the same model, thread count and options (one intra-op pool of THREADS,
+    sequential, spinning off: the setting xpu's policies give ORT). Bars: overhead ≤ 5% at
+    batch 64 and ≤ 30 µs per call at batch 1."""
+    print("\nort engine vs onnxruntime (Python)   batch   xpu ms   python ms   overhead")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    ok = True
+    for name, path, shape in (("mlp 784-512-512-10", mlp, (784,)), ("convnet", conv, (1, 28, 28))):
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        for batch, reps in ((1, 2000), (64, 300)):
+            x = np.random.default_rng(2).standard_normal((batch, *shape)).astype(np.float32)
+            t_py, t_x = float("inf"), float("inf")
+            for _ in range(ROUNDS):
+                t_py = min(t_py, median_time(lambda: sess.run(None, {"x": x}), reps))
+                t_x = min(t_x, xpu("ort", path, batch, reps, THREADS))
+            if batch == 1:
+                over = (t_x - t_py) * 1e6
+                good = over <= 30
+                verdict = f"{over:+7.1f} µs/call (bar ≤ 30 µs)"
+            else:
+                over = (t_x / t_py - 1) * 100
+                good = over <= 5
+                verdict = f"{over:+6.1f}% (bar ≤ 5%)"
+            ok = ok and good
+            print(f"{name:<34} {batch:5}  {t_x * 1e3:8.3f}   {t_py * 1e3:8.3f}   {verdict}{'' if good else '  MISSED'}")
+            rows.append((f"ort engine {name}", str(batch), "ort.cpu", t_x * 1e3, t_py * 1e3, t_py / t_x))
+    # OpenVINO: reported the same way (no bar): CPU device, fp32 hint, latency hint, the
+    # same thread count, one infer request, synchronous calls on both sides.
+    import openvino as ov
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY",
+              "EXECUTION_MODE_HINT": "PERFORMANCE", "INFERENCE_NUM_THREADS": THREADS}
+    print("\nopenvino engine vs openvino (Python) batch   xpu ms   python ms   overhead (reported)")
+    for name, path, shape in (("mlp 784-512-512-10", mlp, (784,)), ("convnet", conv, (1, 28, 28))):
+        compiled = core.compile_model(core.read_model(path), "CPU", config)
+        request = compiled.create_infer_request()
+        for batch, reps in ((1, 2000), (64, 300)):
+            x = np.random.default_rng(2).standard_normal((batch, *shape)).astype(np.float32)
+            t_py, t_x = float("inf"), float("inf")
+            for _ in range(ROUNDS):
+                t_py = min(t_py, median_time(lambda: request.infer([x]), reps))
+                t_x = min(t_x, xpu("openvino", path, batch, reps, THREADS))
+            over = f"{(t_x - t_py) * 1e6:+7.1f} µs/call" if batch == 1 else f"{(t_x / t_py - 1) * 100:+6.1f}%"
+            print(f"{name:<34} {batch:5}  {t_x * 1e3:8.3f}   {t_py * 1e3:8.3f}   {over}")
+            rows.append((f"openvino engine {name}", str(batch), "openvino.cpu", t_x * 1e3, t_py * 1e3, t_py / t_x))
+    return ok
 
 
 def process_time(argv, cwd, reps=3):

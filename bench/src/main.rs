@@ -30,7 +30,16 @@ fn time_runs(
             }
         }
     }
-    let mut exe = xpu_engine_cpu::CpuEngine::new().prepare(g, &assignment)?;
+    let exe = xpu_engine_cpu::CpuEngine::new().prepare(g, &assignment)?;
+    time_executable(exe, inputs, reps)
+}
+
+/// Median and best wall time of `reps` runs of a prepared executable, after one warm-up.
+fn time_executable(
+    mut exe: Box<dyn xpu_engine::Executable>,
+    inputs: &[Tensor],
+    reps: usize,
+) -> Result<(f64, f64)> {
     exe.run(inputs)?; // warm-up
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -41,6 +50,23 @@ fn time_runs(
     }
     times.sort_by(f64::total_cmp);
     Ok((times[times.len() / 2], times[0]))
+}
+
+/// One pseudo-random f32 tensor per graph input, symbolic dims bound to `batch`.
+fn model_inputs(g: &Graph, batch: usize) -> Result<Vec<Tensor>> {
+    g.inputs
+        .iter()
+        .map(|&v| {
+            let dims: Vec<usize> = g
+                .ty(v)
+                .dims
+                .as_ref()
+                .map(|d| d.iter().map(|d| d.known().map(|k| k as usize).unwrap_or(batch)).collect())
+                .unwrap_or_default();
+            let n = dims.iter().product();
+            Tensor::from_vec(dims, pseudo_random(n, 3)).map_err(anyhow::Error::from)
+        })
+        .collect()
 }
 
 fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
@@ -113,25 +139,30 @@ fn main() -> Result<()> {
             let batch: usize = args.get(3).context("model BATCH")?.parse()?;
             let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(200);
             let g = xpu_onnx::import_model(&std::fs::read(path)?)?;
-            let inputs: Vec<Tensor> = g
-                .inputs
-                .iter()
-                .map(|&v| {
-                    let dims: Vec<usize> = g
-                        .ty(v)
-                        .dims
-                        .as_ref()
-                        .map(|d| {
-                            d.iter()
-                                .map(|d| d.known().map(|k| k as usize).unwrap_or(batch))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let n = dims.iter().product();
-                    Tensor::from_vec(dims, pseudo_random(n, 3)).map_err(anyhow::Error::from)
-                })
-                .collect::<Result<_>>()?;
+            let inputs = model_inputs(&g, batch)?;
             let (m, mi) = time_runs(&g, &inputs, reps, None)?;
+            (m, mi, reps)
+        }
+        Some(engine @ ("ort" | "openvino")) => {
+            // The model as given to the ort or openvino engine (in-process, one warm session
+            // or compiled model), with the options a policy would hand it: threads (and for
+            // ort, spinning off; for openvino, CPU, fp32 and the latency hint).
+            let path = args.get(2).context("PATH")?;
+            let batch: usize = args.get(3).context("BATCH")?.parse()?;
+            let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(200);
+            let threads = args.get(5).context("THREADS")?;
+            let bytes = std::fs::read(path)?;
+            let inputs = model_inputs(&xpu_onnx::import_model(&bytes)?, batch)?;
+            let mut a = Assignment::new(engine);
+            a.options.insert("threads".into(), threads.clone());
+            let exe: Box<dyn xpu_engine::Executable> = if engine == "ort" {
+                let e = xpu_engine_ort::OrtEngine::load(None).without_profiling();
+                Box::new(e.prepare_model(path, &bytes, &a)?)
+            } else {
+                let e = xpu_engine_openvino::OpenVinoEngine::load(None).without_profiling();
+                Box::new(e.prepare_model(path, &bytes, &a)?)
+            };
+            let (m, mi) = time_executable(exe, &inputs, reps)?;
             (m, mi, reps)
         }
         Some("plan") => {
@@ -161,7 +192,7 @@ fn main() -> Result<()> {
             (times[times.len() / 2], times[0], reps)
         }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS] | xpu-bench plan NODES POLICY INVENTORY [REPS]"
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS]"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

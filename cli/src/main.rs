@@ -475,10 +475,17 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                     for e in &inv.engines {
                         println!("{} {} — {}", e.engine, e.version, e.availability);
                         for k in &e.kernels {
+                            let mut runs = Vec::new();
+                            if !k.ops.is_empty() {
+                                runs.push(format!("{} ops", k.ops.len()));
+                            }
+                            if !k.classes.is_empty() {
+                                runs.push(format!("{} op classes", k.classes.len()));
+                            }
                             println!(
-                                "  {:<18} {} ops, dtypes {}",
+                                "  {:<18} {}, dtypes {}",
                                 k.name,
-                                k.ops.len(),
+                                runs.join(" + "),
                                 k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ")
                             );
                         }

@@ -74,10 +74,40 @@ pub struct Limits {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Engines {
-    /// ONNX Runtime's shared library (for the ort engine, when built).
-    pub ort_library: Option<PathBuf>,
-    /// OpenVINO's library directory (for the openvino engine, when built).
-    pub openvino_library_dir: Option<PathBuf>,
+    pub ort: OrtSettings,
+    pub openvino: OpenVinoSettings,
+}
+
+/// `[engines.ort]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OrtSettings {
+    /// ONNX Runtime's shared library (`libonnxruntime.so`). `XPU_ORT_LIBRARY` overrides it;
+    /// unset, the ort engine looks in `.deps/onnxruntime/` (`make setup`).
+    pub library: Option<PathBuf>,
+}
+
+/// `[engines.openvino]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenVinoSettings {
+    /// The directory with OpenVINO's libraries (`libopenvino_c.so` and its plugins).
+    /// `XPU_OPENVINO_DIR` overrides it; unset, the engine looks in `.deps/openvino/`.
+    pub library_dir: Option<PathBuf>,
+    /// OpenVINO's compiled-model cache (CACHE_DIR): a restarted daemon skips recompiling.
+    /// Relative paths are under the data dir; unset: `<data dir>/openvino-cache`.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Engines {
+    pub fn libraries(&self, data_dir: &std::path::Path) -> xpu_runtime::EngineLibraries {
+        let cache = self.openvino.cache_dir.clone().unwrap_or_else(|| "openvino-cache".into());
+        xpu_runtime::EngineLibraries {
+            ort: self.ort.library.clone(),
+            openvino_dir: self.openvino.library_dir.clone(),
+            openvino_cache_dir: Some(data_dir.join(cache)),
+        }
+    }
 }
 
 impl Default for Config {

@@ -130,7 +130,7 @@ pub struct Jobs {
     pub model_roots: DataRoots,
     runs_dir: PathBuf,
     blobs: crate::blobs::Blobs,
-    cpu: Arc<dyn xpu_engine::Engine>,
+    engines: xpu_runtime::SharedEngines,
     /// The engines every job gets (the registry is fixed for the process), and their
     /// fingerprint: computed once, so a warm plan lookup hashes nothing.
     inventory: Inventory,
@@ -158,13 +158,13 @@ impl Jobs {
         capacity: usize,
         durability: xpu_store::Durability,
         engine_limits: BTreeMap<String, usize>,
+        engines: xpu_runtime::SharedEngines,
     ) -> Arc<Jobs> {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
         let sync = durability == xpu_store::Durability::Machine;
         let blobs = crate::blobs::Blobs::new(store.dir().join("blobs"), sync);
-        let cpu: Arc<dyn xpu_engine::Engine> = Arc::new(xpu_engine_cpu::CpuEngine::new());
-        let inventory = registry(&cpu, &data_roots).inventory();
+        let inventory = registry(&engines, &data_roots).inventory();
         let workers = workers.max(1);
         let jobs = Arc::new(Jobs {
             store,
@@ -176,7 +176,7 @@ impl Jobs {
             model_roots,
             runs_dir,
             blobs,
-            cpu,
+            engines,
             inventory_fingerprint: inventory.fingerprint(),
             inventory,
             gate: crate::gate::Gate::new(workers, engine_limits),
@@ -220,10 +220,10 @@ impl Jobs {
         jobs
     }
 
-    /// The engines one job runs on: the shared CPU engine and a fresh table engine, whose
+    /// The engines one job runs on: the shared engines (cpu, ort) and a fresh table engine, whose
     /// DuckDB connection is then the job's own.
     pub fn registry(&self) -> xpu_engine::Registry {
-        registry(&self.cpu, &self.data_roots)
+        registry(&self.engines, &self.data_roots)
     }
 
     /// What the planner sees of [`registry`](Jobs::registry)'s engines.
@@ -640,14 +640,9 @@ impl Jobs {
     }
 }
 
-/// The engines every job runs on: the shared CPU engine and a fresh table engine.
-fn registry(cpu: &Arc<dyn xpu_engine::Engine>, roots: &DataRoots) -> xpu_engine::Registry {
-    let mut registry = xpu_engine::Registry::new();
-    registry.register(cpu.clone());
-    registry.register(Arc::new(xpu_engine_table::TableEngine::with_canonical_roots(
-        roots.roots().to_vec(),
-    )));
-    registry
+/// The engines every job runs on: the shared engines and a fresh table engine.
+fn registry(engines: &xpu_runtime::SharedEngines, roots: &DataRoots) -> xpu_engine::Registry {
+    engines.registry(xpu_engine_table::TableEngine::with_canonical_roots(roots.roots().to_vec()))
 }
 
 /// The file name a kept binary program has under its run's directory.

@@ -81,7 +81,10 @@ impl App {
             policies::PolicySet::load(&config.policy_dirs).map_err(StartError::Policies)?;
         let data_roots = xpu_minilang::paths::DataRoots::new(config.data_roots.clone());
         let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
-        let inventory = xpu_runtime::registry_for(data_roots.roots()).inventory();
+        let engines = xpu_runtime::SharedEngines::load(&config.engines.libraries(&config.data_dir));
+        let inventory = engines
+            .registry(xpu_engine_table::TableEngine::new(data_roots.roots().to_vec()))
+            .inventory();
         for e in &inventory.engines {
             metrics
                 .engine_available
@@ -98,6 +101,7 @@ impl App {
             config.limits.queue_capacity,
             config.store.durability,
             config.limits.engine_concurrency.clone(),
+            engines,
         );
         Ok(Arc::new(App {
             config,

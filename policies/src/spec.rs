@@ -271,6 +271,35 @@ pub struct Execution {
     /// Wall-clock limit of one run (`"30s"`, `"500ms"`, `"2m"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<DurationText>,
+    /// How far engines with their own graph optimiser (ONNX Runtime) may rewrite the graph;
+    /// absent: the engine's default (all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_optimization: Option<GraphOptimization>,
+    /// What engines with a performance hint (OpenVINO) tune for; absent: latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub performance: Option<PerformanceHint>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GraphOptimization {
+    /// No rewrites: the graph runs as planned.
+    None,
+    /// Semantics-preserving rewrites (constant folding, redundant node removal).
+    Basic,
+    /// Also fusions into the engine's own compound kernels.
+    Extended,
+    /// Also layout changes (ONNX Runtime's default).
+    All,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PerformanceHint {
+    /// One request at a time, as fast as possible.
+    Latency,
+    /// Many requests in flight (more streams, batching where the device likes it).
+    Throughput,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

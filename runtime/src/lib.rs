@@ -17,13 +17,63 @@ use xpu_policy::Policy;
 
 pub use program::{Compiled, ProgramError, ProgramKind};
 
-/// The engines of this build: the CPU engine, and the table engine with its DuckDB
-/// connection confined to `roots` (created when a job first uses it).
+/// Where engines that load a runtime library at run time find it, from configuration
+/// (`[engines.ort] library`, `[engines.openvino] library_dir`). Each engine's environment
+/// variable overrides these; with neither, the engine looks in `.deps/` (`make setup`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineLibraries {
+    pub ort: Option<PathBuf>,
+    pub openvino_dir: Option<PathBuf>,
+    /// Where OpenVINO keeps compiled models between runs (`[engines.openvino] cache_dir`).
+    pub openvino_cache_dir: Option<PathBuf>,
+}
+
+/// The engines a process loads once and shares between jobs: cpu, and ort and openvino when
+/// built (each `Unavailable` with the reason when its library is missing).
+#[derive(Clone)]
+pub struct SharedEngines {
+    engines: Vec<Arc<dyn xpu_engine::Engine>>,
+}
+
+impl std::fmt::Debug for SharedEngines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.engines.iter().map(|e| e.name())).finish()
+    }
+}
+
+impl SharedEngines {
+    pub fn load(libraries: &EngineLibraries) -> SharedEngines {
+        let mut engines: Vec<Arc<dyn xpu_engine::Engine>> =
+            vec![Arc::new(xpu_engine_cpu::CpuEngine::new())];
+        #[cfg(feature = "ort")]
+        engines.push(Arc::new(xpu_engine_ort::OrtEngine::load(libraries.ort.as_deref())));
+        #[cfg(feature = "openvino")]
+        engines.push(Arc::new(
+            xpu_engine_openvino::OpenVinoEngine::load(libraries.openvino_dir.as_deref())
+                .with_cache_dir(libraries.openvino_cache_dir.clone()),
+        ));
+        let _ = libraries;
+        SharedEngines { engines }
+    }
+
+    /// A job's engines: the shared ones and `table`, the job's own table engine (its
+    /// DuckDB connection is the job's).
+    pub fn registry(&self, table: xpu_engine_table::TableEngine) -> Registry {
+        let mut r = Registry::new();
+        for e in &self.engines {
+            r.register(e.clone());
+        }
+        r.register(Arc::new(table));
+        r
+    }
+}
+
+/// The engines of this build with libraries found by default: the shared engines, and the
+/// table engine with its DuckDB connection confined to `roots` (created when a job first
+/// uses it).
 pub fn registry_for(roots: &[PathBuf]) -> Registry {
-    let mut r = Registry::new();
-    r.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
-    r.register(Arc::new(xpu_engine_table::TableEngine::new(roots.to_vec())));
-    r
+    SharedEngines::load(&EngineLibraries::default())
+        .registry(xpu_engine_table::TableEngine::new(roots.to_vec()))
 }
 
 /// Why a planned job did not produce outputs.

@@ -89,7 +89,8 @@ fn primary_op(case: &CaseInfo, by_name: &BTreeMap<&str, &CaseInfo>) -> String {
     "(multi-node)".into()
 }
 
-/// numpy's `assert_allclose` rule: |a − e| ≤ atol + rtol·|e|, NaNs equal.
+/// numpy's `assert_allclose` rule: |a − e| ≤ atol + rtol·|e|, NaNs equal, infinities equal
+/// only to the same infinity.
 pub fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
     if actual.dtype() != expected.dtype() {
         return Err(format!("dtype {} != expected {}", actual.dtype(), expected.dtype()));
@@ -107,8 +108,14 @@ pub fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Resu
             let float = actual.dtype().is_float();
             for i in 0..a.len() {
                 let (x, y) = (a.get_f64(i), e.get_f64(i));
+                // numpy's rule: infinities only match the same infinity (without this an
+                // infinite expectation would accept any value).
                 let ok = if float {
-                    (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= atol + rtol * y.abs()
+                    (x.is_nan() && y.is_nan())
+                        || x == y
+                        || (x.is_finite()
+                            && y.is_finite()
+                            && (x - y).abs() <= atol + rtol * y.abs())
                 } else {
                     x == y
                 };

@@ -12,6 +12,8 @@ const LIBRARIES: &[&str] = &[
     "xpu-engine",
     "xpu-engine-cpu",
     "xpu-engine-table",
+    "xpu-engine-ort",
+    "xpu-engine-openvino",
     "xpu-policy",
     "xpu-plan",
     "xpu-runtime",
@@ -27,6 +29,9 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-engine", &["xpu-ir"][..]),
         ("xpu-engine-cpu", &["xpu-engine", "xpu-ir"][..]),
         ("xpu-engine-table", &["xpu-engine", "xpu-ir"][..]),
+        // Engines that take ONNX get partitions through the exporter.
+        ("xpu-engine-ort", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
+        ("xpu-engine-openvino", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         (
@@ -38,6 +43,8 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "xpu-engine",
                 "xpu-engine-cpu",
                 "xpu-engine-table",
+                "xpu-engine-ort",
+                "xpu-engine-openvino",
                 "xpu-policy",
                 "xpu-plan",
             ][..],

@@ -94,49 +94,118 @@ fn check_expected(file: &str, results: &[xpu_tests::conformance::CaseResult]) ->
         .collect()
 }
 
-/// ONNX Runtime through xpu: (a) each case's model straight to the ort engine, (b) import →
-/// SGR-ML → export → ort engine. Bar: ≥ 1,300 passes on (a); every case (a) passes that
-/// (b) does not is one the importer does not take (never a wrong export); cpu and ort
-/// agree on every case both pass. Writes `tests/conformance/engines-report.md` on bless.
+/// Cases an engine passes or fails by chance, or disagrees on for a known reason, one per
+/// line: `engine case  why`. They are left out of the pass lists and of the round-trip check.
+fn known_issues() -> Vec<(String, String)> {
+    let path = xpu_tests::repo_root().join("tests/conformance/engine-known-issues.txt");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// One engine through xpu both ways: (a) each case's model straight to the engine, (b)
+/// import → SGR-ML → export → the engine. Returns (direct, round trip, cases the round trip
+/// loses), after checking: no crash, no regression against the pass lists, ≥ 1,300 direct
+/// passes, and every case (a) passes that (b) does not is one the importer does not take.
+fn engine_suite(
+    engine: &str,
+    direct: &xpu_tests::conformance::DirectPrepare<'_>,
+    imported: &dyn xpu_engine::Engine,
+) -> (Vec<xpu_tests::conformance::CaseResult>, Vec<xpu_tests::conformance::CaseResult>, usize) {
+    let dir = cache_dir();
+    let (_, mut d) = run_all(&dir, None, &Route::Direct(direct)).unwrap();
+    let (_, mut r) =
+        run_all(&dir, None, &Route::Import(imported, xpu_engine::Assignment::new(engine))).unwrap();
+    let known: Vec<String> =
+        known_issues().into_iter().filter(|(e, _)| e == engine).map(|(_, c)| c).collect();
+    for res in d.iter_mut().chain(r.iter_mut()) {
+        if known.contains(&res.name) {
+            res.status = Status::Error;
+            res.detail = "known issue (tests/conformance/engine-known-issues.txt)".into();
+            res.outputs.clear();
+        }
+    }
+    let crashes: Vec<String> = d
+        .iter()
+        .chain(&r)
+        .filter(|c| c.status == Status::Crash)
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    assert!(crashes.is_empty(), "{engine}: cases crashed the process:\n{}", crashes.join("\n"));
+    let mut regressed = check_expected(&format!("{engine}-expected-pass.txt"), &d);
+    regressed.extend(check_expected(&format!("{engine}-roundtrip-expected-pass.txt"), &r));
+    assert!(regressed.is_empty(), "previously passing cases regressed:\n{}", regressed.join("\n"));
+    let pass = d.iter().filter(|c| c.status == Status::Pass).count();
+    assert!(pass >= 1300, "{engine} passes {pass}; the bar is 1,300");
+    let lost: Vec<&xpu_tests::conformance::CaseResult> = d
+        .iter()
+        .zip(&r)
+        .filter(|(a, b)| a.status == Status::Pass && b.status != Status::Pass)
+        .map(|(_, b)| b)
+        .collect();
+    let wrong: Vec<String> = lost
+        .iter()
+        .filter(|c| c.status != Status::Unsupported)
+        .map(|c| format!("{}: {} {}", c.name, c.status.name(), c.detail))
+        .collect();
+    assert!(wrong.is_empty(), "the round trip broke cases {engine} passes:\n{}", wrong.join("\n"));
+    let n = lost.len();
+    (d, r, n)
+}
+
+/// ONNX Runtime and OpenVINO through xpu, each both ways (see [`engine_suite`]), and the
+/// differential comparison of every route with every other and with the cpu engine: a
+/// disagreement not listed in differential-known.txt fails. Writes
+/// `tests/conformance/engines-report.md` on bless.
 #[test]
-fn ort_engine_node_suite() {
+fn ort_and_openvino_engines_node_suite() {
     use xpu_engine::{Assignment, Executable};
     use xpu_tests::conformance::{RouteResults, disagreements, engines_report};
     let dir = cache_dir();
     let ort = xpu_engine_ort::OrtEngine::load(None).without_profiling();
-    assert_eq!(
-        ort.availability(),
-        xpu_engine::Availability::Available,
-        "the ort engine must load here (`make setup` fetches ONNX Runtime into .deps/)"
-    );
-    let direct = |name: &str, bytes: &[u8]| {
+    let ov = xpu_engine_openvino::OpenVinoEngine::load(None).without_profiling();
+    for (name, a) in [("ort", ort.availability()), ("openvino", ov.availability())] {
+        assert_eq!(
+            a,
+            xpu_engine::Availability::Available,
+            "the {name} engine must load here (`make setup` fetches its libraries into .deps/)"
+        );
+    }
+    let ort_direct = |name: &str, bytes: &[u8]| {
         ort.prepare_model(name, bytes, &Assignment::new("ort"))
             .map(|e| Box::new(e) as Box<dyn Executable>)
     };
-    let (manifest, ort_direct) = run_all(&dir, None, &Route::Direct(&direct)).unwrap();
-    let (_, ort_round) = run_all(&dir, None, &Route::Import(&ort, Assignment::new("ort"))).unwrap();
+    let ov_direct = |name: &str, bytes: &[u8]| {
+        ov.prepare_model(name, bytes, &Assignment::new("openvino"))
+            .map(|e| Box::new(e) as Box<dyn Executable>)
+    };
+    let (ort_d, ort_r, ort_lost) = engine_suite("ort", &ort_direct, &ort);
+    let (ov_d, ov_r, ov_lost) = engine_suite("openvino", &ov_direct, &ov);
     let cpu = xpu_engine_cpu::CpuEngine::new();
-    let (_, cpu_results) =
+    let (manifest, cpu_results) =
         run_all(&dir, None, &Route::Import(&cpu, Assignment::new("cpu"))).unwrap();
-
     let pass = |r: &[xpu_tests::conformance::CaseResult]| {
         r.iter().filter(|c| c.status == Status::Pass).count()
     };
-    let lost: Vec<&xpu_tests::conformance::CaseResult> = ort_direct
-        .iter()
-        .zip(&ort_round)
-        .filter(|(d, r)| d.status == Status::Pass && r.status != Status::Pass)
-        .map(|(_, r)| r)
-        .collect();
+    let pct = |lost: usize, of: usize| 100.0 * lost as f64 / of.max(1) as f64;
     let notes = format!(
-        "Routes: `ort` hands each model to ONNX Runtime as it is; `ort round trip` imports it into SGR-ML and exports it back to ONNX first; `cpu` imports it and runs xpu's cpu engine. The round trip loses {} of the {} cases `ort` passes ({:.1}%), each one an op or construct the importer does not take.",
-        lost.len(),
-        pass(&ort_direct),
-        100.0 * lost.len() as f64 / pass(&ort_direct).max(1) as f64
+        "Routes: `ort` and `openvino` hand each model to the engine as it is; their `round trip` imports it into SGR-ML and exports it back to ONNX first; `cpu` imports it and runs xpu's cpu engine. The round trip loses {ort_lost} of the {} cases `ort` passes ({:.1}%) and {ov_lost} of the {} cases `openvino` passes ({:.1}%), each one an op or construct the importer does not take. Cases in engine-known-issues.txt count as errors.",
+        pass(&ort_d),
+        pct(ort_lost, pass(&ort_d)),
+        pass(&ov_d),
+        pct(ov_lost, pass(&ov_d)),
     );
     let routes = [
-        RouteResults { name: "ort", results: &ort_direct },
-        RouteResults { name: "ort round trip", results: &ort_round },
+        RouteResults { name: "ort", results: &ort_d },
+        RouteResults { name: "ort round trip", results: &ort_r },
+        RouteResults { name: "openvino", results: &ov_d },
+        RouteResults { name: "openvino round trip", results: &ov_r },
         RouteResults { name: "cpu", results: &cpu_results },
     ];
     let md = engines_report(&manifest, &routes, &notes);
@@ -145,40 +214,24 @@ fn ort_engine_node_suite() {
             .unwrap();
     }
     println!("{notes}");
-    println!(
-        "ort: {} pass; ort round trip: {} pass; cpu: {} pass",
-        pass(&ort_direct),
-        pass(&ort_round),
-        pass(&cpu_results)
-    );
-    let crashes: Vec<String> = ort_direct
-        .iter()
-        .chain(&ort_round)
-        .filter(|r| r.status == Status::Crash)
-        .map(|r| format!("{}: {}", r.name, r.detail))
-        .collect();
-    assert!(crashes.is_empty(), "cases crashed the process:\n{}", crashes.join("\n"));
-    let mut regressed = check_expected("ort-expected-pass.txt", &ort_direct);
-    regressed.extend(check_expected("ort-roundtrip-expected-pass.txt", &ort_round));
-    assert!(regressed.is_empty(), "previously passing cases regressed:\n{}", regressed.join("\n"));
-    assert!(pass(&ort_direct) >= 1300, "ort passes {}; the bar is 1,300", pass(&ort_direct));
-    let wrong: Vec<String> = lost
-        .iter()
-        .filter(|r| r.status != Status::Unsupported)
-        .map(|r| format!("{}: {} {}", r.name, r.status.name(), r.detail))
-        .collect();
-    assert!(wrong.is_empty(), "the round trip broke cases ort passes:\n{}", wrong.join("\n"));
-    // Known disagreements are listed (with why) in differential-known.txt; a new one fails.
+    for r in &routes {
+        println!("{}: {} pass", r.name, pass(r.results));
+    }
     let known_path = xpu_tests::repo_root().join("tests/conformance/differential-known.txt");
     let known = std::fs::read_to_string(&known_path).unwrap_or_default();
-    let new: Vec<String> = disagreements(&manifest, &cpu_results, &ort_direct)
-        .into_iter()
-        .chain(disagreements(&manifest, &cpu_results, &ort_round))
-        .chain(disagreements(&manifest, &ort_direct, &ort_round))
-        .filter(|d| {
-            let case = d.split(':').next().unwrap_or("");
-            !known.lines().any(|l| l.split_whitespace().next() == Some(case))
-        })
-        .collect();
+    let mut new = Vec::new();
+    for (i, a) in routes.iter().enumerate() {
+        for b in &routes[i + 1..] {
+            new.extend(
+                disagreements(&manifest, a.results, b.results)
+                    .into_iter()
+                    .filter(|d| {
+                        let case = d.split(':').next().unwrap_or("");
+                        !known.lines().any(|l| l.split_whitespace().next() == Some(case))
+                    })
+                    .map(|d| format!("{} vs {}: {d}", a.name, b.name)),
+            );
+        }
+    }
     assert!(new.is_empty(), "engines disagree on cases both pass:\n{}", new.join("\n"));
 }

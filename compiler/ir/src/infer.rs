@@ -129,6 +129,11 @@ pub fn infer_types(
     for i in 0..info.inputs.0 {
         cx.ty(i)?;
     }
+    if op == Op::OnnxOp {
+        return cx.err(
+            "an opaque ONNX node's output types are the model's declaration; xpu cannot infer them",
+        );
+    }
     let one = |t: TensorType| Ok(vec![t]);
     let same_as = |i: usize| -> Result<Vec<TensorType>, InferError> { Ok(vec![cx.ty(i)?.clone()]) };
 

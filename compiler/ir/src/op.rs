@@ -50,12 +50,14 @@ pub enum OpClass {
     Resize,
     Recurrent,
     Quant,
+    /// ONNX nodes xpu has no op for, kept as they are for engines that take ONNX.
+    Opaque,
     /// Relational ops on tables (load, filter, group, join, …), run by the `table` engine.
     Table,
 }
 
 impl OpClass {
-    pub const ALL: [OpClass; 24] = [
+    pub const ALL: [OpClass; 25] = [
         OpClass::Unary,
         OpClass::Activation,
         OpClass::Binary,
@@ -79,6 +81,7 @@ impl OpClass {
         OpClass::Resize,
         OpClass::Recurrent,
         OpClass::Quant,
+        OpClass::Opaque,
         OpClass::Table,
     ];
 
@@ -107,6 +110,7 @@ impl OpClass {
             OpClass::Resize => "resize",
             OpClass::Recurrent => "recurrent",
             OpClass::Quant => "quant",
+            OpClass::Opaque => "opaque",
             OpClass::Table => "table",
         }
     }
@@ -370,6 +374,7 @@ define_ops! {
     Plot "plot" "—" Table (1,1)->(1,1) ["kind": Str, "path": Str, "title": Str, "x": Str, "y": Strs] "Draw a bar, line, scatter or hist chart of the columns to a PNG or SVG file; yields the rows drawn (i64).";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";
+    OnnxOp "onnx_op" "—" Opaque (0,64)->(1,64) ["op_type": Str, "domain": Str, "opset": Int] "An ONNX node xpu has no op for (`op_type` in `domain` at `opset`), kept as it is so engines that take ONNX (ort, openvino) can run it; its other attributes are the node's own and its output types are the ones the model declares.";
     DequantizeLinear "dequantize_linear" "DequantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType] "(x − zero_point) · scale, scales per tensor, axis or block.";
     DynamicQuantizeLinear "dynamic_quantize_linear" "DynamicQuantizeLinear" Quant (1,1)->(3,3) [] "u8 quantization with scale and zero point computed from the input's range.";
     MatMulInteger "matmul_integer" "MatMulInteger" Quant (2,4)->(1,1) [] "(A − a_zero_point) · (B − b_zero_point) in i32.";

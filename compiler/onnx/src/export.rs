@@ -26,6 +26,10 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
     let bf16 = dtype == Some(xpu_ir::DType::BF16);
     let signed = dtype.is_some_and(|d| d.is_signed_int());
     match node.op {
+        // An opaque node keeps the default-domain opset its model had.
+        Op::OnnxOp if node.attrs.str("domain", "").is_empty() => {
+            node.attrs.int("opset", EXPORT_OPSET)
+        }
         Op::BitShift if signed => 28,
         Op::Einsum | Op::ReverseSequence | Op::Compress if bf16 => 28,
         Op::Celu if half => 28,
@@ -56,6 +60,24 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
         Op::CumProd => 26,
         _ => EXPORT_OPSET,
     }
+}
+
+/// The other domains opaque nodes use (`ai.onnx.ml`, …), each at the highest opset a node
+/// of it had.
+fn other_domains(g: &Graph) -> Vec<(String, i64)> {
+    let mut out: Vec<(String, i64)> = Vec::new();
+    for n in g.nodes.iter().filter(|n| n.op == Op::OnnxOp) {
+        let domain = n.attrs.str("domain", "");
+        if domain.is_empty() {
+            continue;
+        }
+        let v = n.attrs.int("opset", 1);
+        match out.iter_mut().find(|(d, _)| d == domain) {
+            Some((_, have)) => *have = (*have).max(v),
+            None => out.push((domain.to_string(), v)),
+        }
+    }
+    out
 }
 
 /// The ONNX IR version that an opset was released with (onnx.helper.VERSION_TABLE).
@@ -175,8 +197,13 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
             }
             continue;
         }
-        let mut attribute: Vec<AttributeProto> =
-            n.attrs.iter().map(|(k, a)| attr_proto(k, a)).collect();
+        let opaque = n.op == Op::OnnxOp;
+        let mut attribute: Vec<AttributeProto> = n
+            .attrs
+            .iter()
+            .filter(|(k, _)| !(opaque && matches!(k.as_str(), "op_type" | "domain" | "opset")))
+            .map(|(k, a)| attr_proto(k, a))
+            .collect();
         // Split-18+ needs `num_outputs` when no sizes are given (older Split implied it).
         if n.op == Op::Split
             && n.inputs.get(1).copied().flatten().is_none()
@@ -184,8 +211,15 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         {
             attribute.push(attr_proto("num_outputs", &Attr::Int(n.outputs.len() as i64)));
         }
+        let (op_type, domain) = if opaque {
+            let domain = n.attrs.str("domain", "").to_string();
+            (n.attrs.str("op_type", "").to_string(), Some(domain))
+        } else {
+            (n.op.info().onnx.to_string(), None)
+        };
         graph.node.push(NodeProto {
-            op_type: Some(n.op.info().onnx.to_string()),
+            op_type: Some(op_type),
+            domain: domain.filter(|d| !d.is_empty()),
             name: n.name.clone(),
             input: n
                 .inputs
@@ -219,10 +253,13 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         ir_version: Some(ir_version_for(opset)),
         producer_name: Some("xpu".into()),
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(opset),
-        }],
+        opset_import: std::iter::once((String::new(), opset))
+            .chain(other_domains(g))
+            .map(|(domain, version)| OperatorSetIdProto {
+                domain: Some(domain),
+                version: Some(version),
+            })
+            .collect(),
         graph: Some(graph),
         ..Default::default()
     };

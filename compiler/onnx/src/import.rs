@@ -30,6 +30,8 @@ struct Importer<'m> {
     g: Graph,
     env: HashMap<String, Binding>,
     opset: i64,
+    /// Every domain's opset version (`""` for the default domain).
+    opsets: HashMap<String, i64>,
     declared: HashMap<&'m str, &'m TypeProto>,
 }
 
@@ -46,6 +48,14 @@ pub fn import_model_proto(model: &ModelProto) -> Result<Graph, OnnxError> {
         g: Graph::new(graph.name.clone().unwrap_or_default()),
         env: HashMap::new(),
         opset,
+        opsets: model
+            .opset_import
+            .iter()
+            .map(|o| {
+                let d = o.domain.clone().unwrap_or_default();
+                (if d == "ai.onnx" { String::new() } else { d }, o.version.unwrap_or(1))
+            })
+            .collect(),
         declared: HashMap::new(),
     };
     for vi in graph.value_info.iter().chain(&graph.output) {
@@ -177,7 +187,7 @@ impl<'m> Importer<'m> {
             opset,
         };
         if !(domain.is_empty() || domain == "ai.onnx") {
-            return Err(unsupported());
+            return self.opaque(node, &op_type, &domain, unsupported);
         }
         let node_err = |message: String| OnnxError::Node {
             node: name.clone(),
@@ -215,7 +225,10 @@ impl<'m> Importer<'m> {
         let op = match op_type.as_str() {
             "Upsample" => Op::Resize,
             "Scatter" => Op::ScatterElements,
-            other => Op::from_onnx(other).ok_or_else(unsupported)?,
+            other => match Op::from_onnx(other) {
+                Some(op) => op,
+                None => return self.opaque(node, &op_type, "", unsupported),
+            },
         };
         // Opset normalisation: everything below rewrites older forms into the newest one.
         let const_input = |this: &mut Self, t: Tensor| Some(this.g.add_const(t));
@@ -412,6 +425,53 @@ impl<'m> Importer<'m> {
             }
         }
         let id = self.g.add_inferred(op, inputs, attrs, n_out).map_err(|e| node_err(e.message))?;
+        self.finish_node(node, id, &name);
+        Ok(())
+    }
+
+    /// An ONNX node xpu has no op for, kept whole as `onnx_op` so engines that take ONNX can
+    /// run it: possible when its attributes are plain values (no subgraphs) and the model
+    /// declares every output's type (value_info or graph outputs). Otherwise the node is
+    /// unsupported, as before.
+    fn opaque(
+        &mut self,
+        node: &NodeProto,
+        op_type: &str,
+        domain: &str,
+        unsupported: impl Fn() -> OnnxError,
+    ) -> Result<(), OnnxError> {
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        let mut attrs = Attrs::new();
+        for a in &node.attribute {
+            let aname = a.name.clone().unwrap_or_default();
+            if matches!(aname.as_str(), "op_type" | "domain" | "opset") {
+                return Err(unsupported());
+            }
+            attrs.set(&aname, convert_attr(a).map_err(|_| unsupported())?);
+        }
+        let mut types = Vec::with_capacity(node.output.len());
+        for out in &node.output {
+            let ty = self
+                .declared
+                .get(out.as_str())
+                .and_then(|t| tensor_type(t, "").ok())
+                .filter(|t| t.dtype != xpu_ir::DType::Table)
+                .ok_or_else(&unsupported)?;
+            types.push(ty);
+        }
+        if types.is_empty() {
+            return Err(unsupported());
+        }
+        let mut inputs: Vec<Option<ValueId>> = Vec::with_capacity(node.input.len());
+        for i in &node.input {
+            inputs.push(if i.is_empty() { None } else { Some(self.lookup(i)?) });
+        }
+        let opset = self.opsets.get(domain).copied().unwrap_or(self.opset);
+        attrs.set("op_type", Attr::Str(op_type.to_string()));
+        attrs.set("domain", Attr::Str(domain.to_string()));
+        attrs.set("opset", Attr::Int(opset));
+        let id = self.g.add_node(Op::OnnxOp, inputs, attrs, types);
+        let name = node.name.clone().unwrap_or_default();
         self.finish_node(node, id, &name);
         Ok(())
     }

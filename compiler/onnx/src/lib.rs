@@ -79,9 +79,12 @@ pub fn support_markdown() -> String {
         "# ONNX import support\n\nGenerated from the importer (`XPU_BLESS=1 cargo test -p xpu-tests --test generated` rewrites it). \
 Models of opset 7 and newer in the default domain import; older forms (attributes that later became inputs, 2-D Softmax, \
 Upsample, …) are rewritten into the newest semantics. Element types: float, double, float16, bfloat16, int8/16/32/64, \
-uint8/16/32/64, bool, string. Not supported: other domains (ai.onnx.ml, training, preview), control flow (If, Loop, Scan), \
-sequence/optional/map values, float8/int4/float4 types, sparse and external-data tensors. Whether an engine can run an op \
-is a separate question: see `xpuctl engines` and the conformance report `tests/conformance/onnx-node-report.md`.\n\n\
+uint8/16/32/64, bool, string. A node of an op not listed here (any domain, `ai.onnx.ml` included) imports as an opaque \
+`onnx_op` node when its attributes are plain values and the model declares its output types: xpu's cpu engine does not run it, \
+engines that take ONNX (ort, openvino) do, and export writes it back as it was. Not supported: control flow (If, Loop, Scan: \
+subgraph attributes), opaque nodes without declared output types, sequence/optional/map values, float8/int4/float4 types, \
+sparse and external-data tensors. Whether an engine can run an op is a separate question: see `xpuctl engines` and the \
+conformance reports `tests/conformance/onnx-node-report.md` and `engines-report.md`.\n\n\
 | ONNX op | SGR-ML op |\n|---|---|\n",
     );
     for (onnx, sgr) in supported_onnx_ops() {

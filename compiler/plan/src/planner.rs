@@ -372,6 +372,7 @@ impl<'a> Planner<'a> {
             Some((key, KernelChoice::Prefer(ks))) => (ks.clone(), Some(format!("kernels.{key}"))),
             _ => (Vec::new(), None),
         };
+        let pref_loc = pref_key.as_deref().and_then(|k| self.loc(k));
         // The engine sequence: the first choice, then the policy order, then the rest.
         let mut sequence: Vec<String> = first_choice.clone();
         for e in self.order.iter().chain(self.inventory.engines.iter().map(|c| &c.engine)) {
@@ -474,7 +475,10 @@ impl<'a> Planner<'a> {
                 }
                 if caps.kernel(pk).is_none() {
                     let at = self.loc(key);
-                    let detail = format!("pinned kernel {pk} is not in {e}'s inventory entry");
+                    let detail = match caps.unavailable_kernels.get(pk.as_str()) {
+                        Some(why) => format!("pinned kernel {pk} is unavailable here: {why}"),
+                        None => format!("pinned kernel {pk} is not in {e}'s inventory entry"),
+                    };
                     first_rejection.get_or_insert((ReasonCode::KernelUnavailable, detail.clone()));
                     out.rejected.push(reject(
                         ReasonCode::KernelUnavailable,
@@ -487,9 +491,19 @@ impl<'a> Planner<'a> {
             }
             // Kernels in preference order: the policy's list, then the engine's own order.
             let mut ordered: Vec<&KernelCaps> = Vec::with_capacity(kernels.len());
+            let mut missing_preferred = Vec::new();
             for p in &preferred {
                 if let Some(&k) = kernels.iter().find(|&&k| &caps.kernels[k].name == p) {
                     ordered.push(&caps.kernels[k]);
+                } else if let Some(why) = caps.unavailable_kernels.get(p.as_str()) {
+                    // A preferred kernel this machine lacks: the explanation says why the
+                    // next one ran instead.
+                    missing_preferred.push(reject(
+                        ReasonCode::KernelUnavailable,
+                        format!("{p} is unavailable here: {why}"),
+                        pref_loc.clone(),
+                        Some(p.clone()),
+                    ));
                 }
             }
             for &k in &kernels {
@@ -498,7 +512,7 @@ impl<'a> Planner<'a> {
                 }
             }
             let device_mem = caps.devices.first().and_then(|d| d.memory_bytes);
-            let mut engine_rejections = Vec::new();
+            let mut engine_rejections = missing_preferred;
             let mut engine_pick: Option<(Choice, usize)> = None;
             for k in ordered {
                 let kname = Some(k.name.clone());
@@ -943,6 +957,16 @@ impl<'a> Planner<'a> {
             let p = partitions.last_mut().expect("just pushed");
             p.nodes.push(pid);
             part_of[pid.index()] = p.id;
+            // A node the plan lowered (a cast feeds it): the partition's compute precision,
+            // for engines that take it as a hint (OpenVINO, TensorRT). Natively low-precision
+            // graphs set none: their dtypes already say it.
+            let lowered = source_of[pid.index()]
+                .is_some_and(|src| casts.iter().any(|k| k.for_node == Some(src)));
+            if lowered && p.assignment.precision.is_none() {
+                p.assignment.precision = c.precision.as_deref().and_then(|n| {
+                    xpu_engine::catalog::PRECISIONS.iter().find(|(p, _)| *p == n).map(|(_, d)| *d)
+                });
+            }
         }
         let placements: Vec<Placement> = planned
             .node_ids()
@@ -1028,6 +1052,13 @@ impl<'a> Planner<'a> {
             o.insert("memory_limit".into(), l.0.to_string());
         }
         o.insert("memory_pool".into(), enum_name(&spec.memory.pool));
+        o.insert("fallback".into(), enum_name(&spec.engines.fallback));
+        if let Some(g) = spec.execution.graph_optimization {
+            o.insert("graph_optimization".into(), enum_name(&g));
+        }
+        if let Some(p) = spec.execution.performance {
+            o.insert("performance".into(), enum_name(&p));
+        }
         o
     }
 

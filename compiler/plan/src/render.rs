@@ -138,6 +138,28 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     if constants > 0 {
         let _ = writeln!(s, "({constants} constants are embedded in their consumers' partitions)");
     }
+    // Kernels the policy asked for that this machine lacks, once each, with what ran instead
+    // (the per-node detail is under --why).
+    let mut missing: Vec<(String, String, Vec<String>)> = Vec::new();
+    for d in &ex.decisions {
+        for r in d.rejected.iter().filter(|r| r.code == crate::ReasonCode::KernelUnavailable) {
+            let what = r.kernel.clone().unwrap_or_else(|| r.engine.clone());
+            let instead = match &d.chosen {
+                Some(c) => format!("{} on {}", d.node, c.kernel),
+                None => format!("{} unplaced", d.node),
+            };
+            match missing.iter_mut().find(|(w, det, _)| *w == what && *det == r.detail) {
+                Some((_, _, nodes)) => nodes.push(instead),
+                None => missing.push((what, r.detail.clone(), vec![instead])),
+            }
+        }
+    }
+    for (_, detail, nodes) in &missing {
+        let shown: Vec<&str> = nodes.iter().take(6).map(String::as_str).collect();
+        let more =
+            if nodes.len() > 6 { format!(", … ({} nodes)", nodes.len()) } else { String::new() };
+        let _ = writeln!(s, "not used: {detail}; instead {}{more}", shown.join(", "));
+    }
     for c in &ex.casts {
         let target = match c.for_node {
             Some(n) => format!("for {n}"),

@@ -14,9 +14,11 @@ use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor};
 pub use xpu_ir;
 
 pub mod catalog;
+mod dylib;
 mod registry;
 mod stop;
 
+pub use dylib::{LoadedOnce, find_upwards};
 pub use registry::Registry;
 pub use stop::{HookGuard, StopReason, StopToken};
 
@@ -115,6 +117,10 @@ pub struct Capabilities {
     /// In the engine's own preference order.
     #[serde(default)]
     pub kernels: Vec<KernelCaps>,
+    /// Known kernels of an available engine that cannot run here, with why (`openvino.npu`:
+    /// no NPU device). Plans that pin one say this reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unavailable_kernels: BTreeMap<String, String>,
 }
 
 impl Capabilities {
@@ -135,6 +141,7 @@ impl Capabilities {
             availability,
             devices: Vec::new(),
             kernels: Vec::new(),
+            unavailable_kernels: BTreeMap::new(),
         }
     }
 
@@ -377,12 +384,4 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
         }
     }
     Ok(())
-}
-
-/// `rel` under the working directory or the nearest of its parents that has it: where
-/// `make setup` put an engine's runtime library (`.deps/…` in the repository) when nothing
-/// configured a path.
-pub fn find_upwards(rel: &std::path::Path) -> Option<std::path::PathBuf> {
-    let cwd = std::env::current_dir().ok()?;
-    cwd.ancestors().map(|d| d.join(rel)).find(|p| p.exists())
 }

@@ -51,8 +51,13 @@ pub const KERNEL_NAIVE: &str = "cpu.naive";
 
 /// Ops the CPU engine implements: the whole SGR-ML op set (it is the reference engine).
 pub fn supported_ops() -> Vec<Op> {
-    // Tables live in the `table` engine; every tensor op runs here.
-    Op::ALL.iter().copied().filter(|o| o.class() != OpClass::Table).collect()
+    // Tables live in the `table` engine; every tensor op runs here but opaque ONNX nodes,
+    // which only engines that take ONNX run.
+    Op::ALL
+        .iter()
+        .copied()
+        .filter(|o| !matches!(o.class(), OpClass::Table | OpClass::Opaque))
+        .collect()
 }
 
 /// Whether this build links OpenBLAS (the `cpu.blas` kernel).
@@ -357,6 +362,7 @@ impl Engine for CpuEngine {
             .into_iter()
             .flatten()
             .collect(),
+            unavailable_kernels: Default::default(),
         }
     }
 
@@ -368,6 +374,21 @@ impl Engine for CpuEngine {
         let mut kernels = Vec::with_capacity(partition.nodes.len());
         for id in partition.node_ids() {
             let node = partition.node(id);
+            if matches!(node.op.class(), OpClass::Table | OpClass::Opaque)
+                && node.op != Op::Constant
+            {
+                return Err(EngineError::Unsupported {
+                    engine: "cpu".into(),
+                    node: node.label(id),
+                    what: match node.op {
+                        Op::OnnxOp => format!(
+                            "ONNX op {} (an opaque node: an engine that takes ONNX runs it)",
+                            node.attrs.str("op_type", "?")
+                        ),
+                        op => format!("op {op}"),
+                    },
+                });
+            }
             let k = match assignment.kernels.get(&id) {
                 Some(name) => {
                     Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {

@@ -116,12 +116,15 @@ fn capabilities_are_reported_as_data() {
     );
     assert_eq!(names.contains(&"cpu.blas"), HAS_BLAS);
     let naive = caps.kernels.iter().find(|k| k.name == "cpu.naive").unwrap();
-    let tensor_ops = xpu_ir::Op::ALL.iter().filter(|op| op.class() != xpu_ir::OpClass::Table);
+    let tensor_ops = xpu_ir::Op::ALL
+        .iter()
+        .filter(|op| !matches!(op.class(), xpu_ir::OpClass::Table | xpu_ir::OpClass::Opaque));
     assert_eq!(
         naive.ops.len(),
         tensor_ops.count(),
         "the reference engine implements every tensor op"
     );
+    assert!(!naive.ops.contains(&xpu_ir::Op::OnnxOp), "opaque ONNX nodes are for ONNX engines");
     assert!(!naive.ops.contains(&xpu_ir::Op::ReadCsv), "table ops belong to the table engine");
     assert!(caps.supports(xpu_ir::Op::Conv, xpu_ir::DType::F16));
     assert!(!caps.supports(xpu_ir::Op::Conv, xpu_ir::DType::String));

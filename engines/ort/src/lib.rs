@@ -14,7 +14,7 @@ mod profile;
 mod session;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
@@ -39,8 +39,7 @@ struct Runtime {
     providers: Vec<String>,
 }
 
-/// The runtime once loaded; a failed load is not kept, so a later call may name a good file.
-static RUNTIME: Mutex<Option<Arc<Runtime>>> = Mutex::new(None);
+static RUNTIME: xpu_engine::LoadedOnce<Runtime> = xpu_engine::LoadedOnce::new();
 
 /// Finds the library: `$XPU_ORT_LIBRARY`, then the configured path, then `$ORT_DYLIB_PATH`,
 /// then `.deps/onnxruntime/` in the working directory or one of its parents.
@@ -61,15 +60,14 @@ pub fn locate(configured: Option<&Path>) -> Result<PathBuf, String> {
     })
 }
 
-fn load(library: &Path) -> Result<Arc<Runtime>, String> {
-    if !library.is_file() {
-        return Err(format!("{}: no such file", library.display()));
-    }
+fn load(library: &Path) -> Result<Runtime, String> {
     let builder = ort::init_from(library).map_err(|e| e.to_string())?;
     let env = builder.with_name("xpu").build().map_err(|e| e.to_string())?;
+    // ORT's own log would repeat on stderr what every error already carries to the caller.
+    env.set_log_level(ort::logging::LogLevel::Fatal);
     let version = ort_version(library);
     let providers = session::available_providers();
-    Ok(Arc::new(Runtime { env, library: library.to_path_buf(), version, providers }))
+    Ok(Runtime { env, library: library.to_path_buf(), version, providers })
 }
 
 /// The release, from the library's real file name (`libonnxruntime.so.1.31.1`); ORT's
@@ -103,23 +101,8 @@ impl OrtEngine {
     /// library makes an engine that reports `Unavailable` with the reason. The first load
     /// in a process wins; a later call naming another file reports that.
     pub fn load(configured: Option<&Path>) -> OrtEngine {
-        let runtime = locate(configured).and_then(|path| {
-            let mut slot =
-                RUNTIME.lock().map_err(|_| "ONNX Runtime loader lock poisoned".to_string())?;
-            match &*slot {
-                Some(rt) if same_file(&rt.library, &path) => Ok(rt.clone()),
-                Some(rt) => Err(format!(
-                    "ONNX Runtime is already loaded from {} in this process; {} is not loaded",
-                    rt.library.display(),
-                    path.display()
-                )),
-                None => {
-                    let rt = load(&path)?;
-                    *slot = Some(rt.clone());
-                    Ok(rt)
-                }
-            }
-        });
+        let runtime =
+            locate(configured).and_then(|path| RUNTIME.get_or_load("ONNX Runtime", &path, load));
         OrtEngine { runtime, cache: Arc::new(SessionCache::new(64)), profile: true }
     }
 
@@ -174,10 +157,6 @@ impl OrtEngine {
     }
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
-    a == b || std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok()
-}
-
 impl Engine for OrtEngine {
     fn name(&self) -> &str {
         ENGINE
@@ -195,13 +174,18 @@ impl Engine for OrtEngine {
         let classes: Vec<OpClass> =
             OpClass::ALL.iter().copied().filter(|c| *c != OpClass::Table).collect();
         let mut kernels = Vec::new();
+        let mut unavailable_kernels = std::collections::BTreeMap::new();
         let mut devices =
             vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }];
         for (kernel, provider, description) in options::KERNELS {
             if !rt.providers.iter().any(|p| p == provider) {
+                let reason = format!("this ONNX Runtime build has no {provider}");
+                unavailable_kernels.insert(kernel.to_string(), reason);
                 continue;
             }
             if *kernel != options::CPU_KERNEL && !session::cuda_device_present() {
+                let reason = "no NVIDIA GPU on this machine".to_string();
+                unavailable_kernels.insert(kernel.to_string(), reason);
                 continue;
             }
             kernels.push(KernelCaps {
@@ -223,6 +207,7 @@ impl Engine for OrtEngine {
             availability: Availability::Available,
             devices,
             kernels,
+            unavailable_kernels,
         }
     }
 

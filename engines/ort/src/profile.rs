@@ -15,9 +15,12 @@ pub fn node_name(index: usize) -> String {
     format!("xpu_n{index}")
 }
 
-/// The partition node index in a name [`node_name`] made.
+/// The partition node index in a name [`node_name`] made. ORT renames nodes it fuses
+/// (`fused xpu_n1/MatMulAddFusion`): the first node name inside still says where it began.
 pub fn node_index(name: &str) -> Option<usize> {
-    name.strip_prefix("xpu_n")?.parse().ok()
+    let at = name.find("xpu_n")? + "xpu_n".len();
+    let digits: String = name[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +135,8 @@ mod tests {
             ("xpu_n0", "MatMul", 20_000)
         );
         assert_eq!(node_index(&p[1].node), Some(1));
+        assert_eq!(node_index("fused xpu_n12/MatMulAddFusion"), Some(12));
+        assert_eq!(node_index("Gemm_token_3"), None);
         assert!(p[0].describe().contains("on CPUExecutionProvider"), "{}", p[0].describe());
     }
 

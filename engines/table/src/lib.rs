@@ -222,6 +222,7 @@ impl Engine for TableEngine {
                     description: "DuckDB SQL, one in-memory connection per job".into(),
                 },
             ],
+            unavailable_kernels: Default::default(),
         }
     }
 

@@ -1,7 +1,8 @@
 //! Runs the ONNX node-suite conformance outside the test harness:
 //! `xpu-conformance [ROUTE] [FILTER]` prints one line per case and the totals. ROUTE is
-//! `cpu` (import → cpu engine, the default), `ort` (the model straight to ONNX Runtime) or
-//! `ort-roundtrip` (import → SGR-ML → export → ONNX Runtime).
+//! `cpu` (import → cpu engine, the default), `ort` / `openvino` (the model straight to ONNX
+//! Runtime / OpenVINO) or `ort-roundtrip` / `openvino-roundtrip` (import → SGR-ML → export →
+//! the engine).
 
 use xpu_engine::{Assignment, Executable};
 use xpu_tests::conformance::{Route, Status, cache_dir, run_all};
@@ -9,7 +10,7 @@ use xpu_tests::conformance::{Route, Status, cache_dir, run_all};
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let route_name = match args.first().map(String::as_str) {
-        Some("cpu" | "ort" | "ort-roundtrip") => args.remove(0),
+        Some("cpu" | "ort" | "ort-roundtrip" | "openvino" | "openvino-roundtrip") => args.remove(0),
         _ => "cpu".to_string(),
     };
     let filter = args.first().cloned();
@@ -19,9 +20,16 @@ fn main() {
         ort.prepare_model(name, bytes, &Assignment::new("ort"))
             .map(|e| Box::new(e) as Box<dyn Executable>)
     };
+    let ov = xpu_engine_openvino::OpenVinoEngine::load(None).without_profiling();
+    let ov_direct = |name: &str, bytes: &[u8]| {
+        ov.prepare_model(name, bytes, &Assignment::new("openvino"))
+            .map(|e| Box::new(e) as Box<dyn Executable>)
+    };
     let route = match route_name.as_str() {
         "ort" => Route::Direct(&direct),
         "ort-roundtrip" => Route::Import(&ort, Assignment::new("ort")),
+        "openvino" => Route::Direct(&ov_direct),
+        "openvino-roundtrip" => Route::Import(&ov, Assignment::new("openvino")),
         _ => Route::Import(&cpu, Assignment::new("cpu")),
     };
     match run_all(&cache_dir(), filter.as_deref(), &route) {

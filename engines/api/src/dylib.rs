@@ -1,0 +1,72 @@
+//! Engines whose runtime is a shared library loaded at run time (ONNX Runtime, OpenVINO):
+//! where to find it and how it is loaded once per process.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// `rel` under the working directory or the nearest of its parents that has it: where
+/// `make setup` put an engine's runtime library (`.deps/…` in the repository) when nothing
+/// configured a path.
+pub fn find_upwards(rel: &Path) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors().map(|d| d.join(rel)).find(|p| p.exists())
+}
+
+/// A runtime loaded at most once per process (its bindings keep one global API table). A
+/// failed load is not kept, so a later call may name a good file; a call naming another
+/// file once one is loaded is refused with the reason. A panic inside the loader (bindings
+/// that call a function the file lacks) is a failed load, not a crash.
+pub struct LoadedOnce<T> {
+    slot: Mutex<Option<(PathBuf, Arc<T>)>>,
+}
+
+impl<T> Default for LoadedOnce<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> LoadedOnce<T> {
+    pub const fn new() -> LoadedOnce<T> {
+        LoadedOnce { slot: Mutex::new(None) }
+    }
+
+    /// The runtime loaded from `path` (by `load`, the first time); `what` names it in errors.
+    pub fn get_or_load(
+        &self,
+        what: &str,
+        path: &Path,
+        load: impl FnOnce(&Path) -> Result<T, String>,
+    ) -> Result<Arc<T>, String> {
+        let mut slot =
+            self.slot.lock().map_err(|_| format!("the {what} loader lock is poisoned"))?;
+        if let Some((loaded, rt)) = &*slot {
+            let same = loaded == path
+                || std::fs::canonicalize(loaded).ok() == std::fs::canonicalize(path).ok();
+            return if same {
+                Ok(rt.clone())
+            } else {
+                Err(format!(
+                    "{what} is already loaded from {} in this process; {} is not loaded",
+                    loaded.display(),
+                    path.display()
+                ))
+            };
+        }
+        if !path.exists() {
+            return Err(format!("{}: no such file", path.display()));
+        }
+        let rt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load(path)))
+            .unwrap_or_else(|p| {
+                let why = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(format!("{} is not a usable {what} library: {why}", path.display()))
+            })?;
+        let rt = Arc::new(rt);
+        *slot = Some((path.to_path_buf(), rt.clone()));
+        Ok(rt)
+    }
+}

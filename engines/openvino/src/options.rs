@@ -1,0 +1,171 @@
+//! Policy → OpenVINO properties. The planner's [`Assignment`] (kernels, precision, option
+//! strings) becomes one [`CompileOptions`]: the device to compile for and the hints set on
+//! it. The table in `docs/engines.md` is this module in prose.
+
+use xpu_engine::{Assignment, EngineError};
+use xpu_ir::DType;
+
+/// Kernel → OpenVINO device, in the engine's preference order.
+pub const KERNELS: &[(&str, &str, &str)] = &[
+    ("openvino.cpu", "CPU", "OpenVINO's CPU plugin (oneDNN, JIT kernels)"),
+    ("openvino.gpu", "GPU", "OpenVINO's Intel GPU plugin"),
+    ("openvino.npu", "NPU", "OpenVINO's Intel NPU plugin"),
+    ("openvino.auto", "AUTO", "OpenVINO's AUTO device: picks among the devices present"),
+];
+
+/// Everything that shapes a compiled model; equal options share one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CompileOptions {
+    /// The strongest kernel the plan named (its device, or HETERO of several).
+    pub kernel: String,
+    /// `CPU`, `GPU`, `NPU`, `AUTO` or `HETERO:NPU,CPU`.
+    pub device: String,
+    /// INFERENCE_PRECISION_HINT: `f32` unless the plan lowers precision. Always explicit:
+    /// the CPU plugin would otherwise compute in bf16 on CPUs with AMX or AVX-512 BF16.
+    pub precision: String,
+    /// PERFORMANCE_HINT: `LATENCY` or `THROUGHPUT`.
+    pub performance: String,
+    /// EXECUTION_MODE_HINT: `ACCURACY` when the policy asks for determinism, else
+    /// `PERFORMANCE`.
+    pub execution_mode: String,
+    /// INFERENCE_NUM_THREADS (execution.threads); `None`: the plugin's default.
+    pub threads: Option<u32>,
+    /// AUTO's ENABLE_STARTUP_FALLBACK / ENABLE_RUNTIME_FALLBACK (engines.fallback).
+    pub fallback: bool,
+}
+
+fn device_of(kernel: &str) -> Option<&'static str> {
+    KERNELS.iter().find(|(k, _, _)| *k == kernel).map(|(_, d, _)| *d)
+}
+
+impl CompileOptions {
+    pub fn from_assignment(
+        a: &Assignment,
+        devices: &[String],
+    ) -> Result<CompileOptions, EngineError> {
+        let mut named: Vec<&str> = Vec::new();
+        for k in a.kernels.values() {
+            if device_of(k).is_none() {
+                return Err(EngineError::Other(format!("openvino: unknown kernel {k}")));
+            }
+            if !named.contains(&k.as_str()) {
+                named.push(k);
+            }
+        }
+        // Order by device preference: NPU, GPU, CPU (HETERO tries them in this order).
+        let rank = |k: &str| match device_of(k) {
+            Some("NPU") => 0,
+            Some("GPU") => 1,
+            Some("CPU") => 2,
+            _ => 3,
+        };
+        named.sort_by_key(|k| rank(k));
+        let (kernel, device) = match named.as_slice() {
+            [] => ("openvino.cpu".to_string(), "CPU".to_string()),
+            [k] => (k.to_string(), device_of(k).unwrap_or("CPU").to_string()),
+            many if many.contains(&"openvino.auto") => ("openvino.auto".into(), "AUTO".into()),
+            many => (
+                many[0].to_string(),
+                format!(
+                    "HETERO:{}",
+                    many.iter().filter_map(|k| device_of(k)).collect::<Vec<_>>().join(",")
+                ),
+            ),
+        };
+        for d in device.trim_start_matches("HETERO:").split(',') {
+            let present =
+                d == "AUTO" || devices.iter().any(|have| have.split('.').next() == Some(d));
+            if !present {
+                return Err(EngineError::Unavailable {
+                    engine: "openvino".into(),
+                    reason: format!(
+                        "OpenVINO found no {d} device (devices here: {})",
+                        devices.join(", ")
+                    ),
+                });
+            }
+        }
+        let o = &a.options;
+        let precision = match a.precision {
+            Some(DType::F16) => "f16",
+            Some(DType::BF16) => "bf16",
+            _ => "f32",
+        }
+        .to_string();
+        let threads = o
+            .get("threads")
+            .map(|t| {
+                t.parse::<u32>().map_err(|_| {
+                    EngineError::Other(format!("openvino: option threads = {t:?} is not a count"))
+                })
+            })
+            .transpose()?;
+        Ok(CompileOptions {
+            kernel,
+            device,
+            precision,
+            performance: match o.get("performance").map(String::as_str) {
+                Some("throughput") => "THROUGHPUT",
+                _ => "LATENCY",
+            }
+            .into(),
+            execution_mode: match o.get("determinism").map(String::as_str) {
+                Some("bitwise" | "tolerance") => "ACCURACY",
+                _ => "PERFORMANCE",
+            }
+            .into(),
+            threads,
+            fallback: o.get("fallback").is_none_or(|f| f != "deny"),
+        })
+    }
+
+    /// (device, key, value) to set on the core before compiling. Hints go to every real
+    /// device the compile uses; AUTO gets its fallback switches.
+    pub(crate) fn properties(
+        &self,
+        devices: &[String],
+        profiled: bool,
+    ) -> Vec<(String, String, String)> {
+        let real: Vec<String> = match self.device.as_str() {
+            "AUTO" => {
+                devices.iter().map(|d| d.split('.').next().unwrap_or(d).to_string()).collect()
+            }
+            d => d.trim_start_matches("HETERO:").split(',').map(str::to_string).collect(),
+        };
+        let mut out = Vec::new();
+        for d in real {
+            let mut set = |k: &str, v: String| out.push((d.clone(), k.to_string(), v));
+            set("INFERENCE_PRECISION_HINT", self.precision.clone());
+            set("PERFORMANCE_HINT", self.performance.clone());
+            set("EXECUTION_MODE_HINT", self.execution_mode.clone());
+            if let Some(t) = self.threads.filter(|_| d == "CPU") {
+                set("INFERENCE_NUM_THREADS", t.to_string());
+            }
+            set("PERF_COUNT", if profiled { "YES" } else { "NO" }.into());
+        }
+        if self.device == "AUTO" {
+            let yes = if self.fallback { "YES" } else { "NO" };
+            out.push(("AUTO".into(), "ENABLE_STARTUP_FALLBACK".into(), yes.into()));
+            out.push(("AUTO".into(), "ENABLE_RUNTIME_FALLBACK".into(), yes.into()));
+        }
+        out
+    }
+
+    /// The options as explanation facts (`openvino.option.*`).
+    pub fn describe(&self) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("kernel".to_string(), self.kernel.clone()),
+            ("INFERENCE_PRECISION_HINT".into(), self.precision.clone()),
+            ("PERFORMANCE_HINT".into(), self.performance.clone()),
+            ("EXECUTION_MODE_HINT".into(), self.execution_mode.clone()),
+            (
+                "INFERENCE_NUM_THREADS".into(),
+                self.threads.map(|t| t.to_string()).unwrap_or("default".into()),
+            ),
+        ];
+        if self.device == "AUTO" {
+            v.push(("ENABLE_RUNTIME_FALLBACK".into(), self.fallback.to_string()));
+        }
+        v
+    }
+}
