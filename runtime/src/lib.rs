@@ -42,16 +42,29 @@ impl std::fmt::Debug for SharedEngines {
 }
 
 impl SharedEngines {
+    /// Registers cpu at once; the engines that load a runtime library (ort, openvino) load
+    /// it when first asked for their capabilities or to prepare, so commands that never plan
+    /// never pay for it.
     pub fn load(libraries: &EngineLibraries) -> SharedEngines {
         let mut engines: Vec<Arc<dyn xpu_engine::Engine>> =
             vec![Arc::new(xpu_engine_cpu::CpuEngine::new())];
         #[cfg(feature = "ort")]
-        engines.push(Arc::new(xpu_engine_ort::OrtEngine::load(libraries.ort.as_deref())));
+        {
+            let path = libraries.ort.clone();
+            engines.push(Arc::new(Deferred::new("ort", move || {
+                Arc::new(xpu_engine_ort::OrtEngine::load(path.as_deref()))
+            })));
+        }
         #[cfg(feature = "openvino")]
-        engines.push(Arc::new(
-            xpu_engine_openvino::OpenVinoEngine::load(libraries.openvino_dir.as_deref())
-                .with_cache_dir(libraries.openvino_cache_dir.clone()),
-        ));
+        {
+            let (dir, cache) =
+                (libraries.openvino_dir.clone(), libraries.openvino_cache_dir.clone());
+            engines.push(Arc::new(Deferred::new("openvino", move || {
+                Arc::new(
+                    xpu_engine_openvino::OpenVinoEngine::load(dir.as_deref()).with_cache_dir(cache),
+                )
+            })));
+        }
         let _ = libraries;
         SharedEngines { engines }
     }
@@ -65,6 +78,89 @@ impl SharedEngines {
         }
         r.register(Arc::new(table));
         r
+    }
+}
+
+/// An engine loaded at its first use (capabilities or prepare), not when registered: a
+/// process that never asks for it never loads its library. (Not on a thread of its own: a
+/// process exiting while a native library is half loaded can crash in its destructors.)
+struct Deferred {
+    name: &'static str,
+    engine: std::sync::OnceLock<Arc<dyn xpu_engine::Engine>>,
+    load: std::sync::Mutex<Option<Box<dyn FnOnce() -> Arc<dyn xpu_engine::Engine> + Send>>>,
+}
+
+impl Deferred {
+    fn new(
+        name: &'static str,
+        load: impl FnOnce() -> Arc<dyn xpu_engine::Engine> + Send + 'static,
+    ) -> Deferred {
+        Deferred {
+            name,
+            engine: std::sync::OnceLock::new(),
+            load: std::sync::Mutex::new(Some(Box::new(load))),
+        }
+    }
+
+    fn get(&self) -> &Arc<dyn xpu_engine::Engine> {
+        self.engine.get_or_init(|| match self.load.lock().ok().and_then(|mut l| l.take()) {
+            Some(load) => load(),
+            // Only reachable if a previous load panicked while holding the lock.
+            None => Arc::new(Absent(self.name)),
+        })
+    }
+}
+
+impl xpu_engine::Engine for Deferred {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn version(&self) -> String {
+        self.get().version()
+    }
+
+    fn capabilities(&self) -> xpu_engine::Capabilities {
+        self.get().capabilities()
+    }
+
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &xpu_engine::Assignment,
+    ) -> Result<Box<dyn xpu_engine::Executable>, xpu_engine::EngineError> {
+        self.get().prepare(partition, assignment)
+    }
+}
+
+/// An engine whose loader panicked (the engines' own loaders report failures as data).
+struct Absent(&'static str);
+
+impl xpu_engine::Engine for Absent {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    fn version(&self) -> String {
+        String::new()
+    }
+
+    fn capabilities(&self) -> xpu_engine::Capabilities {
+        xpu_engine::Capabilities::absent(
+            self.0,
+            xpu_engine::Availability::Unavailable { reason: "its loader panicked".into() },
+        )
+    }
+
+    fn prepare(
+        &self,
+        _: &Graph,
+        _: &xpu_engine::Assignment,
+    ) -> Result<Box<dyn xpu_engine::Executable>, xpu_engine::EngineError> {
+        Err(xpu_engine::EngineError::Unavailable {
+            engine: self.0.into(),
+            reason: "its loader panicked".into(),
+        })
     }
 }
 
