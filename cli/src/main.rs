@@ -720,7 +720,7 @@ fn run(
             } else {
                 policy_cmd::select_policy(labels, overrides)?
             };
-            let inventory = registry.inventory();
+            let inventory = registry.inventory_for(&g);
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let bindings = xpu_plan::bind_symbols(&g, &shapes);
             // Shared with the plan (no copy of the weights) and hashed once.

@@ -124,6 +124,13 @@ impl xpu_engine::Engine for Deferred {
         self.get().capabilities()
     }
 
+    fn classes_without_loading(&self) -> Option<Vec<xpu_ir::OpClass>> {
+        // ort and openvino take any ONNX op: every class but tables.
+        Some(
+            xpu_ir::OpClass::ALL.iter().copied().filter(|c| *c != xpu_ir::OpClass::Table).collect(),
+        )
+    }
+
     fn prepare(
         &self,
         partition: &Graph,
@@ -224,7 +231,7 @@ pub fn plan_and_run(
     registry: &Registry,
     cache: Option<&PlanCache>,
 ) -> Result<Ran, RunError> {
-    let inventory = registry.inventory();
+    let inventory = registry.inventory_for(graph);
     let planned = plan_job(graph, inputs, policy, &inventory, cache, None)?;
     run_planned(graph, planned, inputs, registry, &StopToken::default())
 }

@@ -304,6 +304,11 @@ pub trait Engine: Send + Sync {
     fn name(&self) -> &str;
     fn version(&self) -> String;
     fn capabilities(&self) -> Capabilities;
+    /// The op classes this engine could ever run, when known without loading anything
+    /// (engines that load a runtime library at first use). `None`: ask `capabilities`.
+    fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
+        None
+    }
     /// Compiles a partition for repeated execution.
     fn prepare(
         &self,
