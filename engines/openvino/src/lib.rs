@@ -145,11 +145,6 @@ impl OpenVinoEngine {
         }
     }
 
-    /// The devices OpenVINO found (`CPU`, `GPU.0`, `NPU`).
-    pub fn devices(&self) -> &[String] {
-        self.runtime.as_ref().map(|r| r.devices.as_slice()).unwrap_or(&[])
-    }
-
     fn runtime(&self) -> Result<&Arc<Runtime>, EngineError> {
         self.runtime.as_ref().map_err(|reason| EngineError::Unavailable {
             engine: ENGINE.into(),
@@ -187,7 +182,7 @@ impl OpenVinoEngine {
             *used = tick;
             return Ok(e.clone());
         }
-        let (compiled, _) = self.compile(rt, name, model, opts, false)?;
+        let compiled = self.compile(rt, name, model, opts, false)?;
         let execution_devices = compiled.property("EXECUTION_DEVICES").unwrap_or_default();
         let entry = Arc::new(CompiledEntry {
             compiled,
@@ -213,7 +208,7 @@ impl OpenVinoEngine {
         model: &[u8],
         opts: &CompileOptions,
         profiled: bool,
-    ) -> Result<(ffi::Compiled, ()), EngineError> {
+    ) -> Result<ffi::Compiled, EngineError> {
         let reject = |m: String| EngineError::Other(format!("openvino: model {name}: {m}"));
         let mut core = rt
             .core
@@ -228,12 +223,7 @@ impl OpenVinoEngine {
         }
         let m = core.read_onnx(model).map_err(reject)?;
         let compiled = core.compile(&m, &opts.device).map_err(reject)?;
-        Ok((compiled, ()))
-    }
-
-    /// The number of compiled models cached.
-    pub fn cached_models(&self) -> usize {
-        self.cache.lock().map(|c| c.len()).unwrap_or(0)
+        Ok(compiled)
     }
 }
 
@@ -349,6 +339,8 @@ pub struct OpenVinoExecutable {
     /// inputs nothing reads (Dropout's ratio in inference), so positions can shift.
     binding: Vec<usize>,
     outputs: usize,
+    /// Facts every run reports (device, execution devices, options).
+    fixed_facts: Vec<Fact>,
 }
 
 /// The declared (non-initializer) input names of an ONNX model, in order.
@@ -381,7 +373,21 @@ impl OpenVinoExecutable {
                 declared.iter().position(|d| *d == name).unwrap_or(i)
             })
             .collect();
+        let mut fixed_facts = vec![
+            Fact { node: None, key: "openvino.device".into(), value: entry.device.clone() },
+            Fact {
+                node: None,
+                key: "openvino.execution_devices".into(),
+                value: entry.execution_devices.clone(),
+            },
+        ];
+        fixed_facts.extend(opts.describe().into_iter().map(|(k, v)| Fact {
+            node: None,
+            key: format!("openvino.option.{k}"),
+            value: v,
+        }));
         Ok(OpenVinoExecutable {
+            fixed_facts,
             name: name.to_string(),
             entry,
             request,
@@ -402,7 +408,7 @@ impl OpenVinoExecutable {
         };
         let layers = (|| -> Result<Vec<Layer>, String> {
             let rt = self.engine.runtime().map_err(|e| e.to_string())?;
-            let (compiled, _) = self
+            let compiled = self
                 .engine
                 .compile(rt, &self.name, &model, &self.opts, true)
                 .map_err(|e| e.to_string())?;
@@ -475,19 +481,8 @@ impl Executable for OpenVinoExecutable {
             .collect::<Result<Vec<_>, _>>()?;
         drop(bound);
         let profiled_now = self.engine.profile && self.profile_once(inputs);
-        let mut facts = vec![
-            Fact { node: None, key: "openvino.device".into(), value: self.entry.device.clone() },
-            Fact {
-                node: None,
-                key: "openvino.execution_devices".into(),
-                value: self.entry.execution_devices.clone(),
-            },
-        ];
-        facts.extend(self.opts.describe().into_iter().map(|(k, v)| Fact {
-            node: None,
-            key: format!("openvino.option.{k}"),
-            value: v,
-        }));
+        // Device and option facts are the same every run: made once, cloned here.
+        let mut facts = self.fixed_facts.clone();
         let mut timings = Vec::new();
         let layers = self.entry.layers.lock().map(|l| l.clone()).unwrap_or_default();
         for l in layers.iter().filter(|l| l.executed || l.name.is_empty()) {

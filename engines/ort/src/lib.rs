@@ -34,7 +34,6 @@ pub const DEPS_PATH: &str = ".deps/onnxruntime/libonnxruntime.so";
 /// ONNX Runtime as loaded into this process (once: ORT's API table is process-global).
 struct Runtime {
     env: ort::environment::Environment,
-    library: PathBuf,
     version: String,
     providers: Vec<String>,
 }
@@ -67,7 +66,7 @@ fn load(library: &Path) -> Result<Runtime, String> {
     env.set_log_level(ort::logging::LogLevel::Fatal);
     let version = ort_version(library);
     let providers = session::available_providers();
-    Ok(Runtime { env, library: library.to_path_buf(), version, providers })
+    Ok(Runtime { env, version, providers })
 }
 
 /// The release, from the library's real file name (`libonnxruntime.so.1.31.1`); ORT's
@@ -120,16 +119,6 @@ impl OrtEngine {
         }
     }
 
-    /// The library this engine loaded.
-    pub fn library(&self) -> Option<&Path> {
-        self.runtime.as_ref().ok().map(|r| r.library.as_path())
-    }
-
-    /// Execution providers this ONNX Runtime build has (`CPUExecutionProvider`, …).
-    pub fn providers(&self) -> &[String] {
-        self.runtime.as_ref().map(|r| r.providers.as_slice()).unwrap_or(&[])
-    }
-
     fn runtime(&self) -> Result<&Arc<Runtime>, EngineError> {
         self.runtime.as_ref().map_err(|reason| EngineError::Unavailable {
             engine: ENGINE.into(),
@@ -149,11 +138,6 @@ impl OrtEngine {
         let opts = SessionOptions::from_assignment(assignment, &rt.providers)?;
         let session = self.cache.get_or_create(&rt.env, name, model, &opts)?;
         Ok(OrtExecutable::new(session, opts, None, rt.env.clone(), self.profile))
-    }
-
-    /// The number of sessions cached.
-    pub fn cached_sessions(&self) -> usize {
-        self.cache.len()
     }
 }
 

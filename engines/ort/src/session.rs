@@ -60,14 +60,6 @@ impl SessionCache {
         SessionCache { capacity, entries: Mutex::new(HashMap::new()), clock: AtomicU64::new(0) }
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|e| e.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub(crate) fn get_or_create(
         &self,
         env: &ort::environment::Environment,
@@ -131,8 +123,9 @@ pub struct OrtExecutable {
     /// The partition, for input checks and node ids; `None` for a whole model as given.
     partition: Option<Graph>,
     env: ort::environment::Environment,
-    cached: bool,
     profile: bool,
+    /// Facts every run reports (session created or cached, the options).
+    fixed_facts: Vec<Fact>,
 }
 
 impl OrtExecutable {
@@ -143,15 +136,24 @@ impl OrtExecutable {
         env: ort::environment::Environment,
         profile: bool,
     ) -> OrtExecutable {
-        OrtExecutable { session, opts, partition, env, cached, profile }
-    }
-
-    /// Input names the session expects, in order.
-    pub fn input_names(&self) -> Vec<String> {
-        self.session
-            .lock()
-            .map(|s| s.session.inputs().iter().map(|i| i.name().to_string()).collect())
-            .unwrap_or_default()
+        let mut fixed_facts: Vec<Fact> = vec![Fact {
+            node: None,
+            key: "ort.session".into(),
+            value: if cached { "cached" } else { "created" }.into(),
+        }];
+        fixed_facts.extend(opts.describe().into_iter().map(|(k, v)| Fact {
+            node: None,
+            key: format!("ort.option.{k}"),
+            value: v,
+        }));
+        if opts.kernel == crate::options::CPU_KERNEL && opts.gpu_mem_limit.is_some() {
+            fixed_facts.push(Fact {
+                node: None,
+                key: "ort.memory_limit".into(),
+                value: "not enforced by ORT's CPU provider (the CUDA provider takes it as gpu_mem_limit)".into(),
+            });
+        }
+        OrtExecutable { session, opts, partition, env, profile, fixed_facts }
     }
 
     fn node_of(&self, ort_name: &str) -> Option<NodeId> {
@@ -242,23 +244,8 @@ impl Executable for OrtExecutable {
                 }
             }
         }
-        let mut facts: Vec<Fact> = vec![Fact {
-            node: None,
-            key: "ort.session".into(),
-            value: if self.cached { "cached" } else { "created" }.into(),
-        }];
-        facts.extend(self.opts.describe().into_iter().map(|(k, v)| Fact {
-            node: None,
-            key: format!("ort.option.{k}"),
-            value: v,
-        }));
-        if self.opts.kernel == crate::options::CPU_KERNEL && self.opts.gpu_mem_limit.is_some() {
-            facts.push(Fact {
-                node: None,
-                key: "ort.memory_limit".into(),
-                value: "not enforced by ORT's CPU provider (the CUDA provider takes it as gpu_mem_limit)".into(),
-            });
-        }
+        // The session and option facts are the same every run: made once, cloned here.
+        let mut facts = self.fixed_facts.clone();
         for p in &cached.profile {
             facts.push(Fact {
                 node: self.node_of(&p.node),
