@@ -21,7 +21,7 @@ use crate::App;
 use crate::auth::{Principal, Scope};
 use crate::dto::*;
 use crate::error::{ApiError, ErrorBody};
-use crate::jobs::{Job, JobSpec, Phase, SubmitError};
+use crate::jobs::{Here, Job, JobSpec, Phase, SubmitError};
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -195,8 +195,44 @@ fn input_tensor(name: &str, spec: &InputSpec) -> ApiResult<Tensor> {
     t.map_err(|e| bad(e.to_string()))
 }
 
-/// Turns a request into a job spec: program compiled, inputs read, policy resolved.
-fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
+/// How [`prepare`] gets the program's graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compile {
+    /// From the compile cache, or compiled now.
+    Always,
+    /// From the compile cache only: no spec when the program is not compiled yet.
+    CachedOnly,
+}
+
+/// Largest program, and largest inputs together, a request may have and still be prepared
+/// and run on an HTTP thread (bytes as sent).
+const INLINE_REQUEST_BYTES: usize = 64 << 10;
+
+/// Whether preparing `req` is cheap enough for an HTTP thread: no file to read, a small
+/// program and small inputs (decoding them is the work).
+fn light(req: &SubmitJob) -> bool {
+    let p = &req.program;
+    let program =
+        p.source.as_ref().map_or(0, String::len) + p.source_base64.as_ref().map_or(0, String::len);
+    let inputs: usize = req
+        .inputs
+        .values()
+        .map(|i| {
+            i.npy_base64.as_ref().map_or(0, String::len)
+                + i.data.as_ref().map_or(0, |d| d.len() * 8)
+        })
+        .sum();
+    p.path.is_none() && program <= INLINE_REQUEST_BYTES && inputs <= INLINE_REQUEST_BYTES
+}
+
+/// Turns a request into a job spec: program compiled, inputs read, policy resolved. With
+/// [`Compile::CachedOnly`], `None` when the program would have to be compiled.
+fn prepare(
+    app: &App,
+    caller: &Caller,
+    req: &SubmitJob,
+    compile: Compile,
+) -> ApiResult<Option<JobSpec>> {
     let p = &req.program;
     let given = [p.source.is_some(), p.source_base64.is_some(), p.path.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
@@ -242,14 +278,22 @@ fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
     let types = input_names.iter().zip(&inputs).map(|(n, t)| (n.clone(), t.ty())).collect();
     let lower_inputs = xpu_minilang::lower::Inputs { types, ..Default::default() };
     let program_sha256 = crate::jobs::sha256_hex(&bytes);
-    let (compiled, _) = app
-        .jobs
-        .compiled
-        .get_or_compile(&name, &bytes, &program_sha256, &app.jobs.data_roots, &lower_inputs)
-        .map_err(|e| {
-            ApiError::unprocessable("invalid_program", "the program does not compile")
-                .details(serde_json::json!({ "diagnostics": e.to_string() }))
-        })?;
+    let compiled = match compile {
+        Compile::CachedOnly => match app.jobs.compiled.get(&name, &program_sha256, &lower_inputs) {
+            Some(c) => c,
+            None => return Ok(None),
+        },
+        Compile::Always => {
+            app.jobs
+                .compiled
+                .get_or_compile(&name, &bytes, &program_sha256, &app.jobs.data_roots, &lower_inputs)
+                .map_err(|e| {
+                    ApiError::unprocessable("invalid_program", "the program does not compile")
+                        .details(serde_json::json!({ "diagnostics": e.to_string() }))
+                })?
+                .0
+        }
+    };
     let graph = compiled.graph;
     // Inputs in the graph's order, checked by name.
     let mut ordered = Vec::new();
@@ -292,7 +336,7 @@ fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
         })?),
         (None, None) => policies.select(&req.labels).unwrap_or_else(|| policies.default.clone()),
     };
-    Ok(JobSpec {
+    Ok(Some(JobSpec {
         program_name: name,
         program_kind: kind.name(),
         program_text: kind.is_text(),
@@ -306,7 +350,13 @@ fn prepare(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
         labels: req.labels.clone(),
         tenant: caller.0.tenant.clone(),
         replay_of: None,
-    })
+    }))
+}
+
+/// [`prepare`], compiling the program when it is not compiled yet.
+fn prepare_compiled(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
+    prepare(app, caller, req, Compile::Always)?
+        .ok_or_else(|| ApiError::internal("the program was not compiled"))
 }
 
 fn submit_error(app: &App, e: SubmitError) -> ApiError {
@@ -357,6 +407,21 @@ pub async fn submit(
     let start = Instant::now();
     caller.require(&app, Scope::Submit)?;
     let wait = req.wait;
+    // A small waited job whose program is compiled already and whose kind ran fast before
+    // runs right here, on this HTTP thread (see `Jobs::runs_inline`).
+    let mut spec = None;
+    if wait && light(&req) {
+        spec = prepare(&app, &caller, &req, Compile::CachedOnly)?;
+        if let Some(s) = spec.take_if(|s| app.jobs.runs_inline(s)) {
+            let prepared = start.elapsed().as_nanos() as u64;
+            let mut accepted = None;
+            app.jobs.submit_and_run_here(s, Here::Http, |r| accepted = Some(r));
+            let job = accepted
+                .ok_or_else(|| ApiError::internal("the job was neither run nor refused"))?
+                .map_err(|e| submit_error(&app, e))?;
+            return Ok(waited_response(&app, &job, start, prepared).await);
+        }
+    }
     let app2 = app.clone();
     // Compiling reads files and may take a while: off the async threads. A waited job that
     // finds a free slot and an empty queue also runs there, in place. The job comes back as
@@ -364,7 +429,7 @@ pub async fn submit(
     // (the blocking task outlives a request answered at the wait limit).
     let (tx, rx) = tokio::sync::oneshot::channel::<ApiResult<(Arc<Job>, u64)>>();
     tokio::task::spawn_blocking(move || {
-        let spec = match prepare(&app2, &caller, &req) {
+        let spec = match spec.map_or_else(|| prepare_compiled(&app2, &caller, &req), Ok) {
             Ok(spec) => spec,
             Err(e) => return drop(tx.send(Err(e))),
         };
@@ -373,7 +438,7 @@ pub async fn submit(
             let _ = tx.send(r.map(|job| (job, prepared)).map_err(|e| submit_error(&app2, e)));
         };
         if wait {
-            app2.jobs.submit_and_run_here(spec, answer);
+            app2.jobs.submit_and_run_here(spec, Here::Request, answer);
         } else {
             answer(app2.jobs.submit(spec));
         }
@@ -383,7 +448,13 @@ pub async fn submit(
     if !wait {
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
     }
-    let dto = wait_for(&app, &job).await;
+    Ok(waited_response(&app, &job, start, prepared).await)
+}
+
+/// The answer to a waited submit: the run once it is finished (200, with where the server's
+/// time went), or as it stands at the wait limit (202).
+async fn waited_response(app: &App, job: &Arc<Job>, start: Instant, prepared: u64) -> Response {
+    let dto = wait_for(app, job).await;
     let finished = !matches!(dto.status.as_str(), "queued" | "running");
     let status = if finished { StatusCode::OK } else { StatusCode::ACCEPTED };
     let mut response = (status, Json(&dto)).into_response();
@@ -414,7 +485,7 @@ pub async fn submit(
             response.headers_mut().insert("server-timing", v);
         }
     }
-    Ok(response)
+    response
 }
 
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery),
@@ -673,7 +744,7 @@ pub async fn replay(
     };
     let app2 = app.clone();
     let caller2 = Caller(caller.0.clone());
-    let mut spec = tokio::task::spawn_blocking(move || prepare(&app2, &caller2, &submit))
+    let mut spec = tokio::task::spawn_blocking(move || prepare_compiled(&app2, &caller2, &submit))
         .await
         .map_err(ApiError::internal)??;
     spec.replay_of = Some(id.clone());
@@ -715,7 +786,7 @@ pub async fn dry_run(
     caller.require(&app, Scope::Read)?;
     let app2 = app.clone();
     tokio::task::spawn_blocking(move || {
-        let spec = prepare(&app2, &caller, &req)?;
+        let spec = prepare_compiled(&app2, &caller, &req)?;
         let shapes: Vec<Vec<usize>> = spec.inputs.iter().map(|t| t.shape().to_vec()).collect();
         let (explanation, ok) = match app2.jobs.cache.get_or_plan_keyed(
             &spec.graph,

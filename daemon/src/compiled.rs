@@ -19,6 +19,12 @@ struct Key {
     input_types: BTreeMap<String, TensorType>,
 }
 
+impl Key {
+    fn of(name: &str, sha256: &str, inputs: &xpu_minilang::lower::Inputs) -> Key {
+        Key { name: name.into(), sha256: sha256.into(), input_types: inputs.types.clone() }
+    }
+}
+
 /// A graph and its content hash (the plan cache's key).
 #[derive(Clone, Debug)]
 pub struct CompiledGraph {
@@ -36,6 +42,16 @@ impl CompileCache {
         CompileCache { entries: Mutex::new(lru::LruCache::new(capacity)) }
     }
 
+    /// The graph of a program compiled earlier, if it is still kept.
+    pub fn get(
+        &self,
+        name: &str,
+        sha256: &str,
+        inputs: &xpu_minilang::lower::Inputs,
+    ) -> Option<CompiledGraph> {
+        self.lock().get(&Key::of(name, sha256, inputs)).cloned()
+    }
+
     /// The graph of `bytes` (`sha256` is theirs), compiled now or found; the flag says
     /// whether it was found.
     pub fn get_or_compile(
@@ -46,14 +62,10 @@ impl CompileCache {
         roots: &DataRoots,
         inputs: &xpu_minilang::lower::Inputs,
     ) -> Result<(CompiledGraph, bool), ProgramError> {
-        let key = Key {
-            name: name.to_string(),
-            sha256: sha256.to_string(),
-            input_types: inputs.types.clone(),
-        };
-        if let Some(hit) = self.lock().get(&key) {
-            return Ok((hit.clone(), true));
+        if let Some(hit) = self.get(name, sha256, inputs) {
+            return Ok((hit, true));
         }
+        let key = Key::of(name, sha256, inputs);
         let compiled = xpu_runtime::program::compile(name, bytes, roots, inputs)?;
         let graph = Arc::new(compiled.graph);
         let found = CompiledGraph { hash: graph.content_hash().into(), graph };
@@ -97,6 +109,9 @@ mod tests {
         assert!(!hit);
         let (b, hit) = compile("p.ml", pure);
         assert!(hit && Arc::ptr_eq(&a.graph, &b.graph));
+        let sha = crate::jobs::sha256_hex(pure);
+        assert!(cache.get("p.ml", &sha, &inputs).is_some_and(|c| Arc::ptr_eq(&c.graph, &a.graph)));
+        assert!(cache.get("p.ml", "0", &inputs).is_none());
         assert_eq!(&*a.hash, a.graph.content_hash());
         let (_, hit) = compile("q.ml", pure);
         assert!(!hit, "another name is another graph name");

@@ -69,6 +69,11 @@ pub struct Limits {
     /// A job whose engine is at its limit waits, without holding a worker; an engine not
     /// named here is limited by `workers` alone.
     pub engine_concurrency: std::collections::BTreeMap<String, usize>,
+    /// A waited job whose program is compiled already, whose inputs are small and whose
+    /// last run of the same graph under the same policy took at most this long (plan to
+    /// outputs kept, microseconds) runs on the HTTP thread that received it instead of the
+    /// blocking pool: no thread hand-off, about half a tiny job's server time. 0: never.
+    pub inline_run_us: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -139,6 +144,7 @@ impl Default for Limits {
             max_sql_rows: 10_000,
             max_page: 1000,
             engine_concurrency: Default::default(),
+            inline_run_us: 250,
         }
     }
 }

@@ -107,6 +107,25 @@ impl Job {
     }
 }
 
+/// Which thread [`Jobs::submit_and_run_here`] is called on (the `thread` label of
+/// `xpu_job_threads_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Here {
+    /// An HTTP (async) thread: only for jobs [`Jobs::runs_inline`] allows.
+    Http,
+    /// The request's blocking-pool thread.
+    Request,
+}
+
+impl Here {
+    fn label(self) -> &'static str {
+        match self {
+            Here::Http => "http",
+            Here::Request => "request",
+        }
+    }
+}
+
 /// A planned job waiting for its engine (see [`crate::gate`]).
 type Admitted = (Arc<Job>, Planned);
 
@@ -144,7 +163,18 @@ pub struct Jobs {
     draining: AtomicBool,
     /// Set when draining ran out of time: runs finishing after it are not stored.
     closed: AtomicBool,
+    /// `limits.inline_run_us`, in nanoseconds (0: no job runs on an HTTP thread).
+    inline_run_nanos: u64,
+    /// How long the last run of each (graph, policy) took on its thread, plan to outputs:
+    /// what decides whether the next one may run inline ([`Jobs::runs_inline`]).
+    run_costs: Mutex<HashMap<RunKey, u64>>,
 }
+
+/// A graph (by content hash) under a policy (by SHA-256).
+type RunKey = (Arc<str>, String);
+
+/// Most (graph, policy) pairs whose last run cost is kept; past it the map starts over.
+const RUN_COSTS_KEPT: usize = 4096;
 
 impl Jobs {
     /// Starts `workers` worker threads and the search indexer.
@@ -159,6 +189,7 @@ impl Jobs {
         durability: xpu_store::Durability,
         engine_limits: BTreeMap<String, usize>,
         engines: xpu_runtime::SharedEngines,
+        inline_run: Duration,
     ) -> Arc<Jobs> {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
@@ -186,6 +217,8 @@ impl Jobs {
             capacity,
             draining: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            inline_run_nanos: inline_run.as_nanos() as u64,
+            run_costs: Mutex::new(HashMap::new()),
         });
         // The threads live as long as the process (workers end when the queue closes).
         let rx = Arc::new(Mutex::new(rx));
@@ -257,6 +290,7 @@ impl Jobs {
     pub fn submit_and_run_here(
         &self,
         spec: JobSpec,
+        here: Here,
         accepted: impl FnOnce(Result<Arc<Job>, SubmitError>),
     ) {
         let job = match self.accept(spec) {
@@ -267,8 +301,37 @@ impl Jobs {
             return accepted(self.enqueue(job));
         }
         accepted(Ok(job.clone()));
+        self.metrics.job_threads.with_label_values(&[here.label()]).inc();
         self.execute(job);
         self.gate.release_slot();
+    }
+
+    /// Whether a waited job of `spec` may run on the HTTP thread that received it: the last
+    /// run of its graph under its policy took at most `limits.inline_run_us` (plan to
+    /// outputs kept), nothing is queued, and the store takes a run without waiting. Such a job
+    /// then costs no hand-off to the blocking pool and back (about half the server's time
+    /// for a tiny job); one never seen, or slow, runs off the HTTP threads.
+    pub fn runs_inline(&self, spec: &JobSpec) -> bool {
+        if self.inline_run_nanos == 0 || self.queued.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let key = (spec.graph_hash.clone(), spec.policy.sha256.clone());
+        let fast = self
+            .run_costs
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).copied())
+            .is_some_and(|nanos| nanos <= self.inline_run_nanos);
+        fast && !self.store.backlogged()
+    }
+
+    fn note_run_cost(&self, spec: &JobSpec, nanos: u64) {
+        if let Ok(mut costs) = self.run_costs.lock() {
+            if costs.len() >= RUN_COSTS_KEPT {
+                costs.clear();
+            }
+            costs.insert((spec.graph_hash.clone(), spec.policy.sha256.clone()), nanos);
+        }
     }
 
     /// Makes a job of `spec`: its files kept, it is live (findable by id) from here on.
@@ -371,6 +434,7 @@ impl Jobs {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             self.metrics.queue_depth.dec();
             self.gate.take_slot();
+            self.metrics.job_threads.with_label_values(&["worker"]).inc();
             self.execute(job);
             self.gate.release_slot();
         }
@@ -379,6 +443,7 @@ impl Jobs {
     /// Plans a job and runs it (or parks it for its engine), then every parked job its
     /// engines' release admits, on this thread (which holds an execution slot).
     fn execute(&self, job: Arc<Job>) {
+        let start = Instant::now();
         if job.is_cancelled() {
             let queue_us = job.submitted.elapsed().as_micros() as u64;
             let mut r = self.base_record(&job, RunStatus::Cancelled);
@@ -401,6 +466,7 @@ impl Jobs {
             return;
         };
         let mut ready = vec![first];
+        let mut first_run = true;
         while let Some((job, planned)) = ready.pop() {
             let engines = self.gate.limited(planned.engines());
             self.metrics.running.inc();
@@ -410,6 +476,12 @@ impl Jobs {
                         self.failed(&job, None, "internal error: the job's engine panicked".into())
                     });
             self.metrics.running.dec();
+            if first_run {
+                // The job this call was for, planned and run without waiting (noted before
+                // its waiter is woken, so that the client's next job finds it).
+                self.note_run_cost(&job.spec, nanos_since(start));
+                first_run = false;
+            }
             self.finish(&job, record);
             let admitted = self.gate.leave(&engines);
             if !admitted.is_empty() {

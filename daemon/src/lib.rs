@@ -102,6 +102,7 @@ impl App {
             config.store.durability,
             config.limits.engine_concurrency.clone(),
             engines,
+            std::time::Duration::from_micros(config.limits.inline_run_us),
         );
         Ok(Arc::new(App {
             config,

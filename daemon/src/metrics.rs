@@ -21,6 +21,7 @@ pub struct Metrics {
     pub engine_available: IntGaugeVec,
     pub queue_depth: IntGauge,
     pub running: IntGauge,
+    pub job_threads: IntCounterVec,
     pub engine_waiting: IntGauge,
     pub store_write: Histogram,
     pub store_commit: Histogram,
@@ -121,6 +122,14 @@ impl Metrics {
             store_replayed: reg!(IntGauge::new(
                 "xpu_store_replayed_runs",
                 "Runs committed from the journal at start: acknowledged before an unclean stop."
+            )),
+            job_threads: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_job_threads_total",
+                    "Jobs started, by the thread that ran them: http (inline, a small known-fast \
+                     waited job), request (in place on the request's blocking thread), worker.",
+                ),
+                &["thread"]
             )),
             rejected: reg!(IntCounterVec::new(
                 Opts::new(

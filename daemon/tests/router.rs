@@ -450,6 +450,61 @@ async fn waited_submits_carry_server_timing() {
     assert!(headers.get("server-timing").is_none());
 }
 
+impl Server {
+    /// `xpu_job_threads_total` for each thread kind: http, request, worker.
+    fn job_threads(&self) -> [u64; 3] {
+        ["http", "request", "worker"]
+            .map(|t| self.app.metrics.job_threads.with_label_values(&[t]).get())
+    }
+}
+
+/// A waited job seen to run fast under its policy runs inline on the HTTP thread the next
+/// time; a new program, another policy, a job not waited for or a slow kind does not, and
+/// an inline run is stored and explained like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_fast_waited_jobs_run_on_the_http_thread() {
+    // A debug build runs a tiny job in well under a second, and never in a microsecond.
+    let s = server(true, |c| c.limits.inline_run_us = 1_000_000);
+    let tiny = job("let x = [1.0, 2.0, 3.0]\nprint sum(x * 2.0)\n", true);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, run) = s.send("POST", "/v1/jobs", Some(ACME), Some(tiny.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{run}");
+        assert_eq!(run["status"], "succeeded", "{run}");
+        ids.push(run["run_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(s.job_threads(), [2, 1, 0], "the first compiles and runs off the HTTP thread");
+    for id in &ids {
+        let (status, ex) =
+            s.send("GET", &format!("/v1/runs/{id}/explain?format=text"), Some(ACME), None).await;
+        assert_eq!(status, StatusCode::OK, "{ex}");
+    }
+    let (_, list) = s.send("GET", "/v1/runs?limit=10", Some(ACME), None).await;
+    assert_eq!(list["runs"].as_array().unwrap().len(), 3, "{list}");
+
+    // Another policy is another kind of run: its first goes off the HTTP thread.
+    let mut other = tiny.clone();
+    other["policy"] = json!("cpu-only");
+    let (status, run) = s.send("POST", "/v1/jobs", Some(ACME), Some(other)).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(s.job_threads(), [2, 2, 0]);
+    // Not waited for: queued for a worker.
+    let (status, run) =
+        s.send("POST", "/v1/jobs", Some(ACME), Some(job("print 1.0\n", false))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    let id = run["run_id"].as_str().unwrap().to_string();
+    s.poll(&id, |r| r["status"] == "succeeded").await;
+    assert_eq!(s.job_threads(), [2, 2, 1]);
+
+    // No kind of run is that fast: nothing runs inline.
+    let s = server(true, |c| c.limits.inline_run_us = 1);
+    for _ in 0..3 {
+        let (status, run) = s.send("POST", "/v1/jobs", Some(ACME), Some(tiny.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{run}");
+    }
+    assert_eq!(s.job_threads(), [0, 3, 0]);
+}
+
 /// A job of many slow nodes (a few seconds in all on this machine): what cancel and the
 /// timeout stop mid-run. `s` is an input so that nothing is folded at compile time.
 const SLOW: &str = "let s = input(\"s\")\nlet w = randn([384, 384], seed=1) * 0.01\n\

@@ -409,6 +409,16 @@ impl Store {
         Ok(seqs)
     }
 
+    /// Whether an [`append`](Store::append) now might wait for the database: it is half way
+    /// to the in-memory bound of runs it has not taken yet, or it is failing. Callers that
+    /// must not block (an async thread) go elsewhere then.
+    pub fn backlogged(&self) -> bool {
+        self.shared
+            .state
+            .lock()
+            .map_or(true, |s| s.journaled - s.committed >= MAX_PENDING / 2 || s.failing.is_some())
+    }
+
     /// Stores finished runs and returns once the database holds them (for callers that read
     /// the database straight after, and tests).
     pub fn commit(&self, runs: &[RunRecord]) -> Result<Vec<u64>, StoreError> {
