@@ -935,6 +935,13 @@ impl<'a> Planner<'a> {
             };
             placed.push(c);
         }
+        // Source nodes the plan lowered: a cast feeds them.
+        let mut lowered_source = vec![false; g.nodes.len()];
+        for k in &casts {
+            if let Some(src) = k.for_node {
+                lowered_source[src.index()] = true;
+            }
+        }
         // Partitions: maximal runs of consecutive nodes on one (engine, device).
         let mut partitions: Vec<PartitionPlan> = Vec::new();
         let mut part_of = vec![0usize; planned.nodes.len()];
@@ -960,8 +967,7 @@ impl<'a> Planner<'a> {
             // A node the plan lowered (a cast feeds it): the partition's compute precision,
             // for engines that take it as a hint (OpenVINO, TensorRT). Natively low-precision
             // graphs set none: their dtypes already say it.
-            let lowered = source_of[pid.index()]
-                .is_some_and(|src| casts.iter().any(|k| k.for_node == Some(src)));
+            let lowered = source_of[pid.index()].is_some_and(|src| lowered_source[src.index()]);
             if lowered && p.assignment.precision.is_none() {
                 p.assignment.precision = c.precision.as_deref().and_then(|n| {
                     xpu_engine::catalog::PRECISIONS.iter().find(|(p, _)| *p == n).map(|(_, d)| *d)
