@@ -201,12 +201,16 @@ def bench_engines(rows, mlp, conv):
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     ok = True
+    # Both sides run the same library on the same model, so the bar is about a few percent
+    # between two equal computations: on this shared VM one round's median moves by ±5 %.
+    # More alternating rounds (each side keeps its best median) let both minima settle.
+    rounds = max(ROUNDS, 5)
     for name, path, shape in (("mlp 784-512-512-10", mlp, (784,)), ("convnet", conv, (1, 28, 28))):
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         for batch, reps in ((1, 2000), (64, 300)):
             x = np.random.default_rng(2).standard_normal((batch, *shape)).astype(np.float32)
             t_py, t_x = float("inf"), float("inf")
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 t_py = min(t_py, median_time(lambda: sess.run(None, {"x": x}), reps))
                 t_x = min(t_x, xpu("ort", path, batch, reps, THREADS))
             if batch == 1:
