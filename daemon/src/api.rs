@@ -876,7 +876,7 @@ pub async fn validate_policy(
     security(("bearer" = [])))]
 pub async fn engines(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Response> {
     caller.require(&app, Scope::Read)?;
-    Ok(Json(app.inventory.clone()).into_response())
+    Ok(Json(app.jobs.inventory().clone()).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/search", tag = "runs", params(SearchQuery),

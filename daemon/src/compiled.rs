@@ -62,10 +62,10 @@ impl CompileCache {
         roots: &DataRoots,
         inputs: &xpu_minilang::lower::Inputs,
     ) -> Result<(CompiledGraph, bool), ProgramError> {
-        if let Some(hit) = self.get(name, sha256, inputs) {
-            return Ok((hit, true));
-        }
         let key = Key::of(name, sha256, inputs);
+        if let Some(hit) = self.lock().get(&key) {
+            return Ok((hit.clone(), true));
+        }
         let compiled = xpu_runtime::program::compile(name, bytes, roots, inputs)?;
         let graph = Arc::new(compiled.graph);
         let found = CompiledGraph { hash: graph.content_hash().into(), graph };

@@ -28,7 +28,6 @@ pub struct App {
     pub tokens: Option<auth::Tokens>,
     pub jobs: Arc<jobs::Jobs>,
     pub metrics: Arc<metrics::Metrics>,
-    pub inventory: xpu_engine::Inventory,
     pub draining: AtomicBool,
 }
 
@@ -82,15 +81,6 @@ impl App {
         let data_roots = xpu_minilang::paths::DataRoots::new(config.data_roots.clone());
         let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
         let engines = xpu_runtime::SharedEngines::load(&config.engines.libraries(&config.data_dir));
-        let inventory = engines
-            .registry(xpu_engine_table::TableEngine::new(data_roots.roots().to_vec()))
-            .inventory();
-        for e in &inventory.engines {
-            metrics
-                .engine_available
-                .with_label_values(&[&e.engine])
-                .set(e.availability.is_available() as i64);
-        }
         let jobs = jobs::Jobs::start(
             store,
             metrics.clone(),
@@ -104,14 +94,13 @@ impl App {
             engines,
             std::time::Duration::from_micros(config.limits.inline_run_us),
         );
-        Ok(Arc::new(App {
-            config,
-            tokens,
-            jobs,
-            metrics,
-            inventory,
-            draining: AtomicBool::new(false),
-        }))
+        for e in &jobs.inventory().engines {
+            metrics
+                .engine_available
+                .with_label_values(&[&e.engine])
+                .set(e.availability.is_available() as i64);
+        }
+        Ok(Arc::new(App { config, tokens, jobs, metrics, draining: AtomicBool::new(false) }))
     }
 
     /// Reloads the policy set; the old one stays when the new one is invalid.

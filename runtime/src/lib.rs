@@ -125,10 +125,8 @@ impl xpu_engine::Engine for Deferred {
     }
 
     fn classes_without_loading(&self) -> Option<Vec<xpu_ir::OpClass>> {
-        // ort and openvino take any ONNX op: every class but tables.
-        Some(
-            xpu_ir::OpClass::ALL.iter().copied().filter(|c| *c != xpu_ir::OpClass::Table).collect(),
-        )
+        // ort and openvino take any ONNX op.
+        Some(xpu_engine::dylib::onnx_classes())
     }
 
     fn prepare(

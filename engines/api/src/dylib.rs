@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use xpu_ir::OpClass;
+
+use crate::{Availability, EngineError};
+
 /// `rel` under the working directory or the nearest of its parents that has it: where
 /// `make setup` put an engine's runtime library (`.deps/…` in the repository) when nothing
 /// configured a path.
@@ -69,4 +73,28 @@ impl<T> LoadedOnce<T> {
         *slot = Some((path.to_path_buf(), rt.clone()));
         Ok(rt)
     }
+}
+
+/// A runtime as its engine holds it: loaded, or why not (a missing or unusable library).
+pub type Loaded<T> = Result<Arc<T>, String>;
+
+/// The engine's availability for its runtime's load outcome.
+pub fn availability<T>(loaded: &Loaded<T>) -> Availability {
+    match loaded {
+        Ok(_) => Availability::Available,
+        Err(reason) => Availability::Unavailable { reason: reason.clone() },
+    }
+}
+
+/// The loaded runtime, or `Unavailable` naming `engine` and the reason.
+pub fn require<'a, T>(engine: &str, loaded: &'a Loaded<T>) -> Result<&'a Arc<T>, EngineError> {
+    loaded.as_ref().map_err(|reason| EngineError::Unavailable {
+        engine: engine.into(),
+        reason: reason.clone(),
+    })
+}
+
+/// The op classes an ONNX runtime runs: every SGR-ML op but the table ops exports to ONNX.
+pub fn onnx_classes() -> Vec<OpClass> {
+    OpClass::ALL.iter().copied().filter(|c| *c != OpClass::Table).collect()
 }

@@ -14,11 +14,11 @@ use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor};
 pub use xpu_ir;
 
 pub mod catalog;
-mod dylib;
+pub mod dylib;
 mod registry;
 mod stop;
 
-pub use dylib::{LoadedOnce, find_upwards};
+pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use registry::Registry;
 pub use stop::{HookGuard, StopReason, StopToken};
 

@@ -22,7 +22,7 @@ use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, Execution,
     Fact, KernelCaps, NodeTiming, StopToken,
 };
-use xpu_ir::{DType, Graph, NodeId, OpClass, Tensor};
+use xpu_ir::{DType, Graph, NodeId, Tensor};
 
 pub use ffi::Layer;
 pub use options::CompileOptions;
@@ -96,7 +96,7 @@ type Key = ([u8; 16], CompileOptions);
 /// The openvino engine. Clones share the runtime and the compiled-model cache.
 #[derive(Clone)]
 pub struct OpenVinoEngine {
-    runtime: Result<Arc<Runtime>, String>,
+    runtime: xpu_engine::Loaded<Runtime>,
     cache: Arc<Mutex<HashMap<Key, (u64, Arc<CompiledEntry>)>>>,
     clock: Arc<std::sync::atomic::AtomicU64>,
     cache_dir: Option<PathBuf>,
@@ -139,17 +139,11 @@ impl OpenVinoEngine {
     }
 
     pub fn availability(&self) -> Availability {
-        match &self.runtime {
-            Ok(_) => Availability::Available,
-            Err(reason) => Availability::Unavailable { reason: reason.clone() },
-        }
+        xpu_engine::dylib::availability(&self.runtime)
     }
 
     fn runtime(&self) -> Result<&Arc<Runtime>, EngineError> {
-        self.runtime.as_ref().map_err(|reason| EngineError::Unavailable {
-            engine: ENGINE.into(),
-            reason: reason.clone(),
-        })
+        xpu_engine::dylib::require(ENGINE, &self.runtime)
     }
 
     /// Compiles a whole ONNX model as given; `name` names it in errors.
@@ -240,8 +234,7 @@ impl Engine for OpenVinoEngine {
         let Ok(rt) = &self.runtime else {
             return Capabilities::absent(ENGINE, self.availability());
         };
-        let classes: Vec<OpClass> =
-            OpClass::ALL.iter().copied().filter(|c| *c != OpClass::Table).collect();
+        let classes = xpu_engine::dylib::onnx_classes();
         let mut kernels = Vec::new();
         let mut unavailable_kernels = BTreeMap::new();
         let devices_here = rt.devices.join(", ");

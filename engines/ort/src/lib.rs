@@ -19,7 +19,7 @@ use std::sync::Arc;
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
 };
-use xpu_ir::{DType, Graph, OpClass};
+use xpu_ir::{DType, Graph};
 
 pub use options::SessionOptions;
 pub use session::{OrtExecutable, SessionCache};
@@ -83,7 +83,7 @@ fn ort_version(library: &Path) -> String {
 /// The ort engine. Cheap to clone; all clones share the loaded runtime and session cache.
 #[derive(Clone)]
 pub struct OrtEngine {
-    runtime: Result<Arc<Runtime>, String>,
+    runtime: xpu_engine::Loaded<Runtime>,
     cache: Arc<SessionCache>,
     /// Profile each session's first run once (ORT's per-node provider and time).
     profile: bool,
@@ -113,17 +113,11 @@ impl OrtEngine {
     }
 
     pub fn availability(&self) -> Availability {
-        match &self.runtime {
-            Ok(_) => Availability::Available,
-            Err(reason) => Availability::Unavailable { reason: reason.clone() },
-        }
+        xpu_engine::dylib::availability(&self.runtime)
     }
 
     fn runtime(&self) -> Result<&Arc<Runtime>, EngineError> {
-        self.runtime.as_ref().map_err(|reason| EngineError::Unavailable {
-            engine: ENGINE.into(),
-            reason: reason.clone(),
-        })
+        xpu_engine::dylib::require(ENGINE, &self.runtime)
     }
 
     /// Prepares a whole ONNX model as it is (no import or export), for an assignment whose
@@ -154,9 +148,8 @@ impl Engine for OrtEngine {
         let Ok(rt) = &self.runtime else {
             return Capabilities::absent(ENGINE, self.availability());
         };
-        // ORT runs every ONNX op; every SGR-ML op but the table ops exports to one.
-        let classes: Vec<OpClass> =
-            OpClass::ALL.iter().copied().filter(|c| *c != OpClass::Table).collect();
+        // ORT runs every ONNX op.
+        let classes = xpu_engine::dylib::onnx_classes();
         let mut kernels = Vec::new();
         let mut unavailable_kernels = std::collections::BTreeMap::new();
         let mut devices =
