@@ -14,13 +14,9 @@ SHELL := /bin/bash
 
 # A persistent target dir outside the clone keeps warm builds fast (CI reuses it).
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/xpu-target
-# C and C++ go through ccache: `cargo clippy` (check mode) and `cargo test` (build mode) give
-# DuckDB's build script different hashes, so its bundled C++ (~35 min on 2 cores) is compiled
-# for each; with ccache the second compile of the same sources is a cache hit.
-export CC := ccache gcc
-export CXX := ccache g++
-export CCACHE_DIR ?= $(HOME)/.cache/ccache
-export CCACHE_MAXSIZE ?= 6G
+# DuckDB is linked against its own prebuilt libduckdb.so (tools/fetch_duckdb.py puts it here);
+# binaries find it through their $ORIGIN-relative rpath (.cargo/config.toml).
+export DUCKDB_LIB_DIR ?= $(CARGO_TARGET_DIR)/duckdb
 export CARGO_TERM_COLOR ?= never
 
 PYTHON ?= python3
@@ -28,13 +24,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_CASES := .cache/onnx-node
 # Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel, DejaVu Sans
-# for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules),
-# ccache (see CC/CXX above).
-APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus ccache
+# for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules).
+APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus
 
-.PHONY: setup setup-apt setup-python setup-cases setup-engines test lint build run example bench bless clean-cache
+.PHONY: setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run example bench bless clean-cache
 
-setup: setup-apt setup-python setup-cases setup-engines
+setup: setup-apt setup-duckdb setup-python setup-cases setup-engines
 
 setup-apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -43,6 +38,10 @@ setup-apt:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# DuckDB's prebuilt shared library (pinned npm package, sha512-checked) into the target dir.
+setup-duckdb:
+	$(PYTHON) tools/fetch_duckdb.py $(DUCKDB_LIB_DIR)
 
 setup-python: $(VENV)/.installed
 
@@ -74,9 +73,9 @@ test: setup lint
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
 
-# The test build (as `make test` makes it): its xpud/xpuctl, and its one DuckDB compile —
-# a binaries-only build resolves features differently and would compile DuckDB again.
-build:
+# The test build (as `make test` makes it), whose xpud/xpuctl `make run` and `make example` use:
+# a binaries-only build resolves features differently and would compile much again.
+build: setup-duckdb
 	cargo test -q --workspace --all-targets --locked --no-run
 
 XPUD := $(CARGO_TARGET_DIR)/debug/xpud

@@ -104,6 +104,7 @@ pub fn compile(
             .map_err(|e| err_at(name, format!("{}:{}: {e}", e.line(), e.column())))?,
         ProgramKind::MiniLang => return compile_minilang(name, text()?, roots, inputs),
     };
+    let mut graph = graph;
     if let Err(errs) = xpu_ir::verify(&graph) {
         let list: Vec<String> = errs.iter().take(20).map(|e| format!("  {e}")).collect();
         return Err(err(
@@ -111,7 +112,37 @@ pub fn compile(
             format!("the graph is invalid ({} problem(s)):\n{}", errs.len(), list.join("\n")),
         ));
     }
-    Ok(Compiled { kind, graph, prints: Vec::new(), writes: Vec::new(), files: Vec::new() })
+    let files = confine_paths(name, &mut graph, roots)?;
+    Ok(Compiled { kind, graph, prints: Vec::new(), writes: Vec::new(), files })
+}
+
+/// Confines every file a graph's nodes read or write to the data roots, as MiniLang's
+/// compiler does for its programs: a path that leaves the roots (`..`, an absolute path
+/// elsewhere, a symlink out) is refused naming the node; an accepted one is replaced by its
+/// canonical form, so the engine opens exactly the file that was checked. Returns the files.
+fn confine_paths(
+    name: &str,
+    graph: &mut Graph,
+    roots: &DataRoots,
+) -> Result<Vec<PathBuf>, ProgramError> {
+    use xpu_ir::{Attr, Op};
+    let mut files = Vec::new();
+    for id in graph.node_ids().collect::<Vec<_>>() {
+        let node = graph.node(id);
+        let write = match node.op {
+            Op::ReadCsv | Op::ReadXlsx | Op::ReadParquet => false,
+            Op::WriteTable | Op::Plot => true,
+            _ => continue,
+        };
+        let requested = node.attrs.str("path", "").to_string();
+        let resolved =
+            if write { roots.resolve_write(&requested) } else { roots.resolve_read(&requested) };
+        let path = resolved
+            .map_err(|m| err(name, format!("{}: `path`: {m}", graph.node(id).label(id))))?;
+        graph.nodes[id.index()].attrs.set("path", Attr::Str(path.display().to_string()));
+        files.push(path);
+    }
+    Ok(files)
 }
 
 fn compile_minilang(

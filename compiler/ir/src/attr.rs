@@ -6,7 +6,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, Tensor};
+use crate::{DType, RowExpr, Tensor};
 
 /// One attribute value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -21,6 +21,8 @@ pub enum Attr {
     Tensor(Tensor),
     #[serde(rename = "dtype")]
     DType(DType),
+    /// A typed row expression of a table op (`filter_rows.predicate`, `with_column.expr`).
+    Row(RowExpr),
 }
 
 /// The kinds an attribute schema can require.
@@ -34,6 +36,7 @@ pub enum AttrKind {
     Strs,
     Tensor,
     DType,
+    Row,
 }
 
 impl AttrKind {
@@ -47,6 +50,7 @@ impl AttrKind {
             AttrKind::Strs => "strings",
             AttrKind::Tensor => "tensor",
             AttrKind::DType => "dtype",
+            AttrKind::Row => "a row expression",
         }
     }
 }
@@ -62,6 +66,7 @@ impl Attr {
             Attr::Strs(_) => AttrKind::Strs,
             Attr::Tensor(_) => AttrKind::Tensor,
             Attr::DType(_) => AttrKind::DType,
+            Attr::Row(_) => AttrKind::Row,
         }
     }
 
@@ -172,6 +177,13 @@ impl Attrs {
     pub fn tensor(&self, name: &str) -> Option<&Tensor> {
         match self.0.get(name) {
             Some(Attr::Tensor(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn row(&self, name: &str) -> Option<&RowExpr> {
+        match self.0.get(name) {
+            Some(Attr::Row(e)) => Some(e),
             _ => None,
         }
     }

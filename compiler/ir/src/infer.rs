@@ -143,6 +143,9 @@ pub fn infer_types(
         if table_inputs != inputs.iter().flatten().count() {
             return cx.err("takes tables only");
         }
+        if let Err(m) = crate::table_attrs::check(op, attrs) {
+            return cx.err(m);
+        }
         let table = TensorType::new(DType::Table, vec![]);
         return match op {
             Op::TableToTensor => {

@@ -359,8 +359,8 @@ define_ops! {
     ReadParquet "read_parquet" "—" Table (0,0)->(1,1) ["path": Str] "Table from a Parquet file.";
     WriteTable "write_table" "—" Table (1,1)->(1,1) ["format": Str, "path": Str] "Write a table as `csv` (with header) or `parquet`; yields the number of rows written (i64).";
     SelectColumns "select_columns" "—" Table (1,1)->(1,1) ["columns": Strs] "The named columns, in that order.";
-    FilterRows "filter_rows" "—" Table (1,1)->(1,1) ["predicate": Str] "Rows where the predicate is true (missing counts as false).";
-    WithColumn "with_column" "—" Table (1,1)->(1,1) ["expr": Str, "name": Str] "Add (or replace) a column computed per row.";
+    FilterRows "filter_rows" "—" Table (1,1)->(1,1) ["predicate": Row] "Rows where the predicate is true (missing counts as false).";
+    WithColumn "with_column" "—" Table (1,1)->(1,1) ["expr": Row, "name": Str] "Add (or replace) a column computed per row.";
     GroupAgg "group_agg" "—" Table (1,1)->(1,1) ["columns": Strs, "funcs": Strs, "keys": Strs, "names": Strs] "Group by `keys` (sorted), then aggregate `funcs[i](columns[i])` into `names[i]` (count, sum, mean, std, var, min, max, median, first, nunique).";
     Describe "describe" "—" Table (1,1)->(1,1) ["columns": Strs, "stats": Strs] "pandas describe() of the numeric columns (or the `columns` named, which must be numeric): rows count, mean, std (sample), min, 25%, 50%, 75%, max (or the `stats` named), nulls skipped, quantiles linear.";
     Pivot "pivot" "—" Table (1,1)->(1,1) ["agg": Str, "columns": Str, "index": Str, "values": Str] "Pivot table: one row per `index` value, one column per distinct `columns` value, cells `agg(values)`.";

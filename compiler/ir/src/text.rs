@@ -18,6 +18,7 @@ use base64::Engine as _;
 use half::{bf16, f16};
 
 use crate::attr::write_float;
+use crate::rowexpr::{self, Literal, RowExpr, RowFunc};
 use crate::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorData, TensorType, ValueId};
 
 const INLINE_LIMIT: usize = 16;
@@ -125,6 +126,7 @@ fn write_attr(f: &mut impl fmt::Write, a: &Attr) -> fmt::Result {
         Attr::Strs(v) => write_list(f, v, |f, x| write!(f, "{x:?}")),
         Attr::DType(d) => write!(f, "dtype<{d}>"),
         Attr::Tensor(t) => write_tensor(f, t),
+        Attr::Row(e) => write!(f, "row({e})"),
     }
 }
 
@@ -747,7 +749,80 @@ impl<'a> Parser<'a> {
                 self.advance()?;
                 Ok(Attr::Tensor(self.tensor()?))
             }
+            Tok::Ident(s) if s == "row" => {
+                self.advance()?;
+                self.punct('(')?;
+                let e = self.row_expr(1)?;
+                self.punct(')')?;
+                Ok(Attr::Row(e))
+            }
             t => Err(self.err(format!("expected an attribute value, found {t}"))),
+        }
+    }
+
+    /// One row expression (`gt(col("Age"), 30)`), nested at most `rowexpr::MAX_DEPTH` deep.
+    fn row_expr(&mut self, depth: usize) -> Result<RowExpr, ParseError> {
+        if depth > rowexpr::MAX_DEPTH {
+            return Err(self.err(format!(
+                "a row expression may nest at most {} levels deep",
+                rowexpr::MAX_DEPTH
+            )));
+        }
+        let lit = |value| Ok(RowExpr::Lit { value });
+        match self.tok.clone() {
+            Tok::Int(_) => lit(Literal::Int(self.int()?)),
+            Tok::Float(x) => {
+                self.advance()?;
+                lit(Literal::Float(x))
+            }
+            Tok::Str(s) => {
+                self.advance()?;
+                lit(Literal::Str(s))
+            }
+            Tok::Ident(name) => {
+                self.advance()?;
+                match name.as_str() {
+                    "true" => return lit(Literal::Bool(true)),
+                    "false" => return lit(Literal::Bool(false)),
+                    "null" => return lit(Literal::Null),
+                    _ => {}
+                }
+                self.punct('(')?;
+                let e = match name.as_str() {
+                    "col" => RowExpr::Col { name: self.string()? },
+                    "cast" => {
+                        let arg = self.row_expr(depth + 1)?;
+                        self.punct(',')?;
+                        let to = self.ident()?;
+                        let to = to
+                            .parse()
+                            .map_err(|e: crate::dtype::UnknownDType| self.err(e.to_string()))?;
+                        RowExpr::Cast { arg: Box::new(arg), to }
+                    }
+                    f => {
+                        let func =
+                            RowFunc::from_name(f).ok_or_else(|| {
+                                self.err(format!(
+                                "`{f}` is not a row-expression function (they are: col, cast, {})",
+                                RowFunc::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+                            ))
+                            })?;
+                        let mut args = Vec::new();
+                        if self.tok != Tok::Punct(')') {
+                            loop {
+                                args.push(self.row_expr(depth + 1)?);
+                                if !self.eat(',')? {
+                                    break;
+                                }
+                            }
+                        }
+                        RowExpr::Call { func, args }
+                    }
+                };
+                self.punct(')')?;
+                Ok(e)
+            }
+            t => Err(self.err(format!("expected a row expression, found {t}"))),
         }
     }
 

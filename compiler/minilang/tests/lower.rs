@@ -251,8 +251,9 @@ fn table_programs_lower_to_table_nodes() {
     assert_eq!(ops, ["read_csv", "filter_rows", "group_agg"]);
     let filter = &g.nodes[1];
     assert_eq!(
-        filter.attrs.str("predicate", ""),
-        "(((\"Age\" >= 18) AND (\"Sex\" = 'female')) OR (\"Pclass\" = 1))"
+        filter.attrs.row("predicate").map(|e| e.to_string()).as_deref(),
+        Some(r#"or(and(ge(col("Age"), 18), eq(col("Sex"), "female")), eq(col("Pclass"), 1))"#),
+        "a typed row expression, not query text"
     );
     // A piped call spans the whole pipeline, so the node is named after its head (`t`).
     assert_eq!(filter.name.as_deref(), Some("t:3:7"), "named after the source position");

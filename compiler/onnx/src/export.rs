@@ -160,6 +160,12 @@ fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
             p.i = Some(dtype_to_onnx(*d) as i64);
             AttributeType::Int
         }
+        // Only table ops carry row expressions and they have no ONNX form; written as their
+        // SGR-ML text so nothing is lost should one ever be exported.
+        Attr::Row(e) => {
+            p.s = Some(e.to_string().into_bytes());
+            AttributeType::String
+        }
     };
     p.r#type = Some(ty as i32);
     p

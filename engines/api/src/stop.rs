@@ -1,7 +1,8 @@
 //! Stopping a run that has started: a job cancelled by its owner, or one past its
 //! `execution.timeout`. Engines check the token between nodes (a node is never split) and
-//! may register a hook that interrupts work they cannot poll (a DuckDB query), which a
-//! cancel fires at once.
+//! may register a hook that interrupts work they cannot poll (a DuckDB query, an ONNX
+//! Runtime or OpenVINO inference), which a cancel fires at once and a deadline fires when it
+//! passes — so `execution.timeout` bounds a single long node too.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -107,29 +108,55 @@ impl StopToken {
         }
     }
 
-    /// Runs `hook` if the token is cancelled while the guard lives (at once if it already
-    /// is): how an engine interrupts a call it cannot poll.
-    pub fn on_cancel(&self, hook: impl Fn() + Send + Sync + 'static) -> HookGuard {
-        let Some(s) = &self.0 else { return HookGuard(None) };
+    /// Runs `hook` if the run must stop while the guard lives: at a cancel (at once if it
+    /// already is cancelled), or when its deadline passes. How an engine interrupts a call it
+    /// cannot poll.
+    pub fn on_stop(&self, hook: impl Fn() + Send + Sync + 'static) -> HookGuard {
+        let Some(s) = &self.0 else { return HookGuard { hook: None, watchdog: None } };
         let id = s.next_hook.fetch_add(1, Ordering::Relaxed);
         let hook: Hook = Arc::new(hook);
         if let Ok(mut hooks) = s.hooks.lock() {
             hooks.push((id, hook.clone()));
         }
-        if self.is_cancelled() {
-            // Cancelled between the engine's last check and the registration.
+        if self.reason().is_some() {
+            // Stopped between the engine's last check and the registration.
             hook();
         }
-        HookGuard(Some((s.clone(), id)))
+        let watchdog = self.remaining().map(|left| {
+            // A thread that sleeps until the deadline unless the guard is dropped first
+            // (dropping the sender wakes it with `Disconnected`).
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let hook = hook.clone();
+            let spawned =
+                std::thread::Builder::new().name("xpu-deadline".into()).spawn(move || {
+                    if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(left) {
+                        hook();
+                    }
+                });
+            // Without a thread the deadline is still checked between nodes.
+            spawned.ok().map(|_| tx)
+        });
+        HookGuard { hook: Some((s.clone(), id)), watchdog: watchdog.flatten() }
+    }
+
+    /// Time left before the deadline (`None`: no deadline).
+    pub fn remaining(&self) -> Option<Duration> {
+        let s = self.0.as_ref()?;
+        let d = s.deadline_ns.load(Ordering::Acquire);
+        (d != 0).then(|| Duration::from_nanos(d).saturating_sub(s.origin.elapsed()))
     }
 }
 
-/// Unregisters its hook when dropped.
-pub struct HookGuard(Option<(Arc<State>, u64)>);
+/// Unregisters its hook (and stops its deadline watchdog) when dropped.
+pub struct HookGuard {
+    hook: Option<(Arc<State>, u64)>,
+    watchdog: Option<std::sync::mpsc::Sender<()>>,
+}
 
 impl Drop for HookGuard {
     fn drop(&mut self) {
-        if let Some((s, id)) = &self.0
+        drop(self.watchdog.take());
+        if let Some((s, id)) = &self.hook
             && let Ok(mut hooks) = s.hooks.lock()
         {
             hooks.retain(|(h, _)| h != id);
@@ -148,11 +175,11 @@ mod tests {
         assert_eq!(t.check(|| "n0".into()), Ok(()));
         let fired = Arc::new(AtomicUsize::new(0));
         let f = fired.clone();
-        let live = t.on_cancel(move || {
+        let live = t.on_stop(move || {
             f.fetch_add(1, Ordering::SeqCst);
         });
         let f = fired.clone();
-        drop(t.on_cancel(move || {
+        drop(t.on_stop(move || {
             f.fetch_add(100, Ordering::SeqCst);
         }));
         t.clone().cancel();
@@ -163,10 +190,32 @@ mod tests {
         drop(live);
         // Registering after the cancel runs the hook at once.
         let f = fired.clone();
-        let _late = t.on_cancel(move || {
+        let _late = t.on_stop(move || {
             f.fetch_add(10, Ordering::SeqCst);
         });
         assert_eq!(fired.load(Ordering::SeqCst), 11);
+    }
+
+    #[test]
+    fn a_passing_deadline_fires_live_hooks() {
+        let t = StopToken::new();
+        t.set_deadline(Duration::from_millis(50));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _guard = t.on_stop(move || {
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(20)).expect("the deadline fired the hook");
+        assert_eq!(t.reason(), Some(StopReason::DeadlinePassed));
+        // A guard dropped before its deadline never fires.
+        let t = StopToken::new();
+        t.set_deadline(Duration::from_millis(30));
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        drop(t.on_stop(move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        }));
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(fired.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -460,7 +460,7 @@ impl Executable for OpenVinoExecutable {
             })?);
         }
         let canceller = self.request.canceller();
-        let hook = stop.on_cancel(move || canceller.cancel());
+        let hook = stop.on_stop(move || canceller.cancel());
         let start = Instant::now();
         let result = self.request.infer();
         let nanos = start.elapsed().as_nanos() as u64;

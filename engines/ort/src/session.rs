@@ -203,7 +203,7 @@ impl Executable for OrtExecutable {
             .collect::<Result<Vec<_>, _>>()?;
         let run_options = Arc::new(RunOptions::new().map_err(|e| fail(e.to_string()))?);
         let terminate = run_options.clone();
-        let _hook = stop.on_cancel(move || {
+        let _hook = stop.on_stop(move || {
             let _ = terminate.terminate();
         });
         let start = Instant::now();

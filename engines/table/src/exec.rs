@@ -8,6 +8,7 @@ use std::time::Instant;
 use duckdb::Connection;
 use duckdb::types::Value as DuckValue;
 use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, StopToken, check_inputs};
+use xpu_ir::rowexpr::ColumnType;
 use xpu_ir::{Attrs, Column, ColumnData, DType, Graph, NodeId, Op, Table, Tensor, ValueId};
 
 use crate::native;
@@ -377,7 +378,7 @@ impl Executable for TableExec {
         let mut created: Vec<(String, Holding)> = Vec::new();
         // A cancel interrupts the query DuckDB is running (its error then reads as stopped).
         let interrupt = conn.interrupt_handle();
-        let hook = stop.on_cancel(move || interrupt.interrupt());
+        let hook = stop.on_stop(move || interrupt.interrupt());
         let result = match (self.run_in(&conn, inputs, &mut created, stop), stop.reason()) {
             (Err(EngineError::Kernel { node, .. }), Some(reason)) => {
                 Err(EngineError::Stopped { node, reason })
@@ -512,6 +513,42 @@ impl TableExec {
         let inherits = ins.first().is_some_and(|r| r.indexed);
         let cols = |rel: &str| describe(conn, &format!("SELECT * FROM {rel}"));
         let names = |key: &str| a.strs(key).unwrap_or(&[]).to_vec();
+        // Every column a node names must exist in its input(s) before a statement is built,
+        // so a hostile or mistyped name is refused here by name, not by the database.
+        let named: Vec<(&str, Vec<String>)> = match n.op {
+            Op::SelectColumns | Op::SortRows | Op::TableToTensor => {
+                vec![("columns", names("columns"))]
+            }
+            Op::GroupAgg => vec![
+                ("keys", names("keys")),
+                ("columns", names("columns").into_iter().filter(|c| !c.is_empty()).collect()),
+            ],
+            Op::Pivot => ["index", "columns", "values"]
+                .iter()
+                .map(|k| (*k, vec![a.str(k, "").to_string()]))
+                .collect(),
+            Op::ValueCounts => vec![("column", vec![a.str("column", "").to_string()])],
+            Op::Join => vec![("on", names("on"))],
+            _ => Vec::new(),
+        };
+        for (key, wanted) in &named {
+            for (i, rel) in ins.iter().enumerate() {
+                let have = cols(&rel.name)?;
+                if let Some(missing) = wanted.iter().find(|w| !have.iter().any(|(c, _)| c == *w)) {
+                    let side = if ins.len() > 1 { format!(" of input {i}") } else { String::new() };
+                    let list: Vec<&str> = have.iter().map(|(c, _)| c.as_str()).collect();
+                    return Err(self
+                        .err(
+                            nid,
+                            format!(
+                                "`{key}`: unknown column {missing:?}{side} (the columns are: {})",
+                                list.join(", ")
+                            ),
+                        )
+                        .into());
+                }
+            }
+        }
         Ok(match n.op {
             Op::ReadCsv if self.holding[nid.index()] == Holding::File => (Step::File, false),
             Op::ReadCsv | Op::ReadParquet => {
@@ -546,18 +583,15 @@ impl TableExec {
                     inherits && cols(input())?.first().map(|c| &c.0) == names("columns").first();
                 (Step::Query(format!("SELECT {} FROM {}", list.join(", "), input())), keeps_index)
             }
-            Op::FilterRows => (
-                Step::Query(format!(
-                    "SELECT * FROM {} WHERE ({})",
-                    input(),
-                    a.str("predicate", "true")
-                )),
-                inherits,
-            ),
+            Op::FilterRows => {
+                let pred = self.row_sql(nid, "predicate", &cols(input())?)?;
+                (Step::Query(format!("SELECT * FROM {} WHERE ({pred})", input())), inherits)
+            }
             Op::WithColumn => {
                 let name = a.str("name", "");
-                let expr = a.str("expr", "NULL");
-                let exists = cols(input())?.iter().any(|(c, _)| c == name);
+                let columns = cols(input())?;
+                let expr = self.row_sql(nid, "expr", &columns)?;
+                let exists = columns.iter().any(|(c, _)| c == name);
                 let q = if exists {
                     format!("SELECT * REPLACE (({expr}) AS {}) FROM {}", ident(name), input())
                 } else {
@@ -730,6 +764,29 @@ impl TableExec {
             }
             op => return Err(self.err(nid, format!("op {op} is not a table op")).into()),
         })
+    }
+
+    /// A row-expression attribute as SQL, after checking it against the input's real
+    /// columns (an `.sgr` program's expression was checked only for shape before: the IR
+    /// does not know a file's columns).
+    fn row_sql(
+        &self,
+        nid: NodeId,
+        key: &str,
+        columns: &[(String, String)],
+    ) -> Result<String, EngineError> {
+        let e = self.g.node(nid).attrs.row(key).ok_or_else(|| {
+            self.err(
+                nid,
+                format!("`{key}` must be a row expression (xpu's verifier refuses others)"),
+            )
+        })?;
+        let lookup = |name: &str| match columns.iter().find(|(c, _)| c == name) {
+            Some((_, ty)) => ColumnType::Known(sql::dtype_of_sql(ty)),
+            None => ColumnType::Missing,
+        };
+        e.check(&lookup).map_err(|err| self.err(nid, format!("`{key}`: {err}")))?;
+        Ok(sql::row_expr(e))
     }
 
     fn err(&self, nid: NodeId, message: impl std::fmt::Display) -> EngineError {

@@ -1,7 +1,11 @@
-//! SQL text for table nodes: quoting, the aggregate functions MiniLang names, and the
-//! statement each op runs. Pure string building, so it is tested without a database.
+//! SQL text for table nodes: quoting, row expressions, the aggregate functions MiniLang
+//! names, and the statement each op runs. Pure string building, so it is tested without a
+//! database. This is the only place program data becomes SQL: identifiers through [`ident`],
+//! strings through [`lit`], row expressions through [`row_expr`] (typed `RowExpr`s, checked
+//! by the IR before they get here), everything else from closed lists.
 
 use xpu_ir::DType;
+use xpu_ir::rowexpr::{Literal, RowExpr, RowFunc};
 
 /// A double-quoted SQL identifier.
 pub fn ident(name: &str) -> String {
@@ -13,11 +17,84 @@ pub fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// A row expression as an SQL expression. Every part is bracketed, so operator precedence in
+/// SQL cannot regroup it, and no two `-` ever meet (`--` would open a comment).
+pub fn row_expr(e: &RowExpr) -> String {
+    match e {
+        RowExpr::Col { name } => ident(name),
+        RowExpr::Lit { value } => literal(value),
+        RowExpr::Cast { arg, to } => {
+            let ty = match to {
+                DType::F64 => "DOUBLE",
+                DType::I64 => "BIGINT",
+                DType::Bool => "BOOLEAN",
+                _ => "VARCHAR",
+            };
+            format!("TRY_CAST({} AS {ty})", row_expr(arg))
+        }
+        RowExpr::Call { func, args } => call(*func, &args.iter().map(row_expr).collect::<Vec<_>>()),
+    }
+}
+
+fn literal(v: &Literal) -> String {
+    match v {
+        Literal::Null => "NULL".into(),
+        Literal::Bool(b) => if *b { "TRUE" } else { "FALSE" }.into(),
+        Literal::Int(i) => format!("({i})"),
+        Literal::Float(f) if f.is_finite() => format!("({f:?}::DOUBLE)"),
+        Literal::Float(f) if f.is_nan() => "('nan'::DOUBLE)".into(),
+        Literal::Float(f) => format!("('{}'::DOUBLE)", if *f > 0.0 { "inf" } else { "-inf" }),
+        Literal::Str(s) => lit(s),
+    }
+}
+
+fn call(func: RowFunc, a: &[String]) -> String {
+    use RowFunc::*;
+    let bin = |op: &str| format!("({} {op} {})", a[0], a[1]);
+    match func {
+        Neg => format!("(- {})", a[0]),
+        Not => format!("(NOT {})", a[0]),
+        Add => bin("+"),
+        Sub => bin("-"),
+        Mul => bin("*"),
+        Div => format!("({}::DOUBLE / {})", a[0], a[1]),
+        // Python's (and pandas') modulo takes the divisor's sign.
+        Mod => format!("({0} - {1} * floor({0}::DOUBLE / {1}))", a[0], a[1]),
+        Pow => format!("power({}, {})", a[0], a[1]),
+        Concat => bin("||"),
+        Eq => bin("="),
+        Ne => bin("<>"),
+        Lt => bin("<"),
+        Le => bin("<="),
+        Gt => bin(">"),
+        Ge => bin(">="),
+        And => bin("AND"),
+        Or => bin("OR"),
+        IsNull => format!("({} IS NULL)", a[0]),
+        NotNull => format!("({} IS NOT NULL)", a[0]),
+        FillNull => format!("coalesce({}, {})", a[0], a[1]),
+        If => format!("(CASE WHEN {} THEN {} ELSE {} END)", a[0], a[1], a[2]),
+        Abs => format!("abs({})", a[0]),
+        Sqrt => format!("sqrt({}::DOUBLE)", a[0]),
+        Exp => format!("exp({}::DOUBLE)", a[0]),
+        Log => format!("ln({}::DOUBLE)", a[0]),
+        Floor => format!("floor({}::DOUBLE)", a[0]),
+        Ceil => format!("ceil({}::DOUBLE)", a[0]),
+        Round if a.len() == 2 => format!("round({}::DOUBLE, {})", a[0], a[1]),
+        Round => format!("round({}::DOUBLE)", a[0]),
+        Lower => format!("lower({})", a[0]),
+        Upper => format!("upper({})", a[0]),
+        Len => format!("length({})", a[0]),
+        Contains => format!("contains({}, {})", a[0], a[1]),
+        StartsWith => format!("starts_with({}, {})", a[0], a[1]),
+        EndsWith => format!("ends_with({}, {})", a[0], a[1]),
+    }
+}
+
 /// The aggregate functions of `agg`, `pivot` and their SQL, pandas semantics: nulls skipped,
 /// `std`/`var` sample statistics, `median` interpolated, `sum` of nothing 0, `count()` the
 /// group size.
-pub const AGG_FUNCS: &[&str] =
-    &["count", "sum", "mean", "std", "var", "min", "max", "median", "first", "nunique"];
+pub const AGG_FUNCS: &[&str] = xpu_ir::table_attrs::AGGREGATES;
 
 /// The SQL of one aggregate over `col`, an SQL expression already quoted (`None` for
 /// `count()`), given the column's type;
@@ -95,7 +172,7 @@ pub fn read_csv(path: &str, sep: &str, header: bool, na_values: &[String]) -> St
 
 /// The statistic names `describe` knows, in pandas' order; any `N%` (0 ≤ N ≤ 100) is a
 /// percentile too.
-pub const DESCRIBE_STATS: &[&str] = &["count", "mean", "std", "min", "25%", "50%", "75%", "max"];
+pub const DESCRIBE_STATS: &[&str] = xpu_ir::table_attrs::DESCRIBE_STATS;
 
 /// A statistic's aggregate over the column `c` (already quoted), as DOUBLE.
 pub fn describe_stat(stat: &str, c: &str) -> Option<String> {
@@ -112,11 +189,7 @@ pub fn describe_stat(stat: &str, c: &str) -> Option<String> {
     })
 }
 
-/// `"25%"` → 0.25; `None` for anything else.
-pub fn percentile(stat: &str) -> Option<f64> {
-    let n: f64 = stat.strip_suffix('%')?.trim().parse().ok()?;
-    (0.0..=100.0).contains(&n).then_some(n / 100.0)
-}
+pub use xpu_ir::table_attrs::percentile;
 
 #[cfg(test)]
 mod tests {

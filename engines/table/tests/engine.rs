@@ -5,7 +5,7 @@ use std::path::Path;
 
 use xpu_engine::{Assignment, Engine};
 use xpu_engine_table::TableEngine;
-use xpu_ir::{Attr, Attrs, Graph, Op, Tensor};
+use xpu_ir::{Attr, Attrs, DType, Graph, Literal, Op, RowExpr, RowFunc, Tensor};
 
 fn repo() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().parent().unwrap().to_path_buf()
@@ -49,17 +49,31 @@ fn files_outside_the_roots_are_refused() {
     );
     // The schema probe is confined the same way.
     assert!(engine.source_schema(Op::ReadCsv, &csv_attrs(&secret)).is_err());
-    // A predicate cannot run a second statement, nor loosen the configuration.
-    let sneaky = Attrs::new()
-        .with("predicate", Attr::Str("true); SET enable_external_access = true; SELECT (1".into()));
-    assert!(run(&engine, &graph(csv_attrs(&inside), Some((Op::FilterRows, sneaky)))).is_err());
-    let read_secret = Attrs::new().with(
+    // A predicate is a typed row expression: hostile text in it is a quoted value, so it
+    // neither runs a second statement nor loosens the configuration.
+    let hostile = "true'); SET enable_external_access = true; SELECT ('1";
+    let sneaky = Attrs::new().with(
+        "predicate",
+        Attr::Row(RowExpr::call(
+            RowFunc::Eq,
+            vec![
+                RowExpr::cast(RowExpr::col("x"), DType::String),
+                RowExpr::lit(Literal::Str(hostile.into())),
+            ],
+        )),
+    );
+    let out = run(&engine, &graph(csv_attrs(&inside), Some((Op::FilterRows, sneaky)))).unwrap();
+    assert_eq!(out[0].data().as_table().unwrap().rows(), 0, "no row equals the text");
+    assert!(engine.source_schema(Op::ReadCsv, &csv_attrs(&secret)).is_err(), "still confined");
+    // SQL text where a row expression belongs never reaches the database.
+    let text = Attrs::new().with(
         "predicate",
         Attr::Str(format!("x IN (SELECT s FROM read_csv('{}'))", secret.display())),
     );
-    let err =
-        run(&engine, &graph(csv_attrs(&inside), Some((Op::FilterRows, read_secret)))).unwrap_err();
-    assert!(!err.contains("42"), "{err}");
+    let mut g = Graph::new("t");
+    let v = g.add_op(Op::ReadCsv, &[], csv_attrs(&inside)).unwrap();
+    let err = g.add_op(Op::FilterRows, &[v], text).unwrap_err().to_string();
+    assert!(err.contains("`predicate` must be a row expression"), "{err}");
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //! engine by the planner) while the table's schema — column names and types, read from the
 //! file at compile time by the caller's [`TableSchemaLoader`] — is tracked here, so unknown
 //! columns, type mismatches and bad arguments are located errors before anything runs.
-//! Row expressions (`filter`, `with_column`) become SQL expressions over the columns.
+//! Row expressions (`filter`, `with_column`) become typed `RowExpr` attributes, never query
+//! text: only the engine that runs them renders them.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use xpu_ir::rowexpr::{Literal, RowExpr, RowFunc, call_type};
 use xpu_ir::{Attr, Attrs, DType, Op, ValueId};
 
 use super::{Builtin, Lowerer, R, Val, err, kind};
@@ -50,8 +52,7 @@ fn numeric(d: DType) -> bool {
 }
 
 /// The aggregate functions of `agg` and `pivot`.
-const AGGS: &[&str] =
-    &["count", "sum", "mean", "std", "var", "min", "max", "median", "first", "nunique"];
+const AGGS: &[&str] = xpu_ir::table_attrs::AGGREGATES;
 
 fn agg_type(func: &str, input: Option<DType>) -> Option<DType> {
     match func {
@@ -60,14 +61,6 @@ fn agg_type(func: &str, input: Option<DType>) -> Option<DType> {
         "sum" => input.map(|d| if d == DType::F64 { DType::F64 } else { DType::I64 }),
         _ => input,
     }
-}
-
-fn sql_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn sql_lit(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 impl<'p> Lowerer<'p> {
@@ -156,7 +149,7 @@ impl<'p> Lowerer<'p> {
                     )
                     .help(Some("compare with `==`: filter(t, Sex == \"female\")".into())));
                 }
-                let (sql, ty) = self.row_expr(&pred.value, &schema, t)?;
+                let (row, ty) = self.row_expr(&pred.value, &schema, t)?;
                 if ty.is_some_and(|d| d != DType::Bool) {
                     return Err(err(
                         "E0201",
@@ -167,7 +160,7 @@ impl<'p> Lowerer<'p> {
                         ),
                     ));
                 }
-                let attrs = Attrs::new().with("predicate", Attr::Str(sql));
+                let attrs = Attrs::new().with("predicate", Attr::Row(row));
                 self.table(Op::FilterRows, &[t], attrs, (*schema).clone(), span)
             }
             "with_column" => {
@@ -203,7 +196,7 @@ impl<'p> Lowerer<'p> {
                     }
                 };
                 for (col, expr) in columns {
-                    let (sql, ty) = self.row_expr(expr, &schema, t)?;
+                    let (row, ty) = self.row_expr(expr, &schema, t)?;
                     let mut out = (*schema).clone();
                     let ty = ty.unwrap_or(DType::F64);
                     match out.columns.iter_mut().find(|(n, _)| *n == col) {
@@ -211,7 +204,7 @@ impl<'p> Lowerer<'p> {
                         None => out.columns.push((col.clone(), ty)),
                     }
                     let attrs =
-                        Attrs::new().with("name", Attr::Str(col)).with("expr", Attr::Str(sql));
+                        Attrs::new().with("name", Attr::Str(col)).with("expr", Attr::Row(row));
                     t = self.table_op(Op::WithColumn, &[t], attrs, span)?;
                     schema = Rc::new(out);
                 }
@@ -335,21 +328,20 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// A row expression as SQL over the table's columns, with its type (`None`: unknown).
+    /// A row expression over the table's columns, typed (`None`: unknown until run).
     fn row_expr(
         &mut self,
         e: &'p Expr,
         schema: &Schema,
         table: ValueId,
-    ) -> R<(String, Option<DType>)> {
-        let lit = |v: &Val, span: Span| -> R<(String, Option<DType>)> {
-            Ok(match v {
-                Val::Int(i) => (i.to_string(), Some(DType::I64)),
-                Val::Float(f) if f.is_finite() => (format!("{f:?}::DOUBLE"), Some(DType::F64)),
-                Val::Float(f) => (format!("'{f}'::DOUBLE"), Some(DType::F64)),
-                Val::Str(s) => (sql_lit(s), Some(DType::String)),
-                Val::Bool(b) => (if *b { "TRUE" } else { "FALSE" }.into(), Some(DType::Bool)),
-                Val::Null => ("NULL".into(), None),
+    ) -> R<(RowExpr, Option<DType>)> {
+        let lit = |v: &Val, span: Span| -> R<(RowExpr, Option<DType>)> {
+            let value = match v {
+                Val::Int(i) => Literal::Int(*i),
+                Val::Float(f) => Literal::Float(*f),
+                Val::Str(s) => Literal::Str(s.clone()),
+                Val::Bool(b) => Literal::Bool(*b),
+                Val::Null => Literal::Null,
                 other => {
                     return Err(err(
                         "E0201",
@@ -357,8 +349,11 @@ impl<'p> Lowerer<'p> {
                         format!("{} cannot be used in a row expression", kind(other)),
                     ));
                 }
-            })
+            };
+            let ty = value.dtype();
+            Ok((RowExpr::lit(value), ty))
         };
+        let col = |name: &str, ty: Option<DType>| Ok((RowExpr::col(name), ty));
         match &e.kind {
             ExprKind::Int(_)
             | ExprKind::Float(_)
@@ -370,27 +365,27 @@ impl<'p> Lowerer<'p> {
             }
             ExprKind::Name(n) => {
                 if let Some(d) = schema.get(n) {
-                    return Ok((sql_ident(n), Some(d)));
+                    return col(n, Some(d));
                 }
                 match self.lookup(n).cloned() {
-                    Some(Val::Column(t, s, c)) if t == table => Ok((sql_ident(&c), s.get(&c))),
+                    Some(Val::Column(t, s, c)) if t == table => col(&c, s.get(&c)),
                     Some(
                         v @ (Val::Int(_) | Val::Float(_) | Val::Str(_) | Val::Bool(_) | Val::Null),
                     ) => lit(&v, e.span),
-                    _ if schema.open => Ok((sql_ident(n), None)),
+                    _ if schema.open => col(n, None),
                     _ => Err(unknown_column(schema, n, e.span)),
                 }
             }
             ExprKind::Field { target, name } => {
                 self.same_table(target, table)?;
                 check_column(schema, &name.name, name.span)?;
-                Ok((sql_ident(&name.name), schema.get(&name.name)))
+                col(&name.name, schema.get(&name.name))
             }
             ExprKind::Index { target, items } => match items.as_slice() {
                 [IndexItem::At(Expr { kind: ExprKind::Str(c), span })] => {
                     self.same_table(target, table)?;
                     check_column(schema, c, *span)?;
-                    Ok((sql_ident(c), schema.get(c)))
+                    col(c, schema.get(c))
                 }
                 _ => Err(err(
                     "E0201",
@@ -399,11 +394,13 @@ impl<'p> Lowerer<'p> {
                 )),
             },
             ExprKind::Unary { op, expr } => {
-                let (s, ty) = self.row_expr(expr, schema, table)?;
+                let (x, ty) = self.row_expr(expr, schema, table)?;
                 match op {
-                    UnOp::Neg if ty.is_none_or(numeric) => Ok((format!("(-{s})"), ty)),
+                    UnOp::Neg if ty.is_none_or(numeric) => {
+                        Ok((RowExpr::call(RowFunc::Neg, vec![x]), ty))
+                    }
                     UnOp::Not if ty.is_none_or(|d| d == DType::Bool) => {
-                        Ok((format!("(NOT {s})"), Some(DType::Bool)))
+                        Ok((RowExpr::call(RowFunc::Not, vec![x]), Some(DType::Bool)))
                     }
                     _ => Err(err(
                         "E0201",
@@ -416,229 +413,195 @@ impl<'p> Lowerer<'p> {
                     )),
                 }
             }
-            ExprKind::Binary { op, lhs, rhs } => {
-                let (a, ta) = self.row_expr(lhs, schema, table)?;
-                let (b, tb) = self.row_expr(rhs, schema, table)?;
-                let is_null = |s: &str| s == "NULL";
-                let mismatch = |what: &str| {
-                    err(
-                        "E0201",
-                        e.span,
-                        format!(
-                            "`{}` {what}: the left side is {}, the right side {}",
-                            op.symbol(),
-                            ta.map(|d| d.name()).unwrap_or("unknown"),
-                            tb.map(|d| d.name()).unwrap_or("unknown")
-                        ),
-                    )
-                };
-                let both = |f: &dyn Fn(DType) -> bool| ta.is_none_or(f) && tb.is_none_or(f);
-                let out = match op {
-                    BinOp::Add | BinOp::Sub | BinOp::Mul => {
-                        if ta == Some(DType::String)
-                            && tb == Some(DType::String)
-                            && *op == BinOp::Add
-                        {
-                            return Ok((format!("({a} || {b})"), Some(DType::String)));
-                        }
-                        if !both(&numeric) {
-                            return Err(mismatch("needs numbers"));
-                        }
-                        let ty = if ta == Some(DType::I64) && tb == Some(DType::I64) {
-                            Some(DType::I64)
-                        } else if ta.is_none() || tb.is_none() {
-                            None
-                        } else {
-                            Some(DType::F64)
-                        };
-                        (format!("({a} {} {b})", op.symbol()), ty)
-                    }
-                    BinOp::Div => {
-                        if !both(&numeric) {
-                            return Err(mismatch("needs numbers"));
-                        }
-                        (format!("({a}::DOUBLE / {b})"), Some(DType::F64))
-                    }
-                    // Python's (and pandas') modulo takes the divisor's sign.
-                    BinOp::Rem => {
-                        if !both(&numeric) {
-                            return Err(mismatch("needs numbers"));
-                        }
-                        (format!("({a} - {b} * floor({a}::DOUBLE / {b}))"), Some(DType::F64))
-                    }
-                    BinOp::Pow => {
-                        if !both(&numeric) {
-                            return Err(mismatch("needs numbers"));
-                        }
-                        (format!("power({a}, {b})"), Some(DType::F64))
-                    }
-                    BinOp::MatMul => {
-                        return Err(err(
-                            "E0201",
-                            e.span,
-                            "`@` is a tensor operation, not a row expression",
-                        ));
-                    }
-                    BinOp::Eq | BinOp::Ne if is_null(&a) || is_null(&b) => {
-                        let x = if is_null(&a) { &b } else { &a };
-                        let not = if *op == BinOp::Ne { " NOT" } else { "" };
-                        (format!("({x} IS{not} NULL)"), Some(DType::Bool))
-                    }
-                    BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
-                        let comparable = match (ta, tb) {
-                            (Some(x), Some(y)) => x == y || (numeric(x) && numeric(y)),
-                            _ => true,
-                        };
-                        if !comparable {
-                            return Err(mismatch("compares values of different kinds"));
-                        }
-                        let sym = match op {
-                            BinOp::Eq => "=",
-                            BinOp::Ne => "<>",
-                            o => o.symbol(),
-                        };
-                        (format!("({a} {sym} {b})"), Some(DType::Bool))
-                    }
-                    BinOp::And | BinOp::Or => {
-                        if !both(&|d| d == DType::Bool) {
-                            return Err(mismatch("needs bools"));
-                        }
-                        let w = if *op == BinOp::And { "AND" } else { "OR" };
-                        (format!("({a} {w} {b})"), Some(DType::Bool))
-                    }
-                };
-                Ok(out)
-            }
-            ExprKind::Call { callee, args, .. } => {
-                let ExprKind::Name(f) = &callee.kind else {
-                    return Err(err("E0204", callee.span, "only named functions can be called"));
-                };
-                let mut parts = Vec::new();
-                for a in args {
-                    parts.push(self.row_expr(&a.value, schema, table)?);
-                }
-                let arity = |n: usize| -> R<()> {
-                    if parts.len() == n {
-                        Ok(())
-                    } else {
-                        Err(err(
-                            "E0206",
-                            e.span,
-                            format!("`{f}` takes {n} argument(s) in a row expression"),
-                        ))
-                    }
-                };
-                let num = |i: usize, parts: &[(String, Option<DType>)]| -> R<()> {
-                    if parts[i].1.is_none_or(numeric) {
-                        Ok(())
-                    } else {
-                        Err(err("E0201", args[i].value.span, format!("`{f}` needs a number")))
-                    }
-                };
-                let text = |i: usize, parts: &[(String, Option<DType>)]| -> R<()> {
-                    if parts[i].1.is_none_or(|d| d == DType::String) {
-                        Ok(())
-                    } else {
-                        Err(err("E0201", args[i].value.span, format!("`{f}` needs a string")))
-                    }
-                };
-                let p = |i: usize| parts[i].0.clone();
-                Ok(match f.as_str() {
-                    "abs" => {
-                        arity(1)?;
-                        num(0, &parts)?;
-                        (format!("abs({})", p(0)), parts[0].1)
-                    }
-                    "sqrt" | "exp" | "log" | "floor" | "ceil" => {
-                        arity(1)?;
-                        num(0, &parts)?;
-                        let sqlf = if f == "log" { "ln" } else { f.as_str() };
-                        (format!("{sqlf}({}::DOUBLE)", p(0)), Some(DType::F64))
-                    }
-                    "round" => {
-                        if parts.len() == 1 {
-                            num(0, &parts)?;
-                            (format!("round({}::DOUBLE)", p(0)), Some(DType::F64))
-                        } else {
-                            arity(2)?;
-                            num(0, &parts)?;
-                            (format!("round({}::DOUBLE, {})", p(0), p(1)), Some(DType::F64))
-                        }
-                    }
-                    "lower" | "upper" => {
-                        arity(1)?;
-                        text(0, &parts)?;
-                        (format!("{f}({})", p(0)), Some(DType::String))
-                    }
-                    "len" => {
-                        arity(1)?;
-                        text(0, &parts)?;
-                        (format!("length({})", p(0)), Some(DType::I64))
-                    }
-                    "contains" | "starts_with" | "ends_with" => {
-                        arity(2)?;
-                        text(0, &parts)?;
-                        text(1, &parts)?;
-                        (format!("{f}({}, {})", p(0), p(1)), Some(DType::Bool))
-                    }
-                    "is_null" => {
-                        arity(1)?;
-                        (format!("({} IS NULL)", p(0)), Some(DType::Bool))
-                    }
-                    "not_null" => {
-                        arity(1)?;
-                        (format!("({} IS NOT NULL)", p(0)), Some(DType::Bool))
-                    }
-                    "fill_null" => {
-                        arity(2)?;
-                        (format!("coalesce({}, {})", p(0), p(1)), parts[0].1.or(parts[1].1))
-                    }
-                    "where" | "if_else" => {
-                        arity(3)?;
-                        if parts[0].1.is_some_and(|d| d != DType::Bool) {
-                            return Err(err(
-                                "E0201",
-                                args[0].value.span,
-                                "the condition must be a bool",
-                            ));
-                        }
-                        (
-                            format!("(CASE WHEN {} THEN {} ELSE {} END)", p(0), p(1), p(2)),
-                            parts[1].1.or(parts[2].1),
-                        )
-                    }
-                    "cast" => {
-                        arity(2)?;
-                        let ExprKind::Str(to) = &args[1].value.kind else {
-                            return Err(err(
-                                "E0201",
-                                args[1].value.span,
-                                "cast to a type name: \"f64\", \"i64\", \"string\" or \"bool\"",
-                            ));
-                        };
-                        let (sqlt, d) = match to.as_str() {
-                            "f64" | "f32" => ("DOUBLE", DType::F64),
-                            "i64" | "i32" => ("BIGINT", DType::I64),
-                            "string" => ("VARCHAR", DType::String),
-                            "bool" => ("BOOLEAN", DType::Bool),
-                            other => {
-                                return Err(err(
-                                    "E0201",
-                                    args[1].value.span,
-                                    format!("cannot cast a column to `{other}`"),
-                                ));
-                            }
-                        };
-                        (format!("TRY_CAST({} AS {sqlt})", p(0)), Some(d))
-                    }
-                    other => {
-                        return Err(err("E0201", callee.span, format!("`{other}` cannot be used in a row expression"))
-                            .help(Some("row expressions take abs, sqrt, exp, log, floor, ceil, round, lower, upper, len, contains, starts_with, ends_with, is_null, not_null, fill_null, where, cast".into())));
-                    }
-                })
-            }
+            ExprKind::Binary { op, lhs, rhs } => self.row_binary(e, *op, lhs, rhs, schema, table),
+            ExprKind::Call { callee, args, .. } => self.row_call(e, callee, args, schema, table),
             _ => Err(err("E0201", e.span, "this cannot be used in a row expression")),
         }
+    }
+
+    fn row_binary(
+        &mut self,
+        e: &'p Expr,
+        op: BinOp,
+        lhs: &'p Expr,
+        rhs: &'p Expr,
+        schema: &Schema,
+        table: ValueId,
+    ) -> R<(RowExpr, Option<DType>)> {
+        let (a, ta) = self.row_expr(lhs, schema, table)?;
+        let (b, tb) = self.row_expr(rhs, schema, table)?;
+        let is_null = |x: &RowExpr| matches!(x, RowExpr::Lit { value: Literal::Null });
+        let mismatch = |what: &str| {
+            err(
+                "E0201",
+                e.span,
+                format!(
+                    "`{}` {what}: the left side is {}, the right side {}",
+                    op.symbol(),
+                    ta.map(|d| d.name()).unwrap_or("unknown"),
+                    tb.map(|d| d.name()).unwrap_or("unknown")
+                ),
+            )
+        };
+        let both = |f: &dyn Fn(DType) -> bool| ta.is_none_or(f) && tb.is_none_or(f);
+        let call = |f: RowFunc, a: RowExpr, b: RowExpr| RowExpr::call(f, vec![a, b]);
+        Ok(match op {
+            BinOp::Add if ta == Some(DType::String) && tb == Some(DType::String) => {
+                (call(RowFunc::Concat, a, b), Some(DType::String))
+            }
+            BinOp::Add | BinOp::Sub | BinOp::Mul => {
+                if !both(&numeric) {
+                    return Err(mismatch("needs numbers"));
+                }
+                let ty = if ta == Some(DType::I64) && tb == Some(DType::I64) {
+                    Some(DType::I64)
+                } else if ta.is_none() || tb.is_none() {
+                    None
+                } else {
+                    Some(DType::F64)
+                };
+                let f = match op {
+                    BinOp::Add => RowFunc::Add,
+                    BinOp::Sub => RowFunc::Sub,
+                    _ => RowFunc::Mul,
+                };
+                (call(f, a, b), ty)
+            }
+            // Python's (and pandas') modulo takes the divisor's sign: `mod` says so.
+            BinOp::Div | BinOp::Rem | BinOp::Pow => {
+                if !both(&numeric) {
+                    return Err(mismatch("needs numbers"));
+                }
+                let f = match op {
+                    BinOp::Div => RowFunc::Div,
+                    BinOp::Rem => RowFunc::Mod,
+                    _ => RowFunc::Pow,
+                };
+                (call(f, a, b), Some(DType::F64))
+            }
+            BinOp::MatMul => {
+                return Err(err(
+                    "E0201",
+                    e.span,
+                    "`@` is a tensor operation, not a row expression",
+                ));
+            }
+            BinOp::Eq | BinOp::Ne if is_null(&a) || is_null(&b) => {
+                let x = if is_null(&a) { b } else { a };
+                let f = if op == BinOp::Ne { RowFunc::NotNull } else { RowFunc::IsNull };
+                (RowExpr::call(f, vec![x]), Some(DType::Bool))
+            }
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                let comparable = match (ta, tb) {
+                    (Some(x), Some(y)) => x == y || (numeric(x) && numeric(y)),
+                    _ => true,
+                };
+                if !comparable {
+                    return Err(mismatch("compares values of different kinds"));
+                }
+                let f = match op {
+                    BinOp::Eq => RowFunc::Eq,
+                    BinOp::Ne => RowFunc::Ne,
+                    BinOp::Lt => RowFunc::Lt,
+                    BinOp::Le => RowFunc::Le,
+                    BinOp::Gt => RowFunc::Gt,
+                    _ => RowFunc::Ge,
+                };
+                (call(f, a, b), Some(DType::Bool))
+            }
+            BinOp::And | BinOp::Or => {
+                if !both(&|d| d == DType::Bool) {
+                    return Err(mismatch("needs bools"));
+                }
+                let f = if op == BinOp::And { RowFunc::And } else { RowFunc::Or };
+                (call(f, a, b), Some(DType::Bool))
+            }
+        })
+    }
+
+    fn row_call(
+        &mut self,
+        e: &'p Expr,
+        callee: &'p Expr,
+        args: &'p [Arg],
+        schema: &Schema,
+        table: ValueId,
+    ) -> R<(RowExpr, Option<DType>)> {
+        let ExprKind::Name(f) = &callee.kind else {
+            return Err(err("E0204", callee.span, "only named functions can be called"));
+        };
+        // `cast`'s second argument is a type name, not a row value.
+        if f == "cast" {
+            if args.len() != 2 {
+                return Err(err("E0206", e.span, "`cast` takes 2 argument(s) in a row expression"));
+            }
+            let (x, _) = self.row_expr(&args[0].value, schema, table)?;
+            let ExprKind::Str(to) = &args[1].value.kind else {
+                return Err(err(
+                    "E0201",
+                    args[1].value.span,
+                    "cast to a type name: \"f64\", \"i64\", \"string\" or \"bool\"",
+                ));
+            };
+            let d = match to.as_str() {
+                "f64" | "f32" => DType::F64,
+                "i64" | "i32" => DType::I64,
+                "string" => DType::String,
+                "bool" => DType::Bool,
+                other => {
+                    return Err(err(
+                        "E0201",
+                        args[1].value.span,
+                        format!("cannot cast a column to `{other}`"),
+                    ));
+                }
+            };
+            return Ok((RowExpr::cast(x, d), Some(d)));
+        }
+        let func = match f.as_str() {
+            "abs" => RowFunc::Abs,
+            "sqrt" => RowFunc::Sqrt,
+            "exp" => RowFunc::Exp,
+            "log" => RowFunc::Log,
+            "floor" => RowFunc::Floor,
+            "ceil" => RowFunc::Ceil,
+            "round" => RowFunc::Round,
+            "lower" => RowFunc::Lower,
+            "upper" => RowFunc::Upper,
+            "len" => RowFunc::Len,
+            "contains" => RowFunc::Contains,
+            "starts_with" => RowFunc::StartsWith,
+            "ends_with" => RowFunc::EndsWith,
+            "is_null" => RowFunc::IsNull,
+            "not_null" => RowFunc::NotNull,
+            "fill_null" => RowFunc::FillNull,
+            "where" | "if_else" => RowFunc::If,
+            other => {
+                return Err(err("E0201", callee.span, format!("`{other}` cannot be used in a row expression"))
+                    .help(Some("row expressions take abs, sqrt, exp, log, floor, ceil, round, lower, upper, len, contains, starts_with, ends_with, is_null, not_null, fill_null, where, cast".into())));
+            }
+        };
+        let (min, max) = func.arity();
+        if args.len() < min || args.len() > max {
+            let n = if min == max { min.to_string() } else { format!("{min} or {max}") };
+            return Err(err(
+                "E0206",
+                e.span,
+                format!("`{f}` takes {n} argument(s) in a row expression"),
+            ));
+        }
+        let mut parts = Vec::with_capacity(args.len());
+        let mut types = Vec::with_capacity(args.len());
+        for a in args {
+            let (x, t) = self.row_expr(&a.value, schema, table)?;
+            parts.push(x);
+            types.push(t);
+        }
+        // The IR knows every function's argument and result types (the same rules the
+        // verifier applies); a column of unknown type stays unknown.
+        let ty = call_type(func, &types).map_err(|m| err("E0201", e.span, m))?;
+        let call = RowExpr::call(func, parts);
+        Ok((call, ty))
     }
 }
 
