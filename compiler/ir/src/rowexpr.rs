@@ -50,8 +50,55 @@ pub enum Literal {
     Null,
     Bool(bool),
     Int(i64),
+    /// JSON has no infinities or NaN: those are written as the strings `"inf"`, `"-inf"`,
+    /// `"nan"`.
+    #[serde(with = "json_float")]
+    #[schemars(with = "json_float::Repr")]
     Float(f64),
     Str(String),
+}
+
+/// A float in JSON that keeps infinities and NaN (serde_json would write them as `null`).
+mod json_float {
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// What the JSON holds: a number, or one of the three names.
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[serde(untagged)]
+    pub enum Repr {
+        Number(f64),
+        Name(NonFinite),
+    }
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    pub enum NonFinite {
+        #[serde(rename = "inf")]
+        Inf,
+        #[serde(rename = "-inf")]
+        NegInf,
+        #[serde(rename = "nan")]
+        Nan,
+    }
+
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        match *x {
+            x if x.is_finite() => Repr::Number(x),
+            x if x.is_nan() => Repr::Name(NonFinite::Nan),
+            x if x > 0.0 => Repr::Name(NonFinite::Inf),
+            _ => Repr::Name(NonFinite::NegInf),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(match Repr::deserialize(d)? {
+            Repr::Number(x) => x,
+            Repr::Name(NonFinite::Inf) => f64::INFINITY,
+            Repr::Name(NonFinite::NegInf) => f64::NEG_INFINITY,
+            Repr::Name(NonFinite::Nan) => f64::NAN,
+        })
+    }
 }
 
 macro_rules! row_funcs {
@@ -512,6 +559,51 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    #[test]
+    fn the_text_and_json_forms_round_trip() {
+        use crate::{Attr, Attrs, Graph, Op};
+        let mut g = Graph::new("rows");
+        let read = Attrs::new().with("path", Attr::Str("people.csv".into()));
+        let mut v = g.add_op(Op::ReadCsv, &[], read).unwrap();
+        let lits = [
+            Literal::Null,
+            Literal::Bool(true),
+            Literal::Int(-5),
+            Literal::Int(i64::MIN),
+            Literal::Float(-0.5),
+            Literal::Float(1e-300),
+            Literal::Float(f64::NEG_INFINITY),
+            Literal::Str("x\"'); --\n\u{1F600}".into()),
+        ];
+        // One node per function over columns (of unknown type in the IR, so any function
+        // takes them), one per literal, one cast.
+        let mut exprs: Vec<RowExpr> = RowFunc::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let cols = ["Age", "N \"quoted\""];
+                let args = (0..f.arity().1).map(|k| RowExpr::col(cols[(i + k) % 2])).collect();
+                RowExpr::call(*f, args)
+            })
+            .collect();
+        exprs.extend(
+            lits.iter().map(|l| RowExpr::call(RowFunc::IsNull, vec![RowExpr::lit(l.clone())])),
+        );
+        exprs.push(RowExpr::cast(RowExpr::col("Age"), DType::I64));
+        for (i, e) in exprs.into_iter().enumerate() {
+            let attrs =
+                Attrs::new().with("expr", Attr::Row(e)).with("name", Attr::Str(format!("c{i}")));
+            v = g.add_op(Op::WithColumn, &[v], attrs).unwrap();
+        }
+        g.add_output("out", v);
+        let text = crate::text::print(&g);
+        let back = crate::text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(crate::text::print(&back), text);
+        assert_eq!(back, g);
+        let json = crate::to_json(&g);
+        assert_eq!(crate::from_json(&json).unwrap(), g);
     }
 
     #[test]

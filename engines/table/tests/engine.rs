@@ -366,3 +366,58 @@ fn memory_limit_bounds_duckdb() {
     let err = exe.run(&[]).map(|_| ()).unwrap_err().to_string();
     assert!(err.contains("Out of Memory") && err.contains("memory.limit"), "{err}");
 }
+
+/// DuckDB is DuckDB's own prebuilt library, the release the `duckdb` crate's bindings were
+/// generated for (tools/fetch_duckdb.py), with the extensions table jobs need built in —
+/// nothing may be downloaded or loaded at run time.
+#[test]
+fn duckdb_is_the_pinned_library_with_its_extensions_built_in() {
+    let engine = TableEngine::new(vec![]);
+    assert_eq!(engine.version(), "duckdb v1.5.6", "the library matches the crate's bindings");
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let mut stmt = conn
+        .prepare("SELECT extension_name FROM duckdb_extensions() WHERE loaded AND install_mode = 'STATICALLY_LINKED' ORDER BY 1")
+        .unwrap();
+    let built_in: Vec<String> =
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    for ext in ["icu", "json", "parquet"] {
+        assert!(built_in.iter().any(|e| e == ext), "{ext} is not built in: {built_in:?}");
+    }
+}
+
+/// `execution.timeout` bounds a single long table query: the deadline interrupts DuckDB
+/// mid-query instead of waiting for the node to end.
+#[test]
+fn a_deadline_interrupts_a_running_query() {
+    let dir = tempfile::tempdir().unwrap();
+    // 6,000 rows with one key: the self-join makes 36 million rows to sort.
+    let mut csv = String::from("k,v\n");
+    for i in 0..6000 {
+        csv.push_str(&format!("1,{i}\n"));
+    }
+    let path = dir.path().join("one_key.csv");
+    std::fs::write(&path, csv).unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    let mut g = Graph::new("t");
+    let a = g.add_op(Op::ReadCsv, &[], csv_attrs(&path)).unwrap();
+    let join = Attrs::new()
+        .with("on", Attr::Strs(vec!["k".into()]))
+        .with("how", Attr::Str("inner".into()));
+    let j = g.add_op(Op::Join, &[a, a], join).unwrap();
+    g.add_output("out", j);
+    let mut exe = engine.prepare(&g, &Assignment::new("table")).unwrap();
+    let stop = xpu_engine::StopToken::new();
+    stop.set_deadline(std::time::Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let err = exe.run_until(&[], &stop).unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            err,
+            xpu_engine::EngineError::Stopped { reason: xpu_engine::StopReason::DeadlinePassed, .. }
+        ),
+        "{err}"
+    );
+    // Generous: the point is that it does not run the whole join (tens of seconds here).
+    assert!(took < std::time::Duration::from_secs(10), "stopped after {took:?}");
+}
