@@ -455,9 +455,9 @@ pub fn engines_report(manifest: &Manifest, routes: &[RouteResults<'_>], notes: &
 mod bf16_tests {
     use super::*;
 
-    fn bf16(v: f32) -> Tensor {
+    fn bf16(v: f64) -> Tensor {
         // bf16 is the upper half of an f32 (these values are exact in bf16).
-        let bytes = ((v.to_bits() >> 16) as u16).to_le_bytes();
+        let bytes = (((v as f32).to_bits() >> 16) as u16).to_le_bytes();
         let data = TensorData::from_le_bytes(xpu_ir::DType::BF16, &bytes).unwrap();
         Tensor::new(vec![1], data).unwrap()
     }
