@@ -27,7 +27,7 @@ NODE_CASES := .cache/onnx-node
 # for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules).
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus
 
-.PHONY: setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run example bench bless clean-cache
+.PHONY: setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run install example bench bless clean-cache
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines
 
@@ -84,6 +84,16 @@ XPUD := $(CARGO_TARGET_DIR)/debug/xpud
 # policies, port 8080. It prints how to submit the seed's example job; Ctrl-C drains and stops.
 run: setup-apt build
 	$(XPUD) --dev --listen 127.0.0.1:8080 --data-dir var
+
+# xpuctl and xpud (the test build's) into $(PREFIX)/bin, DuckDB's library into
+# $(PREFIX)/lib/xpu (where their rpath looks); then `xpuctl` works from any directory when
+# $(PREFIX)/bin is on the PATH.
+PREFIX ?= $(HOME)/.local
+install: build
+	install -d $(PREFIX)/bin $(PREFIX)/lib/xpu
+	install -m 755 $(XPUCTL) $(XPUD) $(PREFIX)/bin/
+	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so $(PREFIX)/lib/xpu/
+	@echo "installed xpuctl and xpud in $(PREFIX)/bin"
 
 # The seed's example job, run locally without the daemon.
 example: setup-apt build

@@ -28,6 +28,10 @@ pub fn server_url(flag: Option<&str>) -> Result<String> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
+/// A request body this large that ends in a transport error was most likely refused for
+/// its size (see [`Client::post`]).
+const LARGE_BODY: usize = 1 << 20;
+
 impl Client {
     pub fn new(base: String) -> Client {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -76,6 +80,12 @@ impl Client {
         Ok((status, body))
     }
 
+    /// A GET whose answer is raw bytes (an output file).
+    pub fn get_bytes(&self, path: &str) -> Result<Vec<u8>> {
+        let r = self.auth(self.agent.get(&format!("{}{path}", self.base))).call();
+        Ok(self.handle(&format!("GET {path}"), r)?.1)
+    }
+
     pub fn get(&self, path: &str) -> Result<Value> {
         self.get_query(path, &[])
     }
@@ -92,7 +102,27 @@ impl Client {
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
-        let r = self.auth(self.agent.post(&format!("{}{path}", self.base))).send_json(body);
+        let payload = serde_json::to_vec(body)?;
+        let r = self
+            .auth(self.agent.post(&format!("{}{path}", self.base)))
+            .header("Content-Type", "application/json")
+            .send(&payload[..]);
+        // A server refuses a body over its limit (413) as soon as it sees the length and
+        // closes the connection, so a large upload ends in a broken pipe before the answer
+        // can be read: say what that means instead of the transport error.
+        if let Err(e) = &r
+            && payload.len() > LARGE_BODY
+            && matches!(e, ureq::Error::Io(_))
+        {
+            bail!(
+                "POST {path}: the server closed the connection while the {:.1} MB request was \
+                 sent ({e}): it is over the server's request limit (`limits.max_body_bytes`, \
+                 16 MiB unless configured; the server answers 413 too_large). Send a large \
+                 model by path instead: put it under one of the server's model_roots and run \
+                 `xpuctl submit --on-server PATH`, or raise limits.max_body_bytes",
+                payload.len() as f64 / 1e6
+            );
+        }
         let (status, bytes) = self.handle(&format!("POST {path}"), r)?;
         Ok((
             status,
@@ -161,25 +191,56 @@ fn print_run(run: &Value) {
     }
 }
 
+/// Outputs no larger than this are fetched and printed after a waited submit.
+const PRINTED_OUTPUT: u64 = 1 << 20;
+
+/// Prints a finished run's small outputs as a local `xpuctl run` prints them (tables as
+/// pandas does, tensors as numpy does); larger ones stay in the outputs table above.
+fn print_outputs(client: &Client, run: &Value) -> Result<()> {
+    let id = run["run_id"].as_str().unwrap_or("");
+    for o in run["outputs"].as_array().into_iter().flatten() {
+        let name = o["name"].as_str().unwrap_or("");
+        if o["bytes"].as_u64().is_none_or(|b| b > PRINTED_OUTPUT) {
+            continue;
+        }
+        let bytes = client.get_bytes(&format!("/v1/runs/{id}/outputs/{name}"))?;
+        let tensor = if o["dtype"] == "table" {
+            let table = xpu_runtime::tensors::table_from_csv(&bytes)?;
+            xpu_ir::Tensor::from_vec(vec![], vec![table])?
+        } else {
+            xpu_runtime::tensors::read_bytes(name, "npy", &bytes)?.1
+        };
+        println!("{name}:\n{}", xpu_runtime::tensors::pretty(&tensor));
+    }
+    Ok(())
+}
+
 /// `xpuctl submit`.
 pub fn submit(
     client: &Client,
     program: &Path,
+    on_server: bool,
     inputs: &[String],
     policy: Option<&str>,
     labels: &[String],
     wait: bool,
     format: Format,
 ) -> Result<()> {
-    let bytes =
-        std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
     let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut body = json!({"program": {"name": name}, "labels": {}, "inputs": {}});
-    if xpu_runtime::ProgramKind::of(&name).is_some_and(|k| k.is_text()) {
-        body["program"]["source"] = json!(String::from_utf8_lossy(&bytes));
+    if on_server {
+        // A file under one of the server's model roots: nothing is read or uploaded here,
+        // so a model of any size can be submitted.
+        body["program"] = json!({"path": program.display().to_string()});
     } else {
-        body["program"]["source_base64"] =
-            json!(base64::engine::general_purpose::STANDARD.encode(&bytes));
+        let bytes =
+            std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
+        if xpu_runtime::ProgramKind::of(&name).is_some_and(|k| k.is_text()) {
+            body["program"]["source"] = json!(String::from_utf8_lossy(&bytes));
+        } else {
+            body["program"]["source_base64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(&bytes));
+        }
     }
     for kv in labels {
         let (k, v) = kv
@@ -187,13 +248,12 @@ pub fn submit(
             .ok_or_else(|| crate::usage(format!("--label {kv:?}: expected KEY=VALUE")))?;
         body["labels"][k] = json!(v);
     }
-    for arg in inputs {
-        let (n, path) = arg
-            .split_once('=')
-            .ok_or_else(|| crate::usage(format!("--input {arg:?}: expected NAME=PATH.npy")))?;
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
-        body["inputs"][n] =
-            json!({"npy_base64": base64::engine::general_purpose::STANDARD.encode(bytes)});
+    // The same input forms as `run` (NAME=PATH.npy, NAME=PATH.pb, or PATH.pb named by its
+    // proto), sent as .npy, the form the API takes.
+    for (name, (_, tensor)) in crate::read_inputs(inputs)? {
+        let npy = xpu_runtime::tensors::npy_bytes(&tensor)?;
+        body["inputs"][name] =
+            json!({"npy_base64": base64::engine::general_purpose::STANDARD.encode(npy)});
     }
     match policy {
         Some(p) if p.ends_with(".toml") && Path::new(p).exists() => {
@@ -230,7 +290,12 @@ pub fn submit(
     }
     match format {
         Format::Json => print_json(&run),
-        Format::Text => print_run(&run),
+        Format::Text => {
+            print_run(&run);
+            if wait {
+                print_outputs(client, &run)?;
+            }
+        }
     }
     if run["status"] == "failed" || run["status"] == "timed_out" {
         return Err(anyhow::Error::new(crate::Reported));
@@ -318,6 +383,37 @@ fn explanation(
     serde_json::from_value(v).map_err(|e| anyhow!("run {run}: unreadable explanation: {e}"))
 }
 
+/// The explanation as JSON that says which run it explains: `run_id` and `status` beside
+/// the explanation's own fields (`policy`: name, version, sha256, …).
+fn explained_run_json(
+    client: Option<&Client>,
+    store: Option<&xpu_store::Store>,
+    run: &str,
+    ex: &xpu_plan::Explanation,
+) -> Result<String> {
+    let status = match (store, client) {
+        (Some(s), _) => s
+            .run(run, xpu_store::Scope::All)?
+            .map(|r| r.status.name().to_string())
+            .unwrap_or_default(),
+        (None, Some(c)) => c
+            .get(&format!("/v1/runs/{run}"))?
+            .get("status")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        (None, None) => String::new(),
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("run_id".into(), run.into());
+    out.insert("status".into(), status.into());
+    let serde_json::Value::Object(fields) = serde_json::to_value(ex)? else {
+        bail!("run {run}: the explanation is not a JSON object");
+    };
+    out.extend(fields);
+    Ok(serde_json::to_string_pretty(&serde_json::Value::Object(out))?)
+}
+
 pub fn explain(
     client: Option<&Client>,
     store_dir: Option<&PathBuf>,
@@ -339,7 +435,7 @@ pub fn explain(
     }
     let Some(other) = diff else {
         match format {
-            Format::Json => println!("{}", ex.to_json()),
+            Format::Json => println!("{}", explained_run_json(client, store.as_ref(), run, &ex)?),
             Format::Text => print!("{}", xpu_plan::render::explanation_text(&ex, true)),
         }
         return Ok(());

@@ -124,7 +124,11 @@ enum Command {
     /// Submit a job to xpud (a progress spinner while --wait waits).
     Submit {
         program: PathBuf,
-        /// An input: NAME=PATH.npy.
+        /// PROGRAM is a path under one of the server's model_roots, read there (for models
+        /// larger than the server's request limit); nothing is uploaded.
+        #[arg(long)]
+        on_server: bool,
+        /// An input: NAME=PATH.npy, NAME=PATH.pb, or PATH.pb (named by its proto).
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
         /// A policy name known to the daemon, or a local FILE.toml sent inline.
@@ -496,8 +500,17 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
         }
         Command::Ir(ir) => ir_command(ir),
         Command::Repl => repl::repl(),
-        Command::Submit { program, inputs, policy, labels, wait, format } => {
-            client::submit(&connect()?, &program, &inputs, policy.as_deref(), &labels, wait, format)
+        Command::Submit { program, on_server, inputs, policy, labels, wait, format } => {
+            client::submit(
+                &connect()?,
+                &program,
+                on_server,
+                &inputs,
+                policy.as_deref(),
+                &labels,
+                wait,
+                format,
+            )
         }
         Command::Status { run, format } => client::status(&connect()?, &run, format),
         Command::List { status, policy, labels, limit, cursor, format } => client::list(
@@ -610,7 +623,7 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
 }
 
 /// Reads every `--input` file once: name → (the argument as given, the tensor).
-fn read_inputs(args: &[String]) -> Result<BTreeMap<String, (String, Tensor)>> {
+pub(crate) fn read_inputs(args: &[String]) -> Result<BTreeMap<String, (String, Tensor)>> {
     let mut read: BTreeMap<String, (String, Tensor)> = BTreeMap::new();
     for arg in args {
         let (name, path) = match arg.split_once('=') {

@@ -958,12 +958,65 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// Documents on every operation the error answers that come from outside its handler, in
+/// the one error format: 400 (a malformed path, query or body), 401/403 (authentication, on
+/// operations that need a token), 404 (an unknown id in the path), 413/415/422 (a request
+/// body too large, not JSON, or not the expected shape), 429 and 503 (a full queue or a
+/// draining daemon, where jobs start). Written once here rather than on each handler, so a
+/// new operation cannot forget them.
+struct ErrorResponses;
+
+impl utoipa::Modify for ErrorResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let error = |what: &str| {
+            ResponseBuilder::new()
+                .description(what)
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
+                .build()
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let starts_jobs = path == "/v1/jobs" || path.ends_with("/replay");
+            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                let mut add = |status: &str, what: &str| {
+                    op.responses.responses.entry(status.to_string()).or_insert(error(what).into());
+                };
+                if path.starts_with("/v1/") {
+                    add("400", "Malformed path, query or body");
+                }
+                if op.security.is_some() {
+                    add("401", "Missing or unknown bearer token");
+                    add("403", "The token lacks the scope");
+                }
+                if path.contains('{') {
+                    add("404", "No such run, output or policy");
+                }
+                if op.request_body.is_some() {
+                    add("413", "Body over limits.max_body_bytes");
+                    add("415", "Body is not application/json");
+                    add(
+                        "422",
+                        "Body is JSON of the wrong shape, or an invalid program, policy or input",
+                    );
+                }
+                if starts_jobs {
+                    add("429", "The job queue is full (Retry-After)");
+                    add("503", "The daemon is draining");
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "xpud", description = "The xpu daemon: jobs planned under policies, run, stored and explained."),
     paths(submit, list_runs, get_run, explain, output, cancel, replay, dry_run, list_policies,
         get_policy, validate_policy, engines, search, sql, healthz, readyz, metrics),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &ErrorResponses),
     tags((name = "jobs"), (name = "runs"), (name = "plans"), (name = "policies"), (name = "engines"),
         (name = "admin"), (name = "health"))
 )]

@@ -30,6 +30,10 @@ pub struct Config {
     pub limits: Limits,
     pub store: StoreSettings,
     pub engines: Engines,
+    /// The keys whose built-in default was replaced by a data-dir path at load (no checkout
+    /// in the working directory); not a setting.
+    #[serde(skip)]
+    pub settled: Vec<&'static str>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -129,6 +133,7 @@ impl Default for Config {
             limits: Limits::default(),
             store: StoreSettings::default(),
             engines: Engines::default(),
+            settled: Vec::new(),
         }
     }
 }
@@ -190,6 +195,8 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("limits.engine_concurrency.{engine}: {message}")]
     EngineLimit { engine: String, message: String },
+    #[error("cannot prepare {0}")]
+    Prepare(String),
 }
 
 impl Config {
@@ -212,9 +219,91 @@ impl Config {
             })
             .split("__");
         fig = fig.merge(env).merge(Serialized::defaults(flags));
-        let config: Config = fig.extract().map_err(|e| ConfigError::Figment(Box::new(e)))?;
+        let mut config: Config = fig.extract().map_err(|e| ConfigError::Figment(Box::new(e)))?;
         config.check()?;
+        config.settle_defaults()?;
         Ok(config)
+    }
+
+    /// The built-in defaults name a source checkout's directories (`policies/examples`,
+    /// `examples`); started anywhere else, a daemon uses its data dir instead: the example
+    /// policies built into the binary in `<data dir>/policies`, and `<data dir>/data` and
+    /// `<data dir>/models` as roots (made by [`Config::prepare_dirs`]). Paths an operator
+    /// configured are never replaced (a missing one is an error at start, as before).
+    fn settle_defaults(&mut self) -> Result<(), ConfigError> {
+        let defaults = Config::default();
+        let missing = |dirs: &[PathBuf]| !dirs.iter().all(|d| d.exists());
+        if self.policy_dirs == defaults.policy_dirs && missing(&self.policy_dirs) {
+            self.policy_dirs = vec![self.data_dir.join("policies")];
+            self.settled.push("policy_dirs");
+        }
+        if self.data_roots == defaults.data_roots && missing(&self.data_roots) {
+            self.data_roots = vec![self.data_dir.join("data")];
+            self.settled.push("data_roots");
+        }
+        if self.model_roots == defaults.model_roots && missing(&self.model_roots) {
+            self.model_roots = vec![self.data_dir.join("models")];
+            self.settled.push("model_roots");
+        }
+        Ok(())
+    }
+
+    /// Makes what [`Config::load`] chose in the data dir exist: the built-in example
+    /// policies written to `<data dir>/policies` (files already there are kept), the data
+    /// and model roots created. Called when the daemon starts, not at load, so checking a
+    /// configuration writes nothing.
+    pub fn prepare_dirs(&self) -> Result<(), ConfigError> {
+        let io = |what: &str, p: &Path, e: std::io::Error| {
+            ConfigError::Prepare(format!("{what} {}: {e}", p.display()))
+        };
+        if self.settled.contains(&"policy_dirs") {
+            for dir in &self.policy_dirs {
+                crate::policies::write_builtin_examples(dir)
+                    .map_err(|e| io("policy directory", dir, e))?;
+            }
+        }
+        for (key, dirs) in [("data_roots", &self.data_roots), ("model_roots", &self.model_roots)] {
+            if self.settled.contains(&key) {
+                for dir in dirs {
+                    std::fs::create_dir_all(dir).map_err(|e| io(key, dir, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the daemon uses, for its start-up lines: policies, roots, engine libraries.
+    pub fn describe(&self) -> Vec<String> {
+        let list = |v: &[PathBuf]| {
+            v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        };
+        let why = |key: &str| {
+            if self.settled.contains(&key) { " (built-in default: no checkout here)" } else { "" }
+        };
+        let libs = self.engines.libraries(&self.data_dir);
+        let lib = |configured: &Option<PathBuf>, env: &str, rel: &str| match std::env::var_os(env)
+            .map(PathBuf::from)
+            .or_else(|| configured.clone())
+        {
+            Some(p) => format!("{} (configured)", p.display()),
+            None => match xpu_engine::find_upwards(Path::new(rel)) {
+                Some(p) => format!("{} (found)", p.display()),
+                None => {
+                    format!("not found ({rel} from `make setup`, or configure it): unavailable")
+                }
+            },
+        };
+        vec![
+            format!("data dir: {}", self.data_dir.display()),
+            format!("policies: {}{}", list(&self.policy_dirs), why("policy_dirs")),
+            format!("data roots: {}{}", list(&self.data_roots), why("data_roots")),
+            format!("model roots: {}{}", list(&self.model_roots), why("model_roots")),
+            format!(
+                "onnx runtime: {}",
+                lib(&libs.ort, "XPU_ORT_LIBRARY", ".deps/onnxruntime/libonnxruntime.so")
+            ),
+            format!("openvino: {}", lib(&libs.openvino_dir, "XPU_OPENVINO_DIR", ".deps/openvino")),
+        ]
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {

@@ -15,9 +15,10 @@ pub struct ErrorBody {
     pub code: String,
     /// What went wrong, for a person.
     pub message: String,
-    /// Structured context (diagnostics, limits); null when there is none.
-    #[schema(value_type = Object)]
-    pub details: serde_json::Value,
+    /// Structured context (diagnostics, limits); absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -85,8 +86,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            ErrorBody { code: self.code.to_string(), message: self.message, details: self.details };
+        let details = (!self.details.is_null()).then_some(self.details);
+        let body = ErrorBody { code: self.code.to_string(), message: self.message, details };
         let mut r = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -133,7 +134,10 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
     let message = match status.as_u16() {
         404 => "no such route (the API is under /v1; see /openapi.json)".to_string(),
         405 => "this route does not take that method".to_string(),
-        413 => "the request body is larger than limits.max_body_bytes".to_string(),
+        413 => "the request body is larger than limits.max_body_bytes: send a large model by \
+                path (`program.path`, a file under one of the server's model_roots; \
+                `xpuctl submit --on-server PATH`) or raise the limit"
+            .to_string(),
         _ => status.canonical_reason().unwrap_or("error").to_string(),
     };
     let allow = r.headers().get(header::ALLOW).cloned();

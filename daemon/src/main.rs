@@ -102,6 +102,7 @@ fn run(cli: Cli) -> Result<()> {
 async fn serve(config: Config) -> Result<()> {
     let addr = config.listen_addr()?;
     let drain = Duration::from_secs(config.limits.drain_timeout_s);
+    config.prepare_dirs()?;
     let app = xpud::App::start(config)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -113,11 +114,24 @@ async fn serve(config: Config) -> Result<()> {
         app.config.workers(),
         if app.config.dev { ", --dev: no authentication" } else { "" }
     );
+    for line in app.config.describe() {
+        tracing::info!("{line}");
+        if app.config.dev {
+            println!("{line}");
+        }
+    }
     if app.config.dev {
+        // The xpuctl beside this binary (the build's, or an installed pair), so the printed
+        // commands work as typed even when xpuctl is not on the PATH.
+        let xpuctl = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("xpuctl")))
+            .filter(|p| p.exists())
+            .map_or_else(|| "xpuctl".to_string(), |p| p.display().to_string());
         println!(
             "xpud is up: http://{addr}  (API console http://{addr}/docs)\n\
-             submit the example job:  xpuctl --server http://{addr} submit examples/example.ml --wait\n\
-             then explain it:         xpuctl --server http://{addr} explain RUN_ID"
+             submit the example job:  {xpuctl} --server http://{addr} submit examples/example.ml --wait\n\
+             then explain it:         {xpuctl} --server http://{addr} explain RUN_ID"
         );
     }
     let _watch = if app.config.watch_policies {

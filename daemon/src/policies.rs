@@ -21,6 +21,34 @@ pub struct PolicySet {
 
 pub const BUILTIN_DEFAULT: &str = "[policy]\nname = \"default\"\n";
 
+/// The example policies (policies/examples), built into the binary: a daemon started outside
+/// a checkout serves them from `<data dir>/policies` (written there on first start).
+pub const BUILTIN_EXAMPLES: &[(&str, &str)] = &[
+    ("base.toml", include_str!("../../policies/examples/base.toml")),
+    ("cpu-only.toml", include_str!("../../policies/examples/cpu-only.toml")),
+    ("deterministic-audit.toml", include_str!("../../policies/examples/deterministic-audit.toml")),
+    ("edge-riscv.toml", include_str!("../../policies/examples/edge-riscv.toml")),
+    ("latency-gpu.toml", include_str!("../../policies/examples/latency-gpu.toml")),
+    ("npu-openvino.toml", include_str!("../../policies/examples/npu-openvino.toml")),
+    ("openvino-cpu.toml", include_str!("../../policies/examples/openvino-cpu.toml")),
+    ("ort-cpu.toml", include_str!("../../policies/examples/ort-cpu.toml")),
+];
+
+/// Writes the built-in example policies into `dir` (files already there are kept: an
+/// operator's edits win) and returns how many were written.
+pub fn write_builtin_examples(dir: &std::path::Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = 0;
+    for (name, text) in BUILTIN_EXAMPLES {
+        let path = dir.join(name);
+        if !path.exists() {
+            std::fs::write(&path, text)?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
 impl PolicySet {
     pub fn load(dirs: &[PathBuf]) -> Result<PolicySet, String> {
         let loader = Loader::new();

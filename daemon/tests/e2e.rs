@@ -137,8 +137,32 @@ fn xpuctl_drives_a_real_daemon() {
     let id = run["run_id"].as_str().unwrap();
     let (ok, out) = xpuctl(&d.url, &["explain", id]);
     assert!(ok && out.contains("describe") && out.contains("table.duckdb"), "{out}");
+    // The JSON form says which run it explains.
+    let (ok, out) = xpuctl(&d.url, &["explain", id, "--format", "json"]);
+    assert!(ok, "{out}");
+    let ex: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(ex["run_id"], id, "{out}");
+    assert_eq!(ex["status"], "succeeded", "{out}");
+    assert_eq!(ex["policy"]["name"], run["policy"], "{out}");
     let (ok, out) = xpuctl(&d.url, &["status", id]);
     assert!(ok && out.contains("succeeded"), "{out}");
+    // A waited submit prints what the program prints, as a local run does.
+    let (ok, out) = xpuctl(&d.url, &["submit", "examples/example.ml", "--wait"]);
+    assert!(ok && out.contains("print_0:") && out.contains("mean") && out.contains("50%"), "{out}");
+    // Inputs take the forms `run` takes, and a model can be named on the server.
+    let (ok, out) = xpuctl(
+        &d.url,
+        &["submit", "mlp.onnx", "--on-server", "--input", "x=examples/mlp_input.npy", "--wait"],
+    );
+    assert!(ok && out.contains("succeeded"), "{out}");
+    // A body over the server's limit is explained, not a transport error.
+    let big = dir.path().join("big.onnx");
+    std::fs::write(&big, vec![7u8; 20 << 20]).unwrap();
+    let (ok, out) = xpuctl(&d.url, &["submit", big.to_str().unwrap()]);
+    // (Either the server's 413 arrives, or the connection closes mid-upload and the client
+    // says what that means; both name the way out.)
+    assert!(!ok && (out.contains("413") || out.contains("request limit")), "{out}");
+    assert!(out.contains("--on-server") && out.contains("max_body_bytes"), "{out}");
     let (ok, out) = xpuctl(&d.url, &["list", "--label", "team=titanic"]);
     assert!(ok && out.contains(id), "{out}");
     let (ok, out) =
@@ -158,7 +182,8 @@ fn xpuctl_drives_a_real_daemon() {
     let (ok, out) = xpuctl(&d.url, &["replay", id, "--verify"]);
     assert!(ok && out.contains("identical"), "{out}");
     let (ok, out) = xpuctl(&d.url, &["sql", "SELECT count(*) AS runs FROM runs"]);
-    assert!(ok && out.contains('3'), "{out}");
+    // example.ml twice, mlp.onnx, tensors.ml, the replay.
+    assert!(ok && out.contains('5'), "{out}");
     let (ok, out) = xpuctl(&d.url, &["policies"]);
     assert!(ok && out.contains("cpu-only") && out.contains("latency-gpu"), "{out}");
     let (ok, out) = xpuctl(&d.url, &["engines", "--remote"]);

@@ -50,7 +50,57 @@ pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>
     }
 }
 
+/// The longest `.npy` header accepted (numpy's own reader refuses more than 10,000 bytes by
+/// default, `max_header_size`).
+const NPY_MAX_HEADER: usize = 10_000;
+
+/// How deep brackets may nest in a `.npy` header: a real one is a dict holding a tuple (2);
+/// a structured dtype adds a list of tuples (4).
+const NPY_MAX_NESTING: usize = 8;
+
+/// Checks a `.npy` header's length and bracket nesting in one linear pass before it reaches
+/// npyz, whose literal parser backtracks: a header of ~1,500 `[` took minutes there.
+fn check_npy_header(bytes: &[u8]) -> Result<()> {
+    let Some(rest) = bytes.strip_prefix(b"\x93NUMPY") else {
+        bail!("the file does not start with numpy's magic `\\x93NUMPY`");
+    };
+    let (len, start) = match rest {
+        [1, _, a, b, ..] => (u16::from_le_bytes([*a, *b]) as usize, 10),
+        [2 | 3, _, a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 12),
+        [v, ..] => bail!("unknown .npy format version {v}"),
+        [] => bail!("the file ends inside the header"),
+    };
+    if len > NPY_MAX_HEADER {
+        bail!("the header is {len} bytes; at most {NPY_MAX_HEADER} are accepted");
+    }
+    let header = bytes.get(start..start + len).ok_or_else(|| {
+        TensorFileError(format!("the header claims {len} bytes but the file ends before"))
+    })?;
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    for (i, &b) in header.iter().enumerate() {
+        match (quote, b) {
+            (Some(q), _) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'\'' | b'"') => quote = Some(b),
+            (None, b'(' | b'[' | b'{') => {
+                depth += 1;
+                if depth > NPY_MAX_NESTING {
+                    bail!(
+                        "the header nests brackets more than {NPY_MAX_NESTING} deep (at byte {})",
+                        start + i
+                    );
+                }
+            }
+            (None, b')' | b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
+    check_npy_header(bytes)?;
     let npy = npyz::NpyFile::new(bytes)?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     if npy.order() == npyz::Order::Fortran {
@@ -300,8 +350,65 @@ pub fn csv_bytes(t: &xpu_ir::Table) -> Result<Vec<u8>> {
     w.into_inner().map_err(|e| TensorFileError(e.to_string()))
 }
 
+/// Reads back a table written by [`csv_bytes`]: a column whose cells all read as integers is
+/// i64, as numbers f64 (floats are written with a point or exponent), as `True`/`False`
+/// bool, otherwise string; an empty cell is missing.
+pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
+    use xpu_ir::{Column, ColumnData};
+    let mut r = csv::ReaderBuilder::new().from_reader(bytes);
+    let names: Vec<String> = r.headers()?.iter().map(str::to_string).collect();
+    let mut cells: Vec<Vec<Option<String>>> = vec![Vec::new(); names.len()];
+    for rec in r.records() {
+        let rec = rec?;
+        for (i, col) in cells.iter_mut().enumerate() {
+            col.push(rec.get(i).filter(|c| !c.is_empty()).map(str::to_string));
+        }
+    }
+    let columns = names
+        .into_iter()
+        .zip(cells)
+        .map(|(name, col)| {
+            let all = |ok: &dyn Fn(&str) -> bool| col.iter().flatten().all(|c| ok(c));
+            let data = if all(&|c| c.parse::<i64>().is_ok()) {
+                ColumnData::I64(
+                    col.iter().map(|c| c.as_ref().and_then(|c| c.parse().ok())).collect(),
+                )
+            } else if all(&|c| c.parse::<f64>().is_ok()) {
+                ColumnData::F64(
+                    col.iter().map(|c| c.as_ref().and_then(|c| c.parse().ok())).collect(),
+                )
+            } else if all(&|c| c == "True" || c == "False") {
+                ColumnData::Bool(col.iter().map(|c| c.as_ref().map(|c| c == "True")).collect())
+            } else {
+                ColumnData::String(col)
+            };
+            Column { name, data }
+        })
+        .collect();
+    Ok(xpu_ir::Table::new(columns))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tables_read_back_from_csv_with_their_types() {
+        use xpu_ir::{Column, ColumnData, Table};
+        let t = Table::new(vec![
+            Column { name: "n".into(), data: ColumnData::I64(vec![Some(1), None, Some(-3)]) },
+            Column { name: "x".into(), data: ColumnData::F64(vec![Some(1.0), Some(2.5), None]) },
+            Column {
+                name: "b".into(),
+                data: ColumnData::Bool(vec![Some(true), None, Some(false)]),
+            },
+            Column {
+                name: "s".into(),
+                data: ColumnData::String(vec![Some("a,\"b\"".into()), Some("7x".into()), None]),
+            },
+        ]);
+        let back = super::table_from_csv(&super::csv_bytes(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+    }
+
     use super::*;
 
     fn sample_npy() -> Vec<u8> {
@@ -371,5 +478,44 @@ mod tests {
         huge.extend_from_slice(header.as_bytes());
         let err = read_npy(&huge).unwrap_err().to_string();
         assert!(err.contains("needs more data than the file"), "{err}");
+    }
+
+    /// A header as found by mutation (a valid start, then ~1,500 `[`) hung npyz's parser for
+    /// minutes; deep nesting and oversized headers are now refused in one linear pass.
+    #[test]
+    fn hostile_npy_headers_are_refused_promptly() {
+        let npy = |header: &str, version: u8| {
+            let mut v = b"\x93NUMPY".to_vec();
+            v.extend_from_slice(&[version, 0]);
+            if version == 1 {
+                v.extend_from_slice(&(header.len() as u16).to_le_bytes());
+            } else {
+                v.extend_from_slice(&(header.len() as u32).to_le_bytes());
+            }
+            v.extend_from_slice(header.as_bytes());
+            v
+        };
+        let start = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 8),";
+        let cases = [
+            (npy(&format!("{start}{}", "[".repeat(1500)), 1), "nests brackets more than 8 deep"),
+            (npy(&format!("{start}{}", "(".repeat(100_000)), 3), "at most 10000 are accepted"),
+            (npy(&"{".repeat(9000), 1), "nests brackets more than 8 deep"),
+            // Brackets inside a string are text, not nesting: refused later, by npyz.
+            (npy(&format!("{start} 'x': '{}' }}", "[".repeat(5000)), 1), ""),
+            (npy(&" ".repeat(9999), 2), ""),
+        ];
+        for (bytes, want) in cases {
+            let started = std::time::Instant::now();
+            let err = read_npy(&bytes).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+            // A hang detector, not a speed bar: the old parser took minutes.
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "{err}");
+        }
+        // Through the file reader, the error names the file.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("deep.npy");
+        std::fs::write(&p, npy(&format!("{start}{}", "[".repeat(1500)), 1)).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(err.contains("deep.npy: not a valid .npy file"), "{err}");
     }
 }

@@ -17,8 +17,15 @@ const MAX_DIAGNOSTICS: usize = 50;
 /// the input.
 const MAX_NESTING: usize = 100;
 
+/// Most binary operators and pipes in one statement. A chain `a + b + … + z` folds into a
+/// tree as deep as it is long, and the checker, the lowering and dropping the tree all walk
+/// that depth recursively: a 100,000-term line overflowed the stack. Nested statements (in
+/// blocks) count for themselves.
+const MAX_OPERATORS: usize = 1000;
+
 pub fn parse(src: &str) -> (Program, Vec<Diagnostic>) {
-    let mut p = Parser { toks: lex(src), pos: 0, depth: 0, nesting: 0, diags: Vec::new() };
+    let mut p =
+        Parser { toks: lex(src), pos: 0, depth: 0, nesting: 0, operators: 0, diags: Vec::new() };
     let stmts = p.stmts_until(|t| matches!(t, Tok::Eof));
     let line_starts =
         std::iter::once(0).chain(src.match_indices('\n').map(|(i, _)| i + 1)).collect();
@@ -32,6 +39,9 @@ struct Parser {
     depth: usize,
     /// Recursion depth of expressions and blocks (bounded by MAX_NESTING).
     nesting: usize,
+    /// Binary operators and pipes folded in the current statement (bounded by
+    /// MAX_OPERATORS).
+    operators: usize,
     diags: Vec<Diagnostic>,
 }
 
@@ -202,6 +212,14 @@ impl Parser {
     }
 
     fn stmt(&mut self) -> Option<Stmt> {
+        // A statement inside a block counts its own operators; the enclosing one's resume.
+        let outer = std::mem::replace(&mut self.operators, 0);
+        let stmt = self.stmt_inner();
+        self.operators = outer;
+        stmt
+    }
+
+    fn stmt_inner(&mut self) -> Option<Stmt> {
         let start = self.span();
         let kind = match self.peek().clone() {
             Tok::Let => {
@@ -334,6 +352,10 @@ impl Parser {
             let (_, pipe_span) = self.bump();
             let rhs = self.postfix();
             let span = lhs.span.to(rhs.span);
+            if self.too_many_operators(span) {
+                lhs = Expr { kind: ExprKind::Error, span };
+                continue;
+            }
             lhs = match rhs.kind {
                 ExprKind::Call { callee, mut args, .. } => {
                     args.insert(0, Arg { name: None, value: lhs });
@@ -368,7 +390,28 @@ impl Parser {
 
     fn binary(&mut self, lhs: Expr, op: BinOp, rhs: Expr) -> Expr {
         let span = lhs.span.to(rhs.span);
+        if self.too_many_operators(span) {
+            return Expr { kind: ExprKind::Error, span };
+        }
         Expr { kind: ExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, span }
+    }
+
+    /// Counts one more operator in the statement; past the bound, reports it once and says
+    /// so (the caller then folds to an error node, so the tree stops growing).
+    fn too_many_operators(&mut self, span: Span) -> bool {
+        self.operators += 1;
+        if self.operators == MAX_OPERATORS + 1 {
+            self.error(
+                Diagnostic::error(
+                    "E0010",
+                    span,
+                    format!("more than {MAX_OPERATORS} operators in one statement"),
+                )
+                .label("too long")
+                .help(Some("split the expression with `let`".into())),
+            );
+        }
+        self.operators > MAX_OPERATORS
     }
 
     fn or_expr(&mut self) -> Expr {

@@ -8,12 +8,22 @@ use xpu_ir::OpClass;
 
 use crate::{Availability, EngineError};
 
-/// `rel` under the working directory or the nearest of its parents that has it: where
-/// `make setup` put an engine's runtime library (`.deps/…` in the repository) when nothing
-/// configured a path.
+/// `rel` under the nearest directory that has it, looking up from the working directory,
+/// the binary's directory and the source checkout: where `make setup` put an engine's
+/// runtime library (`.deps/…` in the repository) when nothing configured a path.
 pub fn find_upwards(rel: &Path) -> Option<PathBuf> {
-    let cwd = std::env::current_dir().ok()?;
-    cwd.ancestors().map(|d| d.join(rel)).find(|p| p.exists())
+    // The working directory, then where the binary is (an installed layout), then the
+    // checkout it was built from (where `make setup` puts libraries), so a binary run from
+    // any directory finds them.
+    let starts = [
+        std::env::current_dir().ok(),
+        std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+    ];
+    starts
+        .into_iter()
+        .flatten()
+        .find_map(|start| start.ancestors().map(|d| d.join(rel)).find(|p| p.exists()))
 }
 
 /// A runtime loaded at most once per process (its bindings keep one global API table). A

@@ -369,6 +369,22 @@ fn decimal_shape(d: &[u8]) -> bool {
         && (whole.len() == 1 || whole[0] != b'0')
 }
 
+/// `mantissa(e|E)[+-]digits`, the mantissa an integer or a plain decimal: how pandas, numpy
+/// and R write small and large floats (`1e-06`, `2.5E+10`), which DuckDB's sniffer reads as
+/// DOUBLE.
+fn exponent_shape(d: &[u8]) -> bool {
+    let Some(e) = d.iter().position(|&b| b == b'e' || b == b'E') else { return false };
+    let (mantissa, exp) = (&d[..e], &d[e + 1..]);
+    let exp = exp.strip_prefix(b"-").or_else(|| exp.strip_prefix(b"+")).unwrap_or(exp);
+    let plain_int = !mantissa.is_empty()
+        && mantissa.iter().all(u8::is_ascii_digit)
+        && (mantissa.len() == 1 || mantissa[0] != b'0');
+    (plain_int || decimal_shape(mantissa))
+        && !exp.is_empty()
+        && exp.len() <= 3
+        && exp.iter().all(u8::is_ascii_digit)
+}
+
 /// Appends the ASCII digits at `d[*i..]` to `mantissa`, two at a time (which halves the
 /// chain of dependent multiply-adds that bounds a digit loop); returns how many it read.
 fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
@@ -396,10 +412,11 @@ fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
 /// The schema of a CSV file whose every column is plainly numeric, read without DuckDB:
 /// the header, then the first 20,480 rows and 2,048 rows at each of four later points of
 /// the file (DuckDB's sniffer also samples beyond the start). A column whose non-missing
-/// cells are all integers without a sign or leading zeros is i64, one of plain decimals f64
-/// — what DuckDB's sniffer answers for such files. `None` — DuckDB decides — for anything
-/// else: quote characters, strings, dates, booleans, exponents, a column with no value in
-/// the sample, duplicate or empty names, ragged rows, invalid UTF-8.
+/// cells are all integers without a sign or leading zeros is i64, one of plain decimals or
+/// numbers with an exponent (`1e-06`, as pandas writes small values) f64 — what DuckDB's
+/// sniffer answers for such files. `None` — DuckDB decides — for anything else: quote
+/// characters, strings, dates, booleans, a column with no value in the sample, duplicate or
+/// empty names, ragged rows, invalid UTF-8.
 pub fn numeric_schema(
     path: &str,
     sep: u8,
@@ -445,7 +462,7 @@ pub fn numeric_schema(
                     && digits.iter().all(u8::is_ascii_digit)
                     && (digits.len() == 1 || digits[0] != b'0')
                     && field.parse::<i64>().is_ok();
-                let decimal = integer || decimal_shape(digits);
+                let decimal = integer || decimal_shape(digits) || exponent_shape(digits);
                 if !decimal {
                     return None;
                 }

@@ -270,7 +270,19 @@ fn numeric_schemas_match_duckdbs_sniffer() {
         ("crlf", format!("a,b\r\n{}", body(&|i| format!("{i},{}.5\r\n", i % 10))), true),
         ("words", format!("a,b\n{}", body(&|i| format!("{i},w{i}\n"))), false),
         ("zeros", format!("a,b\n{}", body(&|i| format!("00{i},{i}\n"))), false),
-        ("exponents", format!("a,b\n{}", body(&|i| format!("{i}e3,{i}\n"))), false),
+        ("exponents", format!("a,b\n{}", body(&|i| format!("{i}e3,{i}\n"))), true),
+        // As pandas' `round(6).to_csv` writes them: mostly plain, a few tiny values.
+        (
+            "pandas_floats",
+            format!(
+                "a,b,c\n{}",
+                body(&|i| match i % 1000 {
+                    7 => format!("{i},1e-06,-2.5E+10\n"),
+                    _ => format!("{i},0.{:06},{}.5\n", i % 999_983, i),
+                })
+            ),
+            true,
+        ),
         ("quoted", format!("a,b\n{}", body(&|i| format!("\"{i}\",{i}\n"))), false),
         ("empty_column", format!("a,b\n{}", body(&|i| format!("{i},\n"))), false),
     ];
