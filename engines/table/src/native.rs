@@ -149,6 +149,16 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// One record already read as numbers, one per file column.
+    fn push_row(&mut self, row: &[f64]) {
+        for (col, out) in self.keep.iter().zip(self.columns.iter_mut()) {
+            if let Some(values) = out.as_mut() {
+                values.push(row[*col]);
+            }
+        }
+        self.rows += 1;
+    }
+
     /// One record whose first byte is at `at` in the file.
     fn record(&mut self, fields: &[&[u8]], at: usize) -> Result<(), String> {
         if fields.len() != self.width {
@@ -179,6 +189,65 @@ impl Sink<'_> {
     }
 }
 
+/// The plain decimal (`[+-]?digits[.digits]`, at most 15 digits) that starts at `s[*i]`,
+/// read exactly as [`plain_decimal`] reads it; `*i` moves past it. `None` when there is none
+/// there. Reading the number while finding where it ends saves a second walk over each field.
+#[inline]
+fn decimal_at(s: &[u8], i: &mut usize) -> Option<f64> {
+    const POW10: [f64; 16] =
+        [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+    let mut p = *i;
+    let negative = s.get(p) == Some(&b'-');
+    if negative || s.get(p) == Some(&b'+') {
+        p += 1;
+    }
+    // Wrapping arithmetic: more than 15 digits are refused below, whatever the sum became.
+    let mut mantissa: u64 = 0;
+    let whole_start = p;
+    while let Some(d) = s.get(p).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+        mantissa = mantissa.wrapping_mul(10).wrapping_add(d as u64);
+        p += 1;
+    }
+    let whole = p - whole_start;
+    let mut scale = 0;
+    if s.get(p) == Some(&b'.') {
+        p += 1;
+        let fraction_start = p;
+        while let Some(d) = s.get(p).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(d as u64);
+            p += 1;
+        }
+        scale = p - fraction_start;
+    }
+    if whole + scale == 0 || whole + scale > 15 {
+        return None;
+    }
+    *i = p;
+    let value = mantissa as f64 / POW10[scale];
+    Some(if negative { -value } else { value })
+}
+
+/// One record of exactly `row.len()` plain decimals starting at `chunk[pos]`, read in one
+/// pass into `row`; returns where the next record starts. `None` — nothing consumed — for
+/// anything else (a blank line, a missing or non-decimal cell, spaces, a ragged row), which
+/// the caller reads the general way.
+#[inline]
+fn decimal_record(chunk: &[u8], pos: usize, sep: u8, row: &mut [f64]) -> Option<usize> {
+    let mut i = pos;
+    let last = row.len().checked_sub(1)?;
+    for (k, value) in row.iter_mut().enumerate() {
+        *value = decimal_at(chunk, &mut i)?;
+        match chunk.get(i) {
+            Some(&c) if c == sep && k < last => i += 1,
+            Some(b'\n') if k == last => return Some(i + 1),
+            Some(b'\r') if k == last && chunk.get(i + 1) == Some(&b'\n') => return Some(i + 2),
+            None if k == last => return Some(i),
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// Reads the records of `buf[start..end]`. `plain`: the file has no quote characters, so a
 /// record is a line and a field what lies between separators (split with memchr); otherwise
 /// the csv crate's reader handles quoting.
@@ -191,8 +260,19 @@ fn scan_chunk(sink: &mut Sink<'_>, start: usize, end: usize, plain: bool) -> Res
     }
     let mut fields: Vec<&[u8]> = Vec::with_capacity(sink.width);
     if plain {
+        // Markers that read as numbers must be looked up before parsing, so only files
+        // without such markers take the one-pass reader.
+        let one_pass = !sink.na.numeric;
+        let mut row = vec![0.0; sink.width];
         let mut pos = 0;
         while pos < chunk.len() {
+            if one_pass {
+                if let Some(next) = decimal_record(chunk, pos, sep, &mut row) {
+                    sink.push_row(&row);
+                    pos = next;
+                    continue;
+                }
+            }
             let stop = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
             let mut line = &chunk[pos..stop];
             if let [rest @ .., b'\r'] = line {
@@ -705,9 +785,49 @@ mod tests {
             };
             let want: f64 = text.parse().unwrap();
             assert_eq!(parse_number(text.as_bytes()), Some(want), "{text}");
+            let (mut end, exact) = (0, plain_decimal(text.as_bytes()));
+            assert_eq!(decimal_at(text.as_bytes(), &mut end), exact, "{text}");
+            assert_eq!(end, if exact.is_some() { text.len() } else { 0 }, "{text}");
         }
         for odd in ["1e5", "-.5", "5.", "1.2.3", "--1", "0x10", "12345678901234567890"] {
             assert_eq!(parse_number(odd.as_bytes()), odd.parse::<f64>().ok(), "{odd}");
+        }
+    }
+
+    /// The one-pass reader takes a record only when every cell is a plain decimal, and then
+    /// reads exactly what splitting the line and parsing each cell reads.
+    #[test]
+    fn one_pass_records_agree_with_split_and_parse() {
+        let lines: &[(&str, Option<&[f64]>)] = &[
+            ("1,-2.5,3.25\n", Some(&[1.0, -2.5, 3.25])),
+            ("1,-2.5,3.25\r\n", Some(&[1.0, -2.5, 3.25])),
+            ("1,-2.5,3.25", Some(&[1.0, -2.5, 3.25])),
+            ("+0.000001,.5,7.\n", Some(&[0.000001, 0.5, 7.0])),
+            ("1,2\n", None),
+            ("1,2,3,4\n", None),
+            ("1,,3\n", None),
+            ("1, 2,3\n", None),
+            ("1,1e-06,3\n", None),
+            ("1,NA,3\n", None),
+            ("1,2,3\r", None),
+            ("\n", None),
+            ("1,1234567890123456,3\n", None),
+            ("1,2;3,4\n", None),
+        ];
+        for (line, want) in lines {
+            let mut row = [0.0; 3];
+            let got = decimal_record(line.as_bytes(), 0, b',', &mut row);
+            assert_eq!(got.is_some(), want.is_some(), "{line:?}");
+            if let Some(want) = want {
+                assert_eq!(got, Some(line.len()), "{line:?}");
+                assert_eq!(&row[..], *want, "{line:?}");
+                let split: Vec<f64> = line
+                    .trim_end()
+                    .split(',')
+                    .map(|f| parse_number(f.as_bytes()).unwrap())
+                    .collect();
+                assert_eq!(&row[..], &split[..], "{line:?}");
+            }
         }
     }
 
