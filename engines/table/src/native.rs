@@ -266,12 +266,10 @@ fn scan_chunk(sink: &mut Sink<'_>, start: usize, end: usize, plain: bool) -> Res
         let mut row = vec![0.0; sink.width];
         let mut pos = 0;
         while pos < chunk.len() {
-            if one_pass {
-                if let Some(next) = decimal_record(chunk, pos, sep, &mut row) {
-                    sink.push_row(&row);
-                    pos = next;
-                    continue;
-                }
+            if one_pass && let Some(next) = decimal_record(chunk, pos, sep, &mut row) {
+                sink.push_row(&row);
+                pos = next;
+                continue;
             }
             let stop = memchr::memchr(b'\n', &chunk[pos..]).map_or(chunk.len(), |i| pos + i);
             let mut line = &chunk[pos..stop];
