@@ -154,7 +154,7 @@ fn main() -> Result<()> {
             let bytes = std::fs::read(path)?;
             let inputs = model_inputs(&xpu_onnx::import_model(&bytes)?, batch)?;
             let mut a = Assignment::new(engine);
-            a.options.insert("threads".into(), threads.clone());
+            a.options.threads = Some(threads.parse().context("THREADS")?);
             let exe: Box<dyn xpu_engine::Executable> = if engine == "ort" {
                 let e = xpu_engine_ort::OrtEngine::load(None).without_profiling();
                 Box::new(e.prepare_model(path, &bytes, &a)?)

@@ -706,17 +706,9 @@ fn run(
                 .with_context(|| format!("cannot read {}", path.display()))?;
             let f = xpu_plan::FrozenPlan::from_json(&text)
                 .map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
-            let hash = g.content_hash();
-            if f.plan.source_graph_hash != hash {
-                bail!(
-                    "{}: the plan was made for graph {} ({}), not for {} ({})",
-                    path.display(),
-                    f.explanation.graph_name,
-                    &f.plan.source_graph_hash[..12],
-                    program.display(),
-                    &hash[..12]
-                );
-            }
+            f.validate(&g, &g.content_hash()).map_err(|e| {
+                anyhow::anyhow!("{}: {e} (program {})", path.display(), program.display())
+            })?;
             let live = registry.inventory().fingerprint();
             if f.plan.inventory.fingerprint != live {
                 eprintln!(

@@ -118,7 +118,13 @@ pub fn load_inventory(arg: Option<&Path>) -> Result<Inventory> {
     match arg {
         None => Ok(crate::registry().inventory()),
         Some(p) if p == Path::new("live") => Ok(crate::registry().inventory()),
-        Some(p) => xpu_policy::load_inventory(p).map_err(|d| anyhow!("{d}")),
+        Some(p) => {
+            let inv = xpu_policy::load_inventory(p).map_err(|d| anyhow!("{d}"))?;
+            for note in &inv.notes {
+                eprintln!("note: {}: {note}", p.display());
+            }
+            Ok(inv)
+        }
     }
 }
 

@@ -385,6 +385,7 @@ fn frozen_plans_replay_only_for_their_program() {
         plan_s,
     ]);
     assert_eq!(code, 0, "{err}");
+    let good_plan = std::fs::read_to_string(&plan).unwrap();
     let (code, out, err) = xpuctl(&[
         "run",
         "examples/mlp.sgr",
@@ -415,7 +416,7 @@ fn frozen_plans_replay_only_for_their_program() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("the plan was made for graph mlp"), "{err}");
-    std::fs::write(&plan, "{\"version\": 1, \"plan\": 5}").unwrap();
+    std::fs::write(&plan, "{\"version\": 2, \"plan\": 5}").unwrap();
     let (code, _, err) = xpuctl(&[
         "run",
         "examples/mlp.sgr",
@@ -427,7 +428,35 @@ fn frozen_plans_replay_only_for_their_program() {
         plan_s,
     ]);
     assert_eq!(code, 1);
-    assert!(err.contains("plan.json: not a frozen plan: invalid type"), "{err}");
+    assert!(err.contains("plan.json: not a frozen plan: plan: invalid type"), "{err}");
+    // A hand-edited plan naming a partition that does not exist: refused by field, exit 1.
+    std::fs::write(&plan, good_plan.replace("\"partition\": 0", "\"partition\": 99")).unwrap();
+    let (code, _, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--out",
+        out_s,
+        "--plan",
+        plan_s,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("plan.json: plan.placements[0].partition: 99 is not a partition"),
+        "{err}"
+    );
+    std::fs::write(&plan, good_plan.replace("\"version\": 2", "\"version\": 1")).unwrap();
+    let (code, _, err) = xpuctl(&[
+        "run",
+        "examples/mlp.sgr",
+        "--input",
+        "x=examples/mlp_input.npy",
+        "--plan",
+        plan_s,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("frozen plan format 1 is not supported"), "{err}");
     let (code, _, _) =
         xpuctl(&["run", "examples/mlp.sgr", "--plan", plan_s, "--policy", "cpu-only"]);
     assert_eq!(code, 2, "--plan and --policy conflict");

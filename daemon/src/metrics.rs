@@ -196,7 +196,7 @@ impl Metrics {
             }
         }
         for t in &ex.transfers_done {
-            self.transfer_bytes.with_label_values(&[&t.direction]).inc_by(t.bytes);
+            self.transfer_bytes.with_label_values(&[t.direction.name()]).inc_by(t.bytes);
         }
     }
 }

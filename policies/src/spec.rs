@@ -9,6 +9,9 @@ use std::fmt;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+pub use xpu_engine::options::{
+    Capture, Determinism, Fallback, GraphOptimization, PerformanceHint, Pool, PrecisionName, Reuse,
+};
 
 /// A whole policy file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -73,16 +76,6 @@ pub struct Engines {
     pub fallback_budget: Option<FallbackBudget>,
 }
 
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Fallback {
-    /// A node the first engine cannot take goes to the next one (recorded as a fallback).
-    #[default]
-    Allow,
-    /// A node the first choice cannot take fails the plan.
-    Deny,
-}
-
 /// How much of a graph may fall back before the plan fails or warns.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -119,81 +112,6 @@ impl KernelChoice {
             KernelChoice::Pinned(k) => std::slice::from_ref(k),
             KernelChoice::Prefer(ks) => ks,
         }
-    }
-}
-
-/// A compute precision.
-#[derive(
-    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum PrecisionName {
-    Fp64,
-    Fp32,
-    /// fp32 tensors, TF32 tensor-core math (an engine mode; tensors stay fp32).
-    Tf32,
-    Fp16,
-    Bf16,
-    /// Quantized execution (an engine mode; tensors stay as the graph declares).
-    Int8,
-}
-
-impl PrecisionName {
-    pub const ALL: [PrecisionName; 6] = [
-        PrecisionName::Fp64,
-        PrecisionName::Fp32,
-        PrecisionName::Tf32,
-        PrecisionName::Fp16,
-        PrecisionName::Bf16,
-        PrecisionName::Int8,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PrecisionName::Fp64 => "fp64",
-            PrecisionName::Fp32 => "fp32",
-            PrecisionName::Tf32 => "tf32",
-            PrecisionName::Fp16 => "fp16",
-            PrecisionName::Bf16 => "bf16",
-            PrecisionName::Int8 => "int8",
-        }
-    }
-
-    /// The element type tensors are stored in at this precision; `None` for engine modes
-    /// (tf32, int8) that do not retype the graph.
-    pub fn storage(self) -> Option<xpu_ir::DType> {
-        match self {
-            PrecisionName::Fp64 => Some(xpu_ir::DType::F64),
-            PrecisionName::Fp32 => Some(xpu_ir::DType::F32),
-            PrecisionName::Fp16 => Some(xpu_ir::DType::F16),
-            PrecisionName::Bf16 => Some(xpu_ir::DType::BF16),
-            PrecisionName::Tf32 | PrecisionName::Int8 => None,
-        }
-    }
-
-    /// The element type a kernel must accept to run at this precision.
-    pub fn kernel_dtype(self) -> xpu_ir::DType {
-        match self {
-            PrecisionName::Tf32 => xpu_ir::DType::F32,
-            PrecisionName::Int8 => xpu_ir::DType::I8,
-            p => p.storage().expect("storage precisions"),
-        }
-    }
-
-    pub fn of_dtype(d: xpu_ir::DType) -> Option<PrecisionName> {
-        match d {
-            xpu_ir::DType::F64 => Some(PrecisionName::Fp64),
-            xpu_ir::DType::F32 => Some(PrecisionName::Fp32),
-            xpu_ir::DType::F16 => Some(PrecisionName::Fp16),
-            xpu_ir::DType::BF16 => Some(PrecisionName::Bf16),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for PrecisionName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -237,28 +155,6 @@ pub struct Memory {
     pub pinned_host: bool,
 }
 
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Pool {
-    #[default]
-    Arena,
-    Caching,
-    None,
-}
-
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Reuse {
-    /// Elementwise nodes write over operands that die there; dead buffers are reused.
-    #[default]
-    #[serde(rename = "in-place")]
-    InPlace,
-    /// Dead buffers are reused, never written in place.
-    #[serde(rename = "buffers")]
-    Buffers,
-    #[serde(rename = "none")]
-    None,
-}
-
 /// `[execution]`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -278,48 +174,6 @@ pub struct Execution {
     /// What engines with a performance hint (OpenVINO) tune for; absent: latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub performance: Option<PerformanceHint>,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GraphOptimization {
-    /// No rewrites: the graph runs as planned.
-    None,
-    /// Semantics-preserving rewrites (constant folding, redundant node removal).
-    Basic,
-    /// Also fusions into the engine's own compound kernels.
-    Extended,
-    /// Also layout changes (ONNX Runtime's default).
-    All,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PerformanceHint {
-    /// One request at a time, as fast as possible.
-    Latency,
-    /// Many requests in flight (more streams, batching where the device likes it).
-    Throughput,
-}
-
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Capture {
-    /// Freeze the plan once and replay it (CUDA graphs where the engine can).
-    #[default]
-    Graph,
-    Eager,
-}
-
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Determinism {
-    /// Same inputs give bit-identical outputs: deterministic kernels only.
-    Bitwise,
-    /// Results may differ within the engine's tolerance.
-    Tolerance,
-    #[default]
-    Off,
 }
 
 /// `[[rule]]`: a node-level override.

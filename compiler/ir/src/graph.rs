@@ -252,7 +252,8 @@ impl Graph {
     /// The tensor of a value defined by a `constant` node.
     pub fn const_value(&self, v: ValueId) -> Option<&Tensor> {
         let n = self.producer(v)?;
-        let node = &self.nodes[n.index()];
+        // `get`: the verifier asks this of graphs it has not yet found well formed.
+        let node = self.nodes.get(n.index())?;
         if node.op == Op::Constant { node.attrs.tensor("value") } else { None }
     }
 

@@ -150,6 +150,7 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
                     Rule::SingleAssignment,
                     format!("output {o} is defined more than once or records another definition"),
                 );
+                ok = false;
             }
             defined[o.index()] = true;
         }

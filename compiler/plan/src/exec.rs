@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use xpu_engine::{EngineError, Executable, Registry, StopReason, StopToken};
+use xpu_engine::{
+    DeviceId, EngineError, Executable, Registry, StopReason, StopToken, TransferDirection,
+};
 use xpu_ir::{NodeId, Tensor, ValueId};
 
 use crate::model::{CapturePlan, EngineFact, NodeTime, TransferDone};
@@ -32,7 +34,7 @@ pub enum ExecError {
 struct Prepared {
     partition: usize,
     engine: String,
-    device: String,
+    device: DeviceId,
     inputs: Vec<ValueId>,
     outputs: Vec<ValueId>,
     /// Partition-local node → planned-graph node.
@@ -108,7 +110,7 @@ impl GraphExec {
                 .iter()
                 .enumerate()
                 .filter_map(|(local, src)| {
-                    let placement = &plan.placements[(*src)?.index()];
+                    let placement = plan.placements.get((*src)?.index())?;
                     (placement.op != "constant")
                         .then(|| (NodeId(local as u32), placement.kernel.to_string()))
                 })
@@ -121,7 +123,7 @@ impl GraphExec {
             parts.push(Prepared {
                 partition: p.id,
                 engine: p.engine.clone(),
-                device: p.device.clone(),
+                device: p.device,
                 inputs,
                 outputs,
                 sources,
@@ -167,7 +169,7 @@ impl GraphExec {
         xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
         let start = Instant::now();
         let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
-        let mut device_of: Vec<&str> = vec!["host"; g.values.len()];
+        let mut device_of: Vec<DeviceId> = vec![DeviceId::HOST; g.values.len()];
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values[v.index()] = Some(t.clone());
         }
@@ -188,10 +190,11 @@ impl GraphExec {
             let mut args = Vec::with_capacity(p.inputs.len());
             for &v in &p.inputs {
                 let t = values[v.index()].clone().expect("plan order defines values before use");
-                if device_of[v.index()] != p.device {
+                if let Some(direction) = TransferDirection::between(device_of[v.index()], p.device)
+                {
                     record.transfers.push(TransferDone {
                         value: v,
-                        direction: direction(device_of[v.index()], &p.device).into(),
+                        direction,
                         bytes: t.size_bytes() as u64,
                     });
                 }
@@ -207,7 +210,7 @@ impl GraphExec {
             })?;
             for (&v, t) in p.outputs.iter().zip(exec.outputs) {
                 values[v.index()] = Some(t);
-                device_of[v.index()] = &p.device;
+                device_of[v.index()] = p.device;
             }
             for t in exec.timings {
                 if let Some(Some(node)) = p.sources.get(t.node.index()) {
@@ -234,10 +237,10 @@ impl GraphExec {
         }
         for o in &g.outputs {
             let t = values[o.value.index()].clone().expect("outputs are computed");
-            if device_of[o.value.index()] != "host" {
+            if !device_of[o.value.index()].is_host() {
                 record.transfers.push(TransferDone {
                     value: o.value,
-                    direction: "d2h".into(),
+                    direction: TransferDirection::DeviceToHost,
                     bytes: t.size_bytes() as u64,
                 });
             }
@@ -245,13 +248,5 @@ impl GraphExec {
         }
         record.wall_nanos = start.elapsed().as_nanos() as u64;
         Ok(record)
-    }
-}
-
-fn direction(from: &str, to: &str) -> &'static str {
-    match (from == "host", to == "host") {
-        (true, false) => "h2d",
-        (false, true) => "d2h",
-        _ => "d2d",
     }
 }

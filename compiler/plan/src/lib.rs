@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod exec;
+pub mod frozen;
 pub mod model;
 pub mod planner;
 pub mod reason;
@@ -13,6 +14,7 @@ pub mod render;
 
 pub use cache::{Keys, PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
+pub use frozen::PlanFileError;
 pub use model::{CapturePlan, Decision, Explanation, FrozenPlan, Rejection};
 pub use planner::{PlanFailure, plan, plan_shared, plan_with};
 pub use reason::ReasonCode;

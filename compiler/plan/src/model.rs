@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use xpu_engine::Assignment;
+use xpu_engine::options::{Capture, Determinism};
+use xpu_engine::{Assignment, DeviceId, TransferDirection};
 use xpu_ir::{Graph, NodeId, ValueId};
 
 use crate::reason::ReasonCode;
@@ -39,7 +40,7 @@ pub struct Placement {
     pub kernel: Arc<str>,
     /// Precision the node computes at (`None` for non-float nodes).
     pub precision: Option<Arc<str>>,
-    pub device: Arc<str>,
+    pub device: DeviceId,
     pub partition: usize,
 }
 
@@ -48,7 +49,7 @@ pub struct Placement {
 pub struct PartitionPlan {
     pub id: usize,
     pub engine: String,
-    pub device: String,
+    pub device: DeviceId,
     /// Nodes of the planned graph, in order.
     pub nodes: Vec<NodeId>,
     /// What the engine receives: options here; GraphExec adds each node's kernel from the
@@ -61,10 +62,9 @@ pub struct PartitionPlan {
 pub struct Transfer {
     /// Value of the planned graph.
     pub value: ValueId,
-    pub from_device: String,
-    pub to_device: String,
-    /// `h2d`, `d2h` or `d2d`.
-    pub direction: String,
+    pub from_device: DeviceId,
+    pub to_device: DeviceId,
+    pub direction: TransferDirection,
     /// `None` when the size depends on unbound dims.
     pub bytes: Option<u64>,
     /// Partition that reads it (`None` for a graph output going back to the caller).
@@ -98,8 +98,8 @@ pub struct MemorySummary {
 /// Execution settings from the policy, as the plan froze them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionSettings {
-    pub capture: String,
-    pub determinism: String,
+    pub capture: Capture,
+    pub determinism: Determinism,
     pub threads: Option<u32>,
     pub timeout_ms: Option<u64>,
 }
@@ -148,7 +148,7 @@ pub struct Choice {
     pub engine: Arc<str>,
     pub kernel: Arc<str>,
     pub precision: Option<Arc<str>>,
-    pub device: Arc<str>,
+    pub device: DeviceId,
 }
 
 /// The policy key that decided a node, and where it is.
@@ -205,7 +205,7 @@ pub struct NodeTime {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferDone {
     pub value: ValueId,
-    pub direction: String,
+    pub direction: TransferDirection,
     pub bytes: u64,
 }
 
@@ -262,23 +262,36 @@ pub struct FrozenPlan {
 }
 
 impl FrozenPlan {
-    pub const VERSION: u32 = 1;
+    /// 2: typed device ids, options and precisions (1 had free strings).
+    pub const VERSION: u32 = 2;
 
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("plan serializes")
     }
 
-    /// Reads a frozen plan, with `line:col` on malformed JSON.
+    /// Reads a frozen plan: the format version first (a file of another version is refused
+    /// as such, not by the first field that changed), then the whole file, with the path of
+    /// the field and `line:col` on anything malformed. [`validate`](FrozenPlan::validate)
+    /// checks what the types cannot.
     pub fn from_json(text: &str) -> Result<FrozenPlan, String> {
-        let f: FrozenPlan =
-            serde_json::from_str(text).map_err(|e| format!(" not a frozen plan: {e}"))?;
-        if f.version != FrozenPlan::VERSION {
-            return Err(format!(
-                "frozen plan format {} is not supported (this build reads {})",
-                f.version,
-                FrozenPlan::VERSION
-            ));
+        #[derive(Deserialize)]
+        struct Version {
+            version: Option<u32>,
         }
-        Ok(f)
+        let v: Version =
+            serde_json::from_str(text).map_err(|e| format!(" not a frozen plan: {e}"))?;
+        match v.version {
+            Some(FrozenPlan::VERSION) => {}
+            Some(other) => {
+                return Err(format!(
+                    " frozen plan format {other} is not supported (this build reads {}: make it again with `xpuctl policy resolve --plan-out`)",
+                    FrozenPlan::VERSION
+                ));
+            }
+            None => return Err(" not a frozen plan: no `version`".into()),
+        }
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de)
+            .map_err(|e| format!(" not a frozen plan: {}: {}", e.path(), e.inner()))
     }
 }

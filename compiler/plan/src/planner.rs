@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use xpu_engine::{Assignment, Capabilities, Inventory, KernelCaps};
+use xpu_engine::{
+    Assignment, Capabilities, DeviceId, EngineOptions, Inventory, KernelCaps, TransferDirection,
+};
 use xpu_ir::passes::cost::node_flops;
 use xpu_ir::passes::{plan_memory, value_bytes};
 use xpu_ir::{DType, Graph, NodeId, Op, OpClass, ValueId};
@@ -119,7 +121,8 @@ struct WalkKey {
     kernel_dtype: DType,
     alternates: bool,
     rule: Option<usize>,
-    /// Bit e: the node's tensors fit engine e's device memory.
+    /// Bit d: the node's tensors fit the memory of device d (devices of all engines in
+    /// inventory order).
     fits: u64,
 }
 
@@ -270,28 +273,29 @@ impl<'a> Planner<'a> {
             .or_else(|| k.get(op.class().name()).map(|c| (op.class().name().to_string(), c)))
     }
 
-    /// The device a kernel runs on: by the kind its name implies (`ort.cuda`, `ort.tensorrt`
-    /// → gpu, `openvino.npu` → npu, `*.cpu` → cpu), else the engine's first device.
-    fn device_for(caps: &Capabilities, kernel: &str) -> String {
-        let suffix = kernel.split_once('.').map(|(_, s)| s).unwrap_or("");
-        let kind = match suffix {
-            "cuda" | "tensorrt" | "gpu" => Some("gpu"),
-            "npu" => Some("npu"),
-            "cpu" => Some("cpu"),
-            _ => None,
-        };
-        kind.and_then(|k| caps.devices.iter().find(|d| d.kind.eq_ignore_ascii_case(k)))
-            .or_else(|| caps.devices.first())
-            .map(|d| d.name.clone())
-            .unwrap_or_else(|| "host".into())
+    /// The device a kernel runs on: the engine's first device of the kind the kernel says
+    /// (its inventory entry's `device`, else the catalogue's: `ort.cuda` → a cuda device); a
+    /// kernel the catalogue does not know runs on the engine's first device. `Err`: the engine lists no device of that kind.
+    fn device_for<'c>(
+        caps: &'c Capabilities,
+        k: &KernelCaps,
+    ) -> Result<&'c xpu_engine::Device, String> {
+        let kernel = &k.name;
+        match k.device.or_else(|| xpu_engine::catalog::kernel_device(kernel)) {
+            Some(kind) => caps.devices.iter().find(|d| d.id.kind == kind).ok_or_else(|| {
+                format!("{kernel} runs on a {kind} device and {} lists none", caps.engine)
+            }),
+            None => caps.devices.first().ok_or_else(|| format!("{} lists no device", caps.engine)),
+        }
     }
 
     /// The candidate walk for a node, shared with every earlier node of the same key.
     fn walk(&mut self, f: &NodeFacts, rule_idx: Option<usize>) -> Walk {
+        // One bit per (engine, device), in inventory order.
         let mut fits = 0u64;
-        for (i, e) in self.inventory.engines.iter().enumerate().take(64) {
-            let limit = e.devices.first().and_then(|d| d.memory_bytes);
-            if limit.is_none_or(|l| f.working_bytes.is_none_or(|b| b <= l)) {
+        let devices = self.inventory.engines.iter().flat_map(|e| &e.devices);
+        for (i, d) in devices.enumerate().take(64) {
+            if d.memory_bytes.is_none_or(|l| f.working_bytes.is_none_or(|b| b <= l)) {
                 fits |= 1 << i;
             }
         }
@@ -511,7 +515,6 @@ impl<'a> Planner<'a> {
                     ordered.push(&caps.kernels[k]);
                 }
             }
-            let device_mem = caps.devices.first().and_then(|d| d.memory_bytes);
             let mut engine_rejections = missing_preferred;
             let mut engine_pick: Option<(Choice, usize)> = None;
             for k in ordered {
@@ -594,17 +597,30 @@ impl<'a> Planner<'a> {
                         None => continue,
                     }
                 }
-                if let (Some(limit), Some(bytes)) = (device_mem, f.working_bytes)
+                let device = match Self::device_for(caps, k) {
+                    Ok(d) => d,
+                    Err(why) => {
+                        engine_rejections.push(reject(
+                            ReasonCode::KernelUnavailable,
+                            why,
+                            None,
+                            kname,
+                        ));
+                        continue;
+                    }
+                };
+                if let (Some(limit), Some(bytes)) = (device.memory_bytes, f.working_bytes)
                     && bytes > limit
                 {
                     engine_rejections.push(reject(
                         ReasonCode::MemoryLimitExceeded,
-                        format!("the node's tensors need {bytes} bytes; the device has {limit}"),
+                        format!("the node's tensors need {bytes} bytes; {} has {limit}", device.id),
                         None,
                         kname,
                     ));
                     continue;
                 }
+                let device = device.id;
                 if engine_pick.is_some() || out.chosen.is_some() {
                     let winner = engine_pick
                         .as_ref()
@@ -619,7 +635,6 @@ impl<'a> Planner<'a> {
                     ));
                     continue;
                 }
-                let device = Self::device_for(caps, &k.name);
                 if precision != f.precision {
                     let p = precision.map(|p| p.name()).unwrap_or("-");
                     out.precision_note = Some(RuleRef {
@@ -637,7 +652,7 @@ impl<'a> Planner<'a> {
                         engine: e.as_str().into(),
                         kernel: k.name.as_str().into(),
                         precision: precision.map(|p| Arc::from(p.name())),
-                        device: device.into(),
+                        device,
                     },
                     ei,
                 ));
@@ -805,7 +820,7 @@ impl<'a> Planner<'a> {
                                 engine: caps.engine.as_str().into(),
                                 kernel: "".into(),
                                 precision: None,
-                                device: Self::device_for(caps, "").into(),
+                                device: caps.devices.first().map_or(DeviceId::HOST, |d| d.id),
                             },
                             ei,
                         )
@@ -948,15 +963,15 @@ impl<'a> Planner<'a> {
         for pid in planned.node_ids() {
             let (c, _) = &placed[pid.index()];
             let same =
-                partitions.last().is_some_and(|p| *p.engine == *c.engine && *p.device == *c.device);
+                partitions.last().is_some_and(|p| *p.engine == *c.engine && p.device == c.device);
             if !same {
                 let mut a = Assignment::new(&c.engine);
-                a.device = c.device.to_string();
+                a.device = c.device;
                 a.options = self.engine_options();
                 partitions.push(PartitionPlan {
                     id: partitions.len(),
                     engine: c.engine.to_string(),
-                    device: c.device.to_string(),
+                    device: c.device,
                     nodes: Vec::new(),
                     assignment: a,
                 });
@@ -969,9 +984,7 @@ impl<'a> Planner<'a> {
             // graphs set none: their dtypes already say it.
             let lowered = source_of[pid.index()].is_some_and(|src| lowered_source[src.index()]);
             if lowered && p.assignment.precision.is_none() {
-                p.assignment.precision = c.precision.as_deref().and_then(|n| {
-                    xpu_engine::catalog::PRECISIONS.iter().find(|(p, _)| *p == n).map(|(_, d)| *d)
-                });
+                p.assignment.precision = c.precision.as_deref().and_then(PrecisionName::from_name);
             }
         }
         let placements: Vec<Placement> = planned
@@ -985,7 +998,7 @@ impl<'a> Planner<'a> {
                     engine: c.engine.clone(),
                     kernel: c.kernel.clone(),
                     precision: c.precision.clone(),
-                    device: c.device.clone(),
+                    device: c.device,
                     partition: part_of[pid.index()],
                 }
             })
@@ -1034,8 +1047,8 @@ impl<'a> Planner<'a> {
             casts,
             memory,
             execution: ExecutionSettings {
-                capture: enum_name(&ex.capture),
-                determinism: enum_name(&ex.determinism),
+                capture: ex.capture,
+                determinism: ex.determinism,
                 threads: ex.threads,
                 timeout_ms: ex.timeout.map(|t| t.0.as_millis() as u64),
             },
@@ -1043,29 +1056,21 @@ impl<'a> Planner<'a> {
         Ok((plan, explanation))
     }
 
-    fn engine_options(&self) -> BTreeMap<String, String> {
+    fn engine_options(&self) -> EngineOptions {
         let spec = &self.policy.spec;
-        let mut o = BTreeMap::new();
-        o.insert("determinism".into(), enum_name(&spec.execution.determinism));
-        o.insert("capture".into(), enum_name(&spec.execution.capture));
-        if let Some(t) = spec.execution.threads {
-            o.insert("threads".into(), t.to_string());
+        EngineOptions {
+            determinism: spec.execution.determinism,
+            capture: spec.execution.capture,
+            threads: spec.execution.threads,
+            accumulate: spec.precision.accumulate,
+            memory_limit: spec.memory.limit.map(|l| l.0),
+            memory_pool: spec.memory.pool,
+            memory_reuse: spec.memory.reuse,
+            pinned_host: spec.memory.pinned_host,
+            fallback: spec.engines.fallback,
+            graph_optimization: spec.execution.graph_optimization,
+            performance: spec.execution.performance,
         }
-        if let Some(a) = spec.precision.accumulate {
-            o.insert("accumulate".into(), a.name().into());
-        }
-        if let Some(l) = spec.memory.limit {
-            o.insert("memory_limit".into(), l.0.to_string());
-        }
-        o.insert("memory_pool".into(), enum_name(&spec.memory.pool));
-        o.insert("fallback".into(), enum_name(&spec.engines.fallback));
-        if let Some(g) = spec.execution.graph_optimization {
-            o.insert("graph_optimization".into(), enum_name(&g));
-        }
-        if let Some(p) = spec.execution.performance {
-            o.insert("performance".into(), enum_name(&p));
-        }
-        o
     }
 
     /// Builds the planned graph: float operands cast to each node's compute precision, graph
@@ -1251,11 +1256,6 @@ impl<'a> Planner<'a> {
         part_of: &[usize],
     ) -> Vec<Transfer> {
         let mut out = Vec::new();
-        let direction = |from: &str, to: &str| match (from == "host", to == "host") {
-            (true, false) => "h2d",
-            (false, true) => "d2h",
-            _ => "d2d",
-        };
         // seen[v] == partition id + 1: v was already considered for this partition.
         let mut seen = vec![0usize; planned.values.len()];
         for p in partitions {
@@ -1274,17 +1274,17 @@ impl<'a> Planner<'a> {
                             if q == p.id {
                                 continue;
                             }
-                            partitions[q].device.clone()
+                            partitions[q].device
                         }
-                        None => "host".to_string(),
+                        None => DeviceId::HOST,
                     };
-                    if from != p.device {
+                    if let Some(direction) = TransferDirection::between(from, p.device) {
                         out.push(Transfer {
                             value: v,
-                            direction: direction(&from, &p.device).into(),
+                            direction,
                             bytes: value_bytes(planned, v, self.bindings),
-                            from_device: from.clone(),
-                            to_device: p.device.clone(),
+                            from_device: from,
+                            to_device: p.device,
                             to_partition: Some(p.id),
                             reason: format!(
                                 "partition {} on {} reads {v} from {from}",
@@ -1297,14 +1297,14 @@ impl<'a> Planner<'a> {
         }
         for o in &planned.outputs {
             if let Some(prod) = planned.producer(o.value) {
-                let dev = &partitions[part_of[prod.index()]].device;
-                if dev != "host" {
+                let dev = partitions[part_of[prod.index()]].device;
+                if !dev.is_host() {
                     out.push(Transfer {
                         value: o.value,
-                        direction: "d2h".into(),
+                        direction: TransferDirection::DeviceToHost,
                         bytes: value_bytes(planned, o.value, self.bindings),
-                        from_device: dev.clone(),
-                        to_device: "host".into(),
+                        from_device: dev,
+                        to_device: DeviceId::HOST,
                         to_partition: None,
                         reason: format!("output {:?} returns to the caller", o.name),
                     });
@@ -1355,8 +1355,4 @@ fn cast_to(
     source_of.push(None);
     memo.insert((v, dtype), c);
     c
-}
-
-fn enum_name<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }

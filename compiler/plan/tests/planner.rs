@@ -25,7 +25,7 @@ name = "test-box"
 engine = "cuda"
 version = "1"
 availability = { status = "available" }
-devices = [{ name = "cuda:0", kind = "gpu", memory_bytes = 1000000 }]
+devices = [{ id = "cuda:0", memory_bytes = 1000000 }]
 kernels = [
   { name = "cuda.cublaslt", ops = ["matmul"], dtypes = ["f16", "bf16"] },
   { name = "cuda.cublas", ops = ["matmul"], dtypes = ["f32", "f16", "bf16"] },
@@ -35,7 +35,7 @@ kernels = [
 engine = "cpu"
 version = "1"
 availability = { status = "available" }
-devices = [{ name = "host", kind = "cpu" }]
+devices = [{ id = "host" }]
 kernels = [
   { name = "cpu.blas", ops = ["matmul"], dtypes = ["f32", "f64"] },
   { name = "cpu.naive", classes = ["matmul", "binary", "softmax", "constant", "select"], dtypes = ["f32", "f64", "f16", "bf16"] },
@@ -395,6 +395,101 @@ fn partitions_transfers_and_casts() {
     assert_eq!(plan.graph.ty(plan.graph.outputs[0].value).dtype, xpu_ir::DType::F32);
 }
 
+/// The inventory a live ONNX Runtime with the CUDA provider reports (`xpuctl engines
+/// --format toml` on a GPU machine): ort lists the host and `cuda:0`, its kernels `ort.cuda`
+/// and `ort.cpu`.
+const LIVE_ORT_WITH_CUDA: &str = r#"
+name = "live"
+[[engines]]
+engine = "ort"
+version = "1.31.1"
+availability = { status = "available" }
+devices = [{ id = "host" }, { id = "cuda:0" }]
+kernels = [
+  { name = "ort.cpu", classes = ["matmul", "binary", "softmax", "constant"], dtypes = ["f32"] },
+  { name = "ort.cuda", classes = ["matmul", "binary", "softmax", "constant"], dtypes = ["f32"], deterministic = false },
+]
+"#;
+
+#[test]
+fn live_ort_cuda_nodes_land_on_the_gpu_with_their_transfers() {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(LIVE_ORT_WITH_CUDA).unwrap();
+    assert!(inv.notes.is_empty(), "{:?}", inv.notes);
+    let p = policy(
+        "[kernels]
+matmul = \"ort.cuda\"\n",
+    );
+    let (plan, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
+    let parts: Vec<String> = plan
+        .partitions
+        .iter()
+        .map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len()))
+        .collect();
+    assert_eq!(parts, vec!["ort@cuda:0:1", "ort@host:2"]);
+    let fc = &plan.placements[0];
+    assert_eq!((&*fc.kernel, fc.device.to_string().as_str()), ("ort.cuda", "cuda:0"));
+    assert_eq!(plan.partitions[0].assignment.device, fc.device);
+    let transfers: Vec<String> = ex
+        .transfers
+        .iter()
+        .map(|t| format!("{} {}->{} {}", t.value, t.from_device, t.to_device, t.direction))
+        .collect();
+    assert_eq!(
+        transfers,
+        vec!["%0 host->cuda:0 h2d", "%1 host->cuda:0 h2d", "%2 cuda:0->host d2h"]
+    );
+}
+
+/// Inventories written before device ids (`name` + free `kind`) load, plan the same, and
+/// say what to write instead; an unknown kind or a mix of both forms is refused by name.
+#[test]
+fn old_device_forms_load_with_an_upgrade_note() {
+    let old = INVENTORY
+        .replace(
+            r#"{ id = "cuda:0", memory_bytes"#,
+            r#"{ name = "cuda:0", kind = "gpu", memory_bytes"#,
+        )
+        .replace(r#"{ id = "host" }"#, r#"{ name = "host", kind = "cpu" }"#);
+    assert_ne!(old, INVENTORY);
+    let (old_inv, new_inv) =
+        (Inventory::from_toml(&old).unwrap(), Inventory::from_toml(INVENTORY).unwrap());
+    assert_eq!(old_inv.engines, new_inv.engines);
+    assert_eq!(old_inv.notes.len(), 2, "{:?}", old_inv.notes);
+    assert!(old_inv.notes[0].contains(r#"write `id = "cuda:0"`"#), "{}", old_inv.notes[0]);
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let p = policy("");
+    assert_eq!(
+        xpu_plan::plan(&g, &p, &old_inv).unwrap().0.to_json(),
+        xpu_plan::plan(&g, &p, &new_inv).unwrap().0.to_json()
+    );
+    for (bad, says) in [
+        (r#"{ name = "t", kind = "tpu" }"#, "unknown kind \"tpu\""),
+        (r#"{ id = "cuda:0", kind = "gpu" }"#, "not both"),
+        (r#"{ id = "cuda" }"#, "say which cuda"),
+        (r#"{ memory_bytes = 1 }"#, "needs `id`"),
+    ] {
+        let text = INVENTORY.replace(r#"{ id = "host" }"#, bad);
+        let err = Inventory::from_toml(&text).unwrap_err();
+        assert!(err.to_string().contains(says), "{bad}: {err}");
+        assert!(err.location.is_some(), "{bad}: {err}");
+    }
+}
+
+/// A kernel the catalogue places on a device kind its engine does not list is not a
+/// candidate: it is rejected with the reason, never run on another device.
+#[test]
+fn a_kernel_whose_device_is_missing_is_rejected() {
+    let no_gpu = LIVE_ORT_WITH_CUDA.replace(r#", { id = "cuda:0" }"#, "");
+    check_with(
+        GRAPH,
+        &no_gpu,
+        "[kernels]\nmatmul = [\"ort.cuda\", \"ort.cpu\"]\n",
+        "fc",
+        "ort ort.cpu fp32 | by inventory order + kernels.matmul[1] | rejected ort.cuda:KernelUnavailable",
+    );
+}
+
 #[test]
 fn plans_are_byte_identical() {
     let g = xpu_ir::text::parse(GRAPH).unwrap();
@@ -442,7 +537,7 @@ fn graph_exec_runs_plans_and_refuses_absent_engines() {
         &live,
     )
     .unwrap();
-    assert_eq!(plan.partitions[0].assignment.options.get("threads").map(String::as_str), Some("1"));
+    assert_eq!(plan.partitions[0].assignment.options.threads, Some(1));
     let one = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs).unwrap();
     assert_eq!(one.outputs, direct.outputs);
     assert!(

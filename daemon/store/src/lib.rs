@@ -903,9 +903,11 @@ fn write_runs(conn: &mut Connection, runs: &[(u64, &RunRecord)]) -> Result<(), S
                 }
             }
             // Planned transfers (bytes known when shapes are) and the ones that ran.
-            let planned = ex.transfers.iter().map(|t| (t.value, &t.direction, t.bytes, true));
-            let done =
-                ex.transfers_done.iter().map(|t| (t.value, &t.direction, Some(t.bytes), false));
+            let planned = ex.transfers.iter().map(|t| (t.value, t.direction.name(), t.bytes, true));
+            let done = ex
+                .transfers_done
+                .iter()
+                .map(|t| (t.value, t.direction.name(), Some(t.bytes), false));
             for (value, direction, bytes, planned) in planned.chain(done) {
                 app_tr.append_row(params![
                     r.run_id,

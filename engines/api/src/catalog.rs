@@ -72,6 +72,27 @@ pub fn engine_of(kernel: &str) -> &str {
     kernel.split_once('.').map(|(e, _)| e).unwrap_or(kernel)
 }
 
+/// The kind of device a known kernel runs on (`ort.cuda` → cuda, `openvino.npu` → npu,
+/// `llvm.riscv` → riscv64); `None` for a kernel the catalogue does not know.
+pub fn kernel_device(kernel: &str) -> Option<crate::DeviceKind> {
+    use crate::DeviceKind::*;
+    let (engine, _) = kernel.split_once('.')?;
+    engine_kernels(engine)?.contains(&kernel).then_some(())?;
+    Some(match kernel {
+        "ort.cuda" | "ort.tensorrt" => Cuda,
+        "openvino.gpu" => Gpu,
+        "openvino.npu" => Npu,
+        "llvm.riscv" => Riscv64,
+        _ if engine == "cuda" => Cuda,
+        // openvino.auto picks its devices itself and takes its inputs from host memory.
+        _ => Host,
+    })
+}
+
+fn engine_kernels(engine: &str) -> Option<&'static [&'static str]> {
+    self::engine(engine).map(|e| e.kernels)
+}
+
 /// Precision names a policy may use, with the element type each computes in.
 pub const PRECISIONS: &[(&str, xpu_ir::DType)] = &[
     ("fp64", xpu_ir::DType::F64),

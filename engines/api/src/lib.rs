@@ -14,11 +14,15 @@ use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor};
 pub use xpu_ir;
 
 pub mod catalog;
+pub mod device;
 pub mod dylib;
+pub mod options;
 mod registry;
 mod stop;
 
+pub use device::{Device, DeviceId, DeviceKind, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
+pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
 pub use stop::{HookGuard, StopReason, StopToken};
 
@@ -75,6 +79,11 @@ pub struct KernelCaps {
     pub deterministic: bool,
     #[serde(default)]
     pub description: String,
+    /// The kind of device it runs on, where it differs from the catalogue's
+    /// (`catalog::kernel_device`): `llvm.riscv` on a riscv64 board running xpu itself is
+    /// `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceKind>,
 }
 
 fn yes() -> bool {
@@ -93,16 +102,6 @@ impl KernelCaps {
     pub fn supports(&self, op: Op, dtype: DType) -> bool {
         self.runs_op(op) && self.dtypes.contains(&dtype)
     }
-}
-
-/// A device an engine can place work on (`host`, `cuda:0`, `NPU`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Device {
-    pub name: String,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_bytes: Option<u64>,
 }
 
 /// An engine's capability report.
@@ -161,6 +160,9 @@ pub struct Inventory {
     pub description: String,
     #[serde(default)]
     pub engines: Vec<Capabilities>,
+    /// What the file should change to stay loadable (old device forms), for the reader.
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 /// An inventory file that cannot be read: the message names `line:col` when it can.
@@ -178,6 +180,8 @@ impl Inventory {
             let location = e.span().map(|s| line_col(text, s.start));
             InventoryError { location, message: e.message().trim().to_string() }
         })?;
+        let mut inv = inv;
+        inv.notes = legacy_device_notes(text);
         let mut seen = std::collections::BTreeSet::new();
         for e in &inv.engines {
             if !seen.insert(e.engine.as_str()) {
@@ -217,6 +221,26 @@ impl Inventory {
     }
 }
 
+/// One note per device written the old way (`name` + `kind`), saying what to write instead.
+fn legacy_device_notes(text: &str) -> Vec<String> {
+    let Ok(doc) = text.parse::<toml::Table>() else { return Vec::new() };
+    let mut notes = Vec::new();
+    let engines = doc.get("engines").and_then(|e| e.as_array()).map(Vec::as_slice).unwrap_or(&[]);
+    for (i, e) in engines.iter().enumerate() {
+        let devices = e.get("devices").and_then(|d| d.as_array()).map(Vec::as_slice).unwrap_or(&[]);
+        for (j, d) in devices.iter().enumerate() {
+            let Some(kind) = d.get("kind").and_then(|k| k.as_str()) else { continue };
+            let name = d.get("name").and_then(|n| n.as_str()).unwrap_or("");
+            if let Ok(id) = device::legacy_device_id(name, kind) {
+                notes.push(format!(
+                    "engines[{i}].devices[{j}]: `name = {name:?}, kind = {kind:?}` is the old device form, read as id = \"{id}\"; write `id = \"{id}\"` instead"
+                ));
+            }
+        }
+    }
+    notes
+}
+
 /// 1-based line and column of a byte offset.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -227,33 +251,26 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// What the planner decided for a partition: the engine receives this, never a policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Assignment {
     pub engine: String,
     /// Kernel per node of the partition; nodes not listed use the engine's default.
     pub kernels: BTreeMap<NodeId, String>,
-    /// Compute precision, when the plan lowers it; `None` keeps the graph's dtypes.
-    pub precision: Option<DType>,
-    pub device: String,
-    /// Engine-specific options (threads, determinism, …) as strings.
-    pub options: BTreeMap<String, String>,
+    /// Compute precision, when the plan sets one (`tf32` and `int8` are engine modes: the
+    /// graph's dtypes stay); `None` keeps the graph's dtypes.
+    pub precision: Option<PrecisionName>,
+    pub device: DeviceId,
+    pub options: EngineOptions,
 }
 
 impl Assignment {
     pub fn new(engine: &str) -> Assignment {
-        Assignment { engine: engine.to_string(), device: "host".into(), ..Default::default() }
+        Assignment { engine: engine.to_string(), ..Default::default() }
     }
 
-    /// The policy's memory.limit in bytes (option `memory_limit`), which every engine holds
-    /// while running.
-    pub fn memory_limit(&self) -> Result<Option<u64>, EngineError> {
-        self.options
-            .get("memory_limit")
-            .map(|l| {
-                l.parse::<u64>().map_err(|_| {
-                    EngineError::Other(format!("option memory_limit = {l:?} is not a byte count"))
-                })
-            })
-            .transpose()
+    /// The element type tensors are computed in, when the precision retypes them.
+    pub fn compute_dtype(&self) -> Option<DType> {
+        self.precision.and_then(PrecisionName::storage)
     }
 }
 
@@ -295,8 +312,34 @@ pub enum EngineError {
     /// The run was stopped (cancelled, or past its deadline) before `node`.
     #[error("{node}: stopped ({reason})")]
     Stopped { node: String, reason: StopReason },
+    /// The run needed more than the policy's `memory.limit`.
+    #[error("{what}: needs {needed} bytes, over memory.limit ({limit} bytes)")]
+    MemoryLimit { what: String, needed: u64, limit: u64 },
+    /// The device had not enough free memory.
+    #[error("{device}: out of memory: {requested} bytes requested, {available} available")]
+    OutOfMemory { device: DeviceId, requested: u64, available: u64 },
+    /// An assignment option the engine cannot take.
+    #[error("{engine}: option {key} = {value:?}: {expected}")]
+    InvalidOption { engine: &'static str, key: &'static str, value: String, expected: &'static str },
     #[error("{0}")]
     Other(String),
+}
+
+impl EngineError {
+    /// A stable label for the kind of error (API error codes, metric labels).
+    pub fn code(&self) -> &'static str {
+        match self {
+            EngineError::Unavailable { .. } => "unavailable",
+            EngineError::Unsupported { .. } => "unsupported",
+            EngineError::Input { .. } => "input",
+            EngineError::Kernel { .. } => "kernel",
+            EngineError::Stopped { .. } => "stopped",
+            EngineError::MemoryLimit { .. } => "memory_limit",
+            EngineError::OutOfMemory { .. } => "out_of_memory",
+            EngineError::InvalidOption { .. } => "invalid_option",
+            EngineError::Other(_) => "other",
+        }
+    }
 }
 
 /// An execution engine.

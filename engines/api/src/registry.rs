@@ -77,6 +77,7 @@ impl Registry {
             name: "live".into(),
             description: "the engines of this process".into(),
             engines,
+            notes: Vec::new(),
         }
     }
 }

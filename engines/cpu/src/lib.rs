@@ -324,9 +324,10 @@ impl Engine for CpuEngine {
             engine: "cpu".into(),
             version: self.version(),
             availability: Availability::Available,
-            devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
+            devices: vec![Device::host()],
             kernels: [
                 HAS_BLAS.then(|| KernelCaps {
+                    device: None,
                     name: KERNEL_BLAS.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -335,6 +336,7 @@ impl Engine for CpuEngine {
                     description: "OpenBLAS SGEMM/DGEMM".into(),
                 }),
                 Some(KernelCaps {
+                    device: None,
                     name: KERNEL_GEMM.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -343,6 +345,7 @@ impl Engine for CpuEngine {
                     description: "packed GEMM (gemm crate), rayon threads".into(),
                 }),
                 Some(KernelCaps {
+                    device: None,
                     name: KERNEL_IM2COL.into(),
                     ops: vec![Op::Conv],
                     classes: vec![],
@@ -351,6 +354,7 @@ impl Engine for CpuEngine {
                     description: "im2col + GEMM convolution".into(),
                 }),
                 Some(KernelCaps {
+                    device: None,
                     name: KERNEL_NAIVE.into(),
                     ops: supported_ops(),
                     classes: vec![],
@@ -428,12 +432,18 @@ impl Engine for CpuEngine {
             .collect();
         // `threads` (from the policy's execution.threads) bounds this executable's rayon
         // workers; OpenBLAS keeps its own process-wide pool.
-        let pool = match assignment.options.get("threads") {
+        let pool = match assignment.options.threads {
             None => None,
-            Some(t) => {
-                let n: usize = t.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
-                    EngineError::Other(format!("option threads = {t:?} is not a positive integer"))
-                })?;
+            Some(0) => {
+                return Err(EngineError::InvalidOption {
+                    engine: "cpu",
+                    key: "threads",
+                    value: "0".into(),
+                    expected: "a positive thread count",
+                });
+            }
+            Some(n) => {
+                let n = n as usize;
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(n)
                     .thread_name(|i| format!("xpu-cpu-{i}"))
@@ -442,7 +452,7 @@ impl Engine for CpuEngine {
                 Some(Arc::new(pool))
             }
         };
-        let memory_limit = assignment.memory_limit()?;
+        let memory_limit = assignment.options.memory_limit;
         Ok(Box::new(CpuExecutable {
             graph: partition.clone(),
             kernels,
@@ -578,11 +588,10 @@ impl CpuExecutable {
                 if let Some(limit) = self.memory_limit {
                     live += outs.iter().map(|t| t.size_bytes() as u64).sum::<u64>();
                     if live > limit {
-                        return Err(EngineError::Kernel {
-                            node: node.label(id),
-                            message: format!(
-                                "memory.limit: live tensors would reach {live} bytes, over the limit of {limit} bytes"
-                            ),
+                        return Err(EngineError::MemoryLimit {
+                            what: format!("{}: live tensors", node.label(id)),
+                            needed: live,
+                            limit,
                         });
                     }
                 }

@@ -249,6 +249,7 @@ impl Engine for OpenVinoEngine {
                 continue;
             }
             kernels.push(KernelCaps {
+                device: None,
                 name: (*kernel).into(),
                 ops: Vec::new(),
                 classes: classes.clone(),
@@ -267,9 +268,12 @@ impl Engine for OpenVinoEngine {
             devices: rt
                 .devices
                 .iter()
-                .map(|d| match d.as_str() {
-                    "CPU" => Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None },
-                    _ => Device { name: d.clone(), kind: d.to_lowercase(), memory_bytes: None },
+                .filter_map(|d| {
+                    // `GPU.1` is the second GPU; a plugin of a kind xpu has no memory
+                    // domain for is left out.
+                    let kind = d.split('.').next().unwrap_or(d).to_ascii_lowercase();
+                    let id = xpu_engine::device::legacy_device_id(d, &kind).ok()?;
+                    Some(Device { id, name: d.clone(), memory_bytes: None })
                 })
                 .collect(),
             kernels,

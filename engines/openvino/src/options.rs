@@ -1,9 +1,9 @@
-//! Policy → OpenVINO properties. The planner's [`Assignment`] (kernels, precision, option
-//! strings) becomes one [`CompileOptions`]: the device to compile for and the hints set on
+//! Policy → OpenVINO properties. The planner's [`Assignment`] (kernels, precision, typed
+//! options) becomes one [`CompileOptions`]: the device to compile for and the hints set on
 //! it. The table in `docs/engines.md` is this module in prose.
 
-use xpu_engine::{Assignment, EngineError};
-use xpu_ir::DType;
+use xpu_engine::options::{Determinism, Fallback, PerformanceHint};
+use xpu_engine::{Assignment, EngineError, PrecisionName};
 
 /// Kernel → OpenVINO device, in the engine's preference order.
 pub const KERNELS: &[(&str, &str, &str)] = &[
@@ -87,35 +87,27 @@ impl CompileOptions {
         }
         let o = &a.options;
         let precision = match a.precision {
-            Some(DType::F16) => "f16",
-            Some(DType::BF16) => "bf16",
+            Some(PrecisionName::Fp16) => "f16",
+            Some(PrecisionName::Bf16) => "bf16",
             _ => "f32",
         }
         .to_string();
-        let threads = o
-            .get("threads")
-            .map(|t| {
-                t.parse::<u32>().map_err(|_| {
-                    EngineError::Other(format!("openvino: option threads = {t:?} is not a count"))
-                })
-            })
-            .transpose()?;
         Ok(CompileOptions {
             kernel,
             device,
             precision,
-            performance: match o.get("performance").map(String::as_str) {
-                Some("throughput") => "THROUGHPUT",
+            performance: match o.performance {
+                Some(PerformanceHint::Throughput) => "THROUGHPUT",
                 _ => "LATENCY",
             }
             .into(),
-            execution_mode: match o.get("determinism").map(String::as_str) {
-                Some("bitwise" | "tolerance") => "ACCURACY",
-                _ => "PERFORMANCE",
+            execution_mode: match o.determinism {
+                Determinism::Bitwise | Determinism::Tolerance => "ACCURACY",
+                Determinism::Off => "PERFORMANCE",
             }
             .into(),
-            threads,
-            fallback: o.get("fallback").is_none_or(|f| f != "deny"),
+            threads: o.threads,
+            fallback: o.fallback != Fallback::Deny,
         })
     }
 

@@ -47,7 +47,7 @@ fn a_partition_runs_agrees_with_cpu_and_explains_its_layers() {
     let cpu = xpu_engine_cpu::CpuEngine::new();
     let want = cpu.prepare(&g, &Assignment::new("cpu")).unwrap().run(&with_weights(&x)).unwrap();
     let mut a = Assignment::new("openvino");
-    a.options.insert("threads".into(), "1".into());
+    a.options.threads = Some(1);
     let out = e.prepare(&g, &a).unwrap().run(&with_weights(&x)).unwrap();
     assert_eq!(out.outputs, want.outputs);
     let fact = |k: &str| out.facts.iter().find(|f| f.key == k).map(|f| f.value.clone());
@@ -67,9 +67,9 @@ fn a_partition_runs_agrees_with_cpu_and_explains_its_layers() {
 fn policy_options_become_hints() {
     let devices = vec!["CPU".to_string()];
     let mut a = Assignment::new("openvino");
-    a.precision = Some(DType::F16);
-    a.options.insert("determinism".into(), "bitwise".into());
-    a.options.insert("performance".into(), "throughput".into());
+    a.precision = Some(xpu_engine::PrecisionName::Fp16);
+    a.options.determinism = xpu_engine::options::Determinism::Bitwise;
+    a.options.performance = Some(xpu_engine::options::PerformanceHint::Throughput);
     let o = CompileOptions::from_assignment(&a, &devices).unwrap();
     assert_eq!((o.device.as_str(), o.precision.as_str()), ("CPU", "f16"));
     assert_eq!(o.execution_mode, "ACCURACY");

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use xpu_engine::{
-    Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
+    Assignment, Availability, Capabilities, Device, DeviceId, DeviceKind, Engine, EngineError,
+    Executable, KernelCaps,
 };
 use xpu_ir::{DType, Graph};
 
@@ -152,8 +153,7 @@ impl Engine for OrtEngine {
         let classes = xpu_engine::dylib::onnx_classes();
         let mut kernels = Vec::new();
         let mut unavailable_kernels = std::collections::BTreeMap::new();
-        let mut devices =
-            vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }];
+        let mut devices = vec![Device::host()];
         for (kernel, provider, description) in options::KERNELS {
             if !rt.providers.iter().any(|p| p == provider) {
                 let reason = format!("this ONNX Runtime build has no {provider}");
@@ -166,6 +166,7 @@ impl Engine for OrtEngine {
                 continue;
             }
             kernels.push(KernelCaps {
+                device: None,
                 name: (*kernel).into(),
                 ops: Vec::new(),
                 classes: classes.clone(),
@@ -176,7 +177,11 @@ impl Engine for OrtEngine {
             });
         }
         if kernels.iter().any(|k| k.name != options::CPU_KERNEL) {
-            devices.push(Device { name: "cuda:0".into(), kind: "cuda".into(), memory_bytes: None });
+            devices.push(Device {
+                id: DeviceId::new(DeviceKind::Cuda, 0),
+                name: String::new(),
+                memory_bytes: None,
+            });
         }
         Capabilities {
             engine: ENGINE.into(),

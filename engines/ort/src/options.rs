@@ -1,14 +1,12 @@
 //! Policy → ONNX Runtime options. The planner hands the engine an [`Assignment`] (kernel per
-//! node, precision, device, option strings from the policy); this module turns it into one
+//! node, precision, device, typed options from the policy); this module turns it into one
 //! [`SessionOptions`], the session-cache key, and applies it to a session builder. The
 //! table in `docs/engines.md` is this module in prose.
 
-use std::collections::BTreeMap;
-
 use ort::ep::{self, ArenaExtendStrategy, ExecutionProviderDispatch};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use xpu_engine::{Assignment, EngineError};
-use xpu_ir::DType;
+use xpu_engine::options::{Determinism, Fallback, GraphOptimization, Pool};
+use xpu_engine::{Assignment, DeviceKind, EngineError, PrecisionName};
 
 pub const CPU_KERNEL: &str = "ort.cpu";
 pub const CUDA_KERNEL: &str = "ort.cuda";
@@ -32,7 +30,7 @@ pub struct SessionOptions {
     pub kernel: String,
     pub device_id: i32,
     /// TensorRT precision flags from the policy's precision.
-    pub precision: Option<DType>,
+    pub precision: Option<PrecisionName>,
     /// CUDA EP `gpu_mem_limit` (memory.limit).
     pub gpu_mem_limit: Option<u64>,
     /// The CPU arena (memory.pool = arena | caching) or none.
@@ -61,14 +59,13 @@ pub enum Optimization {
 }
 
 impl Optimization {
-    pub fn parse(s: &str) -> Option<Optimization> {
-        Some(match s {
-            "none" | "disable" => Optimization::Disable,
-            "basic" => Optimization::Basic,
-            "extended" => Optimization::Extended,
-            "all" => Optimization::All,
-            _ => return None,
-        })
+    pub fn of(g: GraphOptimization) -> Optimization {
+        match g {
+            GraphOptimization::None => Optimization::Disable,
+            GraphOptimization::Basic => Optimization::Basic,
+            GraphOptimization::Extended => Optimization::Extended,
+            GraphOptimization::All => Optimization::All,
+        }
     }
 
     fn level(self) -> GraphOptimizationLevel {
@@ -88,10 +85,6 @@ impl Optimization {
             Optimization::All => "all",
         }
     }
-}
-
-fn option_error(key: &str, value: &str, what: &str) -> EngineError {
-    EngineError::Other(format!("ort: option {key} = {value:?}: {what}"))
 }
 
 impl SessionOptions {
@@ -121,36 +114,30 @@ impl SessionOptions {
                 ),
             });
         }
-        let o: &BTreeMap<String, String> = &a.options;
-        let device_id = match a.device.strip_prefix("cuda:") {
-            Some(n) => n.parse().map_err(|_| option_error("device", &a.device, "not cuda:N"))?,
-            None => 0,
-        };
-        let pool = o.get("memory_pool").map(String::as_str).unwrap_or("arena");
-        let intra_threads = o
-            .get("threads")
-            .map(|t| {
-                t.parse::<usize>().map_err(|_| option_error("threads", t, "not a thread count"))
-            })
-            .transpose()?;
-        let optimization = match o.get("graph_optimization") {
-            Some(v) => Optimization::parse(v).ok_or_else(|| {
-                option_error("graph_optimization", v, "not none|basic|extended|all")
-            })?,
-            None => Optimization::All,
+        let o = &a.options;
+        let device_id = match a.device.kind {
+            DeviceKind::Cuda => {
+                i32::try_from(a.device.ordinal).map_err(|_| EngineError::InvalidOption {
+                    engine: "ort",
+                    key: "device",
+                    value: a.device.to_string(),
+                    expected: "a CUDA device ordinal ORT can address",
+                })?
+            }
+            _ => 0,
         };
         Ok(SessionOptions {
             kernel,
             device_id,
             precision: a.precision,
-            gpu_mem_limit: a.memory_limit()?,
-            arena: pool != "none",
-            arena_same_as_requested: pool == "caching",
-            deterministic: o.get("determinism").is_some_and(|d| d == "bitwise"),
-            intra_threads,
-            spinning: o.get("spinning").is_some_and(|s| s == "on"),
-            optimization,
-            disable_cpu_fallback: o.get("fallback").is_some_and(|f| f == "deny"),
+            gpu_mem_limit: o.memory_limit,
+            arena: o.memory_pool != Pool::None,
+            arena_same_as_requested: o.memory_pool == Pool::Caching,
+            deterministic: o.determinism == Determinism::Bitwise,
+            intra_threads: o.threads.map(|t| t as usize),
+            spinning: false,
+            optimization: o.graph_optimization.map_or(Optimization::All, Optimization::of),
+            disable_cpu_fallback: o.fallback == Fallback::Deny,
         })
     }
 
@@ -173,9 +160,9 @@ impl SessionOptions {
             TENSORRT_KERNEL => {
                 let trt = ep::TensorRT::default()
                     .with_device_id(self.device_id)
-                    .with_fp16(self.precision == Some(DType::F16))
-                    .with_bf16(self.precision == Some(DType::BF16))
-                    .with_int8(self.precision == Some(DType::I8))
+                    .with_fp16(self.precision == Some(PrecisionName::Fp16))
+                    .with_bf16(self.precision == Some(PrecisionName::Bf16))
+                    .with_int8(self.precision == Some(PrecisionName::Int8))
                     .build()
                     .error_on_failure();
                 vec![trt, cuda, cpu]

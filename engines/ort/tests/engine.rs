@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use xpu_engine::options::{Determinism, Fallback, GraphOptimization, Pool};
 use xpu_engine::{Assignment, Availability, Engine, EngineError, StopToken};
 use xpu_engine_ort::OrtEngine;
 use xpu_ir::{DType, Graph, Op, Tensor, TensorType};
@@ -59,7 +60,7 @@ fn a_partition_runs_and_agrees_with_the_cpu_engine() {
     let g = mlp();
     let x = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, -1.0, 0.5, 4.0]).unwrap();
     let mut a = Assignment::new("ort");
-    a.options.insert("threads".into(), "1".into());
+    a.options.threads = Some(1);
     let mut exe = e.prepare(&g, &a).unwrap();
     let out = exe.run(&with_weights(&x)).unwrap();
     assert_eq!(out.outputs, vec![cpu_reference(&g, &x)]);
@@ -81,19 +82,15 @@ fn a_partition_runs_and_agrees_with_the_cpu_engine() {
 #[test]
 fn policy_options_shape_the_session() {
     let mut a = Assignment::new("ort");
-    a.options.insert("determinism".into(), "bitwise".into());
-    a.options.insert("memory_pool".into(), "none".into());
-    a.options.insert("graph_optimization".into(), "basic".into());
-    a.options.insert("fallback".into(), "deny".into());
+    a.options.determinism = Determinism::Bitwise;
+    a.options.memory_pool = Pool::None;
+    a.options.graph_optimization = Some(GraphOptimization::Basic);
+    a.options.fallback = Fallback::Deny;
     let o = xpu_engine_ort::SessionOptions::from_assignment(&a, &["CPUExecutionProvider".into()])
         .unwrap();
     assert!(o.deterministic && !o.arena && !o.spinning);
     assert_eq!(o.optimization.name(), "basic");
     assert!(o.disable_cpu_fallback);
-    a.options.insert("graph_optimization".into(), "fastest".into());
-    let err = xpu_engine_ort::SessionOptions::from_assignment(&a, &["CPUExecutionProvider".into()])
-        .unwrap_err();
-    assert!(err.to_string().contains("graph_optimization"), "{err}");
     // A kernel whose provider this build lacks is unavailable, with the reason.
     let mut cuda = Assignment::new("ort");
     cuda.kernels.insert(xpu_ir::NodeId(0), "ort.cuda".into());

@@ -201,9 +201,10 @@ impl Engine for TableEngine {
             engine: "table".into(),
             version: self.version(),
             availability: Availability::Available,
-            devices: vec![Device { name: "host".into(), kind: "cpu".into(), memory_bytes: None }],
+            devices: vec![Device::host()],
             kernels: vec![
                 KernelCaps {
+                    device: None,
                     name: NATIVE_KERNEL.into(),
                     ops: vec![Op::Describe],
                     classes: vec![],
@@ -214,6 +215,7 @@ impl Engine for TableEngine {
                         .into(),
                 },
                 KernelCaps {
+                    device: None,
                     name: KERNEL.into(),
                     ops: vec![],
                     classes: vec![OpClass::Table],
@@ -231,7 +233,7 @@ impl Engine for TableEngine {
         partition: &Graph,
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
-        let threads = assignment.options.get("threads").and_then(|t| t.parse().ok());
+        let threads = assignment.options.threads.map(|t| t as usize);
         let id = self.executables.fetch_add(1, Ordering::Relaxed);
         let workers = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -239,7 +241,7 @@ impl Engine for TableEngine {
         let mut exec =
             exec::TableExec::new(partition.clone(), assignment, id, self.roots.clone(), workers)?;
         if exec.needs_duckdb() {
-            exec.set_connection(self.connection(threads, assignment.memory_limit()?)?);
+            exec.set_connection(self.connection(threads, assignment.options.memory_limit)?);
         }
         Ok(Box::new(exec))
     }

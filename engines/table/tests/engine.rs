@@ -373,7 +373,7 @@ fn memory_limit_bounds_duckdb() {
     let unbounded = run(&TableEngine::new(vec![dir.path().to_path_buf()]), &g).unwrap();
     assert_eq!(unbounded[0].data().as_table().unwrap().rows(), 1_500 * 1_500);
     let mut assignment = Assignment::new("table");
-    assignment.options.insert("memory_limit".into(), (4u64 << 20).to_string());
+    assignment.options.memory_limit = Some(4 << 20);
     let mut exe = engine.prepare(&g, &assignment).unwrap();
     let err = exe.run(&[]).map(|_| ()).unwrap_err().to_string();
     assert!(err.contains("Out of Memory") && err.contains("memory.limit"), "{err}");
