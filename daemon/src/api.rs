@@ -149,17 +149,39 @@ fn visible(p: &Principal, tenant: Option<&str>) -> bool {
     p.tenant.is_none() || p.tenant.as_deref() == tenant
 }
 
+/// Runs store and disk work on tokio's blocking pool. DuckDB, tantivy and the disk can wait
+/// (`Store::list` waits for the feeder, up to 30 s), and an async thread that waits stalls
+/// every request it would serve next, `/healthz` and `/metrics` included. `f` gets the
+/// caller's store scope.
+async fn off_async<T: Send + 'static>(
+    caller: &Caller,
+    f: impl FnOnce(xpu_store::Scope<'_>) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let tenant = caller.0.tenant.clone();
+    tokio::task::spawn_blocking(move || {
+        f(match &tenant {
+            Some(t) => xpu_store::Scope::Tenant(t),
+            None => xpu_store::Scope::All,
+        })
+    })
+    .await
+    .map_err(ApiError::internal)?
+}
+
 /// A run the caller may see: live (queued/running) or stored.
-fn find_run(app: &App, caller: &Caller, run_id: &str) -> ApiResult<RunDto> {
+async fn find_run(app: &Arc<App>, caller: &Caller, run_id: &str) -> ApiResult<RunDto> {
     if let Some(job) = app.jobs.live(run_id)
         && visible(&caller.0, job.spec.tenant.as_deref())
     {
         return Ok(live_dto(&job));
     }
-    match app.jobs.store.run(run_id, caller.0.visibility()).map_err(ApiError::internal)? {
-        Some(s) => Ok(run_dto(&s)),
-        None => Err(ApiError::not_found(format!("no run {run_id}"))),
-    }
+    let (app, id) = (app.clone(), run_id.to_string());
+    off_async(caller, move |scope| match app.jobs.store.run(&id, scope) {
+        Ok(Some(s)) => Ok(run_dto(&s)),
+        Ok(None) => Err(ApiError::not_found(format!("no run {id}"))),
+        Err(e) => Err(ApiError::internal(e)),
+    })
+    .await
 }
 
 fn decode_b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
@@ -524,7 +546,11 @@ pub async fn list_runs(
     };
     let limit = q.limit.unwrap_or(50).clamp(1, app.config.limits.max_page);
     let filter = RunFilter { status, policy: q.policy.clone(), labels, before, limit };
-    let rows = app.jobs.store.list(&filter, caller.0.visibility()).map_err(ApiError::internal)?;
+    let store_app = app.clone();
+    let rows = off_async(&caller, move |scope| {
+        store_app.jobs.store.list(&filter, scope).map_err(ApiError::internal)
+    })
+    .await?;
     let next_cursor =
         (rows.len() == limit).then(|| rows.last().map(|r| r.seq.to_string())).flatten();
     Ok(Json(RunList { runs: rows.iter().map(run_dto).collect(), next_cursor }))
@@ -538,7 +564,7 @@ pub async fn get_run(
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunDto>> {
     caller.require(&app, Scope::Read)?;
-    Ok(Json(find_run(&app, &caller, &id)?))
+    Ok(Json(find_run(&app, &caller, &id).await?))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/explain", tag = "runs",
@@ -559,9 +585,12 @@ pub async fn explain(
             format!("run {id} has not finished; its explanation is stored when it does"),
         ));
     }
-    let Some((ex, _)) =
-        app.jobs.store.explanation(&id, caller.0.visibility()).map_err(ApiError::internal)?
-    else {
+    let (store_app, store_id) = (app.clone(), id.clone());
+    let stored = off_async(&caller, move |scope| {
+        store_app.jobs.store.explanation(&store_id, scope).map_err(ApiError::internal)
+    })
+    .await?;
+    let Some((ex, _)) = stored else {
         return Err(ApiError::not_found(format!("no run {id}")));
     };
     let Some(mut ex) = ex else {
@@ -598,13 +627,17 @@ pub async fn output(
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> ApiResult<Response> {
     caller.require(&app, Scope::Read)?;
-    let run = find_run(&app, &caller, &id)?;
+    let run = find_run(&app, &caller, &id).await?;
     let Some(out) = run.outputs.iter().find(|o| o.name == name) else {
         return Err(ApiError::not_found(format!("run {id} has no output `{name}`")));
     };
     let table = out.dtype == "table";
     let ext = if table { "csv" } else { "npy" };
-    let bytes = app.jobs.output_bytes(&out.sha256, ext).map_err(ApiError::internal)?;
+    let (blob_app, sha) = (app.clone(), out.sha256.clone());
+    let bytes = off_async(&caller, move |_| {
+        blob_app.jobs.output_bytes(&sha, ext).map_err(ApiError::internal)
+    })
+    .await?;
     match (q.format.as_deref().unwrap_or(ext), table) {
         ("npy", false) => {
             Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
@@ -668,7 +701,7 @@ pub async fn cancel(
             .map_err(ApiError::internal)?;
         return Ok((StatusCode::ACCEPTED, Json(live_dto(&job))).into_response());
     }
-    let run = find_run(&app, &caller, &id)?;
+    let run = find_run(&app, &caller, &id).await?;
     Err(ApiError::new(
         StatusCode::CONFLICT,
         "finished",
@@ -676,34 +709,20 @@ pub async fn cancel(
     ))
 }
 
-#[utoipa::path(post, path = "/v1/runs/{id}/replay", tag = "runs", params(("id" = String, Path)),
-    request_body = ReplayRequest,
-    responses((status = 200, body = ReplayResponse), (status = 202, body = ReplayResponse),
-        (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
-    security(("bearer" = [])))]
-pub async fn replay(
-    State(app): State<Arc<App>>,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: axum::body::Bytes,
-) -> ApiResult<Response> {
-    caller.require(&app, Scope::Submit)?;
-    // The body is optional: none means no verify, no wait.
-    let req: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        ReplayRequest::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::unprocessable("invalid_json", e.to_string()))?
+/// What a replay resubmits: the finished run, its program bytes and its kept inputs (store
+/// and disk reads: call off the async threads).
+fn replay_sources(
+    app: &App,
+    id: &str,
+    scope: xpu_store::Scope<'_>,
+) -> ApiResult<(xpu_store::RunSummary, Vec<u8>, BTreeMap<String, InputSpec>)> {
+    let original = match app.jobs.store.run(id, scope).map_err(ApiError::internal)? {
+        Some(s) => s,
+        None => return Err(ApiError::not_found(format!("no finished run {id}"))),
     };
-    let original =
-        match app.jobs.store.run(&id, caller.0.visibility()).map_err(ApiError::internal)? {
-            Some(s) => s,
-            None => return Err(ApiError::not_found(format!("no finished run {id}"))),
-        };
-    let dir = app.jobs.run_dir(&id);
+    let dir = app.jobs.run_dir(id);
     // A text program is in the record; a binary one was kept beside the inputs.
-    let source =
-        app.jobs.store.program_source(&id, caller.0.visibility()).map_err(ApiError::internal)?;
+    let source = app.jobs.store.program_source(id, scope).map_err(ApiError::internal)?;
     let program = match source {
         Some(text) => text.into_bytes(),
         None => std::fs::read(dir.join(crate::jobs::program_file(&original.program_name)))
@@ -729,6 +748,31 @@ pub async fn replay(
             },
         );
     }
+    Ok((original, program, inputs))
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/replay", tag = "runs", params(("id" = String, Path)),
+    request_body = ReplayRequest,
+    responses((status = 200, body = ReplayResponse), (status = 202, body = ReplayResponse),
+        (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn replay(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    caller.require(&app, Scope::Submit)?;
+    // The body is optional: none means no verify, no wait.
+    let req: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ReplayRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::unprocessable("invalid_json", e.to_string()))?
+    };
+    let (store_app, store_id) = (app.clone(), id.clone());
+    let (original, program, inputs) =
+        off_async(&caller, move |scope| replay_sources(&store_app, &store_id, scope)).await?;
     let submit = SubmitJob {
         program: ProgramSpec {
             name: Some(original.program_name.clone()),
@@ -888,13 +932,14 @@ pub async fn search(
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> ApiResult<Json<Vec<SearchHitDto>>> {
     caller.require(&app, Scope::Read)?;
-    let hits =
-        app.jobs.store.search(&q.q, caller.0.visibility(), q.limit.unwrap_or(20)).map_err(|e| {
-            match e {
-                xpu_store::StoreError::Query(m) => ApiError::bad_request("invalid_query", m),
-                other => ApiError::internal(other),
-            }
-        })?;
+    let store_app = app.clone();
+    let hits = off_async(&caller, move |scope| {
+        store_app.jobs.store.search(&q.q, scope, q.limit.unwrap_or(20)).map_err(|e| match e {
+            xpu_store::StoreError::Query(m) => ApiError::bad_request("invalid_query", m),
+            other => ApiError::internal(other),
+        })
+    })
+    .await?;
     Ok(Json(
         hits.into_iter()
             .map(|h| SearchHitDto { run_id: h.run_id, score: h.score, snippet: h.snippet })

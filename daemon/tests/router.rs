@@ -635,3 +635,41 @@ async fn a_wait_ends_at_its_limit_while_the_job_runs_on() {
     let done = s.poll(&id, |r| r["status"] != "running").await;
     assert_eq!(done["status"], "cancelled", "{done}");
 }
+
+/// A store whose database is stuck (the writer held) makes list reads wait for it, up to
+/// 30 s; those waits run off the async threads, so `/healthz` and `/metrics` answer at once
+/// even with more stuck reads in flight than the runtime has worker threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_store_never_stalls_health_or_metrics() {
+    let s = std::sync::Arc::new(server(true, |_| {}));
+    let (status, body) = s.send("POST", "/v1/jobs", None, Some(job("print 1 + 1", true))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let stall = s.app.jobs.store.stall_writer();
+    // Journaled and acknowledged, not in the database: listing waits for it.
+    let (status, body) = s.send("POST", "/v1/jobs", None, Some(job("print 2 + 2", true))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let lists: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            tokio::spawn(async move { s.send("GET", "/v1/runs", None, None).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(lists.iter().all(|l| !l.is_finished()), "the lists wait for the stuck database");
+    for uri in ["/healthz", "/metrics"] {
+        let s2 = s.clone();
+        let call = tokio::spawn(async move { s2.send("GET", uri, None, None).await });
+        let (status, _) = tokio::time::timeout(std::time::Duration::from_secs(3), call)
+            .await
+            .unwrap_or_else(|_| panic!("{uri} stalled behind the store"))
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{uri}");
+    }
+    drop(stall);
+    for l in lists {
+        let (status, body) =
+            tokio::time::timeout(std::time::Duration::from_secs(20), l).await.unwrap().unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["runs"].as_array().map(Vec::len), Some(2), "{body}");
+    }
+}

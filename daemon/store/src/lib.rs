@@ -238,6 +238,10 @@ pub struct Progress {
     pub indexed: u64,
 }
 
+/// The database writer held by [`Store::stall_writer`].
+#[doc(hidden)]
+pub struct WriterStall<'a>(#[allow(dead_code)] std::sync::MutexGuard<'a, Connection>);
+
 pub struct Store {
     shared: Arc<Shared>,
     /// Feeds the database from the journal; stopped (after catching up) when the store drops.
@@ -670,6 +674,14 @@ impl Store {
     pub fn reindex(&self) -> Result<usize, StoreError> {
         self.shared.index.clear()?;
         self.index_pending()
+    }
+
+    /// Holds the database writer until the guard drops, as a stuck disk or a long
+    /// transaction would: runs stay journaled and reads that need the database wait. For
+    /// tests of what must not wait on the store.
+    #[doc(hidden)]
+    pub fn stall_writer(&self) -> WriterStall<'_> {
+        WriterStall(self.shared.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// How far the runs have gone: journaled, committed to the database, indexed.
