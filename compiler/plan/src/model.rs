@@ -232,6 +232,10 @@ pub struct Explanation {
     pub memory: MemorySummary,
     pub warnings: Vec<Note>,
     pub errors: Vec<Note>,
+    /// What policy settings did per partition where an engine cannot honour them as asked
+    /// (`CaptureUnsupported`, `ReuseUnsupported`): decisions, not warnings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<Note>,
     /// Filled by GraphExec.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timings: Vec<NodeTime>,

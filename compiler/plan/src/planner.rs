@@ -897,6 +897,7 @@ impl<'a> Planner<'a> {
             memory: MemorySummary::default(),
             warnings,
             errors: Vec::new(),
+            settings: Vec::new(),
             timings: Vec::new(),
             transfers_done: Vec::new(),
             facts: Vec::new(),
@@ -1015,6 +1016,7 @@ impl<'a> Planner<'a> {
         explanation.casts = casts.clone();
         explanation.transfers = transfers.clone();
         explanation.memory = memory.clone();
+        explanation.settings = self.setting_decisions(&partitions);
         if let Some(limit) = spec.memory.limit {
             match memory.peak_bytes {
                 Some(peak) if peak > limit.0 => {
@@ -1054,6 +1056,51 @@ impl<'a> Planner<'a> {
             },
         };
         Ok((plan, explanation))
+    }
+
+    /// What the engine-facing settings (`execution.capture`, `memory.reuse`, `memory.pool`,
+    /// `memory.pinned_host`, `precision.accumulate`) do on each engine the plan uses, where the
+    /// engine does not honour what they ask: one recorded decision per engine and setting.
+    fn setting_decisions(&mut self, partitions: &[PartitionPlan]) -> Vec<Note> {
+        use xpu_engine::options::{Capture, Pool, Reuse, value_name};
+        let spec = &self.policy.spec;
+        // The settings this policy asks of engines, with their values.
+        let asked: Vec<(&str, String, ReasonCode)> = [
+            (spec.execution.capture == Capture::Graph)
+                .then(|| ("execution.capture", "graph".into(), ReasonCode::CaptureUnsupported)),
+            (spec.memory.reuse != Reuse::None).then(|| {
+                ("memory.reuse", value_name(&spec.memory.reuse), ReasonCode::ReuseUnsupported)
+            }),
+            (spec.memory.pool != Pool::None).then(|| {
+                ("memory.pool", value_name(&spec.memory.pool), ReasonCode::SettingUnsupported)
+            }),
+            spec.memory
+                .pinned_host
+                .then(|| ("memory.pinned_host", "true".into(), ReasonCode::SettingUnsupported)),
+            spec.precision.accumulate.map(|a| {
+                ("precision.accumulate", a.name().to_string(), ReasonCode::SettingUnsupported)
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut engines: Vec<&str> = partitions.iter().map(|p| p.engine.as_str()).collect();
+        engines.sort_unstable();
+        engines.dedup();
+        let mut notes = Vec::new();
+        for engine in engines {
+            let Some(known) = xpu_engine::catalog::engine(engine) else { continue };
+            for (key, value, code) in &asked {
+                if let Some((_, what)) = known.unhonoured.iter().find(|(k, _)| k == key) {
+                    notes.push(Note {
+                        code: *code,
+                        message: format!("{key} = {value}: on {engine}, {what}"),
+                        at: self.at(key),
+                    });
+                }
+            }
+        }
+        notes
     }
 
     fn engine_options(&self) -> EngineOptions {

@@ -44,6 +44,9 @@ reason_codes! {
     FallbackDenied => "The candidate is a fallback (not the node's first choice) and `[engines] fallback = \"deny\"`.",
     FallbackBudgetExceeded => "More nodes or FLOPs fell back than `[engines] fallback_budget` allows.",
     Unplaceable => "No candidate is left for a node: the plan fails.",
+    CaptureUnsupported => "`[execution] capture = \"graph\"` and the partition's engine cannot replay a captured executable: it runs eagerly (a recorded decision, not an error).",
+    ReuseUnsupported => "`[memory] reuse` asks for buffer reuse and the partition's engine does not execute xpu's memory plan: what it does instead is recorded.",
+    SettingUnsupported => "A setting the policy asks of engines (`memory.pool`, `memory.pinned_host`, `precision.accumulate`) that the partition's engine does not honour as asked: what it does instead is recorded.",
 }
 
 /// `docs/reason-codes.md`, generated so it cannot drift from the code.

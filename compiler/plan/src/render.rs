@@ -186,6 +186,15 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     if fb > 0 {
         let _ = writeln!(s, "fallbacks: {fb} node(s)");
     }
+    for n in &ex.settings {
+        let _ = writeln!(
+            s,
+            "setting {}: {}{}",
+            n.code.name(),
+            n.message,
+            n.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+        );
+    }
     for w in &ex.warnings {
         let _ = writeln!(
             s,

@@ -490,6 +490,41 @@ fn a_kernel_whose_device_is_missing_is_rejected() {
     );
 }
 
+/// `execution.capture` and `memory.reuse` are never silent: an engine that cannot do what
+/// they ask gets a recorded decision naming the key, where it is set and what happens
+/// instead; settings that ask for nothing record nothing.
+#[test]
+fn capture_and_reuse_are_recorded_decisions() {
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let p = policy("[engines]\norder = [\"cpu\"]\n[execution]\ncapture = \"graph\"\n");
+    let (_, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
+    let notes: Vec<(&str, &str)> =
+        ex.settings.iter().map(|n| (n.code.name(), n.message.as_str())).collect();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert_eq!(notes[0].0, "CaptureUnsupported");
+    assert!(
+        notes[0].1.starts_with("execution.capture = graph: on cpu, it runs node by node"),
+        "{notes:?}"
+    );
+    assert_eq!(ex.settings[0].at.as_deref(), Some("t.toml:6"));
+    assert_eq!(notes[1].0, "ReuseUnsupported");
+    assert!(notes[1].1.starts_with("memory.reuse = in-place: on cpu,"), "{notes:?}");
+    assert_eq!(
+        notes[2],
+        (
+            "SettingUnsupported",
+            "memory.pool = arena: on cpu, it allocates each value on its own; there is no pool yet"
+        )
+    );
+    let text = xpu_plan::render::explanation_text(&ex, false);
+    assert!(text.contains("setting CaptureUnsupported: execution.capture = graph"), "{text}");
+    let quiet =
+        policy("[execution]\ncapture = \"eager\"\n[memory]\nreuse = \"none\"\npool = \"none\"\n");
+    let (_, ex) = xpu_plan::plan(&g, &quiet, &inv).unwrap();
+    assert!(ex.settings.is_empty(), "{:?}", ex.settings);
+}
+
 #[test]
 fn plans_are_byte_identical() {
     let g = xpu_ir::text::parse(GRAPH).unwrap();
@@ -617,6 +652,9 @@ fn every_reason_code_is_exercised_or_documented() {
         "FallbackDenied",
         "FallbackBudgetExceeded",
         "Unplaceable",
+        "CaptureUnsupported",
+        "ReuseUnsupported",
+        "SettingUnsupported",
     ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());

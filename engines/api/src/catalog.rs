@@ -10,6 +10,10 @@ pub struct KnownEngine {
     pub feature: &'static str,
     pub kernels: &'static [&'static str],
     pub description: &'static str,
+    /// Policy settings this engine does not honour as asked, with what it does instead:
+    /// `execution.capture`, `memory.reuse`, `memory.pool`, `memory.pinned_host`,
+    /// `precision.accumulate`. A plan that asks for one records the decision.
+    pub unhonoured: &'static [(&'static str, &'static str)],
 }
 
 pub const ENGINES: &[KnownEngine] = &[
@@ -18,12 +22,35 @@ pub const ENGINES: &[KnownEngine] = &[
         feature: "cpu",
         kernels: &["cpu.blas", "cpu.gemm", "cpu.im2col_conv", "cpu.naive"],
         description: "reference engine in Rust: every SGR-ML op on the host",
+        unhonoured: &[
+            (
+                "execution.capture",
+                "it runs node by node and allocates each value; replay over fixed buffers is not built yet",
+            ),
+            (
+                "memory.reuse",
+                "it frees each value at its last use but neither writes in place nor reuses buffers yet",
+            ),
+            ("memory.pool", "it allocates each value on its own; there is no pool yet"),
+            ("memory.pinned_host", "it works in host memory: nothing to pin"),
+            (
+                "precision.accumulate",
+                "f16/bf16 are widened to f32 and f32 accumulates in f32, whatever this says",
+            ),
+        ],
     },
     KnownEngine {
         name: "llvm",
         feature: "llvm",
         kernels: &["llvm.fused", "llvm.gemm", "llvm.reduce", "llvm.riscv"],
         description: "LLVM JIT for fused groups on the host, AOT for riscv64",
+        unhonoured: &[
+            ("execution.capture", "the llvm engine is not built yet"),
+            ("memory.reuse", "the llvm engine is not built yet"),
+            ("memory.pool", "the llvm engine is not built yet"),
+            ("memory.pinned_host", "the llvm engine is not built yet"),
+            ("precision.accumulate", "the llvm engine is not built yet"),
+        ],
     },
     KnownEngine {
         name: "cuda",
@@ -37,24 +64,60 @@ pub const ENGINES: &[KnownEngine] = &[
             "cuda.naive",
         ],
         description: "NVIDIA GPUs through cudarc: cuBLAS(Lt), cuDNN, NVRTC-fused kernels",
+        unhonoured: &[
+            ("execution.capture", "the cuda engine is not built yet"),
+            ("memory.reuse", "the cuda engine is not built yet"),
+            ("memory.pool", "the cuda engine is not built yet"),
+            ("memory.pinned_host", "the cuda engine is not built yet"),
+            ("precision.accumulate", "the cuda engine is not built yet"),
+        ],
     },
     KnownEngine {
         name: "ort",
         feature: "ort",
         kernels: &["ort.cpu", "ort.cuda", "ort.tensorrt"],
         description: "ONNX Runtime, one kernel per execution provider",
+        unhonoured: &[
+            (
+                "execution.capture",
+                "xpu does not enable ONNX Runtime's CUDA graphs; sessions run eagerly",
+            ),
+            (
+                "memory.reuse",
+                "ONNX Runtime plans its own memory (arena, memory patterns), not xpu's plan",
+            ),
+            ("memory.pinned_host", "xpu hands ONNX Runtime host tensors; no pinned staging yet"),
+            ("precision.accumulate", "ONNX Runtime's kernels choose their accumulators"),
+        ],
     },
     KnownEngine {
         name: "openvino",
         feature: "openvino",
         kernels: &["openvino.cpu", "openvino.gpu", "openvino.npu", "openvino.auto"],
         description: "OpenVINO, one kernel per device plugin",
+        unhonoured: &[
+            (
+                "execution.capture",
+                "OpenVINO compiles the model once and runs infer requests; xpu captures nothing more",
+            ),
+            ("memory.reuse", "OpenVINO plans its own memory, not xpu's plan"),
+            ("memory.pool", "OpenVINO manages its own memory"),
+            ("memory.pinned_host", "xpu hands OpenVINO host tensors; no pinned staging"),
+            ("precision.accumulate", "OpenVINO follows its inference precision hint"),
+        ],
     },
     KnownEngine {
         name: "table",
         feature: "table",
         kernels: &["table.native", "table.duckdb"],
         description: "DuckDB for table operations; describe natively in Rust",
+        unhonoured: &[
+            ("execution.capture", "DuckDB runs SQL statements; there is nothing to capture"),
+            ("memory.reuse", "DuckDB manages its own memory, bounded by memory.limit"),
+            ("memory.pool", "DuckDB manages its own buffer pool"),
+            ("memory.pinned_host", "it works in host memory: nothing to pin"),
+            ("precision.accumulate", "DuckDB aggregates in its own types (double for floats)"),
+        ],
     },
 ];
 
