@@ -186,32 +186,13 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     if fb > 0 {
         let _ = writeln!(s, "fallbacks: {fb} node(s)");
     }
-    for n in &ex.settings {
-        let _ = writeln!(
-            s,
-            "setting {}: {}{}",
-            n.code.name(),
-            n.message,
-            n.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
-        );
-    }
-    for w in &ex.warnings {
-        let _ = writeln!(
-            s,
-            "warning {}: {}{}",
-            w.code.name(),
-            w.message,
-            w.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
-        );
-    }
-    for e in &ex.errors {
-        let _ = writeln!(
-            s,
-            "error {}: {}{}",
-            e.code.name(),
-            e.message,
-            e.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
-        );
+    for (label, notes) in
+        [("setting", &ex.settings), ("warning", &ex.warnings), ("error", &ex.errors)]
+    {
+        for n in notes {
+            let at = n.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default();
+            let _ = writeln!(s, "{label} {}: {}{at}", n.code.name(), n.message);
+        }
     }
     for f in &ex.facts {
         let node = f.node.map(|n| format!(" {n}")).unwrap_or_default();
