@@ -149,6 +149,10 @@ fn xpuctl_drives_a_real_daemon() {
     // A waited submit prints what the program prints, as a local run does.
     let (ok, out) = xpuctl(&d.url, &["submit", "examples/example.ml", "--wait"]);
     assert!(ok && out.contains("print_0:") && out.contains("mean") && out.contains("50%"), "{out}");
+    // The statistics are row labels, as pandas and a local run print them (not an index
+    // column beside a `statistic` column).
+    assert!(out.lines().any(|l| l.starts_with("mean ")), "{out}");
+    assert!(!out.contains("statistic"), "{out}");
     // Inputs take the forms `run` takes, and a model can be named on the server.
     let (ok, out) = xpuctl(
         &d.url,

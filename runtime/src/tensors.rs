@@ -324,7 +324,8 @@ fn format_float(v: f64) -> String {
 
 /// Writes a table as CSV: a header row, RFC 4180 quoting where a field needs it, missing
 /// values empty, booleans `True`/`False` and floats in shortest round-trip form, as pandas'
-/// `to_csv` writes them.
+/// `to_csv` writes them. A table whose first column is its row labels (`stats`) writes that
+/// column's header empty, as pandas writes an unnamed index, so it reads back as labels.
 pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
     let bytes = csv_bytes(t)?;
     std::fs::write(path, bytes)
@@ -335,7 +336,9 @@ pub fn write_csv(path: &Path, t: &xpu_ir::Table) -> Result<()> {
 pub fn csv_bytes(t: &xpu_ir::Table) -> Result<Vec<u8>> {
     use xpu_ir::ColumnData;
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(t.columns.iter().map(|c| c.name.as_str()))?;
+    w.write_record(
+        t.columns.iter().enumerate().map(|(i, c)| if i == 0 && t.index { "" } else { &c.name }),
+    )?;
     for r in 0..t.rows() {
         w.write_record(t.columns.iter().map(|c| {
             match &c.data {
@@ -385,7 +388,10 @@ pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
             Column { name, data }
         })
         .collect();
-    Ok(xpu_ir::Table::new(columns))
+    let mut table = xpu_ir::Table::new(columns);
+    // An empty first header is an index (pandas' `to_csv` of row labels; see `csv_bytes`).
+    table.index = table.columns.first().is_some_and(|c| c.name.is_empty());
+    Ok(table)
 }
 
 #[cfg(test)]
@@ -407,6 +413,21 @@ mod tests {
         ]);
         let back = super::table_from_csv(&super::csv_bytes(&t).unwrap()).unwrap();
         assert_eq!(back, t);
+        // Row labels (describe's statistic names) come back as labels, printed as a local
+        // run prints them.
+        let mut stats = Table::new(vec![
+            Column {
+                name: "statistic".into(),
+                data: ColumnData::String(vec![Some("count".into()), Some("mean".into())]),
+            },
+            Column { name: "x".into(), data: ColumnData::F64(vec![Some(3.0), Some(1.5)]) },
+        ]);
+        stats.index = true;
+        let bytes = super::csv_bytes(&stats).unwrap();
+        assert!(bytes.starts_with(b",x\n"), "{}", String::from_utf8_lossy(&bytes));
+        let back = super::table_from_csv(&bytes).unwrap();
+        assert!(back.index);
+        assert_eq!(back.to_string(), stats.to_string());
     }
 
     use super::*;
