@@ -589,7 +589,7 @@ pub fn engines(client: &Client, format: Format) -> Result<()> {
         print_json(&v);
         return Ok(());
     }
-    let mut t = table(&["engine", "version", "availability", "kernels"]);
+    let mut t = table(&["engine", "version", "availability", "devices", "kernels"]);
     for e in v["engines"].as_array().into_iter().flatten() {
         let kernels: Vec<&str> = e["kernels"]
             .as_array()
@@ -597,10 +597,17 @@ pub fn engines(client: &Client, format: Format) -> Result<()> {
             .flatten()
             .filter_map(|k| k["name"].as_str())
             .collect();
+        let devices: Vec<&str> = e["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["id"].as_str())
+            .collect();
         t.add_row(vec![
             e["engine"].as_str().unwrap_or("").to_string(),
             e["version"].as_str().unwrap_or("").to_string(),
             e["availability"]["status"].as_str().unwrap_or("").to_string(),
+            devices.join(", "),
             kernels.join(", "),
         ]);
     }

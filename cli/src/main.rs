@@ -477,7 +477,20 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                 InventoryFormat::Toml => print!("{}", inv.to_toml()),
                 InventoryFormat::Text => {
                     for e in &inv.engines {
-                        println!("{} {} — {}", e.engine, e.version, e.availability);
+                        let devices: Vec<String> = e
+                            .devices
+                            .iter()
+                            .map(|d| match d.name.as_str() {
+                                "" => d.id.to_string(),
+                                vendor => format!("{} ({vendor})", d.id),
+                            })
+                            .collect();
+                        let on = if devices.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" — devices: {}", devices.join(", "))
+                        };
+                        println!("{} {} — {}{on}", e.engine, e.version, e.availability);
                         for k in &e.kernels {
                             let mut runs = Vec::new();
                             if !k.ops.is_empty() {
@@ -486,8 +499,13 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                             if !k.classes.is_empty() {
                                 runs.push(format!("{} op classes", k.classes.len()));
                             }
+                            let kind = k
+                                .device
+                                .or_else(|| xpu_engine::catalog::kernel_device(&k.name))
+                                .map(|kind| format!(", on {kind}"))
+                                .unwrap_or_default();
                             println!(
-                                "  {:<18} {}, dtypes {}",
+                                "  {:<18} {}, dtypes {}{kind}",
                                 k.name,
                                 runs.join(" + "),
                                 k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ")

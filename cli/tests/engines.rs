@@ -120,6 +120,17 @@ fn engines_lists_both_with_their_kernels() {
     assert_eq!(engine("openvino")["availability"]["status"], "available");
     let npu = &engine("openvino")["unavailable_kernels"]["openvino.npu"];
     assert!(npu.as_str().unwrap().contains("no NPU device"), "{npu}");
+    // Devices are typed ids; OpenVINO's CPU plugin is the host, under its own name.
+    assert_eq!(engine("cpu")["devices"], serde_json::json!([{ "id": "host" }]));
+    assert_eq!(
+        engine("openvino")["devices"][0],
+        serde_json::json!({ "id": "host", "name": "CPU" })
+    );
+    let (code, text, stderr) = xpuctl(&["engines"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(text.contains("cpu 0.1.0 — available — devices: host"), "{text}");
+    assert!(text.contains("devices: host (CPU)"), "{text}");
+    assert!(text.contains(", on host"), "{text}");
 }
 
 #[test]
