@@ -590,25 +590,18 @@ pub fn engines(client: &Client, format: Format) -> Result<()> {
         return Ok(());
     }
     let mut t = table(&["engine", "version", "availability", "devices", "kernels"]);
+    // `list[*].key`, joined: the kernels' names, the devices' ids.
+    let field_of_each = |list: &Value, key: &str| {
+        let items = list.as_array().into_iter().flatten();
+        items.filter_map(|item| item[key].as_str()).collect::<Vec<_>>().join(", ")
+    };
     for e in v["engines"].as_array().into_iter().flatten() {
-        let kernels: Vec<&str> = e["kernels"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|k| k["name"].as_str())
-            .collect();
-        let devices: Vec<&str> = e["devices"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|d| d["id"].as_str())
-            .collect();
         t.add_row(vec![
             e["engine"].as_str().unwrap_or("").to_string(),
             e["version"].as_str().unwrap_or("").to_string(),
             e["availability"]["status"].as_str().unwrap_or("").to_string(),
-            devices.join(", "),
-            kernels.join(", "),
+            field_of_each(&e["devices"], "id"),
+            field_of_each(&e["kernels"], "name"),
         ]);
     }
     println!("{t}");

@@ -500,8 +500,7 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                                 runs.push(format!("{} op classes", k.classes.len()));
                             }
                             let kind = k
-                                .device
-                                .or_else(|| xpu_engine::catalog::kernel_device(&k.name))
+                                .device_kind()
                                 .map(|kind| format!(", on {kind}"))
                                 .unwrap_or_default();
                             println!(

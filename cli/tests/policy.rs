@@ -404,57 +404,37 @@ fn frozen_plans_replay_only_for_their_program() {
             && out.contains("fact cpu: threads = 1"),
         "{out}"
     );
-    let (code, _, err) = xpuctl(&[
-        "run",
-        "examples/mlp.onnx",
-        "--input",
-        "x=examples/mlp_input.npy",
-        "--out",
-        out_s,
-        "--plan",
-        plan_s,
-    ]);
+    // The plan replayed for a program (exit code, stderr).
+    let replay = |program: &str| {
+        let (code, _, err) = xpuctl(&[
+            "run",
+            program,
+            "--input",
+            "x=examples/mlp_input.npy",
+            "--out",
+            out_s,
+            "--plan",
+            plan_s,
+        ]);
+        (code, err)
+    };
+    let (code, err) = replay("examples/mlp.onnx");
     assert_eq!(code, 1);
     assert!(err.contains("the plan was made for graph mlp"), "{err}");
     std::fs::write(&plan, "{\"version\": 2, \"plan\": 5}").unwrap();
-    let (code, _, err) = xpuctl(&[
-        "run",
-        "examples/mlp.sgr",
-        "--input",
-        "x=examples/mlp_input.npy",
-        "--out",
-        out_s,
-        "--plan",
-        plan_s,
-    ]);
+    let (code, err) = replay("examples/mlp.sgr");
     assert_eq!(code, 1);
     assert!(err.contains("plan.json: not a frozen plan: plan: invalid type"), "{err}");
     // A hand-edited plan naming a partition that does not exist: refused by field, exit 1.
     std::fs::write(&plan, good_plan.replace("\"partition\": 0", "\"partition\": 99")).unwrap();
-    let (code, _, err) = xpuctl(&[
-        "run",
-        "examples/mlp.sgr",
-        "--input",
-        "x=examples/mlp_input.npy",
-        "--out",
-        out_s,
-        "--plan",
-        plan_s,
-    ]);
+    let (code, err) = replay("examples/mlp.sgr");
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("plan.json: plan.placements[0].partition: 99 is not a partition"),
         "{err}"
     );
     std::fs::write(&plan, good_plan.replace("\"version\": 2", "\"version\": 1")).unwrap();
-    let (code, _, err) = xpuctl(&[
-        "run",
-        "examples/mlp.sgr",
-        "--input",
-        "x=examples/mlp_input.npy",
-        "--plan",
-        plan_s,
-    ]);
+    let (code, err) = replay("examples/mlp.sgr");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("frozen plan format 1 is not supported"), "{err}");
     let (code, _, _) =

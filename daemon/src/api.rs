@@ -152,20 +152,16 @@ fn visible(p: &Principal, tenant: Option<&str>) -> bool {
 /// Runs store and disk work on tokio's blocking pool. DuckDB, tantivy and the disk can wait
 /// (`Store::list` waits for the feeder, up to 30 s), and an async thread that waits stalls
 /// every request it would serve next, `/healthz` and `/metrics` included. `f` gets the
-/// caller's store scope.
+/// app and the caller's store scope.
 async fn off_async<T: Send + 'static>(
+    app: &Arc<App>,
     caller: &Caller,
-    f: impl FnOnce(xpu_store::Scope<'_>) -> ApiResult<T> + Send + 'static,
+    f: impl FnOnce(&App, xpu_store::Scope<'_>) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let tenant = caller.0.tenant.clone();
-    tokio::task::spawn_blocking(move || {
-        f(match &tenant {
-            Some(t) => xpu_store::Scope::Tenant(t),
-            None => xpu_store::Scope::All,
-        })
-    })
-    .await
-    .map_err(ApiError::internal)?
+    let (app, who) = (app.clone(), caller.0.clone());
+    tokio::task::spawn_blocking(move || f(&app, who.visibility()))
+        .await
+        .map_err(ApiError::internal)?
 }
 
 /// A run the caller may see: live (queued/running) or stored.
@@ -175,8 +171,8 @@ async fn find_run(app: &Arc<App>, caller: &Caller, run_id: &str) -> ApiResult<Ru
     {
         return Ok(live_dto(&job));
     }
-    let (app, id) = (app.clone(), run_id.to_string());
-    off_async(caller, move |scope| match app.jobs.store.run(&id, scope) {
+    let id = run_id.to_string();
+    off_async(app, caller, move |app, scope| match app.jobs.store.run(&id, scope) {
         Ok(Some(s)) => Ok(run_dto(&s)),
         Ok(None) => Err(ApiError::not_found(format!("no run {id}"))),
         Err(e) => Err(ApiError::internal(e)),
@@ -546,9 +542,8 @@ pub async fn list_runs(
     };
     let limit = q.limit.unwrap_or(50).clamp(1, app.config.limits.max_page);
     let filter = RunFilter { status, policy: q.policy.clone(), labels, before, limit };
-    let store_app = app.clone();
-    let rows = off_async(&caller, move |scope| {
-        store_app.jobs.store.list(&filter, scope).map_err(ApiError::internal)
+    let rows = off_async(&app, &caller, move |app, scope| {
+        app.jobs.store.list(&filter, scope).map_err(ApiError::internal)
     })
     .await?;
     let next_cursor =
@@ -585,9 +580,9 @@ pub async fn explain(
             format!("run {id} has not finished; its explanation is stored when it does"),
         ));
     }
-    let (store_app, store_id) = (app.clone(), id.clone());
-    let stored = off_async(&caller, move |scope| {
-        store_app.jobs.store.explanation(&store_id, scope).map_err(ApiError::internal)
+    let run_id = id.clone();
+    let stored = off_async(&app, &caller, move |app, scope| {
+        app.jobs.store.explanation(&run_id, scope).map_err(ApiError::internal)
     })
     .await?;
     let Some((ex, _)) = stored else {
@@ -633,9 +628,9 @@ pub async fn output(
     };
     let table = out.dtype == "table";
     let ext = if table { "csv" } else { "npy" };
-    let (blob_app, sha) = (app.clone(), out.sha256.clone());
-    let bytes = off_async(&caller, move |_| {
-        blob_app.jobs.output_bytes(&sha, ext).map_err(ApiError::internal)
+    let sha = out.sha256.clone();
+    let bytes = off_async(&app, &caller, move |app, _| {
+        app.jobs.output_bytes(&sha, ext).map_err(ApiError::internal)
     })
     .await?;
     match (q.format.as_deref().unwrap_or(ext), table) {
@@ -770,9 +765,9 @@ pub async fn replay(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::unprocessable("invalid_json", e.to_string()))?
     };
-    let (store_app, store_id) = (app.clone(), id.clone());
+    let run_id = id.clone();
     let (original, program, inputs) =
-        off_async(&caller, move |scope| replay_sources(&store_app, &store_id, scope)).await?;
+        off_async(&app, &caller, move |app, scope| replay_sources(app, &run_id, scope)).await?;
     let submit = SubmitJob {
         program: ProgramSpec {
             name: Some(original.program_name.clone()),
@@ -932,9 +927,8 @@ pub async fn search(
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> ApiResult<Json<Vec<SearchHitDto>>> {
     caller.require(&app, Scope::Read)?;
-    let store_app = app.clone();
-    let hits = off_async(&caller, move |scope| {
-        store_app.jobs.store.search(&q.q, scope, q.limit.unwrap_or(20)).map_err(|e| match e {
+    let hits = off_async(&app, &caller, move |app, scope| {
+        app.jobs.store.search(&q.q, scope, q.limit.unwrap_or(20)).map_err(|e| match e {
             xpu_store::StoreError::Query(m) => ApiError::bad_request("invalid_query", m),
             other => ApiError::internal(other),
         })

@@ -280,10 +280,9 @@ impl<'a> Planner<'a> {
         caps: &'c Capabilities,
         k: &KernelCaps,
     ) -> Result<&'c xpu_engine::Device, String> {
-        let kernel = &k.name;
-        match k.device.or_else(|| xpu_engine::catalog::kernel_device(kernel)) {
+        match k.device_kind() {
             Some(kind) => caps.devices.iter().find(|d| d.id.kind == kind).ok_or_else(|| {
-                format!("{kernel} runs on a {kind} device and {} lists none", caps.engine)
+                format!("{} runs on a {kind} device and {} lists none", k.name, caps.engine)
             }),
             None => caps.devices.first().ok_or_else(|| format!("{} lists no device", caps.engine)),
         }

@@ -68,6 +68,11 @@ fn render(d: &Decision) -> String {
     s
 }
 
+/// Each partition as `engine@device:node count`.
+fn partition_summary(plan: &xpu_plan::CapturePlan) -> Vec<String> {
+    plan.partitions.iter().map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len())).collect()
+}
+
 /// Plans GRAPH under `fragment` with `inventory` and compares node `name`'s decision.
 fn check_with(graph: &str, inventory: &str, fragment: &str, name: &str, expect: &str) {
     let g = xpu_ir::text::parse(graph).unwrap();
@@ -376,11 +381,7 @@ fn partitions_transfers_and_casts() {
     );
     let (plan, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
     xpu_ir::verify(&plan.graph).expect("the planned graph verifies");
-    let parts: Vec<String> = plan
-        .partitions
-        .iter()
-        .map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len()))
-        .collect();
+    let parts = partition_summary(&plan);
     assert_eq!(
         parts,
         vec!["cuda@cuda:0:3", "cpu@host:3"],
@@ -416,16 +417,9 @@ fn live_ort_cuda_nodes_land_on_the_gpu_with_their_transfers() {
     let g = xpu_ir::text::parse(GRAPH).unwrap();
     let inv = Inventory::from_toml(LIVE_ORT_WITH_CUDA).unwrap();
     assert!(inv.notes.is_empty(), "{:?}", inv.notes);
-    let p = policy(
-        "[kernels]
-matmul = \"ort.cuda\"\n",
-    );
+    let p = policy("[kernels]\nmatmul = \"ort.cuda\"\n");
     let (plan, ex) = xpu_plan::plan(&g, &p, &inv).unwrap();
-    let parts: Vec<String> = plan
-        .partitions
-        .iter()
-        .map(|p| format!("{}@{}:{}", p.engine, p.device, p.nodes.len()))
-        .collect();
+    let parts = partition_summary(&plan);
     assert_eq!(parts, vec!["ort@cuda:0:1", "ort@host:2"]);
     let fc = &plan.placements[0];
     assert_eq!((&*fc.kernel, fc.device.to_string().as_str()), ("ort.cuda", "cuda:0"));

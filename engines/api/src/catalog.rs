@@ -140,7 +140,7 @@ pub fn engine_of(kernel: &str) -> &str {
 pub fn kernel_device(kernel: &str) -> Option<crate::DeviceKind> {
     use crate::DeviceKind::*;
     let (engine, _) = kernel.split_once('.')?;
-    engine_kernels(engine)?.contains(&kernel).then_some(())?;
+    self::engine(engine)?.kernels.contains(&kernel).then_some(())?;
     Some(match kernel {
         "ort.cuda" | "ort.tensorrt" => Cuda,
         "openvino.gpu" => Gpu,
@@ -150,29 +150,4 @@ pub fn kernel_device(kernel: &str) -> Option<crate::DeviceKind> {
         // openvino.auto picks its devices itself and takes its inputs from host memory.
         _ => Host,
     })
-}
-
-fn engine_kernels(engine: &str) -> Option<&'static [&'static str]> {
-    self::engine(engine).map(|e| e.kernels)
-}
-
-/// Precision names a policy may use, with the element type each computes in.
-pub const PRECISIONS: &[(&str, xpu_ir::DType)] = &[
-    ("fp64", xpu_ir::DType::F64),
-    ("fp32", xpu_ir::DType::F32),
-    ("tf32", xpu_ir::DType::F32),
-    ("fp16", xpu_ir::DType::F16),
-    ("bf16", xpu_ir::DType::BF16),
-    ("int8", xpu_ir::DType::I8),
-];
-
-/// The precision name of a float element type (`f32` → `fp32`).
-pub fn precision_of(dtype: xpu_ir::DType) -> Option<&'static str> {
-    match dtype {
-        xpu_ir::DType::F64 => Some("fp64"),
-        xpu_ir::DType::F32 => Some("fp32"),
-        xpu_ir::DType::F16 => Some("fp16"),
-        xpu_ir::DType::BF16 => Some("bf16"),
-        _ => None,
-    }
 }

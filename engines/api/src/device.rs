@@ -192,7 +192,7 @@ impl Device {
 
 /// The written form of a device: `{ id = "cuda:0", name = "…", memory_bytes = … }`, or the
 /// form inventories had before device ids, `{ name = "cuda:0", kind = "gpu" }`, which still
-/// loads (see [`legacy_device_id`]).
+/// loads (see [`id_from_name_and_kind`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WrittenDevice {
@@ -214,7 +214,7 @@ impl<'de> Deserialize<'de> for Device {
                 ));
             }
             (Some(id), None) => id,
-            (None, Some(kind)) => legacy_device_id(&w.name, kind).map_err(D::Error::custom)?,
+            (None, Some(kind)) => id_from_name_and_kind(&w.name, kind).map_err(D::Error::custom)?,
             (None, None) => {
                 return Err(D::Error::custom(
                     "a device needs `id` (host, cuda:N, gpu:N, npu:N or riscv64:N)",
@@ -231,9 +231,10 @@ impl<'de> Deserialize<'de> for Device {
     }
 }
 
-/// The id of a device written the old way, as a free name and kind (`name = "cuda:0", kind =
-/// "gpu"`; `name = "GPU.1", kind = "gpu"`; `name = "NPU", kind = "npu"`; `kind = "cpu"`).
-pub fn legacy_device_id(name: &str, kind: &str) -> Result<DeviceId, String> {
+/// The id of a device given by a free name and kind: inventories written before device ids
+/// (`name = "cuda:0", kind = "gpu"`; `name = "NPU", kind = "npu"`; `kind = "cpu"`) and
+/// OpenVINO's device names (`GPU.1` of kind gpu).
+pub fn id_from_name_and_kind(name: &str, kind: &str) -> Result<DeviceId, String> {
     // The ordinal from the name: `cuda:1`, `GPU.1`, else 0.
     let ordinal = name
         .rsplit([':', '.'])
@@ -296,9 +297,9 @@ mod tests {
             ("GPU.1", "gpu", "gpu:1"),
             ("NPU", "npu", "npu:0"),
         ] {
-            assert_eq!(legacy_device_id(name, kind).unwrap().to_string(), id, "{name} {kind}");
+            assert_eq!(id_from_name_and_kind(name, kind).unwrap().to_string(), id, "{name} {kind}");
         }
-        assert!(legacy_device_id("x", "tpu").unwrap_err().contains("unknown kind"));
+        assert!(id_from_name_and_kind("x", "tpu").unwrap_err().contains("unknown kind"));
     }
 
     #[test]

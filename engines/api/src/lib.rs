@@ -95,6 +95,12 @@ fn is_true(b: &bool) -> bool {
 }
 
 impl KernelCaps {
+    /// The kind of device it runs on: its own `device`, else the catalogue's; `None` for a
+    /// kernel the catalogue does not know.
+    pub fn device_kind(&self) -> Option<DeviceKind> {
+        self.device.or_else(|| catalog::kernel_device(&self.name))
+    }
+
     pub fn runs_op(&self, op: Op) -> bool {
         self.ops.contains(&op) || self.classes.contains(&op.class())
     }
@@ -231,7 +237,7 @@ fn legacy_device_notes(text: &str) -> Vec<String> {
         for (j, d) in devices.iter().enumerate() {
             let Some(kind) = d.get("kind").and_then(|k| k.as_str()) else { continue };
             let name = d.get("name").and_then(|n| n.as_str()).unwrap_or("");
-            if let Ok(id) = device::legacy_device_id(name, kind) {
+            if let Ok(id) = device::id_from_name_and_kind(name, kind) {
                 notes.push(format!(
                     "engines[{i}].devices[{j}]: `name = {name:?}, kind = {kind:?}` is the old device form, read as id = \"{id}\"; write `id = \"{id}\"` instead"
                 ));
@@ -266,11 +272,6 @@ pub struct Assignment {
 impl Assignment {
     pub fn new(engine: &str) -> Assignment {
         Assignment { engine: engine.to_string(), ..Default::default() }
-    }
-
-    /// The element type tensors are computed in, when the precision retypes them.
-    pub fn compute_dtype(&self) -> Option<DType> {
-        self.precision.and_then(PrecisionName::storage)
     }
 }
 

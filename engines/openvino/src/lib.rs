@@ -272,7 +272,7 @@ impl Engine for OpenVinoEngine {
                     // `GPU.1` is the second GPU; a plugin of a kind xpu has no memory
                     // domain for is left out.
                     let kind = d.split('.').next().unwrap_or(d).to_ascii_lowercase();
-                    let id = xpu_engine::device::legacy_device_id(d, &kind).ok()?;
+                    let id = xpu_engine::device::id_from_name_and_kind(d, &kind).ok()?;
                     Some(Device { id, name: d.clone(), memory_bytes: None })
                 })
                 .collect(),

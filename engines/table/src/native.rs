@@ -74,42 +74,12 @@ fn parse_number(field: &[u8]) -> Option<f64> {
     plain_decimal(f).or_else(|| fast_float2::parse(f).ok())
 }
 
-/// The common shape of a number in a CSV file, `-?digits[.digits]` with at most 15
-/// significant digits, read exactly: the digits as an integer (exact in f64 below 2^53)
-/// divided by a power of ten that is itself exact (≤ 10^15 here) is the correctly rounded value
-/// (Clinger's fast path, as every correct parser takes it). Anything else — exponents, more
-/// digits, `inf` — goes to the general parser.
+/// The common shape of a number in a CSV file, `[+-]?digits[.digits]` with at most 15
+/// significant digits, read exactly ([`decimal_at`]) when it is the whole field. Anything
+/// else — exponents, more digits, `inf` — goes to the general parser.
 fn plain_decimal(f: &[u8]) -> Option<f64> {
-    const POW10: [f64; 16] =
-        [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
-    let (negative, d) = match f.first()? {
-        b'-' => (true, &f[1..]),
-        b'+' => (false, &f[1..]),
-        _ => (false, f),
-    };
-    // At most 15 digits and a point: the mantissa stays below 10^15 < 2^53.
-    if d.is_empty() || d.len() > 16 {
-        return None;
-    }
-    let mut mantissa: u64 = 0;
-    let mut i = 0;
-    let whole = read_digits(d, &mut i, &mut mantissa);
-    let mut scale = 0;
-    if i < d.len() {
-        if d[i] != b'.' {
-            return None;
-        }
-        i += 1;
-        scale = read_digits(d, &mut i, &mut mantissa);
-        if i < d.len() {
-            return None;
-        }
-    }
-    if whole + scale == 0 || whole + scale > 15 {
-        return None;
-    }
-    let value = mantissa as f64 / POW10[scale];
-    Some(if negative { -value } else { value })
+    let mut end = 0;
+    decimal_at(f, &mut end).filter(|_| end == f.len())
 }
 
 /// One cell: `Ok(Some(x))` a number, `Ok(None)` missing, `Err(())` not a number.
@@ -189,9 +159,12 @@ impl Sink<'_> {
     }
 }
 
-/// The plain decimal (`[+-]?digits[.digits]`, at most 15 digits) that starts at `s[*i]`,
-/// read exactly as [`plain_decimal`] reads it; `*i` moves past it. `None` when there is none
-/// there. Reading the number while finding where it ends saves a second walk over each field.
+/// The plain decimal (`[+-]?digits[.digits]`, at most 15 digits) that starts at `s[*i]`;
+/// `*i` moves past it. `None` — `*i` unchanged — when there is none there. Read exactly: the
+/// digits as an integer (exact in f64 below 2^53) divided by a power of ten that is itself
+/// exact (≤ 10^15 here) is the correctly rounded value (Clinger's fast path, as every
+/// correct parser takes it). Reading the number while finding where it ends saves a second
+/// walk over each field.
 #[inline]
 fn decimal_at(s: &[u8], i: &mut usize) -> Option<f64> {
     const POW10: [f64; 16] =
@@ -201,23 +174,12 @@ fn decimal_at(s: &[u8], i: &mut usize) -> Option<f64> {
     if negative || s.get(p) == Some(&b'+') {
         p += 1;
     }
-    // Wrapping arithmetic: more than 15 digits are refused below, whatever the sum became.
     let mut mantissa: u64 = 0;
-    let whole_start = p;
-    while let Some(d) = s.get(p).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
-        mantissa = mantissa.wrapping_mul(10).wrapping_add(d as u64);
-        p += 1;
-    }
-    let whole = p - whole_start;
+    let whole = read_digits(s, &mut p, &mut mantissa);
     let mut scale = 0;
     if s.get(p) == Some(&b'.') {
         p += 1;
-        let fraction_start = p;
-        while let Some(d) = s.get(p).map(|c| c.wrapping_sub(b'0')).filter(|d| *d <= 9) {
-            mantissa = mantissa.wrapping_mul(10).wrapping_add(d as u64);
-            p += 1;
-        }
-        scale = p - fraction_start;
+        scale = read_digits(s, &mut p, &mut mantissa);
     }
     if whole + scale == 0 || whole + scale > 15 {
         return None;
@@ -465,23 +427,27 @@ fn exponent_shape(d: &[u8]) -> bool {
 
 /// Appends the ASCII digits at `d[*i..]` to `mantissa`, two at a time (which halves the
 /// chain of dependent multiply-adds that bounds a digit loop); returns how many it read.
+/// Wrapping arithmetic: a run of more than 15 digits is refused by the caller, whatever the
+/// sum became.
+#[inline]
 fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
     let start = *i;
+    let mut push = |m: u64, digits: u64| *mantissa = mantissa.wrapping_mul(m).wrapping_add(digits);
     while *i + 1 < d.len() {
         let (a, b) = (d[*i].wrapping_sub(b'0'), d[*i + 1].wrapping_sub(b'0'));
         if a > 9 {
             return *i - start;
         }
         if b > 9 {
-            *mantissa = *mantissa * 10 + a as u64;
+            push(10, a as u64);
             *i += 1;
             return *i - start;
         }
-        *mantissa = *mantissa * 100 + (a * 10 + b) as u64;
+        push(100, (a * 10 + b) as u64);
         *i += 2;
     }
     if let Some(a) = d.get(*i).map(|c| c.wrapping_sub(b'0')).filter(|a| *a <= 9) {
-        *mantissa = *mantissa * 10 + a as u64;
+        push(10, a as u64);
         *i += 1;
     }
     *i - start
