@@ -248,12 +248,14 @@ pub fn submit(
             .ok_or_else(|| crate::usage(format!("--label {kv:?}: expected KEY=VALUE")))?;
         body["labels"][k] = json!(v);
     }
-    // The same input forms as `run` (NAME=PATH.npy, NAME=PATH.pb, or PATH.pb named by its
-    // proto), sent as .npy, the form the API takes.
+    // The same input forms as `run` (NAME=PATH.npy, NAME=PATH.pb, NAME=PATH.csv, or PATH.pb
+    // named by its proto), sent as the API takes them: tensors as .npy, tables as CSV.
+    let b64 = |bytes: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(bytes);
     for (name, (_, tensor)) in crate::read_inputs(inputs)? {
-        let npy = xpu_runtime::tensors::npy_bytes(&tensor)?;
-        body["inputs"][name] =
-            json!({"npy_base64": base64::engine::general_purpose::STANDARD.encode(npy)});
+        body["inputs"][name] = match tensor.data().as_table() {
+            Some(table) => json!({"csv_base64": b64(xpu_runtime::tensors::csv_bytes(table)?)}),
+            None => json!({"npy_base64": b64(xpu_runtime::tensors::npy_bytes(&tensor)?)}),
+        };
     }
     match policy {
         Some(p) if p.ends_with(".toml") && Path::new(p).exists() => {

@@ -89,7 +89,8 @@ enum Command {
         /// must be the one it was made for.
         #[arg(long, conflicts_with_all = ["policy", "set", "labels"])]
         plan: Option<PathBuf>,
-        /// An input: NAME=PATH (.npy or .pb), or PATH.pb (the name comes from the proto).
+        /// An input: NAME=PATH (.npy, .pb, or .csv for a table), or PATH.pb (the name comes
+        /// from the proto).
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
         /// Directory for the outputs (created if missing).
@@ -128,7 +129,8 @@ enum Command {
         /// larger than the server's request limit); nothing is uploaded.
         #[arg(long)]
         on_server: bool,
-        /// An input: NAME=PATH.npy, NAME=PATH.pb, or PATH.pb (named by its proto).
+        /// An input: NAME=PATH.npy, NAME=PATH.pb, NAME=PATH.csv (a table), or PATH.pb (named
+        /// by its proto).
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
         /// A policy name known to the daemon, or a local FILE.toml sent inline.
@@ -706,9 +708,9 @@ fn run(
     let (g, prints, writes) = if program::is_minilang(program) {
         let bytes =
             std::fs::read(program).with_context(|| format!("cannot read {}", program.display()))?;
-        // Their dtypes and shapes type the program's input(…)s.
-        let types = read.iter().map(|(n, (_, t))| (n.clone(), t.ty())).collect();
-        let inputs = xpu_minilang::lower::Inputs { types, ..Default::default() };
+        // Their dtypes and shapes (a table's columns) type the program's input(…)s.
+        let inputs =
+            xpu_minilang::lower::Inputs::given(read.iter().map(|(n, (_, t))| (n.as_str(), t)));
         let ml = program::load_minilang_with(program, bytes, &inputs)?;
         (ml.graph, Some(ml.prints), ml.writes)
     } else {

@@ -128,6 +128,66 @@ fn tensor_proto_inputs_take_their_name() {
 }
 
 #[test]
+fn table_inputs_are_csv_files_typed_by_their_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let people = dir.path().join("people.csv");
+    std::fs::write(
+        &people,
+        "name,age,score,flag\nann,31,1.5,True\nbob,NA,2.5,False\ncid,45,,TRUE\n",
+    )
+    .unwrap();
+    let program = |body: &str| {
+        let p = dir.path().join("p.ml");
+        std::fs::write(&p, format!("let t = input(\"people\", dtype=\"table\")\n{body}\n"))
+            .unwrap();
+        p.display().to_string()
+    };
+    let input = format!("people={}", people.display());
+    let out = dir.path().join("out").display().to_string();
+    let prog = program("print select(filter(t, age > 40 and flag), [\"name\", \"score\"])");
+    let (code, stdout, stderr) = xpuctl(&["run", &prog, "--input", &input, "--out", &out]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("cid") && !stdout.contains("ann") && !stdout.contains("bob"),
+        "{stdout}"
+    );
+    // `NA` and the empty cell are missing, as pandas reads them.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/print_0.csv")).unwrap(),
+        "name,score\ncid,\n"
+    );
+    // Columns are checked at compile time against the file's header, with did-you-mean.
+    let prog = program("print t.agee");
+    let (code, _, stderr) = xpuctl(&["run", &prog, "--input", &input, "--out", &out]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("agee") && stderr.contains("age"), "{stderr}");
+    // The README's example, as typed there.
+    let example = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(repo().join("examples"))
+        .args([
+            "run",
+            "survival.ml",
+            "--input",
+            "passengers=titanic.csv",
+            "--out",
+            &dir.path().display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&example.stdout);
+    assert!(
+        example.status.success() && stdout.contains("survived") && stdout.contains("female"),
+        "{stdout}"
+    );
+    // A ragged file is refused naming the file and the line.
+    std::fs::write(&people, "name,age\nann,31\nbob\n").unwrap();
+    let prog = program("print t");
+    let (code, _, stderr) = xpuctl(&["run", &prog, "--input", &input, "--out", &out]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("people.csv") && stderr.contains("line: 3"), "{stderr}");
+}
+
+#[test]
 fn usage_errors_exit_2() {
     assert_eq!(xpuctl(&[]).0, 2);
     assert_eq!(xpuctl(&["run"]).0, 2);

@@ -187,15 +187,27 @@ fn decode_b64(what: &str, s: &str) -> ApiResult<Vec<u8>> {
 }
 
 fn input_tensor(name: &str, spec: &InputSpec) -> ApiResult<Tensor> {
-    if let Some(b64) = &spec.npy_base64 {
-        let bytes = decode_b64(&format!("inputs.{name}.npy_base64"), b64)?;
-        return xpu_runtime::tensors::read_bytes(&format!("inputs.{name}"), "npy", &bytes)
+    let bad = |m: String| ApiError::bad_request("invalid_input", format!("inputs.{name}: {m}"));
+    let literal = spec.shape.is_some() || spec.data.is_some() || spec.dtype.is_some();
+    let file = match (&spec.npy_base64, &spec.csv_base64, literal) {
+        (Some(b64), None, false) => Some(("npy", b64)),
+        (None, Some(b64), false) => Some(("csv", b64)),
+        (None, None, true) => None,
+        _ => {
+            return Err(bad(
+                "give one of npy_base64, csv_base64, or shape and data (and dtype, default f32)"
+                    .into(),
+            ));
+        }
+    };
+    if let Some((ext, b64)) = file {
+        let bytes = decode_b64(&format!("inputs.{name}.{ext}_base64"), b64)?;
+        return xpu_runtime::tensors::read_bytes(&format!("inputs.{name}"), ext, &bytes)
             .map(|(_, t)| t)
             .map_err(|e| ApiError::bad_request("invalid_input", e.to_string()));
     }
-    let bad = |m: String| ApiError::bad_request("invalid_input", format!("inputs.{name}: {m}"));
     let (Some(shape), Some(data)) = (&spec.shape, &spec.data) else {
-        return Err(bad("give npy_base64, or shape and data (and dtype, default f32)".into()));
+        return Err(bad("give shape and data (and dtype, default f32)".into()));
     };
     let n: usize = shape.iter().product();
     if n != data.len() {
@@ -237,6 +249,7 @@ fn light(req: &SubmitJob) -> bool {
         .values()
         .map(|i| {
             i.npy_base64.as_ref().map_or(0, String::len)
+                + i.csv_base64.as_ref().map_or(0, String::len)
                 + i.data.as_ref().map_or(0, |d| d.len() * 8)
         })
         .sum();
@@ -293,8 +306,8 @@ fn prepare(
         inputs.push(input_tensor(n, spec)?);
         input_names.push(n.clone());
     }
-    let types = input_names.iter().zip(&inputs).map(|(n, t)| (n.clone(), t.ty())).collect();
-    let lower_inputs = xpu_minilang::lower::Inputs { types, ..Default::default() };
+    let lower_inputs =
+        xpu_minilang::lower::Inputs::given(input_names.iter().map(String::as_str).zip(&inputs));
     let program_sha256 = crate::jobs::sha256_hex(&bytes);
     let compiled = match compile {
         Compile::CachedOnly => match app.jobs.compiled.get(&name, &program_sha256, &lower_inputs) {
@@ -733,15 +746,12 @@ fn replay_sources(
         let p = entry.path();
         let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else { continue };
         let bytes = std::fs::read(&p).map_err(ApiError::internal)?;
-        inputs.insert(
-            stem.to_string(),
-            InputSpec {
-                npy_base64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-                dtype: None,
-                shape: None,
-                data: None,
-            },
-        );
+        let b64 = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+        let spec = match p.extension().and_then(|e| e.to_str()) {
+            Some("csv") => InputSpec { csv_base64: b64, ..Default::default() },
+            _ => InputSpec { npy_base64: b64, ..Default::default() },
+        };
+        inputs.insert(stem.to_string(), spec);
     }
     Ok((original, program, inputs))
 }

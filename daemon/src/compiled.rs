@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use xpu_ir::{Graph, TensorType};
+use xpu_ir::{DType, Graph, TensorType};
 use xpu_minilang::paths::DataRoots;
 use xpu_runtime::ProgramError;
 
@@ -17,11 +17,18 @@ struct Key {
     name: String,
     sha256: String,
     input_types: BTreeMap<String, TensorType>,
+    /// A table input's columns type the program as a file's header does.
+    table_columns: BTreeMap<String, Vec<(String, DType)>>,
 }
 
 impl Key {
     fn of(name: &str, sha256: &str, inputs: &xpu_minilang::lower::Inputs) -> Key {
-        Key { name: name.into(), sha256: sha256.into(), input_types: inputs.types.clone() }
+        Key {
+            name: name.into(),
+            sha256: sha256.into(),
+            input_types: inputs.types.clone(),
+            table_columns: inputs.table_columns.clone(),
+        }
     }
 }
 

@@ -42,11 +42,15 @@ pub struct ProgramSpec {
     pub path: Option<String>,
 }
 
-/// One input tensor: a `.npy` file (base64), or dtype + shape + row-major numbers.
-#[derive(Debug, Deserialize, ToSchema)]
+/// One input: a `.npy` file (base64), a table as a CSV file (base64), or dtype + shape +
+/// row-major numbers. Exactly one form.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputSpec {
     pub npy_base64: Option<String>,
+    /// A table: CSV with a header row (pandas' `to_csv` form); columns are typed from their
+    /// cells (integers, numbers, `True`/`False`, text).
+    pub csv_base64: Option<String>,
     pub dtype: Option<String>,
     pub shape: Option<Vec<usize>>,
     pub data: Option<Vec<f64>>,

@@ -635,12 +635,7 @@ impl Jobs {
     fn keep_outputs(&self, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, String> {
         let mut infos = Vec::new();
         for (name, t) in outputs {
-            let (bytes, ext) = match t.data().as_table() {
-                Some(table) => {
-                    (xpu_runtime::tensors::csv_bytes(table).map_err(|e| e.to_string())?, "csv")
-                }
-                None => (xpu_runtime::tensors::npy_bytes(t).map_err(|e| e.to_string())?, "npy"),
-            };
+            let (bytes, ext) = xpu_runtime::tensors::value_file(t).map_err(|e| e.to_string())?;
             let sha256 = sha256_hex(&bytes);
             self.blobs.put(&sha256, ext, &bytes).map_err(|e| e.to_string())?;
             infos.push(OutputInfo {
@@ -690,7 +685,7 @@ impl Jobs {
     }
 
     /// Keeps what a replay needs beyond the run's record: a binary program (ONNX) and the
-    /// inputs (as `.npy`) under `runs/<id>/`. A text program is in the record itself
+    /// inputs (`.npy` tensors, `.csv` tables) under `runs/<id>/`. A text program is in the record itself
     /// (`program_source`), so a job without inputs writes no file here.
     fn keep_job_files(&self, run_dir: &Path, spec: &JobSpec) -> Result<(), SubmitError> {
         let io = |e: std::io::Error| SubmitError::Io(e.to_string());
@@ -703,9 +698,9 @@ impl Jobs {
             std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
         }
         for (name, t) in spec.input_names.iter().zip(&spec.inputs) {
-            let bytes =
-                xpu_runtime::tensors::npy_bytes(t).map_err(|e| SubmitError::Io(e.to_string()))?;
-            let file = format!("{}.npy", xpu_runtime::tensors::output_file_name(name));
+            let (bytes, ext) =
+                xpu_runtime::tensors::value_file(t).map_err(|e| SubmitError::Io(e.to_string()))?;
+            let file = format!("{}.{ext}", xpu_runtime::tensors::output_file_name(name));
             std::fs::write(run_dir.join("inputs").join(file), bytes).map_err(io)?;
         }
         Ok(())

@@ -190,6 +190,27 @@ fn xpuctl_drives_a_real_daemon() {
     assert!(ok && out.contains('5'), "{out}");
     let (ok, out) = xpuctl(&d.url, &["policies"]);
     assert!(ok && out.contains("cpu-only") && out.contains("latency-gpu"), "{out}");
+    // A table input travels as CSV, types the program by its columns, and is kept for replay.
+    let people = dir.path().join("people.csv");
+    std::fs::write(&people, "name,age,flag\nann,31,True\nbob,NA,False\ncid,45,True\n").unwrap();
+    let prog = dir.path().join("older.ml");
+    std::fs::write(
+        &prog,
+        "let t = input(\"people\", dtype=\"table\")\nprint select(filter(t, age > 40), [\"name\"])\n",
+    )
+    .unwrap();
+    let input = format!("people={}", people.display());
+    let (ok, out) =
+        xpuctl(&d.url, &["submit", prog.to_str().unwrap(), "--input", &input, "--wait"]);
+    assert!(ok && out.contains("cid") && !out.contains("ann"), "{out}");
+    let (ok, out) = xpuctl(
+        &d.url,
+        &["submit", prog.to_str().unwrap(), "--input", &input, "--wait", "--format", "json"],
+    );
+    assert!(ok, "{out}");
+    let table_run: Value = serde_json::from_str(&out).unwrap();
+    let (ok, out) = xpuctl(&d.url, &["replay", table_run["run_id"].as_str().unwrap(), "--verify"]);
+    assert!(ok && out.contains("identical"), "{out}");
     let (ok, out) = xpuctl(&d.url, &["engines", "--remote"]);
     assert!(ok && out.contains("table"), "{out}");
     let (ok, out) = xpuctl(&d.url, &["submit", "examples/no-such.ml"]);

@@ -261,6 +261,33 @@ async fn bad_requests_get_the_error_format() {
     j["policy_toml"] = json!("[policy]\nname = \"x\"\n[engines]\norder = 3\n");
     let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
     assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy");
+    // Inputs: one form each; a table's CSV is read with a located error.
+    let table_job = |input: Value| {
+        let mut j = job("let t = input(\"t\", dtype=\"table\")\nprint t\n", true);
+        j["inputs"] = json!({ "t": input });
+        j
+    };
+    let b64 = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    let both = json!({"csv_base64": b64("a\n1\n"), "npy_base64": b64("x")});
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(table_job(both))).await;
+    assert_error(st, &b, StatusCode::BAD_REQUEST, "invalid_input");
+    assert!(b["message"].as_str().unwrap().contains("give one of"), "{b}");
+    let ragged = json!({"csv_base64": b64("a,b\n1,2\n3\n")});
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(table_job(ragged))).await;
+    assert_error(st, &b, StatusCode::BAD_REQUEST, "invalid_input");
+    assert!(
+        b["message"].as_str().unwrap().contains("inputs.t")
+            && b["message"].as_str().unwrap().contains("line: 3"),
+        "{b}"
+    );
+    let mut good = table_job(json!({"csv_base64": b64("a,b\n1,x\n")}));
+    good["wait"] = json!(true);
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(good)).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(b["status"], "succeeded", "{b}");
     // Unknown fields are refused rather than ignored.
     let (st, b) = s
         .send(

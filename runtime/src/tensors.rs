@@ -30,7 +30,8 @@ impl From<csv::Error> for TensorFileError {
     }
 }
 
-/// Reads a `.npy` or `.pb` file; returns the name stored in a `.pb`, if any.
+/// Reads a `.npy`, `.pb` or `.csv` file (a table); returns the name stored in a `.pb`, if
+/// any.
 pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
     let bytes = std::fs::read(path)
         .map_err(|e| TensorFileError(format!("cannot read {}: {e}", path.display())))?;
@@ -38,7 +39,9 @@ pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
     read_bytes(&path.display().to_string(), ext, &bytes)
 }
 
-/// Reads the bytes of a `.npy` (`ext` "npy") or `.pb` file called `name` (for messages).
+/// Reads the bytes of a `.npy` (`ext` "npy"), `.pb` or `.csv` file called `name` (for
+/// messages). A CSV file is one table value; its columns are typed as [`table_from_csv`]
+/// types them.
 pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>, Tensor)> {
     match ext {
         "pb" => xpu_onnx::read_tensor_proto(bytes)
@@ -46,7 +49,14 @@ pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>
         "npy" => read_npy(bytes)
             .map(|t| (None, t))
             .map_err(|e| TensorFileError(format!("{name}: not a valid .npy file: {e}"))),
-        other => bail!("{name}: unknown tensor file type `.{other}` (expected .npy or .pb)"),
+        "csv" => {
+            let table = table_from_csv(bytes)
+                .map_err(|e| TensorFileError(format!("{name}: not a readable CSV table: {e}")))?;
+            Ok((None, table_value(table)))
+        }
+        other => {
+            bail!("{name}: unknown input file type `.{other}` (expected .npy, .pb or .csv)")
+        }
     }
 }
 
@@ -353,18 +363,40 @@ pub fn csv_bytes(t: &xpu_ir::Table) -> Result<Vec<u8>> {
     w.into_inner().map_err(|e| TensorFileError(e.to_string()))
 }
 
-/// Reads back a table written by [`csv_bytes`]: a column whose cells all read as integers is
-/// i64, as numbers f64 (floats are written with a point or exponent), as `True`/`False`
-/// bool, otherwise string; an empty cell is missing.
+/// A value as the bytes of its file and the file's extension: a table as CSV, a tensor as
+/// `.npy` (the forms `read_bytes` takes back).
+pub fn value_file(t: &Tensor) -> Result<(Vec<u8>, &'static str)> {
+    match t.data().as_table() {
+        Some(table) => Ok((csv_bytes(table)?, "csv")),
+        None => Ok((npy_bytes(t)?, "npy")),
+    }
+}
+
+/// A table as the value a program sees (a tensor of shape `[]` holding it).
+pub fn table_value(table: xpu_ir::Table) -> Tensor {
+    Tensor::scalar(table)
+}
+
+/// Reads a table from CSV (one written by [`csv_bytes`], or by pandas, R, Excel): a column
+/// whose cells all read as integers is i64, as numbers f64 (`inf`, `nan` and exponents
+/// included), as `True`/`False` bool, otherwise string; an empty cell or one of pandas'
+/// missing-value markers (`NA`, `nan`, `NULL`, …) is missing. Rows
+/// shorter than the header are refused with their line.
 pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
     use xpu_ir::{Column, ColumnData};
     let mut r = csv::ReaderBuilder::new().from_reader(bytes);
     let names: Vec<String> = r.headers()?.iter().map(str::to_string).collect();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            bail!("column {n:?} appears twice in the header");
+        }
+    }
     let mut cells: Vec<Vec<Option<String>>> = vec![Vec::new(); names.len()];
     for rec in r.records() {
         let rec = rec?;
         for (i, col) in cells.iter_mut().enumerate() {
-            col.push(rec.get(i).filter(|c| !c.is_empty()).map(str::to_string));
+            let cell = rec.get(i).filter(|c| !xpu_ir::table::PANDAS_NA_VALUES.contains(c));
+            col.push(cell.map(str::to_string));
         }
     }
     let columns = names
@@ -380,8 +412,8 @@ pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
                 ColumnData::F64(
                     col.iter().map(|c| c.as_ref().and_then(|c| c.parse().ok())).collect(),
                 )
-            } else if all(&|c| c == "True" || c == "False") {
-                ColumnData::Bool(col.iter().map(|c| c.as_ref().map(|c| c == "True")).collect())
+            } else if all(&|c| bool_cell(c).is_some()) {
+                ColumnData::Bool(col.iter().map(|c| c.as_deref().and_then(bool_cell)).collect())
             } else {
                 ColumnData::String(col)
             };
@@ -392,6 +424,15 @@ pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
     // An empty first header is an index (pandas' `to_csv` of row labels; see `csv_bytes`).
     table.index = table.columns.first().is_some_and(|c| c.name.is_empty());
     Ok(table)
+}
+
+/// A boolean cell as pandas (`True`), R and Excel (`TRUE`) or JSON (`true`) write it.
+fn bool_cell(c: &str) -> Option<bool> {
+    match c {
+        "True" | "TRUE" | "true" => Some(true),
+        "False" | "FALSE" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -503,6 +544,41 @@ mod tests {
 
     /// A header as found by mutation (a valid start, then ~1,500 `[`) hung npyz's parser for
     /// minutes; deep nesting and oversized headers are now refused in one linear pass.
+    #[test]
+    fn csv_inputs_are_tables_and_hostile_ones_are_refused_with_their_place() {
+        let read = |bytes: &[u8]| super::read_bytes("t.csv", "csv", bytes).map(|(_, t)| t);
+        let t = read(b"a,b,c,d\n1,2.5,TRUE,x\nNA,inf,false,\n").unwrap();
+        let table = t.data().as_table().unwrap();
+        let types: Vec<&str> = table.columns.iter().map(|c| c.data.type_name()).collect();
+        assert_eq!(types, ["i64", "f64", "bool", "string"]);
+        assert_eq!(table.rows(), 2);
+        let long_line = format!("a\n{}\n", "7".repeat(4 << 20));
+        // (bytes, Err(text the error holds) or Ok(the first column's type)).
+        let cases: Vec<(Vec<u8>, std::result::Result<&str, &str>)> = vec![
+            (b"a,b\n1,2\n3\n".to_vec(), Err("line: 3")),
+            (b"a,a\n1,2\n".to_vec(), Err("column \"a\" appears twice")),
+            (b"a\n\xff\xfe\n".to_vec(), Err("UTF-8")),
+            // 100,000 quotes are one quoted header cell: valid, and read in one pass.
+            (format!("{}\n1\n", "\"".repeat(100_000)).into_bytes(), Ok("i64")),
+            // A 4 MiB number overflows i64: f64 (infinite), as pandas reads it.
+            (long_line.into_bytes(), Ok("f64")),
+        ];
+        for (bytes, want) in cases {
+            let started = std::time::Instant::now();
+            match (read(&bytes), want) {
+                (Err(e), Err(want)) => {
+                    let e = e.to_string();
+                    assert!(e.contains(want) && e.contains("t.csv"), "{e}");
+                }
+                (Ok(t), Ok(want)) => {
+                    assert_eq!(t.data().as_table().unwrap().columns[0].data.type_name(), want)
+                }
+                (got, want) => panic!("{want:?}: got {:?}", got.map(|t| t.ty())),
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        }
+    }
+
     #[test]
     fn hostile_npy_headers_are_refused_promptly() {
         let npy = |header: &str, version: u8| {

@@ -4,6 +4,13 @@
 
 use std::fmt;
 
+/// pandas' default missing-value markers (`read_csv(na_values=None)`), so a CSV reads with
+/// the same holes in both.
+pub const PANDAS_NA_VALUES: &[&str] = &[
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+];
+
 /// The cells of one column; `None` is a missing value (SQL NULL, pandas NaN).
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
@@ -34,6 +41,16 @@ impl ColumnData {
             ColumnData::I64(_) => "i64",
             ColumnData::F64(_) => "f64",
             ColumnData::String(_) => "string",
+        }
+    }
+
+    /// The dtype of a column of this kind in a table's schema.
+    pub fn dtype(&self) -> crate::DType {
+        match self {
+            ColumnData::Bool(_) => crate::DType::Bool,
+            ColumnData::I64(_) => crate::DType::I64,
+            ColumnData::F64(_) => crate::DType::F64,
+            ColumnData::String(_) => crate::DType::String,
         }
     }
 

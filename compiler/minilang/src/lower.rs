@@ -105,6 +105,9 @@ pub type ModelLoader =
 pub struct Inputs {
     /// The types of the program's `input("name")` tensors, from the files given to run it.
     pub types: std::collections::BTreeMap<String, TensorType>,
+    /// The columns of the table inputs among them (`--input t=FILE.csv`): their names and
+    /// types are the table's compile-time schema, as a file's header is for `read_csv`.
+    pub table_columns: std::collections::BTreeMap<String, Vec<(String, DType)>>,
     /// `check` lowers without files: an input with no declared type is then an f64 tensor
     /// of unknown shape instead of an error.
     pub allow_undeclared: bool,
@@ -117,10 +120,27 @@ impl std::fmt::Debug for Inputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inputs")
             .field("types", &self.types)
+            .field("table_columns", &self.table_columns)
             .field("allow_undeclared", &self.allow_undeclared)
             .field("models", &self.models.is_some())
             .field("tables", &self.tables.is_some())
             .finish()
+    }
+}
+
+impl Inputs {
+    /// Types the program's inputs by the values given for them: dtype and shape, and for a
+    /// table its columns.
+    pub fn given<'t>(values: impl IntoIterator<Item = (&'t str, &'t xpu_ir::Tensor)>) -> Inputs {
+        let mut inputs = Inputs::default();
+        for (name, t) in values {
+            inputs.types.insert(name.to_string(), t.ty());
+            if let Some(table) = t.data().as_table() {
+                let columns = table.columns.iter().map(|c| (c.name.clone(), c.data.dtype()));
+                inputs.table_columns.insert(name.to_string(), columns.collect());
+            }
+        }
+        inputs
     }
 }
 
@@ -176,6 +196,19 @@ pub fn lower_with<'p>(
 }
 
 impl<'p> Lowerer<'p> {
+    /// The value of `input(name)`: a tensor, or a table with the columns of the file given
+    /// for it (open, so names go unchecked, when no file types it: `xpuctl check`).
+    fn input_val(&self, name: &str, v: ValueId) -> Val {
+        if self.g.value(v).ty.dtype != DType::Table {
+            return Val::Tensor(v);
+        }
+        let schema = match self.inputs.table_columns.get(name) {
+            Some(columns) => Schema { columns: columns.clone(), open: false },
+            None => Schema { columns: Vec::new(), open: true },
+        };
+        Val::Table(v, std::rc::Rc::new(schema))
+    }
+
     fn lookup(&self, name: &str) -> Option<&Val> {
         self.scopes.iter().rev().find_map(|s| s.get(name))
     }
@@ -1132,7 +1165,7 @@ impl Builtin<'_, '_> {
                     return Err(err("E0201", nspan, "`input` takes the input's name as a string"));
                 };
                 if let Some(&v) = self.l.input_values.get(&name) {
-                    return Ok(Val::Tensor(v));
+                    return Ok(self.l.input_val(&name, v));
                 }
                 let declared_dtype = match self.arg(1, "dtype") {
                     None => None,
@@ -1205,16 +1238,24 @@ impl Builtin<'_, '_> {
                         (d, _) if self.l.inputs.allow_undeclared => {
                             TensorType::unranked(d.unwrap_or(DType::F64))
                         }
+                        (Some(DType::Table), None) => TensorType::new(DType::Table, vec![]),
                         _ => {
                             return Err(err("E0302", nspan, format!("input `{name}` is not given"))
                                 .label("no file for this input")
-                                .help(Some(format!("run with --input {name}=FILE.npy, or declare it: input(\"{name}\", dtype=\"f64\", shape=[3, 4])"))));
+                                .help(Some(format!("run with --input {name}=FILE.npy (a table: FILE.csv), or declare it: input(\"{name}\", dtype=\"f64\", shape=[3, 4])"))));
                         }
                     },
                 };
+                if ty.dtype == DType::Table && ty.dims.as_ref().is_some_and(|d| !d.is_empty()) {
+                    return Err(err(
+                        "E0201",
+                        nspan,
+                        "a table input has no shape (it is one table)",
+                    ));
+                }
                 let v = self.l.g.add_input(name.clone(), ty);
-                self.l.input_values.insert(name, v);
-                Ok(Val::Tensor(v))
+                self.l.input_values.insert(name.clone(), v);
+                Ok(self.l.input_val(&name, v))
             }
             "write_npy" => {
                 let x = self.tensor(0, "tensor")?;

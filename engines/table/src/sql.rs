@@ -148,12 +148,7 @@ pub fn sql_of_dtype(dtype: DType) -> &'static str {
     }
 }
 
-/// pandas' default missing-value markers (`read_csv(na_values=None)`), so a CSV reads with
-/// the same holes in both.
-pub const PANDAS_NA_VALUES: &[&str] = &[
-    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
-];
+pub use xpu_ir::table::PANDAS_NA_VALUES;
 
 /// The `read_csv` table function call for a file.
 pub fn read_csv(path: &str, sep: &str, header: bool, na_values: &[String]) -> String {
