@@ -21,6 +21,9 @@
   `Server-Timing` header) p50/p90/p99, and jobs/s. Bars: overhead p50 ≤ 100 µs and
   p99 ≤ 500 µs at concurrency 1; ≥ 2,000 jobs/s. Anchor (no peer run here): Triton's
   perf_analyzer quick start, ~1,408 infer/s with ~41 µs server overhead at concurrency 1.
+- xpud, the MLP (ONNX, batch 1) submitted again and again at concurrency 1: server
+  overhead when its prepared executable is reused (the default) against a server that
+  prepares every job afresh (`limits.prepared_plans = 0`); reported as afresh / reused.
 
 Every figure is a median over the same number of back-to-back runs on each side, after a
 warm-up. The two sides alternate for ROUNDS rounds and each keeps its best median, so a
@@ -29,6 +32,7 @@ xpu_time (above 1: xpu is faster). Results are printed and written to
 .cache/bench/results.md.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -171,6 +175,7 @@ def main():
         rows.append(("plan 1000 nodes", policy, inventory, best * 1e3, 1.0, ratio))
     tables_ok = bench_tables(rows)
     daemon_ok = bench_daemon(rows)
+    bench_prepared(rows, mlp)
     with open(os.path.join(OUT, "results.md"), "w") as f:
         f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
         for r in rows:
@@ -294,22 +299,23 @@ def bench_tables(rows):
     return ok
 
 
-def bench_daemon(rows):
-    """xpud under a closed loop of waited submits; the server's own timings."""
+@contextlib.contextmanager
+def xpud_server(name, env=None):
+    """A release xpud in dev mode on a free loopback port, with its own data directory."""
     import shutil
     import socket
     import urllib.request
 
     xpud = os.path.join(os.path.dirname(BENCH_BIN), "xpud")
-    data = os.path.join(OUT, "xpud")
+    data = os.path.join(OUT, name)
     shutil.rmtree(data, ignore_errors=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([xpud, "--dev", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ok = True
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env={**os.environ, **(env or {})})
     try:
         for _ in range(100):
             try:
@@ -317,6 +323,49 @@ def bench_daemon(rows):
                 break
             except OSError:
                 time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def bench_prepared(rows, mlp):
+    """The MLP submitted again and again: server overhead (total − run − queue) when its
+    prepared executable is reused (the default) against prepared afresh for every job."""
+    import base64
+    import io
+
+    x = np.random.default_rng(3).standard_normal((1, 784)).astype(np.float32)
+    npy = io.BytesIO()
+    np.save(npy, x)
+    with open(mlp, "rb") as f:
+        model = f.read()
+    body = {"program": {"name": "mlp.onnx", "source_base64": base64.b64encode(model).decode()},
+            "inputs": {"x": {"npy_base64": base64.b64encode(npy.getvalue()).decode()}}, "wait": True}
+    body_path = os.path.join(OUT, "mlp-job.json")
+    with open(body_path, "w") as f:
+        json.dump(body, f)
+    print("\nxpud, MLP batch 1 with wait   overhead µs p50 / p90   jobs/s")
+    result = {}
+    for label, env in (("reused", {}), ("prepared afresh", {"XPU_LIMITS__PREPARED_PLANS": "0"})):
+        with xpud_server("xpud-prepared", env) as url:
+            out = subprocess.run([BENCH_BIN, "daemon", url, "1", "3", body_path], check=True,
+                                 capture_output=True, text=True)
+        r = json.loads(out.stdout)
+        o = r["overhead_us"]
+        result[label] = o["p50"]
+        print(f"{label:<22}       {o['p50']:8.0f} / {o['p90']:6.0f}   {r['jobs_per_s']:8.0f}")
+    ratio = result["prepared afresh"] / max(result["reused"], 1e-9)
+    print(f"prepared afresh / reused overhead: {ratio:.2f}x")
+    rows.append(("xpud MLP overhead p50 (µs)", "reused vs prepared afresh", "cpu", result["reused"], result["prepared afresh"], ratio))
+
+
+def bench_daemon(rows):
+    """xpud under a closed loop of waited submits; the server's own timings."""
+    import urllib.request
+
+    ok = True
+    with xpud_server("xpud") as url:
         print("\nxpud, tiny job with wait     jobs/s   overhead µs p50 / p90 / p99   queue µs p50")
         total = 0
         load_seconds = 0.0
@@ -359,9 +408,6 @@ def bench_daemon(rows):
         for line in metrics.splitlines():
             if line.startswith(("xpu_jobs_total", "xpu_store_", "xpu_search_index_lag")) and "bucket" not in line:
                 print("  " + line)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return ok
 
 

@@ -1,6 +1,6 @@
-//! `xpu-bench daemon URL CONCURRENCY SECONDS`: a closed-loop load generator for xpud. Each of
-//! CONCURRENCY threads keeps one keep-alive connection and submits a tiny MiniLang job with
-//! `wait`, back to back, for SECONDS. The server's own account of each request comes from
+//! `xpu-bench daemon URL CONCURRENCY SECONDS [BODY.json]`: a closed-loop load generator for
+//! xpud. Each of CONCURRENCY threads keeps one keep-alive connection and submits a job with
+//! `wait` (a tiny MiniLang job, or the submit body in BODY.json), back to back, for SECONDS. The server's own account of each request comes from
 //! its `Server-Timing` header (total, queue, run); the overhead is total − run − queue, the
 //! time the server spent on the request itself (parse, compile, plan, store, respond).
 
@@ -30,14 +30,12 @@ fn timing(header: &str, name: &str) -> Option<f64> {
     })
 }
 
-fn worker(url: &str, token: Option<&str>, until: Instant) -> Result<Vec<Sample>> {
+fn worker(url: &str, token: Option<&str>, until: Instant, body: &[u8]) -> Result<Vec<Sample>> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
         .build()
         .into();
-    let body = serde_json::json!({"program": {"name": "tiny.ml", "source": JOB}, "wait": true});
-    let body = serde_json::to_vec(&body)?;
     let mut samples = Vec::new();
     while Instant::now() < until {
         let start = Instant::now();
@@ -46,7 +44,7 @@ fn worker(url: &str, token: Option<&str>, until: Instant) -> Result<Vec<Sample>>
         if let Some(t) = token {
             req = req.header("authorization", &format!("Bearer {t}"));
         }
-        let mut resp = req.send(&body[..]).context("submit")?;
+        let mut resp = req.send(body).context("submit")?;
         let status = resp.status().as_u16();
         let header = resp
             .headers()
@@ -81,13 +79,20 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Runs the load and prints one JSON object: jobs/s and overhead percentiles.
-pub fn run(url: &str, concurrency: usize, seconds: f64) -> Result<()> {
+pub fn run(url: &str, concurrency: usize, seconds: f64, body: Option<Vec<u8>>) -> Result<()> {
+    let body = match body {
+        Some(b) => b,
+        None => serde_json::to_vec(
+            &serde_json::json!({"program": {"name": "tiny.ml", "source": JOB}, "wait": true}),
+        )?,
+    };
     let token = std::env::var("XPU_TOKEN").ok();
     let start = Instant::now();
     let until = start + Duration::from_secs_f64(seconds);
     let results: Vec<Result<Vec<Sample>>> = std::thread::scope(|s| {
-        let handles: Vec<_> =
-            (0..concurrency).map(|_| s.spawn(|| worker(url, token.as_deref(), until))).collect();
+        let handles: Vec<_> = (0..concurrency)
+            .map(|_| s.spawn(|| worker(url, token.as_deref(), until, &body)))
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| bail!("worker panicked"))).collect()
     });
     let elapsed = start.elapsed().as_secs_f64();

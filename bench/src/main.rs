@@ -114,7 +114,11 @@ fn main() -> Result<()> {
         let url = args.get(2).context("daemon URL")?;
         let concurrency: usize = args.get(3).context("daemon CONCURRENCY")?.parse()?;
         let seconds: f64 = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(5.0);
-        return daemon::run(url.trim_end_matches('/'), concurrency, seconds);
+        let body = match args.get(5) {
+            Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {path}"))?),
+            None => None,
+        };
+        return daemon::run(url.trim_end_matches('/'), concurrency, seconds, body);
     }
     let (median, min, reps) = match args.get(1).map(String::as_str) {
         Some("matmul") => {

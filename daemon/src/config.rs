@@ -78,6 +78,12 @@ pub struct Limits {
     /// outputs kept, microseconds) runs on the HTTP thread that received it instead of the
     /// blocking pool: no thread hand-off, about half a tiny job's server time. 0: never.
     pub inline_run_us: u64,
+    /// Plans whose prepared executables are kept between jobs (prepare once, run many);
+    /// 0 prepares every job afresh.
+    pub prepared_plans: usize,
+    /// Bytes of weights the kept prepared executables may hold, all together; the least
+    /// recently used plan's go first.
+    pub prepared_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -150,6 +156,8 @@ impl Default for Limits {
             max_page: 1000,
             engine_concurrency: Default::default(),
             inline_run_us: 250,
+            prepared_plans: xpu_plan::prepared::DEFAULT_MAX_PLANS,
+            prepared_bytes: xpu_plan::prepared::DEFAULT_MAX_BYTES,
         }
     }
 }

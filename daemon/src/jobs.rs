@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use xpu_engine::{Inventory, StopToken};
 use xpu_ir::{Graph, Tensor};
 use xpu_minilang::paths::DataRoots;
-use xpu_plan::PlanCache;
+use xpu_plan::{PlanCache, PreparedCache};
 use xpu_policy::Policy;
 use xpu_runtime::Planned;
 use xpu_store::{OutputInfo, RunRecord, RunStatus, RunSummary, Store};
@@ -144,6 +144,8 @@ pub struct Jobs {
     pub metrics: Arc<Metrics>,
     pub policies: RwLock<Arc<PolicySet>>,
     pub cache: PlanCache,
+    /// Prepared GraphExecs kept beside their plans: a repeated job prepares nothing.
+    pub prepared: PreparedCache,
     pub compiled: crate::compiled::CompileCache,
     pub data_roots: DataRoots,
     pub model_roots: DataRoots,
@@ -185,12 +187,12 @@ impl Jobs {
         data_roots: DataRoots,
         model_roots: DataRoots,
         workers: usize,
-        capacity: usize,
+        limits: &crate::config::Limits,
         durability: xpu_store::Durability,
-        engine_limits: BTreeMap<String, usize>,
         engines: xpu_runtime::SharedEngines,
-        inline_run: Duration,
     ) -> Arc<Jobs> {
+        let capacity = limits.queue_capacity;
+        let inline_run = Duration::from_micros(limits.inline_run_us);
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
         let sync = durability == xpu_store::Durability::Machine;
@@ -210,7 +212,8 @@ impl Jobs {
             engines,
             inventory_fingerprint: inventory.fingerprint(),
             inventory,
-            gate: crate::gate::Gate::new(workers, engine_limits),
+            gate: crate::gate::Gate::new(workers, limits.engine_concurrency.clone()),
+            prepared: PreparedCache::new(limits.prepared_plans, workers, limits.prepared_bytes),
             live: Mutex::new(HashMap::new()),
             queue,
             queued: AtomicUsize::new(0),
@@ -580,7 +583,14 @@ impl Jobs {
         let start = Instant::now();
         let registry = self.registry();
         let s = &job.spec;
-        let result = xpu_runtime::run_planned(&s.graph, planned, &s.inputs, &registry, &job.stop);
+        let result = xpu_runtime::run_planned(
+            &s.graph,
+            planned,
+            &s.inputs,
+            &registry,
+            &job.stop,
+            Some(&self.prepared),
+        );
         let run_us = start.elapsed().as_micros() as u64;
         let mut record = match result {
             Ok(ran) => {

@@ -88,11 +88,9 @@ impl App {
             data_roots,
             model_roots,
             config.workers(),
-            config.limits.queue_capacity,
+            &config.limits,
             config.store.durability,
-            config.limits.engine_concurrency.clone(),
             engines,
-            std::time::Duration::from_micros(config.limits.inline_run_us),
         );
         for e in &jobs.inventory().engines {
             metrics

@@ -17,6 +17,8 @@ pub struct Metrics {
     pub precision_overrides: IntCounterVec,
     pub transfer_bytes: IntCounterVec,
     pub plan_cache: IntCounterVec,
+    pub prepare: IntCounterVec,
+    pub prepared_kept: IntGaugeVec,
     pub policy_reloads: IntCounterVec,
     pub engine_available: IntGaugeVec,
     pub queue_depth: IntGauge,
@@ -92,6 +94,20 @@ impl Metrics {
             plan_cache: reg!(IntCounterVec::new(
                 Opts::new("xpu_plan_cache_total", "Plan cache lookups, by result (hit or miss)."),
                 &["result"]
+            )),
+            prepare: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_prepare_total",
+                    "Partitions a run got an executable for, by engine and outcome (prepared for it, or reused from the prepared cache).",
+                ),
+                &["engine", "outcome"]
+            )),
+            prepared_kept: reg!(IntGaugeVec::new(
+                Opts::new(
+                    "xpu_prepared_cache",
+                    "The prepared cache now, by what: plans, idle executables, bytes of weights they hold, executables evicted so far.",
+                ),
+                &["what"]
             )),
             policy_reloads: reg!(IntCounterVec::new(
                 Opts::new("xpu_policy_reloads_total", "Policy set reloads, by result (ok or rejected)."),
@@ -197,6 +213,21 @@ impl Metrics {
         }
         for t in &ex.transfers_done {
             self.transfer_bytes.with_label_values(&[t.direction.name()]).inc_by(t.bytes);
+        }
+        for p in &ex.prepared {
+            self.prepare.with_label_values(&[p.engine.as_str(), p.outcome.name()]).inc();
+        }
+    }
+
+    /// The prepared cache's sizes, as of a scrape.
+    pub fn observe_prepared(&self, s: xpu_plan::PreparedStats) {
+        for (what, v) in [
+            ("plans", s.plans as u64),
+            ("executables", s.idle as u64),
+            ("bytes", s.bytes),
+            ("evicted", s.evicted),
+        ] {
+            self.prepared_kept.with_label_values(&[what]).set(v as i64);
         }
     }
 }

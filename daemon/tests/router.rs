@@ -445,6 +445,37 @@ async fn metrics_and_alert_rules_pass_promtool() {
     assert!(ok, "promtool check rules:\n{text}");
 }
 
+/// Prepare once, run many: the same job again reuses the executable its first run prepared;
+/// the explanation and `xpu_prepare_total` say which; `limits.prepared_plans = 0` turns it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_job_reuses_its_prepared_executable() {
+    let program = "let w = [[1.0, -2.0], [0.5, 1.0]]\nprint relu([[1.0, 2.0]] @ w)\n";
+    for (kept, second) in [(256, "reused"), (0, "prepared")] {
+        let s = server(true, |c| c.limits.prepared_plans = kept);
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let (status, run) = s.send("POST", "/v1/jobs", None, Some(job(program, true))).await;
+            assert_eq!(status, StatusCode::OK, "{run}");
+            let id = run["run_id"].as_str().unwrap();
+            let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
+            let prepared = ex["prepared"].as_array().unwrap_or_else(|| panic!("{ex}"));
+            assert!(!prepared.is_empty(), "{ex}");
+            assert!(prepared.iter().all(|p| p["prepare_nanos"].as_u64() > Some(0)), "{ex}");
+            outcomes.push(prepared[0]["outcome"].as_str().unwrap().to_string());
+        }
+        assert_eq!(outcomes, ["prepared", second], "prepared_plans = {kept}");
+        let (_, m) = s.send("GET", "/metrics", None, None).await;
+        let m = m.as_str().unwrap();
+        let line = format!("xpu_prepare_total{{engine=\"cpu\",outcome=\"{second}\"}}");
+        assert!(m.contains(&line), "{line} missing:\n{m}");
+        let kept_now = if kept > 0 { 1 } else { 0 };
+        assert!(
+            m.contains(&format!("xpu_prepared_cache{{what=\"executables\"}} {kept_now}")),
+            "{m}"
+        );
+    }
+}
+
 /// A waited submit says where the server's time went: total, queue wait and execution.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waited_submits_carry_server_timing() {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use xpu_engine::{Inventory, Registry, StopToken};
 use xpu_ir::{Graph, Tensor};
-use xpu_plan::{CapturePlan, ExecError, Explanation, GraphExec, Keys, PlanCache, PlanFailure};
+use xpu_plan::{
+    CapturePlan, ExecError, Explanation, GraphExec, Keys, PlanCache, PlanFailure, PreparedCache,
+};
 use xpu_policy::Policy;
 
 pub use program::{Compiled, ProgramError, ProgramKind};
@@ -231,7 +233,7 @@ pub fn plan_and_run(
 ) -> Result<Ran, RunError> {
     let inventory = registry.inventory_for(graph);
     let planned = plan_job(graph, inputs, policy, &inventory, cache, None)?;
-    run_planned(graph, planned, inputs, registry, &StopToken::default())
+    run_planned(graph, planned, inputs, registry, &StopToken::default(), None)
 }
 
 /// A plan made (or found in the cache) for one job, not yet run.
@@ -302,22 +304,32 @@ pub fn run_plan(
 ) -> Result<Ran, RunError> {
     let planned =
         Planned { plan, explanation, cache_hit, plan_nanos: start.elapsed().as_nanos() as u64 };
-    run_planned(graph, planned, inputs, registry, &StopToken::default())
+    run_planned(graph, planned, inputs, registry, &StopToken::default(), None)
 }
 
-/// Runs a plan from [`plan_job`] until it ends or `stop` stops it.
+/// Runs a plan from [`plan_job`] until it ends or `stop` stops it, on a GraphExec from
+/// `prepared` when given (reused if one of this plan is idle there, and given back after a
+/// successful run), else prepared for this run alone.
 pub fn run_planned(
     graph: &Graph,
     planned: Planned,
     inputs: &[Tensor],
     registry: &Registry,
     stop: &StopToken,
+    prepared: Option<&PreparedCache>,
 ) -> Result<Ran, RunError> {
     let Planned { plan, mut explanation, cache_hit, plan_nanos } = planned;
-    let mut exec = GraphExec::new(plan.clone(), registry).map_err(RunError::Prepare)?;
+    let mut exec = match prepared {
+        Some(cache) => cache.checkout(&plan, registry),
+        None => GraphExec::new(plan.clone(), registry),
+    }
+    .map_err(RunError::Prepare)?;
     let run_start = std::time::Instant::now();
     let record = exec.run_until(inputs, stop).map_err(RunError::Exec)?;
     let run_nanos = run_start.elapsed().as_nanos() as u64;
+    if let Some(cache) = prepared {
+        cache.checkin(exec);
+    }
     explanation.record_run(&record);
     let outputs = graph.outputs.iter().map(|o| o.name.clone()).zip(record.outputs).collect();
     Ok(Ran { outputs, explanation, plan, cache_hit, plan_nanos, run_nanos })

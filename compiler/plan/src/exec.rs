@@ -12,7 +12,9 @@ use xpu_engine::{
 };
 use xpu_ir::{NodeId, Tensor, ValueId};
 
-use crate::model::{CapturePlan, EngineFact, NodeTime, TransferDone};
+use crate::model::{
+    CapturePlan, EngineFact, NodeTime, PartitionPrepared, PrepareOutcome, TransferDone,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
@@ -40,6 +42,7 @@ struct Prepared {
     /// Partition-local node → planned-graph node.
     sources: Vec<Option<NodeId>>,
     exe: Box<dyn Executable>,
+    prepare_nanos: u64,
 }
 
 /// The outcome of one run: outputs in graph-output order, and what happened.
@@ -49,6 +52,8 @@ pub struct RunRecord {
     pub timings: Vec<NodeTime>,
     pub transfers: Vec<TransferDone>,
     pub facts: Vec<EngineFact>,
+    /// Per partition: prepared for this run (the GraphExec's first) or reused.
+    pub prepared: Vec<PartitionPrepared>,
     pub wall_nanos: u64,
 }
 
@@ -56,6 +61,11 @@ pub struct RunRecord {
 pub struct GraphExec {
     plan: Arc<CapturePlan>,
     parts: Vec<Prepared>,
+    /// Runs begun on it: the first one reports its partitions `prepared`, later ones
+    /// `reused`.
+    runs: u64,
+    /// Bytes of the constants (weights) its executables hold.
+    weight_bytes: u64,
 }
 
 impl std::fmt::Debug for GraphExec {
@@ -115,11 +125,13 @@ impl GraphExec {
                         .then(|| (NodeId(local as u32), placement.kernel.to_string()))
                 })
                 .collect();
+            let started = Instant::now();
             let exe = engine.prepare(graph, &assignment).map_err(|error| ExecError::Engine {
                 partition: p.id,
                 engine: p.engine.clone(),
                 error,
             })?;
+            let prepare_nanos = started.elapsed().as_nanos() as u64;
             parts.push(Prepared {
                 partition: p.id,
                 engine: p.engine.clone(),
@@ -128,13 +140,37 @@ impl GraphExec {
                 outputs,
                 sources,
                 exe,
+                prepare_nanos,
             });
         }
-        Ok(GraphExec { plan, parts })
+        let weight_bytes = plan
+            .graph
+            .nodes
+            .iter()
+            .filter_map(|n| n.attrs.tensor("value"))
+            .map(|t| t.size_bytes() as u64)
+            .sum();
+        Ok(GraphExec { plan, parts, runs: 0, weight_bytes })
     }
 
     pub fn plan(&self) -> &CapturePlan {
         &self.plan
+    }
+
+    /// The plan it was prepared for, shared.
+    pub fn plan_arc(&self) -> &Arc<CapturePlan> {
+        &self.plan
+    }
+
+    /// Bytes of the weights (constants) its prepared executables hold: what keeping it
+    /// costs, for the prepared cache's byte bound.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// Runs begun on it.
+    pub fn runs(&self) -> u64 {
+        self.runs
     }
 
     /// Runs the plan on one tensor per graph input.
@@ -173,11 +209,24 @@ impl GraphExec {
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values[v.index()] = Some(t.clone());
         }
+        let outcome =
+            if self.runs == 0 { PrepareOutcome::Prepared } else { PrepareOutcome::Reused };
+        self.runs += 1;
         let mut record = RunRecord {
             outputs: Vec::new(),
             timings: Vec::new(),
             transfers: Vec::new(),
             facts: Vec::new(),
+            prepared: self
+                .parts
+                .iter()
+                .map(|p| PartitionPrepared {
+                    partition: p.partition,
+                    engine: p.engine.clone(),
+                    outcome,
+                    prepare_nanos: p.prepare_nanos,
+                })
+                .collect(),
             wall_nanos: 0,
         };
         let stopped = |reason: StopReason, partition: usize, at: String| match reason {

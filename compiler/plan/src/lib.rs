@@ -9,14 +9,18 @@ pub mod exec;
 pub mod frozen;
 pub mod model;
 pub mod planner;
+pub mod prepared;
 pub mod reason;
 pub mod render;
 
 pub use cache::{Keys, PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
 pub use frozen::PlanFileError;
-pub use model::{CapturePlan, Decision, Explanation, FrozenPlan, Rejection};
+pub use model::{
+    CapturePlan, Decision, Explanation, FrozenPlan, PartitionPrepared, PrepareOutcome, Rejection,
+};
 pub use planner::{PlanFailure, plan, plan_shared, plan_with};
+pub use prepared::{PreparedCache, PreparedStats};
 pub use reason::ReasonCode;
 
 impl Explanation {
@@ -25,5 +29,6 @@ impl Explanation {
         self.timings = run.timings.clone();
         self.transfers_done = run.transfers.clone();
         self.facts = run.facts.clone();
+        self.prepared = run.prepared.clone();
     }
 }

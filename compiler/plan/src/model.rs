@@ -209,6 +209,33 @@ pub struct TransferDone {
     pub bytes: u64,
 }
 
+/// Whether a run's partition was prepared for it or reused from an earlier run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrepareOutcome {
+    Prepared,
+    Reused,
+}
+
+impl PrepareOutcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrepareOutcome::Prepared => "prepared",
+            PrepareOutcome::Reused => "reused",
+        }
+    }
+}
+
+/// How a run got its partition's executable, and what preparing it once cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionPrepared {
+    pub partition: usize,
+    pub engine: String,
+    pub outcome: PrepareOutcome,
+    /// The time its engine took to prepare it (when it was prepared, for a reused one).
+    pub prepare_nanos: u64,
+}
+
 /// A fact an engine reported (ORT provider per node, OpenVINO runtime precision).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineFact {
@@ -243,6 +270,9 @@ pub struct Explanation {
     pub transfers_done: Vec<TransferDone>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub facts: Vec<EngineFact>,
+    /// Per partition: prepared for this run, or reused (prepare once, run many).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prepared: Vec<PartitionPrepared>,
 }
 
 impl Explanation {

@@ -899,6 +899,7 @@ impl<'a> Planner<'a> {
             settings: Vec::new(),
             timings: Vec::new(),
             transfers_done: Vec::new(),
+            prepared: Vec::new(),
             facts: Vec::new(),
         };
         if !errors.is_empty() {

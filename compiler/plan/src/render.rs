@@ -198,6 +198,16 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
         let node = f.node.map(|n| format!(" {n}")).unwrap_or_default();
         let _ = writeln!(s, "fact {}{node}: {} = {}", f.engine, f.key, f.value);
     }
+    for p in &ex.prepared {
+        let _ = writeln!(
+            s,
+            "partition {} ({}): {} (prepare {:.3} ms)",
+            p.partition,
+            p.engine,
+            p.outcome.name(),
+            p.prepare_nanos as f64 / 1e6
+        );
+    }
     if !ex.timings.is_empty() {
         let total: u64 = ex.timings.iter().map(|t| t.nanos).sum();
         let _ = writeln!(
