@@ -729,11 +729,13 @@ fn replay_sources(
         None => return Err(ApiError::not_found(format!("no finished run {id}"))),
     };
     let dir = app.jobs.run_dir(id);
-    // A text program is in the record; a binary one was kept beside the inputs.
+    // A text program is in the record; a binary one in the blob store.
     let source = app.jobs.store.program_source(id, scope).map_err(ApiError::internal)?;
     let program = match source {
         Some(text) => text.into_bytes(),
-        None => std::fs::read(dir.join(crate::jobs::program_file(&original.program_name)))
+        None => app
+            .jobs
+            .kept_program(id, &original.program_name, &original.program_sha256)
             .map_err(ApiError::internal)?,
     };
     let mut inputs = BTreeMap::new();

@@ -405,9 +405,20 @@ impl Jobs {
         self.live.lock().map_or(0, |l| l.len())
     }
 
-    /// Where a run's kept files are (a binary program, inputs).
+    /// Where a run's kept files are (its inputs).
     pub fn run_dir(&self, run_id: &str) -> PathBuf {
         self.runs_dir.join(run_id)
+    }
+
+    /// A binary program (ONNX) a run was submitted with: from the blob store, or from the
+    /// run's directory, where runs stored by earlier versions kept it.
+    pub fn kept_program(&self, run_id: &str, name: &str, sha256: &str) -> std::io::Result<Vec<u8>> {
+        match self.blobs.get(sha256, program_ext(name)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::read(self.run_dir(run_id).join(format!("program.{}", program_ext(name))))
+            }
+            other => other,
+        }
     }
 
     /// The bytes of a run's output (`ext` npy or csv), by the SHA-256 its record lists.
@@ -694,15 +705,15 @@ impl Jobs {
         job.phase.send_replace(Phase::Done(Box::new(summary)));
     }
 
-    /// Keeps what a replay needs beyond the run's record: a binary program (ONNX) and the
-    /// inputs (`.npy` tensors, `.csv` tables) under `runs/<id>/`. A text program is in the record itself
+    /// Keeps what a replay needs beyond the run's record: a binary program (ONNX) in the
+    /// blob store, and the inputs (`.npy` tensors, `.csv` tables) under `runs/<id>/`. A text program is in the record itself
     /// (`program_source`), so a job without inputs writes no file here.
     fn keep_job_files(&self, run_dir: &Path, spec: &JobSpec) -> Result<(), SubmitError> {
         let io = |e: std::io::Error| SubmitError::Io(e.to_string());
         if !spec.program_text {
-            std::fs::create_dir_all(run_dir).map_err(io)?;
-            std::fs::write(run_dir.join(program_file(&spec.program_name)), &spec.program_bytes)
-                .map_err(io)?;
+            // Content-addressed: a model submitted again and again is written once.
+            let ext = program_ext(&spec.program_name);
+            self.blobs.put(&spec.program_sha256, ext, &spec.program_bytes).map_err(io)?;
         }
         if !spec.inputs.is_empty() {
             std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
@@ -722,10 +733,9 @@ fn registry(engines: &xpu_runtime::SharedEngines, roots: &DataRoots) -> xpu_engi
     engines.registry(xpu_engine_table::TableEngine::with_canonical_roots(roots.roots().to_vec()))
 }
 
-/// The file name a kept binary program has under its run's directory.
-pub fn program_file(program_name: &str) -> String {
-    let ext = Path::new(program_name).extension().and_then(|e| e.to_str()).unwrap_or("bin");
-    format!("program.{ext}")
+/// The extension a kept binary program has (in the blob store, by its SHA-256).
+fn program_ext(program_name: &str) -> &str {
+    Path::new(program_name).extension().and_then(|e| e.to_str()).unwrap_or("bin")
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

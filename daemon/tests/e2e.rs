@@ -156,9 +156,19 @@ fn xpuctl_drives_a_real_daemon() {
     // Inputs take the forms `run` takes, and a model can be named on the server.
     let (ok, out) = xpuctl(
         &d.url,
-        &["submit", "mlp.onnx", "--on-server", "--input", "x=examples/mlp_input.npy", "--wait"],
+        &[
+            "submit",
+            "mlp.onnx",
+            "--on-server",
+            "--input",
+            "x=examples/mlp_input.npy",
+            "--wait",
+            "--format",
+            "json",
+        ],
     );
     assert!(ok && out.contains("succeeded"), "{out}");
+    let onnx_run: Value = serde_json::from_str(&out).unwrap();
     // A body over the server's limit is explained, not a transport error.
     let big = dir.path().join("big.onnx");
     std::fs::write(&big, vec![7u8; 20 << 20]).unwrap();
@@ -190,6 +200,11 @@ fn xpuctl_drives_a_real_daemon() {
     assert!(ok && out.contains('5'), "{out}");
     let (ok, out) = xpuctl(&d.url, &["policies"]);
     assert!(ok && out.contains("cpu-only") && out.contains("latency-gpu"), "{out}");
+    // A binary program is kept once, by content, and replays from there.
+    let (ok, out) = xpuctl(&d.url, &["replay", onnx_run["run_id"].as_str().unwrap(), "--verify"]);
+    assert!(ok && out.contains("identical"), "{out}");
+    let kept = std::fs::read_dir(dir.path().join("var/runs")).unwrap().flatten();
+    assert!(!kept.into_iter().any(|r| r.path().join("program.onnx").exists()));
     // A table input travels as CSV, types the program by its columns, and is kept for replay.
     let people = dir.path().join("people.csv");
     std::fs::write(&people, "name,age,flag\nann,31,True\nbob,NA,False\ncid,45,True\n").unwrap();
