@@ -11,6 +11,8 @@ use crate::reduce::{from_f64, to_f64};
 use crate::scalar::Scalar;
 use crate::util::{KResult, opt, req, strides};
 
+mod gemv;
+
 /// Which implementation a matrix product uses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum MatMulKernel {
@@ -87,6 +89,14 @@ pub(crate) fn mm<T: Scalar>(
     {
         return;
     }
+    if kernel != MatMulKernel::Naive
+        && m == 1
+        && b.cs == 1
+        && let (Some(x), Some(w), Some(y)) = (as_f32(a.data), as_f32(b.data), as_f32_mut(c))
+    {
+        gemv::gemv_rows(Mat { data: x, rs: a.rs, cs: a.cs }, Mat::rows(w, b.rs), k, n, y);
+        return;
+    }
     let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
         || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
     if kernel != MatMulKernel::Naive && float {
@@ -126,6 +136,19 @@ pub(crate) fn mm<T: Scalar>(
             c[i * n + j] = acc;
         }
     }
+}
+
+/// `s` as `&[f32]` when `T` is f32.
+fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: T is f32 (checked), so the slice's layout is exactly `[f32]`.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) })
+}
+
+fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: as in `as_f32`; the borrow is the caller's, exclusive.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
 }
 
 pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
