@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use half::{bf16, f16};
@@ -276,10 +277,14 @@ impl TensorData {
 }
 
 /// A dense, row-major tensor with a static shape.
+///
+/// The elements are shared (`Arc`): cloning a tensor, a graph holding it as a constant, or
+/// a partition cut from that graph never copies them. They are immutable while shared;
+/// [`into_parts`](Tensor::into_parts) copies only when another holder remains.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
     shape: Vec<usize>,
-    data: TensorData,
+    data: Arc<TensorData>,
 }
 
 /// Error building a tensor whose data length does not match its shape.
@@ -297,7 +302,7 @@ impl Tensor {
         if need != data.len() {
             return Err(ShapeMismatch { shape, len: data.len(), need });
         }
-        Ok(Tensor { shape, data })
+        Ok(Tensor { shape, data: Arc::new(data) })
     }
 
     pub fn from_vec<T: Element>(shape: Vec<usize>, v: Vec<T>) -> Result<Tensor, ShapeMismatch> {
@@ -305,12 +310,12 @@ impl Tensor {
     }
 
     pub fn scalar<T: Element>(v: T) -> Tensor {
-        Tensor { shape: vec![], data: T::wrap(vec![v]) }
+        Tensor { shape: vec![], data: Arc::new(T::wrap(vec![v])) }
     }
 
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
         let n = shape.iter().product();
-        Tensor { shape, data: TensorData::zeros(dtype, n) }
+        Tensor { shape, data: Arc::new(TensorData::zeros(dtype, n)) }
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -325,8 +330,14 @@ impl Tensor {
         &self.data
     }
 
+    /// The shape and the elements, copied only if another tensor still shares them.
     pub fn into_parts(self) -> (Vec<usize>, TensorData) {
-        (self.shape, self.data)
+        (self.shape, Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone()))
+    }
+
+    /// Whether the two tensors share one element buffer (no copy was made between them).
+    pub fn shares_data_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
     }
 
     pub fn numel(&self) -> usize {
@@ -352,12 +363,16 @@ impl Tensor {
 
     /// Same data, new shape (element counts must agree).
     pub fn reshaped(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
-        Tensor::new(shape, self.data)
+        let need: usize = shape.iter().product();
+        if need != self.data.len() {
+            return Err(ShapeMismatch { shape, len: self.data.len(), need });
+        }
+        Ok(Tensor { shape, data: self.data })
     }
 
     /// Integer view of an int tensor (shape operands: axes, pads, sizes).
     pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
-        match &self.data {
+        match &*self.data {
             TensorData::I64(v) => Some(v.clone()),
             TensorData::I32(v) => Some(v.iter().map(|&x| x as i64).collect()),
             TensorData::I16(v) => Some(v.iter().map(|&x| x as i64).collect()),
@@ -418,7 +433,7 @@ struct TensorRepr {
 
 impl Serialize for Tensor {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let repr = match &self.data {
+        let repr = match &*self.data {
             TensorData::String(v) => TensorRepr {
                 dtype: DType::String,
                 shape: self.shape.clone(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use xpu_engine::{
-    DeviceId, EngineError, Executable, Registry, StopReason, StopToken, TransferDirection,
+    DeviceId, Engine, EngineError, Executable, Registry, StopReason, StopToken, TransferDirection,
+    Value,
 };
 use xpu_ir::{NodeId, Tensor, ValueId};
 
@@ -26,6 +27,9 @@ pub enum ExecError {
     Engine { partition: usize, engine: String, error: EngineError },
     #[error("inputs: {0}")]
     Inputs(EngineError),
+    /// Moving a value between devices failed (an upload or a download).
+    #[error("moving {value} {from} -> {to}: {error}")]
+    Transfer { value: ValueId, from: DeviceId, to: DeviceId, error: EngineError },
     /// `at` says where it stopped: before a node, or at the end of a partition.
     #[error("the run exceeded execution.timeout ({limit_ms} ms) in partition {partition}, {at}")]
     Timeout { limit_ms: u64, partition: usize, at: String },
@@ -36,7 +40,10 @@ pub enum ExecError {
 struct Prepared {
     partition: usize,
     engine: String,
+    engine_ref: Arc<dyn Engine>,
     device: DeviceId,
+    /// The engine keeps values in the device's memory: it takes and returns its buffers.
+    device_memory: bool,
     inputs: Vec<ValueId>,
     outputs: Vec<ValueId>,
     /// Partition-local node → planned-graph node.
@@ -135,7 +142,9 @@ impl GraphExec {
             parts.push(Prepared {
                 partition: p.id,
                 engine: p.engine.clone(),
+                engine_ref: engine.clone(),
                 device: p.device,
+                device_memory: !p.device.is_host() && engine.device_memory(p.device),
                 inputs,
                 outputs,
                 sources,
@@ -204,10 +213,9 @@ impl GraphExec {
         let g = &self.plan.graph;
         xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
         let start = Instant::now();
-        let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
-        let mut device_of: Vec<DeviceId> = vec![DeviceId::HOST; g.values.len()];
+        let mut values = ValueTable::new(g.values.len());
         for (&v, t) in g.inputs.iter().zip(inputs) {
-            values[v.index()] = Some(t.clone());
+            values.set(v, Value::Host(t.clone()));
         }
         let outcome =
             if self.runs == 0 { PrepareOutcome::Prepared } else { PrepareOutcome::Reused };
@@ -235,21 +243,14 @@ impl GraphExec {
                 ExecError::Timeout { limit_ms: limit.unwrap_or(0), partition, at }
             }
         };
+        let engines: Vec<Arc<dyn Engine>> =
+            self.parts.iter().map(|p| p.engine_ref.clone()).collect();
         for p in &mut self.parts {
             let mut args = Vec::with_capacity(p.inputs.len());
             for &v in &p.inputs {
-                let t = values[v.index()].clone().expect("plan order defines values before use");
-                if let Some(direction) = TransferDirection::between(device_of[v.index()], p.device)
-                {
-                    record.transfers.push(TransferDone {
-                        value: v,
-                        direction,
-                        bytes: t.size_bytes() as u64,
-                    });
-                }
-                args.push(t);
+                args.push(values.argument(v, p, &engines, &mut record.transfers)?);
             }
-            let exec = p.exe.run_until(&args, stop).map_err(|error| match error {
+            let exec = p.exe.run_values(&args, stop).map_err(|error| match error {
                 EngineError::Stopped { node, reason } => {
                     stopped(reason, p.partition, format!("before node {node}"))
                 }
@@ -257,9 +258,9 @@ impl GraphExec {
                     ExecError::Engine { partition: p.partition, engine: p.engine.clone(), error }
                 }
             })?;
-            for (&v, t) in p.outputs.iter().zip(exec.outputs) {
-                values[v.index()] = Some(t);
-                device_of[v.index()] = p.device;
+            drop(args);
+            for (&v, out) in p.outputs.iter().zip(exec.outputs) {
+                values.set(v, out);
             }
             for t in exec.timings {
                 if let Some(Some(node)) = p.sources.get(t.node.index()) {
@@ -285,17 +286,167 @@ impl GraphExec {
             }
         }
         for o in &g.outputs {
-            let t = values[o.value.index()].clone().expect("outputs are computed");
-            if !device_of[o.value.index()].is_host() {
-                record.transfers.push(TransferDone {
-                    value: o.value,
-                    direction: TransferDirection::DeviceToHost,
-                    bytes: t.size_bytes() as u64,
-                });
-            }
+            let t = values.output_on_host(o.value, &engines, &mut record.transfers)?;
             record.outputs.push(t);
         }
         record.wall_nanos = start.elapsed().as_nanos() as u64;
         Ok(record)
+    }
+}
+
+/// The values of one run, by planned-graph value id: where each lives now, and the host
+/// copy a download made (so a value read on the host twice is downloaded once).
+struct ValueTable {
+    values: Vec<Option<Value>>,
+    host_copies: Vec<Option<Tensor>>,
+}
+
+impl ValueTable {
+    fn new(n: usize) -> ValueTable {
+        ValueTable { values: vec![None; n], host_copies: vec![None; n] }
+    }
+
+    fn set(&mut self, v: ValueId, value: Value) {
+        self.values[v.index()] = Some(value);
+    }
+
+    fn get(&self, v: ValueId) -> &Value {
+        self.values[v.index()].as_ref().expect("plan order defines values before use")
+    }
+
+    /// Value `v` as partition `p` takes it, performing (and recording) the transfer the plan
+    /// lists when it lives elsewhere. An engine with device memory gets its own buffer on
+    /// its device — passed straight from an adjacent partition of the same engine and
+    /// device, else uploaded; any other engine gets a host tensor, downloaded from a device
+    /// if need be, and moves it to its device inside its run.
+    fn argument(
+        &mut self,
+        v: ValueId,
+        p: &Prepared,
+        engines: &[Arc<dyn Engine>],
+        done: &mut Vec<TransferDone>,
+    ) -> Result<Value, ExecError> {
+        let current = self.get(v).clone();
+        let from = current.device();
+        if p.device_memory && current.buffer_of(&p.engine, p.device).is_some() {
+            return Ok(current);
+        }
+        if !p.device_memory
+            && p.device.is_host()
+            && let Some(t) = &self.host_copies[v.index()]
+        {
+            return Ok(Value::Host(t.clone()));
+        }
+        let bytes = current.size_bytes();
+        let mut by = Vec::new();
+        let mut nanos = None;
+        let host = match &current {
+            Value::Host(t) => t.clone(),
+            Value::Device(_) => {
+                let started = Instant::now();
+                let t = self.download_once(v, engines, p.device)?;
+                nanos = Some(started.elapsed().as_nanos() as u64);
+                by.push(owner(&current));
+                t
+            }
+        };
+        let arg =
+            if p.device_memory {
+                let started = Instant::now();
+                let up = p
+                    .engine_ref
+                    .upload(&host, p.device)
+                    .map_err(|error| ExecError::Transfer { value: v, from, to: p.device, error })?;
+                *nanos.get_or_insert(0) += started.elapsed().as_nanos() as u64;
+                by.push(p.engine.clone());
+                up
+            } else {
+                if !p.device.is_host() {
+                    by.push(p.engine.clone());
+                }
+                Value::Host(host)
+            };
+        if let Some(direction) = TransferDirection::between(from, p.device) {
+            by.dedup();
+            done.push(TransferDone {
+                value: v,
+                direction,
+                from_device: from,
+                to_device: p.device,
+                bytes,
+                nanos,
+                by: by.join(" -> "),
+            });
+        }
+        Ok(arg)
+    }
+
+    /// Value `v` in host memory for the caller (a graph output), downloaded if it lives on
+    /// a device, and the download recorded.
+    fn output_on_host(
+        &mut self,
+        v: ValueId,
+        engines: &[Arc<dyn Engine>],
+        done: &mut Vec<TransferDone>,
+    ) -> Result<Tensor, ExecError> {
+        let current = self.get(v).clone();
+        let Value::Device(buffer) = &current else {
+            return Ok(current.as_host().expect("a host value").clone());
+        };
+        let started = Instant::now();
+        let t = self.download_once(v, engines, DeviceId::HOST)?;
+        done.push(TransferDone {
+            value: v,
+            direction: TransferDirection::DeviceToHost,
+            from_device: buffer.device(),
+            to_device: DeviceId::HOST,
+            bytes: buffer.size_bytes(),
+            nanos: Some(started.elapsed().as_nanos() as u64),
+            by: buffer.engine().to_string(),
+        });
+        Ok(t)
+    }
+
+    /// The host copy of device value `v`, downloading it through its owner the first time.
+    fn download_once(
+        &mut self,
+        v: ValueId,
+        engines: &[Arc<dyn Engine>],
+        to: DeviceId,
+    ) -> Result<Tensor, ExecError> {
+        if let Some(t) = &self.host_copies[v.index()] {
+            return Ok(t.clone());
+        }
+        let Value::Device(buffer) = self.get(v) else {
+            unreachable!("only device values are downloaded")
+        };
+        let from = buffer.device();
+        let engine = engines.iter().find(|e| e.name() == buffer.engine()).ok_or_else(|| {
+            ExecError::Transfer {
+                value: v,
+                from,
+                to,
+                error: EngineError::NoDevice {
+                    engine: buffer.engine().to_string(),
+                    device: from,
+                    what: "download a buffer of an engine this plan does not run",
+                },
+            }
+        })?;
+        let t = engine.download(buffer.as_ref()).map_err(|error| ExecError::Transfer {
+            value: v,
+            from,
+            to,
+            error,
+        })?;
+        self.host_copies[v.index()] = Some(t.clone());
+        Ok(t)
+    }
+}
+
+fn owner(v: &Value) -> String {
+    match v {
+        Value::Device(b) => b.engine().to_string(),
+        Value::Host(_) => String::new(),
     }
 }

@@ -201,12 +201,25 @@ pub struct NodeTime {
     pub nanos: u64,
 }
 
-/// A transfer GraphExec performed, with the bytes it really moved.
+/// A transfer a run performed, with the bytes it really moved.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransferDone {
     pub value: ValueId,
     pub direction: TransferDirection,
+    #[serde(default)]
+    pub from_device: DeviceId,
+    #[serde(default)]
+    pub to_device: DeviceId,
     pub bytes: u64,
+    /// Time GraphExec spent moving it through the engines' upload/download; `None` when
+    /// the engine reading it takes host memory and copies inside its own run (the time is
+    /// then part of its node timings).
+    #[serde(default)]
+    pub nanos: Option<u64>,
+    /// The engines that moved it (`ort` for a copy inside ONNX Runtime's run; `cuda` for
+    /// an upload; `a -> b` through the host between two engines' devices).
+    #[serde(default)]
+    pub by: String,
 }
 
 /// Whether a run's partition was prepared for it or reused from an earlier run.

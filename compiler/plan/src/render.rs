@@ -208,6 +208,17 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             p.prepare_nanos as f64 / 1e6
         );
     }
+    for t in &ex.transfers_done {
+        let how = match t.nanos {
+            Some(ns) => format!("in {:.3} ms by {}", ns as f64 / 1e6, t.by),
+            None => format!("inside {}'s run", t.by),
+        };
+        let _ = writeln!(
+            s,
+            "moved {} {} {} -> {}: {} bytes {how}",
+            t.value, t.direction, t.from_device, t.to_device, t.bytes
+        );
+    }
     if !ex.timings.is_empty() {
         let total: u64 = ex.timings.iter().map(|t| t.nanos).sum();
         let _ = writeln!(

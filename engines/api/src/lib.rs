@@ -19,12 +19,14 @@ pub mod dylib;
 pub mod options;
 mod registry;
 mod stop;
+pub mod value;
 
 pub use device::{Device, DeviceId, DeviceKind, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
 pub use stop::{HookGuard, StopReason, StopToken};
+pub use value::{DeviceBuffer, Value};
 
 /// Whether an engine can run here. Never a panic: a missing library is data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,10 +293,11 @@ pub struct Fact {
     pub value: String,
 }
 
-/// The result of one execution.
+/// The result of one execution: host tensors from [`Executable::run`], [`Value`]s from
+/// [`Executable::run_values`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct Execution {
-    pub outputs: Vec<Tensor>,
+pub struct Execution<O = Tensor> {
+    pub outputs: Vec<O>,
     pub timings: Vec<NodeTiming>,
     pub facts: Vec<Fact>,
 }
@@ -319,6 +322,10 @@ pub enum EngineError {
     /// The device had not enough free memory.
     #[error("{device}: out of memory: {requested} bytes requested, {available} available")]
     OutOfMemory { device: DeviceId, requested: u64, available: u64 },
+    /// A device value was asked of an engine that keeps none on that device (it computes on
+    /// the host, or the buffer is another engine's).
+    #[error("{engine} keeps no values on {device}: cannot {what}")]
+    NoDevice { engine: String, device: DeviceId, what: &'static str },
     /// An assignment option the engine cannot take.
     #[error("{engine}: option {key} = {value:?}: {expected}")]
     InvalidOption { engine: &'static str, key: &'static str, value: String, expected: &'static str },
@@ -338,6 +345,7 @@ impl EngineError {
             EngineError::MemoryLimit { .. } => "memory_limit",
             EngineError::OutOfMemory { .. } => "out_of_memory",
             EngineError::InvalidOption { .. } => "invalid_option",
+            EngineError::NoDevice { .. } => "no_device",
             EngineError::Other(_) => "other",
         }
     }
@@ -359,6 +367,33 @@ pub trait Engine: Send + Sync {
         partition: &Graph,
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError>;
+
+    /// Whether this engine keeps values in `device`'s memory between partitions: its
+    /// executables there take and return its [`DeviceBuffer`]s, and [`upload`](Engine::upload)
+    /// / [`download`](Engine::download) move values in and out. `false` (every host engine,
+    /// and engines such as ONNX Runtime's CUDA provider that copy inside their run): the
+    /// engine takes host tensors and any transfer happens inside its run.
+    fn device_memory(&self, _device: DeviceId) -> bool {
+        false
+    }
+
+    /// Copies a host tensor into a buffer on `device`.
+    fn upload(&self, _tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+        Err(EngineError::NoDevice {
+            engine: self.name().to_string(),
+            device,
+            what: "upload a value to it",
+        })
+    }
+
+    /// Copies one of this engine's device buffers back to the host.
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+        Err(EngineError::NoDevice {
+            engine: self.name().to_string(),
+            device: buffer.device(),
+            what: "download a value from it",
+        })
+    }
 }
 
 /// A prepared partition.
@@ -372,6 +407,36 @@ pub trait Executable: Send {
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         stop.check(|| "partition".into())?;
         self.run(inputs)
+    }
+
+    /// Runs on [`Value`]s. The default is a host engine's: every input must be a host tensor
+    /// (a device buffer here means the plan lacks a transfer — an error, never a silent
+    /// copy) and the outputs are host tensors. Engines with [`Engine::device_memory`] take
+    /// their own buffers and return buffers.
+    fn run_values(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        let mut host = Vec::with_capacity(inputs.len());
+        for v in inputs {
+            match v {
+                Value::Host(t) => host.push(t.clone()),
+                Value::Device(b) => {
+                    return Err(EngineError::NoDevice {
+                        engine: b.engine().to_string(),
+                        device: b.device(),
+                        what: "hand its buffer to a partition that computes on the host",
+                    });
+                }
+            }
+        }
+        let run = self.run_until(&host, stop)?;
+        Ok(Execution {
+            outputs: run.outputs.into_iter().map(Value::Host).collect(),
+            timings: run.timings,
+            facts: run.facts,
+        })
     }
 }
 
