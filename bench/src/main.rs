@@ -183,12 +183,13 @@ fn main() -> Result<()> {
             let g = std::sync::Arc::new(layered_graph(nodes)?);
             let hash = g.content_hash();
             let bindings = std::collections::BTreeMap::from([("N".to_string(), 8)]);
-            xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings)
+            xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings, None)
                 .map_err(|e| anyhow::anyhow!("the benchmark graph does not plan: {e}"))?;
             let mut times = Vec::with_capacity(reps);
             for _ in 0..reps {
                 let t = Instant::now();
-                let planned = xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings);
+                let planned =
+                    xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings, None);
                 times.push(t.elapsed().as_secs_f64());
                 drop(planned);
             }

@@ -53,12 +53,14 @@ pub(crate) fn run_default(g: xpu_ir::Graph, roots: &[PathBuf]) -> Result<Vec<xpu
     let registry = xpu_runtime::registry_for(roots);
     let policy = policy_cmd::load_policy(None, &[])?;
     let g = std::sync::Arc::new(g);
+    let eval = xpu_runtime::fold_evaluator();
     let (plan, _) = xpu_plan::plan_shared(
         &g,
         &g.content_hash(),
         &policy,
         &registry.inventory(),
         &Default::default(),
+        Some(eval.as_ref()),
     )
     .map_err(|f| anyhow::anyhow!("no plan: {f}"))?;
     let mut exec = GraphExec::new(std::sync::Arc::new(plan), &registry)?;
@@ -725,7 +727,8 @@ fn run(
                 .with_context(|| format!("cannot read {}", path.display()))?;
             let f = xpu_plan::FrozenPlan::from_json(&text)
                 .map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
-            f.validate(&g, &g.content_hash()).map_err(|e| {
+            let eval = xpu_runtime::fold_evaluator();
+            f.validate(&g, &g.content_hash(), Some(eval.as_ref())).map_err(|e| {
                 anyhow::anyhow!("{}: {e} (program {})", path.display(), program.display())
             })?;
             let live = registry.inventory().fingerprint();
@@ -748,7 +751,9 @@ fn run(
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let bindings = xpu_plan::bind_symbols(&g, &shapes);
             // Shared with the plan (no copy of the weights) and hashed once.
-            match xpu_plan::plan_shared(&g, &g.content_hash(), &policy, &inventory, &bindings) {
+            let eval = xpu_runtime::fold_evaluator();
+            let hash = g.content_hash();
+            match xpu_plan::plan_shared(&g, &hash, &policy, &inventory, &bindings, Some(&*eval)) {
                 Ok((p, e)) => (p, e, policy.name().to_string()),
                 Err(f) => {
                     if explain {

@@ -312,7 +312,7 @@ fn run_one_test(policy: &Policy, file: &Path, i: usize) -> Vec<String> {
         Ok(i) => i,
         Err(e) => return vec![format!("inventory: {e}")],
     };
-    let result = xpu_plan::plan_with(&graph, policy, &inv, &t.bind);
+    let result = xpu_runtime::plan_graph(&graph, policy, &inv, &t.bind);
     let mut failures = Vec::new();
     if let Some(code) = &t.expect_error {
         match &result {
@@ -500,7 +500,7 @@ pub fn resolve(
     let inv = load_inventory(inventory)?;
     let graph = program::load(program_path)?;
     let bindings = parse_bindings(bind)?;
-    let (ok, ex) = match xpu_plan::plan_with(&graph, &policy, &inv, &bindings) {
+    let (ok, ex) = match xpu_runtime::plan_graph(&graph, &policy, &inv, &bindings) {
         Ok((plan, ex)) => {
             if let Some(path) = plan_out {
                 let frozen = xpu_plan::FrozenPlan {
@@ -589,8 +589,12 @@ pub fn diff(
     };
     for prog in programs {
         let g = program::load(prog)?;
-        let a = xpu_plan::plan(&g, &old_p, &inv).map(|p| p.1).unwrap_or_else(|f| *f.explanation);
-        let b = xpu_plan::plan(&g, &new_p, &inv).map(|p| p.1).unwrap_or_else(|f| *f.explanation);
+        let a = xpu_runtime::plan_graph(&g, &old_p, &inv, &Default::default())
+            .map(|p| p.1)
+            .unwrap_or_else(|f| *f.explanation);
+        let b = xpu_runtime::plan_graph(&g, &new_p, &inv, &Default::default())
+            .map(|p| p.1)
+            .unwrap_or_else(|f| *f.explanation);
         for (x, y) in a.decisions.iter().zip(&b.decisions) {
             if x.op == "constant" {
                 continue;

@@ -160,7 +160,8 @@ fn resolve_prints_the_plan_and_its_json() {
         "N=64",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.lines().nth(1).unwrap().starts_with("node"), "{out}");
+    assert!(out.lines().nth(1).unwrap().starts_with("passes: canon ("), "{out}");
+    assert!(out.lines().nth(2).unwrap().starts_with("node"), "{out}");
     assert!(
         out.contains("n0 fc1")
             && out.contains("cuda.cublaslt")

@@ -203,7 +203,7 @@ impl Jobs {
             store,
             metrics,
             policies: RwLock::new(Arc::new(policies)),
-            cache: PlanCache::new(1024),
+            cache: PlanCache::new(1024).with_evaluator(xpu_runtime::fold_evaluator()),
             compiled: crate::compiled::CompileCache::new(1024),
             data_roots,
             model_roots,

@@ -138,6 +138,25 @@ impl xpu_engine::Engine for Deferred {
     ) -> Result<Box<dyn xpu_engine::Executable>, xpu_engine::EngineError> {
         self.get().prepare(partition, assignment)
     }
+
+    fn device_memory(&self, device: xpu_engine::DeviceId) -> bool {
+        self.get().device_memory(device)
+    }
+
+    fn upload(
+        &self,
+        tensor: &Tensor,
+        device: xpu_engine::DeviceId,
+    ) -> Result<xpu_engine::Value, xpu_engine::EngineError> {
+        self.get().upload(tensor, device)
+    }
+
+    fn download(
+        &self,
+        buffer: &dyn xpu_engine::DeviceBuffer,
+    ) -> Result<Tensor, xpu_engine::EngineError> {
+        self.get().download(buffer)
+    }
 }
 
 /// An engine whose loader panicked (the engines' own loaders report failures as data).
@@ -223,6 +242,26 @@ impl Ran {
     }
 }
 
+/// What folds constants in the pass pipeline before planning: the cpu engine's reference
+/// kernels (a pure computation, whatever engines the policy allows for the run itself).
+pub fn fold_evaluator() -> Arc<dyn xpu_ir::passes::Evaluator> {
+    Arc::new(xpu_engine_cpu::CpuEvaluator)
+}
+
+/// Plans `graph` (passes included, constants folded by [`fold_evaluator`]) without a cache:
+/// what `xpuctl policy resolve|test|diff` show is what a run would plan.
+pub fn plan_graph(
+    graph: &Graph,
+    policy: &Policy,
+    inventory: &Inventory,
+    bindings: &std::collections::BTreeMap<String, u64>,
+) -> Result<(CapturePlan, Explanation), PlanFailure> {
+    let shared = Arc::new(graph.clone());
+    let hash = graph.content_hash();
+    let eval = fold_evaluator();
+    xpu_plan::plan_shared(&shared, &hash, policy, inventory, bindings, Some(eval.as_ref()))
+}
+
 /// Plans `graph` under `policy` for these inputs on `registry`'s engines and runs it.
 pub fn plan_and_run(
     graph: &Arc<Graph>,
@@ -283,8 +322,16 @@ pub fn plan_job(
         None => {
             let bindings = xpu_plan::bind_symbols(graph, &shapes);
             let hash = keys.map_or_else(|| graph.content_hash(), |k| k.graph_hash.to_string());
-            let (p, e) = xpu_plan::plan_shared(graph, &hash, policy, inventory, &bindings)
-                .map_err(no_plan)?;
+            let eval = fold_evaluator();
+            let (p, e) = xpu_plan::plan_shared(
+                graph,
+                &hash,
+                policy,
+                inventory,
+                &bindings,
+                Some(eval.as_ref()),
+            )
+            .map_err(no_plan)?;
             (Arc::new(p), e, false)
         }
     };

@@ -53,7 +53,10 @@ fn run_file(path: &Path) -> Result<(), String> {
             bindings.insert(k.to_string(), v.parse::<u64>().map_err(|e| e.to_string())?);
         }
     }
-    let ex = match xpu_plan::plan_with(&g, &policy, &inv, &bindings) {
+    // As runs plan: the pass pipeline first, constants folded by the cpu kernels.
+    let (shared, hash) = (std::sync::Arc::new(g.clone()), g.content_hash());
+    let eval = xpu_engine_cpu::CpuEvaluator;
+    let ex = match xpu_plan::plan_shared(&shared, &hash, &policy, &inv, &bindings, Some(&eval)) {
         Ok((plan, ex)) => {
             xpu_ir::verify(&plan.graph)
                 .map_err(|e| format!("planned graph does not verify: {}", e[0]))?;

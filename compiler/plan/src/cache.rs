@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use xpu_engine::Inventory;
+use xpu_ir::passes::Evaluator;
 use xpu_ir::{Dim, Graph};
 use xpu_policy::Policy;
 
@@ -48,19 +49,30 @@ pub struct Keys<'a> {
 }
 
 /// A bounded map from [`PlanKey`] to plans, with hit and miss counters.
-#[derive(Debug)]
 pub struct PlanCache {
     capacity: usize,
+    /// Folds constants in the pass pipeline before planning (the cpu engine's kernels).
+    evaluator: Option<Arc<dyn Evaluator>>,
     entries: Mutex<HashMap<PlanKey, (u64, CachedPlan)>>,
     tick: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
 }
 
+impl std::fmt::Debug for PlanCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanCache")
+            .field("capacity", &self.capacity)
+            .field("folds", &self.evaluator.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl PlanCache {
     pub fn new(capacity: usize) -> PlanCache {
         PlanCache {
             capacity: capacity.max(1),
+            evaluator: None,
             entries: Mutex::new(HashMap::new()),
             tick: AtomicU64::new(0),
             hits: AtomicU64::new(0),
@@ -70,6 +82,12 @@ impl PlanCache {
 
     /// The cached plan for these inputs, or a new one (cached on success). The flag says
     /// whether it was a hit.
+    /// Plans through `evaluator` from now on: the pass pipeline folds constants with it.
+    pub fn with_evaluator(mut self, evaluator: Arc<dyn Evaluator>) -> PlanCache {
+        self.evaluator = Some(evaluator);
+        self
+    }
+
     pub fn get_or_plan(
         &self,
         graph: &Arc<Graph>,
@@ -114,6 +132,7 @@ impl PlanCache {
             policy,
             inventory,
             &bind_symbols(graph, input_shapes),
+            self.evaluator.as_deref(),
         )?;
         let planned = Arc::new((Arc::new(plan), explanation));
         let mut entries = self.entries.lock().expect("cache lock");

@@ -29,9 +29,31 @@ fn is_sha256_hex(s: &str) -> bool {
 
 impl FrozenPlan {
     /// Checks the plan against the program it is to run (`source`, whose content hash is
-    /// `source_hash`) and against itself.
-    pub fn validate(&self, source: &Graph, source_hash: &str) -> Result<(), PlanFileError> {
+    /// `source_hash`) and against itself. The plan's passes are re-run over `source`
+    /// (constants folded through `eval`, as when it was planned) to rebuild the graph the
+    /// plan must match.
+    pub fn validate(
+        &self,
+        source: &Graph,
+        source_hash: &str,
+        eval: Option<&dyn xpu_ir::passes::Evaluator>,
+    ) -> Result<(), PlanFileError> {
         let plan = &self.plan;
+        for (i, pass) in plan.passes.iter().enumerate() {
+            if !xpu_ir::passes::PASS_NAMES.contains(&pass.as_str()) {
+                return Err(bad(
+                    format!("plan.passes[{i}]"),
+                    format!(
+                        "unknown pass {:?} (known: {})",
+                        pass.chars().take(40).collect::<String>(),
+                        xpu_ir::passes::PASS_NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        let names: Vec<&str> = plan.passes.iter().map(String::as_str).collect();
+        let rewritten = crate::passes::optimize(source, &names, eval).0;
+        let source = rewritten.as_ref().unwrap_or(source);
         for (field, hash) in [
             ("plan.source_graph_hash", &plan.source_graph_hash),
             ("explanation.graph_hash", &self.explanation.graph_hash),
@@ -90,7 +112,7 @@ fn check_graph_matches_source(plan: &CapturePlan, source: &Graph) -> Result<(), 
     // Casts the planner inserted, and constants it converted (new nodes too).
     let inserted: BTreeSet<NodeId> = plan.casts.iter().map(|c| c.node).collect();
     if inserted.is_empty() && plan.graph.nodes.len() == source.nodes.len() {
-        if plan.graph.content_hash() != plan.source_graph_hash {
+        if plan.graph.content_hash() != source.content_hash() {
             return Err(bad(
                 "plan.graph",
                 "differs from the program's graph (its hash does not match)",

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod exec;
 pub mod frozen;
 pub mod model;
+pub mod passes;
 pub mod planner;
 pub mod prepared;
 pub mod reason;
@@ -19,6 +20,7 @@ pub use frozen::PlanFileError;
 pub use model::{
     CapturePlan, Decision, Explanation, FrozenPlan, PartitionPrepared, PrepareOutcome, Rejection,
 };
+pub use passes::PassRecord;
 pub use planner::{PlanFailure, plan, plan_shared, plan_with};
 pub use prepared::{PreparedCache, PreparedStats};
 pub use reason::ReasonCode;

@@ -108,6 +108,10 @@ pub struct ExecutionSettings {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CapturePlan {
     pub source_graph_hash: String,
+    /// The passes run over the source graph before planning, in order (what a frozen plan's
+    /// check re-runs to rebuild the planned graph).
+    #[serde(default)]
+    pub passes: Vec<String>,
     pub policy: PolicyRef,
     pub inventory: InventoryRef,
     pub bindings: BTreeMap<String, u64>,
@@ -286,6 +290,24 @@ pub struct Explanation {
     /// Per partition: prepared for this run, or reused (prepare once, run many).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prepared: Vec<PartitionPrepared>,
+    /// The passes run before planning and what each changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passes: Vec<crate::passes::PassRecord>,
+    /// Each fusion group: where it went whole, or why it was split.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupDecision>,
+}
+
+/// What the planner did with one fusion group (nodes the `fuse` pass marked to compile as
+/// one loop nest).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupDecision {
+    pub group: u32,
+    pub nodes: Vec<NodeId>,
+    /// The engine, kernel and partition the whole group runs in; `None` when split.
+    pub whole: Option<(String, String, usize)>,
+    /// Why it was split (`FusionSplit`), with the detail.
+    pub split: Option<(ReasonCode, String)>,
 }
 
 impl Explanation {

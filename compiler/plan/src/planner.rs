@@ -15,7 +15,7 @@ use xpu_engine::{
     Assignment, Capabilities, DeviceId, EngineOptions, Inventory, KernelCaps, TransferDirection,
 };
 use xpu_ir::passes::cost::node_flops;
-use xpu_ir::passes::{plan_memory, value_bytes};
+use xpu_ir::passes::{Evaluator, plan_memory, value_bytes};
 use xpu_ir::{DType, Graph, NodeId, Op, OpClass, ValueId};
 use xpu_policy::Policy;
 use xpu_policy::spec::{Fallback, KernelChoice, OnExceeded, PrecisionName, Rule};
@@ -47,21 +47,42 @@ pub fn plan_with(
     inventory: &Inventory,
     bindings: &BTreeMap<String, u64>,
 ) -> Result<(CapturePlan, Explanation), PlanFailure> {
-    plan_shared(&Arc::new(graph.clone()), &graph.content_hash(), policy, inventory, bindings)
+    let hash = graph.content_hash();
+    plan_shared(&Arc::new(graph.clone()), &hash, policy, inventory, bindings, None)
 }
 
 /// [`plan_with`] for a graph the caller already shares and has hashed
 /// ([`Graph::content_hash`]): a plan that inserts no casts keeps a reference to the graph
 /// instead of a copy, and the hash is not recomputed (the plan cache, which hashes for its
 /// key, and the daemon, which hashes a program once at submission, use this).
+///
+/// The graph first goes through the pass pipeline `execution.graph_optimization` asks for
+/// ([`crate::passes`]), constants folded through `eval` when given; the plan is of the
+/// rewritten graph, and the explanation records each pass.
 pub fn plan_shared(
     graph: &Arc<Graph>,
     graph_hash: &str,
     policy: &Policy,
     inventory: &Inventory,
     bindings: &BTreeMap<String, u64>,
+    eval: Option<&dyn Evaluator>,
 ) -> Result<(CapturePlan, Explanation), PlanFailure> {
-    Planner::new(graph, policy, inventory, bindings).run(graph, graph_hash)
+    let pipeline = crate::passes::pipeline(policy.spec.execution.graph_optimization);
+    let (rewritten, records) = crate::passes::optimize(graph, pipeline, eval);
+    let graph = rewritten.map(Arc::new).unwrap_or_else(|| graph.clone());
+    let result = Planner::new(&graph, policy, inventory, bindings).run(&graph, graph_hash);
+    let passes: Vec<String> = pipeline.iter().map(|p| p.to_string()).collect();
+    match result {
+        Ok((mut plan, mut explanation)) => {
+            plan.passes = passes;
+            explanation.passes = records;
+            Ok((plan, explanation))
+        }
+        Err(mut failure) => {
+            failure.explanation.passes = records;
+            Err(failure)
+        }
+    }
 }
 
 struct Planner<'a> {
@@ -901,6 +922,8 @@ impl<'a> Planner<'a> {
             transfers_done: Vec::new(),
             prepared: Vec::new(),
             facts: Vec::new(),
+            passes: Vec::new(),
+            groups: Vec::new(),
         };
         if !errors.is_empty() {
             explanation.errors = errors.clone();
@@ -1004,6 +1027,7 @@ impl<'a> Planner<'a> {
                 }
             })
             .collect();
+        explanation.groups = group_decisions(&planned, &placements);
         // Transfers: a partition reading a value that lives on another device.
         let transfers = self.transfers(&planned, &partitions, &part_of);
         // Memory.
@@ -1039,6 +1063,7 @@ impl<'a> Planner<'a> {
         let ex = &spec.execution;
         let plan = CapturePlan {
             source_graph_hash: explanation.graph_hash.clone(),
+            passes: Vec::new(),
             policy: policy_ref,
             inventory,
             bindings: self.bindings.clone(),
@@ -1402,4 +1427,40 @@ fn cast_to(
     source_of.push(None);
     memo.insert((v, dtype), c);
     c
+}
+
+/// Each fusion group of the planned graph: whole when all its nodes run on one engine and
+/// device in one partition, else split (`FusionSplit`) naming where each node went.
+fn group_decisions(planned: &Graph, placements: &[Placement]) -> Vec<GroupDecision> {
+    let mut members: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
+    for id in planned.node_ids() {
+        if let Some(g) = planned.node(id).group {
+            members.entry(g).or_default().push(id);
+        }
+    }
+    members
+        .into_iter()
+        .map(|(group, nodes)| {
+            let at = |n: &NodeId| &placements[n.index()];
+            let first = at(&nodes[0]);
+            let together = nodes.iter().all(|n| {
+                let p = at(n);
+                p.engine == first.engine
+                    && p.device == first.device
+                    && p.partition == first.partition
+            });
+            let mut kernels: Vec<&str> = nodes.iter().map(|n| &*at(n).kernel).collect();
+            kernels.dedup();
+            let (whole, split) = if together {
+                (Some((first.engine.to_string(), kernels.join("+"), first.partition)), None)
+            } else {
+                let places: Vec<String> = nodes
+                    .iter()
+                    .map(|n| format!("{n} on {} (partition {})", at(n).kernel, at(n).partition))
+                    .collect();
+                (None, Some((ReasonCode::FusionSplit, places.join(", "))))
+            };
+            GroupDecision { group, nodes, whole, split }
+        })
+        .collect()
 }

@@ -46,6 +46,7 @@ reason_codes! {
     Unplaceable => "No candidate is left for a node: the plan fails.",
     CaptureUnsupported => "`[execution] capture = \"graph\"` and the partition's engine cannot replay a captured executable: it runs eagerly (a recorded decision, not an error).",
     ReuseUnsupported => "`[memory] reuse` asks for buffer reuse and the partition's engine does not execute xpu's memory plan: what it does instead is recorded.",
+    FusionSplit => "A fusion group (nodes the `fuse` pass marked to compile as one loop nest) does not run whole on one engine and kernel: its nodes were placed on different engines, kernels or partitions, each by its own decision.",
     SettingUnsupported => "A setting the policy asks of engines (`memory.pool`, `memory.pinned_host`, `precision.accumulate`) that the partition's engine does not honour as asked: what it does instead is recorded.",
 }
 

@@ -54,6 +54,11 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
         if ex.inventory.name.is_empty() { "-" } else { &ex.inventory.name },
         ex.inventory.fingerprint
     );
+    if !ex.passes.is_empty() {
+        let passes: Vec<String> =
+            ex.passes.iter().map(|p| format!("{} ({})", p.pass, p.summary)).collect();
+        let _ = writeln!(s, "passes: {}", passes.join(", "));
+    }
     let header = ["node", "op", "engine", "kernel", "precision", "rule"];
     let mut rows: Vec<[String; 6]> = Vec::new();
     let mut details: Vec<Vec<String>> = Vec::new();
@@ -167,6 +172,28 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
         };
         let how = if c.folded { " (constant, converted at plan time)" } else { "" };
         let _ = writeln!(s, "cast {} -> {} {target}{how}: {}", c.from, c.to, c.reason);
+    }
+    for g in &ex.groups {
+        match (&g.whole, &g.split) {
+            (Some((engine, kernels, partition)), _) => {
+                let _ = writeln!(
+                    s,
+                    "fusion group {} ({} nodes): whole on {engine} ({kernels}), partition {partition}",
+                    g.group,
+                    g.nodes.len()
+                );
+            }
+            (None, Some((code, detail))) => {
+                let _ = writeln!(
+                    s,
+                    "fusion group {} ({} nodes): split ({}): {detail}",
+                    g.group,
+                    g.nodes.len(),
+                    code.name()
+                );
+            }
+            (None, None) => {}
+        }
     }
     for t in &ex.transfers {
         let bytes = t.bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown size".into());

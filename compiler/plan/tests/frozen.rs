@@ -41,7 +41,7 @@ fn inputs() -> Vec<Tensor> {
 /// Reads, validates and runs a plan file; `Err` is the message a user would see.
 fn load_and_run(g: &Graph, reg: &Registry, text: &str) -> Result<Vec<Tensor>, String> {
     let f = FrozenPlan::from_json(text)?;
-    f.validate(g, &g.content_hash()).map_err(|e| e.to_string())?;
+    f.validate(g, &g.content_hash(), None).map_err(|e| e.to_string())?;
     let mut exec = GraphExec::new(Arc::new(f.plan), reg).map_err(|e| e.to_string())?;
     exec.run(&inputs()).map(|r| r.outputs).map_err(|e| e.to_string())
 }
@@ -114,7 +114,7 @@ fn hand_edited_plans_are_refused_by_field() {
     // Another program's plan.
     let other = xpu_ir::text::parse(&GRAPH.replace("softmax(%4) {axis = -1}", "relu(%4)")).unwrap();
     let f = FrozenPlan::from_json(&text).unwrap();
-    let err = f.validate(&other, &other.content_hash()).unwrap_err().to_string();
+    let err = f.validate(&other, &other.content_hash(), None).unwrap_err().to_string();
     assert!(err.contains("the plan was made for graph t"), "{err}");
     // A transfer whose direction disagrees with its devices.
     let (_, _, gpu_text) = setup("");

@@ -649,6 +649,7 @@ fn every_reason_code_is_exercised_or_documented() {
         "CaptureUnsupported",
         "ReuseUnsupported",
         "SettingUnsupported",
+        "FusionSplit",
     ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());
@@ -686,4 +687,114 @@ fn constant_operands_are_converted_at_plan_time() {
         vec![1.0, 2.0, 3.0, 4.0],
         "identity · W, exact in bf16"
     );
+}
+
+/// Folding, duplicates, dead code and one chain of five elementwise nodes.
+const PASSES_GRAPH: &str = r#"graph "p" {
+  %0: f32[4,8] = input "x"
+  %1: f32[8,1] = constant {value = tensor<f32[8,1]> [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]}
+  %2: f32[1,8] = transpose(%1) {perm = [1, 0]} @name("foldme")
+  %11: f32[1,8] = sub(%2, %2) @name("float_kept")
+  %3: f32[4,8] = add(%0, %11) @name("a1")
+  %4: f32[4,8] = mul(%3, %0) @name("m1")
+  %5: f32[4,8] = sub(%4, %0) @name("s1")
+  %6: f32[4,8] = mul(%0, %0) @name("dead")
+  %7: f32[4,8] = add(%0, %0) @name("d1")
+  %8: f32[4,8] = add(%0, %0) @name("d2")
+  %9: f32[4,8] = mul(%5, %7) @name("join")
+  %10: f32[4,8] = add(%9, %8) @name("out")
+  return "y" = %10
+}"#;
+
+fn plan_passes(fragment: &str) -> (xpu_plan::CapturePlan, xpu_plan::Explanation) {
+    try_plan_passes(fragment).unwrap()
+}
+
+fn try_plan_passes(
+    fragment: &str,
+) -> Result<(xpu_plan::CapturePlan, xpu_plan::Explanation), xpu_plan::PlanFailure> {
+    let g = std::sync::Arc::new(xpu_ir::text::parse(PASSES_GRAPH).unwrap());
+    let inv = Inventory::from_toml(INVENTORY).unwrap();
+    let eval = xpu_engine_cpu::CpuEvaluator;
+    let hash = g.content_hash();
+    xpu_plan::plan_shared(&g, &hash, &policy(fragment), &inv, &BTreeMap::new(), Some(&eval))
+}
+
+fn planned_names(ex: &xpu_plan::Explanation) -> Vec<&str> {
+    ex.decisions.iter().filter_map(|d| d.name.as_deref()).collect()
+}
+
+#[test]
+fn programs_are_planned_after_the_pass_pipeline() {
+    let (plan, ex) = plan_passes("[engines]\norder = [\"cpu\"]\n");
+    let passes: Vec<String> = ex
+        .passes
+        .iter()
+        .map(|p| format!("{}: {} ({} -> {})", p.pass, p.summary, p.nodes_before, p.nodes_after))
+        .collect();
+    assert_eq!(
+        passes,
+        [
+            "canon: no change (11 -> 11)",
+            "fold: folded 1 nodes into constants (11 -> 11)",
+            "cse: merged 1 duplicate nodes (11 -> 10)",
+            "dce: removed 2 unused nodes (10 -> 8)",
+            "fuse: 6 nodes in 1 fusion groups (8 -> 8)",
+        ]
+    );
+    assert_eq!(plan.passes, ["canon", "fold", "cse", "dce", "fuse"]);
+    // The transpose of a constant is folded (exact anywhere); the float `sub` of constants
+    // is not: it runs where the policy places it.
+    assert_eq!(planned_names(&ex), ["float_kept", "a1", "m1", "s1", "d1", "join", "out"]);
+    // The group runs whole: one engine, one partition.
+    assert_eq!(ex.groups.len(), 1);
+    let g = &ex.groups[0];
+    assert_eq!(g.nodes.len(), 6);
+    assert_eq!(g.whole.as_ref().map(|w| (w.0.as_str(), w.2)), Some(("cpu", 0)));
+    assert!(g.split.is_none());
+    let text = xpu_plan::render::explanation_text(&ex, false);
+    assert!(
+        text.contains("passes: canon (no change), fold (folded 1 nodes into constants), "),
+        "{text}"
+    );
+    assert!(
+        text.contains("fusion group 0 (6 nodes): whole on cpu (cpu.naive), partition 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_fusion_group_split_across_engines_is_a_recorded_decision() {
+    let (_, ex) = plan_passes(
+        "[engines]\norder = [\"cpu\", \"cuda\"]\n[[rule]]\nwhen = { node = \"m1\" }\nengine = \"cuda\"\n",
+    );
+    let g = &ex.groups[0];
+    assert!(g.whole.is_none());
+    let (code, detail) = g.split.as_ref().expect("split");
+    assert_eq!(*code, ReasonCode::FusionSplit);
+    assert!(detail.contains("on cuda.fused (partition 1)"), "{detail}");
+    assert!(detail.contains("on cpu.naive (partition 0)"), "{detail}");
+    let text = xpu_plan::render::explanation_text(&ex, false);
+    assert!(text.contains("fusion group 0 (6 nodes): split (FusionSplit): "), "{text}");
+}
+
+#[test]
+fn graph_optimization_chooses_the_pipeline() {
+    // Unrewritten, the transpose stays and no kernel of this inventory runs it.
+    let failed = try_plan_passes("[execution]\ngraph_optimization = \"none\"\n").unwrap_err();
+    let ex = &failed.explanation;
+    assert!(ex.passes.is_empty() && ex.groups.is_empty());
+    assert!(planned_names(ex).contains(&"dead"), "nothing rewritten");
+    assert!(failed.errors[0].message.contains("transpose \"foldme\""), "{:?}", failed.errors);
+    let (plan, ex) = plan_passes("[execution]\ngraph_optimization = \"basic\"\n");
+    assert_eq!(plan.passes, ["canon", "fold", "cse", "dce"]);
+    assert!(ex.groups.is_empty(), "basic does not fuse");
+    assert!(!planned_names(&ex).contains(&"dead"));
+    // Without an evaluator folding is skipped, and says so.
+    let g = xpu_ir::text::parse(PASSES_GRAPH).unwrap();
+    let failed =
+        xpu_plan::plan(&g, &policy(""), &Inventory::from_toml(INVENTORY).unwrap()).unwrap_err();
+    let ex = &failed.explanation;
+    assert_eq!(ex.passes[1].summary, "skipped: no evaluator in this process");
+    assert!(planned_names(ex).contains(&"foldme"));
 }

@@ -121,7 +121,10 @@ proptest! {
         match xpu_plan::plan(&g, &policy, &inv) {
             Ok((plan, ex)) => {
                 prop_assert!(xpu_ir::verify(&plan.graph).is_ok(), "planned graph verifies:\n{}", xpu_ir::text::print(&plan.graph));
-                prop_assert_eq!(ex.decisions.len(), g.nodes.len(), "one decision per source node");
+                let passes: Vec<&str> = plan.passes.iter().map(String::as_str).collect();
+                let rewritten = xpu_plan::passes::optimize(&g, &passes, None).0;
+                let source = rewritten.as_ref().unwrap_or(&g);
+                prop_assert_eq!(ex.decisions.len(), source.nodes.len(), "one decision per node after the passes");
                 prop_assert!(ex.decisions.iter().all(|d| d.chosen.is_some() && d.rule.is_some()), "every node placed, by a named rule");
                 prop_assert_eq!(plan.placements.len(), plan.graph.nodes.len());
                 let mut covered: Vec<u32> = plan.partitions.iter().flat_map(|p| p.nodes.iter().map(|n| n.0)).collect();
@@ -144,7 +147,9 @@ proptest! {
             }
             Err(f) => {
                 prop_assert!(!f.errors.is_empty());
-                prop_assert_eq!(f.explanation.decisions.len(), g.nodes.len());
+                let passes = xpu_plan::passes::pipeline(policy.spec.execution.graph_optimization);
+                let rewritten = xpu_plan::passes::optimize(&g, passes, None).0;
+                prop_assert_eq!(f.explanation.decisions.len(), rewritten.as_ref().unwrap_or(&g).nodes.len());
                 for d in f.explanation.decisions.iter().filter(|d| d.chosen.is_none() && d.op != "constant") {
                     prop_assert!(!d.rejected.is_empty(), "an unplaced node says why: {:?}", d);
                 }

@@ -1,6 +1,7 @@
-//! Dead-code elimination: drop nodes none of whose outputs reach a graph output.
+//! Dead-code elimination: drop nodes none of whose outputs reach a graph output. Nodes that
+//! act on the world (`write_table`, `plot`) are kept whatever uses their result.
 
-use crate::Graph;
+use crate::{Graph, Op};
 
 pub fn eliminate_dead_code(g: &Graph) -> Graph {
     let mut live_value = vec![false; g.values.len()];
@@ -9,7 +10,8 @@ pub fn eliminate_dead_code(g: &Graph) -> Graph {
     }
     let mut keep = vec![false; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate().rev() {
-        if n.outputs.iter().any(|o| live_value[o.index()]) {
+        let effect = matches!(n.op, Op::WriteTable | Op::Plot);
+        if effect || n.outputs.iter().any(|o| live_value[o.index()]) {
             keep[i] = true;
             for v in n.input_values() {
                 live_value[v.index()] = true;

@@ -23,7 +23,7 @@ use crate::{DType, Graph, Node, Tensor};
 
 /// Evaluates one node on constant inputs (implemented by the CPU engine); `output_dtypes`
 /// are the node's declared output dtypes.
-pub trait Evaluator {
+pub trait Evaluator: Send + Sync {
     fn evaluate(
         &self,
         node: &Node,
