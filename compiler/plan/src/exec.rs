@@ -342,11 +342,11 @@ impl ValueTable {
         let mut nanos = None;
         let host = match &current {
             Value::Host(t) => t.clone(),
-            Value::Device(_) => {
+            Value::Device(buffer) => {
                 let started = Instant::now();
                 let t = self.download_once(v, engines, p.device)?;
                 nanos = Some(started.elapsed().as_nanos() as u64);
-                by.push(owner(&current));
+                by.push(buffer.engine().to_string());
                 t
             }
         };
@@ -441,12 +441,5 @@ impl ValueTable {
         })?;
         self.host_copies[v.index()] = Some(t.clone());
         Ok(t)
-    }
-}
-
-fn owner(v: &Value) -> String {
-    match v {
-        Value::Device(b) => b.engine().to_string(),
-        Value::Host(_) => String::new(),
     }
 }
