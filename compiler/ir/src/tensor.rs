@@ -344,6 +344,26 @@ impl Tensor {
         (self.shape, Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone()))
     }
 
+    /// The shape and the elements when no other tensor shares them; the tensor back
+    /// otherwise. Lets an executor reuse a dead value's buffer without copying it.
+    pub fn try_into_parts(self) -> Result<(Vec<usize>, TensorData), Tensor> {
+        match Arc::try_unwrap(self.data) {
+            Ok(data) => Ok((self.shape, data)),
+            Err(data) => Err(Tensor { shape: self.shape, data }),
+        }
+    }
+
+    /// The elements for writing in place, when no other tensor shares them.
+    pub fn data_mut(&mut self) -> Option<&mut TensorData> {
+        Arc::get_mut(&mut self.data)
+    }
+
+    /// Identity of the element buffer: equal for tensors that share one (see
+    /// [`shares_data_with`](Tensor::shares_data_with)). Only meaningful while both live.
+    pub fn storage_id(&self) -> usize {
+        Arc::as_ptr(&self.data) as usize
+    }
+
     /// Whether the two tensors share one element buffer (no copy was made between them).
     pub fn shares_data_with(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.data, &other.data)

@@ -90,15 +90,45 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
 
 pub fn conv(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let x = req(inputs, 0)?;
-    crate::float!(x.dtype(), T => conv_t::<T>(kernel, attrs, inputs), Err(format!("conv does not support dtype {}", x.dtype())))
+    crate::float!(x.dtype(), T => {
+        let (out, shape) = conv_into::<T>(
+            kernel,
+            attrs,
+            ConvOperands { x, w: req(inputs, 1)?, bias: opt(inputs, 2) },
+            Vec::with_capacity,
+            &mut Vec::new(),
+            &|_, _| {},
+        )?;
+        Tensor::from_vec(shape, out).map_err(|e| e.to_string())
+    }, Err(format!("conv does not support dtype {}", x.dtype())))
 }
 
-fn conv_t<T: Scalar>(
+/// The tensors of one convolution: input, weights and the optional per-channel bias.
+#[derive(Clone, Copy)]
+pub(crate) struct ConvOperands<'a> {
+    pub x: &'a Tensor,
+    pub w: &'a Tensor,
+    pub bias: Option<&'a Tensor>,
+}
+
+/// What runs on each image's output (`[M, spatial…]`, bias added) while it is still in
+/// cache: a fused epilogue (residual add, activation). Gets the image index.
+pub(crate) type ImageEpilogue<'a, T> = &'a (dyn Fn(usize, &mut [T]) + Sync);
+
+/// Convolution into the buffer `buffer(len)` gives (stale contents are overwritten), one
+/// image at a time: im2col into `scratch` (skipped for pointwise convolutions, whose input
+/// already is the column matrix), one GEMM per group straight into the image's output, then
+/// the bias and `epilogue`. Images whose product is too small to thread run in parallel.
+/// Returns the output and its shape.
+pub(crate) fn conv_into<T: Scalar>(
     kernel: MatMulKernel,
     attrs: &Attrs,
-    inputs: &[Option<&Tensor>],
-) -> KResult<Tensor> {
-    let (x, w) = (req(inputs, 0)?, req(inputs, 1)?);
+    ops: ConvOperands<'_>,
+    buffer: impl FnOnce(usize) -> Vec<T>,
+    scratch: &mut Vec<T>,
+    epilogue: ImageEpilogue<'_, T>,
+) -> KResult<(Vec<T>, Vec<usize>)> {
+    let (x, w) = (ops.x, ops.w);
     let (xs, ws) = (x.shape(), w.shape());
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(format!("X {xs:?} and W {ws:?} must have the same rank ≥ 3"));
@@ -111,88 +141,110 @@ fn conv_t<T: Scalar>(
     }
     let geo = geometry(attrs, &xs[2..], &ws[2..], false)?;
     let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
-    let ksp: Vec<usize> = geo.iter().map(|g| g.kernel).collect();
-    let (osz, ksz): (usize, usize) = (out_sp.iter().product(), ksp.iter().product());
+    let mut shape = vec![n, m];
+    shape.extend(&out_sp);
+    let total = crate::util::checked_numel(&shape)?;
+    let ksz: usize = ws[2..].iter().product();
+    let osz: usize = out_sp.iter().product();
     let isz: usize = xs[2..].iter().product();
-    let in_st = strides(&xs[2..]);
     let xv = x.as_slice::<T>().ok_or("X dtype")?;
     let wv = w.as_slice::<T>().ok_or("W dtype")?;
-    let mg = m / g;
-    let rows = cg * ksz;
-    let mut out = vec![T::zero(); n * m * osz];
-    // One GEMM per group over the whole batch: col is [rows, n·osz] (image-major columns),
-    // the product [mg, n·osz] is then scattered to [n, m, osz]. Few large products keep the
-    // GEMM efficient where one small product per image would not.
-    let mut col = vec![T::zero(); rows * n * osz];
-    let mut img_col = vec![T::zero(); rows * osz];
-    let mut prod = vec![T::zero(); mg * n * osz];
-    let direct_2d = geo.len() == 2;
-    let (mut oi, mut ki) = (vec![0; geo.len()], vec![0; geo.len()]);
-    for gi in 0..g {
-        for b in 0..n {
+    let bias = match ops.bias {
+        Some(b) => {
+            let bv = b.as_slice::<T>().ok_or("B dtype")?;
+            if bv.len() != m {
+                return Err(format!("B has {} values for {m} output channels", bv.len()));
+            }
+            Some(bv)
+        }
+        None => None,
+    };
+    let (mg, rows) = (m / g, cg * ksz);
+    // A pointwise convolution's input image is already its column matrix.
+    let pointwise = geo.iter().all(|g| g.kernel == 1 && g.stride == 1 && g.pad_begin == 0)
+        && osz == isz;
+    let mut out = buffer(total);
+    crate::util::resize_for_overwrite(&mut out, total);
+    if total == 0 {
+        return Ok((out, shape));
+    }
+    let image = |b: usize, dst: &mut [T], scratch: &mut Vec<T>| {
+        for gi in 0..g {
             let x_img = &xv[(b * c + gi * cg) * isz..][..cg * isz];
-            if direct_2d {
-                // Straight into the batched column matrix: row r, columns b·osz.. of width osz.
-                im2col_2d_strided(x_img, cg, &geo, &mut col, n * osz, b * osz);
-                continue;
+            let col: &[T] = if pointwise {
+                x_img
             } else {
-                for ci in 0..cg {
-                    let chan = &x_img[ci * isz..][..isz];
-                    for kp in 0..ksz {
-                        unravel(kp, &ksp, &mut ki);
-                        let row = &mut img_col[(ci * ksz + kp) * osz..][..osz];
-                        for (op, slot) in row.iter_mut().enumerate() {
-                            unravel(op, &out_sp, &mut oi);
-                            let mut off = 0;
-                            let mut inside = true;
-                            for d in 0..geo.len() {
-                                match src(&geo[d], oi[d], ki[d]) {
-                                    Some(p) => off += p * in_st[d],
-                                    None => {
-                                        inside = false;
-                                        break;
-                                    }
-                                }
-                            }
-                            *slot = if inside { chan[off] } else { T::zero() };
+                scratch.clear();
+                scratch.resize(rows * osz, T::zero());
+                im2col(x_img, cg, &geo, scratch);
+                scratch
+            };
+            crate::linalg::mm(
+                kernel,
+                mg,
+                osz,
+                rows,
+                crate::linalg::Mat::rows(&wv[gi * mg * rows..][..mg * rows], rows),
+                crate::linalg::Mat::rows(col, osz),
+                &mut dst[gi * mg * osz..][..mg * osz],
+            );
+        }
+        if let Some(bv) = bias {
+            for (plane, &bias) in dst.chunks_exact_mut(osz).zip(bv) {
+                plane.iter_mut().for_each(|v| *v = v.add(bias));
+            }
+        }
+        epilogue(b, dst);
+    };
+    let per_image = m * osz * rows;
+    if n > 1 && per_image < crate::linalg::SMALL_PRODUCT && rayon::current_num_threads() > 1 {
+        use rayon::prelude::*;
+        out.par_chunks_mut(m * osz)
+            .enumerate()
+            .for_each_init(Vec::new, |scratch, (b, dst)| image(b, dst, scratch));
+    } else {
+        for (b, dst) in out.chunks_exact_mut(m * osz).enumerate() {
+            image(b, dst, scratch);
+        }
+    }
+    Ok((out, shape))
+}
+
+/// im2col of one image's `channels` planes into `col` (`[channels·kernel, out]`, row-major).
+fn im2col<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
+    let osz: usize = geo.iter().map(|g| g.out).product();
+    if geo.len() == 2 {
+        im2col_2d_strided(x, channels, geo, col, osz, 0);
+        return;
+    }
+    let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
+    let ksp: Vec<usize> = geo.iter().map(|g| g.kernel).collect();
+    let in_sp: Vec<usize> = geo.iter().map(|g| g.input).collect();
+    let (isz, ksz): (usize, usize) = (in_sp.iter().product(), ksp.iter().product());
+    let in_st = strides(&in_sp);
+    let (mut oi, mut ki) = (vec![0; geo.len()], vec![0; geo.len()]);
+    for ci in 0..channels {
+        let chan = &x[ci * isz..][..isz];
+        for kp in 0..ksz {
+            unravel(kp, &ksp, &mut ki);
+            let row = &mut col[(ci * ksz + kp) * osz..][..osz];
+            for (op, slot) in row.iter_mut().enumerate() {
+                unravel(op, &out_sp, &mut oi);
+                let mut off = 0;
+                let mut inside = true;
+                for d in 0..geo.len() {
+                    match src(&geo[d], oi[d], ki[d]) {
+                        Some(p) => off += p * in_st[d],
+                        None => {
+                            inside = false;
+                            break;
                         }
                     }
                 }
-            }
-            for r in 0..rows {
-                col[r * n * osz + b * osz..][..osz].copy_from_slice(&img_col[r * osz..][..osz]);
-            }
-        }
-        let wg = &wv[gi * mg * rows..][..mg * rows];
-        crate::linalg::mm(
-            kernel,
-            mg,
-            n * osz,
-            rows,
-            crate::linalg::Mat::rows(wg, rows),
-            crate::linalg::Mat::rows(&col, n * osz),
-            &mut prod,
-        );
-        for b in 0..n {
-            for oc in 0..mg {
-                out[(b * m + gi * mg + oc) * osz..][..osz]
-                    .copy_from_slice(&prod[oc * n * osz + b * osz..][..osz]);
+                *slot = if inside { chan[off] } else { T::zero() };
             }
         }
     }
-    if let Some(bias) = opt(inputs, 2) {
-        let bv = bias.as_slice::<T>().ok_or("B dtype")?;
-        for b in 0..n {
-            for oc in 0..m {
-                for v in &mut out[(b * m + oc) * osz..][..osz] {
-                    *v = v.add(bv[oc]);
-                }
-            }
-        }
-    }
-    let mut shape = vec![n, m];
-    shape.extend(out_sp);
-    Tensor::from_vec(shape, out).map_err(|e| e.to_string())
 }
 
 /// im2col for 2-D: `col[(ci·kh·kw + ky·kw + kx)·ld + base + oy·ow + ox] = x[ci, iy, ix]`
@@ -371,6 +423,22 @@ fn pool_2d_native<T: Scalar>(
     x: &Tensor,
     n_out: usize,
 ) -> KResult<Option<Vec<Tensor>>> {
+    Ok(match pool_2d_into::<T>(op, attrs, x, n_out, Vec::with_capacity)? {
+        Some((out, shape)) => Some(vec![Tensor::from_vec(shape, out).map_err(|e| e.to_string())?]),
+        None => None,
+    })
+}
+
+/// 2-D max/average pooling (4-D input, one output) into the buffer `buffer(len)` gives
+/// (cleared first); `None` when the node is not of that form and the general path must run
+/// it. Returns the output and its shape.
+pub(crate) fn pool_2d_into<T: Scalar>(
+    op: Op,
+    attrs: &Attrs,
+    x: &Tensor,
+    n_out: usize,
+    buffer: impl FnOnce(usize) -> Vec<T>,
+) -> KResult<Option<(Vec<T>, Vec<usize>)>> {
     let xs = x.shape();
     let global = matches!(op, Op::GlobalAveragePool | Op::GlobalMaxPool);
     if xs.len() != 4
@@ -405,7 +473,9 @@ fn pool_2d_native<T: Scalar>(
     let (ih, iw) = (gh.input, gw.input);
     let (oh, ow) = (gh.out, gw.out);
     let nc = xs[0] * xs[1];
-    let mut out = Vec::with_capacity(nc * oh * ow);
+    let mut out = buffer(nc * oh * ow);
+    out.clear();
+    out.reserve(nc * oh * ow);
     // Windows entirely inside the input take a branch-free loop; NaNs propagate through a
     // flag rather than a comparison per element.
     let inside_y: Vec<bool> = (0..oh)
@@ -472,7 +542,7 @@ fn pool_2d_native<T: Scalar>(
             }
         }
     }
-    Ok(Some(vec![Tensor::from_vec(vec![xs[0], xs[1], oh, ow], out).map_err(|e| e.to_string())?]))
+    Ok(Some((out, vec![xs[0], xs[1], oh, ow])))
 }
 
 pub fn pool(op: Op, attrs: &Attrs, x: &Tensor, n_out: usize) -> KResult<Vec<Tensor>> {

@@ -16,6 +16,7 @@ mod attention;
 mod cast;
 mod conv;
 mod elementwise;
+mod exec;
 mod gather;
 mod linalg;
 mod loss;
@@ -29,14 +30,11 @@ mod rnn;
 mod scalar;
 mod util;
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, Execution,
-    Fact, KernelCaps, NodeTiming, StopToken,
+    KernelCaps,
 };
-use xpu_ir::{DType, Graph, Node, NodeId, Op, OpClass, Tensor};
+use xpu_ir::{DType, Graph, Node, Op, OpClass, Tensor};
 
 pub use cast::cast;
 pub use linalg::MatMulKernel;
@@ -64,7 +62,7 @@ pub fn supported_ops() -> Vec<Op> {
 pub const HAS_BLAS: bool = cfg!(feature = "openblas");
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Kernel {
+pub(crate) enum Kernel {
     Blas,
     Gemm,
     Im2col,
@@ -120,7 +118,7 @@ impl Kernel {
 
 /// Evaluates one node. `out_dtypes` are the declared output dtypes (f16/bf16 results are
 /// computed in f32 and narrowed to them).
-fn eval(
+pub(crate) fn eval(
     node: &Node,
     kernel: Kernel,
     inputs: &[Option<&Tensor>],
@@ -375,261 +373,7 @@ impl Engine for CpuEngine {
         partition: &Graph,
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
-        let mut kernels = Vec::with_capacity(partition.nodes.len());
-        for id in partition.node_ids() {
-            let node = partition.node(id);
-            if matches!(node.op.class(), OpClass::Table | OpClass::Opaque)
-                && node.op != Op::Constant
-            {
-                return Err(EngineError::Unsupported {
-                    engine: "cpu".into(),
-                    node: node.label(id),
-                    what: match node.op {
-                        Op::OnnxOp => format!(
-                            "ONNX op {} (an opaque node: an engine that takes ONNX runs it)",
-                            node.attrs.str("op_type", "?")
-                        ),
-                        op => format!("op {op}"),
-                    },
-                });
-            }
-            let k = match assignment.kernels.get(&id) {
-                Some(name) => {
-                    Kernel::parse(name, node.op).ok_or_else(|| EngineError::Unsupported {
-                        engine: "cpu".into(),
-                        node: node.label(id),
-                        what: format!("kernel {name} for op {}", node.op),
-                    })?
-                }
-                None => Kernel::default_for(node.op),
-            };
-            kernels.push(k);
-        }
-        let mut last_use = vec![usize::MAX; partition.values.len()];
-        for (i, n) in partition.nodes.iter().enumerate() {
-            for v in n.input_values() {
-                last_use[v.index()] = i;
-            }
-        }
-        for o in &partition.outputs {
-            last_use[o.value.index()] = usize::MAX;
-        }
-        let consts = partition
-            .nodes
-            .iter()
-            .map(|n| {
-                if n.op == Op::Constant {
-                    n.attrs.tensor("value").cloned().map(Arc::new)
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let out_dtypes = partition
-            .nodes
-            .iter()
-            .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
-            .collect();
-        // `threads` (from the policy's execution.threads) bounds this executable's rayon
-        // workers; OpenBLAS keeps its own process-wide pool.
-        let pool = match assignment.options.threads {
-            None => None,
-            Some(0) => {
-                return Err(EngineError::InvalidOption {
-                    engine: "cpu",
-                    key: "threads",
-                    value: "0".into(),
-                    expected: "a positive thread count",
-                });
-            }
-            Some(n) => {
-                let n = n as usize;
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("xpu-cpu-{i}"))
-                    .build()
-                    .map_err(|e| EngineError::Other(format!("cannot start {n} threads: {e}")))?;
-                Some(Arc::new(pool))
-            }
-        };
-        let memory_limit = assignment.options.memory_limit;
-        Ok(Box::new(CpuExecutable {
-            graph: partition.clone(),
-            kernels,
-            last_use,
-            consts,
-            out_dtypes,
-            pool,
-            memory_limit,
-        }))
-    }
-}
-
-struct CpuExecutable {
-    graph: Graph,
-    kernels: Vec<Kernel>,
-    /// Index of the last node reading each value (`usize::MAX`: graph output or unused).
-    last_use: Vec<usize>,
-    consts: Vec<Option<Arc<Tensor>>>,
-    /// Declared output dtypes of each node (f16/bf16 results are narrowed to them).
-    out_dtypes: Vec<Vec<DType>>,
-    /// Workers for this executable when the assignment bounds threads.
-    pool: Option<Arc<rayon::ThreadPool>>,
-    /// The policy's memory.limit: the bytes of live tensors (inputs and computed values,
-    /// constants aside — as the planner counts them) a run may hold at once.
-    memory_limit: Option<u64>,
-}
-
-/// A value during execution: borrowed from the caller (graph inputs) or produced here.
-#[derive(Clone)]
-enum Slot<'a> {
-    Borrowed(&'a Tensor),
-    Shared(Arc<Tensor>),
-}
-
-impl Slot<'_> {
-    fn get(&self) -> &Tensor {
-        match self {
-            Slot::Borrowed(t) => t,
-            Slot::Shared(t) => t,
-        }
-    }
-
-    fn into_owned(self) -> Tensor {
-        match self {
-            Slot::Borrowed(t) => t.clone(),
-            Slot::Shared(t) => Arc::try_unwrap(t).unwrap_or_else(|a| (*a).clone()),
-        }
-    }
-}
-
-impl Executable for CpuExecutable {
-    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
-        self.run_until(inputs, &StopToken::default())
-    }
-
-    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
-        match self.pool.clone() {
-            Some(pool) => {
-                let mut result = pool.install(|| self.run_here(inputs, stop));
-                if let Ok(e) = &mut result {
-                    e.facts.push(Fact {
-                        node: None,
-                        key: "threads".into(),
-                        value: pool.current_num_threads().to_string(),
-                    });
-                }
-                result
-            }
-            None => self.run_here(inputs, stop),
-        }
-    }
-}
-
-impl CpuExecutable {
-    fn run_here(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
-        let g = &self.graph;
-        xpu_engine::check_inputs(g, inputs)?;
-        let mut values: Vec<Option<Slot<'_>>> = vec![None; g.values.len()];
-        for (&v, t) in g.inputs.iter().zip(inputs) {
-            values[v.index()] = Some(Slot::Borrowed(t));
-        }
-        let mut timings = Vec::with_capacity(g.nodes.len());
-        // Bytes of live tensors, checked against memory.limit: the planner checks the plan's
-        // peak when every size is known; this catches sizes known only when running.
-        let mut live: u64 = inputs.iter().map(|t| t.size_bytes() as u64).sum();
-        for (i, node) in g.nodes.iter().enumerate() {
-            if self.consts[i].is_none() {
-                stop.check(|| node.label(NodeId(i as u32)))?;
-            }
-            let start = Instant::now();
-            let outs: Vec<Slot<'_>> = if let Some(c) = &self.consts[i] {
-                vec![Slot::Shared(c.clone())]
-            } else {
-                let args: Vec<Option<&Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.and_then(|v| values[v.index()].as_ref().map(Slot::get)))
-                    .collect();
-                let id = NodeId(i as u32);
-                // A kernel bug must not take the process down: a panic becomes an error that
-                // names the node (the conformance suite runs with zero panics).
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    eval(node, self.kernels[i], &args, &self.out_dtypes[i])
-                }));
-                let outs = match result {
-                    Ok(r) => {
-                        r.map_err(|message| EngineError::Kernel { node: node.label(id), message })?
-                    }
-                    Err(p) => {
-                        let what = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_default();
-                        return Err(EngineError::Kernel {
-                            node: node.label(id),
-                            message: format!(
-                                "internal error in the cpu engine (please report): {what}"
-                            ),
-                        });
-                    }
-                };
-                if outs.len() != node.outputs.len() {
-                    return Err(EngineError::Kernel {
-                        node: node.label(id),
-                        message: format!(
-                            "produced {} outputs, expected {}",
-                            outs.len(),
-                            node.outputs.len()
-                        ),
-                    });
-                }
-                if let Some(limit) = self.memory_limit {
-                    live += outs.iter().map(|t| t.size_bytes() as u64).sum::<u64>();
-                    if live > limit {
-                        return Err(EngineError::MemoryLimit {
-                            what: format!("{}: live tensors", node.label(id)),
-                            needed: live,
-                            limit,
-                        });
-                    }
-                }
-                outs.into_iter().map(|t| Slot::Shared(Arc::new(t))).collect()
-            };
-            for (&o, t) in node.outputs.iter().zip(outs) {
-                values[o.index()] = Some(t);
-            }
-            // Move semantics: an intermediate's buffer is released after its last use.
-            for v in node.input_values() {
-                if self.last_use[v.index()] == i {
-                    if self.memory_limit.is_some()
-                        && g.producer(v).is_none_or(|p| self.consts[p.index()].is_none())
-                        && let Some(slot) = &values[v.index()]
-                    {
-                        live = live.saturating_sub(slot.get().size_bytes() as u64);
-                    }
-                    values[v.index()] = None;
-                }
-            }
-            timings.push(NodeTiming {
-                node: NodeId(i as u32),
-                kernel: self.kernels[i].name().to_string(),
-                nanos: start.elapsed().as_nanos() as u64,
-            });
-        }
-        // Move each output out of its slot (the last output naming a value takes it; earlier
-        // ones copy), so a result is never copied needlessly.
-        let mut outputs = Vec::with_capacity(g.outputs.len());
-        for (k, o) in g.outputs.iter().enumerate() {
-            let last = !g.outputs[k + 1..].iter().any(|later| later.value == o.value);
-            let slot =
-                if last { values[o.value.index()].take() } else { values[o.value.index()].clone() };
-            outputs.push(slot.map(Slot::into_owned).ok_or_else(|| {
-                EngineError::Other(format!("output {:?} was not computed", o.name))
-            })?);
-        }
-        Ok(Execution { outputs, timings, facts: vec![] })
+        exec::prepare(partition, assignment)
     }
 }
 

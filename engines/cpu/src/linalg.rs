@@ -25,7 +25,7 @@ pub enum MatMulKernel {
 }
 
 /// Below this many multiply-adds a product runs on one thread: waking workers costs more.
-const SMALL_PRODUCT: usize = 1 << 21;
+pub(crate) const SMALL_PRODUCT: usize = 1 << 21;
 
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     if m * n * k < SMALL_PRODUCT {
@@ -151,7 +151,45 @@ fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
         .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
 }
 
+/// A dense layer's product into the buffer `buffer(len)` gives (stale contents are
+/// overwritten): A `[…, k]` of rank ≥ 2, its leading dims taken as rows of one product, times
+/// a 2-D B `[k, n]`. `None` when the operands are not of that form (the general [`matmul`]
+/// handles them).
+pub(crate) fn matmul_rows_into<T: Scalar>(
+    kernel: MatMulKernel,
+    a: &Tensor,
+    b: &Tensor,
+    buffer: impl FnOnce(usize) -> Vec<T>,
+) -> KResult<Option<(Vec<T>, Vec<usize>)>> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let (Some(av), Some(bv)) = (a.as_slice::<T>(), b.as_slice::<T>()) else { return Ok(None) };
+    if sa.len() < 2 || sb.len() != 2 || !T::IS_FLOAT {
+        return Ok(None);
+    }
+    let (k, n) = (sb[0], sb[1]);
+    if sa[sa.len() - 1] != k {
+        return Err(format!("matmul inner dims differ: {sa:?} × {sb:?}"));
+    }
+    let mut shape = sa.to_vec();
+    *shape.last_mut().expect("rank ≥ 2") = n;
+    let total = crate::util::checked_numel(&shape)?;
+    let rows = total.checked_div(n).unwrap_or(0);
+    let mut out = buffer(total);
+    crate::util::resize_for_overwrite(&mut out, total);
+    mm(kernel, rows, n, k, Mat::rows(av, k), Mat::rows(bv, n), &mut out);
+    Ok(Some((out, shape)))
+}
+
 pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+    if a.dtype() == b.dtype() {
+        let fast = crate::float!(a.dtype(), T => {
+            matmul_rows_into::<T>(kernel, a, b, |_| Vec::new())?
+                .map(|(out, shape)| Tensor::from_vec(shape, out).map_err(|e| e.to_string()))
+        }, None);
+        if let Some(t) = fast {
+            return t;
+        }
+    }
     if a.dtype() != b.dtype() {
         return Err(format!("operand dtypes differ ({} and {})", a.dtype(), b.dtype()));
     }
@@ -219,6 +257,21 @@ pub fn matmul(kernel: MatMulKernel, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
 }
 
 pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let a = req(inputs, 0)?;
+    numeric!(a.dtype(), T => {
+        let (out, shape) = gemm_into::<T>(kernel, attrs, inputs, |_| Vec::new())?;
+        Tensor::from_vec(shape, out).map_err(|e| e.to_string())
+    }, Err(format!("gemm does not support dtype {}", a.dtype())))
+}
+
+/// ONNX Gemm (`alpha·op(A)·op(B) + beta·C`) into the buffer `buffer(len)` gives (stale
+/// contents are overwritten). Returns the output and its shape `[m, n]`.
+pub(crate) fn gemm_into<T: Scalar>(
+    kernel: MatMulKernel,
+    attrs: &Attrs,
+    inputs: &[Option<&Tensor>],
+    buffer: impl FnOnce(usize) -> Vec<T>,
+) -> KResult<(Vec<T>, Vec<usize>)> {
     let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
     if a.rank() != 2 || b.rank() != 2 {
         return Err("gemm operands must be 2-D".into());
@@ -252,28 +305,29 @@ pub fn gemm_op(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) 
             c.map(|c| c.shape().to_vec()).unwrap_or_default()
         ));
     }
-    numeric!(a.dtype(), T => {
-        let (av, bv) = (a.as_slice::<T>().unwrap(), b.as_slice::<T>().unwrap());
-        // Transposes are strides, never copies.
-        let am = if ta { Mat::transposed(av, m) } else { Mat::rows(av, k) };
-        let bm = if tb { Mat::transposed(bv, k) } else { Mat::rows(bv, n) };
-        let mut out = vec![T::zero(); m * n];
-        mm(kernel, m, n, k, am, bm, &mut out);
-        let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
-        if alpha.to_f64() != 1.0 {
-            out.iter_mut().for_each(|v| *v = v.mul(alpha));
-        }
-        if let Some(c) = c {
-            let cv = c.as_slice::<T>().ok_or("C dtype differs from A")?;
-            for i in 0..m {
-                for j in 0..n {
-                    let cval = cv[(if cm == 1 { 0 } else { i }) * cn + if cn == 1 { 0 } else { j }];
-                    out[i * n + j] = out[i * n + j].add(cval.mul(beta));
-                }
+    let type_error = || format!("gemm does not support dtype {}", a.dtype());
+    let (av, bv) = (a.as_slice::<T>().ok_or_else(type_error)?, b.as_slice::<T>().ok_or_else(type_error)?);
+    // Transposes are strides, never copies.
+    let am = if ta { Mat::transposed(av, m) } else { Mat::rows(av, k) };
+    let bm = if tb { Mat::transposed(bv, k) } else { Mat::rows(bv, n) };
+    crate::util::checked_numel(&[m, n])?;
+    let mut out = buffer(m * n);
+    crate::util::resize_for_overwrite(&mut out, m * n);
+    mm(kernel, m, n, k, am, bm, &mut out);
+    let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
+    if alpha.to_f64() != 1.0 {
+        out.iter_mut().for_each(|v| *v = v.mul(alpha));
+    }
+    if let Some(c) = c {
+        let cv = c.as_slice::<T>().ok_or("C dtype differs from A")?;
+        for (i, row) in out.chunks_exact_mut(n.max(1)).enumerate().take(m) {
+            let crow = &cv[if cm == 1 { 0 } else { i } * cn..];
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = v.add(crow[if cn == 1 { 0 } else { j }].mul(beta));
             }
         }
-        Tensor::from_vec(vec![m, n], out).map_err(|e| e.to_string())
-    }, Err(format!("gemm does not support dtype {}", a.dtype())))
+    }
+    Ok((out, vec![m, n]))
 }
 
 pub fn einsum(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {

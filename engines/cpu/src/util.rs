@@ -51,22 +51,39 @@ pub fn alloc_uninit<T>(n: usize) -> Vec<std::mem::MaybeUninit<T>> {
     let mut v: Vec<std::mem::MaybeUninit<T>> = Vec::with_capacity(n);
     // SAFETY: MaybeUninit<T> needs no initialisation.
     unsafe { v.set_len(n) };
-    let bytes = n * std::mem::size_of::<T>();
+    advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<T>());
+    v
+}
+
+/// Makes `v` exactly `n` elements long for a kernel that overwrites every element. A buffer
+/// with room (one taken from an executable's pool) keeps its memory and is zero-filled only
+/// where it grows; otherwise a zeroed allocation is made (fresh pages from the OS, no
+/// fill, for large sizes) and advised to use huge pages.
+pub fn resize_for_overwrite<T: crate::scalar::Scalar>(v: &mut Vec<T>, n: usize) {
+    if v.capacity() < n {
+        *v = vec![T::zero(); n];
+        advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<T>());
+    } else {
+        v.resize(n, T::zero());
+    }
+}
+
+fn advise_huge_pages(start: usize, bytes: usize) {
     #[cfg(target_os = "linux")]
     if bytes >= HUGE_PAGE_THRESHOLD {
         const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
         let aligned = start.next_multiple_of(HUGE);
         let end = (start + bytes) & !(HUGE - 1);
         if end > aligned {
-            // SAFETY: the range lies inside the allocation just made; MADV_HUGEPAGE is only
-            // advice and does not change its contents or validity.
+            // SAFETY: the range lies inside an allocation of `bytes` bytes at `start`;
+            // MADV_HUGEPAGE is only advice and does not change its contents or validity.
             unsafe {
                 libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE)
             };
         }
     }
-    v
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, bytes);
 }
 
 pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
