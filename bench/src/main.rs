@@ -42,11 +42,22 @@ fn time_executable(
 ) -> Result<(f64, f64)> {
     exe.run(inputs)?; // warm-up
     let mut times = Vec::with_capacity(reps);
+    // Per-node time summed over the runs, printed to stderr with XPU_BENCH_NODES=1: where
+    // a model's time goes.
+    let mut nodes: std::collections::BTreeMap<(u32, String), u64> = Default::default();
     for _ in 0..reps {
         let t = Instant::now();
         let out = exe.run(inputs)?;
         times.push(t.elapsed().as_secs_f64());
+        for timing in &out.timings {
+            *nodes.entry((timing.node.0, timing.kernel.clone())).or_default() += timing.nanos;
+        }
         drop(out);
+    }
+    if std::env::var_os("XPU_BENCH_NODES").is_some() {
+        for ((node, kernel), nanos) in &nodes {
+            eprintln!("n{node:<4} {kernel:<18} {:10.1} µs/run", *nanos as f64 / reps as f64 / 1e3);
+        }
     }
     times.sort_by(f64::total_cmp);
     Ok((times[times.len() / 2], times[0]))

@@ -106,6 +106,17 @@ pub struct GraphOutput {
     pub value: ValueId,
 }
 
+/// `v` after following `replace` (value → replacement value) to its end.
+fn resolve(replace: &[Option<ValueId>], mut v: ValueId) -> ValueId {
+    while let Some(r) = replace.get(v.index()).copied().flatten() {
+        if r == v {
+            break;
+        }
+        v = r;
+    }
+    v
+}
+
 /// A subgraph cut out by [`Graph::partition`], with the ids its inputs and outputs have in
 /// the graph it came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -268,9 +279,72 @@ impl Graph {
         uses
     }
 
+    /// For every value, how many uses it has (one per use, as [`Graph::uses`] lists them):
+    /// for passes that only count, without a vector per value.
+    pub fn use_counts(&self) -> Vec<u32> {
+        let mut counts = vec![0u32; self.values.len()];
+        for n in &self.nodes {
+            for v in n.input_values() {
+                counts[v.index()] += 1;
+            }
+        }
+        counts
+    }
+
     /// Whether `v` is a graph output.
     pub fn is_output(&self, v: ValueId) -> bool {
         self.outputs.iter().any(|o| o.value == v)
+    }
+
+    /// Whether the arena is already in the form [`Graph::rebuild`] produces: graph inputs are
+    /// the first values, node outputs follow in node order, every recorded definition agrees,
+    /// and every use and graph output reads a value defined before it. Rebuilding such a graph
+    /// keeping every node and replacing nothing gives it back unchanged, so a pass that finds
+    /// nothing to do in it can return it as is instead of rebuilding and comparing a copy.
+    pub fn is_dense(&self) -> bool {
+        let value_def = |v: usize| self.values.get(v).map(|x| x.def);
+        for (k, &v) in self.inputs.iter().enumerate() {
+            if v.index() != k || value_def(k) != Some(ValueDef::Input(k as u32)) {
+                return false;
+            }
+        }
+        let mut next = self.inputs.len();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.input_values().any(|v| v.index() >= next) {
+                return false;
+            }
+            for (k, &o) in n.outputs.iter().enumerate() {
+                let def = ValueDef::Node { node: NodeId(i as u32), index: k as u32 };
+                if o.index() != next || value_def(next) != Some(def) {
+                    return false;
+                }
+                next += 1;
+            }
+        }
+        next == self.values.len() && self.outputs.iter().all(|o| o.value.index() < next)
+    }
+
+    /// Whether some use or graph output reads a value `replace` redirects (what
+    /// [`Graph::rebuild`] would rewire).
+    pub fn reads_replaced(&self, replace: &[Option<ValueId>]) -> bool {
+        let moved = |v: ValueId| replace.get(v.index()).copied().flatten().is_some_and(|r| r != v);
+        self.nodes.iter().any(|n| n.input_values().any(moved))
+            || self.outputs.iter().any(|o| moved(o.value))
+    }
+
+    /// In place, what [`Graph::rebuild`] keeping every node does to a dense graph
+    /// ([`Graph::is_dense`]): uses and graph outputs read through `replace`. Values keep their
+    /// numbers there, so no copy of the arena is needed.
+    pub fn redirect_uses(&mut self, replace: &[Option<ValueId>]) {
+        debug_assert!(self.is_dense(), "renumbering needs rebuild");
+        for n in &mut self.nodes {
+            for v in n.inputs.iter_mut().flatten() {
+                *v = resolve(replace, *v);
+            }
+        }
+        for o in &mut self.outputs {
+            o.value = resolve(replace, o.value);
+        }
     }
 
     /// Appends a copy of `src`'s graph input `v` (name and type).
@@ -305,15 +379,6 @@ impl Graph {
     /// Rebuilds the graph keeping only `keep[n]` nodes, with values renumbered densely and
     /// uses remapped through `replace` first (value → replacement value). Used by passes.
     pub fn rebuild(&self, keep: &[bool], replace: &[Option<ValueId>]) -> Graph {
-        let resolve = |mut v: ValueId| {
-            while let Some(r) = replace.get(v.index()).copied().flatten() {
-                if r == v {
-                    break;
-                }
-                v = r;
-            }
-            v
-        };
         let mut out = Graph::new(self.name.clone());
         let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
         for &inp in &self.inputs {
@@ -326,12 +391,12 @@ impl Graph {
             let inputs = n
                 .inputs
                 .iter()
-                .map(|v| v.map(|v| map[resolve(v).index()].expect("use before def")))
+                .map(|v| v.map(|v| map[resolve(replace, v).index()].expect("use before def")))
                 .collect();
             out.copy_node(self, n, inputs, &mut map);
         }
         for o in &self.outputs {
-            let v = map[resolve(o.value).index()].expect("graph output removed");
+            let v = map[resolve(replace, o.value).index()].expect("graph output removed");
             out.add_output(o.name.clone(), v);
         }
         out

@@ -771,7 +771,6 @@ impl<'a> Planner<'a> {
         let mut precisions: Vec<Option<PrecisionName>> = vec![None; n_nodes];
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
-        let uses = g.uses();
         for id in g.node_ids() {
             let n = g.node(id);
             let (facts, precision_from, rule_idx) = self.facts(id);
@@ -820,16 +819,20 @@ impl<'a> Planner<'a> {
             }
             decisions.push(d);
         }
-        // Constants follow their first consumer (they are embedded in its partition).
+        // Constants follow their first consumer (they are embedded in its partition). The
+        // uses of every value are listed at the first constant: a graph without constants
+        // does not need them.
+        let mut uses: Option<Vec<Vec<NodeId>>> = None;
         for id in (0..g.nodes.len() as u32).rev().map(NodeId) {
             let n = g.node(id);
             if n.op != Op::Constant {
                 continue;
             }
+            let users: &[Vec<NodeId>] = uses.get_or_insert_with(|| g.uses());
             let consumer = n
                 .outputs
                 .iter()
-                .flat_map(|o| uses[o.index()].iter())
+                .flat_map(|o| users[o.index()].iter())
                 .find_map(|u| choices[u.index()].clone());
             let placed = consumer.or_else(|| {
                 self.inventory.engines.iter().position(|c| c.availability.is_available()).map(
@@ -1176,11 +1179,6 @@ impl<'a> Planner<'a> {
             let n = g.node(id);
             let primary = n.input_values().map(|v| g.ty(v).dtype).find(|d| d.is_float());
             let want = target(id);
-            let mapped: Vec<Option<ValueId>> = n
-                .inputs
-                .iter()
-                .map(|v| v.map(|v| map[v.index()].expect("defined earlier")))
-                .collect();
             // The dtype each operand should have: data operands (the node's float dtype) at
             // the node's precision; index-like float inputs (resize scales) and everything
             // else as the source graph declares.
@@ -1189,7 +1187,7 @@ impl<'a> Planner<'a> {
                 _ => g.ty(orig).dtype,
             };
             let mark = (out.nodes.len(), out.values.len(), casts.len());
-            let mut inputs = mapped.clone();
+            let mut inputs = mapped_inputs(n, &map);
             for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
                 if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
                     let to = desired(*orig);
@@ -1265,7 +1263,8 @@ impl<'a> Planner<'a> {
                         casts.truncate(mark.2);
                         source_of.truncate(mark.0);
                         cast_memo.retain(|_, v| v.index() < mark.1);
-                        inputs = mapped;
+                        // `map` is as it was before the node: its inputs map as they did.
+                        inputs = mapped_inputs(n, &map);
                         for (slot, orig) in inputs.iter_mut().zip(&n.inputs) {
                             if let (Some(cur), Some(orig)) = (slot.as_mut(), orig) {
                                 let why = || {
@@ -1385,6 +1384,12 @@ impl<'a> Planner<'a> {
         }
         out
     }
+}
+
+/// The inputs of source node `n` as values of the planned graph. Computed again rather than
+/// kept in a copy: only a node whose retyping fails needs them a second time.
+fn mapped_inputs(n: &xpu_ir::Node, map: &[Option<ValueId>]) -> Vec<Option<ValueId>> {
+    n.inputs.iter().map(|v| v.map(|v| map[v.index()].expect("defined earlier"))).collect()
 }
 
 /// `v` as `dtype`: itself, an earlier cast of it, or a new cast node (recorded).

@@ -23,15 +23,6 @@ pub const ENGINES: &[KnownEngine] = &[
         kernels: &["cpu.blas", "cpu.gemm", "cpu.im2col_conv", "cpu.naive"],
         description: "reference engine in Rust: every SGR-ML op on the host",
         unhonoured: &[
-            (
-                "execution.capture",
-                "it runs node by node and allocates each value; replay over fixed buffers is not built yet",
-            ),
-            (
-                "memory.reuse",
-                "it frees each value at its last use but neither writes in place nor reuses buffers yet",
-            ),
-            ("memory.pool", "it allocates each value on its own; there is no pool yet"),
             ("memory.pinned_host", "it works in host memory: nothing to pin"),
             (
                 "precision.accumulate",

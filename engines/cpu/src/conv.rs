@@ -9,6 +9,11 @@ use crate::reduce::{from_f64, to_f64};
 use crate::scalar::Scalar;
 use crate::util::{KResult, opt, req, strides};
 
+/// Below this many multiply-adds (or pooling taps) a convolution or pooling runs on the
+/// calling thread: waking rayon's sleeping workers costs tens of microseconds, more than a
+/// small layer takes alone.
+const PARALLEL_WORK: usize = 1 << 18;
+
 /// Resolved geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
 struct Geo {
@@ -161,8 +166,8 @@ pub(crate) fn conv_into<T: Scalar>(
     };
     let (mg, rows) = (m / g, cg * ksz);
     // A pointwise convolution's input image is already its column matrix.
-    let pointwise = geo.iter().all(|g| g.kernel == 1 && g.stride == 1 && g.pad_begin == 0)
-        && osz == isz;
+    let pointwise =
+        geo.iter().all(|g| g.kernel == 1 && g.stride == 1 && g.pad_begin == 0) && osz == isz;
     let mut out = buffer(total);
     crate::util::resize_for_overwrite(&mut out, total);
     if total == 0 {
@@ -174,7 +179,7 @@ pub(crate) fn conv_into<T: Scalar>(
             let col: &[T] = if pointwise {
                 x_img
             } else {
-                scratch.clear();
+                // im2col writes every element (zeros in the padding): no clearing.
                 scratch.resize(rows * osz, T::zero());
                 im2col(x_img, cg, &geo, scratch);
                 scratch
@@ -197,11 +202,20 @@ pub(crate) fn conv_into<T: Scalar>(
         epilogue(b, dst);
     };
     let per_image = m * osz * rows;
-    if n > 1 && per_image < crate::linalg::SMALL_PRODUCT && rayon::current_num_threads() > 1 {
+    if n > 1
+        && per_image < crate::linalg::SMALL_PRODUCT
+        && n * per_image >= PARALLEL_WORK
+        && rayon::current_num_threads() > 1
+    {
+        // One contiguous run of images per worker, each with its own workspace.
         use rayon::prelude::*;
-        out.par_chunks_mut(m * osz)
-            .enumerate()
-            .for_each_init(Vec::new, |scratch, (b, dst)| image(b, dst, scratch));
+        let per_worker = n.div_ceil(rayon::current_num_threads());
+        out.par_chunks_mut(per_worker * m * osz).enumerate().for_each(|(w, dst)| {
+            let mut scratch = Vec::new();
+            for (i, img) in dst.chunks_exact_mut(m * osz).enumerate() {
+                image(w * per_worker + i, img, &mut scratch);
+            }
+        });
     } else {
         for (b, dst) in out.chunks_exact_mut(m * osz).enumerate() {
             image(b, dst, scratch);
@@ -274,13 +288,26 @@ fn im2col_2d_strided<T: Scalar>(
                     }
                     let src = &plane[iy as usize * iw..][..iw];
                     let x0 = (kx * gw.dilation) as isize - gw.pad_begin as isize;
-                    for (ox, v) in out_row.iter_mut().enumerate() {
-                        let ix = x0 + (ox * gw.stride) as isize;
-                        *v = if ix >= 0 && (ix as usize) < iw {
-                            src[ix as usize]
+                    // Columns whose source lies inside the row: [lo, hi); zeros around.
+                    let s = gw.stride as isize;
+                    let lo = if x0 >= 0 { 0 } else { ((-x0 + s - 1) / s) as usize }.min(ow);
+                    let hi = if x0 >= iw as isize {
+                        lo
+                    } else {
+                        (((iw as isize - 1 - x0) / s + 1) as usize).clamp(lo, ow)
+                    };
+                    out_row[..lo].iter_mut().for_each(|v| *v = T::zero());
+                    out_row[hi..].iter_mut().for_each(|v| *v = T::zero());
+                    if hi > lo {
+                        let first = (x0 + lo as isize * s) as usize;
+                        let dst = &mut out_row[lo..hi];
+                        if gw.stride == 1 {
+                            dst.copy_from_slice(&src[first..first + (hi - lo)]);
                         } else {
-                            T::zero()
-                        };
+                            dst.iter_mut()
+                                .zip(src[first..].iter().step_by(gw.stride))
+                                .for_each(|(d, &v)| *d = v);
+                        }
                     }
                 }
                 row += 1;
@@ -417,6 +444,126 @@ fn accumulate<T: Scalar>(is_max: bool, acc: &mut T, nan: &mut bool, v: T) {
     }
 }
 
+/// The larger of two values, the first on ties; NaN wins and stays (max pooling's rule).
+#[inline]
+fn max_nan<T: Scalar>(acc: T, v: T) -> T {
+    if v > acc || (v.is_nan() && !acc.is_nan()) { v } else { acc }
+}
+
+/// The row geometry of a 2-D pooling: which output columns' windows lie inside the input.
+struct PoolRows {
+    gh: Geo,
+    gw: Geo,
+    ih: usize,
+    iw: usize,
+    ow: usize,
+    run: std::ops::Range<usize>,
+    pads_end: [isize; 2],
+    include_pad: bool,
+}
+
+impl PoolRows {
+    /// One output row of max (NaN propagates: once a window's maximum is NaN it stays
+    /// NaN) or average pooling over `plane`.
+    fn row<T: Scalar>(&self, is_max: bool, plane: &[T], oy: usize, dst: &mut [T]) {
+        let (gh, gw) = (self.gh, self.gw);
+        let y0 = (oy * gh.stride) as isize - gh.pad_begin as isize;
+        let y_inside = y0 >= 0 && y0 as usize + (gh.kernel - 1) * gh.dilation < self.ih;
+        let init = if is_max { T::from_f64(f64::NEG_INFINITY) } else { T::zero() };
+        if y_inside && !self.run.is_empty() {
+            let run = &mut dst[self.run.clone()];
+            run.iter_mut().for_each(|v| *v = init);
+            let x_first = self.run.start * gw.stride - gw.pad_begin;
+            if is_max
+                && (gh.kernel, gw.kernel, gw.stride, gh.dilation, gw.dilation) == (2, 2, 2, 1, 1)
+            {
+                // The common 2×2/2 max pool: the two rows' maxima, then pairs of columns.
+                let r0 = &plane[y0 as usize * self.iw + x_first..][..2 * run.len()];
+                let r1 = &plane[(y0 as usize + 1) * self.iw + x_first..][..2 * run.len()];
+                for ((d, a), b) in run.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
+                    *d = max_nan(max_nan(a[0], b[0]), max_nan(a[1], b[1]));
+                }
+                return self.borders(is_max, plane, y0, true, dst, init);
+            }
+            for ky in 0..gh.kernel {
+                let row = &plane[(y0 as usize + ky * gh.dilation) * self.iw..][..self.iw];
+                for kx in 0..gw.kernel {
+                    let first = x_first + kx * gw.dilation;
+                    let sx = gw.stride;
+                    if is_max {
+                        for (i, acc) in run.iter_mut().enumerate() {
+                            *acc = max_nan(*acc, row[first + i * sx]);
+                        }
+                    } else {
+                        for (i, acc) in run.iter_mut().enumerate() {
+                            *acc = acc.add(row[first + i * sx]);
+                        }
+                    }
+                }
+            }
+            if !is_max {
+                let full = T::from_f64((gh.kernel * gw.kernel) as f64);
+                run.iter_mut().for_each(|v| *v = v.div(full).unwrap_or(*v));
+            }
+        }
+        self.borders(is_max, plane, y0, y_inside, dst, init);
+    }
+
+    /// The outputs of a row outside its inside run (all of them when the row's windows
+    /// reach into the padding).
+    fn borders<T: Scalar>(
+        &self,
+        is_max: bool,
+        plane: &[T],
+        y0: isize,
+        y_inside: bool,
+        dst: &mut [T],
+        init: T,
+    ) {
+        if y_inside && self.run == (0..self.ow) {
+            return;
+        }
+        for ox in 0..self.ow {
+            if !(y_inside && self.run.contains(&ox)) {
+                dst[ox] = self.border(is_max, plane, y0, ox, init);
+            }
+        }
+    }
+
+    /// One output whose window may reach into the padding.
+    fn border<T: Scalar>(&self, is_max: bool, plane: &[T], y0: isize, ox: usize, init: T) -> T {
+        let (gh, gw) = (self.gh, self.gw);
+        let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
+        let mut acc = init;
+        let mut nan = false;
+        let (mut count, mut padded) = (0usize, 0usize);
+        for ky in 0..gh.kernel {
+            let iy = y0 + (ky * gh.dilation) as isize;
+            let row_ok = iy >= 0 && (iy as usize) < self.ih;
+            for kx in 0..gw.kernel {
+                let ix = x0 + (kx * gw.dilation) as isize;
+                // Positions past input + end padding (ceil mode) never count.
+                if iy < self.ih as isize + self.pads_end[0]
+                    && ix < self.iw as isize + self.pads_end[1]
+                {
+                    padded += 1;
+                }
+                if !row_ok || ix < 0 || ix as usize >= self.iw {
+                    continue;
+                }
+                count += 1;
+                accumulate(is_max, &mut acc, &mut nan, plane[iy as usize * self.iw + ix as usize]);
+            }
+        }
+        if is_max {
+            if nan { T::from_f64(f64::NAN) } else { acc }
+        } else {
+            let n = T::from_f64((if self.include_pad { padded } else { count }).max(1) as f64);
+            acc.div(n).unwrap_or(acc)
+        }
+    }
+}
+
 fn pool_2d_native<T: Scalar>(
     op: Op,
     attrs: &Attrs,
@@ -474,73 +621,47 @@ pub(crate) fn pool_2d_into<T: Scalar>(
     let (oh, ow) = (gh.out, gw.out);
     let nc = xs[0] * xs[1];
     let mut out = buffer(nc * oh * ow);
-    out.clear();
-    out.reserve(nc * oh * ow);
-    // Windows entirely inside the input take a branch-free loop; NaNs propagate through a
-    // flag rather than a comparison per element.
-    let inside_y: Vec<bool> = (0..oh)
-        .map(|oy| {
-            let y0 = (oy * gh.stride) as isize - gh.pad_begin as isize;
-            y0 >= 0 && y0 as usize + (gh.kernel - 1) * gh.dilation < ih
-        })
-        .collect();
-    let inside_x: Vec<bool> = (0..ow)
-        .map(|ox| {
-            let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
-            x0 >= 0 && x0 as usize + (gw.kernel - 1) * gw.dilation < iw
-        })
-        .collect();
-    let full_window = T::from_f64((gh.kernel * gw.kernel) as f64);
-    for ch in 0..nc {
+    crate::util::resize_for_overwrite(&mut out, nc * oh * ow);
+    if out.is_empty() {
+        return Ok(Some((out, vec![xs[0], xs[1], oh, ow])));
+    }
+    // Output columns whose windows lie inside the input form one run per row, taken a
+    // kernel tap at a time over the whole run (no per-output bounds checks); the border
+    // outputs take the general loop.
+    let x_inside = |ox: usize| {
+        let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
+        x0 >= 0 && x0 as usize + (gw.kernel - 1) * gw.dilation < iw
+    };
+    let run_lo = (0..ow).find(|&ox| x_inside(ox)).unwrap_or(ow);
+    let run_hi = (run_lo..ow).find(|&ox| !x_inside(ox)).unwrap_or(ow);
+    let geometry = PoolRows {
+        gh,
+        gw,
+        ih,
+        iw,
+        ow,
+        run: run_lo..run_hi,
+        pads_end: [pads_end[0], pads_end[1]],
+        include_pad,
+    };
+    let plane_out = |ch: usize, dst: &mut [T]| {
         let plane = &xv[ch * ih * iw..][..ih * iw];
-        for (oy, &in_y) in inside_y.iter().enumerate() {
-            let y0 = (oy * gh.stride) as isize - gh.pad_begin as isize;
-            for (ox, &in_x) in inside_x.iter().enumerate() {
-                let x0 = (ox * gw.stride) as isize - gw.pad_begin as isize;
-                if in_y && in_x {
-                    let (y0, x0) = (y0 as usize, x0 as usize);
-                    let mut acc = if is_max { T::from_f64(f64::NEG_INFINITY) } else { T::zero() };
-                    let mut nan = false;
-                    for ky in 0..gh.kernel {
-                        let row = &plane[(y0 + ky * gh.dilation) * iw..];
-                        for kx in 0..gw.kernel {
-                            let v = row[x0 + kx * gw.dilation];
-                            accumulate(is_max, &mut acc, &mut nan, v);
-                        }
-                    }
-                    out.push(if is_max {
-                        if nan { T::from_f64(f64::NAN) } else { acc }
-                    } else {
-                        acc.div(full_window)?
-                    });
-                    continue;
-                }
-                let mut acc = if is_max { T::from_f64(f64::NEG_INFINITY) } else { T::zero() };
-                let mut nan = false;
-                let (mut count, mut padded) = (0usize, 0usize);
-                for ky in 0..gh.kernel {
-                    let iy = y0 + (ky * gh.dilation) as isize;
-                    let row_ok = iy >= 0 && (iy as usize) < ih;
-                    for kx in 0..gw.kernel {
-                        let ix = x0 + (kx * gw.dilation) as isize;
-                        if iy < ih as isize + pads_end[0] && ix < iw as isize + pads_end[1] {
-                            padded += 1;
-                        }
-                        if !row_ok || ix < 0 || ix as usize >= iw {
-                            continue;
-                        }
-                        let v = plane[iy as usize * iw + ix as usize];
-                        count += 1;
-                        accumulate(is_max, &mut acc, &mut nan, v);
-                    }
-                }
-                out.push(if is_max {
-                    if nan { T::from_f64(f64::NAN) } else { acc }
-                } else {
-                    acc.div(T::from_f64((if include_pad { padded } else { count }).max(1) as f64))?
-                });
-            }
+        for (oy, row) in dst.chunks_exact_mut(ow).enumerate() {
+            geometry.row(is_max, plane, oy, row);
         }
+    };
+    let work = out.len() * gh.kernel * gw.kernel;
+    if work >= PARALLEL_WORK && rayon::current_num_threads() > 1 {
+        // One contiguous run of planes per worker.
+        use rayon::prelude::*;
+        let per_worker = nc.div_ceil(rayon::current_num_threads());
+        out.par_chunks_mut(per_worker * oh * ow).enumerate().for_each(|(w, dst)| {
+            for (i, plane) in dst.chunks_exact_mut(oh * ow).enumerate() {
+                plane_out(w * per_worker + i, plane);
+            }
+        });
+    } else {
+        out.chunks_exact_mut(oh * ow).enumerate().for_each(|(ch, dst)| plane_out(ch, dst));
     }
     Ok(Some((out, vec![xs[0], xs[1], oh, ow])))
 }

@@ -306,7 +306,8 @@ pub(crate) fn gemm_into<T: Scalar>(
         ));
     }
     let type_error = || format!("gemm does not support dtype {}", a.dtype());
-    let (av, bv) = (a.as_slice::<T>().ok_or_else(type_error)?, b.as_slice::<T>().ok_or_else(type_error)?);
+    let (av, bv) =
+        (a.as_slice::<T>().ok_or_else(type_error)?, b.as_slice::<T>().ok_or_else(type_error)?);
     // Transposes are strides, never copies.
     let am = if ta { Mat::transposed(av, m) } else { Mat::rows(av, k) };
     let bm = if tb { Mat::transposed(bv, k) } else { Mat::rows(bv, n) };

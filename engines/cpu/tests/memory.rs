@@ -33,7 +33,10 @@ fn ints(v: &[i64]) -> Attr {
 /// max pool, a 1×1 conv, global average pool, flatten, a dense layer (+ bias, relu).
 fn resnet_block() -> Graph {
     let mut g = Graph::new("block");
-    let ty = TensorType::new(DType::F32, vec![Dim::Sym("N".into()), Dim::Known(8), Dim::Known(12), Dim::Known(12)]);
+    let ty = TensorType::new(
+        DType::F32,
+        vec![Dim::Sym("N".into()), Dim::Known(8), Dim::Known(12), Dim::Known(12)],
+    );
     let x = g.add_input("x", ty);
     let pad = Attrs::new().with("pads", ints(&[1, 1, 1, 1]));
     let (w1, b1) = (konst(&mut g, &[8, 8, 3, 3], 1), konst(&mut g, &[8], 2));
@@ -45,7 +48,8 @@ fn resnet_block() -> Graph {
     let c2b = g.add_op(Op::Add, &[bias, c2], Attrs::new()).unwrap();
     let sum = g.add_op(Op::Add, &[c2b, x], Attrs::new()).unwrap();
     let r2 = g.add_op(Op::Relu, &[sum], Attrs::new()).unwrap();
-    let pool_attrs = Attrs::new().with("kernel_shape", ints(&[2, 2])).with("strides", ints(&[2, 2]));
+    let pool_attrs =
+        Attrs::new().with("kernel_shape", ints(&[2, 2])).with("strides", ints(&[2, 2]));
     let p = g.add_op(Op::MaxPool, &[r2], pool_attrs).unwrap();
     let w3 = konst(&mut g, &[16, 8, 1, 1], 5);
     let c3 = g.add_op(Op::Conv, &[p, w3], Attrs::new()).unwrap();
@@ -72,7 +76,11 @@ fn assignment(f: impl FnOnce(&mut xpu_engine::EngineOptions)) -> Assignment {
 }
 
 fn fact<'e>(e: &'e Execution, key: &str) -> &'e str {
-    e.facts.iter().find(|f| f.key == key && f.node.is_none()).map(|f| f.value.as_str()).unwrap_or_else(|| panic!("no fact {key}: {:?}", e.facts))
+    e.facts
+        .iter()
+        .find(|f| f.key == key && f.node.is_none())
+        .map(|f| f.value.as_str())
+        .unwrap_or_else(|| panic!("no fact {key}: {:?}", e.facts))
 }
 
 fn count(e: &Execution, key: &str) -> u64 {
@@ -92,12 +100,24 @@ fn fused_epilogues_give_the_unfused_results_bit_for_bit() {
     let unfused = CpuEngine.prepare(&g, &plain).unwrap().run(&x).unwrap();
     assert_eq!(bits(&fused.outputs[0]), bits(&unfused.outputs[0]));
     // conv+relu, conv+add+add+relu, conv+sigmoid, matmul+add+relu: four fused steps.
-    let fused_facts: Vec<&str> = fused.facts.iter().filter(|f| f.key == "fused" && f.value.starts_with("epilogue")).map(|f| f.value.as_str()).collect();
-    assert_eq!(fused_facts, ["epilogue relu", "epilogue add + add + relu", "epilogue sigmoid", "epilogue add + relu"]);
-    assert!(unfused.facts.iter().all(|f| f.key != "fused"), "graph_optimization = none fuses nothing");
+    let fused_facts: Vec<&str> = fused
+        .facts
+        .iter()
+        .filter(|f| f.key == "fused" && f.value.starts_with("epilogue"))
+        .map(|f| f.value.as_str())
+        .collect();
+    assert_eq!(
+        fused_facts,
+        ["epilogue relu", "epilogue add + add + relu", "epilogue sigmoid", "epilogue add + relu"]
+    );
+    assert!(
+        unfused.facts.iter().all(|f| f.key != "fused"),
+        "graph_optimization = none fuses nothing"
+    );
     // Every node keeps a timing; absorbed ones say where they ran.
     assert_eq!(fused.timings.len(), g.nodes.len());
-    let absorbed = fused.facts.iter().filter(|f| f.key == "fused" && f.value.starts_with("into")).count();
+    let absorbed =
+        fused.facts.iter().filter(|f| f.key == "fused" && f.value.starts_with("into")).count();
     assert_eq!(absorbed, 7);
 }
 
@@ -105,7 +125,13 @@ fn fused_epilogues_give_the_unfused_results_bit_for_bit() {
 fn a_fused_residual_computed_after_the_anchor_is_read_when_ready() {
     // y = relu(conv(x) + exp(x)): the residual is computed after the conv node.
     let mut g = Graph::new("late");
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Known(2), Dim::Known(4), Dim::Known(5), Dim::Known(5)]));
+    let x = g.add_input(
+        "x",
+        TensorType::new(
+            DType::F32,
+            vec![Dim::Known(2), Dim::Known(4), Dim::Known(5), Dim::Known(5)],
+        ),
+    );
     let w = konst(&mut g, &[4, 4, 1, 1], 1);
     let c = g.add_op(Op::Conv, &[x, w], Attrs::new()).unwrap();
     let e = g.add_op(Op::Exp, &[x], Attrs::new()).unwrap();
@@ -145,7 +171,8 @@ fn elementwise_nodes_write_over_operands_that_die_there() {
     assert_eq!(count(&reused, "memory.in_place"), 0);
     assert_eq!(count(&fresh, "memory.in_place"), 0);
     assert_eq!(count(&fresh, "memory.reused_buffers"), 0, "reuse = none reuses nothing");
-    let (held_in_place, held_fresh) = (count(&in_place, "memory.peak_held_bytes"), count(&fresh, "memory.peak_held_bytes"));
+    let (held_in_place, held_fresh) =
+        (count(&in_place, "memory.peak_held_bytes"), count(&fresh, "memory.peak_held_bytes"));
     assert!(held_in_place < held_fresh, "{held_in_place} vs {held_fresh}");
 }
 
@@ -160,15 +187,32 @@ fn a_kept_pool_serves_a_repeated_run_and_a_replayed_capture_allocates_only_outpu
     for _ in 0..3 {
         let again = exe.run(&x).unwrap();
         assert_eq!(bits(&again.outputs[0]), bits(&first.outputs[0]));
-        assert_eq!(fact(&again, "capture"), "replayed (0 buffer requests off their recorded buffer)");
+        assert_eq!(
+            fact(&again, "capture"),
+            "replayed (0 buffer requests off their recorded buffer)"
+        );
         // The one output leaves with the caller; everything else comes from the pool.
         assert_eq!(count(&again, "memory.allocated_buffers"), 1, "{:?}", again.facts);
         assert_eq!(count(&again, "memory.kernel_allocations"), 0, "{:?}", again.facts);
     }
     // A new batch size records again, and the pool is rebuilt for it.
     let bigger = exe.run(&[input(5)]).unwrap();
-    assert!(fact(&bigger, "capture").contains("input shapes changed (1 re-captures)"), "{:?}", bigger.facts);
-    assert_eq!(bits(&bigger.outputs[0])[..20], bits(&CpuEngine.prepare(&g, &Assignment::new("cpu")).unwrap().run(&[input(5)]).unwrap().outputs[0])[..20]);
+    assert!(
+        fact(&bigger, "capture").contains("input shapes changed (1 re-captures)"),
+        "{:?}",
+        bigger.facts
+    );
+    assert_eq!(
+        bits(&bigger.outputs[0])[..20],
+        bits(
+            &CpuEngine
+                .prepare(&g, &Assignment::new("cpu"))
+                .unwrap()
+                .run(&[input(5)])
+                .unwrap()
+                .outputs[0]
+        )[..20]
+    );
 }
 
 #[test]
@@ -188,8 +232,23 @@ fn pool_none_and_eager_capture_do_what_they_say() {
     assert!(again.facts.iter().all(|f| f.key != "capture"));
     // Best fit over the kept pool: most requests are served, though without a recorded
     // assignment an early request can take a buffer a later one would have fitted.
-    let (before, after) = (count(&first, "memory.allocated_buffers"), count(&again, "memory.allocated_buffers"));
+    let (before, after) =
+        (count(&first, "memory.allocated_buffers"), count(&again, "memory.allocated_buffers"));
     assert!(after < before, "{after} vs {before}");
+}
+
+#[test]
+fn an_arena_is_rebuilt_for_new_shapes_and_a_caching_pool_keeps_its_buffers() {
+    let g = resnet_block();
+    let allocations_after_shrinking = |pool: Pool| {
+        let mut exe = CpuEngine.prepare(&g, &assignment(|o| o.memory_pool = pool)).unwrap();
+        exe.run(&[input(6)]).unwrap();
+        count(&exe.run(&[input(2)]).unwrap(), "memory.allocated_buffers")
+    };
+    // The caching pool serves the smaller batch from the larger batch's buffers (only the
+    // output is new); the arena drops them and is built again at the new size.
+    assert_eq!(allocations_after_shrinking(Pool::Caching), 1);
+    assert!(allocations_after_shrinking(Pool::Arena) > 1);
 }
 
 #[test]

@@ -4,6 +4,11 @@
 use crate::{Graph, Op};
 
 pub fn eliminate_dead_code(g: &Graph) -> Graph {
+    dce_if_changed(g).unwrap_or_else(|| g.clone())
+}
+
+/// [`eliminate_dead_code`], or `None` when it would give back `g` unchanged.
+pub(crate) fn dce_if_changed(g: &Graph) -> Option<Graph> {
     let mut live_value = vec![false; g.values.len()];
     for o in &g.outputs {
         live_value[o.value.index()] = true;
@@ -18,5 +23,5 @@ pub fn eliminate_dead_code(g: &Graph) -> Graph {
             }
         }
     }
-    g.rebuild(&keep, &[])
+    super::rebuilt_if_changed(g, &keep, &[])
 }

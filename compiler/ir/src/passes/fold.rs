@@ -2,12 +2,32 @@
 //! the caller's evaluator. Results larger than [`MAX_FOLDED_ELEMENTS`] stay as nodes so the
 //! graph does not bloat; a node the evaluator rejects is left alone.
 
-use crate::{Graph, Op, Tensor, ValueId};
+use crate::{Graph, Node, Op, Tensor, ValueId};
 
 use super::Evaluator;
 
 /// Largest tensor folding will materialise.
 pub const MAX_FOLDED_ELEMENTS: usize = 1 << 16;
+
+/// [`fold_constants`], or `None` when it would give back `g` unchanged. A dense graph (see
+/// [`Graph::is_dense`]) with no node whose inputs are all constants folds nothing, so it is
+/// neither evaluated nor copied; otherwise the folded graph is built and compared.
+pub(crate) fn fold_if_changed(g: &Graph, eval: &dyn Evaluator) -> Option<Graph> {
+    if g.is_dense() && !g.nodes.iter().any(|n| foldable(g, n)) {
+        return None;
+    }
+    let out = fold_constants(g, eval);
+    (out != *g).then_some(out)
+}
+
+/// Whether `n` is a candidate for folding: a computing node whose inputs are all constants
+/// (omitted optional inputs aside). Until a first node folds, these are exactly the nodes
+/// folding asks the evaluator about.
+fn foldable(g: &Graph, n: &Node) -> bool {
+    n.op != Op::Constant
+        && !n.inputs.is_empty()
+        && n.input_values().all(|v| g.const_value(v).is_some())
+}
 
 pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
     let mut out = Graph::new(g.name.clone());

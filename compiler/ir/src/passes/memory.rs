@@ -1,7 +1,8 @@
 //! Liveness and the memory plan.
 //!
 //! Values get buffers in node order. A value's buffer returns to the free list after its last
-//! use (move semantics). An elementwise node whose operand dies at that node and has the
+//! use (move semantics). Graph inputs belong to the caller: they stay live for the whole run
+//! and are never written over nor reused. An elementwise node whose operand dies at that node and has the
 //! output's byte size writes in place into the operand's buffer; when the operand stays live
 //! the node needs an explicit copy (the plan records it). Otherwise the best-fitting free
 //! buffer is reused, or a new one is allocated. Constants live in the graph, not in the arena.
@@ -147,11 +148,10 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
         buffer_of[v.index()] = Some(buf);
         live_bytes += b;
         place(&mut plan, v, Some(buf), b, BufferUse::Input, None, last_use[v.index()]);
-        if last_use[v.index()].is_none() {
-            free.push((buf, v));
-            live_bytes -= b;
-        }
     }
+    let mut input_flags = vec![false; g.values.len()];
+    g.inputs.iter().for_each(|v| input_flags[v.index()] = true);
+    let is_input = |x: ValueId| input_flags[x.index()];
     plan.peak_live_bytes = live_bytes;
     for (i, n) in g.nodes.iter().enumerate() {
         if n.op == Op::Constant {
@@ -169,6 +169,7 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
             if n.op.is_elementwise() {
                 let candidates = n.input_values().filter(|x| {
                     buffer_of[x.index()].is_some()
+                        && !is_input(*x)
                         && bytes[x.index()] == b
                         && !taken_in_place.contains(x)
                 });
@@ -224,13 +225,18 @@ pub fn plan_memory(g: &Graph, bindings: &BTreeMap<String, u64>) -> MemoryPlan {
         plan.peak_live_bytes = plan.peak_live_bytes.max(live_bytes);
         // Operands dying here release their buffers, unless an output took them over in
         // place (then the bytes stay live under the output's name).
-        let mut released = std::collections::HashSet::new();
+        // A node reads few values: a list finds a repeated operand faster than a set.
+        let mut released: Vec<ValueId> = Vec::new();
         for x in n.input_values() {
-            if last_use[x.index()] == Some(i)
+            let dies = last_use[x.index()] == Some(i)
                 && !taken_in_place.contains(&x)
-                && released.insert(x)
-                && let Some(buf) = buffer_of[x.index()]
-            {
+                && !is_input(x)
+                && !released.contains(&x);
+            if !dies {
+                continue;
+            }
+            released.push(x);
+            if let Some(buf) = buffer_of[x.index()] {
                 live_bytes -= bytes[x.index()];
                 free.push((buf, x));
             }

@@ -49,7 +49,9 @@ impl Act {
     pub fn apply(self, xs: &mut [f32]) {
         match self {
             Act::Relu => xs.iter_mut().for_each(|v| *v = if *v > 0.0 { *v } else { 0.0 }),
-            Act::LeakyRelu(a) => xs.iter_mut().for_each(|v| *v = if *v >= 0.0 { *v } else { a * *v }),
+            Act::LeakyRelu(a) => {
+                xs.iter_mut().for_each(|v| *v = if *v >= 0.0 { *v } else { a * *v })
+            }
             Act::Sigmoid => xs.iter_mut().for_each(|v| {
                 let x = *v;
                 *v = if x >= 0.0 { 1.0 / (1.0 + (-x).exp()) } else { x.exp() / (1.0 + x.exp()) }
@@ -110,7 +112,9 @@ impl Epilogue {
                             let add = b[p % channels];
                             part.iter_mut().for_each(|v| *v += add);
                         }
-                        Layout::Rows { .. } => part.iter_mut().zip(b.iter()).for_each(|(v, b)| *v += b),
+                        Layout::Rows { .. } => {
+                            part.iter_mut().zip(b.iter()).for_each(|(v, b)| *v += b)
+                        }
                     },
                     EpiOp::Residual => {
                         if let Some(r) = residual {
@@ -178,8 +182,7 @@ pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<O
                 } else if node.op == Op::Add && node.inputs.len() == 2 {
                     let other = node.inputs.iter().flatten().copied().find(|&v| v != cur);
                     other.and_then(|other| {
-                        let constant =
-                            g.producer(other).and_then(|p| consts[p.index()].as_ref());
+                        let constant = g.producer(other).and_then(|p| consts[p.index()].as_ref());
                         match constant {
                             Some(c) => bias_of(c, g.ty(cur).dims.as_deref()?, channel_axis),
                             None if epi.residual.is_none()
@@ -228,7 +231,8 @@ fn bias_of(c: &Tensor, dims: &[Dim], axis: ChannelAxis) -> Option<EpiOp> {
         _ => return None,
     };
     let offset = rank - shape.len();
-    let along_channel_only = shape.iter().enumerate().all(|(i, &d)| d == 1 || i + offset == channel);
+    let along_channel_only =
+        shape.iter().enumerate().all(|(i, &d)| d == 1 || i + offset == channel);
     (along_channel_only && (values.len() == 1 || dims[channel] == Dim::Known(values.len() as u64)))
         .then(|| EpiOp::Bias(values.into()))
 }

@@ -65,7 +65,7 @@ pub(crate) struct CpuExecutable {
     buffers: Pool,
     /// im2col workspace, kept across runs.
     scratch: Vec<f32>,
-    /// Input shapes of the run the pool's assignment was recorded for (capture = graph).
+    /// Input shapes of the last run (the pool's recorded assignment is for them).
     captured: Option<Vec<Vec<usize>>>,
     recaptures: u64,
 }
@@ -195,7 +195,8 @@ fn cut_steps(
         let inputs = || node.inputs.iter().flatten().copied().collect::<Vec<_>>();
         if let Some(anchor) = runs_at[i] {
             let epi = epilogues[anchor].take().expect("one step per epilogue");
-            let mut reads: Vec<ValueId> = g.nodes[anchor].inputs.iter().flatten().copied().collect();
+            let mut reads: Vec<ValueId> =
+                g.nodes[anchor].inputs.iter().flatten().copied().collect();
             reads.extend(epi.residual);
             steps.push(Step {
                 node: anchor,
@@ -206,9 +207,19 @@ fn cut_steps(
         } else if absorbed[i] || epilogues[i].is_some() {
             continue; // Part of a fused step emitted at its last node.
         } else if let Some(c) = consts[i].take() {
-            steps.push(Step { node: i, work: Work::Const(c), reads: vec![], outputs: node.outputs.clone() });
+            steps.push(Step {
+                node: i,
+                work: Work::Const(c),
+                reads: vec![],
+                outputs: node.outputs.clone(),
+            });
         } else {
-            steps.push(Step { node: i, work: Work::Node, reads: inputs(), outputs: node.outputs.clone() });
+            steps.push(Step {
+                node: i,
+                work: Work::Node,
+                reads: inputs(),
+                outputs: node.outputs.clone(),
+            });
         }
     }
     steps

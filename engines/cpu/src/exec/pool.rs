@@ -33,11 +33,22 @@ pub(crate) struct MemoryStats {
     pub replay_misses: u64,
 }
 
+/// One place for a buffer.
+#[derive(Default)]
+enum Slot {
+    /// A buffer ready to be taken.
+    Free(TensorData),
+    /// Its buffer holds a live value and comes back here when the value dies.
+    InUse,
+    /// Empty (its buffer was released): the next buffer given back may take it.
+    #[default]
+    Vacant,
+}
+
 /// Free buffers and, under capture, the recorded assignment of requests to buffers.
 #[derive(Default)]
 pub(crate) struct Pool {
-    /// Slots: a buffer that is free now, or `None` while its elements are in use.
-    slots: Vec<Option<TensorData>>,
+    slots: Vec<Slot>,
     free_bytes: u64,
     /// Slot taken by each request of the recorded run, in request order.
     recorded: Vec<usize>,
@@ -75,12 +86,18 @@ impl Pool {
         }
     }
 
-    /// Ends a run; `keep = false` drops every free buffer (`memory.pool = "none"`).
+    /// Ends a run; `keep = false` drops every free buffer (`memory.pool = "none"`). Slots
+    /// whose buffers left with the run's outputs become vacant.
     pub fn end(&mut self, keep: bool) {
         self.recording = false;
         self.replay_at = None;
         if !keep {
             self.clear();
+        }
+        for slot in &mut self.slots {
+            if matches!(slot, Slot::InUse) {
+                *slot = Slot::Vacant;
+            }
         }
     }
 
@@ -105,17 +122,16 @@ impl Pool {
             *at += 1;
         }
         let fits = |d: &TensorData| matches!(d, TensorData::F32(v) if v.capacity() >= n);
-        // A recorded buffer that left with the caller (a graph output) is made anew in its
-        // slot: taking another free buffer would take one a later request was recorded with.
+        // A recorded slot left vacant (its buffer was released) is filled anew: taking
+        // another free buffer would take one a later request was recorded with.
         if let Some(k) = recorded
-            && self.slots.get(k).is_some_and(Option::is_none)
+            && matches!(self.slots.get(k), Some(Slot::Vacant))
         {
-            self.stats.allocations += 1;
-            self.note_held();
-            return (Vec::new(), k);
+            self.slots[k] = Slot::InUse;
+            return (self.allocated(), k);
         }
         let slot = match recorded {
-            Some(k) if self.slots.get(k).and_then(Option::as_ref).is_some_and(fits) => Some(k),
+            Some(k) if matches!(self.slots.get(k), Some(Slot::Free(d)) if fits(d)) => Some(k),
             _ => {
                 if self.replay_at.is_some() {
                     self.stats.replay_misses += 1;
@@ -123,14 +139,13 @@ impl Pool {
                 self.best_fit(need, fits)
             }
         };
-        let taken = match slot {
+        let (v, k) = match slot {
             Some(k) => {
-                let data = self.slots[k].take().expect("a free slot");
+                let Slot::Free(data) = std::mem::replace(&mut self.slots[k], Slot::InUse) else {
+                    unreachable!("best_fit and the recorded check pick free slots")
+                };
                 self.free_bytes -= bytes_of(&data);
                 self.stats.reused += 1;
-                if self.recording {
-                    self.recorded.push(k);
-                }
                 match data {
                     TensorData::F32(v) => (v, k),
                     _ => unreachable!("fits() matched F32"),
@@ -142,18 +157,35 @@ impl Pool {
                 if let Some(k) = self.best_fit(need, |_| true) {
                     self.evict(k);
                 }
-                self.stats.allocations += 1;
-                let k = self.slots.len();
-                if self.recording {
-                    self.recorded.push(k);
+                let k = self
+                    .slots
+                    .iter()
+                    .position(|s| matches!(s, Slot::Vacant))
+                    .unwrap_or(self.slots.len());
+                if k == self.slots.len() {
+                    self.slots.push(Slot::InUse);
+                } else {
+                    self.slots[k] = Slot::InUse;
                 }
-                self.slots.push(None);
-                // Empty: the kernel sizes it (a zeroed allocation, no fill, when large).
-                (Vec::new(), k)
+                (self.allocated(), k)
             }
         };
+        if self.recording {
+            self.recorded.push(k);
+        }
         self.note_held();
-        taken
+        (v, k)
+    }
+
+    /// A new buffer (empty: the kernel sizes it, a zeroed allocation with no fill when large).
+    fn allocated(&mut self) -> Vec<f32> {
+        self.stats.allocations += 1;
+        Vec::new()
+    }
+
+    /// An empty buffer for a result that leaves the executable (the kernel sizes it).
+    pub fn take_fresh(&mut self) -> Vec<f32> {
+        self.allocated()
     }
 
     /// A kernel allocated `bytes` itself: release the free buffer the plan would have used.
@@ -164,19 +196,19 @@ impl Pool {
         }
     }
 
-    /// A dead value's elements, for reuse: back into the slot they were taken from, if any.
+    /// A dead value's elements, back into the slot they were taken from. A kernel's own
+    /// buffer (no slot) is freed: its size is the kernel's, not the plan's, and keeping it
+    /// would let the pool drift from the plan across runs.
     pub fn give(&mut self, data: TensorData, slot: Option<usize>) {
+        let Some(k) = slot.filter(|&k| matches!(self.slots.get(k), Some(Slot::InUse))) else {
+            return;
+        };
         if !matches!(data, TensorData::F32(_)) {
-            return; // Only f32 buffers are taken again; others are freed.
+            self.slots[k] = Slot::Vacant;
+            return;
         }
         self.free_bytes += bytes_of(&data);
-        let k = slot
-            .filter(|&k| self.slots.get(k).is_some_and(Option::is_none))
-            .or_else(|| self.slots.iter().position(Option::is_none));
-        match k {
-            Some(k) => self.slots[k] = Some(data),
-            None => self.slots.push(Some(data)),
-        }
+        self.slots[k] = Slot::Free(data);
     }
 
     /// Live bytes changed by `delta` (a value computed or released).
@@ -198,14 +230,17 @@ impl Pool {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(k, s)| s.as_ref().map(|d| (k, d)))
+            .filter_map(|(k, s)| match s {
+                Slot::Free(d) => Some((k, d)),
+                _ => None,
+            })
             .filter(|(_, d)| bytes_of(d) >= need && ok(d))
             .min_by_key(|(_, d)| bytes_of(d))
             .map(|(k, _)| k)
     }
 
     fn evict(&mut self, k: usize) {
-        if let Some(d) = self.slots[k].take() {
+        if let Slot::Free(d) = std::mem::take(&mut self.slots[k]) {
             self.free_bytes -= bytes_of(&d);
         }
     }
@@ -262,9 +297,13 @@ mod tests {
     fn a_kernel_allocation_releases_the_buffer_it_replaces() {
         let mut pool = Pool::default();
         pool.begin(None);
-        pool.give(TensorData::F32(vec![0.0; 32]), None);
+        let (a, sa) = take(&mut pool, 32);
+        pool.give(TensorData::F32(a), Some(sa));
         pool.kernel_allocated(100);
         assert_eq!(pool.free_bytes(), 0);
         assert_eq!(pool.stats.kernel_allocations, 1);
+        // The kernel's own buffer is freed when it dies, not pooled.
+        pool.give(TensorData::F32(vec![0.0; 25]), None);
+        assert_eq!(pool.free_bytes(), 0);
     }
 }

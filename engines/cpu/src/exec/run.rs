@@ -35,12 +35,18 @@ impl Slot<'_> {
 /// The run's values and the accounting of their storage.
 struct Values<'a> {
     slots: Vec<Option<Slot<'a>>>,
-    /// Pool slot each value's buffer came from.
-    pool_slot: Vec<Option<usize>>,
-    /// Live storage: id → (bytes, values sharing it). Inputs and constants are not in it.
-    storage: HashMap<usize, (u64, u32)>,
+    /// Live storage: id → what it is. Inputs and constants are not in it.
+    storage: HashMap<usize, Storage>,
     /// Storage owned elsewhere (the caller's inputs, the graph's constants).
     external: Vec<usize>,
+}
+
+/// A buffer live values hold (several when a reshape shares it).
+struct Storage {
+    bytes: u64,
+    holders: u32,
+    /// The pool slot it came from, if any: it returns there when its last holder dies.
+    pool_slot: Option<usize>,
 }
 
 impl<'a> Values<'a> {
@@ -53,17 +59,19 @@ impl<'a> Values<'a> {
         let id = t.storage_id();
         if !self.external.contains(&id) {
             let bytes = t.size_bytes() as u64;
-            let entry = self.storage.entry(id).or_insert((bytes, 0));
-            if entry.1 == 0 {
+            let entry =
+                self.storage.entry(id).or_insert(Storage { bytes, holders: 0, pool_slot: None });
+            if entry.holders == 0 {
                 pool.live_add(bytes);
             }
-            entry.1 += 1;
+            entry.holders += 1;
+            entry.pool_slot = entry.pool_slot.or(slot);
         }
-        self.pool_slot[v.index()] = slot;
         self.slots[v.index()] = Some(Slot::Held(t));
     }
 
-    /// Takes a value out of the table (it dies here), uncounting its storage.
+    /// Takes a value out of the table (it dies here), uncounting its storage; with it the
+    /// pool slot of its buffer when it was the buffer's last holder.
     /// The caller's inputs stay where they are (`None`): they are not ours to take.
     fn take(&mut self, v: ValueId, pool: &mut Pool) -> Option<(Tensor, Option<usize>)> {
         if matches!(self.slots[v.index()], Some(Slot::Borrowed(_))) {
@@ -72,14 +80,17 @@ impl<'a> Values<'a> {
         match self.slots[v.index()].take()? {
             Slot::Borrowed(_) => None,
             Slot::Held(t) => {
-                if let Some(entry) = self.storage.get_mut(&t.storage_id()) {
-                    entry.1 -= 1;
-                    if entry.1 == 0 {
-                        pool.live_sub(entry.0);
-                        self.storage.remove(&t.storage_id());
+                let id = t.storage_id();
+                let mut slot = None;
+                if let Some(entry) = self.storage.get_mut(&id) {
+                    entry.holders -= 1;
+                    if entry.holders == 0 {
+                        pool.live_sub(entry.bytes);
+                        slot = entry.pool_slot;
+                        self.storage.remove(&id);
                     }
                 }
-                Some((t, self.pool_slot[v.index()].take()))
+                Some((t, slot))
             }
         }
     }
@@ -115,26 +126,24 @@ impl CpuExecutable {
 
     /// Under `capture = "graph"` with a kept pool: `Some(true)` replays the assignment
     /// recorded for these input shapes, `Some(false)` records one (first run, or the shapes
-    /// changed: the pool is rebuilt for them). `None`: best fit, nothing recorded.
+    /// changed). `None`: best fit, nothing recorded. When the shapes change, an arena
+    /// (`memory.pool = "arena"`) is rebuilt for them; a caching pool keeps its buffers.
     fn begin_capture(&mut self, inputs: &[Tensor]) -> Option<bool> {
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let first = self.captured.is_none();
+        let changed = self.captured.as_ref().is_some_and(|s| *s != shapes);
+        if changed && self.mode.pool == PoolSetting::Arena {
+            self.buffers.clear();
+        }
+        self.captured = Some(shapes);
         let kept = self.mode.pool != PoolSetting::None && self.mode.reuse != Reuse::None;
         if self.mode.capture != Capture::Graph || !kept {
             return None;
         }
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        match &self.captured {
-            Some(s) if *s == shapes => Some(true),
-            Some(_) => {
-                self.recaptures += 1;
-                self.buffers.clear();
-                self.captured = Some(shapes);
-                Some(false)
-            }
-            None => {
-                self.captured = Some(shapes);
-                Some(false)
-            }
+        if changed {
+            self.recaptures += 1;
         }
+        Some(!first && !changed)
     }
 
     fn run_steps(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
@@ -142,7 +151,6 @@ impl CpuExecutable {
         let reuse = self.mode.reuse != Reuse::None;
         let mut values = Values {
             slots: (0..g.values.len()).map(|_| None).collect(),
-            pool_slot: vec![None; g.values.len()],
             storage: HashMap::new(),
             external: inputs.iter().map(Tensor::storage_id).collect(),
         };
@@ -169,19 +177,27 @@ impl CpuExecutable {
                         out_dtypes: &self.out_dtypes[step.node],
                         in_place: self.mode.reuse == Reuse::InPlace,
                         pooled: reuse,
+                        leaves: step.outputs.iter().any(|o| self.last_use[o.index()] == usize::MAX),
                         last_here: |v: ValueId| self.last_use[v.index()] == si,
                     };
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         ctx.run(work, &mut values, &mut self.buffers, &mut self.scratch)
                     }));
                     let outs = match result {
-                        Ok(r) => r.map_err(|message| EngineError::Kernel { node: node.label(id), message })?,
+                        Ok(r) => r.map_err(|message| EngineError::Kernel {
+                            node: node.label(id),
+                            message,
+                        })?,
                         Err(p) => return Err(kernel_panic(node, id, p)),
                     };
                     if outs.len() != step.outputs.len() {
                         return Err(EngineError::Kernel {
                             node: node.label(id),
-                            message: format!("produced {} outputs, expected {}", outs.len(), step.outputs.len()),
+                            message: format!(
+                                "produced {} outputs, expected {}",
+                                outs.len(),
+                                step.outputs.len()
+                            ),
                         });
                     }
                     outs
@@ -253,7 +269,6 @@ impl CpuExecutable {
         }
         facts
     }
-
 }
 
 fn kernel_panic(node: &Node, id: NodeId, p: Box<dyn std::any::Any + Send>) -> EngineError {
@@ -278,7 +293,8 @@ fn record_fusion(
     timings: &mut Vec<NodeTiming>,
     facts: &mut Vec<Fact>,
 ) {
-    let names: Vec<String> = epi.absorbed.iter().map(|&j| g.nodes[j].op.name().to_string()).collect();
+    let names: Vec<String> =
+        epi.absorbed.iter().map(|&j| g.nodes[j].op.name().to_string()).collect();
     facts.push(Fact {
         node: Some(NodeId(anchor as u32)),
         key: "fused".into(),
@@ -301,6 +317,9 @@ struct StepCtx<'n, F: Fn(ValueId) -> bool> {
     out_dtypes: &'n [DType],
     in_place: bool,
     pooled: bool,
+    /// The step's result leaves with the caller (a graph output): it gets its own exact
+    /// allocation, so a pooled buffer — maybe far larger — does not leave with it.
+    leaves: bool,
     /// Whether a value's last use is this step.
     last_here: F,
 }
@@ -308,7 +327,13 @@ struct StepCtx<'n, F: Fn(ValueId) -> bool> {
 type Outs = Vec<(Tensor, Option<usize>)>;
 
 impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
-    fn run(&self, work: &Work, values: &mut Values<'_>, pool: &mut Pool, scratch: &mut Vec<f32>) -> KResult<Outs> {
+    fn run(
+        &self,
+        work: &Work,
+        values: &mut Values<'_>,
+        pool: &mut Pool,
+        scratch: &mut Vec<f32>,
+    ) -> KResult<Outs> {
         let epi = match work {
             Work::Fused(epi) => Some(epi),
             _ => None,
@@ -320,11 +345,15 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
                 return Ok(out);
             }
         }
-        if f32_out && self.pooled && let Some(out) = self.elementwise(values, pool)? {
+        if f32_out
+            && self.pooled
+            && let Some(out) = self.elementwise(values, pool)?
+        {
             return Ok(out);
         }
         // The general path: the kernel allocates its outputs.
-        let args: Vec<Option<&Tensor>> = n.inputs.iter().map(|v| v.and_then(|v| values.get(v))).collect();
+        let args: Vec<Option<&Tensor>> =
+            n.inputs.iter().map(|v| v.and_then(|v| values.get(v))).collect();
         let mut outs = crate::eval(n, self.kernel, &args, self.out_dtypes)?;
         if let Some(epi) = epi {
             let residual = epi.residual.and_then(|v| values.get(v)).cloned();
@@ -342,16 +371,30 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
 
     /// Conv, MatMul, Gemm and 2-D pooling on f32 into a pooled buffer, with the epilogue
     /// applied per image (conv) or over the product (dense). `None`: not of that form.
-    fn fast(&self, epi: Option<&Epilogue>, values: &Values<'_>, pool: &mut Pool, scratch: &mut Vec<f32>) -> KResult<Option<Outs>> {
+    fn fast(
+        &self,
+        epi: Option<&Epilogue>,
+        values: &Values<'_>,
+        pool: &mut Pool,
+        scratch: &mut Vec<f32>,
+    ) -> KResult<Option<Outs>> {
         let n = self.node;
         let arg = |i: usize| n.inputs.get(i).copied().flatten().and_then(|v| values.get(v));
         let residual = epi.and_then(|e| e.residual).and_then(|v| values.get(v));
-        let all_f32 = n.inputs.iter().flatten().all(|&v| values.get(v).is_some_and(|t| t.dtype() == DType::F32));
+        let all_f32 = n
+            .inputs
+            .iter()
+            .flatten()
+            .all(|&v| values.get(v).is_some_and(|t| t.dtype() == DType::F32));
         if !all_f32 {
             return Ok(None);
         }
         let mut slot = None;
+        let leaves = self.leaves;
         let mut take = |len: usize| {
+            if leaves {
+                return pool.take_fresh();
+            }
             let (v, s) = pool.take_f32(len);
             slot = Some(s);
             v
@@ -364,7 +407,8 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
                 if epi.is_some_and(|e| !e.fits(m)) {
                     return Err(format!("a fused bias does not fit {m} channels"));
                 }
-                let res = residual.map(|r| r.as_slice::<f32>().ok_or("residual dtype")).transpose()?;
+                let res =
+                    residual.map(|r| r.as_slice::<f32>().ok_or("residual dtype")).transpose()?;
                 // The residual's type is the output's (checked when fusing); a shape that
                 // still differs at run time fails the step instead of reading out of range.
                 let mismatch = std::sync::atomic::AtomicBool::new(false);
@@ -379,7 +423,8 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
                     epi.apply(dst, r.flatten(), Layout::Planes { channels: m, inner });
                 };
                 let ops = ConvOperands { x, w, bias: arg(2) };
-                let (data, shape) = conv_into::<f32>(mk, &n.attrs, ops, &mut take, scratch, &per_image)?;
+                let (data, shape) =
+                    conv_into::<f32>(mk, &n.attrs, ops, &mut take, scratch, &per_image)?;
                 if let Some(r) = residual {
                     check_residual(r, &shape)?;
                 }
@@ -399,7 +444,9 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
                 let args: Vec<Option<&Tensor>> = (0..n.inputs.len()).map(arg).collect();
                 gemm_into::<f32>(mk, &n.attrs, &args, &mut take)?
             }
-            Op::MaxPool | Op::AveragePool | Op::GlobalAveragePool | Op::GlobalMaxPool if epi.is_none() => {
+            Op::MaxPool | Op::AveragePool | Op::GlobalAveragePool | Op::GlobalMaxPool
+                if epi.is_none() =>
+            {
                 let Some(x) = arg(0) else { return Ok(None) };
                 match pool_2d_into::<f32>(n.op, &n.attrs, x, n.outputs.len(), &mut take)? {
                     Some(r) => r,
@@ -409,7 +456,9 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             _ => return Ok(None),
         };
         let mut t = Tensor::from_vec(shape, data).map_err(|e| e.to_string())?;
-        if let Some(epi) = epi && n.op != Op::Conv {
+        if let Some(epi) = epi
+            && n.op != Op::Conv
+        {
             t = apply_after(t, epi, residual, n.op)?;
         }
         Ok(Some(vec![(t, slot)]))
@@ -420,11 +469,15 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
     fn elementwise(&self, values: &mut Values<'_>, pool: &mut Pool) -> KResult<Option<Outs>> {
         let n = self.node;
         let ins: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
-        if ins.len() != n.inputs.len() || ins.iter().any(|&v| values.get(v).is_none_or(|t| t.dtype() != DType::F32)) {
+        if ins.len() != n.inputs.len()
+            || ins.iter().any(|&v| values.get(v).is_none_or(|t| t.dtype() != DType::F32))
+        {
             return Ok(None);
         }
         let act = match n.op {
-            Op::Clip | Op::Relu | Op::LeakyRelu | Op::Sigmoid | Op::Tanh if ins.len() == 1 || n.op == Op::Clip => {
+            Op::Clip | Op::Relu | Op::LeakyRelu | Op::Sigmoid | Op::Tanh
+                if ins.len() == 1 || n.op == Op::Clip =>
+            {
                 // Clip's bounds must be constants of one value, as for fusion.
                 Act::of(n, |i| n.inputs.get(i).copied().flatten().and_then(|v| values.get(v)))
             }
@@ -435,16 +488,24 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             return Ok(None);
         }
         let shape = if binary {
-            broadcast_shape(values.get(ins[0]).unwrap().shape(), values.get(ins[1]).unwrap().shape())?
+            broadcast_shape(
+                values.get(ins[0]).unwrap().shape(),
+                values.get(ins[1]).unwrap().shape(),
+            )?
         } else {
             values.get(ins[0]).unwrap().shape().to_vec()
         };
         // The operand the result is written over: of the output's shape; dying here first.
         let candidates: Vec<usize> = if binary { vec![0, 1] } else { vec![0] };
-        let full: Vec<usize> = candidates.into_iter().filter(|&i| values.get(ins[i]).unwrap().shape() == shape.as_slice()).collect();
+        let full: Vec<usize> = candidates
+            .into_iter()
+            .filter(|&i| values.get(ins[i]).unwrap().shape() == shape.as_slice())
+            .collect();
         let Some(&first_full) = full.first() else { return Ok(None) };
         let dying = full.iter().copied().find(|&i| {
-            self.in_place && (self.last_here)(ins[i]) && ins.iter().filter(|&&v| v == ins[i]).count() == 1
+            self.in_place
+                && (self.last_here)(ins[i])
+                && ins.iter().filter(|&&v| v == ins[i]).count() == 1
         });
         let (target, mut buf, slot, in_place) = match dying.and_then(|i| {
             let (t, slot) = values.take(ins[i], pool)?;
@@ -460,10 +521,15 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             Some((i, v, slot)) => (i, v, slot, true),
             None => {
                 let src = values.get(ins[first_full]).unwrap().as_slice::<f32>().ok_or("dtype")?;
-                let (mut v, s) = pool.take_f32(src.len());
+                let (mut v, s) = if self.leaves {
+                    (pool.take_fresh(), None)
+                } else {
+                    let (v, s) = pool.take_f32(src.len());
+                    (v, Some(s))
+                };
                 v.clear();
                 v.extend_from_slice(src);
-                (first_full, v, Some(s), false)
+                (first_full, v, s, false)
             }
         };
         if in_place {
@@ -482,7 +548,13 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
 
 /// `dst = dst ∘ other` (`dst_left`) or `other ∘ dst`, `other` broadcast to `shape`: the
 /// elementwise kernel's arithmetic, written over `dst`.
-fn binary_over(op: Op, dst: &mut [f32], shape: &[usize], dst_left: bool, other: &Tensor) -> KResult<()> {
+fn binary_over(
+    op: Op,
+    dst: &mut [f32],
+    shape: &[usize],
+    dst_left: bool,
+    other: &Tensor,
+) -> KResult<()> {
     let o = view::<f32>(other)?;
     let o = o.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     let mut d = ArrayViewMutD::from_shape(IxDyn(shape), dst).map_err(|e| e.to_string())?;
@@ -514,7 +586,9 @@ fn apply_after(t: Tensor, epi: &Epilogue, residual: Option<&Tensor>, op: Op) -> 
         check_residual(r, &shape)?;
     }
     let layout = match op {
-        Op::Conv if shape.len() >= 2 => Layout::Planes { channels: shape[1], inner: shape[2..].iter().product() },
+        Op::Conv if shape.len() >= 2 => {
+            Layout::Planes { channels: shape[1], inner: shape[2..].iter().product() }
+        }
         _ => Layout::Rows { n: shape.last().copied().unwrap_or(1) },
     };
     let channels = match layout {
@@ -532,7 +606,11 @@ fn apply_after(t: Tensor, epi: &Epilogue, residual: Option<&Tensor>, op: Op) -> 
 
 fn check_residual(r: &Tensor, shape: &[usize]) -> KResult<()> {
     if r.shape() != shape || r.dtype() != DType::F32 {
-        return Err(format!("the fused residual {:?} {} does not match the output {shape:?}", r.shape(), r.dtype()));
+        return Err(format!(
+            "the fused residual {:?} {} does not match the output {shape:?}",
+            r.shape(),
+            r.dtype()
+        ));
     }
     Ok(())
 }
