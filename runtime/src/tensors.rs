@@ -175,7 +175,7 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
     if let Some(data) =
         bytes.get(payload_at..).and_then(|p| read_plain_npy(p, code, byte_order, &shape))
     {
-        return Tensor::new(shape, data).map_err(|e| TensorFileError(e.to_string()).into());
+        return Tensor::new(shape, data).map_err(|e| TensorFileError(e.to_string()));
     }
     let data = match code {
         "f4" => TensorData::F32(npy.into_vec()?),

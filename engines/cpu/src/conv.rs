@@ -523,9 +523,9 @@ impl PoolRows {
         if y_inside && self.run == (0..self.ow) {
             return;
         }
-        for ox in 0..self.ow {
+        for (ox, out) in dst.iter_mut().enumerate().take(self.ow) {
             if !(y_inside && self.run.contains(&ox)) {
-                dst[ox] = self.border(is_max, plane, y0, ox, init);
+                *out = self.border(is_max, plane, y0, ox, init);
             }
         }
     }

@@ -340,10 +340,11 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
         };
         let n = self.node;
         let f32_out = self.out_dtypes.first() == Some(&DType::F32) && self.out_dtypes.len() == 1;
-        if f32_out && (epi.is_some() || self.pooled) {
-            if let Some(out) = self.fast(epi, values, pool, scratch)? {
-                return Ok(out);
-            }
+        if f32_out
+            && (epi.is_some() || self.pooled)
+            && let Some(out) = self.fast(epi, values, pool, scratch)?
+        {
+            return Ok(out);
         }
         if f32_out
             && self.pooled
