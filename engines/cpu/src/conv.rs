@@ -42,12 +42,18 @@ fn geometry(
     let strides = get("strides", 1, n)?;
     let dil = get("dilations", 1, n)?;
     let pads = get("pads", 0, 2 * n)?;
+    if pads.iter().any(|&p| p < 0) {
+        return Err(format!("pads {pads:?} must not be negative"));
+    }
     let auto_pad = attrs.str("auto_pad", "NOTSET");
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let (x, k, s, d) = (in_spatial[i] as i64, kernel[i] as i64, strides[i], dil[i]);
         if s <= 0 || d <= 0 {
             return Err("strides and dilations must be positive".into());
+        }
+        if k <= 0 {
+            return Err(format!("kernel dims {kernel:?} must be positive"));
         }
         let eff = (k - 1) * d + 1;
         let (pb, o) = match auto_pad {
@@ -167,7 +173,10 @@ pub(crate) fn conv_into<T: Scalar>(
     let (mg, rows) = (m / g, cg * ksz);
     // A pointwise convolution's input image is already its column matrix.
     let pointwise =
-        geo.iter().all(|g| g.kernel == 1 && g.stride == 1 && g.pad_begin == 0) && osz == isz;
+        geo.iter().all(|g| g.kernel == 1 && g.stride == 1 && g.pad_begin == 0 && g.out == g.input);
+    if !pointwise {
+        crate::util::checked_numel(&[rows, osz])?; // the im2col workspace
+    }
     let mut out = buffer(total);
     crate::util::resize_for_overwrite(&mut out, total);
     if total == 0 {
@@ -290,7 +299,8 @@ fn im2col_2d_strided<T: Scalar>(
                     let x0 = (kx * gw.dilation) as isize - gw.pad_begin as isize;
                     // Columns whose source lies inside the row: [lo, hi); zeros around.
                     let s = gw.stride as isize;
-                    let lo = if x0 >= 0 { 0 } else { ((-x0 + s - 1) / s) as usize }.min(ow);
+                    let lo =
+                        if x0 >= 0 { 0 } else { (x0.unsigned_abs()).div_ceil(gw.stride) }.min(ow);
                     let hi = if x0 >= iw as isize {
                         lo
                     } else {
@@ -477,11 +487,11 @@ impl PoolRows {
             if is_max
                 && (gh.kernel, gw.kernel, gw.stride, gh.dilation, gw.dilation) == (2, 2, 2, 1, 1)
             {
-                // The common 2×2/2 max pool: the two rows' maxima, then pairs of columns.
+                // The common 2×2/2 max pool: the window's four taps in row-major order.
                 let r0 = &plane[y0 as usize * self.iw + x_first..][..2 * run.len()];
                 let r1 = &plane[(y0 as usize + 1) * self.iw + x_first..][..2 * run.len()];
                 for ((d, a), b) in run.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
-                    *d = max_nan(max_nan(a[0], b[0]), max_nan(a[1], b[1]));
+                    *d = max_nan(max_nan(max_nan(a[0], a[1]), b[0]), b[1]);
                 }
                 return self.borders(is_max, plane, y0, true, dst, init);
             }
@@ -620,8 +630,9 @@ pub(crate) fn pool_2d_into<T: Scalar>(
     let (ih, iw) = (gh.input, gw.input);
     let (oh, ow) = (gh.out, gw.out);
     let nc = xs[0] * xs[1];
-    let mut out = buffer(nc * oh * ow);
-    crate::util::resize_for_overwrite(&mut out, nc * oh * ow);
+    let total = crate::util::checked_numel(&[xs[0], xs[1], oh, ow])?;
+    let mut out = buffer(total);
+    crate::util::resize_for_overwrite(&mut out, total);
     if out.is_empty() {
         return Ok(Some((out, vec![xs[0], xs[1], oh, ow])));
     }
@@ -650,7 +661,7 @@ pub(crate) fn pool_2d_into<T: Scalar>(
             geometry.row(is_max, plane, oy, row);
         }
     };
-    let work = out.len() * gh.kernel * gw.kernel;
+    let work = out.len().saturating_mul(gh.kernel.saturating_mul(gw.kernel));
     if work >= PARALLEL_WORK && rayon::current_num_threads() > 1 {
         // One contiguous run of planes per worker.
         use rayon::prelude::*;

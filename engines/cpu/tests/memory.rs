@@ -260,3 +260,75 @@ fn a_memory_limit_counts_the_live_values() {
     let roomy = assignment(|o| o.memory_limit = Some(10_000_000));
     CpuEngine.prepare(&g, &roomy).unwrap().run(&[input(4)]).unwrap();
 }
+
+#[test]
+fn two_products_meeting_in_one_add_fuse_into_one_of_them() {
+    // relu(conv(x, w1) + conv(x, w2)), the projection shortcut of a ResNet block, and the
+    // gate of a recurrent cell, relu(x·W + h·U): the add may join one product's epilogue
+    // (the other product its residual), never both.
+    let mut g = Graph::new("two");
+    let x = g.add_input(
+        "x",
+        TensorType::new(
+            DType::F32,
+            vec![Dim::Known(2), Dim::Known(3), Dim::Known(6), Dim::Known(6)],
+        ),
+    );
+    let (w1, w2) = (konst(&mut g, &[4, 3, 3, 3], 1), konst(&mut g, &[4, 3, 1, 1], 2));
+    let pad = Attrs::new().with("pads", ints(&[1, 1, 1, 1]));
+    let a = g.add_op(Op::Conv, &[x, w1], pad).unwrap();
+    let b = g.add_op(Op::Conv, &[x, w2], Attrs::new()).unwrap();
+    let s = g.add_op(Op::Add, &[a, b], Attrs::new()).unwrap();
+    let y = g.add_op(Op::Relu, &[s], Attrs::new()).unwrap();
+    let flat = g.add_op(Op::Flatten, &[y], Attrs::new().with("axis", Attr::Int(1))).unwrap();
+    let (u, v) = (konst(&mut g, &[144, 8], 3), konst(&mut g, &[144, 8], 4));
+    let p = g.add_op(Op::MatMul, &[flat, u], Attrs::new()).unwrap();
+    let q = g.add_op(Op::MatMul, &[flat, v], Attrs::new()).unwrap();
+    let gate = g.add_op(Op::Add, &[p, q], Attrs::new()).unwrap();
+    let out = g.add_op(Op::Sigmoid, &[gate], Attrs::new()).unwrap();
+    g.add_output("y", out);
+    xpu_ir::verify(&g).unwrap();
+    let x = [Tensor::from_vec(vec![2, 3, 6, 6], rand(216, 8)).unwrap()];
+    let fused = CpuEngine.prepare(&g, &Assignment::new("cpu")).unwrap().run(&x).unwrap();
+    let plain = assignment(|o| o.graph_optimization = Some(GraphOptimization::None));
+    let unfused = CpuEngine.prepare(&g, &plain).unwrap().run(&x).unwrap();
+    assert_eq!(bits(&fused.outputs[0]), bits(&unfused.outputs[0]));
+    let epilogues: Vec<&str> = fused
+        .facts
+        .iter()
+        .filter(|f| f.value.starts_with("epilogue"))
+        .map(|f| f.value.as_str())
+        .collect();
+    assert_eq!(epilogues, ["epilogue add + relu", "epilogue add + sigmoid"]);
+}
+
+#[test]
+fn hostile_pooling_and_convolution_geometry_is_an_error() {
+    let pool = |kernel: &[i64], pads: &[i64], dims: [u64; 4]| {
+        let mut g = Graph::new("p");
+        let x = g.add_input(
+            "x",
+            TensorType::new(DType::F32, dims.iter().map(|&d| Dim::Known(d)).collect()),
+        );
+        let attrs = Attrs::new().with("kernel_shape", ints(kernel)).with("pads", ints(pads));
+        let n = g.add_node(
+            Op::MaxPool,
+            vec![Some(x)],
+            attrs,
+            vec![TensorType::new(DType::F32, vec![Dim::Unknown; 4])],
+        );
+        let y = g.nodes[n.index()].outputs[0];
+        g.add_output("y", y);
+        let input = Tensor::zeros(DType::F32, dims.iter().map(|&d| d as usize).collect());
+        CpuEngine.prepare(&g, &Assignment::new("cpu")).unwrap().run(&[input]).map(|_| ())
+    };
+    for (kernel, pads) in [
+        (vec![0, 2], vec![0; 4]),
+        (vec![-1, 2], vec![0; 4]),
+        (vec![1, 1], vec![0, 0, 1 << 40, 1 << 40]),
+        (vec![2, 2], vec![0, 0, -1, 0]),
+    ] {
+        let err = pool(&kernel, &pads, [1, 1, 4, 4]).unwrap_err();
+        assert_eq!(err.code(), "kernel", "{kernel:?} {pads:?}: {err}");
+    }
+}

@@ -152,6 +152,9 @@ pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<O
         uses[o.value.index()] += 1;
     }
     let is_f32 = |v: ValueId| g.ty(v).dtype == DType::F32;
+    // A node joins at most one epilogue: `relu(conv_a + conv_b)` fuses into conv_a's step
+    // (conv_b's output its residual), never into both.
+    let mut claimed = vec![false; g.nodes.len()];
     g.nodes
         .iter()
         .map(|anchor| {
@@ -167,7 +170,7 @@ pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<O
             let mut epi = Epilogue { ops: vec![], absorbed: vec![], residual: None };
             let mut cur = out;
             while uses[cur.index()] == 1 {
-                let Some(j) = consumer[cur.index()] else { break };
+                let Some(j) = consumer[cur.index()].filter(|&j| !claimed[j]) else { break };
                 let node = &g.nodes[j];
                 let next = match node.outputs.as_slice() {
                     [o] if is_f32(*o) => *o,
@@ -201,6 +204,7 @@ pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<O
                 let Some(op) = op else { break };
                 epi.ops.push(op);
                 epi.absorbed.push(j);
+                claimed[j] = true;
                 cur = next;
             }
             (!epi.absorbed.is_empty()).then_some(epi)

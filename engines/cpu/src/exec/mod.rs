@@ -121,6 +121,14 @@ pub(crate) fn prepare(
             last_use[v.index()] = si;
         }
     }
+    // A value nobody reads dies where it is defined (as the memory plan has it).
+    for (si, step) in steps.iter().enumerate() {
+        for v in &step.outputs {
+            if last_use[v.index()] == usize::MAX {
+                last_use[v.index()] = si;
+            }
+        }
+    }
     for o in &partition.outputs {
         last_use[o.value.index()] = usize::MAX;
     }
@@ -184,11 +192,17 @@ fn cut_steps(
     // The anchor whose step runs at each node index (its last absorbed node).
     let mut runs_at: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut absorbed = vec![false; g.nodes.len()];
-    for (anchor, epi) in epilogues.iter().enumerate() {
-        if let Some(epi) = epi {
-            epi.absorbed.iter().for_each(|&j| absorbed[j] = true);
-            runs_at[*epi.absorbed.last().expect("an epilogue absorbs a node")] = Some(anchor);
+    for (anchor, slot) in epilogues.iter_mut().enumerate() {
+        let Some(epi) = slot else { continue };
+        let last = *epi.absorbed.last().expect("an epilogue absorbs a node");
+        // Epilogues are disjoint (plan_epilogues claims each node once); one that is not
+        // would lose its anchor, so it is dropped and its nodes run on their own.
+        if runs_at[last].is_some() || epi.absorbed.iter().any(|&j| absorbed[j]) {
+            *slot = None;
+            continue;
         }
+        epi.absorbed.iter().for_each(|&j| absorbed[j] = true);
+        runs_at[last] = Some(anchor);
     }
     let mut steps = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {

@@ -152,9 +152,10 @@ impl Pool {
                 }
             }
             None => {
-                // A free buffer of another type but large enough is released, so the pool
-                // grows only where the memory plan would.
-                if let Some(k) = self.best_fit(need, |_| true) {
+                // Nothing free is large enough: the largest free buffer goes, replaced by the
+                // new one, so the pool keeps as many buffers as the plan has however the
+                // sizes change between runs (a caching pool's new shapes).
+                if let Some(k) = self.largest_free() {
                     self.evict(k);
                 }
                 let k = self
@@ -236,6 +237,18 @@ impl Pool {
             })
             .filter(|(_, d)| bytes_of(d) >= need && ok(d))
             .min_by_key(|(_, d)| bytes_of(d))
+            .map(|(k, _)| k)
+    }
+
+    fn largest_free(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| match s {
+                Slot::Free(d) => Some((k, bytes_of(d))),
+                _ => None,
+            })
+            .max_by_key(|&(_, bytes)| bytes)
             .map(|(k, _)| k)
     }
 

@@ -217,7 +217,7 @@ impl CpuExecutable {
                 }
             }
             // Move semantics: a value is released after its last use.
-            for v in &step.reads {
+            for v in step.reads.iter().chain(&step.outputs) {
                 if self.last_use[v.index()] == si {
                     values.release(*v, &mut self.buffers, reuse);
                 }
@@ -357,7 +357,7 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             n.inputs.iter().map(|v| v.and_then(|v| values.get(v))).collect();
         let mut outs = crate::eval(n, self.kernel, &args, self.out_dtypes)?;
         if let Some(epi) = epi {
-            let residual = epi.residual.and_then(|v| values.get(v)).cloned();
+            let residual = fused_residual(epi, values)?.cloned();
             let t = outs.pop().ok_or("no output")?;
             outs = vec![apply_after(t, epi, residual.as_ref(), n.op)?];
         }
@@ -381,7 +381,10 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
     ) -> KResult<Option<Outs>> {
         let n = self.node;
         let arg = |i: usize| n.inputs.get(i).copied().flatten().and_then(|v| values.get(v));
-        let residual = epi.and_then(|e| e.residual).and_then(|v| values.get(v));
+        let residual = match epi {
+            Some(epi) => fused_residual(epi, values)?,
+            None => None,
+        };
         let all_f32 = n
             .inputs
             .iter()
@@ -511,8 +514,17 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
         let (target, mut buf, slot, in_place) = match dying.and_then(|i| {
             let (t, slot) = values.take(ins[i], pool)?;
             match t.try_into_parts() {
-                Ok((_, TensorData::F32(v))) => Some((i, v, slot)),
-                Ok(_) => None,
+                // A result that leaves with the caller takes the buffer only when it is
+                // exactly its size: a larger pooled buffer stays in the pool.
+                Ok((_, TensorData::F32(v))) if !self.leaves || v.capacity() == v.len() => {
+                    Some((i, v, slot))
+                }
+                Ok((shape, data)) => {
+                    if let Ok(t) = Tensor::new(shape, data) {
+                        values.define(ins[i], t, slot, pool);
+                    }
+                    None
+                }
                 Err(t) => {
                     values.define(ins[i], t, slot, pool);
                     None
@@ -544,6 +556,16 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
         }
         let t = Tensor::from_vec(shape, buf).map_err(|e| e.to_string())?;
         Ok(Some(vec![(t, slot)]))
+    }
+}
+
+/// The residual a fused step adds, which must be computed by now.
+fn fused_residual<'v>(epi: &Epilogue, values: &'v Values<'_>) -> KResult<Option<&'v Tensor>> {
+    match epi.residual {
+        None => Ok(None),
+        Some(v) => {
+            values.get(v).map(Some).ok_or_else(|| format!("the fused residual {v} is not computed"))
+        }
     }
 }
 
