@@ -48,6 +48,34 @@ fn runs_the_example_and_writes_npy_outputs() {
     assert_eq!(v["timings"].as_array().unwrap().len(), 10);
 }
 
+/// `--explain` shows the plan's memory (peak live, arena) beside what the cpu engine
+/// measured running it (memory facts), and the measured peak stays within the arena.
+#[test]
+fn the_explanation_compares_planned_and_measured_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prog, input) = example();
+    let out = dir.path().display().to_string();
+    let (code, stdout, stderr) =
+        xpuctl(&["run", &prog, "--input", &input, "--out", &out, "--explain"]);
+    assert_eq!(code, 0, "{stderr}");
+    let number_after = |key: &str| -> u64 {
+        let at = stdout.find(key).unwrap_or_else(|| panic!("no {key:?} in {stdout}"));
+        let digits: String = stdout[at + key.len()..]
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    let arena = number_after("arena ");
+    let held = number_after("memory.peak_held_bytes = ");
+    assert!(held > 0 && held <= arena + arena / 20, "held {held}, arena {arena}: {stdout}");
+    assert!(
+        stdout.contains("fact cpu: capture = recorded (first run for these input shapes)"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn same_results_from_onnx_and_sgr_forms() {
     let dir = tempfile::tempdir().unwrap();

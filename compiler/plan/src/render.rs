@@ -207,7 +207,11 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     if m.peak_bytes.is_some() || m.limit_bytes.is_some() {
         let peak = m.peak_bytes.map(|b| format!("{b} bytes")).unwrap_or_else(|| "unknown".into());
         let limit = m.limit_bytes.map(|b| format!(", limit {b} bytes")).unwrap_or_default();
-        let _ = writeln!(s, "memory: peak {peak} live{limit}");
+        // The arena the memory plan needs (what an engine executing the plan holds at most:
+        // compare the cpu engine's memory.peak_held_bytes fact).
+        let arena =
+            m.peak_bytes.map(|_| format!(", arena {} bytes", m.arena_bytes)).unwrap_or_default();
+        let _ = writeln!(s, "memory: peak {peak} live{arena}{limit}");
     }
     let fb = ex.fallbacks();
     if fb > 0 {
