@@ -2,7 +2,8 @@
 //!
 //! `xpu-bench matmul N [REPS [KERNEL]]` — f32 N×N·N×N through a prepared matmul graph,
 //! optionally pinned to a kernel (`cpu.blas`, `cpu.gemm`).
-//! `xpu-bench model PATH.onnx BATCH [REPS]` — a warm, prepared ONNX model at a batch size.
+//! `xpu-bench model PATH.onnx BATCH [REPS [KERNEL]]` — a warm, prepared ONNX model at a batch
+//! size, its matrix products optionally pinned to a kernel.
 //! `xpu-bench plan NODES POLICY INVENTORY [REPS]` — the planner on a generated
 //! transformer-like graph of NODES nodes (weights as inputs), policy and inventory files.
 //! Each prints `{"median_s": …, "min_s": …, "reps": …}`. Preparation happens once, as a
@@ -153,9 +154,10 @@ fn main() -> Result<()> {
             let path = args.get(2).context("model PATH")?;
             let batch: usize = args.get(3).context("model BATCH")?.parse()?;
             let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(200);
+            let kernel = args.get(5).map(String::as_str);
             let g = xpu_onnx::import_model(&std::fs::read(path)?)?;
             let inputs = model_inputs(&g, batch)?;
-            let (m, mi) = time_runs(&g, &inputs, reps, None)?;
+            let (m, mi) = time_runs(&g, &inputs, reps, kernel)?;
             (m, mi, reps)
         }
         Some(engine @ ("ort" | "openvino")) => {
@@ -208,7 +210,7 @@ fn main() -> Result<()> {
             (times[times.len() / 2], times[0], reps)
         }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS]"
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS]"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));
