@@ -8,17 +8,8 @@ use xpu_engine::{Assignment, Engine, Execution};
 use xpu_engine_cpu::CpuEngine;
 use xpu_ir::{Attr, Attrs, DType, Dim, Graph, Op, Tensor, TensorType, ValueId};
 
-fn rand(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
+mod common;
+use common::rand;
 
 fn konst(g: &mut Graph, shape: &[usize], seed: u64) -> ValueId {
     let n = shape.iter().product();
