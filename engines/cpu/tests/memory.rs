@@ -323,3 +323,39 @@ fn hostile_pooling_and_convolution_geometry_is_an_error() {
         assert_eq!(err.code(), "kernel", "{kernel:?} {pads:?}: {err}");
     }
 }
+
+#[test]
+fn nodes_of_constant_inputs_are_computed_once_at_prepare() {
+    // bf16 weights cast from an f32 constant, as a bf16 policy plans them on the cpu: the
+    // cast runs once, when the executable is prepared, and the product is the same as with
+    // the weights given as an input (cast on every run).
+    let build = |weights_as_input: bool| {
+        let mut g = Graph::new("cast");
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Known(4), Dim::Known(8)]));
+        let w = if weights_as_input {
+            g.add_input("w", TensorType::new(DType::F32, vec![Dim::Known(8), Dim::Known(6)]))
+        } else {
+            konst(&mut g, &[8, 6], 3)
+        };
+        let to_bf16 = || Attrs::new().with("to", Attr::DType(DType::BF16));
+        let wc = g.add_op(Op::Cast, &[w], to_bf16()).unwrap();
+        let xc = g.add_op(Op::Cast, &[x], to_bf16()).unwrap();
+        let y = g.add_op(Op::MatMul, &[xc, wc], Attrs::new()).unwrap();
+        g.add_output("y", y);
+        g
+    };
+    let x = Tensor::from_vec(vec![4, 8], rand(32, 5)).unwrap();
+    let w = Tensor::from_vec(vec![8, 6], rand(48, 3)).unwrap();
+    let hoisted = CpuEngine
+        .prepare(&build(false), &Assignment::new("cpu"))
+        .unwrap()
+        .run(std::slice::from_ref(&x))
+        .unwrap();
+    let each_run =
+        CpuEngine.prepare(&build(true), &Assignment::new("cpu")).unwrap().run(&[x, w]).unwrap();
+    assert_eq!(hoisted.outputs[0], each_run.outputs[0]);
+    let prepacked: Vec<_> =
+        hoisted.facts.iter().filter(|f| f.key == "prepacked").map(|f| f.node).collect();
+    assert_eq!(prepacked, [Some(xpu_ir::NodeId(1))], "the weight cast, not the input's");
+    assert!(each_run.facts.iter().all(|f| f.key != "prepacked"));
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use xpu_engine::options::{Capture, GraphOptimization, Pool as PoolSetting, Reuse};
 use xpu_engine::{Assignment, EngineError, Executable, Execution, Fact, StopToken};
-use xpu_ir::{DType, Graph, Op, OpClass, Tensor, ValueId};
+use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor, ValueId};
 
 use crate::Kernel;
 pub(crate) use epilogue::Act;
@@ -68,6 +68,8 @@ pub(crate) struct CpuExecutable {
     /// Input shapes of the last run (the pool's recorded assignment is for them).
     captured: Option<Vec<Vec<usize>>>,
     recaptures: u64,
+    /// Nodes of constant inputs computed once at prepare (weights cast, transposed…).
+    prepacked: Vec<NodeId>,
 }
 
 pub(crate) fn prepare(
@@ -114,7 +116,13 @@ pub(crate) fn prepare(
         Some(GraphOptimization::None | GraphOptimization::Basic)
     );
     let epilogues = if fuse { plan_epilogues(partition, &consts) } else { vec![] };
-    let steps = cut_steps(partition, consts, epilogues);
+    let mut steps = cut_steps(partition, consts, epilogues);
+    let out_dtypes: Vec<Vec<DType>> = partition
+        .nodes
+        .iter()
+        .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
+        .collect();
+    let prepacked = hoist_constant_steps(partition, &mut steps, &kernels, &out_dtypes);
     let mut last_use = vec![usize::MAX; partition.values.len()];
     for (si, step) in steps.iter().enumerate() {
         for v in &step.reads {
@@ -132,11 +140,6 @@ pub(crate) fn prepare(
     for o in &partition.outputs {
         last_use[o.value.index()] = usize::MAX;
     }
-    let out_dtypes = partition
-        .nodes
-        .iter()
-        .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
-        .collect();
     let options = &assignment.options;
     Ok(Box::new(CpuExecutable {
         graph: partition.clone(),
@@ -155,7 +158,50 @@ pub(crate) fn prepare(
         scratch: Vec::new(),
         captured: None,
         recaptures: 0,
+        prepacked,
     }))
+}
+
+/// Nodes whose every input is a constant compute the same tensor on every run — weights
+/// cast to the plan's precision, transposed or reshaped: computed here once, with the kernel
+/// a run would use (so the results are the same), they become constants of the executable.
+/// Returns the nodes computed so.
+fn hoist_constant_steps(
+    g: &Graph,
+    steps: &mut [Step],
+    kernels: &[Kernel],
+    out_dtypes: &[Vec<DType>],
+) -> Vec<NodeId> {
+    let mut known: Vec<Option<Arc<Tensor>>> = vec![None; g.values.len()];
+    let mut hoisted = Vec::new();
+    for step in steps.iter_mut() {
+        if let Work::Const(c) = &step.work {
+            step.outputs.iter().for_each(|o| known[o.index()] = Some(c.clone()));
+            continue;
+        }
+        let node = &g.nodes[step.node];
+        let constant_inputs = !step.reads.is_empty()
+            && step.reads.iter().all(|v| known[v.index()].is_some())
+            && step.outputs.len() == 1;
+        if !matches!(step.work, Work::Node) || !constant_inputs {
+            continue;
+        }
+        let args: Vec<Option<&Tensor>> =
+            node.inputs.iter().map(|v| v.and_then(|v| known[v.index()].as_deref())).collect();
+        // A node that fails (or panics) here fails the same way when run: left to the run,
+        // whose error names it.
+        let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::eval(node, kernels[step.node], &args, &out_dtypes[step.node])
+        }));
+        let Ok(Ok(mut outs)) = computed else { continue };
+        let Some(t) = outs.pop().filter(|_| outs.is_empty()) else { continue };
+        let t = Arc::new(t);
+        known[step.outputs[0].index()] = Some(t.clone());
+        step.work = Work::Const(t);
+        step.reads.clear();
+        hoisted.push(NodeId(step.node as u32));
+    }
+    hoisted
 }
 
 /// The executable's own rayon workers when the policy bounds threads (`execution.threads`);

@@ -257,6 +257,14 @@ impl CpuExecutable {
             fact("memory.in_place", s.in_place.to_string()),
             fact("memory.kernel_allocations", s.kernel_allocations.to_string()),
         ];
+        for node in &self.prepacked {
+            facts.push(Fact {
+                node: Some(*node),
+                key: "prepacked".into(),
+                value: "computed once when the executable was prepared (its inputs are constants)"
+                    .into(),
+            });
+        }
         if let Some(replayed) = capture {
             let what = if replayed {
                 format!("replayed ({} buffer requests off their recorded buffer)", s.replay_misses)
