@@ -272,14 +272,14 @@ fn prepare(
             "program needs exactly one of source, source_base64 or path",
         ));
     }
-    let (name, bytes) = if let Some(path) = &p.path {
+    let (name, bytes, file_sha256) = if let Some(path) = &p.path {
         let file = app.jobs.model_roots.resolve_read(path).map_err(|e| {
             ApiError::new(StatusCode::FORBIDDEN, "path_outside_roots", format!("program.path: {e}"))
         })?;
-        let bytes = std::fs::read(&file).map_err(|e| {
+        let (bytes, sha) = app.jobs.file_digests.read(&file).map_err(|e| {
             ApiError::bad_request("invalid_program", format!("program.path {path}: {e}"))
         })?;
-        (p.name.clone().unwrap_or_else(|| path.clone()), bytes)
+        (p.name.clone().unwrap_or_else(|| path.clone()), bytes, Some(sha))
     } else {
         let Some(name) = p.name.clone() else {
             return Err(ApiError::bad_request(
@@ -292,7 +292,7 @@ fn prepare(
             (_, Some(b)) => decode_b64("program.source_base64", b)?,
             _ => Vec::new(),
         };
-        (name, bytes)
+        (name, bytes, None)
     };
     let kind = xpu_runtime::ProgramKind::of(&name).ok_or_else(|| {
         ApiError::bad_request(
@@ -308,7 +308,7 @@ fn prepare(
     }
     let lower_inputs =
         xpu_minilang::lower::Inputs::given(input_names.iter().map(String::as_str).zip(&inputs));
-    let program_sha256 = crate::jobs::sha256_hex(&bytes);
+    let program_sha256 = file_sha256.unwrap_or_else(|| crate::jobs::sha256_hex(&bytes));
     let compiled = match compile {
         Compile::CachedOnly => match app.jobs.compiled.get(&name, &program_sha256, &lower_inputs) {
             Some(c) => c,

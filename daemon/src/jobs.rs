@@ -149,6 +149,8 @@ pub struct Jobs {
     pub compiled: crate::compiled::CompileCache,
     pub data_roots: DataRoots,
     pub model_roots: DataRoots,
+    /// Digests of program files named by path, kept while the file stays the same.
+    pub(crate) file_digests: crate::digests::FileDigests,
     runs_dir: PathBuf,
     blobs: crate::blobs::Blobs,
     engines: xpu_runtime::SharedEngines,
@@ -207,6 +209,7 @@ impl Jobs {
             compiled: crate::compiled::CompileCache::new(1024),
             data_roots,
             model_roots,
+            file_digests: Default::default(),
             runs_dir,
             blobs,
             engines,

@@ -9,6 +9,7 @@ pub mod auth;
 mod blobs;
 pub mod compiled;
 pub mod config;
+mod digests;
 pub mod dto;
 pub mod error;
 pub mod gate;
