@@ -64,15 +64,10 @@ fn check(name: &str, g: &Graph, batch: u64) -> (u64, u64) {
         for run in 0..2 {
             let e = exe.run(&x).unwrap();
             let measured = held(&e);
-            if std::env::var_os("XPU_DEBUG_MEMORY").is_some() {
-                eprintln!(
-                    "{name} fused {fuse} run {run}: {:?}",
-                    e.facts.iter().filter(|f| f.node.is_none()).collect::<Vec<_>>()
-                );
-            }
             assert!(
                 measured as f64 <= planned as f64 * 1.05,
-                "{name} (fused {fuse}, run {run}): held {measured} bytes, planned arena {planned}"
+                "{name} (fused {fuse}, run {run}): held {measured} bytes, planned arena {planned}; {:?}",
+                e.facts.iter().filter(|f| f.node.is_none()).collect::<Vec<_>>()
             );
             worst = worst.max(measured);
         }
