@@ -226,11 +226,21 @@ fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
     let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
-    let unpadded = 10 + dict.len() + 1;
+    // Version 1 holds a header length in 2 bytes; a longer header (thousands of dims)
+    // needs version 2's 4, as numpy writes it.
+    let v1 = 10 + dict.len() + 1 <= usize::from(u16::MAX);
+    let prefix = if v1 { 10 } else { 12 };
+    let unpadded = prefix + dict.len() + 1;
     dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    let mut out = b"\x93NUMPY".to_vec();
+    if v1 {
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&[2, 0]);
+        out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+    }
     out.extend_from_slice(dict.as_bytes());
     out
 }
@@ -646,6 +656,15 @@ mod tests {
             let header = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
             assert_eq!(header % 64, 0, "{:?}", String::from_utf8_lossy(&bytes[..header]));
         }
+        // A header past 64 KiB takes format version 2 (a 4-byte length), which npyz reads.
+        let dims = vec![1usize; 30_000];
+        let bytes = npy_bytes(&Tensor::from_vec(dims.clone(), vec![7i32]).unwrap()).unwrap();
+        assert_eq!(bytes[6], 2);
+        let header = 12 + u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize;
+        assert_eq!(header % 64, 0);
+        let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+        assert_eq!(npy.shape().len(), dims.len());
+        assert_eq!(npy.into_vec::<i32>().unwrap(), [7]);
     }
 
     #[test]
