@@ -228,7 +228,7 @@ fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
     // Version 1 holds a header length in 2 bytes; a longer header (thousands of dims)
     // needs version 2's 4, as numpy writes it.
-    let v1 = 10 + dict.len() + 1 <= usize::from(u16::MAX);
+    let v1 = (10 + dict.len() + 1).next_multiple_of(64) - 10 <= usize::from(u16::MAX);
     let prefix = if v1 { 10 } else { 12 };
     let unpadded = prefix + dict.len() + 1;
     dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
