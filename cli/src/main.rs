@@ -374,11 +374,7 @@ fn main() -> ExitCode {
     // Engines turn their own panics into errors; anything else that panics ends here.
     let result =
         std::panic::catch_unwind(|| dispatch(cli.command, cli.server)).unwrap_or_else(|p| {
-            let what = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let what = xpu_engine::panic_message(&*p);
             Err(anyhow::anyhow!("internal error (please report): {what}"))
         });
     match result {

@@ -280,13 +280,7 @@ pub fn run_all(
         let run = std::panic::AssertUnwindSafe(|| run_case(dir, case, route, &mut outputs));
         let (status, detail) = match std::panic::catch_unwind(run) {
             Ok(r) => r,
-            Err(p) => (
-                Status::Crash,
-                p.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default(),
-            ),
+            Err(p) => (Status::Crash, xpu_engine::panic_message(&*p)),
         };
         results.push(CaseResult {
             name: case.name.clone(),

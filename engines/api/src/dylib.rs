@@ -72,11 +72,7 @@ impl<T> LoadedOnce<T> {
         }
         let rt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load(path)))
             .unwrap_or_else(|p| {
-                let why = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
+                let why = crate::panic_message(&*p);
                 Err(format!("{} is not a usable {what} library: {why}", path.display()))
             })?;
         let rt = Arc::new(rt);

@@ -440,6 +440,16 @@ pub trait Executable: Send {
     }
 }
 
+/// The message a caught panic carried (`panic!` with a literal or a formatted string), for
+/// the errors that report it instead of taking the process down.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Checks run-time inputs against a graph's declared inputs: count, dtype, rank, static
 /// dims and consistent binding of symbolic dims. Engines call this before running.
 pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {

@@ -68,8 +68,8 @@ pub(crate) struct CpuExecutable {
     /// Input shapes of the last run (the pool's recorded assignment is for them).
     captured: Option<Vec<Vec<usize>>>,
     recaptures: u64,
-    /// Nodes of constant inputs computed once at prepare (weights cast, transposed…).
-    prepacked: Vec<NodeId>,
+    /// What every run reports the same: fused epilogues, nodes computed at prepare.
+    prepared_facts: Vec<Fact>,
 }
 
 pub(crate) fn prepare(
@@ -123,6 +123,7 @@ pub(crate) fn prepare(
         .map(|n| n.outputs.iter().map(|&o| partition.ty(o).dtype).collect())
         .collect();
     let prepacked = hoist_constant_steps(partition, &mut steps, &kernels, &out_dtypes);
+    let prepared_facts = prepared_facts(partition, &steps, &kernels, &prepacked);
     let mut last_use = vec![usize::MAX; partition.values.len()];
     for (si, step) in steps.iter().enumerate() {
         for v in &step.reads {
@@ -158,8 +159,38 @@ pub(crate) fn prepare(
         scratch: Vec::new(),
         captured: None,
         recaptures: 0,
-        prepacked,
+        prepared_facts,
     }))
+}
+
+/// The facts of what preparing decided, the same for every run: each fused step (on its
+/// anchor, and on every node it absorbed) and each node computed at prepare.
+fn prepared_facts(
+    g: &Graph,
+    steps: &[Step],
+    kernels: &[Kernel],
+    prepacked: &[NodeId],
+) -> Vec<Fact> {
+    let fact = |node: usize, key: &str, value: String| Fact {
+        node: Some(NodeId(node as u32)),
+        key: key.into(),
+        value,
+    };
+    let mut facts = Vec::new();
+    for step in steps {
+        let Work::Fused(epi) = &step.work else { continue };
+        let names: Vec<&str> = epi.absorbed.iter().map(|&j| g.nodes[j].op.name()).collect();
+        facts.push(fact(step.node, "fused", format!("epilogue {}", names.join(" + "))));
+        let kernel = kernels[step.node].name();
+        for &j in &epi.absorbed {
+            facts.push(fact(j, "fused", format!("into n{} ({kernel})", step.node)));
+        }
+    }
+    for node in prepacked {
+        let value = "computed once when the executable was prepared (its inputs are constants)";
+        facts.push(fact(node.index(), "prepacked", value.into()));
+    }
+    facts
 }
 
 /// Nodes whose every input is a constant compute the same tensor on every run — weights
@@ -238,17 +269,12 @@ fn cut_steps(
     // The anchor whose step runs at each node index (its last absorbed node).
     let mut runs_at: Vec<Option<usize>> = vec![None; g.nodes.len()];
     let mut absorbed = vec![false; g.nodes.len()];
-    for (anchor, slot) in epilogues.iter_mut().enumerate() {
-        let Some(epi) = slot else { continue };
-        let last = *epi.absorbed.last().expect("an epilogue absorbs a node");
-        // Epilogues are disjoint (plan_epilogues claims each node once); one that is not
-        // would lose its anchor, so it is dropped and its nodes run on their own.
-        if runs_at[last].is_some() || epi.absorbed.iter().any(|&j| absorbed[j]) {
-            *slot = None;
-            continue;
-        }
+    for (anchor, epi) in epilogues.iter().enumerate() {
+        let Some(epi) = epi else { continue };
+        // Epilogues are disjoint: plan_epilogues claims each node once.
+        debug_assert!(epi.absorbed.iter().all(|&j| !absorbed[j]), "n{anchor}'s epilogue overlaps");
         epi.absorbed.iter().for_each(|&j| absorbed[j] = true);
-        runs_at[last] = Some(anchor);
+        runs_at[*epi.absorbed.last().expect("an epilogue absorbs a node")] = Some(anchor);
     }
     let mut steps = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {

@@ -37,7 +37,7 @@ pub(crate) struct MemoryStats {
 #[derive(Default)]
 enum Slot {
     /// A buffer ready to be taken.
-    Free(TensorData),
+    Free(Vec<f32>),
     /// Its buffer holds a live value and comes back here when the value dies.
     InUse,
     /// Empty (its buffer was released): the next buffer given back may take it.
@@ -58,13 +58,8 @@ pub(crate) struct Pool {
     pub stats: MemoryStats,
 }
 
-fn bytes_of(d: &TensorData) -> u64 {
-    let cap = match d {
-        TensorData::F32(v) => v.capacity() * 4,
-        TensorData::F64(v) => v.capacity() * 8,
-        other => other.len() * other.dtype().size_bytes(),
-    };
-    cap as u64
+fn capacity_bytes(v: &Vec<f32>) -> u64 {
+    (v.capacity() * 4) as u64
 }
 
 impl Pool {
@@ -72,17 +67,10 @@ impl Pool {
     /// previous run recorded this shape's assignment) or record afresh.
     pub fn begin(&mut self, capture: Option<bool>) {
         self.stats = MemoryStats { peak_held: self.free_bytes, ..MemoryStats::default() };
-        match capture {
-            Some(true) => self.replay_at = Some(0),
-            Some(false) => {
-                self.recorded.clear();
-                self.replay_at = None;
-                self.recording = true;
-            }
-            None => {
-                self.replay_at = None;
-                self.recording = false;
-            }
+        self.replay_at = (capture == Some(true)).then_some(0);
+        self.recording = capture == Some(false);
+        if self.recording {
+            self.recorded.clear();
         }
     }
 
@@ -116,58 +104,49 @@ impl Pool {
     /// An f32 buffer for `n` elements (its contents are stale: the caller overwrites them)
     /// and its slot, to give it back to.
     pub fn take_f32(&mut self, n: usize) -> (Vec<f32>, usize) {
-        let need = n as u64 * 4;
         let recorded = self.replay_at.and_then(|at| self.recorded.get(at).copied());
         if let Some(at) = self.replay_at.as_mut() {
             *at += 1;
         }
-        let fits = |d: &TensorData| matches!(d, TensorData::F32(v) if v.capacity() >= n);
-        // A recorded slot left vacant (its buffer was released) is filled anew: taking
-        // another free buffer would take one a later request was recorded with.
-        if let Some(k) = recorded
-            && matches!(self.slots.get(k), Some(Slot::Vacant))
-        {
-            self.slots[k] = Slot::InUse;
-            return (self.allocated(), k);
-        }
-        let slot = match recorded {
-            Some(k) if matches!(self.slots.get(k), Some(Slot::Free(d)) if fits(d)) => Some(k),
+        let slot = match recorded.map(|k| (k, self.slots.get(k))) {
+            // A recorded slot left vacant (its buffer was released) is filled anew: taking
+            // another free buffer would take one a later request was recorded with.
+            Some((k, Some(Slot::Vacant))) => {
+                self.slots[k] = Slot::InUse;
+                return (self.allocated(), k);
+            }
+            Some((k, Some(Slot::Free(v)))) if v.capacity() >= n => Some(k),
             _ => {
                 if self.replay_at.is_some() {
                     self.stats.replay_misses += 1;
                 }
-                self.best_fit(need, fits)
+                self.best_fit(n as u64 * 4)
             }
         };
         let (v, k) = match slot {
             Some(k) => {
-                let Slot::Free(data) = std::mem::replace(&mut self.slots[k], Slot::InUse) else {
+                let Slot::Free(v) = std::mem::replace(&mut self.slots[k], Slot::InUse) else {
                     unreachable!("best_fit and the recorded check pick free slots")
                 };
-                self.free_bytes -= bytes_of(&data);
+                self.free_bytes -= capacity_bytes(&v);
                 self.stats.reused += 1;
-                match data {
-                    TensorData::F32(v) => (v, k),
-                    _ => unreachable!("fits() matched F32"),
-                }
+                (v, k)
             }
             None => {
                 // Nothing free is large enough: the largest free buffer goes, replaced by the
                 // new one, so the pool keeps as many buffers as the plan has however the
                 // sizes change between runs (a caching pool's new shapes).
-                if let Some(k) = self.largest_free() {
+                if let Some(k) = self.free().max_by_key(|&(_, bytes)| bytes).map(|(k, _)| k) {
                     self.evict(k);
                 }
-                let k = self
-                    .slots
-                    .iter()
-                    .position(|s| matches!(s, Slot::Vacant))
-                    .unwrap_or(self.slots.len());
-                if k == self.slots.len() {
-                    self.slots.push(Slot::InUse);
-                } else {
-                    self.slots[k] = Slot::InUse;
-                }
+                let k = match self.slots.iter().position(|s| matches!(s, Slot::Vacant)) {
+                    Some(k) => k,
+                    None => {
+                        self.slots.push(Slot::Vacant);
+                        self.slots.len() - 1
+                    }
+                };
+                self.slots[k] = Slot::InUse;
                 (self.allocated(), k)
             }
         };
@@ -192,7 +171,7 @@ impl Pool {
     /// A kernel allocated `bytes` itself: release the free buffer the plan would have used.
     pub fn kernel_allocated(&mut self, bytes: u64) {
         self.stats.kernel_allocations += 1;
-        if let Some(k) = self.best_fit(bytes, |_| true) {
+        if let Some(k) = self.best_fit(bytes) {
             self.evict(k);
         }
     }
@@ -204,12 +183,13 @@ impl Pool {
         let Some(k) = slot.filter(|&k| matches!(self.slots.get(k), Some(Slot::InUse))) else {
             return;
         };
-        if !matches!(data, TensorData::F32(_)) {
-            self.slots[k] = Slot::Vacant;
-            return;
-        }
-        self.free_bytes += bytes_of(&data);
-        self.slots[k] = Slot::Free(data);
+        self.slots[k] = match data {
+            TensorData::F32(v) => {
+                self.free_bytes += capacity_bytes(&v);
+                Slot::Free(v)
+            }
+            _ => Slot::Vacant,
+        };
     }
 
     /// Live bytes changed by `delta` (a value computed or released).
@@ -227,34 +207,25 @@ impl Pool {
         self.stats.peak_held = self.stats.peak_held.max(self.stats.live + self.free_bytes);
     }
 
-    fn best_fit(&self, need: u64, ok: impl Fn(&TensorData) -> bool) -> Option<usize> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(k, s)| match s {
-                Slot::Free(d) => Some((k, d)),
-                _ => None,
-            })
-            .filter(|(_, d)| bytes_of(d) >= need && ok(d))
-            .min_by_key(|(_, d)| bytes_of(d))
-            .map(|(k, _)| k)
+    /// The free slots with the bytes their buffers hold.
+    fn free(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(k, s)| match s {
+            Slot::Free(v) => Some((k, capacity_bytes(v))),
+            _ => None,
+        })
     }
 
-    fn largest_free(&self) -> Option<usize> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(k, s)| match s {
-                Slot::Free(d) => Some((k, bytes_of(d))),
-                _ => None,
-            })
-            .max_by_key(|&(_, bytes)| bytes)
+    /// The smallest free buffer holding at least `need` bytes.
+    fn best_fit(&self, need: u64) -> Option<usize> {
+        self.free()
+            .filter(|&(_, bytes)| bytes >= need)
+            .min_by_key(|&(_, bytes)| bytes)
             .map(|(k, _)| k)
     }
 
     fn evict(&mut self, k: usize) {
-        if let Slot::Free(d) = std::mem::take(&mut self.slots[k]) {
-            self.free_bytes -= bytes_of(&d);
+        if let Slot::Free(v) = std::mem::take(&mut self.slots[k]) {
+            self.free_bytes -= capacity_bytes(&v);
         }
     }
 }

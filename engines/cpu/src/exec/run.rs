@@ -2,7 +2,7 @@
 //! written in place, into a pooled buffer or (ops without a buffer-taking variant) into
 //! memory its kernel allocates; every value released at its last use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use ndarray::{ArrayViewMutD, IxDyn, Zip};
@@ -38,7 +38,7 @@ struct Values<'a> {
     /// Live storage: id → what it is. Inputs and constants are not in it.
     storage: HashMap<usize, Storage>,
     /// Storage owned elsewhere (the caller's inputs, the graph's constants).
-    external: Vec<usize>,
+    external: HashSet<usize>,
 }
 
 /// A buffer live values hold (several when a reshape shares it).
@@ -74,25 +74,21 @@ impl<'a> Values<'a> {
     /// pool slot of its buffer when it was the buffer's last holder.
     /// The caller's inputs stay where they are (`None`): they are not ours to take.
     fn take(&mut self, v: ValueId, pool: &mut Pool) -> Option<(Tensor, Option<usize>)> {
-        if matches!(self.slots[v.index()], Some(Slot::Borrowed(_))) {
+        if !matches!(self.slots[v.index()], Some(Slot::Held(_))) {
             return None;
         }
-        match self.slots[v.index()].take()? {
-            Slot::Borrowed(_) => None,
-            Slot::Held(t) => {
-                let id = t.storage_id();
-                let mut slot = None;
-                if let Some(entry) = self.storage.get_mut(&id) {
-                    entry.holders -= 1;
-                    if entry.holders == 0 {
-                        pool.live_sub(entry.bytes);
-                        slot = entry.pool_slot;
-                        self.storage.remove(&id);
-                    }
-                }
-                Some((t, slot))
+        let Some(Slot::Held(t)) = self.slots[v.index()].take() else { return None };
+        let id = t.storage_id();
+        let mut slot = None;
+        if let Some(entry) = self.storage.get_mut(&id) {
+            entry.holders -= 1;
+            if entry.holders == 0 {
+                pool.live_sub(entry.bytes);
+                slot = entry.pool_slot;
+                self.storage.remove(&id);
             }
         }
+        Some((t, slot))
     }
 
     /// Releases a dead value; its buffer goes back to the pool when nothing shares it.
@@ -117,10 +113,12 @@ impl CpuExecutable {
         xpu_engine::check_inputs(&self.graph, inputs)?;
         let capture = self.begin_capture(inputs);
         self.buffers.begin(capture);
-        let result = self.run_steps(inputs, stop);
+        // The caller's inputs are live for the whole run (the memory plan counts them so).
+        let input_bytes: u64 = inputs.iter().map(|t| t.size_bytes() as u64).sum();
+        let result = self.run_steps(inputs, input_bytes, stop);
         self.buffers.end(self.mode.pool != PoolSetting::None);
         let mut execution = result?;
-        execution.facts.extend(self.memory_facts(inputs, capture));
+        execution.facts.extend(self.memory_facts(input_bytes, capture));
         Ok(execution)
     }
 
@@ -146,7 +144,12 @@ impl CpuExecutable {
         Some(!first && !changed)
     }
 
-    fn run_steps(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+    fn run_steps(
+        &mut self,
+        inputs: &[Tensor],
+        input_bytes: u64,
+        stop: &StopToken,
+    ) -> Result<Execution, EngineError> {
         let g = &self.graph;
         let reuse = self.mode.reuse != Reuse::None;
         let mut values = Values {
@@ -157,16 +160,14 @@ impl CpuExecutable {
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values.slots[v.index()] = Some(Slot::Borrowed(t));
         }
-        let input_bytes: u64 = inputs.iter().map(|t| t.size_bytes() as u64).sum();
         let mut timings = Vec::with_capacity(g.nodes.len());
-        let mut facts = Vec::new();
         for (si, step) in self.steps.iter().enumerate() {
             let node = &g.nodes[step.node];
             let id = NodeId(step.node as u32);
             let start = Instant::now();
             let outs: Vec<(Tensor, Option<usize>)> = match &step.work {
                 Work::Const(c) => {
-                    values.external.push(c.storage_id());
+                    values.external.insert(c.storage_id());
                     vec![((**c).clone(), None)]
                 }
                 work => {
@@ -225,8 +226,13 @@ impl CpuExecutable {
             let nanos = start.elapsed().as_nanos() as u64;
             let kernel = self.kernels[step.node].name();
             timings.push(NodeTiming { node: id, kernel: kernel.to_string(), nanos });
+            // Absorbed nodes ran inside the anchor's time: no time of their own.
             if let Work::Fused(epi) = &step.work {
-                record_fusion(g, step.node, epi, kernel, &mut timings, &mut facts);
+                timings.extend(epi.absorbed.iter().map(|&j| NodeTiming {
+                    node: NodeId(j as u32),
+                    kernel: kernel.to_string(),
+                    nanos: 0,
+                }));
             }
         }
         // Move each output out of its slot (the last output naming a value takes it; earlier
@@ -241,13 +247,12 @@ impl CpuExecutable {
             }
             outputs.push(t);
         }
-        Ok(Execution { outputs, timings, facts })
+        Ok(Execution { outputs, timings, facts: self.prepared_facts.clone() })
     }
 
     /// The run's memory figures and capture outcome as facts (see docs/policies.md).
-    fn memory_facts(&self, inputs: &[Tensor], capture: Option<bool>) -> Vec<Fact> {
+    fn memory_facts(&self, input_bytes: u64, capture: Option<bool>) -> Vec<Fact> {
         let s = &self.buffers.stats;
-        let input_bytes: u64 = inputs.iter().map(|t| t.size_bytes() as u64).sum();
         let fact = |key: &str, value: String| Fact { node: None, key: key.into(), value };
         let mut facts = vec![
             fact("memory.peak_live_bytes", (input_bytes + s.peak_live).to_string()),
@@ -257,14 +262,6 @@ impl CpuExecutable {
             fact("memory.in_place", s.in_place.to_string()),
             fact("memory.kernel_allocations", s.kernel_allocations.to_string()),
         ];
-        for node in &self.prepacked {
-            facts.push(Fact {
-                node: Some(*node),
-                key: "prepacked".into(),
-                value: "computed once when the executable was prepared (its inputs are constants)"
-                    .into(),
-            });
-        }
         if let Some(replayed) = capture {
             let what = if replayed {
                 format!("replayed ({} buffer requests off their recorded buffer)", s.replay_misses)
@@ -280,41 +277,10 @@ impl CpuExecutable {
 }
 
 fn kernel_panic(node: &Node, id: NodeId, p: Box<dyn std::any::Any + Send>) -> EngineError {
-    let what = p
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default();
+    let what = xpu_engine::panic_message(&*p);
     EngineError::Kernel {
         node: node.label(id),
         message: format!("internal error in the cpu engine (please report): {what}"),
-    }
-}
-
-/// Timings and facts of the nodes a fused step absorbed: no time of their own (the anchor's
-/// time includes theirs), a fact naming the step they ran in.
-fn record_fusion(
-    g: &xpu_ir::Graph,
-    anchor: usize,
-    epi: &Epilogue,
-    kernel: &str,
-    timings: &mut Vec<NodeTiming>,
-    facts: &mut Vec<Fact>,
-) {
-    let names: Vec<String> =
-        epi.absorbed.iter().map(|&j| g.nodes[j].op.name().to_string()).collect();
-    facts.push(Fact {
-        node: Some(NodeId(anchor as u32)),
-        key: "fused".into(),
-        value: format!("epilogue {}", names.join(" + ")),
-    });
-    for &j in &epi.absorbed {
-        timings.push(NodeTiming { node: NodeId(j as u32), kernel: kernel.to_string(), nanos: 0 });
-        facts.push(Fact {
-            node: Some(NodeId(j as u32)),
-            key: "fused".into(),
-            value: format!("into n{anchor} ({kernel})"),
-        });
     }
 }
 
@@ -402,13 +368,9 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             return Ok(None);
         }
         let mut slot = None;
-        let leaves = self.leaves;
         let mut take = |len: usize| {
-            if leaves {
-                return pool.take_fresh();
-            }
-            let (v, s) = pool.take_f32(len);
-            slot = Some(s);
+            let (v, s) = self.buffer(pool, len);
+            slot = s;
             v
         };
         let mk = self.kernel.matmul();
@@ -421,27 +383,20 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
                 }
                 let res =
                     residual.map(|r| r.as_slice::<f32>().ok_or("residual dtype")).transpose()?;
-                // The residual's type is the output's (checked when fusing); a shape that
-                // still differs at run time fails the step instead of reading out of range.
-                let mismatch = std::sync::atomic::AtomicBool::new(false);
+                // The residual's type is the output's (checked when fusing). A shape that
+                // still differs at run time is never read out of range here and fails the
+                // step below.
                 let per_image = |b: usize, dst: &mut [f32]| {
                     let Some(epi) = epi else { return };
-                    let r = res.map(|r| r.get(b * dst.len()..(b + 1) * dst.len()));
-                    if r.is_some_and(|r| r.is_none()) {
-                        mismatch.store(true, std::sync::atomic::Ordering::Relaxed);
-                        return;
-                    }
+                    let r = res.and_then(|r| r.get(b * dst.len()..(b + 1) * dst.len()));
                     let inner = dst.len() / m.max(1);
-                    epi.apply(dst, r.flatten(), Layout::Planes { channels: m, inner });
+                    epi.apply(dst, r, Layout::Planes { channels: m, inner });
                 };
                 let ops = ConvOperands { x, w, bias: arg(2) };
                 let (data, shape) =
                     conv_into::<f32>(mk, &n.attrs, ops, &mut take, scratch, &per_image)?;
                 if let Some(r) = residual {
                     check_residual(r, &shape)?;
-                }
-                if mismatch.into_inner() {
-                    return Err("the fused residual does not match the convolution's output".into());
                 }
                 (data, shape)
             }
@@ -476,6 +431,16 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
         Ok(Some(vec![(t, slot)]))
     }
 
+    /// A buffer for this step's result of `len` elements and its pool slot: a pooled one,
+    /// or for a result that leaves with the caller its own (the kernel sizes it exactly).
+    fn buffer(&self, pool: &mut Pool, len: usize) -> (Vec<f32>, Option<usize>) {
+        if self.leaves {
+            return (pool.take_fresh(), None);
+        }
+        let (v, slot) = pool.take_f32(len);
+        (v, Some(slot))
+    }
+
     /// Activations and broadcasting Add/Sub/Mul/Div on f32: over a dying operand's buffer
     /// (`reuse = "in-place"`), else over a pooled copy of the operand of the output's shape.
     fn elementwise(&self, values: &mut Values<'_>, pool: &mut Pool) -> KResult<Option<Outs>> {
@@ -486,15 +451,8 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
         {
             return Ok(None);
         }
-        let act = match n.op {
-            Op::Clip | Op::Relu | Op::LeakyRelu | Op::Sigmoid | Op::Tanh
-                if ins.len() == 1 || n.op == Op::Clip =>
-            {
-                // Clip's bounds must be constants of one value, as for fusion.
-                Act::of(n, |i| n.inputs.get(i).copied().flatten().and_then(|v| values.get(v)))
-            }
-            _ => None,
-        };
+        // Clip's bounds must be one-value tensors, as for fusion.
+        let act = Act::of(n, |i| n.inputs.get(i).copied().flatten().and_then(|v| values.get(v)));
         let binary = matches!(n.op, Op::Add | Op::Sub | Op::Mul | Op::Div) && ins.len() == 2;
         if act.is_none() && !binary {
             return Ok(None);
@@ -542,12 +500,7 @@ impl<F: Fn(ValueId) -> bool> StepCtx<'_, F> {
             Some((i, v, slot)) => (i, v, slot, true),
             None => {
                 let src = values.get(ins[first_full]).unwrap().as_slice::<f32>().ok_or("dtype")?;
-                let (mut v, s) = if self.leaves {
-                    (pool.take_fresh(), None)
-                } else {
-                    let (v, s) = pool.take_f32(src.len());
-                    (v, Some(s))
-                };
+                let (mut v, s) = self.buffer(pool, src.len());
                 v.clear();
                 v.extend_from_slice(src);
                 (first_full, v, s, false)
