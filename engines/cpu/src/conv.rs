@@ -106,7 +106,8 @@ pub fn conv(kernel: MatMulKernel, attrs: &Attrs, inputs: &[Option<&Tensor>]) -> 
             kernel,
             attrs,
             ConvOperands { x, w: req(inputs, 1)?, bias: opt(inputs, 2) },
-            Vec::with_capacity,
+            // Empty: sized by resize_for_overwrite (zeroed pages, no fill, when large).
+            |_| Vec::new(),
             &mut Vec::new(),
             &|_, _| {},
         )?;
