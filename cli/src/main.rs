@@ -367,6 +367,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // SAFETY: still before any thread exists.
+    unsafe { xpu_engine_cpu::quiet_blas_threads() };
     // Panics are caught below and reported as one-line errors; keep the raw panic text (and
     // backtrace) off the terminal.
     std::panic::set_hook(Box::new(|_| {}));

@@ -52,6 +52,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: the first thing main does, before any thread exists.
+    unsafe { xpu_engine_cpu::quiet_blas_threads() };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("XPU_LOG")

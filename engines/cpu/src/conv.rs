@@ -10,9 +10,11 @@ use crate::scalar::Scalar;
 use crate::util::{KResult, opt, req, strides};
 
 /// Below this many multiply-adds (or pooling taps) a convolution or pooling runs on the
-/// calling thread: waking rayon's sleeping workers costs tens of microseconds, more than a
-/// small layer takes alone.
-const PARALLEL_WORK: usize = 1 << 18;
+/// calling thread: a few microseconds of work, where splitting saves less than it costs.
+const PARALLEL_WORK: usize = 1 << 16;
+
+/// Column-matrix elements below which im2col runs on the calling thread.
+const PARALLEL_IM2COL: usize = 1 << 13;
 
 /// Resolved geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
@@ -183,16 +185,18 @@ pub(crate) fn conv_into<T: Scalar>(
     if total == 0 {
         return Ok((out, shape));
     }
-    let image = |b: usize, dst: &mut [T], scratch: &mut Vec<T>| {
+    // im2col writes every element (zeros in the padding), so workspaces are never cleared;
+    // they only grow (a conv net's layers alternate sizes: shrinking and regrowing would
+    // zero-fill them on every run).
+    let need = if pointwise { 0 } else { rows * osz };
+    let image = |b: usize, dst: &mut [T], work: &mut [T]| {
         for gi in 0..g {
             let x_img = &xv[(b * c + gi * cg) * isz..][..cg * isz];
             let col: &[T] = if pointwise {
                 x_img
             } else {
-                // im2col writes every element (zeros in the padding): no clearing.
-                scratch.resize(rows * osz, T::zero());
-                im2col(x_img, cg, &geo, scratch);
-                scratch
+                im2col(x_img, cg, &geo, &mut work[..need]);
+                &work[..need]
             };
             crate::linalg::mm(
                 kernel,
@@ -212,33 +216,56 @@ pub(crate) fn conv_into<T: Scalar>(
         epilogue(b, dst);
     };
     let per_image = m * osz * rows;
-    if n > 1
-        && per_image < crate::linalg::SMALL_PRODUCT
-        && n * per_image >= PARALLEL_WORK
-        && rayon::current_num_threads() > 1
-    {
-        // One contiguous run of images per worker, each with its own workspace.
-        use rayon::prelude::*;
-        let per_worker = n.div_ceil(rayon::current_num_threads());
-        out.par_chunks_mut(per_worker * m * osz).enumerate().for_each(|(w, dst)| {
-            let mut scratch = Vec::new();
-            for (i, img) in dst.chunks_exact_mut(m * osz).enumerate() {
-                image(w * per_worker + i, img, &mut scratch);
-            }
-        });
+    let threads = crate::team::threads();
+    if n >= threads && threads > 1 && n * per_image >= PARALLEL_WORK {
+        // One contiguous run of images per thread, each with its own workspace; each
+        // image's product runs whole on its thread.
+        let per_thread = n.div_ceil(threads);
+        let tasks = n.div_ceil(per_thread);
+        grow(scratch, tasks * need);
+        crate::team::for_chunk_pairs_mut(
+            (&mut out, per_thread * m * osz),
+            (&mut scratch[..tasks * need], need),
+            |t, dst, work| {
+                for (i, img) in dst.chunks_exact_mut(m * osz).enumerate() {
+                    image(t * per_thread + i, img, work);
+                }
+            },
+        );
     } else {
+        // Fewer images than threads: each image's product is split over the team instead.
+        grow(scratch, need);
         for (b, dst) in out.chunks_exact_mut(m * osz).enumerate() {
-            image(b, dst, scratch);
+            image(b, dst, &mut scratch[..need]);
         }
     }
     Ok((out, shape))
+}
+
+/// Makes `v` at least `n` long; what it already holds is kept (and not cleared).
+fn grow<T: Scalar>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::zero());
+    }
 }
 
 /// im2col of one image's `channels` planes into `col` (`[channels·kernel, out]`, row-major).
 fn im2col<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
     let osz: usize = geo.iter().map(|g| g.out).product();
     if geo.len() == 2 {
-        im2col_2d_strided(x, channels, geo, col, osz, 0);
+        let threads = crate::team::threads();
+        if threads > 1 && channels > 1 && col.len() >= PARALLEL_IM2COL {
+            // Channel runs in parallel: each writes its own band of rows.
+            let isz = geo[0].input * geo[1].input;
+            let band = channels.div_ceil(threads);
+            let rows_per_channel = geo[0].kernel * geo[1].kernel;
+            crate::team::for_chunks_mut(col, band * rows_per_channel * osz, |i, piece| {
+                let count = piece.len() / (rows_per_channel * osz);
+                im2col_2d_strided(&x[i * band * isz..], count, geo, piece, osz, 0);
+            });
+        } else {
+            im2col_2d_strided(x, channels, geo, col, osz, 0);
+        }
         return;
     }
     let out_sp: Vec<usize> = geo.iter().map(|g| g.out).collect();
@@ -271,9 +298,61 @@ fn im2col<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
     }
 }
 
-/// im2col for 2-D: `col[(ci·kh·kw + ky·kw + kx)·ld + base + oy·ow + ox] = x[ci, iy, ix]`
-/// (0 in padding), writing each row segment of a column matrix with leading dimension `ld`.
+/// 2-D im2col of `channels` planes into `col` (row `r` of the column matrix at
+/// `col[r·ld + base..]`). Each plane is first copied into a zero-bordered buffer covering
+/// every tap's reach, so each column-matrix row is plain copies of `out_w` elements with no
+/// bounds logic: small feature maps (14×14) made the bounds-checked version spend most of
+/// its time in thousands of one-element `memset`/`memcpy` calls.
 fn im2col_2d_strided<T: Scalar>(
+    x: &[T],
+    channels: usize,
+    geo: &[Geo],
+    col: &mut [T],
+    ld: usize,
+    base: usize,
+) {
+    let (gh, gw) = (geo[0], geo[1]);
+    let (ih, iw, oh, ow) = (gh.input, gw.input, gh.out, gw.out);
+    if oh == 0 || ow == 0 {
+        return;
+    }
+    // The padded extent every output's window reaches.
+    let ph = (oh - 1) * gh.stride + (gh.kernel - 1) * gh.dilation + 1;
+    let pw = (ow - 1) * gw.stride + (gw.kernel - 1) * gw.dilation + 1;
+    let bound = (ih * iw).max(oh * ow).saturating_mul(4).max(1 << 16);
+    if ph.checked_mul(pw).is_none_or(|n| n > bound) {
+        return im2col_2d_bounded(x, channels, geo, col, ld, base);
+    }
+    let mut padded = vec![T::zero(); ph * pw];
+    let mut row = 0;
+    for ci in 0..channels {
+        let plane = &x[ci * ih * iw..][..ih * iw];
+        pad_plane(plane, ih, iw, gh.pad_begin, gw.pad_begin, &mut padded, ph, pw);
+        for ky in 0..gh.kernel {
+            for kx in 0..gw.kernel {
+                let dst = &mut col[row * ld + base..][..oh * ow];
+                for (oy, out_row) in dst.chunks_exact_mut(ow).enumerate() {
+                    let y = oy * gh.stride + ky * gh.dilation;
+                    let src = &padded[y * pw + kx * gw.dilation..];
+                    if gw.stride == 1 {
+                        copy_short(out_row, &src[..ow]);
+                    } else {
+                        out_row
+                            .iter_mut()
+                            .zip(src.iter().step_by(gw.stride))
+                            .for_each(|(d, &v)| *d = v);
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+/// im2col for 2-D, checking each tap's bounds (for geometries whose padded extent would
+/// be far larger than the image): `col[(ci·kh·kw + ky·kw + kx)·ld + base + oy·ow + ox] = x[ci, iy, ix]`
+/// (0 in padding), writing each row segment of a column matrix with leading dimension `ld`.
+fn im2col_2d_bounded<T: Scalar>(
     x: &[T],
     channels: usize,
     geo: &[Geo],
@@ -324,6 +403,57 @@ fn im2col_2d_strided<T: Scalar>(
                 row += 1;
             }
         }
+    }
+}
+
+/// `padded[y][x] = plane[y − top][x − left]` inside the plane, zero outside.
+#[allow(clippy::too_many_arguments)]
+fn pad_plane<T: Scalar>(
+    plane: &[T],
+    ih: usize,
+    iw: usize,
+    top: usize,
+    left: usize,
+    padded: &mut [T],
+    ph: usize,
+    pw: usize,
+) {
+    for (y, dst) in padded.chunks_exact_mut(pw).enumerate().take(ph) {
+        let iy = y.wrapping_sub(top);
+        if iy >= ih {
+            dst.fill(T::zero());
+            continue;
+        }
+        let src = &plane[iy * iw..][..iw];
+        // Columns [left, left + iw) ∩ [0, pw) come from the plane.
+        let lo = left.min(pw);
+        let hi = (left + iw).min(pw);
+        dst[..lo].fill(T::zero());
+        dst[lo..hi].copy_from_slice(&src[..hi - lo]);
+        dst[hi..].fill(T::zero());
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of small feature maps: eight elements at a
+/// time (the last eight overlapping), which compiles to vector moves rather than a library
+/// call per row.
+#[inline(always)]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    const W: usize = 8;
+    let n = dst.len();
+    if n < W {
+        dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v);
+        return;
+    }
+    let mut i = 0;
+    while i + W <= n {
+        let chunk: &[T; W] = src[i..i + W].try_into().expect("W elements");
+        dst[i..i + W].copy_from_slice(chunk);
+        i += W;
+    }
+    if i < n {
+        let chunk: &[T; W] = src[n - W..n].try_into().expect("W elements");
+        dst[n - W..n].copy_from_slice(chunk);
     }
 }
 
@@ -458,6 +588,7 @@ fn accumulate<T: Scalar>(is_max: bool, acc: &mut T, nan: &mut bool, v: T) {
 /// The larger of two values, the first on ties; NaN wins and stays (max pooling's rule).
 #[inline]
 fn max_nan<T: Scalar>(acc: T, v: T) -> T {
+    // Both conditions evaluated (`|`, not `||`): a select the vectoriser can use.
     if v > acc || (v.is_nan() && !acc.is_nan()) { v } else { acc }
 }
 
@@ -489,10 +620,14 @@ impl PoolRows {
                 && (gh.kernel, gw.kernel, gw.stride, gh.dilation, gw.dilation) == (2, 2, 2, 1, 1)
             {
                 // The common 2×2/2 max pool: the window's four taps in row-major order.
-                let r0 = &plane[y0 as usize * self.iw + x_first..][..2 * run.len()];
-                let r1 = &plane[(y0 as usize + 1) * self.iw + x_first..][..2 * run.len()];
-                for ((d, a), b) in run.iter_mut().zip(r0.chunks_exact(2)).zip(r1.chunks_exact(2)) {
-                    *d = max_nan(max_nan(max_nan(a[0], a[1]), b[0]), b[1]);
+                // Indexed over slices cut to length, so the loop has no bounds checks and
+                // vectorises (the zipped pair iterators did not).
+                let len = run.len();
+                let r0 = &plane[y0 as usize * self.iw + x_first..][..2 * len];
+                let r1 = &plane[(y0 as usize + 1) * self.iw + x_first..][..2 * len];
+                for i in 0..len {
+                    let (a0, a1, b0, b1) = (r0[2 * i], r0[2 * i + 1], r1[2 * i], r1[2 * i + 1]);
+                    run[i] = max_nan(max_nan(max_nan(a0, a1), b0), b1);
                 }
                 return self.borders(is_max, plane, y0, true, dst, init);
             }
@@ -663,13 +798,13 @@ pub(crate) fn pool_2d_into<T: Scalar>(
         }
     };
     let work = out.len().saturating_mul(gh.kernel.saturating_mul(gw.kernel));
-    if work >= PARALLEL_WORK && rayon::current_num_threads() > 1 {
-        // One contiguous run of planes per worker.
-        use rayon::prelude::*;
-        let per_worker = nc.div_ceil(rayon::current_num_threads());
-        out.par_chunks_mut(per_worker * oh * ow).enumerate().for_each(|(w, dst)| {
+    let threads = crate::team::threads();
+    if work >= PARALLEL_WORK && threads > 1 {
+        // One contiguous run of planes per thread.
+        let per_thread = nc.div_ceil(threads);
+        crate::team::for_chunks_mut(&mut out, per_thread * oh * ow, |t, dst| {
             for (i, plane) in dst.chunks_exact_mut(oh * ow).enumerate() {
-                plane_out(w * per_worker + i, plane);
+                plane_out(t * per_thread + i, plane);
             }
         });
     } else {

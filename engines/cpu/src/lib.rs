@@ -12,6 +12,20 @@
 #[cfg(feature = "openblas")]
 mod blas;
 
+/// Keeps OpenBLAS from starting its own thread pool (the engine splits products over its
+/// own team); a no-op without the `openblas` feature.
+///
+/// # Safety
+/// Call at the top of `main`, before any other thread exists: it may set an environment
+/// variable.
+pub unsafe fn quiet_blas_threads() {
+    #[cfg(feature = "openblas")]
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        blas::quiet_openblas_threads()
+    };
+}
+
 mod attention;
 mod cast;
 mod conv;
@@ -28,6 +42,7 @@ mod reduce;
 mod resize;
 mod rnn;
 mod scalar;
+mod team;
 mod util;
 
 use xpu_engine::{
@@ -340,7 +355,7 @@ impl Engine for CpuEngine {
                     classes: vec![],
                     deterministic: true,
                     dtypes: floats.clone(),
-                    description: "packed GEMM (gemm crate), rayon threads".into(),
+                    description: "packed GEMM (gemm crate), split over the engine's threads".into(),
                 }),
                 Some(KernelCaps {
                     device: None,

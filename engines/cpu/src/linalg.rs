@@ -24,16 +24,13 @@ pub enum MatMulKernel {
     Naive,
 }
 
-/// Below this many multiply-adds a product runs on one thread: waking workers costs more.
-pub(crate) const SMALL_PRODUCT: usize = 1 << 21;
+/// Below this many multiply-adds a product runs on one thread: splitting it costs more
+/// than the second thread saves (a team job starts in ~0.2 µs; 2^18 multiply-adds take
+/// ~3 µs).
+pub(crate) const SMALL_PRODUCT: usize = 1 << 18;
 
-fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k < SMALL_PRODUCT {
-        Parallelism::None
-    } else {
-        Parallelism::Rayon(rayon::current_num_threads())
-    }
-}
+/// Column blocks of a split product are multiples of this (every kernel's register width).
+const COLUMN_QUANTUM: usize = 16;
 
 /// A strided matrix operand: element (i, j) is `data[i·rs + j·cs]`. Transposes are views.
 #[derive(Copy, Clone, Debug)]
@@ -59,7 +56,9 @@ impl<'a, T> Mat<'a, T> {
     }
 }
 
-/// C[m×n] (row-major, dense) = A[m×k] · B[k×n].
+/// C[m×n] (row-major, dense) = A[m×k] · B[k×n]. A large product is cut into column blocks
+/// (row blocks when C is narrow), one per team thread, each run by the single-threaded
+/// kernel: the team is the only pool, so nothing waits for another pool's threads to wake.
 pub(crate) fn mm<T: Scalar>(
     kernel: MatMulKernel,
     m: usize,
@@ -80,15 +79,6 @@ pub(crate) fn mm<T: Scalar>(
         c.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
-    // OpenBLAS pays for waking its thread pool; small products are faster single-threaded
-    // through the gemm crate (below).
-    #[cfg(feature = "openblas")]
-    if kernel == MatMulKernel::Blas
-        && m * n * k >= SMALL_PRODUCT
-        && crate::blas::gemm(m, n, k, a, b, c)
-    {
-        return;
-    }
     if kernel != MatMulKernel::Naive
         && m == 1
         && b.cs == 1
@@ -97,19 +87,83 @@ pub(crate) fn mm<T: Scalar>(
         gemv::gemv_rows(Mat { data: x, rs: a.rs, cs: a.cs }, Mat::rows(w, b.rs), k, n, y);
         return;
     }
+    let parts = if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
+        1
+    } else {
+        crate::team::threads()
+    };
+    let c = SharedOut(c.as_mut_ptr());
+    // SAFETY (every `block` call below): the blocks are disjoint rectangles of the m×n C,
+    // whose slice `covers` checked and which stays exclusively borrowed until `mm` returns;
+    // A's rows and B's columns of each block lie inside the operands `covers` checked.
+    if parts <= 1 {
+        unsafe { block(kernel, m, n, k, a, b, c.at(0), n) };
+    } else if n >= parts * 2 * COLUMN_QUANTUM {
+        let per = n.div_ceil(parts).next_multiple_of(COLUMN_QUANTUM);
+        crate::team::for_each(n.div_ceil(per), |i| {
+            let (c0, c1) = (i * per, ((i + 1) * per).min(n));
+            let b = Mat { data: &b.data[c0 * b.cs..], ..b };
+            unsafe { block(kernel, m, c1 - c0, k, a, b, c.at(c0), n) };
+        });
+    } else {
+        let per = m.div_ceil(parts.min(m));
+        crate::team::for_each(m.div_ceil(per), |i| {
+            let (r0, r1) = (i * per, ((i + 1) * per).min(m));
+            let a = Mat { data: &a.data[r0 * a.rs..], ..a };
+            unsafe { block(kernel, r1 - r0, n, k, a, b, c.at(r0 * n), n) };
+        });
+    }
+}
+
+/// C's base pointer, shared by the blocks of one product.
+struct SharedOut<T>(*mut T);
+// SAFETY: each block writes its own rectangle of C (see `mm`); T is plain data.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+impl<T> SharedOut<T> {
+    /// The element `offset` places into C.
+    ///
+    /// # Safety
+    /// `offset` lies inside C.
+    unsafe fn at(&self, offset: usize) -> *mut T {
+        // SAFETY: the caller keeps `offset` inside C's allocation.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// One block of a product on the calling thread: C[m×n] (row stride `ldc`) = A · B.
+///
+/// # Safety
+/// `c` points at an m×n block with row stride `ldc` that nothing else reads or writes
+/// meanwhile; A and B cover m×k and k×n at their strides.
+unsafe fn block<T: Scalar>(
+    kernel: MatMulKernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    c: *mut T,
+    ldc: usize,
+) {
+    #[cfg(feature = "openblas")]
+    // SAFETY: forwarded from this function's contract.
+    if kernel == MatMulKernel::Blas && unsafe { crate::blas::gemm(m, n, k, a, b, c, ldc) } {
+        return;
+    }
     let float = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
         || std::any::TypeId::of::<T>() == std::any::TypeId::of::<f64>();
     if kernel != MatMulKernel::Naive && float {
-        // SAFETY: `covers` checked that every strided element of A and B and the m×n of C lie
-        // inside their slices; T is f32 or f64, which gemm supports; dst is not read.
+        // SAFETY: A and B cover their strided shapes and C is an exclusive m×n block with
+        // row stride ldc (this function's contract); T is f32 or f64, which gemm supports;
+        // dst is not read (alpha is ignored when read_dst is false).
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                c.as_mut_ptr(),
+                c,
                 1,
-                n as isize,
+                ldc as isize,
                 false,
                 a.data.as_ptr(),
                 a.cs as isize,
@@ -122,7 +176,7 @@ pub(crate) fn mm<T: Scalar>(
                 false,
                 false,
                 false,
-                parallelism(m, n, k),
+                Parallelism::None,
             );
         }
         return;
@@ -133,7 +187,8 @@ pub(crate) fn mm<T: Scalar>(
             for p in 0..k {
                 acc = acc.add(a.data[i * a.rs + p * a.cs].mul(b.data[p * b.rs + j * b.cs]));
             }
-            c[i * n + j] = acc;
+            // SAFETY: (i, j) lies in the block this function's contract hands it.
+            unsafe { *c.add(i * ldc + j) = acc };
         }
     }
 }

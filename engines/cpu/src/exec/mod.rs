@@ -57,7 +57,7 @@ pub(crate) struct CpuExecutable {
     /// Declared output dtypes of each node (f16/bf16 results are narrowed to them).
     out_dtypes: Vec<Vec<DType>>,
     /// Workers for this executable when the assignment bounds threads.
-    pool_threads: Option<Arc<rayon::ThreadPool>>,
+    pool_threads: Option<Arc<crate::team::Team>>,
     /// The policy's memory.limit: the bytes of live tensors (inputs and computed values,
     /// constants aside — as the planner counts them) a run may hold at once.
     memory_limit: Option<u64>,
@@ -235,9 +235,9 @@ fn hoist_constant_steps(
     hoisted
 }
 
-/// The executable's own rayon workers when the policy bounds threads (`execution.threads`);
-/// OpenBLAS keeps its own process-wide pool.
-fn thread_pool(threads: Option<u32>) -> Result<Option<Arc<rayon::ThreadPool>>, EngineError> {
+/// The executable's own worker team when the policy bounds threads (`execution.threads`);
+/// otherwise kernels use the process's default team (one thread per core).
+fn thread_pool(threads: Option<u32>) -> Result<Option<Arc<crate::team::Team>>, EngineError> {
     match threads {
         None => Ok(None),
         Some(0) => Err(EngineError::InvalidOption {
@@ -247,13 +247,9 @@ fn thread_pool(threads: Option<u32>) -> Result<Option<Arc<rayon::ThreadPool>>, E
             expected: "a positive thread count",
         }),
         Some(n) => {
-            let n = n as usize;
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("xpu-cpu-{i}"))
-                .build()
+            let team = crate::team::Team::new(n as usize)
                 .map_err(|e| EngineError::Other(format!("cannot start {n} threads: {e}")))?;
-            Ok(Some(Arc::new(pool)))
+            Ok(Some(Arc::new(team)))
         }
     }
 }
@@ -319,12 +315,12 @@ impl Executable for CpuExecutable {
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         match self.pool_threads.clone() {
             Some(pool) => {
-                let mut result = pool.install(|| self.run_here(inputs, stop));
+                let mut result = crate::team::with_team(&pool, || self.run_here(inputs, stop));
                 if let Ok(e) = &mut result {
                     e.facts.push(Fact {
                         node: None,
                         key: "threads".into(),
-                        value: pool.current_num_threads().to_string(),
+                        value: pool.threads().to_string(),
                     });
                 }
                 result

@@ -7,27 +7,22 @@
 
 use super::Mat;
 
-/// Below this many weights one thread streams them faster than two can be woken (waking
-/// the pool costs tens of microseconds here: splitting a batch-1 784×512 layer made it 1.5×
-/// slower).
-const PARALLEL_WEIGHTS: usize = super::SMALL_PRODUCT;
+/// Below this many weights one thread streams them before a second could help (a team
+/// job starts in ~0.2 µs; 32 Ki weights take ~2 µs to stream).
+const PARALLEL_WEIGHTS: usize = 1 << 15;
 
 /// Output columns per task: a multiple of every vector width, so chunks stay aligned.
 const COLUMN_QUANTUM: usize = 64;
 
 pub(super) fn gemv_rows(x: Mat<'_, f32>, w: Mat<'_, f32>, k: usize, n: usize, y: &mut [f32]) {
     let y = &mut y[..n];
-    let threads = rayon::current_num_threads();
+    let threads = crate::team::threads();
     if k * n < PARALLEL_WEIGHTS || threads < 2 || n < 2 * COLUMN_QUANTUM {
         columns(x, w, k, 0, y);
         return;
     }
     let per = n.div_ceil(threads).next_multiple_of(COLUMN_QUANTUM);
-    rayon::scope(|s| {
-        for (i, chunk) in y.chunks_mut(per).enumerate() {
-            s.spawn(move |_| columns(x, w, k, i * per, chunk));
-        }
-    });
+    crate::team::for_chunks_mut(y, per, |i, chunk| columns(x, w, k, i * per, chunk));
 }
 
 /// `y = x · W[:, j0 .. j0 + y.len()]`, on the widest vector unit this CPU has.
@@ -102,9 +97,11 @@ mod tests {
             let w: Vec<f32> = (0..k * n).map(|i| ((i * 11 % 17) as f32 - 8.0) * 0.013).collect();
             let want = reference(&x, &w, k, n);
             for threads in [1, 2, 3] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let team = std::sync::Arc::new(crate::team::Team::new(threads).unwrap());
                 let mut y = vec![f32::NAN; n];
-                pool.install(|| gemv_rows(Mat::rows(&x, k), Mat::rows(&w, n), k, n, &mut y));
+                crate::team::with_team(&team, || {
+                    gemv_rows(Mat::rows(&x, k), Mat::rows(&w, n), k, n, &mut y)
+                });
                 assert_eq!(y, want, "k {k}, n {n}, {threads} threads");
             }
         }
