@@ -204,7 +204,10 @@ impl Drop for Team {
 
 fn worker(shared: &Shared) {
     IN_TASK.set(true);
-    let mut seen = epoch(shared.job.load(Ordering::Acquire));
+    // Epoch 0 is the team's state before any job; starting from the epoch current when
+    // this thread happens to start would miss a job published while it was starting (the
+    // default team is made by the first job's call, which publishes at once).
+    let mut seen = 0;
     loop {
         let started = Instant::now();
         let mut spins = 0u32;
@@ -362,6 +365,22 @@ mod tests {
             for_chunks_mut(&mut data, 100, |i, piece| piece.iter_mut().for_each(|v| *v += i + 1))
         });
         assert!(data.iter().enumerate().all(|(j, &v)| v == j / 100 + 1));
+    }
+
+    #[test]
+    fn the_first_job_of_a_new_team_is_shared() {
+        // A job published while the worker is still starting must still reach it.
+        for _ in 0..20 {
+            let team = Arc::new(Team::new(2).unwrap());
+            let ids = Mutex::new(std::collections::HashSet::new());
+            with_team(&team, || {
+                for_each(2, |_| {
+                    ids.lock().unwrap().insert(std::thread::current().id());
+                    std::thread::sleep(Duration::from_millis(5));
+                })
+            });
+            assert_eq!(ids.lock().unwrap().len(), 2, "both threads took a task");
+        }
     }
 
     #[test]
