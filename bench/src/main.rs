@@ -49,25 +49,26 @@ fn time_executable(
         exe.run(inputs)?;
     }
     let mut times = Vec::with_capacity(reps);
-    // Per-node time summed over the runs, printed to stderr with XPU_BENCH_NODES=1: where
-    // a model's time goes.
+    // Per-node time summed over the runs and the spread of run times, printed to stderr
+    // with XPU_BENCH_NODES=1: where a model's time goes. Not collected otherwise.
+    let breakdown = std::env::var_os("XPU_BENCH_NODES").is_some();
     let mut nodes: std::collections::BTreeMap<(u32, String), u64> = Default::default();
     for _ in 0..reps {
         let t = Instant::now();
         let out = exe.run(inputs)?;
         times.push(t.elapsed().as_secs_f64());
-        for timing in &out.timings {
-            *nodes.entry((timing.node.0, timing.kernel.clone())).or_default() += timing.nanos;
+        if breakdown {
+            for timing in &out.timings {
+                *nodes.entry((timing.node.0, timing.kernel.clone())).or_default() += timing.nanos;
+            }
         }
         drop(out);
     }
-    if std::env::var_os("XPU_BENCH_NODES").is_some() {
+    times.sort_by(f64::total_cmp);
+    if breakdown {
         for ((node, kernel), nanos) in &nodes {
             eprintln!("n{node:<4} {kernel:<18} {:10.1} µs/run", *nanos as f64 / reps as f64 / 1e3);
         }
-    }
-    times.sort_by(f64::total_cmp);
-    if std::env::var_os("XPU_BENCH_NODES").is_some() {
         let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] * 1e6;
         eprintln!(
             "run µs: p10 {:.1}  p25 {:.1}  p50 {:.1}  p75 {:.1}  p90 {:.1}",

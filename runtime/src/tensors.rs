@@ -69,9 +69,8 @@ const NPY_MAX_HEADER: usize = 10_000;
 const NPY_MAX_NESTING: usize = 8;
 
 /// Checks a `.npy` header's length and bracket nesting in one linear pass before it reaches
-/// npyz, whose literal parser backtracks: a header of ~1,500 `[` took minutes there.
-/// Checks a `.npy` header's length and nesting before npyz parses it; returns where the
-/// payload starts.
+/// npyz, whose literal parser backtracks (a header of ~1,500 `[` took minutes there);
+/// returns where the payload starts.
 fn check_npy_header(bytes: &[u8]) -> Result<usize> {
     let Some(rest) = bytes.strip_prefix(b"\x93NUMPY") else {
         bail!("the file does not start with numpy's magic `\\x93NUMPY`");

@@ -84,8 +84,9 @@ fn cblas() -> Result<&'static Cblas, &'static str> {
 
 /// Tells OpenBLAS, before it loads, to start no threads of its own: without this its
 /// pthread build starts one per core at load and they spin for ~0.1 s before `cblas`
-/// gets to turn them off, competing with the engine's team for that time. Leaves a value
-/// the user set alone.
+/// gets to turn them off, competing with the engine's team for that time. A value the user
+/// set stays in the environment (OpenBLAS then starts that many threads at load), but
+/// `cblas` still has it run every product on the calling thread.
 ///
 /// # Safety
 /// Call at the top of `main`, before the process has started any other thread (it sets an

@@ -261,10 +261,10 @@ fn im2col<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
             let rows_per_channel = geo[0].kernel * geo[1].kernel;
             crate::team::for_chunks_mut(col, band * rows_per_channel * osz, |i, piece| {
                 let count = piece.len() / (rows_per_channel * osz);
-                im2col_2d_strided(&x[i * band * isz..], count, geo, piece, osz, 0);
+                im2col_2d_strided(&x[i * band * isz..], count, geo, piece);
             });
         } else {
-            im2col_2d_strided(x, channels, geo, col, osz, 0);
+            im2col_2d_strided(x, channels, geo, col);
         }
         return;
     }
@@ -298,19 +298,11 @@ fn im2col<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
     }
 }
 
-/// 2-D im2col of `channels` planes into `col` (row `r` of the column matrix at
-/// `col[r·ld + base..]`). Each plane is first copied into a zero-bordered buffer covering
+/// 2-D im2col of `channels` planes into `col` (`[channels·kh·kw, oh·ow]`, row-major). Each plane is first copied into a zero-bordered buffer covering
 /// every tap's reach, so each column-matrix row is plain copies of `out_w` elements with no
 /// bounds logic: small feature maps (14×14) made the bounds-checked version spend most of
 /// its time in thousands of one-element `memset`/`memcpy` calls.
-fn im2col_2d_strided<T: Scalar>(
-    x: &[T],
-    channels: usize,
-    geo: &[Geo],
-    col: &mut [T],
-    ld: usize,
-    base: usize,
-) {
+fn im2col_2d_strided<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
     let (gh, gw) = (geo[0], geo[1]);
     let (ih, iw, oh, ow) = (gh.input, gw.input, gh.out, gw.out);
     if oh == 0 || ow == 0 {
@@ -321,7 +313,7 @@ fn im2col_2d_strided<T: Scalar>(
     let pw = (ow - 1) * gw.stride + (gw.kernel - 1) * gw.dilation + 1;
     let bound = (ih * iw).max(oh * ow).saturating_mul(4).max(1 << 16);
     if ph.checked_mul(pw).is_none_or(|n| n > bound) {
-        return im2col_2d_bounded(x, channels, geo, col, ld, base);
+        return im2col_2d_bounded(x, channels, geo, col);
     }
     let mut padded = vec![T::zero(); ph * pw];
     let mut row = 0;
@@ -330,7 +322,7 @@ fn im2col_2d_strided<T: Scalar>(
         pad_plane(plane, ih, iw, gh.pad_begin, gw.pad_begin, &mut padded, ph, pw);
         for ky in 0..gh.kernel {
             for kx in 0..gw.kernel {
-                let dst = &mut col[row * ld + base..][..oh * ow];
+                let dst = &mut col[row * oh * ow..][..oh * ow];
                 for (oy, out_row) in dst.chunks_exact_mut(ow).enumerate() {
                     let y = oy * gh.stride + ky * gh.dilation;
                     let src = &padded[y * pw + kx * gw.dilation..];
@@ -349,17 +341,10 @@ fn im2col_2d_strided<T: Scalar>(
     }
 }
 
-/// im2col for 2-D, checking each tap's bounds (for geometries whose padded extent would
-/// be far larger than the image): `col[(ci·kh·kw + ky·kw + kx)·ld + base + oy·ow + ox] = x[ci, iy, ix]`
-/// (0 in padding), writing each row segment of a column matrix with leading dimension `ld`.
-fn im2col_2d_bounded<T: Scalar>(
-    x: &[T],
-    channels: usize,
-    geo: &[Geo],
-    col: &mut [T],
-    ld: usize,
-    base: usize,
-) {
+/// 2-D im2col checking each tap's bounds, for geometries whose padded extent would be far
+/// larger than the image: `col[(ci·kh·kw + ky·kw + kx)·oh·ow + oy·ow + ox] = x[ci, iy, ix]`
+/// (0 in padding).
+fn im2col_2d_bounded<T: Scalar>(x: &[T], channels: usize, geo: &[Geo], col: &mut [T]) {
     let (gh, gw) = (geo[0], geo[1]);
     let (ih, iw, oh, ow) = (gh.input, gw.input, gh.out, gw.out);
     let mut row = 0;
@@ -367,7 +352,7 @@ fn im2col_2d_bounded<T: Scalar>(
         let plane = &x[ci * ih * iw..][..ih * iw];
         for ky in 0..gh.kernel {
             for kx in 0..gw.kernel {
-                let dst = &mut col[row * ld + base..][..oh * ow];
+                let dst = &mut col[row * oh * ow..][..oh * ow];
                 for oy in 0..oh {
                     let iy = (oy * gh.stride + ky * gh.dilation) as isize - gh.pad_begin as isize;
                     let out_row = &mut dst[oy * ow..][..ow];
@@ -588,7 +573,6 @@ fn accumulate<T: Scalar>(is_max: bool, acc: &mut T, nan: &mut bool, v: T) {
 /// The larger of two values, the first on ties; NaN wins and stays (max pooling's rule).
 #[inline]
 fn max_nan<T: Scalar>(acc: T, v: T) -> T {
-    // Both conditions evaluated (`|`, not `||`): a select the vectoriser can use.
     if v > acc || (v.is_nan() && !acc.is_nan()) { v } else { acc }
 }
 
@@ -716,14 +700,14 @@ fn pool_2d_native<T: Scalar>(
     x: &Tensor,
     n_out: usize,
 ) -> KResult<Option<Vec<Tensor>>> {
-    Ok(match pool_2d_into::<T>(op, attrs, x, n_out, Vec::with_capacity)? {
+    Ok(match pool_2d_into::<T>(op, attrs, x, n_out, |_| Vec::new())? {
         Some((out, shape)) => Some(vec![Tensor::from_vec(shape, out).map_err(|e| e.to_string())?]),
         None => None,
     })
 }
 
 /// 2-D max/average pooling (4-D input, one output) into the buffer `buffer(len)` gives
-/// (cleared first); `None` when the node is not of that form and the general path must run
+/// (stale contents are overwritten); `None` when the node is not of that form and the general path must run
 /// it. Returns the output and its shape.
 pub(crate) fn pool_2d_into<T: Scalar>(
     op: Op,

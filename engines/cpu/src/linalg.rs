@@ -27,7 +27,7 @@ pub enum MatMulKernel {
 /// Below this many multiply-adds a product runs on one thread: splitting it costs more
 /// than the second thread saves (a team job starts in ~0.2 µs; 2^18 multiply-adds take
 /// ~3 µs).
-pub(crate) const SMALL_PRODUCT: usize = 1 << 18;
+const SMALL_PRODUCT: usize = 1 << 18;
 
 /// Column blocks of a split product are multiples of this (every kernel's register width).
 const COLUMN_QUANTUM: usize = 16;
@@ -92,7 +92,7 @@ pub(crate) fn mm<T: Scalar>(
     } else {
         crate::team::threads()
     };
-    let c = SharedOut(c.as_mut_ptr());
+    let c = crate::team::SendPtr::new(c);
     // SAFETY (every `block` call below): the blocks are disjoint rectangles of the m×n C,
     // whose slice `covers` checked and which stays exclusively borrowed until `mm` returns;
     // A's rows and B's columns of each block lie inside the operands `covers` checked.
@@ -112,21 +112,6 @@ pub(crate) fn mm<T: Scalar>(
             let a = Mat { data: &a.data[r0 * a.rs..], ..a };
             unsafe { block(kernel, r1 - r0, n, k, a, b, c.at(r0 * n), n) };
         });
-    }
-}
-
-/// C's base pointer, shared by the blocks of one product.
-struct SharedOut<T>(*mut T);
-// SAFETY: each block writes its own rectangle of C (see `mm`); T is plain data.
-unsafe impl<T: Send> Sync for SharedOut<T> {}
-impl<T> SharedOut<T> {
-    /// The element `offset` places into C.
-    ///
-    /// # Safety
-    /// `offset` lies inside C.
-    unsafe fn at(&self, offset: usize) -> *mut T {
-        // SAFETY: the caller keeps `offset` inside C's allocation.
-        unsafe { self.0.add(offset) }
     }
 }
 

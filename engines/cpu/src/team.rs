@@ -80,12 +80,17 @@ impl Shared {
 
     /// Runs claimed tasks of job `epoch_seen` until none is left.
     fn work(&self, epoch_seen: u64) {
+        let mut task: Option<SendTask> = None;
         while let Some(i) = self.claim(epoch_seen) {
             // The job cannot finish while this claimed task is unfinished, so the closure
-            // the caller stored before publishing is still the job's and still alive.
-            let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).expect("published");
+            // the caller stored before publishing is still the job's and still alive; read
+            // once per job, not per task.
+            let task = *task.get_or_insert_with(|| {
+                self.task.lock().unwrap_or_else(|p| p.into_inner()).expect("published")
+            });
             // SAFETY: `Team::run` keeps the closure alive until every claimed task has
-            // counted itself in `finished`, which this one does only after the call.
+            // counted itself in `finished`, which this one does only after the call; every
+            // claim here is of the same job (`claim` checks the epoch).
             let f = unsafe { &*task.0 };
             let outer = IN_TASK.replace(true);
             let outcome = catch_unwind(AssertUnwindSafe(|| f(i)));
@@ -153,8 +158,14 @@ impl Team {
     /// Calls `f(i)` for every `i < tasks`, spread over the team; returns when all are done.
     /// A task's panic is resumed here after the others finish.
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
-        let busy = self.submit.try_lock();
-        if self.threads == 1 || tasks <= 1 || busy.is_err() || IN_TASK.get() {
+        // A lock poisoned by an earlier job's resumed panic still serialises jobs; only a
+        // job in progress (`WouldBlock`) sends this one inline.
+        let submitted = match self.submit.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if self.threads == 1 || tasks <= 1 || submitted.is_none() || IN_TASK.get() {
             (0..tasks).for_each(f);
             return;
         }
@@ -290,13 +301,13 @@ pub fn for_each(tasks: usize, f: impl Fn(usize) + Sync) {
 /// the pieces spread over the current team.
 pub fn for_chunks_mut<T: Send>(data: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let chunk = chunk.max(1);
-    let (len, base) = (data.len(), SendPtr(data.as_mut_ptr()));
+    let (len, base) = (data.len(), SendPtr::new(data));
     for_each(len.div_ceil(chunk), |i| {
         let start = i * chunk;
         let end = (start + chunk).min(len);
         // SAFETY: chunks [start, end) of distinct tasks are disjoint and inside `data`,
         // which stays mutably borrowed (and so untouched elsewhere) until `for_each` returns.
-        let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+        let piece = unsafe { std::slice::from_raw_parts_mut(base.at(start), end - start) };
         f(i, piece)
     });
 }
@@ -311,7 +322,7 @@ pub fn for_chunk_pairs_mut<A: Send, B: Send>(
     let chunk_a = chunk_a.max(1);
     let tasks = a.len().div_ceil(chunk_a);
     assert!(b.len() >= tasks * chunk_b, "the second slice has a piece for every task");
-    let (len_a, base_a, base_b) = (a.len(), SendPtr(a.as_mut_ptr()), SendPtr(b.as_mut_ptr()));
+    let (len_a, base_a, base_b) = (a.len(), SendPtr::new(a), SendPtr::new(b));
     for_each(tasks, |i| {
         let start = i * chunk_a;
         let end = (start + chunk_a).min(len_a);
@@ -319,21 +330,33 @@ pub fn for_chunk_pairs_mut<A: Send, B: Send>(
         // from every other task's and lie inside their slices (the assert above for `b`).
         let (pa, pb) = unsafe {
             (
-                std::slice::from_raw_parts_mut(base_a.get().add(start), end - start),
-                std::slice::from_raw_parts_mut(base_b.get().add(i * chunk_b), chunk_b),
+                std::slice::from_raw_parts_mut(base_a.at(start), end - start),
+                std::slice::from_raw_parts_mut(base_b.at(i * chunk_b), chunk_b),
             )
         };
         f(i, pa, pb)
     });
 }
 
-struct SendPtr<T>(*mut T);
+/// The base of a mutable slice whose disjoint pieces team tasks write (`for_chunks_mut`,
+/// and `linalg::mm`'s blocks of C).
+pub(crate) struct SendPtr<T>(*mut T);
 impl<T> SendPtr<T> {
-    fn get(&self) -> *mut T {
-        self.0
+    pub(crate) fn new(data: &mut [T]) -> Self {
+        SendPtr(data.as_mut_ptr())
+    }
+
+    /// The element `offset` places past the base.
+    ///
+    /// # Safety
+    /// `offset` lies inside the slice the pointer came from.
+    pub(crate) unsafe fn at(&self, offset: usize) -> *mut T {
+        // SAFETY: the caller keeps `offset` inside the slice's allocation.
+        unsafe { self.0.add(offset) }
     }
 }
-// SAFETY: used only to hand disjoint pieces of one `&mut [T]` (T: Send) to team threads.
+// SAFETY: only hands disjoint pieces of one `&mut [T]` (T: Send) to team threads; each user
+// says why its pieces are disjoint.
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 #[cfg(test)]
@@ -408,6 +431,21 @@ mod tests {
         let count = AtomicUsize::new(0);
         with_team(&team, || for_each(8, |_| _ = count.fetch_add(1, Ordering::Relaxed)));
         assert_eq!(count.load(Ordering::Relaxed), 8);
+    }
+
+    #[test]
+    fn a_team_keeps_both_threads_after_a_panic() {
+        let team = Arc::new(Team::new(2).unwrap());
+        let _ =
+            catch_unwind(AssertUnwindSafe(|| with_team(&team, || for_each(2, |_| panic!("boom")))));
+        let ids = Mutex::new(std::collections::HashSet::new());
+        with_team(&team, || {
+            for_each(2, |_| {
+                ids.lock().unwrap().insert(std::thread::current().id());
+                std::thread::sleep(Duration::from_millis(5));
+            })
+        });
+        assert_eq!(ids.lock().unwrap().len(), 2, "the poisoned submit lock did not make it serial");
     }
 
     #[test]

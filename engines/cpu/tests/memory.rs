@@ -116,13 +116,7 @@ fn fused_epilogues_give_the_unfused_results_bit_for_bit() {
 fn a_fused_residual_computed_after_the_anchor_is_read_when_ready() {
     // y = relu(conv(x) + exp(x)): the residual is computed after the conv node.
     let mut g = Graph::new("late");
-    let x = g.add_input(
-        "x",
-        TensorType::new(
-            DType::F32,
-            vec![Dim::Known(2), Dim::Known(4), Dim::Known(5), Dim::Known(5)],
-        ),
-    );
+    let x = g.add_input("x", TensorType::of_shape(DType::F32, &[2, 4, 5, 5]));
     let w = konst(&mut g, &[4, 4, 1, 1], 1);
     let c = g.add_op(Op::Conv, &[x, w], Attrs::new()).unwrap();
     let e = g.add_op(Op::Exp, &[x], Attrs::new()).unwrap();
@@ -141,7 +135,7 @@ fn a_fused_residual_computed_after_the_anchor_is_read_when_ready() {
 fn elementwise_nodes_write_over_operands_that_die_there() {
     // exp(x) -> tanh -> * 2 -> - 1: each result can take its operand's buffer.
     let mut g = Graph::new("chain");
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Known(64), Dim::Known(64)]));
+    let x = g.add_input("x", TensorType::of_shape(DType::F32, &[64, 64]));
     let e = g.add_op(Op::Exp, &[x], Attrs::new()).unwrap();
     let t = g.add_op(Op::Tanh, &[e], Attrs::new()).unwrap();
     let two = g.add_const(Tensor::scalar(2.0f32));
@@ -258,13 +252,7 @@ fn two_products_meeting_in_one_add_fuse_into_one_of_them() {
     // gate of a recurrent cell, relu(x·W + h·U): the add may join one product's epilogue
     // (the other product its residual), never both.
     let mut g = Graph::new("two");
-    let x = g.add_input(
-        "x",
-        TensorType::new(
-            DType::F32,
-            vec![Dim::Known(2), Dim::Known(3), Dim::Known(6), Dim::Known(6)],
-        ),
-    );
+    let x = g.add_input("x", TensorType::of_shape(DType::F32, &[2, 3, 6, 6]));
     let (w1, w2) = (konst(&mut g, &[4, 3, 3, 3], 1), konst(&mut g, &[4, 3, 1, 1], 2));
     let pad = Attrs::new().with("pads", ints(&[1, 1, 1, 1]));
     let a = g.add_op(Op::Conv, &[x, w1], pad).unwrap();
@@ -331,9 +319,9 @@ fn nodes_of_constant_inputs_are_computed_once_at_prepare() {
     // the weights given as an input (cast on every run).
     let build = |weights_as_input: bool| {
         let mut g = Graph::new("cast");
-        let x = g.add_input("x", TensorType::new(DType::F32, vec![Dim::Known(4), Dim::Known(8)]));
+        let x = g.add_input("x", TensorType::of_shape(DType::F32, &[4, 8]));
         let w = if weights_as_input {
-            g.add_input("w", TensorType::new(DType::F32, vec![Dim::Known(8), Dim::Known(6)]))
+            g.add_input("w", TensorType::of_shape(DType::F32, &[8, 6]))
         } else {
             konst(&mut g, &[8, 6], 3)
         };

@@ -139,18 +139,13 @@ impl Epilogue {
 
 /// The epilogue each node could absorb: `Some` for a `Conv`, `MatMul` or `Gemm` computing
 /// f32 whose result flows only into fusable nodes (each consumed once, none a graph output).
-pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<Option<Epilogue>> {
-    let mut uses = vec![0usize; g.values.len()];
-    let mut consumer = vec![None; g.values.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for v in n.inputs.iter().flatten() {
-            uses[v.index()] += 1;
-            consumer[v.index()] = Some(i);
-        }
-    }
-    for o in &g.outputs {
-        uses[o.value.index()] += 1;
-    }
+pub(crate) fn plan_epilogues(g: &Graph) -> Vec<Option<Epilogue>> {
+    let uses = g.uses();
+    // The one node consuming `v`, when it is consumed once and is not a graph output.
+    let sole_consumer = |v: ValueId| match uses[v.index()].as_slice() {
+        [j] if !g.is_output(v) => Some(j.index()),
+        _ => None,
+    };
     let is_f32 = |v: ValueId| g.ty(v).dtype == DType::F32;
     // A node joins at most one epilogue: `relu(conv_a + conv_b)` fuses into conv_a's step
     // (conv_b's output its residual), never into both.
@@ -169,34 +164,30 @@ pub(crate) fn plan_epilogues(g: &Graph, consts: &[Option<Arc<Tensor>>]) -> Vec<O
             }
             let mut epi = Epilogue { ops: vec![], absorbed: vec![], residual: None };
             let mut cur = out;
-            while uses[cur.index()] == 1 {
-                let Some(j) = consumer[cur.index()].filter(|&j| !claimed[j]) else { break };
+            while let Some(j) = sole_consumer(cur) {
+                if claimed[j] {
+                    break;
+                }
                 let node = &g.nodes[j];
                 let next = match node.outputs.as_slice() {
                     [o] if is_f32(*o) => *o,
                     _ => break,
                 };
-                let constant_arg = |i: usize| {
-                    let v = node.inputs.get(i).copied().flatten()?;
-                    consts[g.producer(v)?.index()].as_deref()
-                };
+                let constant_arg = |i: usize| g.const_value(node.inputs.get(i).copied().flatten()?);
                 let op = if let Some(a) = Act::of(node, constant_arg) {
                     (node.inputs.first().copied().flatten() == Some(cur)).then_some(EpiOp::Act(a))
                 } else if node.op == Op::Add && node.inputs.len() == 2 {
                     let other = node.inputs.iter().flatten().copied().find(|&v| v != cur);
-                    other.and_then(|other| {
-                        let constant = g.producer(other).and_then(|p| consts[p.index()].as_ref());
-                        match constant {
-                            Some(c) => bias_of(c, g.ty(cur).dims.as_deref()?, channel_axis),
-                            None if epi.residual.is_none()
-                                && g.ty(other) == g.ty(cur)
-                                && static_or_named(g.ty(cur).dims.as_deref()) =>
-                            {
-                                epi.residual = Some(other);
-                                Some(EpiOp::Residual)
-                            }
-                            None => None,
+                    other.and_then(|other| match g.const_value(other) {
+                        Some(c) => bias_of(c, g.ty(cur).dims.as_deref()?, channel_axis),
+                        None if epi.residual.is_none()
+                            && g.ty(other) == g.ty(cur)
+                            && static_or_named(g.ty(cur).dims.as_deref()) =>
+                        {
+                            epi.residual = Some(other);
+                            Some(EpiOp::Residual)
                         }
+                        None => None,
                     })
                 } else {
                     None

@@ -115,7 +115,7 @@ pub(crate) fn prepare(
         assignment.options.graph_optimization,
         Some(GraphOptimization::None | GraphOptimization::Basic)
     );
-    let epilogues = if fuse { plan_epilogues(partition, &consts) } else { vec![] };
+    let epilogues = if fuse { plan_epilogues(partition) } else { vec![] };
     let mut steps = cut_steps(partition, consts, epilogues);
     let out_dtypes: Vec<Vec<DType>> = partition
         .nodes

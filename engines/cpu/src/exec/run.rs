@@ -74,10 +74,11 @@ impl<'a> Values<'a> {
     /// pool slot of its buffer when it was the buffer's last holder.
     /// The caller's inputs stay where they are (`None`): they are not ours to take.
     fn take(&mut self, v: ValueId, pool: &mut Pool) -> Option<(Tensor, Option<usize>)> {
-        if !matches!(self.slots[v.index()], Some(Slot::Held(_))) {
+        let Some(Slot::Held(t)) =
+            self.slots[v.index()].take_if(|slot| matches!(slot, Slot::Held(_)))
+        else {
             return None;
-        }
-        let Some(Slot::Held(t)) = self.slots[v.index()].take() else { return None };
+        };
         let id = t.storage_id();
         let mut slot = None;
         if let Some(entry) = self.storage.get_mut(&id) {
@@ -127,13 +128,17 @@ impl CpuExecutable {
     /// changed). `None`: best fit, nothing recorded. When the shapes change, an arena
     /// (`memory.pool = "arena"`) is rebuilt for them; a caching pool keeps its buffers.
     fn begin_capture(&mut self, inputs: &[Tensor]) -> Option<bool> {
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let same =
+            |s: &Vec<Vec<usize>>| s.iter().map(Vec::as_slice).eq(inputs.iter().map(Tensor::shape));
         let first = self.captured.is_none();
-        let changed = self.captured.as_ref().is_some_and(|s| *s != shapes);
+        let changed = self.captured.as_ref().is_some_and(|s| !same(s));
         if changed && self.mode.pool == PoolSetting::Arena {
             self.buffers.clear();
         }
-        self.captured = Some(shapes);
+        if first || changed {
+            // Copied only when they differ: a steady run allocates nothing here.
+            self.captured = Some(inputs.iter().map(|t| t.shape().to_vec()).collect());
+        }
         let kept = self.mode.pool != PoolSetting::None && self.mode.reuse != Reuse::None;
         if self.mode.capture != Capture::Graph || !kept {
             return None;
