@@ -756,6 +756,16 @@ pub(crate) fn pool_2d_into<T: Scalar>(
     if out.is_empty() {
         return Ok(Some((out, vec![xs[0], xs[1], oh, ow])));
     }
+    if is_max
+        && (gh.kernel, gw.kernel, gh.stride, gw.stride, gh.dilation, gw.dilation)
+            == (2, 2, 2, 2, 1, 1)
+        && (gh.pad_begin, gw.pad_begin, pads_end[0], pads_end[1]) == (0, 0, 0, 0)
+        && (ih, iw) == (2 * oh, 2 * ow)
+        && let (Some(x), Some(dst)) = (crate::util::as_f32(xv), crate::util::as_f32_mut(&mut out))
+    {
+        crate::maxpool2::max_pool_2x2(x, ow, dst);
+        return Ok(Some((out, vec![xs[0], xs[1], oh, ow])));
+    }
     // Output columns whose windows lie inside the input form one run per row, taken a
     // kernel tap at a time over the whole run (no per-output bounds checks); the border
     // outputs take the general loop.

@@ -34,6 +34,7 @@ mod exec;
 mod gather;
 mod linalg;
 mod loss;
+mod maxpool2;
 mod misc;
 mod movement;
 mod norm;

@@ -282,3 +282,17 @@ macro_rules! float {
         }
     };
 }
+
+/// `s` as `&[f32]` when `T` is f32.
+pub(crate) fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: T is f32 (checked), so the slice's layout is exactly `[f32]`.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) })
+}
+
+/// `s` as `&mut [f32]` when `T` is f32.
+pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: as in `as_f32`; the borrow is the caller's, exclusive.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
+}
