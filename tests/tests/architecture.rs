@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The library crates: what the top-level crates (CLI, bench, workspace tests) may use.
 const LIBRARIES: &[&str] = &[
     "xpu-ir",
+    "xpu-lir",
     "xpu-onnx",
     "xpu-minilang",
     "xpu-engine",
@@ -24,6 +25,7 @@ const LIBRARIES: &[&str] = &[
 fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("xpu-ir", &[][..]),
+        ("xpu-lir", &["xpu-ir"][..]),
         ("xpu-onnx", &["xpu-ir"][..]),
         ("xpu-minilang", &["xpu-ir"][..]),
         ("xpu-engine", &["xpu-ir"][..]),
