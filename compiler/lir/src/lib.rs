@@ -4,15 +4,17 @@
 //! them: loops with affine bounds (serial, or `parallel` for a static split across
 //! threads), loads and stores with one affine index per dimension (a broadcast dimension is
 //! index 0, a stride a coefficient), scalar arithmetic in SSA form, and reductions whose
-//! accumulator layout is explicit (`lanes 8`: iteration `j` adds into lane `j mod 8`, the
-//! lanes are combined in order at the end — so the result does not depend on the vector
+//! accumulator layout is explicit (`lanes 8`: the k-th iteration adds into lane `k mod 8`,
+//! the lanes are combined in order at the end — so the result does not depend on the vector
 //! width of the machine that runs it). It has a text form that round-trips ([`parse`],
 //! [`Module`]'s `Display`) and a verifier ([`verify`]) that proves every access in bounds
 //! for every value of the symbols, so the code generated from a verified kernel needs no
-//! per-access checks. Modelled on MLIR's `scf` + `memref` + `arith` dialects, cut down to
+//! per-access checks; [`interp`] runs a kernel scalar by scalar, the oracle generated code
+//! is tested against. Modelled on MLIR's `scf` + `memref` + `arith` dialects, cut down to
 //! what fused elementwise chains, row reductions and GEMM tiles need.
 
 mod affine;
+pub mod interp;
 mod text;
 mod verify;
 

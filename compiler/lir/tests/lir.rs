@@ -252,3 +252,116 @@ fn deep_nesting_is_refused_and_long_kernels_parse() {
     verify(&m).unwrap();
     assert_eq!(m.kernels[0].body.len(), 50_000);
 }
+
+mod interpreter {
+    use xpu_lir::interp::{Value, run};
+    use xpu_lir::parse;
+
+    fn kernel(path: &str, name: &str) -> xpu_lir::Kernel {
+        let dir =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/filetests/lir");
+        let m = parse(&std::fs::read_to_string(dir.join(path)).unwrap()).unwrap();
+        xpu_lir::verify(&m).unwrap();
+        m.kernels.into_iter().find(|k| k.name == name).unwrap()
+    }
+
+    fn f32s(v: &[Value]) -> Vec<f32> {
+        v.iter().map(|x| if let Value::F32(f) = x { *f } else { panic!("{x:?}") }).collect()
+    }
+
+    #[test]
+    fn softmax_rows_match_the_formula_and_keep_nan_rows_nan() {
+        let k = kernel("softmax.lir", "softmax_rows");
+        let n = 3;
+        let mut x: Vec<f32> = (0..n * 1000).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        x[2 * 1000 + 5] = f32::NAN;
+        let mut bufs =
+            vec![x.iter().map(|&v| Value::F32(v)).collect(), vec![Value::F32(0.0); n * 1000]];
+        run(&k, &[n as i64], &mut bufs).unwrap();
+        let y = f32s(&bufs[1]);
+        for r in 0..2 {
+            let row = &x[r * 1000..][..1000];
+            let m = row.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+            let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for j in 0..1000 {
+                let want = (row[j] as f64 - m).exp() / s;
+                assert!((y[r * 1000 + j] as f64 - want).abs() < 1e-6, "row {r} col {j}");
+            }
+        }
+        assert!(
+            y[2000..].iter().all(|v| v.is_nan()),
+            "a NaN in a row makes its max, and so the row, NaN"
+        );
+    }
+
+    #[test]
+    fn lanes_fix_the_order_of_a_float_sum() {
+        // 1e8 + 1 + 1 + … in one lane loses every 1; in two lanes the ones land in lane 1
+        // (k odd) and survive until the final combine.
+        let src = |lanes: u32| {
+            format!(
+                "kernel @s(%x: f32[4] in, %y: f32[] out) {{\n  %r = reduce add : f32 lanes {lanes} init 0.0 for %j in 0..4 {{\n    %a = load %x[%j]\n    yield %a\n  }}\n  store %y[], %r\n}}\n"
+            )
+        };
+        let x = [1e8f32, 1.0, 0.0, 1.0];
+        let mut sums = Vec::new();
+        for lanes in [1, 2] {
+            let m = parse(&src(lanes)).unwrap();
+            xpu_lir::verify(&m).unwrap();
+            let mut bufs = vec![x.iter().map(|&v| Value::F32(v)).collect(), vec![Value::F32(0.0)]];
+            run(&m.kernels[0], &[], &mut bufs).unwrap();
+            sums.push(f32s(&bufs[1])[0]);
+        }
+        assert_eq!(sums, [1e8, 1e8 + 2.0]);
+    }
+
+    #[test]
+    fn gelu_chain_is_bit_exact_in_f32_and_storage_types_round() {
+        let k = kernel("bias_gelu.lir", "bias_gelu_tanh");
+        let x: Vec<f32> = (0..2 * 64).map(|i| (i as f32 - 64.0) / 16.0).collect();
+        let b: Vec<f32> = (0..64).map(|i| i as f32 / 128.0).collect();
+        let mut bufs = vec![
+            x.iter().map(|&v| Value::F32(v)).collect(),
+            b.iter().map(|&v| Value::F32(v)).collect(),
+            vec![Value::F32(0.0); 128],
+        ];
+        run(&k, &[2], &mut bufs).unwrap();
+        let y = f32s(&bufs[2]);
+        for i in 0..128 {
+            let v = x[i] + b[i % 64];
+            let t = ((v + v * v * v * 0.044715f32) * 0.797_884_6f32).tanh();
+            assert_eq!(y[i].to_bits(), (v * (t + 1.0) * 0.5).to_bits(), "element {i}");
+        }
+        let k = kernel("bias_gelu.lir", "strided_cast");
+        let x: Vec<Value> =
+            (0..64).map(|i| Value::F32(if i == 3 { f32::NAN } else { i as f32 - 20.5 })).collect();
+        let mut bufs = vec![x, vec![Value::I32(-1); 32]];
+        run(&k, &[], &mut bufs).unwrap();
+        // Odd columns: max(v, 0) truncated, plus 1 for a NaN (which compares false → 0).
+        assert_eq!(bufs[1][1], Value::I32(1), "column 3 is NaN");
+        assert_eq!(bufs[1][0], Value::I32(0), "column 1 is −19.5");
+        assert_eq!(bufs[1][31], Value::I32(42), "column 63 is 42.5");
+    }
+
+    #[test]
+    fn bad_bindings_are_errors() {
+        let k = kernel("softmax.lir", "softmax_rows");
+        let mut bufs = vec![vec![Value::F32(0.0); 10], vec![Value::F32(0.0); 1000]];
+        let e = run(&k, &[1], &mut bufs).unwrap_err().to_string();
+        assert!(e.contains("%x holds 10 values; its shape needs 1000"), "{e}");
+        let e = run(&k, &[-1], &mut bufs).unwrap_err().to_string();
+        assert!(e.contains("?n = -1 is negative"), "{e}");
+        let mut bufs = vec![vec![Value::I32(0); 1000], vec![Value::F32(0.0); 1000]];
+        let e = run(&k, &[1], &mut bufs).unwrap_err().to_string();
+        assert!(e.contains("not f32 values"), "{e}");
+        let m = parse("kernel @d(%y: i32[] out) {\n  %a = const 1 : i32\n  %z = const 0 : i32\n  %q = div %a, %z\n  store %y[], %q\n}\n").unwrap();
+        xpu_lir::verify(&m).unwrap();
+        let e = run(&m.kernels[0], &[], &mut [vec![Value::I32(0)]]).unwrap_err().to_string();
+        assert!(e.contains("integer division by zero"), "{e}");
+        let index = kernel("bias_gelu.lir", "row_index");
+        let mut out = vec![vec![Value::I64(0); 15]];
+        run(&index, &[], &mut out).unwrap();
+        assert_eq!(out[0][0], Value::I64(-1));
+        assert_eq!(out[0][14], Value::I64(13));
+    }
+}
