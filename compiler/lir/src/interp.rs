@@ -111,9 +111,9 @@ impl<'k> Machine<'k, '_> {
         eval(a, &self.ix).ok_or_else(|| format!("index {a} overflows i64"))
     }
 
-    /// The flat position of `index` in buffer `name`; out of range is an error (a verified
-    /// kernel never gets one).
-    fn offset(&self, name: &str, index: &[Affine]) -> Result<usize, String> {
+    /// The buffer `name` (its parameter number) and the flat position of `index` in it; out
+    /// of range is an error (a verified kernel never gets one).
+    fn place(&self, name: &str, index: &[Affine]) -> Result<(usize, usize), String> {
         let b = self
             .kernel
             .buffers
@@ -128,11 +128,7 @@ impl<'k> Machine<'k, '_> {
             }
             flat = flat * extent + i;
         }
-        Ok(flat as usize)
-    }
-
-    fn buffer_no(&self, name: &str) -> usize {
-        self.kernel.buffers.iter().position(|b| b.name == name).unwrap_or(usize::MAX)
+        Ok((b, flat as usize))
     }
 
     fn get(&self, name: &str) -> Result<Value, String> {
@@ -144,19 +140,19 @@ impl<'k> Machine<'k, '_> {
             match s {
                 Stmt::For { var, lo, hi, body, .. } => {
                     let (lo, hi) = (self.index(lo)?, self.index(hi)?);
+                    let var = Var::Loop(var.clone());
                     for i in lo..hi {
-                        self.ix.insert(Var::Loop(var.clone()), i);
+                        self.ix.insert(var.clone(), i);
                         self.block(body)?;
                     }
-                    self.ix.remove(&Var::Loop(var.clone()));
+                    self.ix.remove(&var);
                 }
                 Stmt::Let { name, value } => {
                     let v = self.expr(value)?;
                     self.values.insert(name, v);
                 }
                 Stmt::Store { buffer, index, value } => {
-                    let at = self.offset(buffer, index)?;
-                    let b = self.buffer_no(buffer);
+                    let (b, at) = self.place(buffer, index)?;
                     let v = narrow(self.kernel.buffers[b].elem, self.get(value)?);
                     self.buffers[b][at] = v;
                 }
@@ -171,8 +167,8 @@ impl<'k> Machine<'k, '_> {
             Expr::Const { ty, value } => constant(*ty, *value),
             Expr::Index(a) => Value::I64(self.index(a)?),
             Expr::Load { buffer, index } => {
-                let at = self.offset(buffer, index)?;
-                self.buffers[self.buffer_no(buffer)][at]
+                let (b, at) = self.place(buffer, index)?;
+                self.buffers[b][at]
             }
             Expr::Unary { op, arg } => unary(*op, self.get(arg)?)?,
             Expr::Binary { op, lhs, rhs } => binary(*op, self.get(lhs)?, self.get(rhs)?)?,
@@ -187,13 +183,14 @@ impl<'k> Machine<'k, '_> {
             Expr::Reduce { op, ty, lanes, init, var, lo, hi, body } => {
                 let (lo, hi) = (self.index(lo)?, self.index(hi)?);
                 let mut acc = vec![constant(*ty, *init); *lanes as usize];
+                let var = Var::Loop(var.clone());
                 for (k, j) in (lo..hi).enumerate() {
-                    self.ix.insert(Var::Loop(var.clone()), j);
+                    self.ix.insert(var.clone(), j);
                     let v = self.block(body)?.ok_or("a reduction body yielded nothing")?;
                     let lane = &mut acc[k % *lanes as usize];
                     *lane = combine(*op, *lane, v)?;
                 }
-                self.ix.remove(&Var::Loop(var.clone()));
+                self.ix.remove(&var);
                 let mut total = acc[0];
                 for &v in &acc[1..] {
                     total = combine(*op, total, v)?;
@@ -363,7 +360,7 @@ fn cast(v: Value, to: ScalarType) -> Value {
         Value::F64(x) => x,
     };
     match (to, v) {
-        (ScalarType::Bool, _) => Value::Bool(f != 0.0 || f.is_nan()),
+        (ScalarType::Bool, _) => Value::Bool(f != 0.0), // NaN ≠ 0: true
         (ScalarType::I32, Value::I64(i)) => Value::I32(i as i32),
         (ScalarType::I64, Value::I64(i)) => Value::I64(i),
         (ScalarType::I32, _) => Value::I32(f as i32),

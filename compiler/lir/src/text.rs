@@ -252,12 +252,19 @@ impl Parser {
         ParseError { line: *line, col: *col, message: message.into() }
     }
 
-    fn next(&mut self) -> Tok {
-        let tok = self.tokens[self.pos].0.clone();
-        if tok != Tok::Eof {
+    /// What `take` makes of the next token, consuming it only when that is something (so
+    /// an error points at the token, and end of input is never stepped past).
+    fn take<T>(&mut self, take: impl FnOnce(&Tok) -> Option<T>) -> Option<T> {
+        let got = take(self.peek());
+        if got.is_some() {
             self.pos += 1;
         }
-        tok
+        got
+    }
+
+    fn int(&mut self, what: &str) -> Result<u64, ParseError> {
+        self.take(|t| if let Tok::Int(n) = t { Some(*n) } else { None })
+            .ok_or_else(|| self.expected(what))
     }
 
     fn expected(&self, what: &str) -> ParseError {
@@ -492,13 +499,12 @@ impl Parser {
         self.punct(":")?;
         let ty = self.ty()?;
         self.keyword("lanes")?;
-        let lanes = match self.next() {
-            Tok::Int(n) if (1..=u32::MAX as u64).contains(&n) => n as u32,
-            _ => {
-                self.pos -= 1;
-                return Err(self.expected("a lane count"));
-            }
-        };
+        let lanes = self
+            .take(|t| match t {
+                Tok::Int(n) if (1..=u32::MAX as u64).contains(n) => Some(*n as u32),
+                _ => None,
+            })
+            .ok_or_else(|| self.expected("a lane count"))?;
         self.keyword("init")?;
         let init = self.literal()?;
         self.keyword("for")?;
@@ -508,23 +514,21 @@ impl Parser {
 
     fn literal(&mut self) -> Result<Literal, ParseError> {
         let negative = self.eat_punct("-");
-        let lit = match self.next() {
-            Tok::Ident(s) if s == "true" && !negative => Literal::Bool(true),
-            Tok::Ident(s) if s == "false" && !negative => Literal::Bool(false),
-            Tok::Ident(s) if s == "inf" => Literal::Float(f64::INFINITY),
-            Tok::Ident(s) if s == "nan" && !negative => Literal::Float(f64::NAN),
-            Tok::Float(x) => Literal::Float(x),
-            Tok::Int(n) => {
-                let v = if negative { -(n as i128) } else { n as i128 };
-                let v = i64::try_from(v)
-                    .map_err(|_| self.err("integer literal out of the i64 range"))?;
-                return Ok(Literal::Int(v));
-            }
-            _ => {
-                self.pos -= 1;
-                return Err(self.expected("a literal"));
-            }
-        };
+        let at = self.err("integer literal out of the i64 range");
+        if let Some(n) = self.take(|t| if let Tok::Int(n) = t { Some(*n) } else { None }) {
+            let v = if negative { -(n as i128) } else { n as i128 };
+            return i64::try_from(v).map(Literal::Int).map_err(|_| at);
+        }
+        let lit = self
+            .take(|t| match t {
+                Tok::Ident(s) if s == "true" && !negative => Some(Literal::Bool(true)),
+                Tok::Ident(s) if s == "false" && !negative => Some(Literal::Bool(false)),
+                Tok::Ident(s) if s == "inf" => Some(Literal::Float(f64::INFINITY)),
+                Tok::Ident(s) if s == "nan" && !negative => Some(Literal::Float(f64::NAN)),
+                Tok::Float(x) => Some(Literal::Float(*x)),
+                _ => None,
+            })
+            .ok_or_else(|| self.expected("a literal"))?;
         Ok(match (negative, lit) {
             (true, Literal::Float(x)) => Literal::Float(-x),
             (_, l) => l,
@@ -540,27 +544,16 @@ impl Parser {
         let mut terms: Vec<(Var, i64)> = Vec::new();
         let mut sign: i128 = if self.eat_punct("-") { -1 } else { 1 };
         loop {
-            let (var, coef) = match self.next() {
-                Tok::Int(n) if self.eat_punct("*") => (self.var()?, n as i128),
-                Tok::Int(n) => (None, n as i128),
-                Tok::Name(c @ ('%' | '?'), s) => {
-                    let var = if c == '%' { Var::Loop(s) } else { Var::Sym(s) };
-                    let coef = if self.eat_punct("*") {
-                        match self.next() {
-                            Tok::Int(n) => n as i128,
-                            _ => {
-                                self.pos -= 1;
-                                return Err(self.expected("an integer coefficient"));
-                            }
-                        }
-                    } else {
-                        1
-                    };
-                    (Some(var), coef)
-                }
-                _ => {
-                    self.pos -= 1;
-                    return Err(self.expected("an index expression"));
+            let (var, coef) = if let Some(var) = self.var() {
+                let coef =
+                    if self.eat_punct("*") { self.int("an integer coefficient")? } else { 1 };
+                (Some(var), coef as i128)
+            } else {
+                let n = self.int("an index expression")? as i128;
+                if self.eat_punct("*") {
+                    (Some(self.var().ok_or_else(|| self.expected("a loop index or symbol"))?), n)
+                } else {
+                    (None, n)
                 }
             };
             let value = i64::try_from(sign * coef).map_err(|_| overflow())?;
@@ -580,15 +573,12 @@ impl Parser {
         Affine::from_terms(constant, terms).ok_or_else(overflow)
     }
 
-    /// The variable after `N*`.
-    fn var(&mut self) -> Result<Option<Var>, ParseError> {
-        match self.next() {
-            Tok::Name('%', s) => Ok(Some(Var::Loop(s))),
-            Tok::Name('?', s) => Ok(Some(Var::Sym(s))),
-            _ => {
-                self.pos -= 1;
-                Err(self.expected("a loop index or symbol"))
-            }
-        }
+    /// A loop index (`%i`) or symbol (`?n`), if one is next.
+    fn var(&mut self) -> Option<Var> {
+        self.take(|t| match t {
+            Tok::Name('%', s) => Some(Var::Loop(s.clone())),
+            Tok::Name('?', s) => Some(Var::Sym(s.clone())),
+            _ => None,
+        })
     }
 }

@@ -63,6 +63,14 @@ impl<'a, T> Mat<'a, T> {
         Mat { data, rs: 1, cs: ld }
     }
 
+    /// The same view typed as f32, when `T` is f32.
+    fn as_f32(&self) -> Option<Mat<'a, f32>>
+    where
+        T: 'static,
+    {
+        Some(Mat { data: util::as_f32(self.data)?, rs: self.rs, cs: self.cs })
+    }
+
     fn covers(&self, r: usize, c: usize) -> bool {
         r == 0 || c == 0 || (r - 1) * self.rs + (c - 1) * self.cs < self.data.len()
     }
@@ -94,10 +102,9 @@ pub(crate) fn mm<T: Scalar>(
     if kernel != MatMulKernel::Naive
         && m == 1
         && b.cs == 1
-        && let (Some(x), Some(w), Some(y)) =
-            (util::as_f32(a.data), util::as_f32(b.data), util::as_f32_mut(c))
+        && let (Some(x), Some(w), Some(y)) = (a.as_f32(), b.as_f32(), util::as_f32_mut(c))
     {
-        gemv::gemv_rows(Mat { data: x, rs: a.rs, cs: a.cs }, Mat::rows(w, b.rs), k, n, y);
+        gemv::gemv_rows(x, w, k, n, y);
         return;
     }
     let parts = if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
@@ -148,9 +155,8 @@ unsafe fn block<T: Scalar>(
         && b.cs == 1
         && m.saturating_mul(n).saturating_mul(k) <= UNPACKED_PRODUCT
         && avx512::available()
-        && let (Some(ad), Some(bd)) = (util::as_f32(a.data), util::as_f32(b.data))
+        && let (Some(a), Some(b)) = (a.as_f32(), b.as_f32())
     {
-        let (a, b) = (Mat { data: ad, rs: a.rs, cs: a.cs }, Mat { data: bd, rs: b.rs, cs: 1 });
         // SAFETY: AVX-512F is present (checked); T is f32 (the casts succeeded); operands and
         // C as this function's contract says.
         unsafe { avx512::gemm(m, n, k, a, b, c.cast(), ldc) };
