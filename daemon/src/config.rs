@@ -91,6 +91,7 @@ pub struct Limits {
 pub struct Engines {
     pub ort: OrtSettings,
     pub openvino: OpenVinoSettings,
+    pub llvm: LlvmSettings,
 }
 
 /// `[engines.ort]`.
@@ -114,6 +115,16 @@ pub struct OpenVinoSettings {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// `[engines.llvm]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlvmSettings {
+    /// Compiled kernels (shared objects keyed by code, target CPU and LLVM version), so a
+    /// restarted daemon compiles nothing it compiled before. Relative paths are under the
+    /// data dir; unset: `<data dir>/llvm-cache`.
+    pub cache_dir: Option<PathBuf>,
+}
+
 impl Engines {
     pub fn libraries(&self, data_dir: &std::path::Path) -> xpu_runtime::EngineLibraries {
         let cache = self.openvino.cache_dir.clone().unwrap_or_else(|| "openvino-cache".into());
@@ -121,6 +132,9 @@ impl Engines {
             ort: self.ort.library.clone(),
             openvino_dir: self.openvino.library_dir.clone(),
             openvino_cache_dir: Some(data_dir.join(cache)),
+            llvm_cache_dir: Some(
+                data_dir.join(self.llvm.cache_dir.clone().unwrap_or_else(|| "llvm-cache".into())),
+            ),
         }
     }
 }

@@ -28,10 +28,13 @@ pub struct EngineLibraries {
     pub openvino_dir: Option<PathBuf>,
     /// Where OpenVINO keeps compiled models between runs (`[engines.openvino] cache_dir`).
     pub openvino_cache_dir: Option<PathBuf>,
+    /// Where the llvm engine keeps compiled kernels between runs (`[engines.llvm]
+    /// cache_dir`); `None`: its default (`$XPU_CACHE_DIR/llvm` or `~/.cache/xpu/llvm`).
+    pub llvm_cache_dir: Option<PathBuf>,
 }
 
-/// The engines a process loads once and shares between jobs: cpu, and ort and openvino when
-/// built (each `Unavailable` with the reason when its library is missing).
+/// The engines a process loads once and shares between jobs: cpu, and ort, openvino and
+/// llvm when built (each `Unavailable` with the reason when its library is missing).
 #[derive(Clone)]
 pub struct SharedEngines {
     engines: Vec<Arc<dyn xpu_engine::Engine>>,
@@ -65,6 +68,16 @@ impl SharedEngines {
                 Arc::new(
                     xpu_engine_openvino::OpenVinoEngine::load(dir.as_deref()).with_cache_dir(cache),
                 )
+            })));
+        }
+        #[cfg(feature = "llvm")]
+        {
+            let cache = libraries
+                .llvm_cache_dir
+                .clone()
+                .or_else(xpu_engine_llvm::LlvmEngine::default_cache_dir);
+            engines.push(Arc::new(Deferred::new("llvm", move || {
+                Arc::new(xpu_engine_llvm::LlvmEngine::new(cache))
             })));
         }
         let _ = libraries;

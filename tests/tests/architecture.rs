@@ -15,6 +15,7 @@ const LIBRARIES: &[&str] = &[
     "xpu-engine-table",
     "xpu-engine-ort",
     "xpu-engine-openvino",
+    "xpu-engine-llvm",
     "xpu-policy",
     "xpu-plan",
     "xpu-runtime",
@@ -34,6 +35,8 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // Engines that take ONNX get partitions through the exporter.
         ("xpu-engine-ort", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
         ("xpu-engine-openvino", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
+        // Codegen engines lower partitions to LIR-ML.
+        ("xpu-engine-llvm", &["xpu-engine", "xpu-ir", "xpu-lir"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         (
@@ -47,6 +50,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "xpu-engine-table",
                 "xpu-engine-ort",
                 "xpu-engine-openvino",
+                "xpu-engine-llvm",
                 "xpu-policy",
                 "xpu-plan",
             ][..],

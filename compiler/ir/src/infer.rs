@@ -84,6 +84,24 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Option<usize> {
     (0..r).contains(&a).then_some(a as usize)
 }
 
+/// Multidirectional (numpy) broadcasting of two concrete shapes; the error names the
+/// dims that differ.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let n = a.len().max(b.len());
+    (0..n)
+        .map(|i| {
+            let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+            let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+            match (x, y) {
+                _ if x == y => Ok(x),
+                (1, y) => Ok(y),
+                (x, 1) => Ok(x),
+                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast (dim {x} vs {y})")),
+            }
+        })
+        .collect()
+}
+
 /// Multidirectional (numpy) broadcasting of dims.
 pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, String> {
     let n = a.len().max(b.len());

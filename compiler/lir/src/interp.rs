@@ -1,13 +1,13 @@
 //! The reference interpreter: runs a verified kernel over host buffers, one scalar at a
 //! time, with exactly the semantics the code generators must reproduce — f32 arithmetic in
-//! f32, f16/bf16 rounded on store, reductions in their declared lane layout, NaN-propagating
+//! f32 (transcendental functions by [`math`]'s exact sequences), f16/bf16 rounded on store, reductions in their declared lane layout, NaN-propagating
 //! `max`/`min`, saturating float→int casts. It is the oracle generated code is tested
 //! against, and the way to run LIR where no compiler is available.
 
 use std::collections::HashMap;
 
 use crate::{
-    Affine, BinaryOp, CmpOp, Expr, Kernel, Literal, ReduceOp, ScalarType, Stmt, UnaryOp, Var,
+    Affine, BinaryOp, CmpOp, Expr, Kernel, Literal, ReduceOp, ScalarType, Stmt, UnaryOp, Var, math,
 };
 
 /// One scalar.
@@ -254,6 +254,12 @@ fn unary(op: UnaryOp, v: Value) -> Result<Value, String> {
         (Neg, v) => float_op!(v, "neg", |x| -x),
         (Abs, v) => float_op!(v, "abs", |x| x.abs()),
         (Sign, v) => float_op!(v, "sign", |x| if x.is_nan() || x == 0.0 { x } else { x.signum() }),
+        (Exp, Value::F32(x)) => Value::F32(math::expf(x)),
+        (Log, Value::F32(x)) => Value::F32(math::logf(x)),
+        (Log1p, Value::F32(x)) => Value::F32(math::log1pf(x)),
+        (Expm1, Value::F32(x)) => Value::F32(math::expm1f(x)),
+        (Tanh, Value::F32(x)) => Value::F32(math::tanhf(x)),
+        (Erf, Value::F32(x)) => Value::F32(math::erff(x)),
         (Exp, v) => float_op!(v, "exp", |x| x.exp()),
         (Log, v) => float_op!(v, "log", |x| x.ln()),
         (Log1p, v) => float_op!(v, "log1p", |x| x.ln_1p()),
@@ -266,7 +272,6 @@ fn unary(op: UnaryOp, v: Value) -> Result<Value, String> {
         (Floor, v) => float_op!(v, "floor", |x| x.floor()),
         (Ceil, v) => float_op!(v, "ceil", |x| x.ceil()),
         (Round, v) => float_op!(v, "round", |x| x.round_ties_even()),
-        (Erf, Value::F32(x)) => Value::F32(libm::erff(x)),
         (Erf, Value::F64(x)) => Value::F64(libm::erf(x)),
         (op, v) => return Err(format!("`{}` of {v:?}", op.name())),
     })

@@ -15,6 +15,7 @@
 
 mod affine;
 pub mod interp;
+pub mod math;
 mod text;
 mod verify;
 

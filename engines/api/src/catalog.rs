@@ -36,11 +36,20 @@ pub const ENGINES: &[KnownEngine] = &[
         kernels: &["llvm.fused", "llvm.gemm", "llvm.reduce", "llvm.riscv"],
         description: "LLVM JIT for fused groups on the host, AOT for riscv64",
         unhonoured: &[
-            ("execution.capture", "the llvm engine is not built yet"),
-            ("memory.reuse", "the llvm engine is not built yet"),
-            ("memory.pool", "the llvm engine is not built yet"),
-            ("memory.pinned_host", "the llvm engine is not built yet"),
-            ("precision.accumulate", "the llvm engine is not built yet"),
+            (
+                "execution.capture",
+                "the llvm engine calls its compiled kernels directly; there is nothing to capture",
+            ),
+            (
+                "memory.reuse",
+                "the llvm engine gives each fused kernel's output its own buffer; it does not follow the memory plan",
+            ),
+            ("memory.pool", "the llvm engine allocates its buffers from the process heap"),
+            ("memory.pinned_host", "it works in host memory: nothing to pin"),
+            (
+                "precision.accumulate",
+                "llvm reductions accumulate in the compute type (f32 for f16/bf16 storage)",
+            ),
         ],
     },
     KnownEngine {

@@ -9,19 +9,7 @@ use crate::util::{KResult, owned, req, tensor, view};
 use crate::{any_dtype, float, numeric};
 
 pub fn broadcast_shape(a: &[usize], b: &[usize]) -> KResult<Vec<usize>> {
-    let n = a.len().max(b.len());
-    (0..n)
-        .map(|i| {
-            let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-            let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
-            match (x, y) {
-                (x, y) if x == y => Ok(x),
-                (1, y) => Ok(y),
-                (x, 1) => Ok(x),
-                (x, y) => Err(format!("shapes {a:?} and {b:?} do not broadcast (dim {x} vs {y})")),
-            }
-        })
-        .collect()
+    xpu_ir::infer::broadcast_shapes(a, b)
 }
 
 /// Broadcasts two tensors of element types A and B and maps pairs through `f`.

@@ -1,0 +1,230 @@
+//! LIR-ML's f32 transcendental functions, defined by these exact operation sequences:
+//! Cephes-style range reduction and polynomials, branch-free (special cases chosen at the
+//! end), with no fused multiply-adds. Code generators emit the same sequence (the llvm
+//! engine's `codegen::math`), so compiled kernels and the interpreter agree bit for bit and
+//! a kernel's results do not depend on the machine's vector width or libm. Accuracy is
+//! within a few ulp of the correctly rounded result (tested below against f64 libm).
+//! f64 functions are libm's.
+
+/// The constants, shared with code generators so both sides use the same values. The
+/// polynomial coefficients are Cephes' (and Abramowitz & Stegun's) as published.
+#[allow(clippy::excessive_precision, clippy::approx_constant)]
+pub mod k {
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub const LN2_HI: f32 = 0.693_359_4_f32;
+    pub const LN2_LO: f32 = -2.121_944_4e-4_f32;
+    pub const EXP_P: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        5.000_000_1e-1,
+    ];
+    pub const EXP_MAX: f32 = 89.0;
+    pub const EXP_MIN: f32 = -104.0;
+    pub const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
+    pub const LOG_P: [f32; 9] = [
+        7.037_683_6e-2,
+        -1.151_461e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_4e-1,
+        -2.499_999_4e-1,
+        3.333_333e-1,
+    ];
+    pub const TANH_P: [f32; 5] =
+        [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1];
+    pub const TANH_SMALL: f32 = 0.625;
+    pub const ERF_T: [f32; 7] = [
+        7.853_861_4e-5,
+        -8.010_193_6e-4,
+        5.188_327_7e-3,
+        -2.685_381_2e-2,
+        1.128_358_5e-1,
+        -3.761_262_6e-1,
+        1.128_379_2,
+    ];
+    pub const ERF_P: f32 = 0.327_591_1;
+    pub const ERF_A: [f32; 5] = [1.061_405_4, -1.453_152, 1.421_413_7, -0.284_496_74, 0.254_829_6];
+}
+
+/// Horner's rule, highest coefficient first: `((c0·x + c1)·x + c2)…`.
+fn horner(x: f32, c: &[f32]) -> f32 {
+    let mut p = c[0];
+    for &ci in &c[1..] {
+        p = p * x + ci;
+    }
+    p
+}
+
+pub fn expf(x: f32) -> f32 {
+    let x1 = if x > k::EXP_MAX { k::EXP_MAX } else { x };
+    let x2 = if x1 < k::EXP_MIN { k::EXP_MIN } else { x1 };
+    let nan = x.is_nan();
+    let xc = if nan { 0.0 } else { x2 };
+    let n = (xc * k::LOG2E).round_ties_even();
+    let r = (xc - n * k::LN2_HI) - n * k::LN2_LO;
+    let p = horner(r, &k::EXP_P);
+    let y = p * (r * r) + r + 1.0;
+    let ni = n as i32;
+    let n1 = ni >> 1;
+    let n2 = ni - n1;
+    let s1 = f32::from_bits(((n1 + 127) << 23) as u32);
+    let s2 = f32::from_bits(((n2 + 127) << 23) as u32);
+    let z = y * s1 * s2;
+    if nan { x } else { z }
+}
+
+pub fn logf(x: f32) -> f32 {
+    let sub = x < f32::MIN_POSITIVE;
+    let xn = if sub { x * 8_388_608.0 } else { x };
+    let adj = if sub { -23 } else { 0 };
+    let bits = xn.to_bits();
+    let e1 = ((bits >> 23) & 255) as i32 - 126 + adj;
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f00_0000);
+    let lo = m < k::SQRT_HALF;
+    let e = if lo { e1 - 1 } else { e1 };
+    let f = if lo { m + m } else { m } - 1.0;
+    let z = f * f;
+    let y0 = horner(f, &k::LOG_P) * f * z;
+    let fe = e as f32;
+    let y1 = y0 + fe * k::LN2_LO;
+    let y2 = y1 - z * 0.5;
+    let r = (f + y2) + fe * k::LN2_HI;
+    let r1 = if x == f32::INFINITY { x } else { r };
+    let r2 = if x == 0.0 { f32::NEG_INFINITY } else { r1 };
+    let r3 = if x < 0.0 { f32::NAN } else { r2 };
+    if x.is_nan() { x } else { r3 }
+}
+
+pub fn tanhf(x: f32) -> f32 {
+    let ax = x.abs();
+    let z = x * x;
+    // The sign restored: −0 would come out +0.
+    let ps = (horner(z, &k::TANH_P) * z * x + x).copysign(x);
+    let t = expf(ax * 2.0);
+    let r = 1.0 - 2.0 / (t + 1.0);
+    let rl = r.copysign(x);
+    if ax < k::TANH_SMALL { ps } else { rl }
+}
+
+pub fn erff(x: f32) -> f32 {
+    let ax = x.abs();
+    let z = x * x;
+    let ys = horner(z, &k::ERF_T) * x;
+    let t = 1.0 / (ax * k::ERF_P + 1.0);
+    let a = horner(t, &k::ERF_A) * t;
+    let e = expf(-z);
+    let r = 1.0 - a * e;
+    let rl = r.copysign(x);
+    if ax < 1.0 { ys } else { rl }
+}
+
+pub fn log1pf(x: f32) -> f32 {
+    let u = x + 1.0;
+    let d = u - 1.0;
+    let r = logf(u) * (x / d);
+    let r1 = if d == 0.0 { x } else { r };
+    if x == f32::INFINITY { x } else { r1 }
+}
+
+pub fn expm1f(x: f32) -> f32 {
+    let u = expf(x);
+    let um1 = u - 1.0;
+    let r = um1 * (x / logf(u));
+    let r1 = if u == 1.0 { x } else { r };
+    let r2 = if um1 == -1.0 { -1.0 } else { r1 };
+    if x > 88.0 { um1 } else { r2 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in representable f32s between `got` and the correctly rounded `want`.
+    fn ulps(got: f32, want: f64) -> u64 {
+        let w = want as f32;
+        if got.is_nan() || w.is_nan() {
+            return if got.is_nan() == w.is_nan() { 0 } else { u64::MAX };
+        }
+        if got == w {
+            return 0;
+        }
+        let key = |f: f32| {
+            let b = f.to_bits() as i64;
+            if b < 0x8000_0000 { b } else { 0x8000_0000 - b }
+        };
+        (key(got) - key(w)).unsigned_abs()
+    }
+
+    fn sweep(lo: f32, hi: f32, n: usize) -> impl Iterator<Item = f32> {
+        (0..=n).map(move |i| lo + (hi - lo) * (i as f32 / n as f32))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn check(
+        name: &str,
+        f: fn(f32) -> f32,
+        want: fn(f64) -> f64,
+        xs: impl Iterator<Item = f32>,
+        max: u64,
+    ) {
+        let mut worst = (0, 0.0f32);
+        for x in xs {
+            let u = ulps(f(x), want(x as f64));
+            if u > worst.0 {
+                worst = (u, x);
+            }
+        }
+        assert!(
+            worst.0 <= max,
+            "{name}: {} ulp at x = {:e} (got {}, want {})",
+            worst.0,
+            worst.1,
+            f(worst.1),
+            want(worst.1 as f64)
+        );
+    }
+
+    #[test]
+    fn functions_stay_within_a_few_ulp_of_libm() {
+        check("exp", expf, f64::exp, sweep(-103.0, 88.7, 200_000), 2);
+        check("log", logf, f64::ln, sweep(1e-30, 1e4, 200_000), 2);
+        check("log (small)", logf, f64::ln, sweep(1e-44, 1e-37, 10_000), 2);
+        check("log (near 1)", logf, f64::ln, sweep(0.5, 2.0, 200_000), 2);
+        check("tanh", tanhf, f64::tanh, sweep(-12.0, 12.0, 200_000), 4);
+        check("erf", erff, libm::erf, sweep(-6.0, 6.0, 200_000), 6);
+        check("log1p", log1pf, f64::ln_1p, sweep(-0.999, 50.0, 200_000), 4);
+        check("expm1", expm1f, f64::exp_m1, sweep(-20.0, 20.0, 200_000), 4);
+        check("expm1 (small)", expm1f, f64::exp_m1, sweep(-1e-3, 1e-3, 20_000), 4);
+    }
+
+    #[test]
+    fn special_values_follow_ieee_and_numpy() {
+        let inf = f32::INFINITY;
+        assert_eq!(expf(inf), inf);
+        assert_eq!(expf(-inf), 0.0);
+        assert_eq!(expf(89.0), inf);
+        assert!(expf(f32::NAN).is_nan());
+        assert!(expf(-100.0) > 0.0, "subnormal results are kept");
+        assert_eq!(logf(0.0), -inf);
+        assert_eq!(logf(inf), inf);
+        assert!(logf(-1.0).is_nan());
+        assert!(logf(f32::NAN).is_nan());
+        assert_eq!(tanhf(inf), 1.0);
+        assert_eq!(tanhf(-inf), -1.0);
+        assert_eq!(tanhf(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(erff(inf), 1.0);
+        assert_eq!(erff(-inf), -1.0);
+        assert_eq!(log1pf(-1.0), -inf);
+        assert_eq!(log1pf(inf), inf);
+        assert_eq!(expm1f(-inf), -1.0);
+        assert_eq!(expm1f(inf), inf);
+        for f in [expf, logf, tanhf, erff, log1pf, expm1f] {
+            assert!(f(f32::NAN).is_nan());
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Transcendental functions. f32 ones are inline IR (Cephes-style range reduction and
+//! polynomials, branch-free with selects for the special cases), so a loop calling them
+//! vectorises and gives the same bits at every vector width; they stay within a few ulp of
+//! libm (tested against it). f64 ones call libm (or the LLVM intrinsic that lowers to it).
+//!
+//! Every routine is an `internal alwaysinline` function, emitted only when used.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use xpu_lir::{ScalarType, UnaryOp};
+
+/// The function to call for `op` on `ty`, noting inline routines in `used`.
+pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) -> String {
+    use UnaryOp::*;
+    if ty == ScalarType::F64 {
+        return match op {
+            Exp => "@llvm.exp.f64",
+            Log => "@llvm.log.f64",
+            Sin => "@llvm.sin.f64",
+            Cos => "@llvm.cos.f64",
+            Tanh => "@tanh",
+            Erf => "@erf",
+            Log1p => "@log1p",
+            Expm1 => "@expm1",
+            _ => "@llvm.sqrt.f64",
+        }
+        .to_string();
+    }
+    let name: &'static str = match op {
+        Exp => "xpu.expf",
+        Log => "xpu.logf",
+        Tanh => "xpu.tanhf",
+        Erf => "xpu.erff",
+        Log1p => "xpu.log1pf",
+        Expm1 => "xpu.expm1f",
+        Sin => return "@llvm.sin.f32".into(),
+        _ => return "@llvm.cos.f32".into(),
+    };
+    // Routines built on others pull those in too.
+    used.insert(name);
+    match name {
+        "xpu.tanhf" | "xpu.erff" => {
+            used.insert("xpu.expf");
+        }
+        "xpu.log1pf" => {
+            used.insert("xpu.logf");
+        }
+        "xpu.expm1f" => {
+            used.extend(["xpu.expf", "xpu.logf"]);
+        }
+        _ => {}
+    }
+    format!("@{name}")
+}
+
+/// The definitions of the inline routines in `used`, then a declaration for every
+/// intrinsic and libm function `ir` calls.
+pub fn definitions(used: &BTreeSet<&'static str>) -> String {
+    let mut s = String::new();
+    for name in used {
+        s.push_str(&expand_constants(match *name {
+            "xpu.expf" => EXPF,
+            "xpu.logf" => LOGF,
+            "xpu.tanhf" => TANHF,
+            "xpu.erff" => ERFF,
+            "xpu.log1pf" => LOG1PF,
+            "xpu.expm1f" => EXPM1F,
+            _ => "",
+        }));
+    }
+    s
+}
+
+/// A constant the routines name: one of LIR-ML's (`xpu_lir::math::k`, so compiled code
+/// and the interpreter use the same values), or a decimal.
+fn constant(name: &str) -> Option<f64> {
+    use xpu_lir::math::k;
+    let (base, index) = match name.split_once('.') {
+        Some((b, i)) if b.chars().all(|c| c.is_ascii_uppercase() || c == '_') => {
+            (b, i.parse().ok())
+        }
+        _ => (name, None),
+    };
+    let table: &[f32] = match base {
+        "LOG2E" => &[k::LOG2E],
+        "LN2_HI" => &[k::LN2_HI],
+        "LN2_LO" => &[k::LN2_LO],
+        "MIN_POSITIVE" => &[f32::MIN_POSITIVE],
+        "SQRT_HALF" => &[k::SQRT_HALF],
+        "ERF_P" => &[k::ERF_P],
+        "EXP_P" => &k::EXP_P,
+        "LOG_P" => &k::LOG_P,
+        "TANH_P" => &k::TANH_P,
+        "ERF_T" => &k::ERF_T,
+        "ERF_A" => &k::ERF_A,
+        _ => return name.parse::<f64>().ok(),
+    };
+    table.get(index.unwrap_or(0)).map(|&v| v as f64)
+}
+
+/// The routines are written with `f(NAME)` or `f(<decimal>)` for constants, which LLVM
+/// wants in hex unless exact in decimal; each is rounded to f32 here.
+fn expand_constants(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find("f(") {
+        let (before, after) = rest.split_at(at);
+        let Some(close) = after.find(')') else { break };
+        let literal = &after[2..close];
+        match constant(literal) {
+            Some(v) => {
+                out.push_str(before);
+                out.push_str(&super::float_lit(ScalarType::F32, v));
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push_str(&rest[..at + 2]);
+                rest = &after[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `declare` lines for every `@llvm.*` intrinsic and libm function called in `ir` (the
+/// parser needs them; their types come from the call sites).
+pub fn declarations(ir: &str) -> String {
+    let mut seen = BTreeSet::new();
+    let mut s = String::new();
+    for line in ir.lines() {
+        let Some(at) = line.find("call ") else { continue };
+        let call = &line[at + 5..];
+        let Some((ret, rest)) = call.split_once(" @") else { continue };
+        let Some((name, args)) = rest.split_once('(') else { continue };
+        let external = name.starts_with("llvm.") || LIBM.contains(&name);
+        if !external || !seen.insert(name.to_string()) {
+            continue;
+        }
+        let args = args.strip_suffix(')').unwrap_or(args);
+        let types: Vec<&str> =
+            args.split(", ").filter_map(|a| a.split_whitespace().next()).collect();
+        let _ = writeln!(s, "declare {ret} @{name}({}) nounwind", types.join(", "));
+    }
+    s
+}
+
+const LIBM: &[&str] = &["tanh", "erf", "log1p", "expm1"];
+
+/// e^x: n = round(x·log2 e), r = x − n·ln 2 in two parts, a degree-6 polynomial, then
+/// 2^n applied as two factors so that results in the subnormal range round once.
+const EXPF: &str = r#"
+define internal float @xpu.expf(float %x) alwaysinline nounwind {
+entry:
+  %big = fcmp ogt float %x, 89.0
+  %x1 = select i1 %big, float 89.0, float %x
+  %small = fcmp olt float %x1, -104.0
+  %x2 = select i1 %small, float -104.0, float %x1
+  %nan = fcmp uno float %x, 0.0
+  %xc = select i1 %nan, float 0.0, float %x2
+  %t = fmul float %xc, f(LOG2E)
+  %n = call float @llvm.roundeven.f32(float %t)
+  %c1 = fmul float %n, f(LN2_HI)
+  %r1 = fsub float %xc, %c1
+  %c2 = fmul float %n, f(LN2_LO)
+  %r = fsub float %r1, %c2
+  %p0 = fmul float %r, f(EXP_P.0)
+  %p1 = fadd float %p0, f(EXP_P.1)
+  %p2 = fmul float %p1, %r
+  %p3 = fadd float %p2, f(EXP_P.2)
+  %p4 = fmul float %p3, %r
+  %p5 = fadd float %p4, f(EXP_P.3)
+  %p6 = fmul float %p5, %r
+  %p7 = fadd float %p6, f(EXP_P.4)
+  %p8 = fmul float %p7, %r
+  %p9 = fadd float %p8, f(EXP_P.5)
+  %rr = fmul float %r, %r
+  %y0 = fmul float %p9, %rr
+  %y1 = fadd float %y0, %r
+  %y = fadd float %y1, 1.0
+  %ni = fptosi float %n to i32
+  %n1 = ashr i32 %ni, 1
+  %n2 = sub i32 %ni, %n1
+  %e1 = add i32 %n1, 127
+  %b1 = shl i32 %e1, 23
+  %s1 = bitcast i32 %b1 to float
+  %e2 = add i32 %n2, 127
+  %b2 = shl i32 %e2, 23
+  %s2 = bitcast i32 %b2 to float
+  %z1 = fmul float %y, %s1
+  %z = fmul float %z1, %s2
+  %res = select i1 %nan, float %x, float %z
+  ret float %res
+}
+"#;
+
+/// ln x: x = m·2^e with m in [√½, √2), f = m − 1, a degree-9 polynomial in f; subnormal
+/// inputs are scaled by 2^23 first; x < 0 → NaN, 0 → −inf, inf → inf.
+const LOGF: &str = r#"
+define internal float @xpu.logf(float %x) alwaysinline nounwind {
+entry:
+  %sub = fcmp olt float %x, f(MIN_POSITIVE)
+  %xs = fmul float %x, f(8388608.0)
+  %xn = select i1 %sub, float %xs, float %x
+  %adj = select i1 %sub, i32 -23, i32 0
+  %bits = bitcast float %xn to i32
+  %eb = lshr i32 %bits, 23
+  %eb1 = and i32 %eb, 255
+  %e0 = sub i32 %eb1, 126
+  %e1 = add i32 %e0, %adj
+  %mb0 = and i32 %bits, 8388607
+  %mb = or i32 %mb0, 1056964608
+  %m = bitcast i32 %mb to float
+  %lo = fcmp olt float %m, f(SQRT_HALF)
+  %e2 = sub i32 %e1, 1
+  %e = select i1 %lo, i32 %e2, i32 %e1
+  %m2 = fadd float %m, %m
+  %mm = select i1 %lo, float %m2, float %m
+  %f = fsub float %mm, 1.0
+  %z = fmul float %f, %f
+  %q0 = fmul float %f, f(LOG_P.0)
+  %q1 = fadd float %q0, f(LOG_P.1)
+  %q2 = fmul float %q1, %f
+  %q3 = fadd float %q2, f(LOG_P.2)
+  %q4 = fmul float %q3, %f
+  %q5 = fadd float %q4, f(LOG_P.3)
+  %q6 = fmul float %q5, %f
+  %q7 = fadd float %q6, f(LOG_P.4)
+  %q8 = fmul float %q7, %f
+  %q9 = fadd float %q8, f(LOG_P.5)
+  %q10 = fmul float %q9, %f
+  %q11 = fadd float %q10, f(LOG_P.6)
+  %q12 = fmul float %q11, %f
+  %q13 = fadd float %q12, f(LOG_P.7)
+  %q14 = fmul float %q13, %f
+  %q15 = fadd float %q14, f(LOG_P.8)
+  %q16 = fmul float %q15, %f
+  %y0 = fmul float %q16, %z
+  %fe = sitofp i32 %e to float
+  %k1 = fmul float %fe, f(LN2_LO)
+  %y1 = fadd float %y0, %k1
+  %hz = fmul float %z, 0.5
+  %y2 = fsub float %y1, %hz
+  %r0 = fadd float %f, %y2
+  %k2 = fmul float %fe, f(LN2_HI)
+  %r = fadd float %r0, %k2
+  %isinf = fcmp oeq float %x, f(inf)
+  %r1 = select i1 %isinf, float %x, float %r
+  %zero = fcmp oeq float %x, 0.0
+  %r2 = select i1 %zero, float f(-inf), float %r1
+  %neg = fcmp olt float %x, 0.0
+  %r3 = select i1 %neg, float f(nan), float %r2
+  %nan = fcmp uno float %x, 0.0
+  %res = select i1 %nan, float %x, float %r3
+  ret float %res
+}
+"#;
+
+/// tanh x: an odd polynomial below |x| = 0.625, else 1 − 2/(e^{2|x|} + 1) with x's sign.
+const TANHF: &str = r#"
+define internal float @xpu.tanhf(float %x) alwaysinline nounwind {
+entry:
+  %ax = call float @llvm.fabs.f32(float %x)
+  %z = fmul float %x, %x
+  %p0 = fmul float %z, f(TANH_P.0)
+  %p1 = fadd float %p0, f(TANH_P.1)
+  %p2 = fmul float %p1, %z
+  %p3 = fadd float %p2, f(TANH_P.2)
+  %p4 = fmul float %p3, %z
+  %p5 = fadd float %p4, f(TANH_P.3)
+  %p6 = fmul float %p5, %z
+  %p7 = fadd float %p6, f(TANH_P.4)
+  %p8 = fmul float %p7, %z
+  %p9 = fmul float %p8, %x
+  %ps0 = fadd float %p9, %x
+  %ps = call float @llvm.copysign.f32(float %ps0, float %x)
+  %two = fmul float %ax, 2.0
+  %t = call float @xpu.expf(float %two)
+  %t1 = fadd float %t, 1.0
+  %q = fdiv float 2.0, %t1
+  %r = fsub float 1.0, %q
+  %rl = call float @llvm.copysign.f32(float %r, float %x)
+  %small = fcmp olt float %ax, 0.625
+  %res = select i1 %small, float %ps, float %rl
+  ret float %res
+}
+"#;
+
+/// erf x: Cephes' polynomial below |x| = 1, Abramowitz & Stegun 7.1.26 above (absolute
+/// error 1.5e-7 where erf is above 0.84).
+const ERFF: &str = r#"
+define internal float @xpu.erff(float %x) alwaysinline nounwind {
+entry:
+  %ax = call float @llvm.fabs.f32(float %x)
+  %z = fmul float %x, %x
+  %s0 = fmul float %z, f(ERF_T.0)
+  %s1 = fadd float %s0, f(ERF_T.1)
+  %s2 = fmul float %s1, %z
+  %s3 = fadd float %s2, f(ERF_T.2)
+  %s4 = fmul float %s3, %z
+  %s5 = fadd float %s4, f(ERF_T.3)
+  %s6 = fmul float %s5, %z
+  %s7 = fadd float %s6, f(ERF_T.4)
+  %s8 = fmul float %s7, %z
+  %s9 = fadd float %s8, f(ERF_T.5)
+  %s10 = fmul float %s9, %z
+  %s11 = fadd float %s10, f(ERF_T.6)
+  %ys = fmul float %s11, %x
+  %pa = fmul float %ax, f(ERF_P)
+  %pa1 = fadd float %pa, 1.0
+  %t = fdiv float 1.0, %pa1
+  %a0 = fmul float %t, f(ERF_A.0)
+  %a1 = fadd float %a0, f(ERF_A.1)
+  %a2 = fmul float %a1, %t
+  %a3 = fadd float %a2, f(ERF_A.2)
+  %a4 = fmul float %a3, %t
+  %a5 = fadd float %a4, f(ERF_A.3)
+  %a6 = fmul float %a5, %t
+  %a7 = fadd float %a6, f(ERF_A.4)
+  %a8 = fmul float %a7, %t
+  %nz = fneg float %z
+  %e = call float @xpu.expf(float %nz)
+  %ae = fmul float %a8, %e
+  %r = fsub float 1.0, %ae
+  %rl = call float @llvm.copysign.f32(float %r, float %x)
+  %small = fcmp olt float %ax, 1.0
+  %res = select i1 %small, float %ys, float %rl
+  ret float %res
+}
+"#;
+
+/// log(1 + x) by Goldberg's correction: log(u)·x/(u − 1) with u = 1 + x.
+const LOG1PF: &str = r#"
+define internal float @xpu.log1pf(float %x) alwaysinline nounwind {
+entry:
+  %u = fadd float %x, 1.0
+  %d = fsub float %u, 1.0
+  %l = call float @xpu.logf(float %u)
+  %q = fdiv float %x, %d
+  %r = fmul float %l, %q
+  %exact = fcmp oeq float %d, 0.0
+  %r1 = select i1 %exact, float %x, float %r
+  %inf = fcmp oeq float %x, f(inf)
+  %res = select i1 %inf, float %x, float %r1
+  ret float %res
+}
+"#;
+
+/// e^x − 1 by Kahan's correction: (u − 1)·x/log(u) with u = e^x.
+const EXPM1F: &str = r#"
+define internal float @xpu.expm1f(float %x) alwaysinline nounwind {
+entry:
+  %u = call float @xpu.expf(float %x)
+  %um1 = fsub float %u, 1.0
+  %l = call float @xpu.logf(float %u)
+  %q = fdiv float %x, %l
+  %r = fmul float %um1, %q
+  %one = fcmp oeq float %u, 1.0
+  %r1 = select i1 %one, float %x, float %r
+  %m1 = fcmp oeq float %um1, -1.0
+  %r2 = select i1 %m1, float -1.0, float %r1
+  %big = fcmp ogt float %x, 88.0
+  %res = select i1 %big, float %um1, float %r2
+  ret float %res
+}
+"#;

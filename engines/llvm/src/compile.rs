@@ -1,0 +1,143 @@
+//! LLVM IR text → optimised machine code for a target: the host CPU (its name *and* its
+//! feature string, so a CPU whose AVX-512 is masked by the hypervisor never gets it) or
+//! riscv64 (rv64gc, lp64d). The new pass manager runs `default<O3>` with loop and SLP
+//! vectorisation on. LLVM is used from one thread at a time per context; everything it
+//! creates is dropped before returning, so nothing LLVM-owned crosses threads.
+
+use std::sync::Once;
+
+use inkwell::OptimizationLevel;
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target as LlvmTarget, TargetMachine,
+    TargetMachineOptions, TargetTriple,
+};
+
+/// Where generated code runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub triple: String,
+    pub cpu: String,
+    pub features: String,
+    /// The ABI name, where the triple alone does not fix it (`lp64d` on riscv64).
+    pub abi: Option<String>,
+}
+
+impl Target {
+    /// This machine, as LLVM detects it.
+    pub fn host() -> Target {
+        init();
+        Target {
+            triple: TargetMachine::get_default_triple().as_str().to_string_lossy().into_owned(),
+            cpu: TargetMachine::get_host_cpu_name().to_string(),
+            features: TargetMachine::get_host_cpu_features().to_string(),
+            abi: None,
+        }
+    }
+
+    /// A riscv64 Linux board: rv64gc with the lp64d ABI; `vector` adds RVV.
+    pub fn riscv64(vector: bool) -> Target {
+        Target {
+            triple: "riscv64-unknown-linux-gnu".into(),
+            cpu: "generic-rv64".into(),
+            features: if vector { "+m,+a,+f,+d,+c,+v" } else { "+m,+a,+f,+d,+c" }.into(),
+            abi: Some("lp64d".into()),
+        }
+    }
+}
+
+/// What to make of the IR.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// A relocatable object (ELF).
+    Object,
+    /// Assembly text.
+    Asm,
+    /// The optimised IR, as text.
+    OptimizedIr,
+}
+
+/// LLVM refused the IR or the target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    #[error("LLVM could not parse the generated IR: {0}")]
+    Parse(String),
+    #[error("the generated IR does not verify: {0}")]
+    Verify(String),
+    #[error("LLVM has no target for {triple}: {message}")]
+    Target { triple: String, message: String },
+    #[error("LLVM's optimiser failed: {0}")]
+    Passes(String),
+    #[error("LLVM could not emit code: {0}")]
+    Emit(String),
+}
+
+fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let config = InitializationConfig::default();
+        LlvmTarget::initialize_x86(&config);
+        LlvmTarget::initialize_riscv(&config);
+    });
+}
+
+/// The LLVM version this engine is linked against, as `major.minor.patch`.
+pub fn llvm_version() -> String {
+    let (a, b, c) = inkwell::support::get_llvm_version();
+    format!("{a}.{b}.{c}")
+}
+
+fn machine(target: &Target) -> Result<TargetMachine, CompileError> {
+    init();
+    let triple = TargetTriple::create(&target.triple);
+    let llvm_target = LlvmTarget::from_triple(&triple).map_err(|e| CompileError::Target {
+        triple: target.triple.clone(),
+        message: e.to_string(),
+    })?;
+    let mut options = TargetMachineOptions::default()
+        .set_cpu(&target.cpu)
+        .set_features(&target.features)
+        .set_level(OptimizationLevel::Aggressive)
+        .set_reloc_mode(RelocMode::PIC)
+        .set_code_model(CodeModel::Default);
+    if let Some(abi) = &target.abi {
+        options = options.set_abi(abi);
+    }
+    llvm_target.create_target_machine_from_options(&triple, options).ok_or_else(|| {
+        CompileError::Target {
+            triple: target.triple.clone(),
+            message: format!("no machine for cpu {} with features {}", target.cpu, target.features),
+        }
+    })
+}
+
+/// Parses, verifies and optimises `ir` for `target`, then emits `what`.
+pub fn compile(ir: &str, target: &Target, what: Emit) -> Result<Vec<u8>, CompileError> {
+    let tm = machine(target)?;
+    let context = Context::create();
+    let buffer = MemoryBuffer::create_from_memory_range_copy(ir.as_bytes(), "xpu-lir");
+    let module =
+        context.create_module_from_ir(buffer).map_err(|e| CompileError::Parse(e.to_string()))?;
+    module.verify().map_err(|e| CompileError::Verify(e.to_string()))?;
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let options = PassBuilderOptions::create();
+    options.set_loop_vectorization(true);
+    options.set_loop_slp_vectorization(true);
+    options.set_loop_unrolling(true);
+    module
+        .run_passes("default<O3>", &tm, options)
+        .map_err(|e| CompileError::Passes(e.to_string()))?;
+    match what {
+        Emit::OptimizedIr => Ok(module.print_to_string().to_bytes().to_vec()),
+        Emit::Object | Emit::Asm => {
+            let kind = if what == Emit::Object { FileType::Object } else { FileType::Assembly };
+            let out = tm
+                .write_to_memory_buffer(&module, kind)
+                .map_err(|e| CompileError::Emit(e.to_string()))?;
+            Ok(out.as_slice().to_vec())
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Running lowered, compiled partitions: buffers bound per kernel, stages called in order,
+//! a `parallel` stage's range cut into `threads` fixed chunks (chunk k is
+//! `lo + n·k/t .. lo + n·(k+1)/t`), each chunk writing only its own rows.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, StopToken, check_inputs};
+use xpu_ir::{Graph, Tensor, TensorData};
+use xpu_lir::Affine;
+
+use crate::cache::{CodeCache, Loaded, StageFn};
+use crate::codegen;
+use crate::lower::{self, Program, Slot};
+
+/// Below this many elements per thread a stage runs on one thread: starting a thread
+/// costs more than the loop.
+const MIN_PER_THREAD: usize = 1 << 15;
+
+/// A program compiled for one set of input shapes.
+struct Compiled {
+    program: Program,
+    /// Per step, its stages: the entry point and, for a parallel loop, its range.
+    stages: Vec<Vec<(StageFn, Option<(i64, i64)>)>>,
+    _code: Arc<Loaded>,
+    facts: Vec<Fact>,
+}
+
+pub struct LlvmExecutable {
+    graph: Graph,
+    cache: Arc<CodeCache>,
+    threads: usize,
+    compiled: HashMap<Vec<Vec<usize>>, Arc<Compiled>>,
+}
+
+impl LlvmExecutable {
+    /// Compiles at once when every input shape is known, so errors show at prepare.
+    pub fn prepare(
+        graph: Graph,
+        cache: Arc<CodeCache>,
+        threads: usize,
+    ) -> Result<Box<dyn Executable>, EngineError> {
+        let mut exe = LlvmExecutable { graph, cache, threads, compiled: HashMap::new() };
+        let known: Option<Vec<Vec<usize>>> = exe
+            .graph
+            .inputs
+            .iter()
+            .map(|&v| {
+                exe.graph
+                    .ty(v)
+                    .dims
+                    .as_ref()?
+                    .iter()
+                    .map(|d| d.known().map(|n| n as usize))
+                    .collect()
+            })
+            .collect();
+        if let Some(shapes) = known {
+            exe.compiled_for(&shapes)?;
+        }
+        Ok(Box::new(exe))
+    }
+
+    fn compiled_for(&mut self, shapes: &[Vec<usize>]) -> Result<Arc<Compiled>, EngineError> {
+        if let Some(c) = self.compiled.get(shapes) {
+            return Ok(c.clone());
+        }
+        let err = |message: String| EngineError::Kernel { node: "llvm".into(), message };
+        let program = lower::lower(&self.graph, shapes).map_err(|e| EngineError::Unsupported {
+            engine: "llvm".into(),
+            node: e.node,
+            what: e.message,
+        })?;
+        let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
+        xpu_lir::verify(&xpu_lir::Module { kernels: kernels.clone() })
+            .map_err(|e| err(format!("lowered LIR-ML does not verify: {e}")))?;
+        let (ir, stage_lists) = codegen::emit_module(&kernels).map_err(|e| err(e.to_string()))?;
+        let (code, source, ms) = self.cache.get(&ir).map_err(|e| {
+            err(format!("group of {} kernel(s) [{}]: {e}", kernels.len(), names(&kernels)))
+        })?;
+        let mut stages = Vec::new();
+        for list in &stage_lists {
+            let mut step = Vec::new();
+            for s in list {
+                let f = code.stage(&s.symbol).map_err(|e| err(e.to_string()))?;
+                let range = match &s.parallel {
+                    Some((lo, hi)) => Some((eval(lo)?, eval(hi)?)),
+                    None => None,
+                };
+                step.push((f, range));
+            }
+            stages.push(step);
+        }
+        let facts = vec![
+            Fact {
+                node: None,
+                key: "llvm.code".into(),
+                value: format!("{} ({})", code.key, source.name()),
+            },
+            Fact { node: None, key: "llvm.compile_ms".into(), value: format!("{ms:.1}") },
+            Fact {
+                node: None,
+                key: "llvm.kernels".into(),
+                value: format!("{} for {} node(s)", kernels.len(), self.graph.nodes.len()),
+            },
+        ];
+        let c = Arc::new(Compiled { program, stages, _code: code, facts });
+        self.compiled.insert(shapes.to_vec(), c.clone());
+        Ok(c)
+    }
+}
+
+fn names(kernels: &[xpu_lir::Kernel]) -> String {
+    kernels.iter().map(|k| format!("@{}", k.name)).collect::<Vec<_>>().join(", ")
+}
+
+/// The value of a parallel loop's bound. Lowered kernels are specialised to their shapes,
+/// so the bounds are constants.
+fn eval(a: &Affine) -> Result<i64, EngineError> {
+    a.as_constant().ok_or_else(|| EngineError::Kernel {
+        node: "llvm".into(),
+        message: format!("a parallel loop bound {a} that is not a constant"),
+    })
+}
+
+/// A buffer's first byte, for the supported element types.
+fn data_ptr(d: &TensorData) -> Option<*const u8> {
+    Some(match d {
+        TensorData::F32(v) => v.as_ptr().cast(),
+        TensorData::F64(v) => v.as_ptr().cast(),
+        TensorData::F16(v) => v.as_ptr().cast(),
+        TensorData::BF16(v) => v.as_ptr().cast(),
+        TensorData::I32(v) => v.as_ptr().cast(),
+        TensorData::I64(v) => v.as_ptr().cast(),
+        TensorData::Bool(v) => v.as_ptr().cast(),
+        _ => return None,
+    })
+}
+
+/// The buffer pointers of one call, shareable across the chunk threads.
+struct Args(Vec<*mut u8>);
+// SAFETY: the pointers are into tensors that outlive the scoped threads using them; chunks
+// of a parallel stage write disjoint ranges of the output buffers and only read the rest.
+unsafe impl Send for Args {}
+// SAFETY: as above: shared read-only as a pointer table.
+unsafe impl Sync for Args {}
+
+impl Executable for LlvmExecutable {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        check_inputs(&self.graph, inputs)?;
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let c = self.compiled_for(&shapes)?;
+        let mut values: Vec<TensorData> = c
+            .program
+            .values
+            .iter()
+            .map(|v| TensorData::zeros(v.dtype, v.shape.iter().product()))
+            .collect();
+        let mut timings = Vec::new();
+        for (step, stages) in c.program.steps.iter().zip(&c.stages) {
+            stop.check(|| self.graph.node(step.nodes[step.nodes.len() - 1]).label(step.nodes[0]))?;
+            let mut ptrs = Vec::with_capacity(step.buffers.len());
+            for slot in &step.buffers {
+                let data = match slot {
+                    Slot::Input(i) => inputs[*i].data(),
+                    Slot::Constant(t) => t.data(),
+                    Slot::Computed(v) => &values[*v],
+                };
+                let p = data_ptr(data).ok_or_else(|| EngineError::Kernel {
+                    node: "llvm".into(),
+                    message: format!("a buffer of dtype {}", data.dtype()),
+                })?;
+                ptrs.push(p as *mut u8);
+            }
+            let work = match step.buffers.last() {
+                Some(Slot::Computed(v)) => c.program.values[*v].shape.iter().product(),
+                _ => 0,
+            };
+            let threads = self.threads.min(work / MIN_PER_THREAD).max(1);
+            let start = Instant::now();
+            run_stages(stages, &Args(ptrs), threads);
+            let nanos = start.elapsed().as_nanos() as u64;
+            let share = nanos / step.nodes.len().max(1) as u64;
+            for &n in &step.nodes {
+                timings.push(NodeTiming { node: n, kernel: "llvm.fused".into(), nanos: share });
+            }
+        }
+        let mut outputs = Vec::with_capacity(c.program.outputs.len());
+        for (k, slot) in c.program.outputs.iter().enumerate() {
+            outputs.push(match slot {
+                Slot::Input(i) => inputs[*i].clone(),
+                Slot::Constant(t) => t.clone(),
+                Slot::Computed(v) => {
+                    let info = &c.program.values[*v];
+                    // A value returned twice is copied for all but its last output.
+                    let data = if c.program.outputs[k + 1..].contains(slot) {
+                        values[*v].clone()
+                    } else {
+                        std::mem::replace(&mut values[*v], TensorData::F32(Vec::new()))
+                    };
+                    Tensor::new(info.shape.clone(), data)
+                        .map_err(|e| EngineError::Other(format!("llvm output: {e}")))?
+                }
+            });
+        }
+        Ok(Execution { outputs, timings, facts: c.facts.clone() })
+    }
+}
+
+/// Calls a step's stages in order, splitting parallel ones across up to `threads`.
+fn run_stages(stages: &[(StageFn, Option<(i64, i64)>)], args: &Args, threads: usize) {
+    let syms: [i64; 1] = [0];
+    for &(f, range) in stages {
+        let call = |lo: i64, hi: i64| {
+            // SAFETY: `f` is a stage of the compiled program whose buffers `args` binds, in
+            // kernel order, to tensors of the shapes it was specialised for; the verifier
+            // proved every access in bounds for those shapes.
+            unsafe { f(args.0.as_ptr(), syms.as_ptr(), lo, hi) }
+        };
+        let Some((lo, hi)) = range else {
+            call(0, 0);
+            continue;
+        };
+        let n = (hi - lo).max(0) as usize;
+        let t = threads.min(n).max(1);
+        if t == 1 {
+            call(lo, hi);
+            continue;
+        }
+        let bound = |k: usize| lo + (n * k / t) as i64;
+        std::thread::scope(|s| {
+            for k in 1..t {
+                let call = &call;
+                s.spawn(move || call(bound(k), bound(k + 1)));
+            }
+            call(bound(0), bound(1));
+        });
+    }
+}

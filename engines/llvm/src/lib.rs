@@ -1,0 +1,141 @@
+//! The llvm engine: SGR-ML partitions lowered to LIR-ML ([`lower`]), LIR-ML to LLVM IR
+//! ([`codegen`]), compiled by LLVM 19 for this machine's CPU name and features
+//! ([`compile`]) into a shared object kept in a memory and disk cache ([`cache`]), and run
+//! with the outer loop of each kernel split into fixed chunks over `execution.threads`
+//! ([`exec`]). Kernels are specialised to the input shapes of a run (compiled once per
+//! shape set). Floating point follows IEEE without fast-math, so outputs are the same bit
+//! for bit at any thread count and vector width. Float elementwise ops (`llvm.fused`) are
+//! covered today; see `docs/engines.md` for what is not yet.
+
+pub mod cache;
+pub mod codegen;
+pub mod compile;
+mod exec;
+pub mod lower;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use xpu_engine::{
+    Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
+};
+use xpu_ir::{DType, Graph, Op, OpClass};
+
+pub use compile::{Emit, Target};
+
+/// The engine; cheap to clone (the code cache is shared).
+pub struct LlvmEngine {
+    state: Result<Arc<cache::CodeCache>, String>,
+}
+
+impl LlvmEngine {
+    /// An engine compiling for this machine, caching compiled code under `cache_dir` (no
+    /// disk cache when `None`). Unavailable, with the reason, when no linker is found.
+    pub fn new(cache_dir: Option<PathBuf>) -> LlvmEngine {
+        let state = cache::find_linker().and_then(|linker| {
+            cache::CodeCache::new(Target::host(), cache_dir, linker)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+        LlvmEngine { state }
+    }
+
+    /// The default disk cache: `$XPU_CACHE_DIR/llvm`, else `$XDG_CACHE_HOME/xpu/llvm`, else
+    /// `~/.cache/xpu/llvm`.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        env("XPU_CACHE_DIR")
+            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("xpu")))
+            .or_else(|| env("HOME").map(|h| h.join(".cache").join("xpu")))
+            .map(|d| d.join("llvm"))
+    }
+
+    pub fn code_cache(&self) -> Option<&Arc<cache::CodeCache>> {
+        self.state.as_ref().ok()
+    }
+}
+
+/// The dtypes `llvm.fused` takes (the dtype of a node's first float input).
+pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+fn kernels() -> Vec<KernelCaps> {
+    let mut ops = lower::ops::OPS.to_vec();
+    ops.push(Op::Constant);
+    vec![KernelCaps {
+        name: "llvm.fused".into(),
+        ops,
+        classes: Vec::new(),
+        dtypes: FUSED_DTYPES.to_vec(),
+        deterministic: true,
+        description: "elementwise chains fused into one loop nest per tree, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32)".into(),
+        device: None,
+    }]
+}
+
+impl Engine for LlvmEngine {
+    fn name(&self) -> &str {
+        "llvm"
+    }
+
+    fn version(&self) -> String {
+        format!("LLVM {}", compile::llvm_version())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match &self.state {
+            Err(reason) => {
+                Capabilities::absent("llvm", Availability::Unavailable { reason: reason.clone() })
+            }
+            Ok(cache) => {
+                let mut unavailable = std::collections::BTreeMap::new();
+                for (k, why) in [
+                    ("llvm.gemm", "not built yet: matrix products stay on other engines"),
+                    ("llvm.reduce", "not built yet: reductions stay on other engines"),
+                    (
+                        "llvm.riscv",
+                        "not built yet: riscv64 code generation is not wired to the engine",
+                    ),
+                ] {
+                    unavailable.insert(k.to_string(), why.to_string());
+                }
+                Capabilities {
+                    engine: "llvm".into(),
+                    version: format!(
+                        "LLVM {} ({} {})",
+                        compile::llvm_version(),
+                        cache.target.triple,
+                        cache.target.cpu
+                    ),
+                    availability: Availability::Available,
+                    devices: vec![Device::host()],
+                    kernels: kernels(),
+                    unavailable_kernels: unavailable,
+                }
+            }
+        }
+    }
+
+    fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
+        let mut classes: Vec<OpClass> = lower::ops::OPS.iter().map(|o| o.class()).collect();
+        classes.sort();
+        classes.dedup();
+        Some(classes)
+    }
+
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError> {
+        let cache = self
+            .state
+            .clone()
+            .map_err(|reason| EngineError::Unavailable { engine: "llvm".into(), reason })?;
+        let threads = assignment
+            .options
+            .threads
+            .map(|t| t.max(1) as usize)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        exec::LlvmExecutable::prepare(partition.clone(), cache, threads)
+    }
+}

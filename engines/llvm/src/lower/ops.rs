@@ -1,0 +1,381 @@
+//! Each elementwise SGR-ML op as LIR-ML scalar statements, following the cpu engine's
+//! formulas (the reference the differential tests hold this engine to).
+
+use xpu_ir::{Attrs, Op};
+use xpu_lir::{BinaryOp as B, CmpOp as C, Expr, Literal, ScalarType, Stmt, UnaryOp as U};
+
+/// Builds the statements of one loop body, naming every value `%t<n>`.
+pub struct Body {
+    pub stmts: Vec<Stmt>,
+    next: usize,
+    /// The compute type of float values.
+    pub ty: ScalarType,
+}
+
+impl Body {
+    pub fn new(ty: ScalarType) -> Body {
+        Body { stmts: Vec::new(), next: 0, ty }
+    }
+
+    pub fn let_(&mut self, value: Expr) -> String {
+        self.next += 1;
+        let name = format!("t{}", self.next);
+        self.stmts.push(Stmt::Let { name: name.clone(), value });
+        name
+    }
+
+    pub fn num(&mut self, v: f64) -> String {
+        let ty = self.ty;
+        self.let_(Expr::Const { ty, value: Literal::Float(v) })
+    }
+
+    pub fn un(&mut self, op: U, a: &str) -> String {
+        self.let_(Expr::Unary { op, arg: a.into() })
+    }
+
+    pub fn bin(&mut self, op: B, a: &str, b: &str) -> String {
+        self.let_(Expr::Binary { op, lhs: a.into(), rhs: b.into() })
+    }
+
+    pub fn cmp(&mut self, op: C, a: &str, b: &str) -> String {
+        self.let_(Expr::Compare { op, lhs: a.into(), rhs: b.into() })
+    }
+
+    pub fn sel(&mut self, c: &str, a: &str, b: &str) -> String {
+        self.let_(Expr::Select { cond: c.into(), then: a.into(), otherwise: b.into() })
+    }
+
+    /// `op(a, constant)`.
+    fn bin_k(&mut self, op: B, a: &str, k: f64) -> String {
+        let k = self.num(k);
+        self.bin(op, a, &k)
+    }
+
+    /// `a op constant`, as a compare.
+    fn cmp_k(&mut self, op: C, a: &str, k: f64) -> String {
+        let k = self.num(k);
+        self.cmp(op, a, &k)
+    }
+
+    fn clamp(&mut self, x: &str, lo: f64, hi: f64) -> String {
+        let a = self.bin_k(B::Max, x, lo);
+        self.bin_k(B::Min, &a, hi)
+    }
+
+    /// 1 / (1 + e^-x), as the cpu engine computes it on each side of 0.
+    fn sigmoid(&mut self, x: &str) -> String {
+        let ax = self.un(U::Abs, x);
+        let nax = self.un(U::Neg, &ax);
+        let e = self.un(U::Exp, &nax);
+        let one = self.num(1.0);
+        let d = self.bin(B::Add, &one, &e);
+        let pos = self.bin(B::Div, &one, &d);
+        let neg = self.bin(B::Div, &e, &d);
+        let ge = self.cmp_k(C::Ge, x, 0.0);
+        self.sel(&ge, &pos, &neg)
+    }
+
+    /// ln(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+    fn softplus(&mut self, x: &str) -> String {
+        let ax = self.un(U::Abs, x);
+        let nax = self.un(U::Neg, &ax);
+        let e = self.un(U::Exp, &nax);
+        let l = self.un(U::Log1p, &e);
+        let gt = self.cmp_k(C::Gt, x, 0.0);
+        let zero = self.num(0.0);
+        let m = self.sel(&gt, x, &zero);
+        self.bin(B::Add, &m, &l)
+    }
+}
+
+/// Why an op cannot be lowered (the planner keeps such nodes elsewhere; this is the
+/// engine's own check).
+pub type Unsupported = String;
+
+/// The ops [`lower`] takes (with float inputs; see the crate doc).
+pub const OPS: &[Op] = &[
+    Op::Identity,
+    Op::Abs,
+    Op::Neg,
+    Op::Exp,
+    Op::Log,
+    Op::Sqrt,
+    Op::Reciprocal,
+    Op::Floor,
+    Op::Ceil,
+    Op::Round,
+    Op::Sign,
+    Op::Sin,
+    Op::Cos,
+    Op::Tan,
+    Op::Erf,
+    Op::Tanh,
+    Op::Sigmoid,
+    Op::Relu,
+    Op::Softplus,
+    Op::Softsign,
+    Op::Mish,
+    Op::HardSwish,
+    Op::IsNaN,
+    Op::IsInf,
+    Op::LeakyRelu,
+    Op::Elu,
+    Op::Selu,
+    Op::Celu,
+    Op::HardSigmoid,
+    Op::ThresholdedRelu,
+    Op::Shrink,
+    Op::Gelu,
+    Op::Swish,
+    Op::Clip,
+    Op::PRelu,
+    Op::Add,
+    Op::Sub,
+    Op::Mul,
+    Op::Div,
+    Op::Pow,
+    Op::Mod,
+    Op::Max,
+    Op::Min,
+    Op::Sum,
+    Op::Mean,
+    Op::Equal,
+    Op::Less,
+    Op::LessOrEqual,
+    Op::Greater,
+    Op::GreaterOrEqual,
+    Op::Where,
+    Op::Cast,
+];
+
+/// Emits `op` over `args` (value names; `None` for an omitted optional input) into `b`;
+/// `scalar(i)` is input `i`'s value when it is a one-element constant. Returns the name
+/// of the result.
+pub fn lower(
+    b: &mut Body,
+    op: Op,
+    attrs: &Attrs,
+    args: &[Option<String>],
+    scalar: &dyn Fn(usize) -> Option<f64>,
+    out: ScalarType,
+) -> Result<String, Unsupported> {
+    let arg = |i: usize| -> Result<String, Unsupported> {
+        args.get(i).cloned().flatten().ok_or_else(|| format!("{op}: input {i} is missing"))
+    };
+    let x = arg(0)?;
+    let alpha = |d: f64| attrs.float("alpha", d);
+    Ok(match op {
+        Op::Identity => x,
+        Op::Abs => b.un(U::Abs, &x),
+        Op::Neg => b.un(U::Neg, &x),
+        Op::Exp => b.un(U::Exp, &x),
+        Op::Log => b.un(U::Log, &x),
+        Op::Sqrt => b.un(U::Sqrt, &x),
+        Op::Reciprocal => b.un(U::Recip, &x),
+        Op::Floor => b.un(U::Floor, &x),
+        Op::Ceil => b.un(U::Ceil, &x),
+        Op::Round => b.un(U::Round, &x),
+        Op::Sign => b.un(U::Sign, &x),
+        Op::Sin => b.un(U::Sin, &x),
+        Op::Cos => b.un(U::Cos, &x),
+        Op::Tan => {
+            let (s, c) = (b.un(U::Sin, &x), b.un(U::Cos, &x));
+            b.bin(B::Div, &s, &c)
+        }
+        Op::Erf => b.un(U::Erf, &x),
+        Op::Tanh => b.un(U::Tanh, &x),
+        Op::IsNaN => b.un(U::IsNan, &x),
+        Op::IsInf => is_inf(b, &x, attrs),
+        Op::Sigmoid => b.sigmoid(&x),
+        Op::Relu => {
+            let lt = b.cmp_k(C::Lt, &x, 0.0);
+            let zero = b.num(0.0);
+            b.sel(&lt, &zero, &x)
+        }
+        Op::Softplus => b.softplus(&x),
+        Op::Softsign => {
+            let a = b.un(U::Abs, &x);
+            let d = b.bin_k(B::Add, &a, 1.0);
+            b.bin(B::Div, &x, &d)
+        }
+        Op::Mish => {
+            let sp = b.softplus(&x);
+            let t = b.un(U::Tanh, &sp);
+            b.bin(B::Mul, &x, &t)
+        }
+        Op::HardSwish => {
+            let d = b.bin_k(B::Div, &x, 6.0);
+            let s = b.bin_k(B::Add, &d, 0.5);
+            let c = b.clamp(&s, 0.0, 1.0);
+            b.bin(B::Mul, &x, &c)
+        }
+        Op::LeakyRelu => {
+            let ax = b.bin_k(B::Mul, &x, alpha(0.01));
+            let ge = b.cmp_k(C::Ge, &x, 0.0);
+            b.sel(&ge, &x, &ax)
+        }
+        Op::Elu => {
+            let e = b.un(U::Exp, &x);
+            let em1 = b.bin_k(B::Sub, &e, 1.0);
+            let neg = b.bin_k(B::Mul, &em1, alpha(1.0));
+            let ge = b.cmp_k(C::Ge, &x, 0.0);
+            b.sel(&ge, &x, &neg)
+        }
+        Op::Selu => {
+            let (a, g) =
+                (alpha(1.673_263_192_176_818_8), attrs.float("gamma", 1.050_701_022_148_132_3));
+            let pos = b.bin_k(B::Mul, &x, g);
+            let e = b.un(U::Exp, &x);
+            let ae = b.bin_k(B::Mul, &e, a);
+            let d = b.bin_k(B::Sub, &ae, a);
+            let neg = b.bin_k(B::Mul, &d, g);
+            let gt = b.cmp_k(C::Gt, &x, 0.0);
+            b.sel(&gt, &pos, &neg)
+        }
+        Op::Celu => {
+            let a = alpha(1.0);
+            let pos = b.bin_k(B::Max, &x, 0.0);
+            let xa = b.bin_k(B::Div, &x, a);
+            let e = b.un(U::Exp, &xa);
+            let em1 = b.bin_k(B::Sub, &e, 1.0);
+            let s = b.bin_k(B::Mul, &em1, a);
+            let neg = b.bin_k(B::Min, &s, 0.0);
+            b.bin(B::Add, &pos, &neg)
+        }
+        Op::HardSigmoid => {
+            let ax = b.bin_k(B::Mul, &x, alpha(0.2));
+            let s = b.bin_k(B::Add, &ax, attrs.float("beta", 0.5));
+            b.clamp(&s, 0.0, 1.0)
+        }
+        Op::ThresholdedRelu => {
+            let gt = b.cmp_k(C::Gt, &x, alpha(1.0));
+            let zero = b.num(0.0);
+            b.sel(&gt, &x, &zero)
+        }
+        Op::Shrink => {
+            let (bias, l) = (attrs.float("bias", 0.0), attrs.float("lambd", 0.5));
+            let lo = b.cmp_k(C::Lt, &x, -l);
+            let hi = b.cmp_k(C::Gt, &x, l);
+            let plus = b.bin_k(B::Add, &x, bias);
+            let minus = b.bin_k(B::Sub, &x, bias);
+            let zero = b.num(0.0);
+            let inner = b.sel(&hi, &minus, &zero);
+            b.sel(&lo, &plus, &inner)
+        }
+        Op::Gelu => gelu(b, &x, attrs.str("approximate", "none") == "tanh"),
+        Op::Swish => {
+            let ax = b.bin_k(B::Mul, &x, alpha(1.0));
+            let s = b.sigmoid(&ax);
+            b.bin(B::Mul, &x, &s)
+        }
+        Op::Clip => {
+            let mut v = x;
+            if let Some(lo) = args.get(1).cloned().flatten() {
+                v = b.bin(B::Max, &v, &lo);
+            }
+            if let Some(hi) = args.get(2).cloned().flatten() {
+                v = b.bin(B::Min, &v, &hi);
+            }
+            v
+        }
+        Op::PRelu => {
+            let slope = arg(1)?;
+            let neg = b.bin(B::Mul, &slope, &x);
+            let ge = b.cmp_k(C::Ge, &x, 0.0);
+            b.sel(&ge, &x, &neg)
+        }
+        Op::Add => b.bin(B::Add, &x, &arg(1)?),
+        Op::Sub => b.bin(B::Sub, &x, &arg(1)?),
+        Op::Mul => b.bin(B::Mul, &x, &arg(1)?),
+        Op::Div => b.bin(B::Div, &x, &arg(1)?),
+        Op::Pow => pow(b, &x, &arg(1)?, scalar(1)),
+        Op::Mod => {
+            let y = arg(1)?;
+            let r = b.bin(B::Rem, &x, &y);
+            if attrs.int("fmod", 0) != 0 {
+                r
+            } else {
+                // The divisor's sign, as Python's `%`: r + y where r ≠ 0 and signs differ.
+                let nz = b.cmp_k(C::Ne, &r, 0.0);
+                let rn = b.cmp_k(C::Lt, &r, 0.0);
+                let yn = b.cmp_k(C::Lt, &y, 0.0);
+                let differ = b.bin(B::Xor, &rn, &yn);
+                let fix = b.bin(B::And, &nz, &differ);
+                let adj = b.bin(B::Add, &r, &y);
+                b.sel(&fix, &adj, &r)
+            }
+        }
+        Op::Max | Op::Min | Op::Sum | Op::Mean => {
+            let f = match op {
+                Op::Max => B::Max,
+                Op::Min => B::Min,
+                _ => B::Add,
+            };
+            let mut acc = x;
+            for i in 1..args.len() {
+                acc = b.bin(f, &acc, &arg(i)?);
+            }
+            if op == Op::Mean {
+                acc = b.bin_k(B::Div, &acc, args.len() as f64);
+            }
+            acc
+        }
+        Op::Equal => b.cmp(C::Eq, &x, &arg(1)?),
+        Op::Less => b.cmp(C::Lt, &x, &arg(1)?),
+        Op::LessOrEqual => b.cmp(C::Le, &x, &arg(1)?),
+        Op::Greater => b.cmp(C::Gt, &x, &arg(1)?),
+        Op::GreaterOrEqual => b.cmp(C::Ge, &x, &arg(1)?),
+        Op::Where => {
+            let (t, f) = (arg(1)?, arg(2)?);
+            b.sel(&x, &t, &f)
+        }
+        Op::Cast => b.let_(Expr::Cast { arg: x, to: out.compute() }),
+        other => return Err(format!("the llvm engine does not lower {other}")),
+    })
+}
+
+fn is_inf(b: &mut Body, x: &str, attrs: &Attrs) -> String {
+    let (neg, pos) = (attrs.int("detect_negative", 1) != 0, attrs.int("detect_positive", 1) != 0);
+    let inf = b.un(U::IsInf, x);
+    match (neg, pos) {
+        (true, true) => inf,
+        (false, false) => b.let_(Expr::Const { ty: ScalarType::Bool, value: Literal::Bool(false) }),
+        (want_neg, _) => {
+            let side = b.cmp_k(if want_neg { C::Lt } else { C::Gt }, x, 0.0);
+            b.bin(B::And, &inf, &side)
+        }
+    }
+}
+
+/// GELU as the cpu engine computes it: 0.5·x·(1 + erf(x/√2)), or the tanh form
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+fn gelu(b: &mut Body, x: &str, tanh_form: bool) -> String {
+    let inner = if tanh_form {
+        let x2 = b.bin(B::Mul, x, x);
+        let x3 = b.bin(B::Mul, &x2, x);
+        let c = b.bin_k(B::Mul, &x3, 0.044715);
+        let s = b.bin(B::Add, x, &c);
+        let k = b.bin_k(B::Mul, &s, (2.0 / std::f64::consts::PI).sqrt());
+        b.un(U::Tanh, &k)
+    } else {
+        let d = b.bin_k(B::Div, x, std::f64::consts::SQRT_2);
+        b.un(U::Erf, &d)
+    };
+    let one = b.bin_k(B::Add, &inner, 1.0);
+    let hx = b.bin_k(B::Mul, x, 0.5);
+    b.bin(B::Mul, &hx, &one)
+}
+
+/// `x^y`, with small integral constant exponents (as exporters write `x^2`, `x^3`) as
+/// products.
+fn pow(b: &mut Body, x: &str, y: &str, exponent: Option<f64>) -> String {
+    match exponent {
+        Some(1.0) => x.to_string(),
+        Some(2.0) => b.bin(B::Mul, x, x),
+        Some(3.0) => {
+            let x2 = b.bin(B::Mul, x, x);
+            b.bin(B::Mul, &x2, x)
+        }
+        _ => b.bin(B::Pow, x, y),
+    }
+}

@@ -1,0 +1,350 @@
+//! Generated code against the LIR-ML interpreter (the oracle), bit for bit, and the inline
+//! f32 math against libm.
+
+use std::sync::Arc;
+
+use xpu_engine_llvm::cache::CodeCache;
+use xpu_engine_llvm::codegen;
+use xpu_engine_llvm::{Target, cache};
+use xpu_lir::interp::{self, Value};
+use xpu_lir::{Kernel, ScalarType};
+
+fn code_cache() -> Arc<CodeCache> {
+    let linker = cache::find_linker().expect("a linker (make setup installs gcc)");
+    Arc::new(CodeCache::new(Target::host(), None, linker).unwrap())
+}
+
+/// Buffers as raw little-endian bytes of their element type.
+fn to_bytes(elem: ScalarType, vals: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in vals {
+        match (elem, v) {
+            (ScalarType::F32, Value::F32(x)) => out.extend(x.to_le_bytes()),
+            (ScalarType::F64, Value::F64(x)) => out.extend(x.to_le_bytes()),
+            (ScalarType::I32, Value::I32(x)) => out.extend(x.to_le_bytes()),
+            (ScalarType::I64, Value::I64(x)) => out.extend(x.to_le_bytes()),
+            (ScalarType::Bool, Value::Bool(x)) => out.push(*x as u8),
+            (ScalarType::F16, Value::F32(x)) => out.extend(half::f16::from_f32(*x).to_le_bytes()),
+            (ScalarType::BF16, Value::F32(x)) => out.extend(half::bf16::from_f32(*x).to_le_bytes()),
+            other => panic!("no bytes for {other:?}"),
+        }
+    }
+    out
+}
+
+fn from_bytes(elem: ScalarType, bytes: &[u8]) -> Vec<Value> {
+    let n = elem.size();
+    bytes
+        .chunks_exact(n)
+        .map(|c| match elem {
+            ScalarType::F32 => Value::F32(f32::from_le_bytes(c.try_into().unwrap())),
+            ScalarType::F64 => Value::F64(f64::from_le_bytes(c.try_into().unwrap())),
+            ScalarType::I32 => Value::I32(i32::from_le_bytes(c.try_into().unwrap())),
+            ScalarType::I64 => Value::I64(i64::from_le_bytes(c.try_into().unwrap())),
+            ScalarType::Bool => Value::Bool(c[0] != 0),
+            ScalarType::F16 => Value::F32(half::f16::from_le_bytes(c.try_into().unwrap()).to_f32()),
+            ScalarType::BF16 => {
+                Value::F32(half::bf16::from_le_bytes(c.try_into().unwrap()).to_f32())
+            }
+        })
+        .collect()
+}
+
+/// Runs `kernel` compiled, one thread, every stage over its whole range.
+fn run_compiled(cache: &CodeCache, kernel: &Kernel, syms: &[i64], buffers: &mut [Vec<Value>]) {
+    let emitted = codegen::emit(kernel).unwrap_or_else(|e| panic!("{e}"));
+    let (code, _, _) = cache.get(&emitted.ir).unwrap_or_else(|e| panic!("{e}\n{}", emitted.ir));
+    let mut raw: Vec<Vec<u8>> =
+        kernel.buffers.iter().zip(buffers.iter()).map(|(b, v)| to_bytes(b.elem, v)).collect();
+    let ptrs: Vec<*mut u8> = raw.iter_mut().map(|r| r.as_mut_ptr()).collect();
+    for stage in &emitted.stages {
+        let f = code.stage(&stage.symbol).unwrap();
+        let (lo, hi) = match &stage.parallel {
+            Some((lo, hi)) => (eval(lo, kernel, syms), eval(hi, kernel, syms)),
+            None => (0, 0),
+        };
+        // SAFETY: the buffers have the kernel's element types and the sizes its shapes
+        // give for `syms` (the test builds them so), which the verifier proved sufficient.
+        unsafe { f(ptrs.as_ptr(), syms.as_ptr(), lo, hi) };
+    }
+    for ((b, v), r) in kernel.buffers.iter().zip(buffers.iter_mut()).zip(&raw) {
+        *v = from_bytes(b.elem, r);
+    }
+}
+
+fn eval(a: &xpu_lir::Affine, k: &Kernel, syms: &[i64]) -> i64 {
+    a.terms().iter().fold(a.constant, |acc, (v, c)| match v {
+        xpu_lir::Var::Sym(s) => acc + c * syms[k.syms.iter().position(|x| x == s).unwrap()],
+        xpu_lir::Var::Loop(_) => panic!("a loop index in a parallel bound"),
+    })
+}
+
+fn bits(v: &Value) -> u64 {
+    match v {
+        Value::F32(x) => x.to_bits() as u64,
+        Value::F64(x) => x.to_bits(),
+        Value::I32(x) => *x as u32 as u64,
+        Value::I64(x) => *x as u64,
+        Value::Bool(b) => *b as u64,
+    }
+}
+
+/// xorshift floats in [lo, hi), with the edge values mixed in.
+fn floats(n: usize, lo: f32, hi: f32, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    let mut v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect();
+    let edges =
+        [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, -1e-40, 88.8, -104.5];
+    for (i, e) in edges.iter().enumerate() {
+        if i < v.len() {
+            v[i * 7 % n] = *e;
+        }
+    }
+    v
+}
+
+/// Runs the file's kernel compiled and interpreted on the same inputs; every output
+/// element must have the same bits.
+fn check_same_as_interpreter(src: &str, syms: &[i64], inputs: Vec<Vec<Value>>) {
+    let module = xpu_lir::parse(src).unwrap_or_else(|e| panic!("{e}"));
+    xpu_lir::verify(&module).unwrap();
+    let kernel = &module.kernels[0];
+    let cache = code_cache();
+    let mut want = inputs.clone();
+    interp::run(kernel, syms, &mut want).unwrap();
+    let mut got = inputs;
+    run_compiled(&cache, kernel, syms, &mut got);
+    for (b, (w, g)) in kernel.buffers.iter().zip(want.iter().zip(&got)) {
+        for (i, (x, y)) in w.iter().zip(g).enumerate() {
+            // f64 transcendental functions are the platform libm's (glibc in compiled code,
+            // the libm crate in the interpreter): they may differ in the last bit.
+            let slack = if matches!(x, Value::F64(_)) { 2 } else { 0 };
+            assert!(
+                bits(x).abs_diff(bits(y)) <= slack,
+                "@{} %{}[{i}]: interpreter {x:?}, compiled {y:?}",
+                kernel.name,
+                b.name
+            );
+        }
+    }
+}
+
+#[test]
+fn softmax_rows_compiled_match_the_interpreter_bit_for_bit() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/filetests/lir/softmax.lir"
+    ))
+    .unwrap();
+    let rows = 3;
+    let mut x: Vec<Value> =
+        floats(rows * 1000, -20.0, 20.0, 7).into_iter().map(Value::F32).collect();
+    // One row with a NaN, one with an infinity, one plain.
+    x[5] = Value::F32(f32::NAN);
+    x[1000 + 17] = Value::F32(f32::INFINITY);
+    for v in x.iter_mut().skip(2000) {
+        if let Value::F32(f) = v
+            && !f.is_finite()
+        {
+            *v = Value::F32(1.0);
+        }
+    }
+    let y = vec![Value::F32(0.0); rows * 1000];
+    check_same_as_interpreter(&src, &[rows as i64], vec![x, y]);
+}
+
+/// Every kernel of a file, each on inputs made from its buffer types.
+fn check_file_against_interpreter(path: &str, syms: &[i64]) {
+    let src = std::fs::read_to_string(path).unwrap();
+    let module = xpu_lir::parse(&src).unwrap();
+    for (n, k) in module.kernels.iter().enumerate() {
+        let one = xpu_lir::Module { kernels: vec![k.clone()] };
+        let syms: Vec<i64> = syms.iter().copied().take(k.syms.len()).collect();
+        let inputs: Vec<Vec<Value>> = k
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(b, buf)| {
+                let len: i64 = buf.shape.iter().map(|d| eval(d, k, &syms)).product();
+                sample(buf.elem, len as usize, (n * 31 + b) as u64 + 1)
+            })
+            .collect();
+        check_same_as_interpreter(&one.to_string(), &syms, inputs);
+    }
+}
+
+/// Values of `elem` spread over a wide range, edge values included.
+fn sample(elem: ScalarType, len: usize, seed: u64) -> Vec<Value> {
+    let f = floats(len.max(1), -12.0, 12.0, seed);
+    f.into_iter()
+        .take(len)
+        .enumerate()
+        .map(|(i, x)| match elem {
+            ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => Value::F32(x),
+            ScalarType::F64 => Value::F64(x as f64 * 1.000_000_1),
+            ScalarType::I32 => Value::I32((x * 1000.0) as i32),
+            ScalarType::I64 => Value::I64((x * 1e6) as i64),
+            ScalarType::Bool => Value::Bool(i % 3 == 0),
+        })
+        .map(|v| match (elem, v) {
+            // What the buffer can hold: f16/bf16 inputs are rounded on the way in.
+            (ScalarType::F16, Value::F32(x)) => Value::F32(half::f16::from_f32(x).to_f32()),
+            (ScalarType::BF16, Value::F32(x)) => Value::F32(half::bf16::from_f32(x).to_f32()),
+            (_, v) => v,
+        })
+        .collect()
+}
+
+#[test]
+fn golden_lir_files_compiled_match_the_interpreter() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/filetests/lir/");
+    check_file_against_interpreter(&format!("{dir}bias_gelu.lir"), &[37]);
+    check_file_against_interpreter(&format!("{dir}softmax.lir"), &[5]);
+}
+
+/// One kernel per op family over the same inputs: float math (the inline routines),
+/// NaN-propagating max/min, compares and selects, casts (saturating, NaN → 0), f16/bf16
+/// and bool stores, f64 through libm, integer arithmetic, and a reduction whose length is
+/// not a multiple of its lanes.
+const OPS: &str = r#"
+kernel @float_math(%x: f32[4099] in, %w: f32[4099] in, %y: f32[14, 4099] out) {
+  for %i in 0..4099 parallel {
+    %a = load %x[%i]
+    %b = load %w[%i]
+    %e = exp %a
+    store %y[0, %i], %e
+    %l = log %a
+    store %y[1, %i], %l
+    %t = tanh %a
+    store %y[2, %i], %t
+    %r = erf %a
+    store %y[3, %i], %r
+    %p = log1p %a
+    store %y[4, %i], %p
+    %m = expm1 %a
+    store %y[5, %i], %m
+    %mx = max %a, %b
+    store %y[6, %i], %mx
+    %mn = min %a, %b
+    store %y[7, %i], %mn
+    %s = sqrt %a
+    store %y[8, %i], %s
+    %rd = round %a
+    store %y[9, %i], %rd
+    %sg = sign %a
+    store %y[10, %i], %sg
+    %rm = rem %a, %b
+    store %y[11, %i], %rm
+    %pw = pow %a, %b
+    store %y[12, %i], %pw
+    %rc = recip %a
+    store %y[13, %i], %rc
+  }
+}
+
+kernel @casts_and_stores(%x: f32[777] in, %h: f16[777] out, %bf: bf16[777] out, %i: i32[777] out, %q: i64[777] out, %n: bool[777] out, %d: f64[777] out) {
+  for %k in 0..777 {
+    %a = load %x[%k]
+    %big = const 1.0e10 : f32
+    %s = mul %a, %big
+    store %h[%k], %a
+    store %bf[%k], %a
+    %c = cast %s to i32
+    store %i[%k], %c
+    %c64 = cast %s to i64
+    store %q[%k], %c64
+    %nan = isnan %a
+    %inf = isinf %s
+    %either = or %nan, %inf
+    store %n[%k], %either
+    %w = cast %a to f64
+    %t = tanh %w
+    %e = erf %w
+    %sum = add %t, %e
+    store %d[%k], %sum
+  }
+}
+
+kernel @ints(%a: i32[300] in, %b: i32[300] in, %y: i32[6, 300] out) {
+  for %k in 0..300 {
+    %x = load %a[%k]
+    %z = load %b[%k]
+    %s = sub %x, %z
+    store %y[0, %k], %s
+    %m = mul %x, %z
+    store %y[1, %k], %m
+    %mx = max %x, %z
+    store %y[2, %k], %mx
+    %ab = abs %x
+    store %y[3, %k], %ab
+    %sg = sign %z
+    store %y[4, %k], %sg
+    %x1 = xor %x, %z
+    store %y[5, %k], %x1
+  }
+}
+
+kernel @row_sums[?n](%x: f32[?n, 1003] in, %y: f32[?n] out, %m: f32[?n] out) {
+  for %i in 0..?n parallel {
+    %s = reduce add : f32 lanes 8 init 0.0 for %j in 0..1003 {
+      %a = load %x[%i, %j]
+      %e = exp %a
+      yield %e
+    }
+    store %y[%i], %s
+    %t = reduce max : f32 lanes 4 init -inf for %k in 0..1003 {
+      %b = load %x[%i, %k]
+      yield %b
+    }
+    store %m[%i], %t
+  }
+}
+"#;
+
+#[test]
+fn every_op_family_compiled_matches_the_interpreter() {
+    let path = std::env::temp_dir().join(format!("xpu-llvm-ops-{}.lir", std::process::id()));
+    std::fs::write(&path, OPS).unwrap();
+    check_file_against_interpreter(path.to_str().unwrap(), &[6]);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_second_cache_on_the_same_directory_compiles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let linker = cache::find_linker().unwrap();
+    let module = xpu_lir::parse(OPS).unwrap();
+    let ir = codegen::emit(&module.kernels[0]).unwrap().ir;
+    let first = CodeCache::new(Target::host(), Some(dir.path().into()), linker.clone()).unwrap();
+    let (_, source, _) = first.get(&ir).unwrap();
+    assert_eq!(source, cache::Source::Compiled);
+    let (_, again, _) = first.get(&ir).unwrap();
+    assert_eq!(again, cache::Source::Memory);
+    // A new cache (as a new process would make) finds the shared object on disk.
+    let second = CodeCache::new(Target::host(), Some(dir.path().into()), linker).unwrap();
+    let (code, source, _) = second.get(&ir).unwrap();
+    assert_eq!(source, cache::Source::Disk);
+    assert!(code.stage("xpu_float_math_s0").is_ok());
+    // A different CPU is a different key.
+    let mut other = Target::host();
+    other.cpu = "x86-64".into();
+    other.features = String::new();
+    let third =
+        CodeCache::new(other, Some(dir.path().into()), cache::find_linker().unwrap()).unwrap();
+    assert_ne!(third.key(&ir), second.key(&ir));
+}
+
+#[test]
+fn bad_ir_is_an_error_naming_what_llvm_said() {
+    let cache = code_cache();
+    let err = cache.get("define void @f( {").err().expect("garbage does not compile");
+    let msg = err.to_string();
+    assert!(msg.contains("could not parse"), "{msg}");
+}
