@@ -20,6 +20,12 @@
   job (load_csv + stats with all 8 statistics) against a Python process doing pandas
   `read_csv` + `describe()`, each a whole process from start to exit. Bar: xpu ≥ 3× faster.
   group_by + agg on the same file is reported too (no bar).
+- The llvm engine: GELU (tanh form), SiLU, Mish and softplus chains written out op by op on
+  4096×1024 f32, in-process, against numpy (one op at a time) and numexpr on the same
+  threads. Bars: ≥ 2× numpy and ≥ numexpr (geometric means). Each chain's bandwidth
+  (bytes in + out per second) against a STREAM-style triad compiled by the same engine:
+  ≥ 70%. Whole process: `xpuctl run` of the GELU chain with `.npy` in/out against a Python
+  script doing np.load, the expression, np.save: ≥ 1.5×.
 - xpud: a tiny MiniLang job submitted with `wait` over loopback keep-alive connections, at
   concurrency 1, 4 and 16 (`xpu-bench daemon`), every run stored and indexed. Server-side
   overhead (the request's time in the server less its queue wait and execution, from the
@@ -205,6 +211,7 @@ def main():
         resnet50_model(resnet)
     models_ok = bench_models(rows, mlp, conv, resnet)
     engines_ok = bench_engines(rows, mlp, conv)
+    llvm_ok = bench_llvm(rows)
     print("\nplanner, 1,000 nodes           median ms   budget/median (bar ≥ 1.0)")
     plan_ok = True
     for policy, inventory in (("cpu-only", "cpu-x86"), ("latency-gpu", "h100"), ("npu-openvino", "npu-laptop")):
@@ -240,6 +247,8 @@ def main():
         sys.exit("the cpu engine misses a model bar (MLP ≥ 0.9× onnxruntime, conv nets ≤ 2× its time)")
     if not engines_ok:
         sys.exit("the ort engine adds more than 5% at batch 64 or 30 µs per call at batch 1")
+    if not llvm_ok:
+        sys.exit("the llvm engine misses a bar (chains ≥ 2× numpy and ≥ numexpr, ≥ 70% of triad bandwidth, whole process ≥ 1.5× numpy)")
 
 
 def bench_models(rows, mlp, conv, resnet):
@@ -325,6 +334,155 @@ def bench_engines(rows, mlp, conv):
             over = f"{(t_x - t_py) * 1e6:+7.1f} µs/call" if batch == 1 else f"{(t_x / t_py - 1) * 100:+6.1f}%"
             print(f"{name:<34} {batch:5}  {t_x * 1e3:8.3f}   {t_py * 1e3:8.3f}   {over}")
             rows.append((f"openvino engine {name}", str(batch), "openvino.cpu", t_x * 1e3, t_py * 1e3, t_py / t_x))
+    return ok
+
+
+
+PROGRAMS = os.path.join(ROOT, "tests", "programs")
+CHAIN_ROWS = int(os.environ.get("XPU_BENCH_CHAIN_ROWS", 4096))
+
+
+def chain_cases(rows):
+    """The fused chains of the llvm engine's bar: program, inputs, numpy one op at a time,
+    and the numexpr expression of the same computation (float32 constants)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((rows, 1024)).astype(np.float32)
+    b = rng.standard_normal(1024).astype(np.float32)
+    s = rng.standard_normal(1024).astype(np.float32)
+    s_rows = rng.standard_normal((rows, 1)).astype(np.float32)
+    f = np.float32
+
+    def gelu(x, b):
+        v = x + b
+        t = np.power(v, f(3.0))
+        t = t * f(0.044715)
+        t = v + t
+        t = t * f(0.7978845608028654)
+        t = np.tanh(t)
+        t = t + f(1.0)
+        t = v * t
+        return t * f(0.5)
+
+    def silu(x, s, b):
+        v = x * s
+        v = v + b
+        t = np.negative(v)
+        t = np.exp(t)
+        t = t + f(1.0)
+        return v / t
+
+    def mish(x, b):
+        v = x + b
+        t = np.exp(v)
+        t = t + f(1.0)
+        t = np.log(t)
+        t = np.tanh(t)
+        return v * t
+
+    def softplus(x, s, b):
+        v = x * s
+        v = v + b
+        t = np.exp(v)
+        t = t + f(1.0)
+        return np.log(t)
+
+    k = {"h": f(0.5), "one": f(1.0), "c": f(0.044715), "r": f(0.7978845608028654), "three": f(3.0)}
+    return [
+        ("gelu (tanh form)", "gelu_chain.sgr", {"x": x, "b": b}, gelu,
+         "(x + b) * h * (one + tanh(r * ((x + b) + c * (x + b) ** three)))", k),
+        ("silu", "silu_chain.sgr", {"x": x, "s": s, "b": b}, silu,
+         "(x * s + b) / (one + exp(-(x * s + b)))", k),
+        ("mish", "mish_chain.sgr", {"x": x, "b": b}, mish,
+         "(x + b) * tanh(log(one + exp(x + b)))", k),
+        ("softplus, broadcasts", "softplus_chain.sgr", {"x": x, "s": s_rows, "b": b}, softplus,
+         "log(one + exp(x * s + b))", k),
+    ]
+
+
+def bench_llvm(rows):
+    """The llvm engine's fused chains (GELU, SiLU, Mish, softplus written out op by op) on
+    CHAIN_ROWS×1024 f32, in-process, against numpy one op at a time and numexpr on THREADS
+    threads. Bars: ≥ 2× numpy and ≥ numexpr (geometric means). Also each chain's bandwidth
+    (bytes in + out per second) against a STREAM-style triad compiled by the same engine
+    (a = b + k·c over arrays of the same size; 3 arrays counted, as STREAM does): bar ≥ 70%;
+    and the whole `xpuctl run` process against a Python script (np.load, the expression,
+    np.save): bar ≥ 1.5×."""
+    import numexpr as ne
+    ne.set_num_threads(THREADS)
+    n = CHAIN_ROWS
+    print(f"\nllvm fused chains, {n}×1024 f32          xpu ms   numpy ms   numexpr ms   ×numpy   ×numexpr")
+    vs_np, vs_ne, ok = [], [], True
+    moved = {}
+    for name, program, inputs, np_fn, expr, consts in chain_cases(n):
+        args = list(inputs.values())
+        local = {**inputs, **consts}
+        out_np = np_fn(*args)
+        out_ne = ne.evaluate(expr, local_dict=local)
+        assert out_ne.dtype == np.float32 and np.allclose(out_np, out_ne, rtol=1e-4, atol=1e-5), name
+        best = {"xpu": float("inf"), "numpy": float("inf"), "numexpr": float("inf")}
+        for _ in range(ROUNDS):
+            best["xpu"] = min(best["xpu"], xpu("llvm", os.path.join(PROGRAMS, program), n, 20, THREADS))
+            best["numpy"] = min(best["numpy"], median_time(lambda: np_fn(*args), 20))
+            best["numexpr"] = min(best["numexpr"], median_time(lambda: ne.evaluate(expr, local_dict=local), 20))
+        r_np, r_ne = best["numpy"] / best["xpu"], best["numexpr"] / best["xpu"]
+        vs_np.append(r_np)
+        vs_ne.append(r_ne)
+        nbytes = sum(v.nbytes for v in inputs.values()) + out_np.nbytes
+        moved[name] = nbytes / best["xpu"]
+        print(f"{name:<38} {best['xpu'] * 1e3:7.2f}   {best['numpy'] * 1e3:8.2f}   {best['numexpr'] * 1e3:10.2f}   {r_np:6.2f}   {r_ne:8.2f}")
+        rows.append(("llvm chain vs numpy", name, "llvm.fused", best["xpu"] * 1e3, best["numpy"] * 1e3, r_np))
+        rows.append(("llvm chain vs numexpr", name, "llvm.fused", best["xpu"] * 1e3, best["numexpr"] * 1e3, r_ne))
+    g_np = float(np.exp(np.mean(np.log(vs_np))))
+    g_ne = float(np.exp(np.mean(np.log(vs_ne))))
+    ok = g_np >= 2.0 and g_ne >= 1.0
+    print(f"{'geometric mean':<38} {'':>7}   {'':>8}   {'':>10}   {g_np:6.2f}   {g_ne:8.2f}   (bars ≥ 2.0, ≥ 1.0){'' if ok else '  MISSED'}")
+    # STREAM-style triad through the same engine: 2 arrays read, 1 written.
+    triad = os.path.join(OUT, "triad.sgr")
+    with open(triad, "w") as fh:
+        fh.write('graph "triad" {\n  %0: f32[N,1024] = input "b"\n  %1: f32[N,1024] = input "c"\n'
+                 '  %2: f32[] = constant {value = tensor<f32[]> [3.0]}\n  %3: f32[N,1024] = mul(%1, %2)\n'
+                 '  %4: f32[N,1024] = add(%0, %3)\n  return "a" = %4\n}\n')
+    t_triad = min(xpu("llvm", triad, n, 20, THREADS) for _ in range(ROUNDS))
+    bw_triad = 3 * 4 * n * 1024 / t_triad
+    print(f"bandwidth (inputs + output bytes / time) against a triad at {bw_triad / 1e9:.1f} GB/s (bar ≥ 0.70 for each chain):")
+    bw_ok = True
+    for name, bw in moved.items():
+        ratio = bw / bw_triad
+        bw_ok = bw_ok and ratio >= 0.7
+        print(f"  {name:<36} {bw / 1e9:6.1f} GB/s   {ratio:5.2f}{'' if ratio >= 0.7 else '  MISSED'}")
+        rows.append(("llvm chain bandwidth / triad", name, "llvm.fused", bw / 1e9, bw_triad / 1e9, ratio))
+    whole_ok = bench_whole_chain(rows, n)
+    return ok and bw_ok and whole_ok
+
+
+def bench_whole_chain(rows, n):
+    """`xpuctl run` of the GELU chain under the llvm-host policy (kernels from the disk cache
+    after the warm-up) against a Python process doing np.load ×2, the expression, np.save."""
+    d = os.path.join(OUT, "whole-chain")
+    os.makedirs(d, exist_ok=True)
+    name, program, inputs, _, _, _ = chain_cases(n)[0]
+    for k, v in inputs.items():
+        np.save(os.path.join(d, f"{k}.npy"), v)
+    env_cache = {"XPU_CACHE_DIR": os.path.join(OUT, "xpu-cache")}
+    argv = [XPUCTL, "run", os.path.join(PROGRAMS, program), "--policy", os.path.join(ROOT, "policies", "examples", "llvm-host.toml"),
+            "--input", "x=x.npy", "--input", "b=b.npy", "--out", "out-xpu"]
+    py = ("import numpy as np; x = np.load('x.npy'); b = np.load('b.npy'); v = x + b; "
+          "np.save('y.npy', np.float32(0.5) * v * (np.float32(1) + np.tanh(np.float32(0.7978845608028654) "
+          "* (v + np.float32(0.044715) * v ** 3))))")
+
+    def timed(cmd):
+        def once():
+            subprocess.run(cmd, cwd=d, check=True, capture_output=True, env={**os.environ, **env_cache})
+        return median_time(once, 5)
+
+    t_x, t_np = float("inf"), float("inf")
+    for _ in range(ROUNDS):
+        t_x = min(t_x, timed(argv))
+        t_np = min(t_np, timed([sys.executable, "-c", py]))
+    ratio = t_np / t_x
+    ok = ratio >= 1.5
+    print(f"whole process, {name} .npy in/out: xpuctl {t_x * 1e3:.0f} ms, python {t_np * 1e3:.0f} ms: {ratio:.2f}× (bar ≥ 1.5){'' if ok else '  MISSED'}")
+    rows.append(("whole process llvm chain", name, "llvm.fused", t_x, t_np, ratio))
     return ok
 
 

@@ -202,6 +202,38 @@ fn main() -> Result<()> {
             let (m, mi) = time_executable(exe, &inputs, reps)?;
             (m, mi, reps)
         }
+        Some("llvm") => {
+            // An SGR-ML program through the llvm engine alone (in-process, compiled once
+            // before timing), its symbol N bound to ROWS, inputs pseudo-random.
+            let path = args.get(2).context("llvm PATH.sgr")?;
+            let rows: usize = args.get(3).context("llvm ROWS")?.parse()?;
+            let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(20);
+            let threads: u32 = args.get(5).context("llvm THREADS")?.parse()?;
+            let g = xpu_ir::text::parse(&std::fs::read_to_string(path)?)
+                .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+            let inputs = g
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let shape: Vec<usize> = g
+                        .ty(v)
+                        .dims
+                        .as_ref()
+                        .context("an input of unknown rank")?
+                        .iter()
+                        .map(|d| d.known().map_or(rows, |n| n as usize))
+                        .collect();
+                    let n = shape.iter().product();
+                    Ok(Tensor::from_vec(shape, pseudo_random(n, i as u64 + 1))?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut a = Assignment::new("llvm");
+            a.options.threads = Some(threads);
+            let exe = xpu_engine_llvm::LlvmEngine::new(None).prepare(&g, &a)?;
+            let (m, mi) = time_executable(exe, &inputs, reps)?;
+            (m, mi, reps)
+        }
         Some("plan") => {
             let nodes: usize = args.get(2).context("plan NODES")?.parse()?;
             let policy = xpu_policy::Loader::new()
@@ -230,7 +262,7 @@ fn main() -> Result<()> {
             (times[times.len() / 2], times[0], reps)
         }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS]"
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

@@ -3,6 +3,7 @@
 //! 1 program/run/check error, 2 usage error.
 
 mod client;
+mod lir_cmd;
 mod policy_cmd;
 mod program;
 mod repl;
@@ -329,6 +330,18 @@ enum IrCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// The LIR-ML of each partition the llvm engine would run (planned under --policy, by
+    /// default llvm first), or with --emit what LLVM makes of it for this machine.
+    Lir {
+        program: PathBuf,
+        #[arg(long)]
+        policy: Option<String>,
+        /// Bind a symbolic dim: N=64 (kernels are compiled for concrete shapes).
+        #[arg(long = "bind")]
+        bind: Vec<String>,
+        #[arg(long, value_enum, default_value_t = lir_cmd::LirEmit::Lir)]
+        emit: lir_cmd::LirEmit,
+    },
 }
 
 /// A failure already reported on stdout (failed checks, tests, plans): exit 1, no more text.
@@ -611,6 +624,9 @@ fn ir_command(cmd: IrCommand) -> Result<()> {
                 print!("{}", xpu_ir::passes::plan_memory(&g, &bindings));
             }
             Ok(())
+        }
+        IrCommand::Lir { program, policy, bind, emit } => {
+            lir_cmd::run(&program, policy.as_deref(), &bind, emit)
         }
         IrCommand::Import { model, output } => {
             let g = program::load(&model)?;

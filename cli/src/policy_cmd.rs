@@ -128,7 +128,7 @@ pub fn load_inventory(arg: Option<&Path>) -> Result<Inventory> {
     }
 }
 
-fn parse_bindings(bind: &[String]) -> Result<BTreeMap<String, u64>> {
+pub fn parse_bindings(bind: &[String]) -> Result<BTreeMap<String, u64>> {
     let mut b = BTreeMap::new();
     for kv in bind {
         let (k, v) = kv

@@ -2,6 +2,12 @@
 //! starts with a header naming the passes (`; test: fold, dce`, optionally `; memory: N=4`
 //! to append the memory plan), then the input graph, then `; ==== expected ====` and the
 //! expected output. The verifier runs after every pass. `XPU_BLESS=1` rewrites expectations.
+//!
+//! `tests/filetests/llvm/*.sgr` are lowerings: `; lower: N=4` binds the graph's symbols,
+//! the whole graph is lowered as one llvm partition, and the expectation is the LIR-ML
+//! (verified) followed by the LLVM IR the code generator prints for it (before LLVM's
+//! optimiser, so it does not change with LLVM's version). The IR is also compiled, so an
+//! expectation LLVM would refuse cannot be blessed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -64,6 +70,79 @@ fn filetests() {
     let failures: Vec<String> = files
         .iter()
         .filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display())))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn run_lowering(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let (input, expected) = match text.split_once(SEPARATOR) {
+        Some((i, e)) => (i.to_string(), e.trim_start_matches('\n').to_string()),
+        None => (text.clone(), String::new()),
+    };
+    let mut bindings = BTreeMap::new();
+    for line in input.lines() {
+        if let Some(rest) = line.strip_prefix("; lower:") {
+            for kv in rest.split_whitespace() {
+                let (k, v) = kv.split_once('=').ok_or(format!("bad binding {kv}"))?;
+                bindings.insert(
+                    k.to_string(),
+                    v.parse::<usize>().map_err(|_| format!("bad size in {kv}"))?,
+                );
+            }
+        }
+    }
+    let body: String = input.lines().filter(|l| !l.starts_with(';')).collect::<Vec<_>>().join("\n");
+    let g = xpu_ir::text::parse(&body).map_err(|e| format!("input: {e}"))?;
+    let shapes = g
+        .inputs
+        .iter()
+        .map(|&v| {
+            g.ty(v)
+                .dims
+                .as_ref()
+                .ok_or("an input of unknown rank")?
+                .iter()
+                .map(|d| match d {
+                    xpu_ir::Dim::Known(n) => Ok(*n as usize),
+                    xpu_ir::Dim::Sym(s) => {
+                        bindings.get(s).copied().ok_or(format!("bind {s} with `; lower: {s}=…`"))
+                    }
+                    xpu_ir::Dim::Unknown => Err("an unknown dim".to_string()),
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let program = xpu_engine_llvm::lower::lower(&g, &shapes).map_err(|e| e.to_string())?;
+    let module =
+        xpu_lir::Module { kernels: program.steps.iter().map(|s| s.kernel.clone()).collect() };
+    xpu_lir::verify(&module).map_err(|e| format!("the lowering does not verify: {e}"))?;
+    let (ir, _) =
+        xpu_engine_llvm::codegen::emit_module(&module.kernels).map_err(|e| e.to_string())?;
+    xpu_engine_llvm::compile::compile(
+        &ir,
+        &xpu_engine_llvm::Target::host(),
+        xpu_engine_llvm::Emit::Object,
+    )
+    .map_err(|e| format!("LLVM refuses the emitted IR: {e}"))?;
+    let actual = format!("{module}\n; ---- LLVM IR ----\n{ir}");
+    xpu_tests::check_golden(path, &input, SEPARATOR, &expected, &actual)
+}
+
+#[test]
+fn llvm_lowering_filetests() {
+    let dir = xpu_tests::repo_root().join("tests/filetests/llvm");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/filetests/llvm exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sgr"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "expected the lowering filetests in {}", dir.display());
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|f| run_lowering(f).err().map(|e| format!("{}: {e}", f.display())))
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

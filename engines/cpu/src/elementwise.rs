@@ -164,8 +164,20 @@ fn unary_numeric(op: Op, x: &Tensor) -> KResult<Tensor> {
         Ok(tensor(match op {
             Op::Abs => a.mapv(Scalar::abs),
             Op::Neg => a.mapv(Scalar::neg),
-            Op::Relu => a.mapv(|v| if v > T::zero() { v } else { T::zero() }),
-            Op::Sign => a.mapv(|v| if v > T::zero() { T::one() } else if v < T::zero() { T::one().neg() } else { T::zero() }),
+            // NaN stays NaN, as numpy's maximum(x, 0).
+            Op::Relu => a.mapv(|v| if v < T::zero() { T::zero() } else { v }),
+            // NaN stays NaN (numpy's sign); ±0 gives 0.
+            Op::Sign => a.mapv(|v| {
+                if v > T::zero() {
+                    T::one()
+                } else if v < T::zero() {
+                    T::one().neg()
+                } else if v.is_nan() {
+                    v
+                } else {
+                    T::zero()
+                }
+            }),
             Op::Floor => a.mapv(|v| T::from_f64(v.to_f64().floor())),
             Op::Ceil => a.mapv(|v| T::from_f64(v.to_f64().ceil())),
             Op::Round => a.mapv(|v| T::from_f64(v.to_f64().round_ties_even())),

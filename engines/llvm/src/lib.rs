@@ -67,7 +67,7 @@ fn kernels() -> Vec<KernelCaps> {
         classes: Vec::new(),
         dtypes: FUSED_DTYPES.to_vec(),
         deterministic: true,
-        description: "elementwise chains fused into one loop nest per tree, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32)".into(),
+        description: "elementwise chains fused into one loop nest per group, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32)".into(),
         device: None,
     }]
 }

@@ -48,7 +48,8 @@ impl Act {
 
     pub fn apply(self, xs: &mut [f32]) {
         match self {
-            Act::Relu => xs.iter_mut().for_each(|v| *v = if *v > 0.0 { *v } else { 0.0 }),
+            // NaN stays NaN, as numpy's maximum(x, 0).
+            Act::Relu => xs.iter_mut().for_each(|v| *v = if *v < 0.0 { 0.0 } else { *v }),
             Act::LeakyRelu(a) => {
                 xs.iter_mut().for_each(|v| *v = if *v >= 0.0 { *v } else { a * *v })
             }

@@ -1,0 +1,91 @@
+//! `xpuctl ir lir`: the LIR-ML the llvm engine makes of a program's llvm partitions, and
+//! with `--emit` what LLVM makes of that (optimised IR or assembly for this machine).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Result, anyhow, bail};
+use xpu_engine_llvm::{Emit, Target, codegen, compile, lower};
+use xpu_ir::Dim;
+
+/// What to print for each partition.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LirEmit {
+    /// LIR-ML text.
+    Lir,
+    /// LLVM IR after `default<O3>` for this machine.
+    LlvmIr,
+    /// Assembly for this machine.
+    Asm,
+}
+
+/// Without `--policy`: llvm first for whatever it takes, cpu for the rest.
+const DEFAULT_POLICY: &str = r#"
+[policy]
+name = "ir-lir"
+version = 1
+description = "llvm first, cpu for the rest (xpuctl ir lir without --policy)"
+
+[engines]
+order = ["llvm", "cpu"]
+fallback = "allow"
+"#;
+
+pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
+    let policy = match policy {
+        Some(p) => crate::policy_cmd::load_policy(Some(p), &[])?,
+        None => xpu_policy::Loader::new()
+            .load_text("built-in ir-lir policy", None, DEFAULT_POLICY)
+            .map_err(|d| anyhow!("{d}"))?,
+    };
+    let graph = crate::program::load(program)?;
+    let bindings = crate::policy_cmd::parse_bindings(bind)?;
+    let inventory = crate::registry().inventory_for(&graph);
+    let (plan, _) = xpu_runtime::plan_graph(&graph, &policy, &inventory, &bindings)
+        .map_err(|f| anyhow!("the program does not plan: {f}"))?;
+    let mut printed = 0;
+    for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
+        let part = plan.graph.partition(&p.nodes);
+        let shapes = concrete_shapes(&part.graph, &bindings)?;
+        let lowered =
+            lower::lower(&part.graph, &shapes).map_err(|e| anyhow!("partition {}: {e}", p.id))?;
+        let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
+        let module = xpu_lir::Module { kernels };
+        println!("; partition {} ({} nodes on llvm)", p.id, p.nodes.len());
+        match emit {
+            LirEmit::Lir => print!("{module}"),
+            LirEmit::LlvmIr | LirEmit::Asm => {
+                let (ir, _) = codegen::emit_module(&module.kernels).map_err(|e| anyhow!("{e}"))?;
+                let what = if emit == LirEmit::Asm { Emit::Asm } else { Emit::OptimizedIr };
+                let out =
+                    compile::compile(&ir, &Target::host(), what).map_err(|e| anyhow!("{e}"))?;
+                print!("{}", String::from_utf8_lossy(&out));
+            }
+        }
+        printed += 1;
+    }
+    if printed == 0 {
+        bail!("no node of {} runs on llvm under this policy", program.display());
+    }
+    Ok(())
+}
+
+/// The partition's input shapes with its symbols bound.
+fn concrete_shapes(g: &xpu_ir::Graph, bindings: &BTreeMap<String, u64>) -> Result<Vec<Vec<usize>>> {
+    g.inputs
+        .iter()
+        .map(|&v| {
+            let name = g.value(v).name.clone().unwrap_or_else(|| v.to_string());
+            let dims = g.ty(v).dims.as_ref().ok_or_else(|| anyhow!("input {name:?} has no known rank"))?;
+            dims.iter()
+                .map(|d| match d {
+                    Dim::Known(n) => Ok(*n as usize),
+                    Dim::Sym(s) => bindings.get(s).map(|n| *n as usize).ok_or_else(|| {
+                        anyhow!("input {name:?} has symbolic dim {s}: give its size with --bind {s}=SIZE")
+                    }),
+                    Dim::Unknown => bail!("input {name:?} has a dim of unknown size"),
+                })
+                .collect()
+        })
+        .collect()
+}
