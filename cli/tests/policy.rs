@@ -29,7 +29,7 @@ fn xpuctl(args: &[&str]) -> (i32, String, String) {
 fn example_policies_check_and_test_clean() {
     let (code, out, err) = xpuctl(&["policy", "check", "policies/examples"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(out.matches(": ok").count(), 8, "{out}");
+    assert_eq!(out.matches(": ok").count(), 9, "{out}");
     for inv in ["cpu-x86", "h100", "npu-laptop"] {
         let inv = format!("policies/inventories/{inv}.toml");
         let (code, out, err) =

@@ -29,6 +29,7 @@ pub const BUILTIN_EXAMPLES: &[(&str, &str)] = &[
     ("deterministic-audit.toml", include_str!("../../policies/examples/deterministic-audit.toml")),
     ("edge-riscv.toml", include_str!("../../policies/examples/edge-riscv.toml")),
     ("latency-gpu.toml", include_str!("../../policies/examples/latency-gpu.toml")),
+    ("llvm-host.toml", include_str!("../../policies/examples/llvm-host.toml")),
     ("npu-openvino.toml", include_str!("../../policies/examples/npu-openvino.toml")),
     ("openvino-cpu.toml", include_str!("../../policies/examples/openvino-cpu.toml")),
     ("ort-cpu.toml", include_str!("../../policies/examples/ort-cpu.toml")),

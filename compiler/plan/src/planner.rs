@@ -107,6 +107,8 @@ struct NodeFacts {
     /// Precision the node computes at (float nodes) and the dtype kernels must accept.
     precision: Option<PrecisionName>,
     kernel_dtype: DType,
+    /// The dtypes of the node's inputs and outputs, one bit per `DType::ALL` entry.
+    operands: u32,
     /// The precision came from `precision.default`: a kernel that lacks it may run the node
     /// at another allowed precision instead (a precision candidate, recorded).
     alternates: bool,
@@ -140,6 +142,7 @@ struct WalkKey {
     op: Op,
     precision: Option<PrecisionName>,
     kernel_dtype: DType,
+    operands: u32,
     alternates: bool,
     rule: Option<usize>,
     /// Bit d: the node's tensors fit the memory of device d (devices of all engines in
@@ -265,7 +268,15 @@ impl<'a> Planner<'a> {
             .sum::<Option<u64>>();
         let alternates = from.as_ref().is_some_and(|r| &*r.key == "precision.default");
         (
-            NodeFacts { op: n.op, precision, kernel_dtype, alternates, flops, working_bytes },
+            NodeFacts {
+                op: n.op,
+                precision,
+                kernel_dtype,
+                operands: operand_bits(g, n),
+                alternates,
+                flops,
+                working_bytes,
+            },
             from,
             rule,
         )
@@ -323,6 +334,7 @@ impl<'a> Planner<'a> {
             op: f.op,
             precision: f.precision,
             kernel_dtype: f.kernel_dtype,
+            operands: f.operands,
             alternates: f.alternates,
             rule: rule_idx,
             fits,
@@ -571,6 +583,15 @@ impl<'a> Planner<'a> {
                         format!("{} is not bitwise reproducible", k.name),
                         at,
                         kname,
+                    ));
+                    continue;
+                }
+                if let Some(d) = k.unheld_operand(operand_dtypes(f.operands)) {
+                    engine_rejections.push(reject(
+                        ReasonCode::DtypeUnsupported,
+                        format!("{} cannot hold a {d} input or output", k.name),
+                        None,
+                        kname.clone(),
                     ));
                     continue;
                 }
@@ -1432,6 +1453,18 @@ fn cast_to(
     source_of.push(None);
     memo.insert((v, dtype), c);
     c
+}
+
+/// The dtypes of a node's inputs and outputs as bits of `DType::ALL` (walk-cache keys).
+fn operand_bits(g: &Graph, n: &xpu_ir::Node) -> u32 {
+    n.input_values().chain(n.outputs.iter().copied()).fold(0, |bits, v| {
+        let d = g.ty(v).dtype;
+        bits | DType::ALL.iter().position(|x| *x == d).map_or(0, |i| 1 << i)
+    })
+}
+
+fn operand_dtypes(bits: u32) -> impl Iterator<Item = DType> {
+    DType::ALL.into_iter().enumerate().filter(move |(i, _)| bits & (1 << i) != 0).map(|(_, d)| d)
 }
 
 /// Each fusion group of the planned graph: whole when all its nodes run on one engine and

@@ -77,6 +77,7 @@ impl Engine for SimEngine {
                 deterministic: true,
                 description: String::new(),
                 device: Some(DeviceKind::Cuda),
+                operand_dtypes: Vec::new(),
             }],
             unavailable_kernels: Default::default(),
         }

@@ -86,6 +86,11 @@ pub struct KernelCaps {
     /// `host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceKind>,
+    /// When not empty, every input and output of a node must have one of these dtypes —
+    /// for kernels that hold only some types in memory (`llvm.fused` stores no u8), where
+    /// `dtypes` alone (the dtype a node computes at) would let such a node through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operand_dtypes: Vec<DType>,
 }
 
 fn yes() -> bool {
@@ -109,6 +114,14 @@ impl KernelCaps {
 
     pub fn supports(&self, op: Op, dtype: DType) -> bool {
         self.runs_op(op) && self.dtypes.contains(&dtype)
+    }
+
+    /// The first of `operands` (a node's input and output dtypes) this kernel cannot hold.
+    pub fn unheld_operand(&self, operands: impl IntoIterator<Item = DType>) -> Option<DType> {
+        if self.operand_dtypes.is_empty() {
+            return None;
+        }
+        operands.into_iter().find(|d| !self.operand_dtypes.contains(d))
     }
 }
 

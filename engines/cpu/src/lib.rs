@@ -342,6 +342,7 @@ impl Engine for CpuEngine {
             kernels: [
                 HAS_BLAS.then(|| KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: KERNEL_BLAS.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -351,6 +352,7 @@ impl Engine for CpuEngine {
                 }),
                 Some(KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: KERNEL_GEMM.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -360,6 +362,7 @@ impl Engine for CpuEngine {
                 }),
                 Some(KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: KERNEL_IM2COL.into(),
                     ops: vec![Op::Conv],
                     classes: vec![],
@@ -369,6 +372,7 @@ impl Engine for CpuEngine {
                 }),
                 Some(KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: KERNEL_NAIVE.into(),
                     ops: supported_ops(),
                     classes: vec![],

@@ -55,6 +55,10 @@ impl LlvmEngine {
     }
 }
 
+/// What LIR-ML buffers hold: every input and output of an `llvm.fused` node has one.
+pub const OPERAND_DTYPES: [DType; 7] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
+
 /// The dtypes `llvm.fused` takes (the dtype of a node's first float input).
 pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
@@ -69,6 +73,7 @@ fn kernels() -> Vec<KernelCaps> {
         deterministic: true,
         description: "elementwise chains fused into one loop nest per group, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32)".into(),
         device: None,
+        operand_dtypes: OPERAND_DTYPES.to_vec(),
     }]
 }
 

@@ -205,6 +205,7 @@ impl Engine for TableEngine {
             kernels: vec![
                 KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: NATIVE_KERNEL.into(),
                     ops: vec![Op::Describe],
                     classes: vec![],
@@ -216,6 +217,7 @@ impl Engine for TableEngine {
                 },
                 KernelCaps {
                     device: None,
+                    operand_dtypes: Vec::new(),
                     name: KERNEL.into(),
                     ops: vec![],
                     classes: vec![OpClass::Table],

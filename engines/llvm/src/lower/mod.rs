@@ -239,14 +239,27 @@ impl Lowering<'_> {
         }
         for &id in nodes {
             let n = g.node(id);
-            let args: Vec<Option<String>> =
+            let mut args: Vec<Option<String>> =
                 n.inputs.iter().map(|i| i.map(|v| names[&v].clone())).collect();
+            if n.op == Op::Pow {
+                // ONNX's pow mixes types (f32 ^ i64, i32 ^ f32): compute in the float type.
+                for (arg, input) in args.iter_mut().zip(&n.inputs) {
+                    if let (Some(a), Some(v)) = (arg.as_mut(), input)
+                        && !g.ty(*v).dtype.is_float()
+                    {
+                        *a = body.let_(Expr::Cast { arg: a.clone(), to: compute });
+                    }
+                }
+            }
             let scalar = |i: usize| {
                 n.inputs.get(i).copied().flatten().and_then(|v| scalars.get(&v).copied())
             };
             let out = scalar_type(g.ty(n.outputs[0]).dtype).unwrap_or(compute);
-            let name = ops::lower(&mut body, n.op, &n.attrs, &args, &scalar, out)
+            let mut name = ops::lower(&mut body, n.op, &n.attrs, &args, &scalar, out)
                 .map_err(|m| self.err(id, m))?;
+            if n.op == Op::Pow && out.is_int() {
+                name = body.let_(Expr::Cast { arg: name, to: out });
+            }
             names.insert(n.outputs[0], name);
         }
         // Store the root.
