@@ -47,8 +47,8 @@ pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit)
     for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
         let part = plan.graph.partition(&p.nodes);
         let shapes = concrete_shapes(&part.graph, &bindings)?;
-        let lowered =
-            lower::lower(&part.graph, &shapes).map_err(|e| anyhow!("partition {}: {e}", p.id))?;
+        let lowered = lower::lower(&part.graph, &shapes, &vec![None; shapes.len()])
+            .map_err(|e| anyhow!("partition {}: {e}", p.id))?;
         let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
         let module = xpu_lir::Module { kernels };
         println!("; partition {} ({} nodes on llvm)", p.id, p.nodes.len());

@@ -31,7 +31,10 @@ pub struct LlvmExecutable {
     graph: Graph,
     cache: Arc<CodeCache>,
     threads: usize,
-    compiled: HashMap<Vec<Vec<usize>>, Arc<Compiled>>,
+    /// By input shapes and the values of the structural inputs.
+    compiled: HashMap<(Vec<Vec<usize>>, Vec<Option<Vec<i64>>>), Arc<Compiled>>,
+    /// Inputs whose values shape the code (`lower::structural_inputs`).
+    structural: Vec<usize>,
 }
 
 impl LlvmExecutable {
@@ -41,7 +44,9 @@ impl LlvmExecutable {
         cache: Arc<CodeCache>,
         threads: usize,
     ) -> Result<Box<dyn Executable>, EngineError> {
-        let mut exe = LlvmExecutable { graph, cache, threads, compiled: HashMap::new() };
+        let structural = lower::structural_inputs(&graph);
+        let mut exe =
+            LlvmExecutable { graph, cache, threads, compiled: HashMap::new(), structural };
         let known: Option<Vec<Vec<usize>>> = exe
             .graph
             .inputs
@@ -56,21 +61,27 @@ impl LlvmExecutable {
                     .collect()
             })
             .collect();
-        if let Some(shapes) = known {
-            exe.compiled_for(&shapes)?;
+        if let Some(shapes) = known
+            && exe.structural.is_empty()
+        {
+            let none = vec![None; shapes.len()];
+            exe.compiled_for(&shapes, &none)?;
         }
         Ok(Box::new(exe))
     }
 
-    fn compiled_for(&mut self, shapes: &[Vec<usize>]) -> Result<Arc<Compiled>, EngineError> {
-        if let Some(c) = self.compiled.get(shapes) {
+    fn compiled_for(
+        &mut self,
+        shapes: &[Vec<usize>],
+        structural: &[Option<Vec<i64>>],
+    ) -> Result<Arc<Compiled>, EngineError> {
+        let key = (shapes.to_vec(), structural.to_vec());
+        if let Some(c) = self.compiled.get(&key) {
             return Ok(c.clone());
         }
         let err = |message: String| EngineError::Kernel { node: "llvm".into(), message };
-        let program = lower::lower(&self.graph, shapes).map_err(|e| EngineError::Unsupported {
-            engine: "llvm".into(),
-            node: e.node,
-            what: e.message,
+        let program = lower::lower(&self.graph, shapes, structural).map_err(|e| {
+            EngineError::Unsupported { engine: "llvm".into(), node: e.node, what: e.message }
         })?;
         let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
         xpu_lir::verify(&xpu_lir::Module { kernels: kernels.clone() })
@@ -106,7 +117,7 @@ impl LlvmExecutable {
             },
         ];
         let c = Arc::new(Compiled { program, stages, _code: code, facts });
-        self.compiled.insert(shapes.to_vec(), c.clone());
+        self.compiled.insert(key, c.clone());
         Ok(c)
     }
 }
@@ -175,7 +186,10 @@ impl Executable for LlvmExecutable {
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         check_inputs(&self.graph, inputs)?;
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        let c = self.compiled_for(&shapes)?;
+        let structural: Vec<Option<Vec<i64>>> = (0..inputs.len())
+            .map(|i| self.structural.contains(&i).then(|| inputs[i].to_i64_vec()).flatten())
+            .collect();
+        let c = self.compiled_for(&shapes, &structural)?;
         let mut values: Vec<TensorData> = c
             .program
             .values
@@ -208,7 +222,7 @@ impl Executable for LlvmExecutable {
             let nanos = start.elapsed().as_nanos() as u64;
             let share = nanos / step.nodes.len().max(1) as u64;
             for &n in &step.nodes {
-                timings.push(NodeTiming { node: n, kernel: "llvm.fused".into(), nanos: share });
+                timings.push(NodeTiming { node: n, kernel: step.implements.into(), nanos: share });
             }
         }
         let mut outputs = Vec::with_capacity(c.program.outputs.len());

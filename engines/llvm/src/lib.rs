@@ -4,8 +4,9 @@
 //! with the outer loop of each kernel split into fixed chunks over `execution.threads`
 //! ([`exec`]). Kernels are specialised to the input shapes of a run (compiled once per
 //! shape set). Floating point follows IEEE without fast-math, so outputs are the same bit
-//! for bit at any thread count and vector width. Float elementwise ops (`llvm.fused`) are
-//! covered today; see `docs/engines.md` for what is not yet.
+//! for bit at any thread count and vector width. Float elementwise ops (`llvm.fused`),
+//! reductions and softmax (`llvm.reduce`) are covered today; see `docs/engines.md` for
+//! what is not yet.
 
 pub mod cache;
 pub mod codegen;
@@ -65,7 +66,17 @@ pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType:
 fn kernels() -> Vec<KernelCaps> {
     let mut ops = lower::ops::OPS.to_vec();
     ops.push(Op::Constant);
-    vec![KernelCaps {
+    let reduce = KernelCaps {
+        name: "llvm.reduce".into(),
+        ops: lower::REDUCE_OPS.to_vec(),
+        classes: Vec::new(),
+        dtypes: FUSED_DTYPES.to_vec(),
+        deterministic: true,
+        description: "reductions over any axes and softmax along an axis, elementwise producers computed inside; fixed 8-lane accumulators".into(),
+        device: None,
+        operand_dtypes: OPERAND_DTYPES.to_vec(),
+    };
+    vec![reduce, KernelCaps {
         name: "llvm.fused".into(),
         ops,
         classes: Vec::new(),
@@ -95,7 +106,6 @@ impl Engine for LlvmEngine {
                 let mut unavailable = std::collections::BTreeMap::new();
                 for (k, why) in [
                     ("llvm.gemm", "not built yet: matrix products stay on other engines"),
-                    ("llvm.reduce", "not built yet: reductions stay on other engines"),
                     (
                         "llvm.riscv",
                         "not built yet: riscv64 code generation is not wired to the engine",
@@ -121,7 +131,8 @@ impl Engine for LlvmEngine {
     }
 
     fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
-        let mut classes: Vec<OpClass> = lower::ops::OPS.iter().map(|o| o.class()).collect();
+        let mut classes: Vec<OpClass> =
+            lower::ops::OPS.iter().chain(lower::REDUCE_OPS).map(|o| o.class()).collect();
         classes.sort();
         classes.dedup();
         Some(classes)

@@ -220,3 +220,79 @@ fn ops_it_does_not_take_and_bad_inputs_are_errors_not_crashes() {
         assert_eq!(y.outputs[0].shape(), &[n, 4]);
     }
 }
+
+/// Reductions over every axis combination, with keepdims both ways, against the cpu engine.
+#[test]
+fn reductions_over_any_axes_match_the_cpu_engine() {
+    let x = Tensor::from_vec(
+        vec![3, 4, 5],
+        values(60, 41).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect(),
+    )
+    .unwrap();
+    let ops = [
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "reduce_l1",
+        "reduce_l2",
+        "reduce_sum_square",
+        "reduce_log_sum_exp",
+    ];
+    let axes_sets: [&[i64]; 5] = [&[-1], &[0], &[1], &[0, 2], &[0, 1, 2]];
+    for op in ops {
+        for axes in axes_sets {
+            for keep in [0, 1] {
+                let out: Vec<usize> = (0..3)
+                    .filter_map(|d| {
+                        if axes.iter().any(|&a| (a + 3) % 3 == d as i64) {
+                            (keep == 1).then_some(1)
+                        } else {
+                            Some([3, 4, 5][d])
+                        }
+                    })
+                    .collect();
+                let dims = out.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+                let list = axes.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+                let src = format!(
+                    "graph \"r\" {{\n  %0: f32[3,4,5] = input \"x\"\n  %1: i64[{}] = constant {{value = tensor<i64[{}]> [{list}]}}\n  %2: f32[{dims}] = {op}(%0, %1) {{keepdims = {keep}}}\n  return \"y\" = %2\n}}",
+                    axes.len(),
+                    axes.len()
+                );
+                let g = parse(&src);
+                let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+                let got = run(&g, std::slice::from_ref(&x), None)
+                    .unwrap_or_else(|e| panic!("{op} {axes:?}: {e}"));
+                assert_close(&format!("{op} {axes:?} keepdims={keep}"), &got[0], &want[0], 1e-5);
+            }
+        }
+    }
+}
+
+/// Softmax written out op by op and as the op, along the last axis and a middle one:
+/// the same values as the cpu engine; the written-out form is a handful of kernels.
+#[test]
+fn softmax_written_out_and_as_the_op_match_the_cpu_engine() {
+    let x = Tensor::from_vec(vec![4, 6, 33], values(4 * 6 * 33, 43)).unwrap();
+    for axis in [-1, 1] {
+        let g = parse(&format!(
+            "graph \"s\" {{\n  %0: f32[4,6,33] = input \"x\"\n  %1: f32[4,6,33] = softmax(%0) {{axis = {axis}}}\n  %2: f32[4,6,33] = log_softmax(%0) {{axis = {axis}}}\n  return \"y\" = %1\n  return \"l\" = %2\n}}"
+        ));
+        let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+        let got = run(&g, std::slice::from_ref(&x), None).unwrap();
+        assert_close(&format!("softmax axis {axis}"), &got[0], &want[0], 1e-5);
+        assert_close(&format!("log_softmax axis {axis}"), &got[1], &want[1], 1e-5);
+    }
+    let g = parse(
+        "graph \"w\" {\n  %0: f32[4,198] = input \"x\"\n  %1: i64[1] = constant {value = tensor<i64[1]> [-1]}\n  %2: f32[4,1] = reduce_max(%0, %1)\n  %3: f32[4,198] = sub(%0, %2)\n  %4: f32[4,198] = exp(%3)\n  %5: f32[4,1] = reduce_sum(%4, %1)\n  %6: f32[4,198] = div(%4, %5)\n  return \"y\" = %6\n}",
+    );
+    let x = Tensor::from_vec(
+        vec![4, 198],
+        values(4 * 198, 44).into_iter().map(|v| if v.is_nan() { 1.0 } else { v }).collect(),
+    )
+    .unwrap();
+    let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+    let got = run(&g, std::slice::from_ref(&x), None).unwrap();
+    assert_close("softmax written out", &got[0], &want[0], 1e-5);
+}

@@ -1,15 +1,17 @@
 //! SGR-ML partition → LIR-ML kernels, for concrete input shapes. Elementwise nodes are
-//! fused into groups — a node joins its consumers' group when all its uses are in that one
-//! group and its value is not an output, so a value used twice (GELU's `x`) is computed
-//! once per element inside the loop instead of being materialised — and each group becomes
-//! one kernel: a loop nest over the group's output whose innermost body loads each leaf
-//! once, computes every node as scalars and stores the root. Dimensions are coalesced first — adjacent
+//! computed inside the kernels of their consumers (see `Lowering::inlined`: a value used
+//! several times in one kernel — GELU's `x` — is computed once per element; one used by a
+//! few kernels — softmax's `exp(x − m)` — is recomputed by each rather than stored), and
+//! every other node roots a kernel: a loop nest over its output whose innermost body loads
+//! each leaf once, computes every member as scalars and stores the root; reductions and
+//! softmax (`reduce.rs`) put their members inside the reduction body. Dimensions are coalesced first — adjacent
 //! dimensions merge where every operand steps through them contiguously (or broadcasts
 //! both) — so a 4-D elementwise chain is one flat loop and a row broadcast is two loops.
 //! Buffers are flat; every index is affine in the loop counters, so the verifier proves
 //! each access in bounds. Constants of one element are inlined; larger ones are buffers.
 
 pub mod ops;
+mod reduce;
 
 use std::collections::HashMap;
 
@@ -18,6 +20,22 @@ use xpu_ir::{DType, Graph, NodeId, Op, Tensor, ValueId};
 use xpu_lir::{Access, Affine, Buffer, Expr, Kernel, Literal, ScalarType, Stmt};
 
 use ops::Body;
+
+/// The ops `llvm.reduce` takes: reductions and softmax.
+pub const REDUCE_OPS: &[Op] = &[
+    Op::ReduceSum,
+    Op::ReduceMean,
+    Op::ReduceMax,
+    Op::ReduceMin,
+    Op::ReduceProd,
+    Op::ReduceL1,
+    Op::ReduceL2,
+    Op::ReduceLogSum,
+    Op::ReduceLogSumExp,
+    Op::ReduceSumSquare,
+    Op::Softmax,
+    Op::LogSoftmax,
+];
 
 /// Where a kernel buffer's data comes from at run time.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +59,8 @@ pub struct ValueInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub kernel: Kernel,
+    /// The catalogue kernel it implements: `llvm.fused` or `llvm.reduce`.
+    pub implements: &'static str,
     pub buffers: Vec<Slot>,
     /// The partition nodes the kernel computes (timings, explanations).
     pub nodes: Vec<NodeId>,
@@ -77,6 +97,18 @@ pub fn scalar_type(d: DType) -> Option<ScalarType> {
     })
 }
 
+/// Users a value may have and still be recomputed by each instead of stored.
+const MAX_SHARED_USERS: usize = 4;
+/// Nodes a shared value may cost to recompute.
+const MAX_RECOMPUTED: usize = 8;
+
+/// The materialised values a group reads, their shapes, and the shape they broadcast to.
+struct Leaves {
+    values: Vec<ValueId>,
+    shapes: Vec<Vec<usize>>,
+    shape: Vec<usize>,
+}
+
 /// Where each partition value is during lowering.
 #[derive(Clone)]
 enum Place {
@@ -87,28 +119,52 @@ enum Place {
 
 struct Lowering<'g> {
     g: &'g Graph,
+    /// The values of graph inputs that shape the code (a reduction's axes), by input.
+    structural: &'g [Option<Vec<i64>>],
     outputs: Vec<bool>,
     places: HashMap<ValueId, Place>,
     values: Vec<ValueInfo>,
     steps: Vec<Step>,
 }
 
-/// Lowers `g` for inputs of `shapes`.
-pub fn lower(g: &Graph, shapes: &[Vec<usize>]) -> Result<Program, LowerError> {
+/// The graph inputs whose values shape the code: a reduction's axes given as an input
+/// rather than a constant. Kernels are specialised to these values as to the shapes.
+pub fn structural_inputs(g: &Graph) -> Vec<usize> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            g.nodes
+                .iter()
+                .any(|n| reduce::is_reduction(n.op) && n.inputs.get(1) == Some(&Some(**v)))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Lowers `g` for inputs of `shapes` (and, for the inputs [`structural_inputs`] names,
+/// their values in `structural`; `None` elsewhere).
+pub fn lower(
+    g: &Graph,
+    shapes: &[Vec<usize>],
+    structural: &[Option<Vec<i64>>],
+) -> Result<Program, LowerError> {
     let mut outputs = vec![false; g.values.len()];
     for o in &g.outputs {
         outputs[o.value.index()] = true;
     }
-    let mut l =
-        Lowering { g, outputs, places: HashMap::new(), values: Vec::new(), steps: Vec::new() };
+    let mut l = Lowering {
+        g,
+        structural,
+        outputs,
+        places: HashMap::new(),
+        values: Vec::new(),
+        steps: Vec::new(),
+    };
     for (i, (&v, shape)) in g.inputs.iter().zip(shapes).enumerate() {
         l.places.insert(v, Place::Slot(Slot::Input(i), shape.clone()));
     }
-    let roots = l.roots();
-    let mut members: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
-    for id in g.node_ids() {
-        members.entry(roots[id.index()]).or_default().push(id);
-    }
+    let inlined = l.inlined();
     for id in g.node_ids() {
         let n = g.node(id);
         if n.op == Op::Constant {
@@ -121,11 +177,12 @@ pub fn lower(g: &Graph, shapes: &[Vec<usize>]) -> Result<Program, LowerError> {
             l.places.insert(n.outputs[0], Place::Slot(Slot::Constant(t), shape));
             continue;
         }
-        if roots[id.index()] != id {
+        if inlined[id.index()] {
             l.places.insert(n.outputs[0], Place::Fused);
             continue;
         }
-        l.group(id, &members[&id])?;
+        let members = l.members(id, &inlined);
+        l.group(id, &members)?;
     }
     let outputs = g
         .outputs
@@ -146,70 +203,143 @@ impl Lowering<'_> {
         LowerError { node: self.g.node(id).label(id), message: message.into() }
     }
 
-    /// The group root of every node: an elementwise node joins its consumers' group when
-    /// its value is not an output and every use is by an elementwise node of one group (so
-    /// the value lives only inside that group's loop body, computed once per element even
-    /// when used several times); any other node roots its own group. Decided consumers
-    /// first, in reverse node order.
-    fn roots(&self) -> Vec<NodeId> {
+    /// Which nodes are computed inside their consumers' kernels instead of being stored:
+    /// elementwise nodes whose value is not an output and whose every user takes it into its
+    /// loop body (an elementwise node, or a reduction or softmax reading it as its data).
+    /// A value with one user is always taken; one with several (up to [`MAX_SHARED_USERS`])
+    /// is recomputed by each — softmax's `exp(x − m)` feeds both the sum and the division,
+    /// and reading `x` twice beats writing and reading `e` — when what it costs to recompute
+    /// (the nodes inlined under it) stays within [`MAX_RECOMPUTED`]. Decided producers first.
+    fn inlined(&self) -> Vec<bool> {
         let g = self.g;
         let users = g.uses();
-        let mut root: Vec<NodeId> = g.node_ids().collect();
-        for id in g.node_ids().collect::<Vec<_>>().into_iter().rev() {
+        let mut inlined = vec![false; g.nodes.len()];
+        let mut cost = vec![0usize; g.nodes.len()];
+        for id in g.node_ids() {
             let n = g.node(id);
             let Some(&v) = n.outputs.first() else { continue };
+            cost[id.index()] = 1 + n
+                .input_values()
+                .filter_map(|i| g.producer(i))
+                .filter(|p| inlined[p.index()])
+                .map(|p| cost[p.index()])
+                .sum::<usize>();
             if !n.op.is_elementwise() || n.outputs.len() != 1 || self.outputs[v.index()] {
                 continue;
             }
-            let mut groups =
-                users[v.index()].iter().map(|u| (g.node(*u).op.is_elementwise(), root[u.index()]));
-            if let Some((true, r)) = groups.next()
-                && groups.all(|(e, other)| e && other == r)
-            {
-                root[id.index()] = r;
+            let takes = |u: &NodeId| {
+                let c = g.node(*u);
+                c.op.is_elementwise()
+                    || ((reduce::is_reduction(c.op)
+                        || matches!(c.op, Op::Softmax | Op::LogSoftmax))
+                        && c.inputs.first() == Some(&Some(v))
+                        && c.inputs[1..].iter().all(|i| *i != Some(v)))
+            };
+            let us = &users[v.index()];
+            let mut distinct = us.clone();
+            distinct.dedup();
+            inlined[id.index()] = !us.is_empty()
+                && us.iter().all(takes)
+                && (distinct.len() == 1
+                    || (distinct.len() <= MAX_SHARED_USERS && cost[id.index()] <= MAX_RECOMPUTED));
+        }
+        inlined
+    }
+
+    /// The nodes `root`'s kernel computes: `root` and, through inlined producers, everything
+    /// it reads that is not stored, in node order.
+    fn members(&self, root: NodeId, inlined: &[bool]) -> Vec<NodeId> {
+        let g = self.g;
+        let mut seen = vec![false; g.nodes.len()];
+        let mut stack = vec![root];
+        let mut out = Vec::new();
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id.index()], true) {
+                continue;
+            }
+            out.push(id);
+            for v in g.node(id).input_values() {
+                if let Some(p) = g.producer(v)
+                    && inlined[p.index()]
+                {
+                    stack.push(p);
+                }
             }
         }
-        root
+        out.sort();
+        out
     }
 
     /// Emits the kernel of the group rooted at `root` (`nodes`: its members in order).
     fn group(&mut self, root: NodeId, nodes: &[NodeId]) -> Result<(), LowerError> {
+        let op = self.g.node(root).op;
+        if reduce::is_reduction(op) {
+            return self.reduction(root, &nodes[..nodes.len() - 1]);
+        }
+        if matches!(op, Op::Softmax | Op::LogSoftmax) {
+            return self.softmax(root, &nodes[..nodes.len() - 1]);
+        }
         let g = self.g;
         let out_v = g.node(root).outputs[0];
-        let out_dtype = g.ty(out_v).dtype;
-        let out_elem = scalar_type(out_dtype)
-            .ok_or_else(|| self.err(root, format!("dtype {out_dtype} is not one LIR-ML stores")))?;
-        // Leaves: materialised values the group reads, in first-use order.
-        let mut leaves: Vec<ValueId> = Vec::new();
+        let leaves = self.leaves(root, nodes)?;
+        let shape = leaves.shape.clone();
+        let compute = self.compute_type(nodes);
+        let dims = coalesce(&shape, &leaves.shapes);
+        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, &leaves)?;
+        let mut body = Body::new(compute);
+        let names =
+            self.prologue(&mut body, nodes, &leaves, &scalars, &|k| flat_index(&dims.strides[k]))?;
+        let value = names[&out_v].clone();
+        let (out, slot) = self.output(root, &shape)?;
+        body.stmts.push(Stmt::Store {
+            buffer: out.name.clone(),
+            index: vec![flat_index(&dims.out_strides)],
+            value,
+        });
+        buffers.push(out);
+        slots.push(slot);
+        self.push_kernel(root, nodes, buffers, slots, loop_nest(&dims.sizes, body.stmts));
+        Ok(())
+    }
+
+    /// The materialised values `nodes` read, in first-use order, their shapes and the
+    /// shape they broadcast to.
+    fn leaves(&self, root: NodeId, nodes: &[NodeId]) -> Result<Leaves, LowerError> {
+        let g = self.g;
+        let mut values: Vec<ValueId> = Vec::new();
         for &id in nodes {
             for v in g.node(id).input_values() {
-                if !matches!(self.places.get(&v), Some(Place::Fused)) && !leaves.contains(&v) {
-                    leaves.push(v);
+                if !matches!(self.places.get(&v), Some(Place::Fused)) && !values.contains(&v) {
+                    values.push(v);
                 }
             }
         }
-        let mut leaf_shapes = Vec::new();
+        let mut shapes = Vec::new();
         let mut shape = Vec::new();
-        for v in &leaves {
+        for v in &values {
             let Some(Place::Slot(_, s)) = self.places.get(v) else {
                 return Err(self.err(root, format!("reads {v}, which is not computed yet")));
             };
             shape = broadcast_shapes(&shape, s).map_err(|m| self.err(root, m))?;
-            leaf_shapes.push(s.clone());
+            shapes.push(s.clone());
         }
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         if numel.is_none_or(|n| n > i64::MAX as usize / 16) {
             return Err(self.err(root, format!("shape {shape:?} overflows index arithmetic")));
         }
-        let compute = self.compute_type(nodes);
-        let dims = coalesce(&shape, &leaf_shapes);
-        // Scalar constants are inlined; the other leaves are buffers.
-        let mut buffers = Vec::new();
-        let mut slots = Vec::new();
-        let mut body = Body::new(compute);
-        let mut names: HashMap<ValueId, String> = HashMap::new();
-        let mut scalars: HashMap<ValueId, f64> = HashMap::new();
-        for (k, v) in leaves.iter().enumerate() {
+        Ok(Leaves { values, shapes, shape })
+    }
+
+    /// One `in` buffer per leaf that is not a one-element constant (those are inlined: their
+    /// values are returned by leaf), with where each buffer's data comes from.
+    fn leaf_buffers(
+        &self,
+        root: NodeId,
+        leaves: &Leaves,
+    ) -> Result<(Vec<Buffer>, Vec<Slot>, HashMap<ValueId, f64>), LowerError> {
+        let g = self.g;
+        let (mut buffers, mut slots, mut scalars) = (Vec::new(), Vec::new(), HashMap::new());
+        for (k, v) in leaves.values.iter().enumerate() {
             let Some(Place::Slot(slot, s)) = self.places.get(v).cloned() else { unreachable!() };
             let elem = scalar_type(g.ty(*v).dtype).ok_or_else(|| {
                 self.err(root, format!("input dtype {} is not one LIR-ML stores", g.ty(*v).dtype))
@@ -218,24 +348,46 @@ impl Lowering<'_> {
                 && t.numel() == 1
                 && elem != ScalarType::Bool
             {
-                let x = t.to_f64_vec()[0];
-                scalars.insert(*v, x);
-                let ty = elem.compute();
-                let value = if ty.is_int() { Literal::Int(x as i64) } else { Literal::Float(x) };
-                names.insert(*v, body.let_(Expr::Const { ty, value }));
+                scalars.insert(*v, t.to_f64_vec()[0]);
                 continue;
             }
-            let name = format!("in{k}");
-            let index = flat_index(&dims.strides[k]);
-            names.insert(*v, body.let_(Expr::Load { buffer: name.clone(), index: vec![index] }));
             let len = s.iter().product::<usize>() as i64;
             buffers.push(Buffer {
-                name,
+                name: format!("in{k}"),
                 elem,
                 shape: vec![Affine::constant(len)],
                 access: Access::In,
             });
             slots.push(slot);
+        }
+        Ok((buffers, slots, scalars))
+    }
+
+    /// Statements computing `nodes` at one element into `body`: leaf `k` loaded at
+    /// `index(k)` (or its inlined constant). Returns the name of every value computed.
+    fn prologue(
+        &self,
+        body: &mut Body,
+        nodes: &[NodeId],
+        leaves: &Leaves,
+        scalars: &HashMap<ValueId, f64>,
+        index: &dyn Fn(usize) -> Affine,
+    ) -> Result<HashMap<ValueId, String>, LowerError> {
+        let g = self.g;
+        let compute = body.ty;
+        let mut names: HashMap<ValueId, String> = HashMap::new();
+        for (k, v) in leaves.values.iter().enumerate() {
+            let elem = scalar_type(g.ty(*v).dtype).unwrap_or(ScalarType::F32);
+            let name = match scalars.get(v) {
+                Some(&x) => {
+                    let ty = elem.compute();
+                    let value =
+                        if ty.is_int() { Literal::Int(x as i64) } else { Literal::Float(x) };
+                    body.let_(Expr::Const { ty, value })
+                }
+                None => body.let_(Expr::Load { buffer: format!("in{k}"), index: vec![index(k)] }),
+            };
+            names.insert(*v, name);
         }
         for &id in nodes {
             let n = g.node(id);
@@ -255,38 +407,63 @@ impl Lowering<'_> {
                 n.inputs.get(i).copied().flatten().and_then(|v| scalars.get(&v).copied())
             };
             let out = scalar_type(g.ty(n.outputs[0]).dtype).unwrap_or(compute);
-            let mut name = ops::lower(&mut body, n.op, &n.attrs, &args, &scalar, out)
+            let mut name = ops::lower(body, n.op, &n.attrs, &args, &scalar, out)
                 .map_err(|m| self.err(id, m))?;
             if n.op == Op::Pow && out.is_int() {
                 name = body.let_(Expr::Cast { arg: name, to: out });
             }
             names.insert(n.outputs[0], name);
         }
-        // Store the root.
+        Ok(names)
+    }
+
+    /// The `out` buffer of `root`'s value, of `shape`, and its slot.
+    fn output(&mut self, root: NodeId, shape: &[usize]) -> Result<(Buffer, Slot), LowerError> {
+        let out_dtype = self.g.ty(self.g.node(root).outputs[0]).dtype;
+        let elem = scalar_type(out_dtype)
+            .ok_or_else(|| self.err(root, format!("dtype {out_dtype} is not one LIR-ML stores")))?;
         let value = self.values.len();
-        self.values.push(ValueInfo { dtype: out_dtype, shape: shape.clone() });
-        let numel = numel.unwrap_or(0) as i64;
-        buffers.push(Buffer {
+        self.values.push(ValueInfo { dtype: out_dtype, shape: shape.to_vec() });
+        let len = shape.iter().product::<usize>() as i64;
+        let buffer = Buffer {
             name: "out".into(),
-            elem: out_elem,
-            shape: vec![Affine::constant(numel)],
+            elem,
+            shape: vec![Affine::constant(len)],
             access: Access::Out,
-        });
-        slots.push(Slot::Computed(value));
-        body.stmts.push(Stmt::Store {
-            buffer: "out".into(),
-            index: vec![flat_index(&dims.out_strides)],
-            value: names[&out_v].clone(),
-        });
+        };
+        Ok((buffer, Slot::Computed(value)))
+    }
+
+    /// Records the kernel computing `root` (and `nodes`) and where its value now is.
+    fn push_kernel(
+        &mut self,
+        root: NodeId,
+        nodes: &[NodeId],
+        buffers: Vec<Buffer>,
+        slots: Vec<Slot>,
+        body: Vec<Stmt>,
+    ) {
+        let g = self.g;
         let kernel = Kernel {
             name: format!("k{}_{}", self.steps.len(), g.node(root).op.name()),
             syms: Vec::new(),
             buffers,
-            body: loop_nest(&dims.sizes, body.stmts),
+            body,
         };
-        self.places.insert(out_v, Place::Slot(Slot::Computed(value), shape));
-        self.steps.push(Step { kernel, buffers: slots, nodes: nodes.to_vec() });
-        Ok(())
+        let Some(Slot::Computed(value)) = slots.last().cloned() else { unreachable!() };
+        let shape = self.values[value].shape.clone();
+        self.places.insert(g.node(root).outputs[0], Place::Slot(Slot::Computed(value), shape));
+        let mut all = nodes.to_vec();
+        if !all.contains(&root) {
+            all.push(root);
+        }
+        let op = g.node(root).op;
+        let implements = if reduce::is_reduction(op) || matches!(op, Op::Softmax | Op::LogSoftmax) {
+            "llvm.reduce"
+        } else {
+            "llvm.fused"
+        };
+        self.steps.push(Step { kernel, implements, buffers: slots, nodes: all });
     }
 
     /// f64 when any float value of the tree is f64, else f32 (f16/bf16 compute in f32).

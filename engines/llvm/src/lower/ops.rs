@@ -10,18 +10,30 @@ pub struct Body {
     next: usize,
     /// The compute type of float values.
     pub ty: ScalarType,
+    /// Prefixes every name, so one group's statements can be emitted several times in a
+    /// kernel (a softmax's passes) with names still defined once.
+    prefix: String,
 }
 
 impl Body {
     pub fn new(ty: ScalarType) -> Body {
-        Body { stmts: Vec::new(), next: 0, ty }
+        Body::with_prefix(ty, "t")
+    }
+
+    pub fn with_prefix(ty: ScalarType, prefix: &str) -> Body {
+        Body { stmts: Vec::new(), next: 0, ty, prefix: prefix.to_string() }
     }
 
     pub fn let_(&mut self, value: Expr) -> String {
         self.next += 1;
-        let name = format!("t{}", self.next);
+        let name = format!("{}{}", self.prefix, self.next);
         self.stmts.push(Stmt::Let { name: name.clone(), value });
         name
+    }
+
+    /// A value computed by the caller's statements, adopted so later ones can use it.
+    pub fn push(&mut self, stmt: Stmt) {
+        self.stmts.push(stmt);
     }
 
     pub fn num(&mut self, v: f64) -> String {

@@ -1,0 +1,355 @@
+//! Reductions over any axes and softmax along an axis, each one kernel with its
+//! elementwise producers computed inside the reduction body (`reduce_sum(exp(x − m))`
+//! reads `x` and `m`, never a materialised `exp`). Kept dimensions are loops (the outermost
+//! parallel); reduced dimensions are nested `reduce`s, the innermost with 8 lanes so it
+//! vectorises with a fixed accumulator layout.
+
+use xpu_ir::{NodeId, Op, ValueId};
+use xpu_lir::{Affine, BinaryOp as B, Expr, Literal, ReduceOp, Stmt, UnaryOp as U, Var};
+
+use super::ops::Body;
+use super::{Leaves, LowerError, Lowering};
+
+/// Lanes of the innermost reduction.
+const LANES: u32 = 8;
+
+pub fn is_reduction(op: Op) -> bool {
+    matches!(
+        op,
+        Op::ReduceSum
+            | Op::ReduceMean
+            | Op::ReduceMax
+            | Op::ReduceMin
+            | Op::ReduceProd
+            | Op::ReduceL1
+            | Op::ReduceL2
+            | Op::ReduceLogSum
+            | Op::ReduceLogSumExp
+            | Op::ReduceSumSquare
+    )
+}
+
+/// `Σ stride_d · var_d` over the dims with a nonzero stride.
+fn index(vars: &[String], strides: &[i64]) -> Affine {
+    let terms = vars
+        .iter()
+        .zip(strides)
+        .filter(|(_, s)| **s != 0)
+        .map(|(v, s)| (Var::Loop(v.clone()), *s))
+        .collect();
+    Affine::from_terms(0, terms).unwrap_or_default()
+}
+
+/// Right-aligned row-major strides of `leaf` inside `shape`, 0 where it broadcasts.
+fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
+    let r = shape.len();
+    let mut out = vec![0i64; r];
+    let mut acc = 1i64;
+    for d in (0..r).rev() {
+        let Some(k) = (d + leaf.len()).checked_sub(r) else { continue };
+        if leaf[k] != 1 {
+            out[d] = acc;
+        }
+        acc = acc.saturating_mul(leaf[k] as i64);
+    }
+    out
+}
+
+fn reduce_expr(
+    op: ReduceOp,
+    ty: xpu_lir::ScalarType,
+    lanes: u32,
+    var: &str,
+    n: usize,
+    body: Vec<Stmt>,
+) -> Expr {
+    let init = match op {
+        ReduceOp::Add => 0.0,
+        ReduceOp::Mul => 1.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    };
+    Expr::Reduce {
+        op,
+        ty,
+        lanes,
+        init: Literal::Float(init),
+        var: var.to_string(),
+        lo: Affine::constant(0),
+        hi: Affine::constant(n as i64),
+        body,
+    }
+}
+
+impl Lowering<'_> {
+    /// The axes a reduction node reduces (sorted, deduplicated), or `None` for a no-op.
+    fn axes(&self, root: NodeId, rank: usize) -> Result<Option<Vec<usize>>, LowerError> {
+        let n = self.g.node(root);
+        let given: Vec<i64> = match n.inputs.get(1).copied().flatten() {
+            Some(v) => match self.places.get(&v) {
+                Some(super::Place::Slot(super::Slot::Constant(t), _)) => {
+                    t.to_i64_vec().ok_or_else(|| self.err(root, "axes that are not integers"))?
+                }
+                Some(super::Place::Slot(super::Slot::Input(i), _)) => {
+                    self.structural.get(*i).cloned().flatten().ok_or_else(|| {
+                        self.err(root, "axes given as an input whose value is not known")
+                    })?
+                }
+                _ => return Err(self.err(root, "axes computed at run time")),
+            },
+            None => Vec::new(),
+        };
+        if given.is_empty() && n.attrs.int("noop_with_empty_axes", 0) != 0 {
+            return Ok(None);
+        }
+        let mut axes: Vec<usize> = if given.is_empty() {
+            (0..rank).collect()
+        } else {
+            given
+                .iter()
+                .map(|&a| {
+                    xpu_ir::infer::normalize_axis(a, rank).ok_or_else(|| {
+                        self.err(root, format!("axis {a} out of range for rank {rank}"))
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        Ok(Some(axes))
+    }
+
+    /// A reduction of its input (computed by `prologue` nodes at each element).
+    pub(super) fn reduction(
+        &mut self,
+        root: NodeId,
+        prologue: &[NodeId],
+    ) -> Result<(), LowerError> {
+        let g = self.g;
+        let op = g.node(root).op;
+        let x = g.node(root).inputs[0].ok_or_else(|| self.err(root, "no input"))?;
+        let data = prologue;
+        // The reduced value's own leaves: the prologue's, or the input itself.
+        let leaves =
+            if data.is_empty() { self.value_leaves(root, x)? } else { self.leaves(root, data)? };
+        let shape = leaves.shape.clone();
+        // No axes with noop_with_empty_axes: the input itself (a copy of the element).
+        let (axes, copy) = match self.axes(root, shape.len())? {
+            Some(axes) => (axes, false),
+            None => (Vec::new(), true),
+        };
+        let compute = self.compute_type(&[root]);
+        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, &leaves)?;
+        let vars: Vec<String> = (0..shape.len())
+            .map(|d| if axes.contains(&d) { format!("r{d}") } else { format!("i{d}") })
+            .collect();
+        let strides: Vec<Vec<i64>> = leaves.shapes.iter().map(|l| strides_in(&shape, l)).collect();
+        let (rop, two_pass) = match op {
+            Op::ReduceMax => (ReduceOp::Max, false),
+            Op::ReduceMin => (ReduceOp::Min, false),
+            Op::ReduceProd => (ReduceOp::Mul, false),
+            Op::ReduceLogSumExp => (ReduceOp::Add, true),
+            _ => (ReduceOp::Add, false),
+        };
+        // One pass: the element (transformed) reduced over the axes, innermost first.
+        let pass = |this: &Self,
+                    prefix: &str,
+                    rop: ReduceOp,
+                    shift: Option<&str>|
+         -> Result<Expr, LowerError> {
+            let mut body = Body::with_prefix(compute, prefix);
+            let names =
+                this.prologue(&mut body, data, &leaves, &scalars, &|k| index(&vars, &strides[k]))?;
+            let value = names[&x].clone();
+            let v = match (op, shift) {
+                (_, Some(m)) => {
+                    let d = body.bin(B::Sub, &value, m);
+                    body.un(U::Exp, &d)
+                }
+                (Op::ReduceL1, _) => body.un(U::Abs, &value),
+                (Op::ReduceL2 | Op::ReduceSumSquare, _) => body.bin(B::Mul, &value, &value),
+                _ => value,
+            };
+            body.push(Stmt::Yield(v));
+            let mut stmts = body.stmts;
+            let mut expr = None;
+            for (i, &a) in axes.iter().enumerate().rev() {
+                let lanes = if i + 1 == axes.len() { LANES } else { 1 };
+                let e = reduce_expr(rop, compute, lanes, &vars[a], shape[a], stmts);
+                let name = format!("{prefix}acc{a}");
+                stmts = vec![Stmt::Let { name: name.clone(), value: e.clone() }, Stmt::Yield(name)];
+                expr = Some(e);
+            }
+            Ok(expr.unwrap_or(Expr::Const { ty: compute, value: Literal::Float(0.0) }))
+        };
+        let mut tail = Body::with_prefix(compute, "f");
+        let result = if copy {
+            let names =
+                self.prologue(&mut tail, data, &leaves, &scalars, &|k| index(&vars, &strides[k]))?;
+            names[&x].clone()
+        } else if two_pass {
+            // log Σ e^x = m + log Σ e^(x − m), m the maximum (0 where it is infinite).
+            tail.push(Stmt::Let {
+                name: "m0".into(),
+                value: pass(self, "a", ReduceOp::Max, None)?,
+            });
+            let inf = tail.un(U::IsInf, "m0");
+            let zero = tail.num(0.0);
+            let m = tail.sel(&inf, &zero, "m0");
+            tail.push(Stmt::Let {
+                name: "s0".into(),
+                value: pass(self, "b", ReduceOp::Add, Some(&m))?,
+            });
+            let l = tail.un(U::Log, "s0");
+            tail.bin(B::Add, &m, &l)
+        } else {
+            tail.push(Stmt::Let { name: "s0".into(), value: pass(self, "a", rop, None)? });
+            let count: usize = axes.iter().map(|&a| shape[a]).product();
+            match op {
+                Op::ReduceMean => {
+                    let n = tail.num(count as f64);
+                    tail.bin(B::Div, "s0", &n)
+                }
+                Op::ReduceL2 => tail.un(U::Sqrt, "s0"),
+                Op::ReduceLogSum => tail.un(U::Log, "s0"),
+                _ => "s0".to_string(),
+            }
+        };
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+        let out_shape: Vec<usize> = if g.node(root).attrs.int("keepdims", 1) != 0 {
+            shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
+        } else {
+            kept.iter().map(|&d| shape[d]).collect()
+        };
+        let mut out_strides = vec![0i64; shape.len()];
+        let mut acc = 1i64;
+        for &d in kept.iter().rev() {
+            out_strides[d] = acc;
+            acc *= shape[d] as i64;
+        }
+        let (out, slot) = self.output(root, &out_shape)?;
+        tail.push(Stmt::Store {
+            buffer: out.name.clone(),
+            index: vec![index(&vars, &out_strides)],
+            value: result,
+        });
+        buffers.push(out);
+        slots.push(slot);
+        let mut body = tail.stmts;
+        for (i, &d) in kept.iter().enumerate().rev() {
+            body = vec![Stmt::For {
+                var: vars[d].clone(),
+                lo: Affine::constant(0),
+                hi: Affine::constant(shape[d] as i64),
+                parallel: i == 0,
+                body,
+            }];
+        }
+        self.push_kernel(root, data, buffers, slots, body);
+        Ok(())
+    }
+
+    /// A single materialised value as the only leaf.
+    fn value_leaves(&self, root: NodeId, v: ValueId) -> Result<Leaves, LowerError> {
+        match self.places.get(&v) {
+            Some(super::Place::Slot(_, s)) => {
+                Ok(Leaves { values: vec![v], shapes: vec![s.clone()], shape: s.clone() })
+            }
+            _ => Err(self.err(root, format!("reads {v}, which is not computed yet"))),
+        }
+    }
+
+    /// softmax / log_softmax along `axis`: per position of the other dims, the maximum, the
+    /// sum of e^(x − max), then every element — three passes over the row, each computing
+    /// the prologue again instead of storing it.
+    pub(super) fn softmax(&mut self, root: NodeId, prologue: &[NodeId]) -> Result<(), LowerError> {
+        let g = self.g;
+        let log = g.node(root).op == Op::LogSoftmax;
+        let x = g.node(root).inputs[0].ok_or_else(|| self.err(root, "no input"))?;
+        let data = prologue;
+        let leaves =
+            if data.is_empty() { self.value_leaves(root, x)? } else { self.leaves(root, data)? };
+        let shape = leaves.shape.clone();
+        let rank = shape.len();
+        let axis_attr = g.node(root).attrs.int("axis", -1);
+        let axis = xpu_ir::infer::normalize_axis(axis_attr, rank.max(1)).ok_or_else(|| {
+            self.err(root, format!("axis {axis_attr} out of range for rank {rank}"))
+        })?;
+        if rank == 0 {
+            return Err(self.err(root, "softmax of a scalar"));
+        }
+        let compute = self.compute_type(&[root]);
+        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, &leaves)?;
+        let strides: Vec<Vec<i64>> = leaves.shapes.iter().map(|l| strides_in(&shape, l)).collect();
+        let vars_with = |a: &str| -> Vec<String> {
+            (0..rank).map(|d| if d == axis { a.to_string() } else { format!("i{d}") }).collect()
+        };
+        let element = |this: &Self, body: &mut Body, a: &str| -> Result<String, LowerError> {
+            let vars = vars_with(a);
+            let names =
+                this.prologue(body, data, &leaves, &scalars, &|k| index(&vars, &strides[k]))?;
+            Ok(names[&x].clone())
+        };
+        let n = shape[axis];
+        let mut row = Body::with_prefix(compute, "f");
+        // Pass 1: the maximum.
+        let mut b = Body::with_prefix(compute, "a");
+        let v = element(self, &mut b, "a")?;
+        b.push(Stmt::Yield(v));
+        row.push(Stmt::Let {
+            name: "m0".into(),
+            value: reduce_expr(ReduceOp::Max, compute, LANES, "a", n, b.stmts),
+        });
+        // Pass 2: Σ e^(x − m).
+        let mut b = Body::with_prefix(compute, "b");
+        let v = element(self, &mut b, "b")?;
+        let d = b.bin(B::Sub, &v, "m0");
+        let e = b.un(U::Exp, &d);
+        b.push(Stmt::Yield(e));
+        row.push(Stmt::Let {
+            name: "s0".into(),
+            value: reduce_expr(ReduceOp::Add, compute, LANES, "b", n, b.stmts),
+        });
+        let scale = if log { row.un(U::Log, "s0") } else { row.un(U::Recip, "s0") };
+        // Pass 3: each element.
+        let (out, slot) = self.output(root, &shape)?;
+        let out_vars = vars_with("c");
+        let out_strides = strides_in(&shape, &shape);
+        let mut b = Body::with_prefix(compute, "c");
+        let v = element(self, &mut b, "c")?;
+        let d = b.bin(B::Sub, &v, "m0");
+        let y = if log {
+            b.bin(B::Sub, &d, &scale)
+        } else {
+            let e = b.un(U::Exp, &d);
+            b.bin(B::Mul, &e, &scale)
+        };
+        b.push(Stmt::Store {
+            buffer: out.name.clone(),
+            index: vec![index(&out_vars, &out_strides)],
+            value: y,
+        });
+        row.push(Stmt::For {
+            var: "c".into(),
+            lo: Affine::constant(0),
+            hi: Affine::constant(n as i64),
+            parallel: false,
+            body: b.stmts,
+        });
+        buffers.push(out);
+        slots.push(slot);
+        let mut body = row.stmts;
+        let others: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
+        for (i, &d) in others.iter().enumerate().rev() {
+            body = vec![Stmt::For {
+                var: format!("i{d}"),
+                lo: Affine::constant(0),
+                hi: Affine::constant(shape[d] as i64),
+                parallel: i == 0,
+                body,
+            }];
+        }
+        self.push_kernel(root, data, buffers, slots, body);
+        Ok(())
+    }
+}
