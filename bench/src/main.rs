@@ -234,6 +234,40 @@ fn main() -> Result<()> {
             let (m, mi) = time_executable(exe, &inputs, reps)?;
             (m, mi, reps)
         }
+        Some("llvm-compile") => {
+            // Loading a program's llvm kernels through the disk cache in DIR: the first call
+            // on an empty DIR compiles (cold), a second process finds the shared object.
+            let path = args.get(2).context("llvm-compile PATH.sgr")?;
+            let rows: usize = args.get(3).context("llvm-compile ROWS")?.parse()?;
+            let dir = args.get(4).context("llvm-compile DIR")?;
+            let g = xpu_ir::text::parse(&std::fs::read_to_string(path)?)
+                .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+            let shapes: Vec<Vec<usize>> = g
+                .inputs
+                .iter()
+                .map(|&v| {
+                    let dims = g.ty(v).dims.iter().flatten();
+                    dims.map(|d| d.known().map_or(rows, |n| n as usize)).collect()
+                })
+                .collect();
+            let program = xpu_engine_llvm::lower::lower(&g, &shapes, &vec![None; shapes.len()])
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
+            let (ir, _) = xpu_engine_llvm::codegen::emit_module(&kernels)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let linker =
+                xpu_engine_llvm::cache::find_linker().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cache = xpu_engine_llvm::cache::CodeCache::new(
+                xpu_engine_llvm::Target::host(),
+                Some(dir.into()),
+                linker,
+            )?;
+            let (_, source, ms) = cache.get(&ir)?;
+            let out =
+                serde_json::json!({"kernels": kernels.len(), "source": source.name(), "ms": ms});
+            println!("{out}");
+            return Ok(());
+        }
         Some("plan") => {
             let nodes: usize = args.get(2).context("plan NODES")?.parse()?;
             let policy = xpu_policy::Loader::new()
