@@ -1,5 +1,6 @@
 //! `xpuctl ir lir`: the LIR-ML the llvm engine makes of a program's llvm partitions, and
 //! with `--emit` what LLVM makes of that (optimised IR or assembly for this machine).
+//! `xpuctl build --target riscv64`: a whole program compiled ahead of time for a board.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,7 +32,18 @@ order = ["llvm", "cpu"]
 fallback = "allow"
 "#;
 
-pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
+/// Boards `xpuctl build` compiles for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuildTarget {
+    Riscv64,
+}
+
+/// The program planned under `policy` (default: llvm first) on this process's engines.
+fn planned(
+    program: &Path,
+    policy: Option<&str>,
+    bind: &[String],
+) -> Result<(xpu_plan::CapturePlan, BTreeMap<String, u64>)> {
     let policy = match policy {
         Some(p) => crate::policy_cmd::load_policy(Some(p), &[])?,
         None => xpu_policy::Loader::new()
@@ -43,6 +55,51 @@ pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit)
     let inventory = crate::registry().inventory_for(&graph);
     let (plan, _) = xpu_runtime::plan_graph(&graph, &policy, &inventory, &bindings)
         .map_err(|f| anyhow!("the program does not plan: {f}"))?;
+    Ok((plan, bindings))
+}
+
+pub fn build(
+    program: &Path,
+    target: BuildTarget,
+    policy: Option<&str>,
+    bind: &[String],
+    vector: bool,
+    output: &Path,
+) -> Result<()> {
+    let BuildTarget::Riscv64 = target;
+    let (plan, bindings) = planned(program, policy, bind)?;
+    let elsewhere: Vec<String> = plan
+        .partitions
+        .iter()
+        .filter(|p| p.engine != "llvm")
+        .flat_map(|p| p.nodes.iter().map(move |n| (n, &p.engine)))
+        .filter(|(n, _)| plan.graph.node(**n).op != xpu_ir::Op::Constant)
+        .map(|(n, e)| format!("{} on {e}", plan.graph.node(*n).label(*n)))
+        .collect();
+    if !elsewhere.is_empty() {
+        bail!(
+            "{}: a riscv64 build compiles the whole program with the llvm engine, but {} node(s) plan elsewhere: {}",
+            program.display(),
+            elsewhere.len(),
+            elsewhere.join(", ")
+        );
+    }
+    let shapes = concrete_shapes(&plan.graph, &bindings)?;
+    let manifest = xpu_engine_llvm::riscv::build(&plan.graph, &shapes, output, vector)
+        .map_err(|e| anyhow!("{}: {e}", program.display()))?;
+    eprintln!(
+        "wrote {} ({} kernel(s), {} {}; run it with {}/run --input NAME=FILE.npy ... --out DIR)",
+        output.display(),
+        manifest.kernels,
+        manifest.triple,
+        manifest.abi,
+        output.display()
+    );
+    Ok(())
+}
+
+pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
+    let (plan, bindings) = planned(program, policy, bind)?;
     let mut printed = 0;
     for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
         let part = plan.graph.partition(&p.nodes);

@@ -111,6 +111,24 @@ enum Command {
     /// SGR-ML tools.
     #[command(subcommand)]
     Ir(IrCommand),
+    /// Compile a whole program ahead of time for a board: a static riscv64 executable with
+    /// its manifest and a `run` script (`DIR/run --input NAME=FILE.npy ... --out OUTDIR`).
+    Build {
+        program: PathBuf,
+        /// The board's target (riscv64: rv64gc, lp64d).
+        #[arg(long, value_enum)]
+        target: lir_cmd::BuildTarget,
+        #[arg(long)]
+        policy: Option<String>,
+        /// Bind a symbolic dim: N=64 (a build is compiled for concrete shapes).
+        #[arg(long = "bind")]
+        bind: Vec<String>,
+        /// Use the RISC-V vector extension (RVV).
+        #[arg(long)]
+        vector: bool,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// List the engines of this build and what they can run (`--format toml` writes the live
     /// inventory, the form `--inventory` files take).
     Engines {
@@ -531,6 +549,9 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             Ok(())
         }
         Command::Ir(ir) => ir_command(ir),
+        Command::Build { program, target, policy, bind, vector, output } => {
+            lir_cmd::build(&program, target, policy.as_deref(), &bind, vector, &output)
+        }
         Command::Repl => repl::repl(),
         Command::Submit { program, on_server, inputs, policy, labels, wait, format } => {
             client::submit(

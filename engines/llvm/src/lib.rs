@@ -13,6 +13,7 @@ pub mod codegen;
 pub mod compile;
 mod exec;
 pub mod lower;
+pub mod riscv;
 
 use std::path::PathBuf;
 use std::sync::Arc;

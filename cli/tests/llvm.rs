@@ -1,0 +1,141 @@
+//! The llvm engine through xpuctl: `run` under `llvm-host` explains what ran on llvm and the
+//! compile (then the disk cache); `ir lir` prints the kernels; `build --target riscv64`
+//! writes a build whose `run` gives the same output under qemu; programs llvm cannot take
+//! whole are refused with the nodes named.
+
+use std::process::Command;
+
+mod common;
+use common::repo;
+
+fn xpuctl(args: &[&str], cache: &std::path::Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(args)
+        .env("XPU_CACHE_DIR", cache)
+        .current_dir(repo())
+        .output()
+        .expect("xpuctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A .npy of f32 (C order) with values from a small formula.
+fn npy(path: &std::path::Path, shape: &[usize]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_text =
+        if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    let n: usize = shape.iter().product();
+    for i in 0..n {
+        bytes.extend((((i * 37) % 101) as f32 / 25.0 - 2.0).to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn run_ir_lir_and_a_riscv64_build_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let (x, b) = (dir.path().join("x.npy"), dir.path().join("b.npy"));
+    npy(&x, &[4, 1024]);
+    npy(&b, &[1024]);
+    let host_out = dir.path().join("host");
+    let args = |out: &std::path::Path| {
+        vec![
+            "run".to_string(),
+            "tests/programs/gelu_chain.sgr".into(),
+            "--policy".into(),
+            "llvm-host".into(),
+            "-i".into(),
+            format!("x={}", x.display()),
+            "-i".into(),
+            format!("b={}", b.display()),
+            "--explain".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ]
+    };
+    let first: Vec<String> = args(&host_out);
+    let (code, out, err) = xpuctl(&first.iter().map(String::as_str).collect::<Vec<_>>(), &cache);
+    assert_eq!(code, 0, "{err}{out}");
+    assert!(out.contains("llvm.fused"), "{out}");
+    assert!(out.contains("(compiled)"), "the first run compiles: {out}");
+    let (code, out, err) = xpuctl(&first.iter().map(String::as_str).collect::<Vec<_>>(), &cache);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(disk cache)"), "a second process loads from disk: {out}");
+
+    let (code, out, err) =
+        xpuctl(&["ir", "lir", "tests/programs/softmax_rows.sgr", "--bind", "N=2"], &cache);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("reduce max : f32 lanes 8"), "{out}");
+    assert_eq!(out.matches("kernel @").count(), 3, "{out}");
+    let (code, out, _) = xpuctl(
+        &["ir", "lir", "tests/programs/gelu_chain.sgr", "--bind", "N=2", "--emit", "llvm-ir"],
+        &cache,
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains("define void @xpu_"), "{out}");
+    let (code, _, err) = xpuctl(&["ir", "lir", "tests/programs/gelu_chain.sgr"], &cache);
+    assert_ne!(code, 0);
+    assert!(err.contains("--bind N=SIZE"), "{err}");
+
+    let build = dir.path().join("board");
+    let (code, _, err) = xpuctl(
+        &[
+            "build",
+            "tests/programs/gelu_chain.sgr",
+            "--target",
+            "riscv64",
+            "--bind",
+            "N=4",
+            "-o",
+            &build.display().to_string(),
+        ],
+        &cache,
+    );
+    assert_eq!(code, 0, "{err}");
+    let board_out = dir.path().join("board-out");
+    let run = Command::new(build.join("run"))
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("--input")
+        .arg(format!("b={}", b.display()))
+        .arg("--out")
+        .arg(&board_out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    // The same bits as the host JIT (the .npy headers may differ in padding).
+    let data = |p: std::path::PathBuf| {
+        let bytes = std::fs::read(p).unwrap();
+        let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        bytes[10 + hlen..].to_vec()
+    };
+    assert_eq!(data(board_out.join("y.npy")), data(host_out.join("y.npy")));
+
+    let (code, _, err) = xpuctl(
+        &[
+            "build",
+            "tests/programs/mlp.sgr",
+            "--target",
+            "riscv64",
+            "--bind",
+            "N=1",
+            "-o",
+            &dir.path().join("no").display().to_string(),
+        ],
+        &cache,
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("n0 (matmul \"fc1\") on cpu"), "{err}");
+}

@@ -1,0 +1,165 @@
+//! riscv64 builds run under qemu-riscv64 (installed by `make setup`): the same outputs as
+//! the host JIT, bit for bit (the f32 math is LIR-ML's own sequences on both), and clear
+//! errors for bad inputs.
+
+use std::path::Path;
+use std::process::Command;
+
+use xpu_engine::{Assignment, Engine};
+use xpu_engine_llvm::{LlvmEngine, riscv};
+use xpu_ir::Tensor;
+
+/// A minimal .npy writer (f32, C order).
+fn write_npy(path: &Path, t: &Tensor) {
+    let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+    let shape = if shape.len() == 1 {
+        format!("({},)", shape[0])
+    } else {
+        format!("({})", shape.join(", "))
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for v in t.as_slice::<f32>().unwrap() {
+        bytes.extend(v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn read_npy_f32(path: &Path) -> (String, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8(bytes[10..10 + hlen].to_vec()).unwrap();
+    let data = bytes[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (header, data)
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 12.0
+        })
+        .collect()
+}
+
+fn program(name: &str, rows: usize) -> xpu_ir::Graph {
+    let src = std::fs::read_to_string(format!(
+        "{}/../../tests/programs/{name}.sgr",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let g = xpu_ir::text::parse(&src).unwrap();
+    // Bind N by rewriting the input types (what `xpuctl build --bind N=…` does through planning).
+    let text = xpu_ir::text::print(&g).replace("[N,", &format!("[{rows},"));
+    xpu_ir::text::parse(&text).unwrap()
+}
+
+#[test]
+fn builds_run_under_qemu_with_the_host_jits_bits() {
+    for (name, rows) in [("gelu_chain", 3), ("softmax_rows", 5), ("layernorm_rows", 2)] {
+        let g = program(name, rows);
+        let inputs: Vec<Tensor> = g
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let shape: Vec<usize> = g
+                    .ty(v)
+                    .dims
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.known().unwrap() as usize)
+                    .collect();
+                let n = shape.iter().product();
+                Tensor::from_vec(shape, values(n, i as u64 + 7)).unwrap()
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let build = dir.path().join("build");
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let manifest =
+            riscv::build(&g, &shapes, &build, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(manifest.triple, "riscv64-unknown-linux-gnu");
+        assert_eq!(manifest.abi, "lp64d");
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(build.join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(m["inputs"][0]["name"], g.value(g.inputs[0]).name.clone().unwrap());
+        let mut cmd = Command::new(build.join("run"));
+        for (i, t) in inputs.iter().enumerate() {
+            let name = g.value(g.inputs[i]).name.clone().unwrap();
+            let path = dir.path().join(format!("{name}.npy"));
+            write_npy(&path, t);
+            cmd.arg("--input").arg(format!("{name}={}", path.display()));
+        }
+        let out_dir = dir.path().join("out");
+        let out = cmd.arg("--out").arg(&out_dir).output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut exe = LlvmEngine::new(None).prepare(&g, &Assignment::new("llvm")).unwrap();
+        let host = exe.run(&inputs).unwrap().outputs;
+        let (header, got) = read_npy_f32(&out_dir.join(format!("{}.npy", g.outputs[0].name)));
+        assert!(header.contains("'descr': '<f4'"), "{header}");
+        let want = host[0].as_slice::<f32>().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (i, (a, b)) in got.iter().zip(want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{name}[{i}]: riscv64 {a}, host {b}");
+        }
+    }
+}
+
+#[test]
+fn a_build_refuses_bad_inputs_with_a_message_naming_them() {
+    let g = program("gelu_chain", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("b");
+    riscv::build(&g, &[vec![2, 1024], vec![1024]], &build, false).unwrap();
+    let x = dir.path().join("x.npy");
+    write_npy(&x, &Tensor::from_vec(vec![3, 1024], vec![0f32; 3072]).unwrap());
+    let b = dir.path().join("b.npy");
+    write_npy(&b, &Tensor::from_vec(vec![1024], vec![0f32; 1024]).unwrap());
+    let run = |args: &[String]| Command::new(build.join("run")).args(args).output().unwrap();
+    let out = run(&[
+        "--input".into(),
+        format!("x={}", x.display()),
+        "--input".into(),
+        format!("b={}", b.display()),
+        "--out".into(),
+        dir.path().join("o").display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("input x: shape must be (2, 1024)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["--input".into(), "nope=1.npy".into(), "--out".into(), "o".into()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such input"));
+    std::fs::write(&x, b"garbage").unwrap();
+    let out = run(&[
+        "--input".into(),
+        format!("x={}", x.display()),
+        "--input".into(),
+        format!("b={}", b.display()),
+        "--out".into(),
+        "o".into(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not a .npy file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
