@@ -123,6 +123,10 @@ pub struct LlvmSettings {
     /// restarted daemon compiles nothing it compiled before. Relative paths are under the
     /// data dir; unset: `<data dir>/llvm-cache`.
     pub cache_dir: Option<PathBuf>,
+    /// The command that runs riscv64 programs on the llvm engine's riscv64 device, the
+    /// program and its arguments appended: `["qemu-riscv64"]` (the default, or
+    /// `$XPU_RISCV_RUNNER`), or a command that runs it on a board.
+    pub riscv_runner: Option<Vec<String>>,
 }
 
 impl Engines {
@@ -135,6 +139,7 @@ impl Engines {
             llvm_cache_dir: Some(
                 data_dir.join(self.llvm.cache_dir.clone().unwrap_or_else(|| "llvm-cache".into())),
             ),
+            llvm_riscv_runner: self.llvm.riscv_runner.clone(),
         }
     }
 }

@@ -31,6 +31,9 @@ pub struct EngineLibraries {
     /// Where the llvm engine keeps compiled kernels between runs (`[engines.llvm]
     /// cache_dir`); `None`: its default (`$XPU_CACHE_DIR/llvm` or `~/.cache/xpu/llvm`).
     pub llvm_cache_dir: Option<PathBuf>,
+    /// The command that runs riscv64 programs for the llvm engine's riscv64 device
+    /// (`[engines.llvm] riscv_runner`); `None`: `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.
+    pub llvm_riscv_runner: Option<Vec<String>>,
 }
 
 /// The engines a process loads once and shares between jobs: cpu, and ort, openvino and
@@ -76,8 +79,9 @@ impl SharedEngines {
                 .llvm_cache_dir
                 .clone()
                 .or_else(xpu_engine_llvm::LlvmEngine::default_cache_dir);
+            let runner = libraries.llvm_riscv_runner.clone();
             engines.push(Arc::new(Deferred::new("llvm", move || {
-                Arc::new(xpu_engine_llvm::LlvmEngine::new(cache))
+                Arc::new(xpu_engine_llvm::LlvmEngine::new(cache).with_riscv_runner(runner))
             })));
         }
         let _ = libraries;

@@ -19,15 +19,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use xpu_engine::{
-    Assignment, Availability, Capabilities, Device, Engine, EngineError, Executable, KernelCaps,
+    Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, Engine, EngineError,
+    Executable, KernelCaps, Value,
 };
-use xpu_ir::{DType, Graph, Op, OpClass};
+use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
 pub use compile::{Emit, Target};
 
-/// The engine; cheap to clone (the code cache is shared).
+/// The engine: host kernels through the code cache, and a riscv64 device when a cross
+/// compiler and a runner are installed.
 pub struct LlvmEngine {
     state: Result<Arc<cache::CodeCache>, String>,
+    riscv: Result<Arc<riscv::device::RiscvDevice>, String>,
 }
 
 impl LlvmEngine {
@@ -39,7 +42,25 @@ impl LlvmEngine {
                 .map(Arc::new)
                 .map_err(|e| e.to_string())
         });
-        LlvmEngine { state }
+        LlvmEngine { state, riscv: Err(String::new()) }.with_riscv_runner(None)
+    }
+
+    /// The command that runs riscv64 programs (`[engines.llvm] riscv_runner`): `None` is
+    /// `$XPU_RISCV_RUNNER` (split on whitespace), else `qemu-riscv64`. A board takes qemu's
+    /// place through a command that runs the program there (`ssh board` with the files
+    /// shared, for example).
+    pub fn with_riscv_runner(mut self, runner: Option<Vec<String>>) -> LlvmEngine {
+        let runner = runner
+            .or_else(|| {
+                std::env::var("XPU_RISCV_RUNNER")
+                    .ok()
+                    .map(|r| r.split_whitespace().map(str::to_string).collect())
+                    .filter(|r: &Vec<String>| !r.is_empty())
+            })
+            .unwrap_or_else(|| vec!["qemu-riscv64".to_string()]);
+        self.riscv =
+            riscv::cross_cc().and_then(|_| riscv::device::RiscvDevice::new(runner)).map(Arc::new);
+        self
     }
 
     /// The default disk cache: `$XPU_CACHE_DIR/llvm`, else `$XDG_CACHE_HOME/xpu/llvm`, else
@@ -63,6 +84,23 @@ pub const OPERAND_DTYPES: [DType; 7] =
 
 /// The dtypes `llvm.fused` takes (the dtype of a node's first float input).
 pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// `llvm.riscv`: what the riscv64 device runs (builds hold no bf16: no .npy form).
+fn riscv_kernel() -> KernelCaps {
+    let mut ops = lower::ops::OPS.to_vec();
+    ops.extend(lower::REDUCE_OPS);
+    ops.push(Op::Constant);
+    KernelCaps {
+        name: "llvm.riscv".into(),
+        ops,
+        classes: Vec::new(),
+        dtypes: vec![DType::F32, DType::F64, DType::F16],
+        deterministic: true,
+        description: "partitions compiled ahead of time for riscv64 (rv64gc, lp64d) and run on the riscv64 device".into(),
+        device: Some(xpu_engine::DeviceKind::Riscv64),
+        operand_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::I32, DType::I64, DType::Bool],
+    }
+}
 
 fn kernels() -> Vec<KernelCaps> {
     let mut ops = lower::ops::OPS.to_vec();
@@ -105,14 +143,24 @@ impl Engine for LlvmEngine {
             }
             Ok(cache) => {
                 let mut unavailable = std::collections::BTreeMap::new();
-                for (k, why) in [
-                    ("llvm.gemm", "not built yet: matrix products stay on other engines"),
-                    (
-                        "llvm.riscv",
-                        "not built yet: riscv64 code generation is not wired to the engine",
-                    ),
-                ] {
-                    unavailable.insert(k.to_string(), why.to_string());
+                unavailable.insert(
+                    "llvm.gemm".to_string(),
+                    "not built yet: matrix products stay on other engines".to_string(),
+                );
+                let mut devices = vec![Device::host()];
+                let mut kernels = kernels();
+                match &self.riscv {
+                    Ok(d) => {
+                        devices.push(Device {
+                            id: riscv::device::DEVICE,
+                            name: d.runner.join(" "),
+                            memory_bytes: None,
+                        });
+                        kernels.push(riscv_kernel());
+                    }
+                    Err(why) => {
+                        unavailable.insert("llvm.riscv".to_string(), why.clone());
+                    }
                 }
                 Capabilities {
                     engine: "llvm".into(),
@@ -123,8 +171,8 @@ impl Engine for LlvmEngine {
                         cache.target.cpu
                     ),
                     availability: Availability::Available,
-                    devices: vec![Device::host()],
-                    kernels: kernels(),
+                    devices,
+                    kernels,
                     unavailable_kernels: unavailable,
                 }
             }
@@ -148,11 +196,44 @@ impl Engine for LlvmEngine {
             .state
             .clone()
             .map_err(|reason| EngineError::Unavailable { engine: "llvm".into(), reason })?;
+        if assignment.device == riscv::device::DEVICE {
+            let device = self.riscv.clone().map_err(|reason| EngineError::Unavailable {
+                engine: "llvm".into(),
+                reason: format!("riscv64: {reason}"),
+            })?;
+            return Ok(Box::new(riscv::device::RiscvExecutable::new(partition.clone(), device)));
+        }
         let threads = assignment
             .options
             .threads
             .map(|t| t.max(1) as usize)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         exec::LlvmExecutable::prepare(partition.clone(), cache, threads)
+    }
+
+    fn device_memory(&self, device: DeviceId) -> bool {
+        device == riscv::device::DEVICE && self.riscv.is_ok()
+    }
+
+    fn upload(&self, tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+        match &self.riscv {
+            Ok(d) if device == riscv::device::DEVICE => d.upload(tensor),
+            _ => Err(EngineError::NoDevice {
+                engine: "llvm".into(),
+                device,
+                what: "upload a value to it",
+            }),
+        }
+    }
+
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+        match &self.riscv {
+            Ok(d) if buffer.device() == riscv::device::DEVICE => d.download(buffer),
+            _ => Err(EngineError::NoDevice {
+                engine: "llvm".into(),
+                device: buffer.device(),
+                what: "download a value from it",
+            }),
+        }
     }
 }

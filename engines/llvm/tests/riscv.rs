@@ -163,3 +163,79 @@ fn a_build_refuses_bad_inputs_with_a_message_naming_them() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn gelu_inputs(rows: usize) -> Vec<Tensor> {
+    vec![
+        Tensor::from_vec(vec![rows, 1024], values(rows * 1024, 3)).unwrap(),
+        Tensor::from_vec(vec![1024], values(1024, 4)).unwrap(),
+    ]
+}
+
+/// The riscv64 device through the engine API: values uploaded to its memory, the partition
+/// run there, results downloaded — the host JIT's bits.
+#[test]
+fn the_riscv64_device_runs_partitions_on_its_own_memory() {
+    use xpu_engine::{DeviceKind, StopToken, Value};
+    let engine = LlvmEngine::new(None);
+    let caps = engine.capabilities();
+    let device =
+        caps.devices.iter().find(|d| d.id.kind == DeviceKind::Riscv64).expect("a riscv64 device");
+    assert!(caps.kernel("llvm.riscv").is_some(), "{caps:?}");
+    assert!(engine.device_memory(device.id));
+    let g = program("gelu_chain", 2);
+    let inputs = gelu_inputs(2);
+    let mut a = Assignment::new("llvm");
+    a.device = device.id;
+    let mut exe = engine.prepare(&g, &a).unwrap();
+    let values: Vec<Value> = inputs.iter().map(|t| engine.upload(t, device.id).unwrap()).collect();
+    assert!(values.iter().all(|v| v.device() == device.id));
+    let run = exe.run_values(&values, &StopToken::default()).unwrap();
+    let Value::Device(out) = &run.outputs[0] else { panic!("the output stays on the device") };
+    let got = engine.download(out.as_ref()).unwrap();
+    let want = LlvmEngine::new(None)
+        .prepare(&g, &Assignment::new("llvm"))
+        .unwrap()
+        .run(&inputs)
+        .unwrap()
+        .outputs;
+    assert_eq!(got, want[0]);
+    assert!(run.facts.iter().any(|f| f.key == "llvm.riscv.runner"));
+}
+
+/// A runner that fails is an error naming the device and what it said; one that hangs is
+/// stopped at the run's deadline.
+#[test]
+fn a_runner_that_dies_or_hangs_is_an_error_not_a_hang() {
+    use xpu_engine::{EngineError, StopToken};
+    let dir = tempfile::tempdir().unwrap();
+    let g = program("gelu_chain", 1);
+    let inputs = gelu_inputs(1);
+    let mut a = Assignment::new("llvm");
+    a.device = xpu_engine_llvm::riscv::device::DEVICE;
+    let script = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        vec!["sh".to_string(), p.display().to_string()]
+    };
+    let dies = LlvmEngine::new(None)
+        .with_riscv_runner(Some(script("dies.sh", "echo board unreachable >&2; exit 3")));
+    let err = dies.prepare(&g, &a).unwrap().run(&inputs).expect_err("a failing runner");
+    let msg = err.to_string();
+    assert!(msg.contains("riscv64:0") && msg.contains("board unreachable"), "{msg}");
+    let hangs = LlvmEngine::new(None).with_riscv_runner(Some(script("hangs.sh", "sleep 30")));
+    let stop = StopToken::new();
+    stop.set_deadline(std::time::Duration::from_millis(1500));
+    let start = std::time::Instant::now();
+    let err =
+        hangs.prepare(&g, &a).unwrap().run_until(&inputs, &stop).expect_err("a hanging runner");
+    assert!(matches!(err, EngineError::Stopped { .. }), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(20), "{:?}", start.elapsed());
+    let missing = LlvmEngine::new(None).with_riscv_runner(Some(vec!["no-such-runner-xpu".into()]));
+    let caps = missing.capabilities();
+    assert!(caps.kernel("llvm.riscv").is_none());
+    assert!(
+        caps.unavailable_kernels["llvm.riscv"].contains("not installed"),
+        "{:?}",
+        caps.unavailable_kernels
+    );
+}

@@ -17,6 +17,9 @@ use crate::codegen;
 use crate::compile::{self, Emit, Target};
 use crate::lower::{self, Program, Slot};
 
+pub mod device;
+mod npy;
+
 const RUNTIME_C: &str = include_str!("runtime.c");
 const PROGRAM_H: &str = include_str!("program.h");
 
@@ -75,7 +78,7 @@ pub fn cross_cc() -> Result<PathBuf, String> {
 }
 
 /// The numpy type string of a dtype the runtime reads and writes.
-fn descr(d: DType) -> Option<&'static str> {
+pub(crate) fn descr(d: DType) -> Option<&'static str> {
     Some(match d {
         DType::F32 => "<f4",
         DType::F64 => "<f8",
@@ -107,13 +110,33 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> BuildError + '_ {
     move |e| BuildError::Io { path: path.display().to_string(), message: e.to_string() }
 }
 
+/// How a build names its inputs and outputs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// The graph's names (what a user passes to `run --input NAME=…`).
+    Graph,
+    /// `i0, i1, …` and `o0, o1, …` (partitions, whose values need not be named).
+    Positional,
+}
+
 /// Lowers `g` for inputs of `shapes`, compiles it for riscv64 and writes the build into
-/// `dir` (created if missing).
+/// `dir` (created if missing), named as the graph names its inputs and outputs.
 pub fn build(
     g: &Graph,
     shapes: &[Vec<usize>],
     dir: &Path,
     vector: bool,
+) -> Result<Manifest, BuildError> {
+    build_named(g, shapes, dir, vector, Names::Graph)
+}
+
+/// [`build`] with the naming of inputs and outputs chosen.
+pub fn build_named(
+    g: &Graph,
+    shapes: &[Vec<usize>],
+    dir: &Path,
+    vector: bool,
+    names: Names,
 ) -> Result<Manifest, BuildError> {
     let cc = cross_cc().map_err(BuildError::Toolchain)?;
     let program = lower::lower(g, shapes, &vec![None; shapes.len()])?;
@@ -127,15 +150,24 @@ pub fn build(
     let target = Target::riscv64(vector);
     let object = compile::compile(&ir, &target, Emit::Object)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let named = |given: Option<String>, prefix: &str, i: usize| match names {
+        Names::Graph => given.unwrap_or_default(),
+        Names::Positional => format!("{prefix}{i}"),
+    };
     let inputs = specs(
         g,
-        g.inputs.iter().map(|&v| (g.value(v).name.clone().unwrap_or_default(), v)),
+        g.inputs.iter().enumerate().map(|(i, &v)| (named(g.value(v).name.clone(), "i", i), v)),
         shapes,
         &program,
         true,
     )?;
-    let outputs =
-        specs(g, g.outputs.iter().map(|o| (o.name.clone(), o.value)), shapes, &program, false)?;
+    let outputs = specs(
+        g,
+        g.outputs.iter().enumerate().map(|(i, o)| (named(Some(o.name.clone()), "o", i), o.value)),
+        shapes,
+        &program,
+        false,
+    )?;
     let program_c = program_c(g, &program, &stages, &inputs, &outputs)?;
     let work = tempfile::tempdir_in(dir).map_err(io(dir))?;
     for (name, text) in

@@ -1,0 +1,293 @@
+//! A riscv64 device: a board, or `qemu-riscv64` here. Its memory is a staging directory of
+//! `.npy` files that the device's program reads and writes: an upload writes one, a
+//! download reads one, so every transfer the plan lists really moves the bytes, and values
+//! stay "on the device" between partitions. A partition runs as a riscv64 build (see
+//! `super::build`) made for its shapes on first use and executed by the runner
+//! (`qemu-riscv64`, or a configured command that runs it on a board), stopped when the
+//! run's stop token says so (cancel, `execution.timeout`).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use xpu_engine::{
+    DeviceBuffer, DeviceId, DeviceKind, EngineError, Executable, Execution, Fact, NodeTiming,
+    StopToken, Value,
+};
+use xpu_ir::{DType, Graph, Tensor};
+
+use super::npy;
+
+/// The device's id: one riscv64 device per engine.
+pub const DEVICE: DeviceId = DeviceId { kind: DeviceKind::Riscv64, ordinal: 0 };
+
+/// The device: where its memory lives and how its programs run.
+pub struct RiscvDevice {
+    staging: tempfile::TempDir,
+    next: AtomicU64,
+    /// The runner command; the program and its arguments follow.
+    pub runner: Vec<String>,
+}
+
+/// A value in the device's memory: a `.npy` file in the staging directory, removed when the
+/// last reference goes.
+#[derive(Debug)]
+pub struct RiscvBuffer {
+    path: PathBuf,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl Drop for RiscvBuffer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl DeviceBuffer for RiscvBuffer {
+    fn engine(&self) -> &str {
+        "llvm"
+    }
+    fn device(&self) -> DeviceId {
+        DEVICE
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn device_err(message: impl Into<String>) -> EngineError {
+    EngineError::Kernel { node: DEVICE.to_string(), message: message.into() }
+}
+
+impl RiscvDevice {
+    /// A device run by `runner` (the first word found on `PATH` or a path).
+    pub fn new(runner: Vec<String>) -> Result<RiscvDevice, String> {
+        let first = runner.first().ok_or("an empty riscv64 runner command")?;
+        let found = Path::new(first).is_file()
+            || std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .any(|d| d.join(first).is_file());
+        if !found {
+            return Err(format!(
+                "the riscv64 runner {first:?} is not installed (Debian qemu-user; `make setup`)"
+            ));
+        }
+        let staging = tempfile::Builder::new()
+            .prefix("xpu-riscv64-")
+            .tempdir()
+            .map_err(|e| format!("a staging directory: {e}"))?;
+        Ok(RiscvDevice { staging, next: AtomicU64::new(0), runner })
+    }
+
+    fn fresh_path(&self, what: &str) -> PathBuf {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.staging.path().join(format!("{what}-{n}.npy"))
+    }
+
+    pub fn upload(&self, t: &Tensor) -> Result<Value, EngineError> {
+        let bytes = npy::encode(t).map_err(device_err)?;
+        let path = self.fresh_path("in");
+        std::fs::write(&path, bytes).map_err(|e| device_err(format!("{}: {e}", path.display())))?;
+        Ok(Value::Device(Arc::new(RiscvBuffer {
+            path,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+        })))
+    }
+
+    pub fn download(&self, b: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+        let b = b
+            .as_any()
+            .downcast_ref::<RiscvBuffer>()
+            .ok_or_else(|| device_err("a buffer of another device"))?;
+        let bytes =
+            std::fs::read(&b.path).map_err(|e| device_err(format!("{}: {e}", b.path.display())))?;
+        npy::decode(&bytes, b.dtype, &b.shape)
+            .map_err(|e| device_err(format!("{}: {e}", b.path.display())))
+    }
+}
+
+/// A partition that runs on the riscv64 device.
+pub struct RiscvExecutable {
+    graph: Graph,
+    device: Arc<RiscvDevice>,
+    builds: HashMap<Vec<Vec<usize>>, Arc<Build>>,
+}
+
+struct Build {
+    dir: tempfile::TempDir,
+    manifest: super::Manifest,
+    build_ms: f64,
+}
+
+impl RiscvExecutable {
+    pub fn new(graph: Graph, device: Arc<RiscvDevice>) -> RiscvExecutable {
+        RiscvExecutable { graph, device, builds: HashMap::new() }
+    }
+
+    fn build_for(&mut self, shapes: &[Vec<usize>]) -> Result<Arc<Build>, EngineError> {
+        if let Some(b) = self.builds.get(shapes) {
+            return Ok(b.clone());
+        }
+        let start = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("xpu-riscv64-build-")
+            .tempdir()
+            .map_err(|e| device_err(e.to_string()))?;
+        let manifest =
+            super::build_named(&self.graph, shapes, dir.path(), false, super::Names::Positional)
+                .map_err(|e| match e {
+                    super::BuildError::Lower(l) => EngineError::Unsupported {
+                        engine: "llvm".into(),
+                        node: l.node,
+                        what: l.message,
+                    },
+                    e => device_err(format!("building the partition for riscv64: {e}")),
+                })?;
+        let b = Arc::new(Build { dir, manifest, build_ms: start.elapsed().as_secs_f64() * 1e3 });
+        self.builds.insert(shapes.to_vec(), b.clone());
+        Ok(b)
+    }
+
+    /// Runs the build's program on the device over `inputs` (device buffers), returning
+    /// its outputs as device buffers.
+    fn run_device(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        let mut paths = Vec::new();
+        let mut shapes = Vec::new();
+        for v in inputs {
+            let b = v.buffer_of("llvm", DEVICE).ok_or_else(|| {
+                device_err("an input not in the device's memory (the plan lacks an upload)")
+            })?;
+            let b = b
+                .as_any()
+                .downcast_ref::<RiscvBuffer>()
+                .ok_or_else(|| device_err("a buffer of another device"))?;
+            paths.push(b.path.clone());
+            shapes.push(b.shape.clone());
+        }
+        let build = self.build_for(&shapes)?;
+        let out_dir = tempfile::tempdir_in(self.device.staging.path())
+            .map_err(|e| device_err(e.to_string()))?;
+        let mut cmd = Command::new(&self.device.runner[0]);
+        cmd.args(&self.device.runner[1..]).arg(build.dir.path().join("program"));
+        for (spec, path) in build.manifest.inputs.iter().zip(&paths) {
+            cmd.arg("--input").arg(format!("{}={}", spec.name, path.display()));
+        }
+        cmd.arg("--out")
+            .arg(out_dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = cmd.spawn().map_err(|e| {
+            device_err(format!("starting the runner {:?}: {e}", self.device.runner[0]))
+        })?;
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| device_err(e.to_string()))? {
+                break status;
+            }
+            if let Some(reason) = stop.reason() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(EngineError::Stopped { node: DEVICE.to_string(), reason });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let nanos = start.elapsed().as_nanos() as u64;
+        if !status.success() {
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut stderr);
+            }
+            return Err(device_err(format!(
+                "the program on {DEVICE} failed ({status}): {}",
+                stderr.trim()
+            )));
+        }
+        let mut outputs = Vec::new();
+        for spec in &build.manifest.outputs {
+            let from = out_dir.path().join(format!("{}.npy", spec.name));
+            let path = self.device.fresh_path("out");
+            std::fs::rename(&from, &path)
+                .map_err(|e| device_err(format!("{}: {e}", from.display())))?;
+            let dtype: DType =
+                spec.dtype.parse().map_err(|_| device_err(format!("dtype {}", spec.dtype)))?;
+            outputs.push(Value::Device(Arc::new(RiscvBuffer {
+                path,
+                dtype,
+                shape: spec.shape.clone(),
+            })));
+        }
+        let share = nanos / self.graph.nodes.len().max(1) as u64;
+        let timings = self
+            .graph
+            .node_ids()
+            .map(|node| NodeTiming { node, kernel: "llvm.riscv".into(), nanos: share })
+            .collect();
+        let facts = vec![
+            Fact {
+                node: None,
+                key: "llvm.riscv.build_ms".into(),
+                value: format!("{:.1}", build.build_ms),
+            },
+            Fact {
+                node: None,
+                key: "llvm.riscv.runner".into(),
+                value: self.device.runner.join(" "),
+            },
+            Fact {
+                node: None,
+                key: "llvm.riscv.lir_hash".into(),
+                value: build.manifest.lir_hash.clone(),
+            },
+        ];
+        Ok(Execution { outputs, timings, facts })
+    }
+}
+
+impl Executable for RiscvExecutable {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    /// Host tensors in and out: uploads, runs, downloads (what `run_values` leaves to the
+    /// plan's transfers).
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        xpu_engine::check_inputs(&self.graph, inputs)?;
+        let values = inputs.iter().map(|t| self.device.upload(t)).collect::<Result<Vec<_>, _>>()?;
+        let run = self.run_device(&values, stop)?;
+        let outputs = run
+            .outputs
+            .iter()
+            .map(|v| match v {
+                Value::Device(b) => self.device.download(b.as_ref()),
+                Value::Host(t) => Ok(t.clone()),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Execution { outputs, timings: run.timings, facts: run.facts })
+    }
+
+    fn run_values(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        stop.check(|| DEVICE.to_string())?;
+        self.run_device(inputs, stop)
+    }
+}
