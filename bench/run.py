@@ -27,7 +27,8 @@
   ≥ 70%. Whole process: `xpuctl run` of the GELU chain with `.npy` in/out against a Python
   script doing np.load, the expression, np.save: ≥ 1.5×. Row-wise groups (softmax,
   LayerNorm, RMSNorm, log-sum-exp written out op by op) against numpy: ≥ 2×. JIT compile
-  time of each program's kernels, cold and from the disk cache: reported.
+  time of each program's kernels, cold and from the disk cache: reported. `llvm.gemm` f32
+  1024³ against numpy/OpenBLAS: reported.
 - xpud: a tiny MiniLang job submitted with `wait` over loopback keep-alive connections, at
   concurrency 1, 4 and 16 (`xpu-bench daemon`), every run stored and indexed. Server-side
   overhead (the request's time in the server less its queue wait and execution, from the
@@ -458,6 +459,16 @@ def bench_llvm(rows):
         rows.append(("llvm chain bandwidth / triad", name, "llvm.fused", bw / 1e9, bw_triad / 1e9, ratio))
     whole_ok = bench_whole_chain(rows, n)
     rows_ok = bench_llvm_rows(rows)
+    # llvm.gemm against numpy/OpenBLAS: reported (no bar yet).
+    a = np.random.default_rng(9).standard_normal((1024, 1024)).astype(np.float32)
+    bm = np.random.default_rng(10).standard_normal((1024, 1024)).astype(np.float32)
+    t_g, t_np = float("inf"), float("inf")
+    for _ in range(ROUNDS):
+        t_g = min(t_g, xpu("llvm", os.path.join(PROGRAMS, "matmul_square.sgr"), 1024, 5, THREADS))
+        t_np = min(t_np, median_time(lambda: a @ bm, 10))
+    flops = 2 * 1024 ** 3
+    print(f"\nllvm.gemm f32 1024³: {flops / t_g / 1e9:.1f} GFLOP/s, numpy {flops / t_np / 1e9:.1f} GFLOP/s: {t_np / t_g:.2f}× (reported, no bar)")
+    rows.append(("llvm.gemm 1024³ GFLOP/s", "1024³", "llvm.gemm", flops / t_g / 1e9, flops / t_np / 1e9, t_np / t_g))
     print("\nllvm compile time per program (all its kernels)   kernels   cold ms   disk cache ms")
     import tempfile
     for program in ("gelu_chain", "silu_chain", "mish_chain", "softplus_chain", "softmax_rows",

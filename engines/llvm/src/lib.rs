@@ -85,20 +85,23 @@ pub const OPERAND_DTYPES: [DType; 7] =
 /// The dtypes `llvm.fused` takes (the dtype of a node's first float input).
 pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
-/// `llvm.riscv`: what the riscv64 device runs (builds hold no bf16: no .npy form).
+/// `llvm.riscv`: what the riscv64 device runs (f32 and f64: no f16 conversions in the
+/// riscv64 runtime, no bf16 .npy form).
 fn riscv_kernel() -> KernelCaps {
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend(lower::REDUCE_OPS);
-    ops.push(Op::Constant);
+    ops.extend([Op::MatMul, Op::Constant]);
     KernelCaps {
         name: "llvm.riscv".into(),
         ops,
         classes: Vec::new(),
-        dtypes: vec![DType::F32, DType::F64, DType::F16],
+        // A subset of the host kernels' ops × dtypes, listed after them: with llvm first,
+        // nothing lands on the riscv64 device unless a policy pins it there.
+        dtypes: vec![DType::F32, DType::F64],
         deterministic: true,
         description: "partitions compiled ahead of time for riscv64 (rv64gc, lp64d) and run on the riscv64 device".into(),
         device: Some(xpu_engine::DeviceKind::Riscv64),
-        operand_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::I32, DType::I64, DType::Bool],
+        operand_dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool],
     }
 }
 
@@ -115,7 +118,18 @@ fn kernels() -> Vec<KernelCaps> {
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
     };
-    vec![reduce, KernelCaps {
+    let gemm = KernelCaps {
+        name: "llvm.gemm".into(),
+        ops: vec![Op::MatMul],
+        classes: Vec::new(),
+        dtypes: vec![DType::F32, DType::F64],
+        deterministic: true,
+        description: "numpy matmul (batched, broadcast, 1-D operands) as i-k-j loops vectorised over j; k summed in order; not tiled yet".into(),
+        device: None,
+        // The row of C accumulates in the output: f16/bf16 would round at every step.
+        operand_dtypes: vec![DType::F32, DType::F64],
+    };
+    vec![reduce, gemm, KernelCaps {
         name: "llvm.fused".into(),
         ops,
         classes: Vec::new(),
@@ -143,10 +157,6 @@ impl Engine for LlvmEngine {
             }
             Ok(cache) => {
                 let mut unavailable = std::collections::BTreeMap::new();
-                unavailable.insert(
-                    "llvm.gemm".to_string(),
-                    "not built yet: matrix products stay on other engines".to_string(),
-                );
                 let mut devices = vec![Device::host()];
                 let mut kernels = kernels();
                 match &self.riscv {
@@ -180,8 +190,12 @@ impl Engine for LlvmEngine {
     }
 
     fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
-        let mut classes: Vec<OpClass> =
-            lower::ops::OPS.iter().chain(lower::REDUCE_OPS).map(|o| o.class()).collect();
+        let mut classes: Vec<OpClass> = lower::ops::OPS
+            .iter()
+            .chain(lower::REDUCE_OPS)
+            .chain(&[Op::MatMul])
+            .map(|o| o.class())
+            .collect();
         classes.sort();
         classes.dedup();
         Some(classes)

@@ -10,6 +10,7 @@
 //! Buffers are flat; every index is affine in the loop counters, so the verifier proves
 //! each access in bounds. Constants of one element are inlined; larger ones are buffers.
 
+mod gemm;
 pub mod ops;
 mod reduce;
 
@@ -279,6 +280,9 @@ impl Lowering<'_> {
         if matches!(op, Op::Softmax | Op::LogSoftmax) {
             return self.softmax(root, &nodes[..nodes.len() - 1]);
         }
+        if op == Op::MatMul {
+            return self.matmul(root);
+        }
         let g = self.g;
         let out_v = g.node(root).outputs[0];
         let leaves = self.leaves(root, nodes)?;
@@ -460,6 +464,8 @@ impl Lowering<'_> {
         let op = g.node(root).op;
         let implements = if reduce::is_reduction(op) || matches!(op, Op::Softmax | Op::LogSoftmax) {
             "llvm.reduce"
+        } else if op == Op::MatMul {
+            "llvm.gemm"
         } else {
             "llvm.fused"
         };
