@@ -126,16 +126,14 @@ fn run_ir_lir_and_a_riscv64_build_agree() {
     let (code, _, err) = xpuctl(
         &[
             "build",
-            "tests/programs/mlp.sgr",
+            "tests/programs/convnet.sgr",
             "--target",
             "riscv64",
-            "--bind",
-            "N=1",
             "-o",
             &dir.path().join("no").display().to_string(),
         ],
         &cache,
     );
     assert_ne!(code, 0);
-    assert!(err.contains("n0 (matmul \"fc1\") on cpu"), "{err}");
+    assert!(err.contains("n0 (conv \"conv1\") on cpu"), "{err}");
 }

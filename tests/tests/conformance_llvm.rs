@@ -6,6 +6,10 @@
 //! - llvm pinned, fallback denied: every case whose graph llvm takes whole runs on llvm
 //!   alone, and its outputs agree with the cpu engine's (differential) and ONNX's.
 //!
+//! - riscv64: the classes `llvm.riscv` claims pinned to it, fallback denied: every case
+//!   that plans runs as riscv64 code under qemu-riscv64 and passes wherever the cpu
+//!   engine's planned route passes.
+//!
 //! `XPU_BLESS=1` rewrites `tests/conformance/onnx-node-report-llvm.md`.
 
 use std::collections::BTreeSet;
@@ -19,8 +23,12 @@ use xpu_policy::Policy;
 use xpu_tests::conformance::{Route, Status, cache_dir, compare, run_all};
 
 fn policy(order: &str, fallback: &str) -> Policy {
+    policy_with(order, fallback, "")
+}
+
+fn policy_with(order: &str, fallback: &str, extra: &str) -> Policy {
     let text = format!(
-        "[policy]\nname = \"conformance\"\nversion = 1\n[engines]\norder = {order}\nfallback = \"{fallback}\"\n"
+        "[policy]\nname = \"conformance\"\nversion = 1\n[engines]\norder = {order}\nfallback = \"{fallback}\"\n{extra}"
     );
     xpu_policy::Loader::new().load_text("conformance policy", None, &text).unwrap()
 }
@@ -185,4 +193,49 @@ fn onnx_node_suite_with_llvm_first_loses_nothing() {
     );
     assert!(differential.is_empty(), "llvm alone disagrees:\n{}", differential.join("\n"));
     assert!(passing_on_llvm >= 100, "only {passing_on_llvm} passing cases ran anything on llvm");
+}
+
+/// The classes `llvm.riscv` claims, pinned to it: every case that plans (all its nodes on
+/// the riscv64 device) runs under qemu-riscv64 and passes where the cpu route passes.
+#[test]
+fn riscv64_subset_under_qemu() {
+    let dir = cache_dir();
+    let cpu_only = planned("[\"cpu\"]", "deny");
+    let route = Route::Import(&cpu_only, Assignment::new("planned"));
+    let (_, baseline) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
+    let expected: BTreeSet<&str> =
+        baseline.iter().filter(|r| r.status == Status::Pass).map(|r| r.name.as_str()).collect();
+    let pins =
+        ["unary", "activation", "binary", "compare", "select", "reduction", "softmax", "matmul"]
+            .iter()
+            .map(|c| format!("{c} = \"llvm.riscv\"\n"))
+            .collect::<String>();
+    let riscv = Planned {
+        registry: registry(),
+        policy: policy_with("[\"llvm\"]", "deny", &format!("[kernels]\n{pins}")),
+        on_llvm: Arc::new(AtomicUsize::new(0)),
+        cases_on_llvm: Arc::new(Mutex::new(BTreeSet::new())),
+    };
+    let route = Route::Import(&riscv, Assignment::new("planned"));
+    let (_, results) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
+    let ran: Vec<_> = results.iter().filter(|r| r.status != Status::Unsupported).collect();
+    let failed: Vec<String> = ran
+        .iter()
+        .filter(|r| expected.contains(r.name.as_str()) && r.status != Status::Pass)
+        .map(|r| format!("{}: {} {}", r.name, r.status.name(), r.detail))
+        .collect();
+    let passed = ran.iter().filter(|r| r.status == Status::Pass).count();
+    let md = format!(
+        "# llvm.riscv conformance under qemu-riscv64\n\nONNX's node suite with the classes `llvm.riscv` claims ({}) pinned to it and fallback denied: each case that plans runs as a riscv64 build under qemu-riscv64.\n\n| | cases |\n|---|---|\n| planned on riscv64:0 | {} |\n| pass | {passed} |\n| fail where the cpu route passes | {} |\n",
+        pins.lines().map(|l| l.split(' ').next().unwrap_or("")).collect::<Vec<_>>().join(", "),
+        ran.len(),
+        failed.len()
+    );
+    println!("{md}");
+    if xpu_tests::bless() {
+        let root = xpu_tests::repo_root().join("tests/conformance");
+        std::fs::write(root.join("onnx-node-report-llvm-riscv64.md"), &md).unwrap();
+    }
+    assert!(failed.is_empty(), "{} cases fail on riscv64:\n{}", failed.len(), failed.join("\n"));
+    assert!(passed >= 150, "only {passed} cases ran on riscv64");
 }

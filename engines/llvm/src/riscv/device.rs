@@ -121,7 +121,9 @@ impl RiscvDevice {
 pub struct RiscvExecutable {
     graph: Graph,
     device: Arc<RiscvDevice>,
-    builds: HashMap<Vec<Vec<usize>>, Arc<Build>>,
+    /// Inputs whose values shape the code (a reduction's axes), read back from the device.
+    structural: Vec<usize>,
+    builds: HashMap<(Vec<Vec<usize>>, Vec<Option<Vec<i64>>>), Arc<Build>>,
 }
 
 struct Build {
@@ -132,11 +134,17 @@ struct Build {
 
 impl RiscvExecutable {
     pub fn new(graph: Graph, device: Arc<RiscvDevice>) -> RiscvExecutable {
-        RiscvExecutable { graph, device, builds: HashMap::new() }
+        let structural = crate::lower::structural_inputs(&graph);
+        RiscvExecutable { graph, device, structural, builds: HashMap::new() }
     }
 
-    fn build_for(&mut self, shapes: &[Vec<usize>]) -> Result<Arc<Build>, EngineError> {
-        if let Some(b) = self.builds.get(shapes) {
+    fn build_for(
+        &mut self,
+        shapes: &[Vec<usize>],
+        structural: &[Option<Vec<i64>>],
+    ) -> Result<Arc<Build>, EngineError> {
+        let key = (shapes.to_vec(), structural.to_vec());
+        if let Some(b) = self.builds.get(&key) {
             return Ok(b.clone());
         }
         let start = Instant::now();
@@ -144,18 +152,22 @@ impl RiscvExecutable {
             .prefix("xpu-riscv64-build-")
             .tempdir()
             .map_err(|e| device_err(e.to_string()))?;
-        let manifest =
-            super::build_named(&self.graph, shapes, dir.path(), false, super::Names::Positional)
-                .map_err(|e| match e {
-                    super::BuildError::Lower(l) => EngineError::Unsupported {
-                        engine: "llvm".into(),
-                        node: l.node,
-                        what: l.message,
-                    },
-                    e => device_err(format!("building the partition for riscv64: {e}")),
-                })?;
+        let manifest = super::build_named(
+            &self.graph,
+            shapes,
+            structural,
+            dir.path(),
+            false,
+            super::Names::Positional,
+        )
+        .map_err(|e| match e {
+            super::BuildError::Lower(l) => {
+                EngineError::Unsupported { engine: "llvm".into(), node: l.node, what: l.message }
+            }
+            e => device_err(format!("building the partition for riscv64: {e}")),
+        })?;
         let b = Arc::new(Build { dir, manifest, build_ms: start.elapsed().as_secs_f64() * 1e3 });
-        self.builds.insert(shapes.to_vec(), b.clone());
+        self.builds.insert(key, b.clone());
         Ok(b)
     }
 
@@ -179,7 +191,14 @@ impl RiscvExecutable {
             paths.push(b.path.clone());
             shapes.push(b.shape.clone());
         }
-        let build = self.build_for(&shapes)?;
+        // Axes given as inputs shape the code: read their (few) values back.
+        let mut structural = vec![None; inputs.len()];
+        for &i in &self.structural {
+            if let Some(Value::Device(b)) = inputs.get(i) {
+                structural[i] = self.device.download(b.as_ref())?.to_i64_vec();
+            }
+        }
+        let build = self.build_for(&shapes, &structural)?;
         let out_dir = tempfile::tempdir_in(self.device.staging.path())
             .map_err(|e| device_err(e.to_string()))?;
         let mut cmd = Command::new(&self.device.runner[0]);

@@ -127,19 +127,21 @@ pub fn build(
     dir: &Path,
     vector: bool,
 ) -> Result<Manifest, BuildError> {
-    build_named(g, shapes, dir, vector, Names::Graph)
+    build_named(g, shapes, &vec![None; shapes.len()], dir, vector, Names::Graph)
 }
 
-/// [`build`] with the naming of inputs and outputs chosen.
+/// [`build`] with the values of the structural inputs (`lower::structural_inputs`: a
+/// reduction's axes given as an input; `None` elsewhere) and the naming chosen.
 pub fn build_named(
     g: &Graph,
     shapes: &[Vec<usize>],
+    structural: &[Option<Vec<i64>>],
     dir: &Path,
     vector: bool,
     names: Names,
 ) -> Result<Manifest, BuildError> {
     let cc = cross_cc().map_err(BuildError::Toolchain)?;
-    let program = lower::lower(g, shapes, &vec![None; shapes.len()])?;
+    let program = lower::lower(g, shapes, structural)?;
     let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
     let module = xpu_lir::Module { kernels };
     xpu_lir::verify(&module).map_err(|e| BuildError::Unsupported {
