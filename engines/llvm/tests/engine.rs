@@ -334,3 +334,40 @@ fn matmul_in_every_numpy_form_matches_the_cpu_engine() {
         assert_eq!(one[0], got[0]);
     }
 }
+
+/// A dense layer `relu(x @ w + b)` is one kernel (the bias and activation run over each
+/// finished row); an epilogue that broadcasts past the product's shape gets its own kernel.
+#[test]
+fn matmul_epilogues_fuse_when_they_keep_the_products_shape() {
+    let clean = |n: usize, seed| {
+        values(n, seed).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect::<Vec<_>>()
+    };
+    let g = parse(
+        "graph \"d\" {\n  %0: f32[6,20] = input \"x\"\n  %1: f32[20,9] = input \"w\"\n  %2: f32[9] = input \"b\"\n  %3: f32[6,9] = matmul(%0, %1)\n  %4: f32[6,9] = add(%3, %2)\n  %5: f32[6,9] = relu(%4)\n  return \"y\" = %5\n}",
+    );
+    let inputs = [
+        Tensor::from_vec(vec![6, 20], clean(120, 61)).unwrap(),
+        Tensor::from_vec(vec![20, 9], clean(180, 62)).unwrap(),
+        Tensor::from_vec(vec![9], clean(9, 63)).unwrap(),
+    ];
+    let mut exe = engine().prepare(&g, &Assignment::new("llvm")).unwrap();
+    let out = exe.run(&inputs).unwrap();
+    let kernels = out.facts.iter().find(|f| f.key == "llvm.kernels").unwrap();
+    assert!(kernels.value.starts_with("1 for"), "{}", kernels.value);
+    let want = xpu_engine_cpu::run_graph(&g, &inputs).unwrap().outputs;
+    assert_close("dense relu", &out.outputs[0], &want[0], 1e-4);
+    let g = parse(
+        "graph \"e\" {\n  %0: f32[4,7] = input \"x\"\n  %1: f32[7,5] = input \"w\"\n  %2: f32[3,4,5] = input \"y\"\n  %3: f32[4,5] = matmul(%0, %1)\n  %4: f32[3,4,5] = add(%3, %2)\n  return \"z\" = %4\n}",
+    );
+    let inputs = [
+        Tensor::from_vec(vec![4, 7], clean(28, 64)).unwrap(),
+        Tensor::from_vec(vec![7, 5], clean(35, 65)).unwrap(),
+        Tensor::from_vec(vec![3, 4, 5], clean(60, 66)).unwrap(),
+    ];
+    let mut exe = engine().prepare(&g, &Assignment::new("llvm")).unwrap();
+    let out = exe.run(&inputs).unwrap();
+    let kernels = out.facts.iter().find(|f| f.key == "llvm.kernels").unwrap();
+    assert!(kernels.value.starts_with("2 for"), "{}", kernels.value);
+    let want = xpu_engine_cpu::run_graph(&g, &inputs).unwrap().outputs;
+    assert_close("broadcast epilogue", &out.outputs[0], &want[0], 1e-4);
+}

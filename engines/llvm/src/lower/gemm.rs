@@ -2,13 +2,15 @@
 //! as loops `i, k, j` — the row of `C` accumulated in place while `j` walks contiguous rows
 //! of `B`, so the innermost loop vectorises — with the outermost loop (a batch dim, else
 //! `i`) split across threads. The sum over `k` runs in order, with no FMA contraction: the
-//! same bits at any thread count or vector width. Not tiled for cache yet.
+//! same bits at any thread count or vector width. An epilogue — the elementwise ops that
+//! consume the product (bias, activation) — runs over the finished row before it is
+//! stored, so `relu(x @ w + b)` is one kernel. Not tiled for cache yet.
 
-use xpu_ir::NodeId;
-use xpu_lir::{Access, Affine, BinaryOp as B, Expr, Literal, Stmt, Var};
+use xpu_ir::{DType, NodeId, ValueId};
+use xpu_lir::{Access, Affine, BinaryOp as B, Buffer, Expr, Literal, Stmt, Var};
 
 use super::ops::Body;
-use super::{LowerError, Lowering};
+use super::{LowerError, Lowering, Place, scalar_type};
 
 /// `Σ coefficient · %var`.
 fn index(terms: &[(&str, i64)]) -> Affine {
@@ -20,94 +22,161 @@ fn index(terms: &[(&str, i64)]) -> Affine {
     Affine::from_terms(0, terms).unwrap_or_default()
 }
 
+/// The loop structure of one product.
+struct Dims {
+    batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    out: Vec<usize>,
+    /// Output dim → the loop variable that walks it.
+    out_vars: Vec<String>,
+    a: Vec<usize>,
+    b: Vec<usize>,
+}
+
 impl Lowering<'_> {
-    pub(super) fn matmul(&mut self, root: NodeId) -> Result<(), LowerError> {
-        let g = self.g;
-        let n = g.node(root);
-        let (Some(a), Some(b)) = (n.inputs[0], n.inputs.get(1).copied().flatten()) else {
-            return Err(self.err(root, "matmul needs two inputs"));
-        };
-        let leaves = super::Leaves {
-            values: vec![a, b],
-            shapes: vec![self.shape_of(root, a)?, self.shape_of(root, b)?],
-            shape: Vec::new(),
-        };
-        let (sa, sb) = (leaves.shapes[0].clone(), leaves.shapes[1].clone());
+    fn shape_of(&self, root: NodeId, v: ValueId) -> Result<Vec<usize>, LowerError> {
+        match self.places.get(&v) {
+            Some(Place::Slot(_, s)) => Ok(s.clone()),
+            _ => Err(self.err(root, format!("reads {v}, which is not computed yet"))),
+        }
+    }
+
+    fn operands(&self, mm: NodeId) -> Result<(ValueId, ValueId), LowerError> {
+        match (
+            self.g.node(mm).inputs.first().copied().flatten(),
+            self.g.node(mm).inputs.get(1).copied().flatten(),
+        ) {
+            (Some(a), Some(b)) => Ok((a, b)),
+            _ => Err(self.err(mm, "matmul needs two inputs")),
+        }
+    }
+
+    fn dims(&self, mm: NodeId) -> Result<Dims, LowerError> {
+        let (a, b) = self.operands(mm)?;
+        let (sa, sb) = (self.shape_of(mm, a)?, self.shape_of(mm, b)?);
         if sa.is_empty() || sb.is_empty() {
-            return Err(self.err(root, "matmul of a scalar"));
+            return Err(self.err(mm, "matmul of a scalar"));
         }
         // 1-D operands: a row vector on the left, a column vector on the right.
         let (m, k) = if sa.len() == 1 { (1, sa[0]) } else { (sa[sa.len() - 2], sa[sa.len() - 1]) };
-        let (k2, nn) =
-            if sb.len() == 1 { (sb[0], 1) } else { (sb[sb.len() - 2], sb[sb.len() - 1]) };
+        let (k2, n) = if sb.len() == 1 { (sb[0], 1) } else { (sb[sb.len() - 2], sb[sb.len() - 1]) };
         if k != k2 {
-            return Err(self.err(root, format!("inner dims differ: {sa:?} @ {sb:?}")));
+            return Err(self.err(mm, format!("inner dims differ: {sa:?} @ {sb:?}")));
         }
-        let batch_a = &sa[..sa.len().saturating_sub(2)];
-        let batch_b = &sb[..sb.len().saturating_sub(2)];
-        let batch =
-            xpu_ir::infer::broadcast_shapes(batch_a, batch_b).map_err(|e| self.err(root, e))?;
-        let mut out_shape = batch.clone();
+        let batch = xpu_ir::infer::broadcast_shapes(
+            &sa[..sa.len().saturating_sub(2)],
+            &sb[..sb.len().saturating_sub(2)],
+        )
+        .map_err(|e| self.err(mm, e))?;
+        let mut out = batch.clone();
+        let mut out_vars: Vec<String> = (0..batch.len()).map(|d| format!("b{d}")).collect();
         if sa.len() > 1 {
-            out_shape.push(m);
+            out.push(m);
+            out_vars.push("i".into());
         }
         if sb.len() > 1 {
-            out_shape.push(nn);
+            out.push(n);
+            out_vars.push("j".into());
         }
-        let total = out_shape.iter().try_fold(1usize, |x, &d| x.checked_mul(d));
+        let total = out.iter().try_fold(1usize, |x, &d| x.checked_mul(d));
         if total.is_none_or(|t| t.checked_mul(k.max(1)).is_none_or(|w| w > i64::MAX as usize / 16))
         {
-            return Err(self.err(root, format!("shapes {sa:?} @ {sb:?} overflow index arithmetic")));
+            return Err(self.err(mm, format!("shapes {sa:?} @ {sb:?} overflow index arithmetic")));
         }
+        Ok(Dims { batch, m, k, n, out, out_vars, a: sa, b: sb })
+    }
+
+    /// Whether `epilogue` (rooted at `root`) can run over the product's rows in place: its
+    /// value has the product's shape and type.
+    pub(super) fn epilogue_fits(
+        &self,
+        mm: NodeId,
+        root: NodeId,
+        epilogue: &[NodeId],
+    ) -> Result<bool, LowerError> {
+        let g = self.g;
+        let dims = self.dims(mm)?;
+        let leaves = self.leaves(root, epilogue)?;
+        let shape = xpu_ir::infer::broadcast_shapes(&dims.out, &leaves.shape)
+            .map_err(|e| self.err(root, e))?;
+        let same_type = g.ty(g.node(root).outputs[0]).dtype == g.ty(g.node(mm).outputs[0]).dtype;
+        Ok(shape == dims.out && same_type)
+    }
+
+    /// The product `mm`, with `epilogue` (its root and members) applied to each finished row.
+    pub(super) fn matmul(
+        &mut self,
+        mm: NodeId,
+        epilogue: Option<(NodeId, &[NodeId])>,
+    ) -> Result<(), LowerError> {
+        let g = self.g;
+        let (a, b) = self.operands(mm)?;
+        let d = self.dims(mm)?;
+        let out_dtype = g.ty(g.node(mm).outputs[0]).dtype;
+        if !matches!(out_dtype, DType::F32 | DType::F64) {
+            // The row of C accumulates in the output buffer: f16/bf16 would round every step.
+            return Err(self.err(mm, format!("matmul into {out_dtype} (f32 and f64 only)")));
+        }
+        let compute = self.compute_type(&[mm]);
         // Batch strides of each operand (0 where it broadcasts) and of the output.
         let batch_strides = |own: &[usize], matrix: usize| -> Vec<i64> {
-            let r = batch.len();
+            let own = &own[..own.len().saturating_sub(2)];
+            let r = d.batch.len();
             let mut out = vec![0i64; r];
             let mut acc = matrix as i64;
-            for d in (0..r).rev() {
-                let Some(o) = (d + own.len()).checked_sub(r) else { continue };
+            for dd in (0..r).rev() {
+                let Some(o) = (dd + own.len()).checked_sub(r) else { continue };
                 if own[o] != 1 {
-                    out[d] = acc;
+                    out[dd] = acc;
                 }
                 acc *= own[o] as i64;
             }
             out
         };
         let (ba, bb, bc) = (
-            batch_strides(batch_a, m * k),
-            batch_strides(batch_b, k * nn),
-            batch_strides(&batch, m * nn),
+            batch_strides(&d.a, d.m * d.k),
+            batch_strides(&d.b, d.k * d.n),
+            batch_strides(&[d.batch.clone(), vec![d.m, d.n]].concat(), d.m * d.n),
         );
-        let compute = self.compute_type(&[root]);
-        let out_dtype = g.ty(n.outputs[0]).dtype;
-        if !matches!(out_dtype, xpu_ir::DType::F32 | xpu_ir::DType::F64) {
-            // The row of C accumulates in the output buffer: f16/bf16 would round every step.
-            return Err(self.err(root, format!("matmul into {out_dtype} (f32 and f64 only)")));
+        let mut buffers = Vec::new();
+        let mut slots = Vec::new();
+        for (name, v) in [("a", a), ("b", b)] {
+            let Some(Place::Slot(slot, s)) = self.places.get(&v).cloned() else { unreachable!() };
+            let elem = scalar_type(g.ty(v).dtype)
+                .ok_or_else(|| self.err(mm, "an operand LIR-ML cannot hold"))?;
+            let len = s.iter().product::<usize>() as i64;
+            buffers.push(Buffer {
+                name: name.into(),
+                elem,
+                shape: vec![Affine::constant(len)],
+                access: Access::In,
+            });
+            slots.push(slot);
         }
-        let (mut buffers, mut slots, _) = self.leaf_buffers(root, &leaves)?;
-        let (mut out, slot) = self.output(root, &out_shape)?;
-        out.access = Access::InOut;
-        let vars: Vec<String> = (0..batch.len()).map(|d| format!("b{d}")).collect();
+        let vars: Vec<String> = (0..d.batch.len()).map(|x| format!("b{x}")).collect();
         let with_batch = |strides: &[i64], rest: &[(&str, i64)]| {
             let mut terms: Vec<(&str, i64)> =
                 vars.iter().map(String::as_str).zip(strides.iter().copied()).collect();
             terms.extend_from_slice(rest);
             index(&terms)
         };
-        let (ka, kb) = (k as i64, nn as i64);
+        let (ka, kb) = (d.k as i64, d.n as i64);
         let c_at = with_batch(&bc, &[("i", kb), ("j", 1)]);
-        let mut zero = Body::with_prefix(compute, "z");
-        let z = zero.let_(Expr::Const { ty: compute, value: Literal::Float(0.0) });
-        zero.push(Stmt::Store { buffer: out.name.clone(), index: vec![c_at.clone()], value: z });
-        let mut inner = Body::with_prefix(compute, "m");
-        let cv = inner.let_(Expr::Load { buffer: out.name.clone(), index: vec![c_at.clone()] });
-        let bv = inner.let_(Expr::Load {
-            buffer: "in1".into(),
-            index: vec![with_batch(&bb, &[("k", kb), ("j", 1)])],
-        });
-        let p = inner.bin(B::Mul, "av", &bv);
-        let s = inner.bin(B::Add, &cv, &p);
-        inner.push(Stmt::Store { buffer: out.name.clone(), index: vec![c_at], value: s });
+        // The epilogue's own leaves, indexed by the output's loop variables.
+        let (root, ep_nodes) = epilogue.unwrap_or((mm, &[]));
+        let (mut ep_buffers, mut ep_slots) = (Vec::new(), Vec::new());
+        let ep_leaves = if ep_nodes.is_empty() {
+            None
+        } else {
+            let leaves = self.leaves(root, ep_nodes)?;
+            let (bufs, sl, sc) = self.leaf_buffers(root, &leaves)?;
+            (ep_buffers, ep_slots) = (bufs, sl);
+            Some((leaves, sc))
+        };
+        let (mut out, slot) = self.output(root, &d.out)?;
+        out.access = Access::InOut;
         let for_ = |var: &str, n: usize, parallel: bool, body: Vec<Stmt>| Stmt::For {
             var: var.into(),
             lo: Affine::constant(0),
@@ -115,38 +184,64 @@ impl Lowering<'_> {
             parallel,
             body,
         };
-        let row = vec![
-            for_("j", nn, false, zero.stmts),
+        let mut zero = Body::with_prefix(compute, "z");
+        let z = zero.let_(Expr::Const { ty: compute, value: Literal::Float(0.0) });
+        zero.push(Stmt::Store { buffer: out.name.clone(), index: vec![c_at.clone()], value: z });
+        let mut inner = Body::with_prefix(compute, "m");
+        let cv = inner.let_(Expr::Load { buffer: out.name.clone(), index: vec![c_at.clone()] });
+        let bv = inner.let_(Expr::Load {
+            buffer: "b".into(),
+            index: vec![with_batch(&bb, &[("k", kb), ("j", 1)])],
+        });
+        let p = inner.bin(B::Mul, "av", &bv);
+        let s = inner.bin(B::Add, &cv, &p);
+        inner.push(Stmt::Store { buffer: out.name.clone(), index: vec![c_at.clone()], value: s });
+        let mut row = vec![
+            for_("j", d.n, false, zero.stmts),
             for_(
                 "k",
-                k,
+                d.k,
                 false,
                 vec![
                     Stmt::Let {
                         name: "av".into(),
                         value: Expr::Load {
-                            buffer: "in0".into(),
+                            buffer: "a".into(),
                             index: vec![with_batch(&ba, &[("i", ka), ("k", 1)])],
                         },
                     },
-                    for_("j", nn, false, inner.stmts),
+                    for_("j", d.n, false, inner.stmts),
                 ],
             ),
         ];
-        let mut body = vec![for_("i", m, batch.is_empty(), row)];
-        for (d, &n) in batch.iter().enumerate().rev() {
-            body = vec![for_(&vars[d], n, d == 0, body)];
+        if let Some((leaves, scalars)) = &ep_leaves {
+            let mut ep = Body::with_prefix(compute, "e");
+            let c = ep.let_(Expr::Load { buffer: out.name.clone(), index: vec![c_at.clone()] });
+            let strides: Vec<Vec<i64>> =
+                leaves.shapes.iter().map(|l| super::reduce::strides_in(&d.out, l)).collect();
+            let index_of = |k: usize| {
+                let terms: Vec<(&str, i64)> =
+                    d.out_vars.iter().map(String::as_str).zip(strides[k].iter().copied()).collect();
+                index(&terms)
+            };
+            let mm_out = g.node(mm).outputs[0];
+            let names =
+                self.prologue_with(&mut ep, ep_nodes, leaves, scalars, &index_of, &[(mm_out, c)])?;
+            let value = names[&g.node(root).outputs[0]].clone();
+            ep.push(Stmt::Store { buffer: out.name.clone(), index: vec![c_at], value });
+            row.push(for_("j", d.n, false, ep.stmts));
         }
+        let mut body = vec![for_("i", d.m, d.batch.is_empty(), row)];
+        for (x, &n) in d.batch.iter().enumerate().rev() {
+            body = vec![for_(&vars[x], n, x == 0, body)];
+        }
+        buffers.append(&mut ep_buffers);
+        slots.append(&mut ep_slots);
         buffers.push(out);
         slots.push(slot);
-        self.push_kernel(root, &[root], buffers, slots, body);
+        let mut members = vec![mm];
+        members.extend_from_slice(ep_nodes);
+        self.push_kernel(root, &members, buffers, slots, body);
         Ok(())
-    }
-
-    fn shape_of(&self, root: NodeId, v: xpu_ir::ValueId) -> Result<Vec<usize>, LowerError> {
-        match self.places.get(&v) {
-            Some(super::Place::Slot(_, s)) => Ok(s.clone()),
-            _ => Err(self.err(root, format!("reads {v}, which is not computed yet"))),
-        }
     }
 }

@@ -216,33 +216,44 @@ impl Lowering<'_> {
         let users = g.uses();
         let mut inlined = vec![false; g.nodes.len()];
         let mut cost = vec![0usize; g.nodes.len()];
+        // Whether a matrix product is computed inside (its epilogue chain): never recomputed,
+        // never inside a reduction body.
+        let mut gemm = vec![false; g.nodes.len()];
         for id in g.node_ids() {
             let n = g.node(id);
             let Some(&v) = n.outputs.first() else { continue };
-            cost[id.index()] = 1 + n
-                .input_values()
-                .filter_map(|i| g.producer(i))
-                .filter(|p| inlined[p.index()])
-                .map(|p| cost[p.index()])
-                .sum::<usize>();
+            let below =
+                || n.input_values().filter_map(|i| g.producer(i)).filter(|p| inlined[p.index()]);
+            cost[id.index()] = 1 + below().map(|p| cost[p.index()]).sum::<usize>();
+            gemm[id.index()] = n.op == Op::MatMul || below().any(|p| gemm[p.index()]);
+            let us = &users[v.index()];
+            let mut distinct = us.clone();
+            distinct.dedup();
+            if n.op == Op::MatMul {
+                // A product feeds its epilogue: the elementwise ops of its one consumer.
+                inlined[id.index()] = !self.outputs[v.index()]
+                    && distinct.len() == 1
+                    && g.node(distinct[0]).op.is_elementwise();
+                continue;
+            }
             if !n.op.is_elementwise() || n.outputs.len() != 1 || self.outputs[v.index()] {
                 continue;
             }
             let takes = |u: &NodeId| {
                 let c = g.node(*u);
                 c.op.is_elementwise()
-                    || ((reduce::is_reduction(c.op)
-                        || matches!(c.op, Op::Softmax | Op::LogSoftmax))
+                    || (!gemm[id.index()]
+                        && (reduce::is_reduction(c.op)
+                            || matches!(c.op, Op::Softmax | Op::LogSoftmax))
                         && c.inputs.first() == Some(&Some(v))
                         && c.inputs[1..].iter().all(|i| *i != Some(v)))
             };
-            let us = &users[v.index()];
-            let mut distinct = us.clone();
-            distinct.dedup();
             inlined[id.index()] = !us.is_empty()
                 && us.iter().all(takes)
                 && (distinct.len() == 1
-                    || (distinct.len() <= MAX_SHARED_USERS && cost[id.index()] <= MAX_RECOMPUTED));
+                    || (!gemm[id.index()]
+                        && distinct.len() <= MAX_SHARED_USERS
+                        && cost[id.index()] <= MAX_RECOMPUTED));
         }
         inlined
     }
@@ -281,7 +292,17 @@ impl Lowering<'_> {
             return self.softmax(root, &nodes[..nodes.len() - 1]);
         }
         if op == Op::MatMul {
-            return self.matmul(root);
+            return self.matmul(root, None);
+        }
+        if let Some(&mm) = nodes.iter().find(|&&n| self.g.node(n).op == Op::MatMul) {
+            let epilogue: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != mm).collect();
+            if self.epilogue_fits(mm, root, &epilogue)? {
+                return self.matmul(mm, Some((root, &epilogue)));
+            }
+            // The epilogue broadcasts past the product or changes its type: store the
+            // product, then run the epilogue as its own kernel.
+            self.matmul(mm, None)?;
+            return self.group(root, &epilogue);
         }
         let g = self.g;
         let out_v = g.node(root).outputs[0];
@@ -377,9 +398,23 @@ impl Lowering<'_> {
         scalars: &HashMap<ValueId, f64>,
         index: &dyn Fn(usize) -> Affine,
     ) -> Result<HashMap<ValueId, String>, LowerError> {
+        self.prologue_with(body, nodes, leaves, scalars, index, &[])
+    }
+
+    /// [`prologue`](Self::prologue) with some values already computed by the caller (a
+    /// matrix product's element, for its epilogue).
+    fn prologue_with(
+        &self,
+        body: &mut Body,
+        nodes: &[NodeId],
+        leaves: &Leaves,
+        scalars: &HashMap<ValueId, f64>,
+        index: &dyn Fn(usize) -> Affine,
+        bound: &[(ValueId, String)],
+    ) -> Result<HashMap<ValueId, String>, LowerError> {
         let g = self.g;
         let compute = body.ty;
-        let mut names: HashMap<ValueId, String> = HashMap::new();
+        let mut names: HashMap<ValueId, String> = bound.iter().cloned().collect();
         for (k, v) in leaves.values.iter().enumerate() {
             let elem = scalar_type(g.ty(*v).dtype).unwrap_or(ScalarType::F32);
             let name = match scalars.get(v) {

@@ -41,7 +41,7 @@ fn index(vars: &[String], strides: &[i64]) -> Affine {
 }
 
 /// Right-aligned row-major strides of `leaf` inside `shape`, 0 where it broadcasts.
-fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
+pub(super) fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
     let r = shape.len();
     let mut out = vec![0i64; r];
     let mut acc = 1i64;
