@@ -124,7 +124,7 @@ impl CodeCache {
         if let Some(l) = self.memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok((l.clone(), Source::Memory, ms(start)));
         }
-        let (path, source) = match &self.dir {
+        let (path, mut source) = match &self.dir {
             Some(dir) => {
                 let path = dir.join(format!("{key}.so"));
                 if path.is_file() {
@@ -143,8 +143,20 @@ impl CodeCache {
         };
         // SAFETY: the library is code this engine generated from verified LIR; it has no
         // initialisers beyond what the C runtime adds to a shared object.
-        let lib = unsafe { libloading::Library::new(&path) }
-            .map_err(|e| CacheError::Load(format!("{}: {e}", path.display())))?;
+        let lib = match unsafe { libloading::Library::new(&path) } {
+            Ok(lib) => lib,
+            // A cached file that does not load (truncated by a full disk, say) is replaced.
+            Err(_) if source == Source::Disk => {
+                let dir = path.parent().unwrap_or(self.scratch.path());
+                let _ = std::fs::remove_file(&path);
+                self.build(ir, dir, &path)?;
+                source = Source::Compiled;
+                // SAFETY: as above, for the object just built.
+                unsafe { libloading::Library::new(&path) }
+                    .map_err(|e| CacheError::Load(format!("{}: {e}", path.display())))?
+            }
+            Err(e) => return Err(CacheError::Load(format!("{}: {e}", path.display()))),
+        };
         let loaded = Arc::new(Loaded { lib, key: key.clone() });
         self.memory.lock().unwrap_or_else(|e| e.into_inner()).insert(key, loaded.clone());
         Ok((loaded, source, ms(start)))

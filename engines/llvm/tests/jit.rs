@@ -328,17 +328,31 @@ fn a_second_cache_on_the_same_directory_compiles_nothing() {
     let (_, again, _) = first.get(&ir).unwrap();
     assert_eq!(again, cache::Source::Memory);
     // A new cache (as a new process would make) finds the shared object on disk.
-    let second = CodeCache::new(Target::host(), Some(dir.path().into()), linker).unwrap();
+    let second = CodeCache::new(Target::host(), Some(dir.path().into()), linker.clone()).unwrap();
     let (code, source, _) = second.get(&ir).unwrap();
     assert_eq!(source, cache::Source::Disk);
     assert!(code.stage("xpu_float_math_s0").is_ok());
+    // A cached file that no longer loads (a later process finds it damaged) is rebuilt,
+    // not an error. Nothing here may hold it loaded, and it is replaced by a rename, as
+    // the cache itself writes, never rewritten in place under a mapping.
+    let key = second.key(&ir);
+    drop((code, first, second));
+    let so = dir.path().join(format!("{key}.so"));
+    let damaged = dir.path().join("damaged.tmp");
+    std::fs::write(&damaged, b"truncated").unwrap();
+    std::fs::rename(&damaged, &so).unwrap();
+    let later = CodeCache::new(Target::host(), Some(dir.path().into()), linker).unwrap();
+    let (code, source, _) = later.get(&ir).unwrap();
+    assert_eq!(source, cache::Source::Compiled, "the damaged file was rebuilt");
+    assert!(code.stage("xpu_float_math_s0").is_ok());
+    drop(code);
     // A different CPU is a different key.
     let mut other = Target::host();
     other.cpu = "x86-64".into();
     other.features = String::new();
     let third =
         CodeCache::new(other, Some(dir.path().into()), cache::find_linker().unwrap()).unwrap();
-    assert_ne!(third.key(&ir), second.key(&ir));
+    assert_ne!(third.key(&ir), key);
 }
 
 #[test]
