@@ -259,9 +259,10 @@ impl Lowering<'_> {
         }
     }
 
-    /// softmax / log_softmax along `axis`: per position of the other dims, the maximum, the
-    /// sum of e^(x − max), then every element — three passes over the row, each computing
-    /// the prologue again instead of storing it.
+    /// softmax / log_softmax along `axis`: per position of the other dims, the maximum, then
+    /// (softmax) e^(x − max) into the output row, its sum, and the row scaled in place; or
+    /// (log_softmax) the sum of e^(x − max) and every element from x again. The prologue is
+    /// computed again in each pass that reads x instead of being stored.
     pub(super) fn softmax(&mut self, root: NodeId, prologue: &[NodeId]) -> Result<(), LowerError> {
         let g = self.g;
         let log = g.node(root).op == Op::LogSoftmax;
@@ -300,42 +301,64 @@ impl Lowering<'_> {
             name: "m0".into(),
             value: reduce_expr(ReduceOp::Max, compute, LANES, "a", n, b.stmts),
         });
-        // Pass 2: Σ e^(x − m).
-        let mut b = Body::with_prefix(compute, "b");
-        let v = element(self, &mut b, "b")?;
-        let d = b.bin(B::Sub, &v, "m0");
-        let e = b.un(U::Exp, &d);
-        b.push(Stmt::Yield(e));
-        row.push(Stmt::Let {
-            name: "s0".into(),
-            value: reduce_expr(ReduceOp::Add, compute, LANES, "b", n, b.stmts),
-        });
-        let scale = if log { row.un(U::Log, "s0") } else { row.un(U::Recip, "s0") };
-        // Pass 3: each element.
-        let (out, slot) = self.output(root, &shape)?;
-        let out_vars = vars_with("c");
-        let out_strides = strides_in(&shape, &shape);
-        let mut b = Body::with_prefix(compute, "c");
-        let v = element(self, &mut b, "c")?;
-        let d = b.bin(B::Sub, &v, "m0");
-        let y = if log {
-            b.bin(B::Sub, &d, &scale)
-        } else {
-            let e = b.un(U::Exp, &d);
-            b.bin(B::Mul, &e, &scale)
-        };
-        b.push(Stmt::Store {
-            buffer: out.name.clone(),
-            index: vec![index(&out_vars, &out_strides)],
-            value: y,
-        });
-        row.push(Stmt::For {
-            var: "c".into(),
+        let (mut out, slot) = self.output(root, &shape)?;
+        let out_vars = |a: &str| index(&vars_with(a), &strides_in(&shape, &shape));
+        let out_dtype = g.ty(g.node(root).outputs[0]).dtype;
+        let for_ = |var: &str, body: Vec<Stmt>| Stmt::For {
+            var: var.into(),
             lo: Affine::constant(0),
             hi: Affine::constant(n as i64),
             parallel: false,
-            body: b.stmts,
-        });
+            body,
+        };
+        if !log && matches!(out_dtype, xpu_ir::DType::F32 | xpu_ir::DType::F64) {
+            // softmax: e^(x − m) computed once, kept in the output row (in cache), summed
+            // from there and scaled in place — the same bits as summing it as computed.
+            out.access = xpu_lir::Access::InOut;
+            let mut b = Body::with_prefix(compute, "b");
+            let v = element(self, &mut b, "b")?;
+            let d = b.bin(B::Sub, &v, "m0");
+            let e = b.un(U::Exp, &d);
+            b.push(Stmt::Store { buffer: out.name.clone(), index: vec![out_vars("b")], value: e });
+            row.push(for_("b", b.stmts));
+            let mut b = Body::with_prefix(compute, "c");
+            let e = b.let_(Expr::Load { buffer: out.name.clone(), index: vec![out_vars("c")] });
+            b.push(Stmt::Yield(e));
+            row.push(Stmt::Let {
+                name: "s0".into(),
+                value: reduce_expr(ReduceOp::Add, compute, LANES, "c", n, b.stmts),
+            });
+            let scale = row.un(U::Recip, "s0");
+            let mut b = Body::with_prefix(compute, "d");
+            let e = b.let_(Expr::Load { buffer: out.name.clone(), index: vec![out_vars("d")] });
+            let y = b.bin(B::Mul, &e, &scale);
+            b.push(Stmt::Store { buffer: out.name.clone(), index: vec![out_vars("d")], value: y });
+            row.push(for_("d", b.stmts));
+        } else {
+            // Pass 2: Σ e^(x − m); pass 3: each element from x again (log_softmax needs no
+            // exponential there; f16/bf16 outputs would round a stored e^(x − m)).
+            let mut b = Body::with_prefix(compute, "b");
+            let v = element(self, &mut b, "b")?;
+            let d = b.bin(B::Sub, &v, "m0");
+            let e = b.un(U::Exp, &d);
+            b.push(Stmt::Yield(e));
+            row.push(Stmt::Let {
+                name: "s0".into(),
+                value: reduce_expr(ReduceOp::Add, compute, LANES, "b", n, b.stmts),
+            });
+            let scale = if log { row.un(U::Log, "s0") } else { row.un(U::Recip, "s0") };
+            let mut b = Body::with_prefix(compute, "c");
+            let v = element(self, &mut b, "c")?;
+            let d = b.bin(B::Sub, &v, "m0");
+            let y = if log {
+                b.bin(B::Sub, &d, &scale)
+            } else {
+                let e = b.un(U::Exp, &d);
+                b.bin(B::Mul, &e, &scale)
+            };
+            b.push(Stmt::Store { buffer: out.name.clone(), index: vec![out_vars("c")], value: y });
+            row.push(for_("c", b.stmts));
+        }
         buffers.push(out);
         slots.push(slot);
         let mut body = row.stmts;
