@@ -215,7 +215,12 @@ impl Engine for LlvmEngine {
                 engine: "llvm".into(),
                 reason: format!("riscv64: {reason}"),
             })?;
-            return Ok(Box::new(riscv::device::RiscvExecutable::new(partition.clone(), device)));
+            let cache = self.state.as_ref().ok().and_then(|c| c.dir()).map(PathBuf::from);
+            return Ok(Box::new(riscv::device::RiscvExecutable::new(
+                partition.clone(),
+                device,
+                cache,
+            )));
         }
         let threads = assignment
             .options

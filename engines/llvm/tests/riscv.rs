@@ -239,3 +239,25 @@ fn a_runner_that_dies_or_hangs_is_an_error_not_a_hang() {
         caps.unavailable_kernels
     );
 }
+
+/// With a disk cache, a second engine (a second process) runs the partition's riscv64 build
+/// from the cache instead of building it again.
+#[test]
+fn riscv64_builds_are_kept_in_the_disk_cache() {
+    use xpu_engine::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let g = program("gelu_chain", 1);
+    let inputs = gelu_inputs(1);
+    let mut a = Assignment::new("llvm");
+    a.device = xpu_engine_llvm::riscv::device::DEVICE;
+    let fact = |engine: &LlvmEngine| {
+        let run = engine.prepare(&g, &a).unwrap().run(&inputs).unwrap();
+        let f = run.facts.iter().find(|f| f.key == "llvm.riscv.build").unwrap().value.clone();
+        (f, run.outputs)
+    };
+    let (first, out1) = fact(&LlvmEngine::new(Some(dir.path().into())));
+    assert!(first.starts_with("built in"), "{first}");
+    let (second, out2) = fact(&LlvmEngine::new(Some(dir.path().into())));
+    assert!(second.starts_with("disk cache"), "{second}");
+    assert_eq!(out1, out2);
+}

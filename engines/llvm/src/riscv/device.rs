@@ -121,21 +121,42 @@ impl RiscvDevice {
 pub struct RiscvExecutable {
     graph: Graph,
     device: Arc<RiscvDevice>,
+    /// Builds are kept under `<this>/riscv64/<key>` when the engine has a disk cache.
+    cache: Option<PathBuf>,
     /// Inputs whose values shape the code (a reduction's axes), read back from the device.
     structural: Vec<usize>,
     builds: HashMap<(Vec<Vec<usize>>, Vec<Option<Vec<i64>>>), Arc<Build>>,
 }
 
 struct Build {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// Removes an uncached build's directory with the build.
+    _temp: Option<tempfile::TempDir>,
     manifest: super::Manifest,
     build_ms: f64,
+    cached: bool,
 }
 
 impl RiscvExecutable {
-    pub fn new(graph: Graph, device: Arc<RiscvDevice>) -> RiscvExecutable {
+    pub fn new(graph: Graph, device: Arc<RiscvDevice>, cache: Option<PathBuf>) -> RiscvExecutable {
         let structural = crate::lower::structural_inputs(&graph);
-        RiscvExecutable { graph, device, structural, builds: HashMap::new() }
+        RiscvExecutable { graph, device, cache, structural, builds: HashMap::new() }
+    }
+
+    /// The disk-cache key of a build of this partition for these shapes and values: the
+    /// partition's text, the shapes, the code generator, LLVM, the cross compiler and the
+    /// runtime.
+    fn key(&self, shapes: &[Vec<usize>], structural: &[Option<Vec<i64>>]) -> String {
+        use sha2::{Digest, Sha256};
+        let cc = super::cross_cc().map(|c| super::version_line(&c)).unwrap_or_default();
+        let text = format!(
+            "{}\n{shapes:?}\n{structural:?}\n{}\n{}\n{cc}\n{}",
+            xpu_ir::text::print(&self.graph),
+            crate::cache::CODEGEN_VERSION,
+            crate::compile::llvm_version(),
+            super::RUNTIME_C
+        );
+        Sha256::digest(text.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 
     fn build_for(
@@ -148,25 +169,70 @@ impl RiscvExecutable {
             return Ok(b.clone());
         }
         let start = Instant::now();
-        let dir = tempfile::Builder::new()
-            .prefix("xpu-riscv64-build-")
-            .tempdir()
-            .map_err(|e| device_err(e.to_string()))?;
-        let manifest = super::build_named(
-            &self.graph,
-            shapes,
-            structural,
-            dir.path(),
-            false,
-            super::Names::Positional,
-        )
-        .map_err(|e| match e {
+        let map = |e: super::BuildError| match e {
             super::BuildError::Lower(l) => {
                 EngineError::Unsupported { engine: "llvm".into(), node: l.node, what: l.message }
             }
             e => device_err(format!("building the partition for riscv64: {e}")),
-        })?;
-        let b = Arc::new(Build { dir, manifest, build_ms: start.elapsed().as_secs_f64() * 1e3 });
+        };
+        let build_in = |dir: &Path| {
+            super::build_named(
+                &self.graph,
+                shapes,
+                structural,
+                dir,
+                false,
+                super::Names::Positional,
+            )
+            .map_err(map)
+        };
+        let b = match &self.cache {
+            Some(root) => {
+                let root = root.join("riscv64");
+                let dir = root.join(self.key(shapes, structural));
+                let manifest = std::fs::read_to_string(dir.join("manifest.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<super::Manifest>(&t).ok())
+                    .filter(|_| dir.join("program").is_file());
+                match manifest {
+                    Some(manifest) => {
+                        Build { dir, _temp: None, manifest, build_ms: 0.0, cached: true }
+                    }
+                    None => {
+                        std::fs::create_dir_all(&root)
+                            .map_err(|e| device_err(format!("{}: {e}", root.display())))?;
+                        let work = tempfile::Builder::new()
+                            .prefix("building-")
+                            .tempdir_in(&root)
+                            .map_err(|e| device_err(e.to_string()))?;
+                        let manifest = build_in(work.path())?;
+                        // Renamed into place whole; another process that got there first wins.
+                        let work = work.keep();
+                        if std::fs::rename(&work, &dir).is_err() {
+                            let _ = std::fs::remove_dir_all(&work);
+                        }
+                        let ms = start.elapsed().as_secs_f64() * 1e3;
+                        Build { dir, _temp: None, manifest, build_ms: ms, cached: false }
+                    }
+                }
+            }
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("xpu-riscv64-build-")
+                    .tempdir()
+                    .map_err(|e| device_err(e.to_string()))?;
+                let manifest = build_in(temp.path())?;
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                Build {
+                    dir: temp.path().to_path_buf(),
+                    _temp: Some(temp),
+                    manifest,
+                    build_ms: ms,
+                    cached: false,
+                }
+            }
+        };
+        let b = Arc::new(b);
         self.builds.insert(key, b.clone());
         Ok(b)
     }
@@ -202,7 +268,7 @@ impl RiscvExecutable {
         let out_dir = tempfile::tempdir_in(self.device.staging.path())
             .map_err(|e| device_err(e.to_string()))?;
         let mut cmd = Command::new(&self.device.runner[0]);
-        cmd.args(&self.device.runner[1..]).arg(build.dir.path().join("program"));
+        cmd.args(&self.device.runner[1..]).arg(build.dir.join("program"));
         for (spec, path) in build.manifest.inputs.iter().zip(&paths) {
             cmd.arg("--input").arg(format!("{}={}", spec.name, path.display()));
         }
@@ -261,8 +327,12 @@ impl RiscvExecutable {
         let facts = vec![
             Fact {
                 node: None,
-                key: "llvm.riscv.build_ms".into(),
-                value: format!("{:.1}", build.build_ms),
+                key: "llvm.riscv.build".into(),
+                value: if build.cached {
+                    format!("disk cache ({})", build.dir.display())
+                } else {
+                    format!("built in {:.1} ms", build.build_ms)
+                },
             },
             Fact {
                 node: None,

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use xpu_ir::{DType, Graph};
 
 use crate::codegen;
@@ -20,7 +20,7 @@ use crate::lower::{self, Program, Slot};
 pub mod device;
 mod npy;
 
-const RUNTIME_C: &str = include_str!("runtime.c");
+pub(crate) const RUNTIME_C: &str = include_str!("runtime.c");
 const PROGRAM_H: &str = include_str!("program.h");
 
 /// Why a build failed, naming what.
@@ -41,7 +41,7 @@ pub enum BuildError {
 }
 
 /// One input or output of a build.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TensorSpec {
     pub name: String,
     pub dtype: String,
@@ -49,7 +49,7 @@ pub struct TensorSpec {
 }
 
 /// What `manifest.json` says.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
     pub program: String,
     pub triple: String,
@@ -246,7 +246,8 @@ fn set_executable(path: &Path) -> Result<(), BuildError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(io(path))
 }
 
-fn version_line(cc: &Path) -> String {
+/// The C compiler driver's `--version` first line (manifests, cache keys).
+pub(crate) fn version_line(cc: &Path) -> String {
     Command::new(cc)
         .arg("--version")
         .output()
