@@ -371,3 +371,28 @@ fn matmul_epilogues_fuse_when_they_keep_the_products_shape() {
     let want = xpu_engine_cpu::run_graph(&g, &inputs).unwrap().outputs;
     assert_close("broadcast epilogue", &out.outputs[0], &want[0], 1e-4);
 }
+
+/// A 3,000-op chain is cut into kernels of at most 256 nodes, each compiled quickly, with
+/// the cpu engine's result.
+#[test]
+fn a_very_long_chain_is_cut_into_bounded_kernels() {
+    let mut src = String::from("graph \"long\" {\n  %0: f32[4,8] = input \"x\"\n");
+    for i in 0..3000 {
+        let op = ["neg", "abs", "sin"][i % 3];
+        src.push_str(&format!("  %{}: f32[4,8] = {op}(%{i})\n", i + 1));
+    }
+    src.push_str("  return \"y\" = %3000\n}");
+    let g = parse(&src);
+    let x = Tensor::from_vec(
+        vec![4, 8],
+        values(32, 71).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect(),
+    )
+    .unwrap();
+    let mut exe = engine().prepare(&g, &Assignment::new("llvm")).unwrap();
+    let out = exe.run(std::slice::from_ref(&x)).unwrap();
+    let kernels = out.facts.iter().find(|f| f.key == "llvm.kernels").unwrap();
+    let n: usize = kernels.value.split(' ').next().unwrap().parse().unwrap();
+    assert!((12..=20).contains(&n), "{}", kernels.value);
+    let want = xpu_engine_cpu::run_graph(&g, &[x]).unwrap().outputs;
+    assert_close("long chain", &out.outputs[0], &want[0], 1e-4);
+}

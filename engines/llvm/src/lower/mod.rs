@@ -102,6 +102,9 @@ pub fn scalar_type(d: DType) -> Option<ScalarType> {
 const MAX_SHARED_USERS: usize = 4;
 /// Nodes a shared value may cost to recompute.
 const MAX_RECOMPUTED: usize = 8;
+/// Nodes one kernel computes at most: a longer chain is cut into kernels of this size, so
+/// a hostile or generated program cannot hand LLVM one enormous function.
+const MAX_KERNEL_NODES: usize = 256;
 
 /// The materialised values a group reads, their shapes, and the shape they broadcast to.
 struct Leaves {
@@ -250,6 +253,7 @@ impl Lowering<'_> {
             };
             inlined[id.index()] = !us.is_empty()
                 && us.iter().all(takes)
+                && cost[id.index()] <= MAX_KERNEL_NODES
                 && (distinct.len() == 1
                     || (!gemm[id.index()]
                         && distinct.len() <= MAX_SHARED_USERS
