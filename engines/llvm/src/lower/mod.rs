@@ -618,6 +618,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn shapes_that_overflow_index_arithmetic_are_refused_by_name() {
+        let g = xpu_ir::text::parse(
+            "graph \"h\" {\n  %0: f32[N,M] = input \"x\"\n  %1: f32[N,M] = exp(%0)\n  %2: i64[1] = constant {value = tensor<i64[1]> [1]}\n  %3: f32[N,1] = reduce_sum(%1, %2)\n  return \"y\" = %3\n}",
+        )
+        .unwrap();
+        let huge = vec![vec![1usize << 40, 1usize << 40]];
+        let err = lower(&g, &huge, &[None]).unwrap_err();
+        assert!(err.message.contains("overflows index arithmetic"), "{err}");
+        let mm = xpu_ir::text::parse(
+            "graph \"m\" {\n  %0: f32[N,K] = input \"a\"\n  %1: f32[K,M] = input \"b\"\n  %2: f32[N,M] = matmul(%0, %1)\n  return \"c\" = %2\n}",
+        )
+        .unwrap();
+        let err = lower(&mm, &[vec![1 << 31, 1 << 31], vec![1 << 31, 1 << 31]], &[None, None])
+            .unwrap_err();
+        assert!(err.message.contains("overflow index arithmetic"), "{err}");
+    }
+
+    #[test]
     fn coalescing_merges_contiguous_dims_and_keeps_broadcast_boundaries() {
         // A bias over the last dim: two loops, the bias indexed by the inner one only.
         let d = coalesce(&[8, 4, 16], &[vec![8, 4, 16], vec![16]]);
