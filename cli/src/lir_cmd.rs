@@ -101,21 +101,20 @@ pub fn build(
 pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
     let (plan, bindings) = planned(program, policy, bind)?;
     let mut printed = 0;
+    let host = Target::host();
     for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
         let part = plan.graph.partition(&p.nodes);
         let shapes = concrete_shapes(&part.graph, &bindings)?;
         let lowered = lower::lower(&part.graph, &shapes, &vec![None; shapes.len()])
             .map_err(|e| anyhow!("partition {}: {e}", p.id))?;
-        let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
-        let module = xpu_lir::Module { kernels };
+        let module = lowered.module();
         println!("; partition {} ({} nodes on llvm)", p.id, p.nodes.len());
         match emit {
             LirEmit::Lir => print!("{module}"),
             LirEmit::LlvmIr | LirEmit::Asm => {
                 let (ir, _) = codegen::emit_module(&module.kernels).map_err(|e| anyhow!("{e}"))?;
                 let what = if emit == LirEmit::Asm { Emit::Asm } else { Emit::OptimizedIr };
-                let out =
-                    compile::compile(&ir, &Target::host(), what).map_err(|e| anyhow!("{e}"))?;
+                let out = compile::compile(&ir, &host, what).map_err(|e| anyhow!("{e}"))?;
                 print!("{}", String::from_utf8_lossy(&out));
             }
         }

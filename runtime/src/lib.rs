@@ -81,7 +81,7 @@ impl SharedEngines {
                 .or_else(xpu_engine_llvm::LlvmEngine::default_cache_dir);
             let runner = libraries.llvm_riscv_runner.clone();
             engines.push(Arc::new(Deferred::new("llvm", move || {
-                Arc::new(xpu_engine_llvm::LlvmEngine::new(cache).with_riscv_runner(runner))
+                Arc::new(xpu_engine_llvm::LlvmEngine::configured(cache, runner))
             })));
         }
         let _ = libraries;

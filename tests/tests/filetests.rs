@@ -115,8 +115,7 @@ fn run_lowering(path: &Path) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()?;
     let program = xpu_engine_llvm::lower::lower(&g, &shapes, &vec![None; shapes.len()])
         .map_err(|e| e.to_string())?;
-    let module =
-        xpu_lir::Module { kernels: program.steps.iter().map(|s| s.kernel.clone()).collect() };
+    let module = program.module();
     xpu_lir::verify(&module).map_err(|e| format!("the lowering does not verify: {e}"))?;
     let (ir, _) =
         xpu_engine_llvm::codegen::emit_module(&module.kernels).map_err(|e| e.to_string())?;

@@ -31,7 +31,10 @@ impl Loaded {
     /// The stage function `symbol`.
     pub fn stage(&self, symbol: &str) -> Result<StageFn, CacheError> {
         // SAFETY: every exported function of a module this engine generated has the
-        // `StageFn` signature (codegen emits exactly that for each stage).
+        // `StageFn` signature (codegen emits exactly that for each stage). The pointer
+        // outlives the `Symbol` borrow; it stays valid while this `Loaded` (and so the
+        // library) lives, which callers ensure by holding the `Arc<Loaded>` next to it
+        // (`exec::Compiled::_code`).
         let f = unsafe { self.lib.get::<StageFn>(symbol.as_bytes()) };
         f.map(|s| *s).map_err(|e| CacheError::Load(format!("symbol {symbol}: {e}")))
     }
@@ -74,9 +77,9 @@ pub enum CacheError {
 pub struct CodeCache {
     pub target: Target,
     dir: Option<PathBuf>,
-    /// A directory for linking when there is no disk cache (objects are unlinked after
-    /// loading; the directory lives as long as the cache).
-    scratch: tempfile::TempDir,
+    /// Where shared objects are linked when there is no disk cache: made at the first
+    /// compile, kept as long as the cache (the loaded objects live there).
+    scratch: std::sync::OnceLock<tempfile::TempDir>,
     linker: PathBuf,
     memory: Mutex<HashMap<String, Arc<Loaded>>>,
 }
@@ -88,10 +91,23 @@ impl CodeCache {
         dir: Option<PathBuf>,
         linker: PathBuf,
     ) -> Result<CodeCache, CacheError> {
-        let scratch = tempfile::Builder::new().prefix("xpu-llvm-").tempdir().map_err(|e| {
-            CacheError::Dir { dir: "a temporary directory".into(), message: e.to_string() }
-        })?;
+        let scratch = std::sync::OnceLock::new();
         Ok(CodeCache { target, dir, scratch, linker, memory: Mutex::new(HashMap::new()) })
+    }
+
+    /// The directory shared objects go to: the disk cache, else a scratch directory.
+    fn out_dir(&self) -> Result<PathBuf, CacheError> {
+        if let Some(dir) = &self.dir {
+            std::fs::create_dir_all(dir).map_err(|e| dir_err(dir, e))?;
+            return Ok(dir.clone());
+        }
+        if self.scratch.get().is_none() {
+            let temp = tempfile::Builder::new().prefix("xpu-llvm-").tempdir().map_err(|e| {
+                CacheError::Dir { dir: "a temporary directory".into(), message: e.to_string() }
+            })?;
+            let _ = self.scratch.set(temp);
+        }
+        Ok(self.scratch.get().map(|t| t.path().to_path_buf()).unwrap_or_default())
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -124,22 +140,14 @@ impl CodeCache {
         if let Some(l) = self.memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok((l.clone(), Source::Memory, ms(start)));
         }
-        let (path, mut source) = match &self.dir {
-            Some(dir) => {
-                let path = dir.join(format!("{key}.so"));
-                if path.is_file() {
-                    (path, Source::Disk)
-                } else {
-                    std::fs::create_dir_all(dir).map_err(|e| self.dir_err(dir, e))?;
-                    self.build(ir, dir, &path)?;
-                    (path, Source::Compiled)
-                }
-            }
-            None => {
-                let path = self.scratch.path().join(format!("{key}.so"));
-                self.build(ir, self.scratch.path(), &path)?;
-                (path, Source::Compiled)
-            }
+        let dir = self.out_dir()?;
+        let path = dir.join(format!("{key}.so"));
+        // Only a disk cache holds objects from earlier processes.
+        let mut source = if self.dir.is_some() && path.is_file() {
+            Source::Disk
+        } else {
+            self.build(ir, &dir, &path)?;
+            Source::Compiled
         };
         // SAFETY: the library is code this engine generated from verified LIR; it has no
         // initialisers beyond what the C runtime adds to a shared object.
@@ -147,9 +155,8 @@ impl CodeCache {
             Ok(lib) => lib,
             // A cached file that does not load (truncated by a full disk, say) is replaced.
             Err(_) if source == Source::Disk => {
-                let dir = path.parent().unwrap_or(self.scratch.path());
                 let _ = std::fs::remove_file(&path);
-                self.build(ir, dir, &path)?;
+                self.build(ir, &dir, &path)?;
                 source = Source::Compiled;
                 // SAFETY: as above, for the object just built.
                 unsafe { libloading::Library::new(&path) }
@@ -162,22 +169,14 @@ impl CodeCache {
         Ok((loaded, source, ms(start)))
     }
 
-    fn dir_err(&self, dir: &Path, e: std::io::Error) -> CacheError {
-        CacheError::Dir { dir: dir.display().to_string(), message: e.to_string() }
-    }
-
     /// Compiles `ir` to an object and links it into the shared object `out`.
     fn build(&self, ir: &str, dir: &Path, out: &Path) -> Result<(), CacheError> {
         let object = compile::compile(ir, &self.target, Emit::Object)?;
-        let obj = tempfile::Builder::new()
-            .suffix(".o")
-            .tempfile_in(dir)
-            .map_err(|e| self.dir_err(dir, e))?;
-        std::fs::write(obj.path(), &object).map_err(|e| self.dir_err(dir, e))?;
-        let so = tempfile::Builder::new()
-            .suffix(".so")
-            .tempfile_in(dir)
-            .map_err(|e| self.dir_err(dir, e))?;
+        let obj =
+            tempfile::Builder::new().suffix(".o").tempfile_in(dir).map_err(|e| dir_err(dir, e))?;
+        std::fs::write(obj.path(), &object).map_err(|e| dir_err(dir, e))?;
+        let so =
+            tempfile::Builder::new().suffix(".so").tempfile_in(dir).map_err(|e| dir_err(dir, e))?;
         let result = Command::new(&self.linker)
             .arg("-shared")
             .arg("-o")
@@ -194,9 +193,13 @@ impl CodeCache {
                 String::from_utf8_lossy(&result.stderr).trim()
             )));
         }
-        so.persist(out).map_err(|e| self.dir_err(dir, e.error))?;
+        so.persist(out).map_err(|e| dir_err(dir, e.error))?;
         Ok(())
     }
+}
+
+fn dir_err(dir: &Path, e: std::io::Error) -> CacheError {
+    CacheError::Dir { dir: dir.display().to_string(), message: e.to_string() }
 }
 
 fn ms(start: Instant) -> f64 {

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, StopToken, check_inputs};
 use xpu_ir::{Graph, Tensor, TensorData};
-use xpu_lir::Affine;
 
 use crate::cache::{CodeCache, Loaded, StageFn};
 use crate::codegen;
@@ -47,20 +46,8 @@ impl LlvmExecutable {
         let structural = lower::structural_inputs(&graph);
         let mut exe =
             LlvmExecutable { graph, cache, threads, compiled: HashMap::new(), structural };
-        let known: Option<Vec<Vec<usize>>> = exe
-            .graph
-            .inputs
-            .iter()
-            .map(|&v| {
-                exe.graph
-                    .ty(v)
-                    .dims
-                    .as_ref()?
-                    .iter()
-                    .map(|d| d.known().map(|n| n as usize))
-                    .collect()
-            })
-            .collect();
+        let known: Option<Vec<Vec<usize>>> =
+            exe.graph.inputs.iter().map(|&v| exe.graph.ty(v).static_shape()).collect();
         if let Some(shapes) = known
             && exe.structural.is_empty()
         {
@@ -80,26 +67,21 @@ impl LlvmExecutable {
             return Ok(c.clone());
         }
         let err = |message: String| EngineError::Kernel { node: "llvm".into(), message };
-        let program = lower::lower(&self.graph, shapes, structural).map_err(|e| {
-            EngineError::Unsupported { engine: "llvm".into(), node: e.node, what: e.message }
-        })?;
-        let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
-        xpu_lir::verify(&xpu_lir::Module { kernels: kernels.clone() })
+        let program = lower::lower(&self.graph, shapes, structural)?;
+        let module = program.module();
+        xpu_lir::verify(&module)
             .map_err(|e| err(format!("lowered LIR-ML does not verify: {e}")))?;
-        let (ir, stage_lists) = codegen::emit_module(&kernels).map_err(|e| err(e.to_string()))?;
+        let kernels = &module.kernels;
+        let (ir, stage_lists) = codegen::emit_module(kernels).map_err(|e| err(e.to_string()))?;
         let (code, source, ms) = self.cache.get(&ir).map_err(|e| {
-            err(format!("group of {} kernel(s) [{}]: {e}", kernels.len(), names(&kernels)))
+            err(format!("group of {} kernel(s) [{}]: {e}", kernels.len(), names(kernels)))
         })?;
         let mut stages = Vec::new();
         for list in &stage_lists {
             let mut step = Vec::new();
             for s in list {
                 let f = code.stage(&s.symbol).map_err(|e| err(e.to_string()))?;
-                let range = match &s.parallel {
-                    Some((lo, hi)) => Some((eval(lo)?, eval(hi)?)),
-                    None => None,
-                };
-                step.push((f, range));
+                step.push((f, s.constant_range().map_err(err)?));
             }
             stages.push(step);
         }
@@ -126,15 +108,6 @@ fn names(kernels: &[xpu_lir::Kernel]) -> String {
     kernels.iter().map(|k| format!("@{}", k.name)).collect::<Vec<_>>().join(", ")
 }
 
-/// The value of a parallel loop's bound. Lowered kernels are specialised to their shapes,
-/// so the bounds are constants.
-fn eval(a: &Affine) -> Result<i64, EngineError> {
-    a.as_constant().ok_or_else(|| EngineError::Kernel {
-        node: "llvm".into(),
-        message: format!("a parallel loop bound {a} that is not a constant"),
-    })
-}
-
 /// A buffer's first byte, for the supported element types.
 fn data_ptr(d: &TensorData) -> Option<*const u8> {
     Some(match d {
@@ -149,9 +122,10 @@ fn data_ptr(d: &TensorData) -> Option<*const u8> {
     })
 }
 
-/// A zeroed buffer. Large ones come straight from the kernel (calloc → mmap, untouched),
-/// and are marked for transparent huge pages before the kernel writes them, so the first
-/// write faults in 2 MiB pages instead of 512 times as many 4 KiB ones.
+/// A zeroed buffer. Large ones of the types whose zero is all-zero bytes come straight from
+/// the kernel (calloc → mmap, untouched), and are marked for transparent huge pages before
+/// the kernel writes them, so the first write faults in 2 MiB pages instead of 512 times as
+/// many 4 KiB ones (f16/bf16 zeros are written element by element: the mark is too late).
 fn fresh_buffer(dtype: xpu_ir::DType, n: usize) -> TensorData {
     const HUGE: usize = 2 << 20;
     let data = TensorData::zeros(dtype, n);
@@ -254,7 +228,8 @@ fn run_stages(stages: &[(StageFn, Option<(i64, i64)>)], args: &Args, threads: us
         let call = |lo: i64, hi: i64| {
             // SAFETY: `f` is a stage of the compiled program whose buffers `args` binds, in
             // kernel order, to tensors of the shapes it was specialised for; the verifier
-            // proved every access in bounds for those shapes.
+            // proved every access in bounds for those shapes. Its library stays loaded: the
+            // caller holds the `Compiled` whose `_code` owns it.
             unsafe { f(args.0.as_ptr(), syms.as_ptr(), lo, hi) }
         };
         let Some((lo, hi)) = range else {

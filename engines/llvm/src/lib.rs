@@ -37,12 +37,18 @@ impl LlvmEngine {
     /// An engine compiling for this machine, caching compiled code under `cache_dir` (no
     /// disk cache when `None`). Unavailable, with the reason, when no linker is found.
     pub fn new(cache_dir: Option<PathBuf>) -> LlvmEngine {
+        LlvmEngine::configured(cache_dir, None)
+    }
+
+    /// [`new`](Self::new) with the riscv64 runner of [`with_riscv_runner`]
+    /// (Self::with_riscv_runner), each set up once.
+    pub fn configured(cache_dir: Option<PathBuf>, riscv_runner: Option<Vec<String>>) -> LlvmEngine {
         let state = cache::find_linker().and_then(|linker| {
             cache::CodeCache::new(Target::host(), cache_dir, linker)
                 .map(Arc::new)
                 .map_err(|e| e.to_string())
         });
-        LlvmEngine { state, riscv: Err(String::new()) }.with_riscv_runner(None)
+        LlvmEngine { state, riscv: riscv_device(riscv_runner) }
     }
 
     /// The command that runs riscv64 programs (`[engines.llvm] riscv_runner`): `None` is
@@ -50,16 +56,7 @@ impl LlvmEngine {
     /// place through a command that runs the program there (`ssh board` with the files
     /// shared, for example).
     pub fn with_riscv_runner(mut self, runner: Option<Vec<String>>) -> LlvmEngine {
-        let runner = runner
-            .or_else(|| {
-                std::env::var("XPU_RISCV_RUNNER")
-                    .ok()
-                    .map(|r| r.split_whitespace().map(str::to_string).collect())
-                    .filter(|r: &Vec<String>| !r.is_empty())
-            })
-            .unwrap_or_else(|| vec!["qemu-riscv64".to_string()]);
-        self.riscv =
-            riscv::cross_cc().and_then(|_| riscv::device::RiscvDevice::new(runner)).map(Arc::new);
+        self.riscv = riscv_device(runner);
         self
     }
 
@@ -72,10 +69,19 @@ impl LlvmEngine {
             .or_else(|| env("HOME").map(|h| h.join(".cache").join("xpu")))
             .map(|d| d.join("llvm"))
     }
+}
 
-    pub fn code_cache(&self) -> Option<&Arc<cache::CodeCache>> {
-        self.state.as_ref().ok()
-    }
+/// The riscv64 device run by `runner`, else `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.
+fn riscv_device(runner: Option<Vec<String>>) -> Result<Arc<riscv::device::RiscvDevice>, String> {
+    let runner = runner
+        .or_else(|| {
+            std::env::var("XPU_RISCV_RUNNER")
+                .ok()
+                .map(|r| r.split_whitespace().map(str::to_string).collect())
+                .filter(|r: &Vec<String>| !r.is_empty())
+        })
+        .unwrap_or_else(|| vec!["qemu-riscv64".to_string()]);
+    riscv::device::RiscvDevice::new(runner).map(Arc::new)
 }
 
 /// What LIR-ML buffers hold: every input and output of an `llvm.fused` node has one.

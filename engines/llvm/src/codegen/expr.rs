@@ -107,7 +107,8 @@ impl FnEmitter<'_> {
             }
             Not => return Err(self.err("`not` of a float")),
             Exp | Log | Log1p | Expm1 | Tanh | Erf | Sin | Cos => {
-                let f = math::function(op, ty, &mut self.math);
+                let f = math::function(op, ty, &mut self.math)
+                    .ok_or_else(|| self.err(format!("no function for `{}`", op.name())))?;
                 self.inst(format!("call {t} {f}({t} {x})"))
             }
         })

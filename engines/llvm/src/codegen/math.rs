@@ -10,8 +10,9 @@ use std::fmt::Write;
 
 use xpu_lir::{ScalarType, UnaryOp};
 
-/// The function to call for `op` on `ty`, noting inline routines in `used`.
-pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) -> String {
+/// The function to call for `op` on `ty`, noting inline routines in `used`; `None` for an
+/// op that is not a transcendental function.
+pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) -> Option<String> {
     use UnaryOp::*;
     if ty == ScalarType::F64 {
         return match op {
@@ -23,9 +24,10 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
             Erf => "@erf",
             Log1p => "@log1p",
             Expm1 => "@expm1",
-            _ => "@llvm.sqrt.f64",
+            _ => return None,
         }
-        .to_string();
+        .to_string()
+        .into();
     }
     let name: &'static str = match op {
         Exp => "xpu.expf",
@@ -34,8 +36,9 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
         Erf => "xpu.erff",
         Log1p => "xpu.log1pf",
         Expm1 => "xpu.expm1f",
-        Sin => return "@llvm.sin.f32".into(),
-        _ => return "@llvm.cos.f32".into(),
+        Sin => return Some("@llvm.sin.f32".into()),
+        Cos => return Some("@llvm.cos.f32".into()),
+        _ => return None,
     };
     // Routines built on others pull those in too.
     used.insert(name);
@@ -51,7 +54,7 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
         }
         _ => {}
     }
-    format!("@{name}")
+    Some(format!("@{name}"))
 }
 
 /// The definitions of the inline routines in `used`, then a declaration for every

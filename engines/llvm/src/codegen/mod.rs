@@ -42,6 +42,20 @@ pub struct Stage {
     pub parallel: Option<(Affine, Affine)>,
 }
 
+impl Stage {
+    /// The parallel loop's range when its bounds are constants (lowered kernels are
+    /// specialised to their shapes, so they are); an error names a bound that is not.
+    pub fn constant_range(&self) -> Result<Option<(i64, i64)>, String> {
+        let Some((lo, hi)) = &self.parallel else { return Ok(None) };
+        let eval = |a: &Affine| {
+            a.as_constant().ok_or_else(|| {
+                format!("{}: a parallel loop bound {a} that is not a constant", self.symbol)
+            })
+        };
+        Ok(Some((eval(lo)?, eval(hi)?)))
+    }
+}
+
 /// The IR of one kernel and its stages, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Emitted {

@@ -7,20 +7,10 @@
 //! stored, so `relu(x @ w + b)` is one kernel. Not tiled for cache yet.
 
 use xpu_ir::{DType, NodeId, ValueId};
-use xpu_lir::{Access, Affine, BinaryOp as B, Buffer, Expr, Literal, Stmt, Var};
+use xpu_lir::{Access, Affine, BinaryOp as B, Buffer, Expr, Literal, Stmt};
 
 use super::ops::Body;
-use super::{LowerError, Lowering, Place, scalar_type};
-
-/// `Σ coefficient · %var`.
-fn index(terms: &[(&str, i64)]) -> Affine {
-    let terms = terms
-        .iter()
-        .filter(|(_, c)| *c != 0)
-        .map(|(v, c)| (Var::Loop(v.to_string()), *c))
-        .collect();
-    Affine::from_terms(0, terms).unwrap_or_default()
-}
+use super::{LowerError, Lowering, Place, index, scalar_type, strides_in};
 
 /// The loop structure of one product.
 struct Dims {
@@ -120,25 +110,19 @@ impl Lowering<'_> {
             return Err(self.err(mm, format!("matmul into {out_dtype} (f32 and f64 only)")));
         }
         let compute = self.compute_type(&[mm]);
-        // Batch strides of each operand (0 where it broadcasts) and of the output.
+        // Batch strides of each operand (0 where it broadcasts) and of the output, in
+        // elements: the strides inside the batch dims times one matrix.
         let batch_strides = |own: &[usize], matrix: usize| -> Vec<i64> {
             let own = &own[..own.len().saturating_sub(2)];
-            let r = d.batch.len();
-            let mut out = vec![0i64; r];
-            let mut acc = matrix as i64;
-            for dd in (0..r).rev() {
-                let Some(o) = (dd + own.len()).checked_sub(r) else { continue };
-                if own[o] != 1 {
-                    out[dd] = acc;
-                }
-                acc *= own[o] as i64;
-            }
-            out
+            strides_in(&d.batch, own).into_iter().map(|s| s * matrix as i64).collect()
         };
         let (ba, bb, bc) = (
             batch_strides(&d.a, d.m * d.k),
             batch_strides(&d.b, d.k * d.n),
-            batch_strides(&[d.batch.clone(), vec![d.m, d.n]].concat(), d.m * d.n),
+            strides_in(&d.batch, &d.batch)
+                .into_iter()
+                .map(|s| s * (d.m * d.n) as i64)
+                .collect::<Vec<_>>(),
         );
         let mut buffers = Vec::new();
         let mut slots = Vec::new();
@@ -157,10 +141,11 @@ impl Lowering<'_> {
         }
         let vars: Vec<String> = (0..d.batch.len()).map(|x| format!("b{x}")).collect();
         let with_batch = |strides: &[i64], rest: &[(&str, i64)]| {
-            let mut terms: Vec<(&str, i64)> =
-                vars.iter().map(String::as_str).zip(strides.iter().copied()).collect();
-            terms.extend_from_slice(rest);
-            index(&terms)
+            let names: Vec<&str> =
+                vars.iter().map(String::as_str).chain(rest.iter().map(|r| r.0)).collect();
+            let coefficients: Vec<i64> =
+                strides.iter().copied().chain(rest.iter().map(|r| r.1)).collect();
+            index(&names, &coefficients)
         };
         let (ka, kb) = (d.k as i64, d.n as i64);
         let c_at = with_batch(&bc, &[("i", kb), ("j", 1)]);
@@ -218,12 +203,8 @@ impl Lowering<'_> {
             let mut ep = Body::with_prefix(compute, "e");
             let c = ep.let_(Expr::Load { buffer: out.name.clone(), index: vec![c_at.clone()] });
             let strides: Vec<Vec<i64>> =
-                leaves.shapes.iter().map(|l| super::reduce::strides_in(&d.out, l)).collect();
-            let index_of = |k: usize| {
-                let terms: Vec<(&str, i64)> =
-                    d.out_vars.iter().map(String::as_str).zip(strides[k].iter().copied()).collect();
-                index(&terms)
-            };
+                leaves.shapes.iter().map(|l| strides_in(&d.out, l)).collect();
+            let index_of = |k: usize| index(&d.out_vars, &strides[k]);
             let mm_out = g.node(mm).outputs[0];
             let names =
                 self.prologue_with(&mut ep, ep_nodes, leaves, scalars, &index_of, &[(mm_out, c)])?;

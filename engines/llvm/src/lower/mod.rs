@@ -76,12 +76,30 @@ pub struct Program {
     pub outputs: Vec<Slot>,
 }
 
+impl Program {
+    /// The kernels, in step order, as one LIR-ML module.
+    pub fn module(&self) -> xpu_lir::Module {
+        xpu_lir::Module { kernels: self.steps.iter().map(|s| s.kernel.clone()).collect() }
+    }
+}
+
 /// A partition this lowering cannot take, naming the node and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{node}: {message}")]
 pub struct LowerError {
     pub node: String,
     pub message: String,
+}
+
+impl From<LowerError> for xpu_engine::EngineError {
+    /// A node this lowering cannot take is one the engine does not support.
+    fn from(e: LowerError) -> Self {
+        xpu_engine::EngineError::Unsupported {
+            engine: "llvm".into(),
+            node: e.node,
+            what: e.message,
+        }
+    }
 }
 
 /// The LIR type that stores `d`, if any.
@@ -246,8 +264,7 @@ impl Lowering<'_> {
                 let c = g.node(*u);
                 c.op.is_elementwise()
                     || (!gemm[id.index()]
-                        && (reduce::is_reduction(c.op)
-                            || matches!(c.op, Op::Softmax | Op::LogSoftmax))
+                        && REDUCE_OPS.contains(&c.op)
                         && c.inputs.first() == Some(&Some(v))
                         && c.inputs[1..].iter().all(|i| *i != Some(v)))
             };
@@ -501,7 +518,7 @@ impl Lowering<'_> {
             all.push(root);
         }
         let op = g.node(root).op;
-        let implements = if reduce::is_reduction(op) || matches!(op, Op::Softmax | Op::LogSoftmax) {
+        let implements = if REDUCE_OPS.contains(&op) {
             "llvm.reduce"
         } else if op == Op::MatMul {
             "llvm.gemm"
@@ -537,25 +554,8 @@ struct Dims {
 /// walks contiguously or broadcasts along both.
 fn coalesce(shape: &[usize], leaves: &[Vec<usize>]) -> Dims {
     let r = shape.len();
-    let strides_of = |s: &[usize]| -> Vec<i64> {
-        // Right-aligned, 0 where broadcast.
-        let mut out = vec![0i64; r];
-        let mut acc = 1i64;
-        for d in (0..r).rev() {
-            let k = d as isize - (r - s.len()) as isize;
-            if k < 0 {
-                continue;
-            }
-            let n = s[k as usize];
-            if n != 1 {
-                out[d] = acc;
-            }
-            acc = acc.saturating_mul(n as i64);
-        }
-        out
-    };
-    let mut all: Vec<Vec<i64>> = leaves.iter().map(|s| strides_of(s)).collect();
-    all.push(strides_of(shape));
+    let mut all: Vec<Vec<i64>> = leaves.iter().map(|s| strides_in(shape, s)).collect();
+    all.push(strides_in(shape, shape));
     let mut sizes: Vec<usize> = Vec::new();
     let mut merged: Vec<Vec<i64>> = vec![Vec::new(); all.len()];
     for d in 0..r {
@@ -589,13 +589,35 @@ fn coalesce(shape: &[usize], leaves: &[Vec<usize>]) -> Dims {
 
 /// `Σ stride_d · %i<d>`.
 fn flat_index(strides: &[i64]) -> Affine {
-    let terms = strides
+    let vars: Vec<String> = (0..strides.len()).map(|d| format!("i{d}")).collect();
+    index(&vars, strides)
+}
+
+/// `Σ coefficient · %var` over the variables with a nonzero coefficient (each variable
+/// named once, so the terms never overflow).
+pub(super) fn index<V: AsRef<str>>(vars: &[V], coefficients: &[i64]) -> Affine {
+    let terms = vars
         .iter()
-        .enumerate()
-        .filter(|(_, s)| **s != 0)
-        .map(|(d, s)| (xpu_lir::Var::Loop(format!("i{d}")), *s))
+        .zip(coefficients)
+        .filter(|(_, c)| **c != 0)
+        .map(|(v, c)| (xpu_lir::Var::Loop(v.as_ref().to_string()), *c))
         .collect();
-    Affine::from_terms(0, terms).unwrap_or_default()
+    Affine::from_terms(0, terms).expect("distinct variables with i64 coefficients")
+}
+
+/// Right-aligned row-major strides of `leaf` inside `shape`, 0 where it broadcasts.
+pub(super) fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
+    let r = shape.len();
+    let mut out = vec![0i64; r];
+    let mut acc = 1i64;
+    for d in (0..r).rev() {
+        let Some(k) = (d + leaf.len()).checked_sub(r) else { continue };
+        if leaf[k] != 1 {
+            out[d] = acc;
+        }
+        acc = acc.saturating_mul(leaf[k] as i64);
+    }
+    out
 }
 
 /// `for %i0 in 0..n0 parallel { for %i1 in 0..n1 { … body } }`.

@@ -5,54 +5,16 @@
 //! vectorises with a fixed accumulator layout.
 
 use xpu_ir::{NodeId, Op, ValueId};
-use xpu_lir::{Affine, BinaryOp as B, Expr, Literal, ReduceOp, Stmt, UnaryOp as U, Var};
+use xpu_lir::{Affine, BinaryOp as B, Expr, Literal, ReduceOp, Stmt, UnaryOp as U};
 
 use super::ops::Body;
-use super::{Leaves, LowerError, Lowering};
+use super::{Leaves, LowerError, Lowering, index, strides_in};
 
 /// Lanes of the innermost reduction.
 const LANES: u32 = 8;
 
 pub fn is_reduction(op: Op) -> bool {
-    matches!(
-        op,
-        Op::ReduceSum
-            | Op::ReduceMean
-            | Op::ReduceMax
-            | Op::ReduceMin
-            | Op::ReduceProd
-            | Op::ReduceL1
-            | Op::ReduceL2
-            | Op::ReduceLogSum
-            | Op::ReduceLogSumExp
-            | Op::ReduceSumSquare
-    )
-}
-
-/// `Σ stride_d · var_d` over the dims with a nonzero stride.
-fn index(vars: &[String], strides: &[i64]) -> Affine {
-    let terms = vars
-        .iter()
-        .zip(strides)
-        .filter(|(_, s)| **s != 0)
-        .map(|(v, s)| (Var::Loop(v.clone()), *s))
-        .collect();
-    Affine::from_terms(0, terms).unwrap_or_default()
-}
-
-/// Right-aligned row-major strides of `leaf` inside `shape`, 0 where it broadcasts.
-pub(super) fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
-    let r = shape.len();
-    let mut out = vec![0i64; r];
-    let mut acc = 1i64;
-    for d in (0..r).rev() {
-        let Some(k) = (d + leaf.len()).checked_sub(r) else { continue };
-        if leaf[k] != 1 {
-            out[d] = acc;
-        }
-        acc = acc.saturating_mul(leaf[k] as i64);
-    }
-    out
+    op.class() == xpu_ir::OpClass::Reduction
 }
 
 fn reduce_expr(
@@ -216,17 +178,15 @@ impl Lowering<'_> {
             }
         };
         let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+        let keep_shape: Vec<usize> =
+            shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
         let out_shape: Vec<usize> = if g.node(root).attrs.int("keepdims", 1) != 0 {
-            shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
+            keep_shape.clone()
         } else {
             kept.iter().map(|&d| shape[d]).collect()
         };
-        let mut out_strides = vec![0i64; shape.len()];
-        let mut acc = 1i64;
-        for &d in kept.iter().rev() {
-            out_strides[d] = acc;
-            acc *= shape[d] as i64;
-        }
+        // Row-major over the kept dims; 0 along the reduced ones (size 1 in the output).
+        let out_strides = strides_in(&shape, &keep_shape);
         let (out, slot) = self.output(root, &out_shape)?;
         tail.push(Stmt::Store {
             buffer: out.name.clone(),

@@ -31,6 +31,7 @@ pub struct RiscvDevice {
     next: AtomicU64,
     /// The runner command; the program and its arguments follow.
     pub runner: Vec<String>,
+    toolchain: super::Toolchain,
 }
 
 /// A value in the device's memory: a `.npy` file in the staging directory, removed when the
@@ -71,8 +72,10 @@ fn device_err(message: impl Into<String>) -> EngineError {
 }
 
 impl RiscvDevice {
-    /// A device run by `runner` (the first word found on `PATH` or a path).
+    /// A device run by `runner` (the first word found on `PATH` or a path), its partitions
+    /// built with the cross compiler.
     pub fn new(runner: Vec<String>) -> Result<RiscvDevice, String> {
+        let toolchain = super::Toolchain::find()?;
         let first = runner.first().ok_or("an empty riscv64 runner command")?;
         let found = Path::new(first).is_file()
             || std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
@@ -86,7 +89,7 @@ impl RiscvDevice {
             .prefix("xpu-riscv64-")
             .tempdir()
             .map_err(|e| format!("a staging directory: {e}"))?;
-        Ok(RiscvDevice { staging, next: AtomicU64::new(0), runner })
+        Ok(RiscvDevice { staging, next: AtomicU64::new(0), runner, toolchain })
     }
 
     fn fresh_path(&self, what: &str) -> PathBuf {
@@ -148,12 +151,12 @@ impl RiscvExecutable {
     /// runtime.
     fn key(&self, shapes: &[Vec<usize>], structural: &[Option<Vec<i64>>]) -> String {
         use sha2::{Digest, Sha256};
-        let cc = super::cross_cc().map(|c| super::version_line(&c)).unwrap_or_default();
         let text = format!(
-            "{}\n{shapes:?}\n{structural:?}\n{}\n{}\n{cc}\n{}",
-            xpu_ir::text::print(&self.graph),
+            "{}\n{shapes:?}\n{structural:?}\n{}\n{}\n{}\n{}",
+            self.graph.content_hash(),
             crate::cache::CODEGEN_VERSION,
             crate::compile::llvm_version(),
+            self.device.toolchain.version,
             super::RUNTIME_C
         );
         Sha256::digest(text.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()
@@ -170,9 +173,7 @@ impl RiscvExecutable {
         }
         let start = Instant::now();
         let map = |e: super::BuildError| match e {
-            super::BuildError::Lower(l) => {
-                EngineError::Unsupported { engine: "llvm".into(), node: l.node, what: l.message }
-            }
+            super::BuildError::Lower(l) => l.into(),
             e => device_err(format!("building the partition for riscv64: {e}")),
         };
         let build_in = |dir: &Path| {
@@ -183,6 +184,7 @@ impl RiscvExecutable {
                 dir,
                 false,
                 super::Names::Positional,
+                &self.device.toolchain,
             )
             .map_err(map)
         };
@@ -206,8 +208,12 @@ impl RiscvExecutable {
                             .tempdir_in(&root)
                             .map_err(|e| device_err(e.to_string()))?;
                         let manifest = build_in(work.path())?;
-                        // Renamed into place whole; another process that got there first wins.
+                        // Renamed into place whole; another process that got there first
+                        // wins. A damaged entry (no manifest or program) is replaced.
                         let work = work.keep();
+                        if dir.exists() {
+                            let _ = std::fs::remove_dir_all(&dir);
+                        }
                         if std::fs::rename(&work, &dir).is_err() {
                             let _ = std::fs::remove_dir_all(&work);
                         }
@@ -272,11 +278,13 @@ impl RiscvExecutable {
         for (spec, path) in build.manifest.inputs.iter().zip(&paths) {
             cmd.arg("--input").arg(format!("{}={}", spec.name, path.display()));
         }
-        cmd.arg("--out")
-            .arg(out_dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.arg("--out").arg(out_dir.path()).stdin(Stdio::null()).stdout(Stdio::null());
+        // stderr goes to a file, not a pipe: a chatty program would fill a pipe no one
+        // reads until it exits, and block.
+        let stderr_path = out_dir.path().join("stderr.txt");
+        let stderr_file = std::fs::File::create(&stderr_path)
+            .map_err(|e| device_err(format!("{}: {e}", stderr_path.display())))?;
+        cmd.stderr(stderr_file);
         let start = Instant::now();
         let mut child = cmd.spawn().map_err(|e| {
             device_err(format!("starting the runner {:?}: {e}", self.device.runner[0]))
@@ -294,11 +302,7 @@ impl RiscvExecutable {
         };
         let nanos = start.elapsed().as_nanos() as u64;
         if !status.success() {
-            let mut stderr = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                use std::io::Read;
-                let _ = e.read_to_string(&mut stderr);
-            }
+            let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
             return Err(device_err(format!(
                 "the program on {DEVICE} failed ({status}): {}",
                 stderr.trim()

@@ -65,6 +65,22 @@ pub struct Manifest {
     pub cc: String,
 }
 
+/// The riscv64 cross compiler, found once: its driver and its `--version` line
+/// (manifests, cache keys).
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    pub cc: PathBuf,
+    pub version: String,
+}
+
+impl Toolchain {
+    pub fn find() -> Result<Toolchain, String> {
+        let cc = cross_cc()?;
+        let version = version_line(&cc);
+        Ok(Toolchain { cc, version })
+    }
+}
+
 /// The riscv64 cross C compiler driver: `$XPU_RISCV_CC`, else `riscv64-linux-gnu-gcc`.
 pub fn cross_cc() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("XPU_RISCV_CC") {
@@ -127,7 +143,8 @@ pub fn build(
     dir: &Path,
     vector: bool,
 ) -> Result<Manifest, BuildError> {
-    build_named(g, shapes, &vec![None; shapes.len()], dir, vector, Names::Graph)
+    let toolchain = Toolchain::find().map_err(BuildError::Toolchain)?;
+    build_named(g, shapes, &vec![None; shapes.len()], dir, vector, Names::Graph, &toolchain)
 }
 
 /// [`build`] with the values of the structural inputs (`lower::structural_inputs`: a
@@ -139,11 +156,11 @@ pub fn build_named(
     dir: &Path,
     vector: bool,
     names: Names,
+    toolchain: &Toolchain,
 ) -> Result<Manifest, BuildError> {
-    let cc = cross_cc().map_err(BuildError::Toolchain)?;
+    let cc = &toolchain.cc;
     let program = lower::lower(g, shapes, structural)?;
-    let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
-    let module = xpu_lir::Module { kernels };
+    let module = program.module();
     xpu_lir::verify(&module).map_err(|e| BuildError::Unsupported {
         what: "the lowering".into(),
         message: e.to_string(),
@@ -182,7 +199,7 @@ pub fn build_named(
     std::fs::write(&obj, &object).map_err(io(&obj))?;
     let max_buffers = program.steps.iter().map(|s| s.buffers.len()).max().unwrap_or(0);
     let exe = dir.join("program");
-    let out = Command::new(&cc)
+    let out = Command::new(cc)
         .current_dir(work.path())
         .args(["-O2", "-static", "-std=c11", "-march=rv64gc", "-mabi=lp64d"])
         .arg(format!("-DXPU_INPUTS={}", inputs.len()))
@@ -222,7 +239,7 @@ pub fn build_named(
                 .collect()
         },
         llvm: compile::llvm_version(),
-        cc: version_line(&cc),
+        cc: toolchain.version.clone(),
     };
     let path = dir.join("manifest.json");
     let json = serde_json::to_string_pretty(&manifest)
@@ -246,8 +263,8 @@ fn set_executable(path: &Path) -> Result<(), BuildError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(io(path))
 }
 
-/// The C compiler driver's `--version` first line (manifests, cache keys).
-pub(crate) fn version_line(cc: &Path) -> String {
+/// The C compiler driver's `--version` first line.
+fn version_line(cc: &Path) -> String {
     Command::new(cc)
         .arg("--version")
         .output()
@@ -359,17 +376,19 @@ fn program_c(
     }
     let mut steps = Vec::new();
     for (k, (step, list)) in program.steps.iter().zip(stages).enumerate() {
-        let st: Vec<String> = list
+        let st = list
             .iter()
             .map(|s| {
                 let (lo, hi) = s
-                    .parallel
-                    .as_ref()
-                    .map(|(lo, hi)| (lo.as_constant().unwrap_or(0), hi.as_constant().unwrap_or(0)))
+                    .constant_range()
+                    .map_err(|message| BuildError::Unsupported {
+                        what: "a kernel".into(),
+                        message,
+                    })?
                     .unwrap_or((0, 0));
-                format!("{{{}, {lo}, {hi}}}", s.symbol)
+                Ok(format!("{{{}, {lo}, {hi}}}", s.symbol))
             })
-            .collect();
+            .collect::<Result<Vec<String>, BuildError>>()?;
         let _ = writeln!(c, "static const struct xpu_stage stages{k}[] = {{{}}};", st.join(", "));
         let slots: Vec<String> = step.buffers.iter().map(|sl| c_slot(sl, &mut consts)).collect();
         let _ = writeln!(c, "static const struct xpu_slot slots{k}[] = {{{}}};", slots.join(", "));
