@@ -138,6 +138,26 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
     Ok(g)
 }
 
+/// An SGR-ML program and pseudo-random inputs for it, its symbolic dims bound to ROWS.
+fn sgr_program(path: &str, rows: Option<&String>) -> Result<(Graph, Vec<Tensor>)> {
+    let rows: usize = rows.context("ROWS")?.parse()?;
+    let g = xpu_ir::text::parse(&std::fs::read_to_string(path)?)
+        .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    let inputs = g
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let dims = g.ty(v).dims.as_ref().context("an input of unknown rank")?;
+            let shape: Vec<usize> =
+                dims.iter().map(|d| d.known().map_or(rows, |n| n as usize)).collect();
+            let n = shape.iter().product();
+            Ok(Tensor::from_vec(shape, pseudo_random(n, i as u64 + 1))?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((g, inputs))
+}
+
 fn main() -> Result<()> {
     // SAFETY: the first thing main does, before any thread exists.
     unsafe { xpu_engine_cpu::quiet_blas_threads() };
@@ -205,29 +225,9 @@ fn main() -> Result<()> {
         Some("llvm") => {
             // An SGR-ML program through the llvm engine alone (in-process, compiled once
             // before timing), its symbol N bound to ROWS, inputs pseudo-random.
-            let path = args.get(2).context("llvm PATH.sgr")?;
-            let rows: usize = args.get(3).context("llvm ROWS")?.parse()?;
+            let (g, inputs) = sgr_program(args.get(2).context("llvm PATH.sgr")?, args.get(3))?;
             let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(20);
             let threads: u32 = args.get(5).context("llvm THREADS")?.parse()?;
-            let g = xpu_ir::text::parse(&std::fs::read_to_string(path)?)
-                .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
-            let inputs = g
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let shape: Vec<usize> = g
-                        .ty(v)
-                        .dims
-                        .as_ref()
-                        .context("an input of unknown rank")?
-                        .iter()
-                        .map(|d| d.known().map_or(rows, |n| n as usize))
-                        .collect();
-                    let n = shape.iter().product();
-                    Ok(Tensor::from_vec(shape, pseudo_random(n, i as u64 + 1))?)
-                })
-                .collect::<Result<Vec<_>>>()?;
             let mut a = Assignment::new("llvm");
             a.options.threads = Some(threads);
             let exe = xpu_engine_llvm::LlvmEngine::new(None).prepare(&g, &a)?;
@@ -235,37 +235,26 @@ fn main() -> Result<()> {
             (m, mi, reps)
         }
         Some("llvm-compile") => {
-            // Loading a program's llvm kernels through the disk cache in DIR: the first call
-            // on an empty DIR compiles (cold), a second process finds the shared object.
-            let path = args.get(2).context("llvm-compile PATH.sgr")?;
-            let rows: usize = args.get(3).context("llvm-compile ROWS")?.parse()?;
+            // A program's first run on an llvm engine with its disk cache in DIR, as
+            // `prepare` and `run` do it: on an empty DIR it compiles (cold), a second process
+            // finds the shared object. Reported from the run's own facts.
+            let (g, inputs) =
+                sgr_program(args.get(2).context("llvm-compile PATH.sgr")?, args.get(3))?;
             let dir = args.get(4).context("llvm-compile DIR")?;
-            let g = xpu_ir::text::parse(&std::fs::read_to_string(path)?)
-                .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
-            let shapes: Vec<Vec<usize>> = g
-                .inputs
-                .iter()
-                .map(|&v| {
-                    let dims = g.ty(v).dims.iter().flatten();
-                    dims.map(|d| d.known().map_or(rows, |n| n as usize)).collect()
-                })
-                .collect();
-            let program = xpu_engine_llvm::lower::lower(&g, &shapes, &vec![None; shapes.len()])
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
-            let (ir, _) = xpu_engine_llvm::codegen::emit_module(&kernels)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let linker =
-                xpu_engine_llvm::cache::find_linker().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let cache = xpu_engine_llvm::cache::CodeCache::new(
-                xpu_engine_llvm::Target::host(),
-                Some(dir.into()),
-                linker,
-            )?;
-            let (_, source, ms) = cache.get(&ir)?;
-            let out =
-                serde_json::json!({"kernels": kernels.len(), "source": source.name(), "ms": ms});
-            println!("{out}");
+            let engine = xpu_engine_llvm::LlvmEngine::new(Some(dir.into()));
+            let run = engine.prepare(&g, &Assignment::new("llvm"))?.run(&inputs)?;
+            let fact = |key: &str| {
+                run.facts
+                    .iter()
+                    .find(|f| f.key == key)
+                    .map(|f| f.value.clone())
+                    .context(key.to_string())
+            };
+            let code = fact("llvm.code")?;
+            let source = code.split_once(" (").map_or("", |(_, s)| s.trim_end_matches(')'));
+            let kernels: usize = fact("llvm.kernels")?.split(' ').next().unwrap_or("0").parse()?;
+            let ms: f64 = fact("llvm.compile_ms")?.parse()?;
+            println!("{}", serde_json::json!({"kernels": kernels, "source": source, "ms": ms}));
             return Ok(());
         }
         Some("plan") => {
@@ -296,7 +285,7 @@ fn main() -> Result<()> {
             (times[times.len() / 2], times[0], reps)
         }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS"
+            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS | xpu-bench llvm-compile PATH.sgr ROWS DIR"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

@@ -24,22 +24,9 @@ fn xpuctl(args: &[&str], cache: &std::path::Path) -> (i32, String, String) {
 
 /// A .npy of f32 (C order) with values from a small formula.
 fn npy(path: &std::path::Path, shape: &[usize]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_text =
-        if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
     let n: usize = shape.iter().product();
-    for i in 0..n {
-        bytes.extend((((i * 37) % 101) as f32 / 25.0 - 2.0).to_le_bytes());
-    }
-    std::fs::write(path, bytes).unwrap();
+    let data: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0).collect();
+    common::write_npy_f32(path, shape, &data);
 }
 
 #[test]
@@ -116,11 +103,7 @@ fn run_ir_lir_and_a_riscv64_build_agree() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     // The same bits as the host JIT (the .npy headers may differ in padding).
-    let data = |p: std::path::PathBuf| {
-        let bytes = std::fs::read(p).unwrap();
-        let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-        bytes[10 + hlen..].to_vec()
-    };
+    let data = |p: std::path::PathBuf| xpu_runtime::tensors::read(&p).unwrap().1;
     assert_eq!(data(board_out.join("y.npy")), data(host_out.join("y.npy")));
 
     let (code, _, err) = xpuctl(

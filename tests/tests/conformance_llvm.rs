@@ -12,9 +12,9 @@
 //!
 //! `XPU_BLESS=1` rewrites `tests/conformance/onnx-node-report-llvm.md`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use xpu_engine::{Assignment, Capabilities, Engine, EngineError, Executable, Execution, Registry};
 use xpu_ir::{Graph, Tensor};
@@ -96,24 +96,40 @@ fn registry() -> Registry {
 }
 
 fn planned(order: &str, fallback: &str) -> Planned {
+    planned_with(policy(order, fallback))
+}
+
+fn planned_with(policy: Policy) -> Planned {
     Planned {
         registry: registry(),
-        policy: policy(order, fallback),
+        policy,
         on_llvm: Arc::new(AtomicUsize::new(0)),
         cases_on_llvm: Arc::new(Mutex::new(BTreeSet::new())),
     }
+}
+
+/// The baseline both tests hold llvm to: the same planned route with the cpu engine alone,
+/// run once per process — each passing case's outputs by name.
+fn cpu_baseline() -> &'static BTreeMap<String, Vec<Vec<Tensor>>> {
+    static BASELINE: OnceLock<BTreeMap<String, Vec<Vec<Tensor>>>> = OnceLock::new();
+    BASELINE.get_or_init(|| {
+        let cpu_only = planned("[\"cpu\"]", "deny");
+        let route = Route::Import(&cpu_only, Assignment::new("planned"));
+        let (_, results) = run_all(&cache_dir(), None, &route).unwrap_or_else(|e| panic!("{e}"));
+        results
+            .into_iter()
+            .filter(|r| r.status == Status::Pass)
+            .map(|r| (r.name, r.outputs))
+            .collect()
+    })
 }
 
 #[test]
 fn onnx_node_suite_with_llvm_first_loses_nothing() {
     let dir = cache_dir();
     let root = xpu_tests::repo_root().join("tests/conformance");
-    // The baseline: the same planned route with the cpu engine alone.
-    let cpu_only = planned("[\"cpu\"]", "deny");
-    let route = Route::Import(&cpu_only, Assignment::new("planned"));
-    let (_, baseline) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
-    let expected: BTreeSet<&str> =
-        baseline.iter().filter(|r| r.status == Status::Pass).map(|r| r.name.as_str()).collect();
+    let baseline = cpu_baseline();
+    let expected: BTreeSet<&str> = baseline.keys().map(String::as_str).collect();
     assert!(expected.len() >= 1000, "only {} cases pass on the planned cpu route", expected.len());
 
     let first = planned("[\"llvm\", \"cpu\"]", "allow");
@@ -138,8 +154,6 @@ fn onnx_node_suite_with_llvm_first_loses_nothing() {
     let pinned = planned("[\"llvm\"]", "deny");
     let route = Route::Import(&pinned, Assignment::new("planned"));
     let (_, alone) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
-    let cpu = xpu_engine_cpu::CpuEngine::new();
-    let cpu_route = Route::Import(&cpu, Assignment::new("cpu"));
     let mut differential = Vec::new();
     let mut alone_pass = 0;
     for r in alone.iter().filter(|r| r.status != Status::Unsupported) {
@@ -153,13 +167,8 @@ fn onnx_node_suite_with_llvm_first_loses_nothing() {
         if r.status != Status::Pass {
             continue;
         }
-        let (_, reference) = run_all(&dir, Some(&r.name), &cpu_route).unwrap();
-        let Some(reference) =
-            reference.iter().find(|c| c.name == r.name && c.status == Status::Pass)
-        else {
-            continue;
-        };
-        for (ds, (a, b)) in r.outputs.iter().zip(&reference.outputs).enumerate() {
+        let Some(reference) = baseline.get(&r.name) else { continue };
+        for (ds, (a, b)) in r.outputs.iter().zip(reference).enumerate() {
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 if let Err(m) = compare(x, y, 1e-5, 1e-6) {
                     differential
@@ -200,28 +209,19 @@ fn onnx_node_suite_with_llvm_first_loses_nothing() {
 #[test]
 fn riscv64_subset_under_qemu() {
     let dir = cache_dir();
-    let cpu_only = planned("[\"cpu\"]", "deny");
-    let route = Route::Import(&cpu_only, Assignment::new("planned"));
-    let (_, baseline) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
-    let expected: BTreeSet<&str> =
-        baseline.iter().filter(|r| r.status == Status::Pass).map(|r| r.name.as_str()).collect();
+    let baseline = cpu_baseline();
     let pins =
         ["unary", "activation", "binary", "compare", "select", "reduction", "softmax", "matmul"]
             .iter()
             .map(|c| format!("{c} = \"llvm.riscv\"\n"))
             .collect::<String>();
-    let riscv = Planned {
-        registry: registry(),
-        policy: policy_with("[\"llvm\"]", "deny", &format!("[kernels]\n{pins}")),
-        on_llvm: Arc::new(AtomicUsize::new(0)),
-        cases_on_llvm: Arc::new(Mutex::new(BTreeSet::new())),
-    };
+    let riscv = planned_with(policy_with("[\"llvm\"]", "deny", &format!("[kernels]\n{pins}")));
     let route = Route::Import(&riscv, Assignment::new("planned"));
     let (_, results) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));
     let ran: Vec<_> = results.iter().filter(|r| r.status != Status::Unsupported).collect();
     let failed: Vec<String> = ran
         .iter()
-        .filter(|r| expected.contains(r.name.as_str()) && r.status != Status::Pass)
+        .filter(|r| baseline.contains_key(&r.name) && r.status != Status::Pass)
         .map(|r| format!("{}: {} {}", r.name, r.status.name(), r.detail))
         .collect();
     let passed = ran.iter().filter(|r| r.status == Status::Pass).count();

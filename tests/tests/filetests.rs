@@ -31,12 +31,7 @@ fn run_file(path: &Path) -> Result<(), String> {
                 rest.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         }
         if let Some(rest) = line.strip_prefix("; memory:") {
-            let mut b = BTreeMap::new();
-            for kv in rest.split_whitespace() {
-                let (k, v) = kv.split_once('=').ok_or(format!("bad binding {kv}"))?;
-                b.insert(k.to_string(), v.parse().map_err(|_| format!("bad size in {kv}"))?);
-            }
-            memory = Some(b);
+            memory = Some(bindings(rest)?);
         }
     }
     if passes.is_empty() && memory.is_none() {
@@ -56,22 +51,38 @@ fn run_file(path: &Path) -> Result<(), String> {
     xpu_tests::check_golden(path, &input, SEPARATOR, &expected, &actual)
 }
 
-#[test]
-fn filetests() {
-    let dir = xpu_tests::repo_root().join("tests/filetests");
+/// `NAME=SIZE` bindings of a header line.
+fn bindings(line: &str) -> Result<BTreeMap<String, u64>, String> {
+    let mut b = BTreeMap::new();
+    for kv in line.split_whitespace() {
+        let (k, v) = kv.split_once('=').ok_or(format!("bad binding {kv}"))?;
+        b.insert(k.to_string(), v.parse().map_err(|_| format!("bad size in {kv}"))?);
+    }
+    Ok(b)
+}
+
+/// Runs `check` on every `.sgr` file of `dir` (at least `min` of them); every failure is
+/// reported with its file.
+fn check_all(dir: &str, min: usize, check: fn(&Path) -> Result<(), String>) {
+    let dir = xpu_tests::repo_root().join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/filetests exists")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "sgr"))
         .collect();
     files.sort();
-    assert!(files.len() >= 6, "expected the pass filetests in {}", dir.display());
+    assert!(files.len() >= min, "expected at least {min} filetests in {}", dir.display());
     let failures: Vec<String> = files
         .iter()
-        .filter_map(|f| run_file(f).err().map(|e| format!("{}: {e}", f.display())))
+        .filter_map(|f| check(f).err().map(|e| format!("{}: {e}", f.display())))
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn filetests() {
+    check_all("tests/filetests", 6, run_file);
 }
 
 fn run_lowering(path: &Path) -> Result<(), String> {
@@ -80,16 +91,10 @@ fn run_lowering(path: &Path) -> Result<(), String> {
         Some((i, e)) => (i.to_string(), e.trim_start_matches('\n').to_string()),
         None => (text.clone(), String::new()),
     };
-    let mut bindings = BTreeMap::new();
+    let mut bound: BTreeMap<String, u64> = BTreeMap::new();
     for line in input.lines() {
         if let Some(rest) = line.strip_prefix("; lower:") {
-            for kv in rest.split_whitespace() {
-                let (k, v) = kv.split_once('=').ok_or(format!("bad binding {kv}"))?;
-                bindings.insert(
-                    k.to_string(),
-                    v.parse::<usize>().map_err(|_| format!("bad size in {kv}"))?,
-                );
-            }
+            bound.extend(bindings(rest)?);
         }
     }
     let body: String = input.lines().filter(|l| !l.starts_with(';')).collect::<Vec<_>>().join("\n");
@@ -105,9 +110,10 @@ fn run_lowering(path: &Path) -> Result<(), String> {
                 .iter()
                 .map(|d| match d {
                     xpu_ir::Dim::Known(n) => Ok(*n as usize),
-                    xpu_ir::Dim::Sym(s) => {
-                        bindings.get(s).copied().ok_or(format!("bind {s} with `; lower: {s}=…`"))
-                    }
+                    xpu_ir::Dim::Sym(s) => bound
+                        .get(s)
+                        .map(|&n| n as usize)
+                        .ok_or(format!("bind {s} with `; lower: {s}=…`")),
                     xpu_ir::Dim::Unknown => Err("an unknown dim".to_string()),
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -131,18 +137,5 @@ fn run_lowering(path: &Path) -> Result<(), String> {
 
 #[test]
 fn llvm_lowering_filetests() {
-    let dir = xpu_tests::repo_root().join("tests/filetests/llvm");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/filetests/llvm exists")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sgr"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 2, "expected the lowering filetests in {}", dir.display());
-    let failures: Vec<String> = files
-        .iter()
-        .filter_map(|f| run_lowering(f).err().map(|e| format!("{}: {e}", f.display())))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    check_all("tests/filetests/llvm", 2, run_lowering);
 }

@@ -36,6 +36,11 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     v
 }
 
+/// [`values`] with the NaN and infinities replaced by `fill`.
+fn finite_values(n: usize, seed: u64, fill: f32) -> Vec<f32> {
+    values(n, seed).into_iter().map(|v| if v.is_finite() { v } else { fill }).collect()
+}
+
 /// Elementwise closeness: NaN where the reference has NaN, infinities equal, else within
 /// `rel` relative (or 1e-6 absolute near zero).
 fn assert_close(what: &str, got: &Tensor, want: &Tensor, rel: f64) {
@@ -224,11 +229,7 @@ fn ops_it_does_not_take_and_bad_inputs_are_errors_not_crashes() {
 /// Reductions over every axis combination, with keepdims both ways, against the cpu engine.
 #[test]
 fn reductions_over_any_axes_match_the_cpu_engine() {
-    let x = Tensor::from_vec(
-        vec![3, 4, 5],
-        values(60, 41).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect(),
-    )
-    .unwrap();
+    let x = Tensor::from_vec(vec![3, 4, 5], finite_values(60, 41, 0.5)).unwrap();
     let ops = [
         "reduce_sum",
         "reduce_mean",
@@ -316,12 +317,7 @@ fn matmul_in_every_numpy_form_matches_the_cpu_engine() {
             dims(b),
             dims(c)
         ));
-        let clean = |n: usize, seed| {
-            values(n, seed)
-                .into_iter()
-                .map(|v| if v.is_finite() { v } else { 0.25 })
-                .collect::<Vec<_>>()
-        };
+        let clean = |n: usize, seed| finite_values(n, seed, 0.25);
         let inputs = [
             Tensor::from_vec(a.to_vec(), clean(a.iter().product(), 51)).unwrap(),
             Tensor::from_vec(b.to_vec(), clean(b.iter().product(), 52)).unwrap(),
@@ -339,9 +335,7 @@ fn matmul_in_every_numpy_form_matches_the_cpu_engine() {
 /// finished row); an epilogue that broadcasts past the product's shape gets its own kernel.
 #[test]
 fn matmul_epilogues_fuse_when_they_keep_the_products_shape() {
-    let clean = |n: usize, seed| {
-        values(n, seed).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect::<Vec<_>>()
-    };
+    let clean = |n: usize, seed| finite_values(n, seed, 0.5);
     let g = parse(
         "graph \"d\" {\n  %0: f32[6,20] = input \"x\"\n  %1: f32[20,9] = input \"w\"\n  %2: f32[9] = input \"b\"\n  %3: f32[6,9] = matmul(%0, %1)\n  %4: f32[6,9] = add(%3, %2)\n  %5: f32[6,9] = relu(%4)\n  return \"y\" = %5\n}",
     );
@@ -383,11 +377,7 @@ fn a_very_long_chain_is_cut_into_bounded_kernels() {
     }
     src.push_str("  return \"y\" = %3000\n}");
     let g = parse(&src);
-    let x = Tensor::from_vec(
-        vec![4, 8],
-        values(32, 71).into_iter().map(|v| if v.is_finite() { v } else { 0.5 }).collect(),
-    )
-    .unwrap();
+    let x = Tensor::from_vec(vec![4, 8], finite_values(32, 71, 0.5)).unwrap();
     let mut exe = engine().prepare(&g, &Assignment::new("llvm")).unwrap();
     let out = exe.run(std::slice::from_ref(&x)).unwrap();
     let kernels = out.facts.iter().find(|f| f.key == "llvm.kernels").unwrap();

@@ -9,26 +9,9 @@ use xpu_engine::{Assignment, Engine};
 use xpu_engine_llvm::{LlvmEngine, riscv};
 use xpu_ir::Tensor;
 
-/// A minimal .npy writer (f32, C order).
+/// The .npy file the riscv64 device would be given.
 fn write_npy(path: &Path, t: &Tensor) {
-    let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
-    let shape = if shape.len() == 1 {
-        format!("({},)", shape[0])
-    } else {
-        format!("({})", shape.join(", "))
-    };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    for v in t.as_slice::<f32>().unwrap() {
-        bytes.extend(v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).unwrap();
+    std::fs::write(path, riscv::npy::encode(t).unwrap()).unwrap();
 }
 
 fn read_npy_f32(path: &Path) -> (String, Vec<f32>) {

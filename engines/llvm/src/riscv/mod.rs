@@ -18,7 +18,7 @@ use crate::compile::{self, Emit, Target};
 use crate::lower::{self, Program, Slot};
 
 pub mod device;
-mod npy;
+pub mod npy;
 
 pub(crate) const RUNTIME_C: &str = include_str!("runtime.c");
 const PROGRAM_H: &str = include_str!("program.h");
