@@ -386,3 +386,30 @@ fn a_very_long_chain_is_cut_into_bounded_kernels() {
     let want = xpu_engine_cpu::run_graph(&g, &[x]).unwrap().outputs;
     assert_close("long chain", &out.outputs[0], &want[0], 1e-4);
 }
+
+/// Two products feeding one elementwise op (a recurrent gate `x @ w + h @ u`): one is
+/// stored, the other keeps the epilogue; and a chain mixing f64 and f32 through casts
+/// inside a reduction body: both as the cpu engine computes them.
+#[test]
+fn two_products_in_one_epilogue_and_mixed_precision_prologues() {
+    let g = parse(
+        "graph \"gate\" {\n  %0: f32[3,5] = input \"x\"\n  %1: f32[5,4] = input \"w\"\n  %2: f32[3,6] = input \"h\"\n  %3: f32[6,4] = input \"u\"\n  %4: f32[3,4] = matmul(%0, %1)\n  %5: f32[3,4] = matmul(%2, %3)\n  %6: f32[3,4] = add(%4, %5)\n  %7: f32[3,4] = tanh(%6)\n  return \"y\" = %7\n}",
+    );
+    let inputs = [
+        Tensor::from_vec(vec![3, 5], finite_values(15, 81, 0.5)).unwrap(),
+        Tensor::from_vec(vec![5, 4], finite_values(20, 82, 0.5)).unwrap(),
+        Tensor::from_vec(vec![3, 6], finite_values(18, 83, 0.5)).unwrap(),
+        Tensor::from_vec(vec![6, 4], finite_values(24, 84, 0.5)).unwrap(),
+    ];
+    let want = xpu_engine_cpu::run_graph(&g, &inputs).unwrap().outputs;
+    let got = run(&g, &inputs, None).unwrap();
+    assert_close("gate", &got[0], &want[0], 1e-4);
+    let g = parse(
+        "graph \"mixed\" {\n  %0: f64[4,9] = input \"x\"\n  %1: f64[4,9] = relu(%0)\n  %2: f32[4,9] = cast(%1) {to = dtype<f32>}\n  %3: f32[4,9] = mul(%2, %2)\n  %4: i64[1] = constant {value = tensor<i64[1]> [-1]}\n  %5: f32[4,1] = reduce_sum(%3, %4)\n  return \"y\" = %5\n}",
+    );
+    let x: Vec<f64> = finite_values(36, 85, 0.5).into_iter().map(f64::from).collect();
+    let x = Tensor::from_vec(vec![4, 9], x).unwrap();
+    let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+    let got = run(&g, std::slice::from_ref(&x), None).unwrap();
+    assert_close("mixed precision", &got[0], &want[0], 1e-5);
+}

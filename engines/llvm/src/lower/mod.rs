@@ -315,8 +315,16 @@ impl Lowering<'_> {
         if op == Op::MatMul {
             return self.matmul(root, None);
         }
-        if let Some(&mm) = nodes.iter().find(|&&n| self.g.node(n).op == Op::MatMul) {
-            let epilogue: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != mm).collect();
+        let products: Vec<NodeId> =
+            nodes.iter().copied().filter(|&n| self.g.node(n).op == Op::MatMul).collect();
+        if let Some((&mm, others)) = products.split_last() {
+            // One product per kernel: any other (`x @ w + h @ u`) is stored first and read
+            // by the epilogue like any operand.
+            for &other in others {
+                self.matmul(other, None)?;
+            }
+            let epilogue: Vec<NodeId> =
+                nodes.iter().copied().filter(|&n| !products.contains(&n)).collect();
             if self.epilogue_fits(mm, root, &epilogue)? {
                 return self.matmul(mm, Some((root, &epilogue)));
             }
@@ -445,7 +453,7 @@ impl Lowering<'_> {
                         if ty.is_int() { Literal::Int(x as i64) } else { Literal::Float(x) };
                     body.let_(Expr::Const { ty, value })
                 }
-                None => body.let_(Expr::Load { buffer: format!("in{k}"), index: vec![index(k)] }),
+                None => body.load(&format!("in{k}"), index(k), elem),
             };
             names.insert(*v, name);
         }
@@ -455,11 +463,18 @@ impl Lowering<'_> {
                 n.inputs.iter().map(|i| i.map(|v| names[&v].clone())).collect();
             if n.op == Op::Pow {
                 // ONNX's pow mixes types (f32 ^ i64, i32 ^ f32): compute in the float type.
+                let float = n
+                    .inputs
+                    .iter()
+                    .zip(&args)
+                    .find(|(v, _)| v.is_some_and(|v| g.ty(v).dtype.is_float()))
+                    .and_then(|(_, a)| a.as_deref().map(|a| body.type_of(a)))
+                    .unwrap_or(compute);
                 for (arg, input) in args.iter_mut().zip(&n.inputs) {
                     if let (Some(a), Some(v)) = (arg.as_mut(), input)
                         && !g.ty(*v).dtype.is_float()
                     {
-                        *a = body.let_(Expr::Cast { arg: a.clone(), to: compute });
+                        *a = body.let_(Expr::Cast { arg: a.clone(), to: float });
                     }
                 }
             }

@@ -4,15 +4,18 @@
 use xpu_ir::{Attrs, Op};
 use xpu_lir::{BinaryOp as B, CmpOp as C, Expr, Literal, ScalarType, Stmt, UnaryOp as U};
 
-/// Builds the statements of one loop body, naming every value `%t<n>`.
+/// Builds the statements of one loop body, naming every value `%t<n>` and knowing its
+/// type, so a constant combined with a value takes that value's type (a chain may mix
+/// f64 and f32 through casts).
 pub struct Body {
     pub stmts: Vec<Stmt>,
     next: usize,
-    /// The compute type of float values.
+    /// The compute type of values the body did not define (a reduction's accumulators).
     pub ty: ScalarType,
     /// Prefixes every name, so one group's statements can be emitted several times in a
     /// kernel (a softmax's passes) with names still defined once.
     prefix: String,
+    types: std::collections::HashMap<String, ScalarType>,
 }
 
 impl Body {
@@ -21,14 +24,49 @@ impl Body {
     }
 
     pub fn with_prefix(ty: ScalarType, prefix: &str) -> Body {
-        Body { stmts: Vec::new(), next: 0, ty, prefix: prefix.to_string() }
+        Body {
+            stmts: Vec::new(),
+            next: 0,
+            ty,
+            prefix: prefix.to_string(),
+            types: Default::default(),
+        }
+    }
+
+    /// The type of a value: what the body defined it as, else the compute type.
+    pub fn type_of(&self, name: &str) -> ScalarType {
+        self.types.get(name).copied().unwrap_or(self.ty)
     }
 
     pub fn let_(&mut self, value: Expr) -> String {
+        let ty = match &value {
+            Expr::Const { ty, .. } | Expr::Reduce { ty, .. } => ty.compute(),
+            Expr::Cast { to, .. } => to.compute(),
+            Expr::Index(_) => ScalarType::I64,
+            Expr::Compare { .. } | Expr::Unary { op: U::IsNan | U::IsInf, .. } => ScalarType::Bool,
+            Expr::Unary { arg, .. } => self.type_of(arg),
+            Expr::Binary { lhs, .. } => self.type_of(lhs),
+            Expr::Select { then, .. } => self.type_of(then),
+            Expr::Load { .. } => self.ty,
+        };
         self.next += 1;
         let name = format!("{}{}", self.prefix, self.next);
         self.stmts.push(Stmt::Let { name: name.clone(), value });
+        self.types.insert(name.clone(), ty);
         name
+    }
+
+    /// A load of `buffer[index]`, whose elements are `elem`.
+    pub fn load(&mut self, buffer: &str, index: xpu_lir::Affine, elem: ScalarType) -> String {
+        let name = self.let_(Expr::Load { buffer: buffer.into(), index: vec![index] });
+        self.types.insert(name.clone(), elem.compute());
+        name
+    }
+
+    /// The constant `v` in the type of value `like`.
+    pub fn num_like(&mut self, like: &str, v: f64) -> String {
+        let ty = self.type_of(like);
+        self.let_(Expr::Const { ty, value: Literal::Float(v) })
     }
 
     /// A value computed by the caller's statements, adopted so later ones can use it.
@@ -59,13 +97,13 @@ impl Body {
 
     /// `op(a, constant)`.
     fn bin_k(&mut self, op: B, a: &str, k: f64) -> String {
-        let k = self.num(k);
+        let k = self.num_like(a, k);
         self.bin(op, a, &k)
     }
 
     /// `a op constant`, as a compare.
     fn cmp_k(&mut self, op: C, a: &str, k: f64) -> String {
-        let k = self.num(k);
+        let k = self.num_like(a, k);
         self.cmp(op, a, &k)
     }
 
@@ -79,7 +117,7 @@ impl Body {
         let ax = self.un(U::Abs, x);
         let nax = self.un(U::Neg, &ax);
         let e = self.un(U::Exp, &nax);
-        let one = self.num(1.0);
+        let one = self.num_like(x, 1.0);
         let d = self.bin(B::Add, &one, &e);
         let pos = self.bin(B::Div, &one, &d);
         let neg = self.bin(B::Div, &e, &d);
@@ -94,7 +132,7 @@ impl Body {
         let e = self.un(U::Exp, &nax);
         let l = self.un(U::Log1p, &e);
         let gt = self.cmp_k(C::Gt, x, 0.0);
-        let zero = self.num(0.0);
+        let zero = self.num_like(x, 0.0);
         let m = self.sel(&gt, x, &zero);
         self.bin(B::Add, &m, &l)
     }
@@ -201,7 +239,7 @@ pub fn lower(
         Op::Sigmoid => b.sigmoid(&x),
         Op::Relu => {
             let lt = b.cmp_k(C::Lt, &x, 0.0);
-            let zero = b.num(0.0);
+            let zero = b.num_like(&x, 0.0);
             b.sel(&lt, &zero, &x)
         }
         Op::Softplus => b.softplus(&x),
@@ -261,7 +299,7 @@ pub fn lower(
         }
         Op::ThresholdedRelu => {
             let gt = b.cmp_k(C::Gt, &x, alpha(1.0));
-            let zero = b.num(0.0);
+            let zero = b.num_like(&x, 0.0);
             b.sel(&gt, &x, &zero)
         }
         Op::Shrink => {
@@ -270,7 +308,7 @@ pub fn lower(
             let hi = b.cmp_k(C::Gt, &x, l);
             let plus = b.bin_k(B::Add, &x, bias);
             let minus = b.bin_k(B::Sub, &x, bias);
-            let zero = b.num(0.0);
+            let zero = b.num_like(&x, 0.0);
             let inner = b.sel(&hi, &minus, &zero);
             b.sel(&lo, &plus, &inner)
         }
