@@ -107,41 +107,44 @@ pub(crate) fn mm<T: Scalar>(
         gemv::gemv_rows(x, w, k, n, y);
         return;
     }
-    let parts = if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
-        1
-    } else {
-        crate::team::threads()
-    };
+    let product = m.saturating_mul(n).saturating_mul(k);
+    let parts = if product < SMALL_PRODUCT { 1 } else { crate::team::threads() };
+    // Which kernel runs is decided on the whole product, not per block: blocks shrink with
+    // the thread count, and the bits must not depend on it.
+    let unpacked = product <= UNPACKED_PRODUCT;
     let c = crate::team::SendPtr::new(c);
     // SAFETY (every `block` call below): the blocks are disjoint rectangles of the m×n C,
     // whose slice `covers` checked and which stays exclusively borrowed until `mm` returns;
     // A's rows and B's columns of each block lie inside the operands `covers` checked.
     if parts <= 1 {
-        unsafe { block(kernel, m, n, k, a, b, c.at(0), n) };
+        unsafe { block(kernel, unpacked, m, n, k, a, b, c.at(0), n) };
     } else if n >= parts * 2 * COLUMN_QUANTUM {
         let per = n.div_ceil(parts).next_multiple_of(COLUMN_QUANTUM);
         crate::team::for_each(n.div_ceil(per), |i| {
             let (c0, c1) = (i * per, ((i + 1) * per).min(n));
             let b = Mat { data: &b.data[c0 * b.cs..], ..b };
-            unsafe { block(kernel, m, c1 - c0, k, a, b, c.at(c0), n) };
+            unsafe { block(kernel, unpacked, m, c1 - c0, k, a, b, c.at(c0), n) };
         });
     } else {
         let per = m.div_ceil(parts.min(m));
         crate::team::for_each(m.div_ceil(per), |i| {
             let (r0, r1) = (i * per, ((i + 1) * per).min(m));
             let a = Mat { data: &a.data[r0 * a.rs..], ..a };
-            unsafe { block(kernel, r1 - r0, n, k, a, b, c.at(r0 * n), n) };
+            unsafe { block(kernel, unpacked, r1 - r0, n, k, a, b, c.at(r0 * n), n) };
         });
     }
 }
 
-/// One block of a product on the calling thread: C[m×n] (row stride `ldc`) = A · B.
+/// One block of a product on the calling thread: C[m×n] (row stride `ldc`) = A · B;
+/// `unpacked`: the whole product is small enough for the AVX-512 register-tile kernel.
 ///
 /// # Safety
 /// `c` points at an m×n block with row stride `ldc` that nothing else reads or writes
 /// meanwhile; A and B cover m×k and k×n at their strides.
+#[allow(clippy::too_many_arguments)]
 unsafe fn block<T: Scalar>(
     kernel: MatMulKernel,
+    unpacked: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -153,7 +156,7 @@ unsafe fn block<T: Scalar>(
     #[cfg(target_arch = "x86_64")]
     if kernel == MatMulKernel::Blas
         && b.cs == 1
-        && m.saturating_mul(n).saturating_mul(k) <= UNPACKED_PRODUCT
+        && unpacked
         && avx512::available()
         && let (Some(a), Some(b)) = (a.as_f32(), b.as_f32())
     {
