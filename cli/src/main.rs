@@ -536,8 +536,14 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                                 .device_kind()
                                 .map(|kind| format!(", on {kind}"))
                                 .unwrap_or_default();
+                            let narrower: usize = k.op_dtypes.iter().map(|e| e.ops.len()).sum();
+                            let narrower = if narrower > 0 {
+                                format!(" ({narrower} ops take fewer)")
+                            } else {
+                                String::new()
+                            };
                             println!(
-                                "  {:<18} {}, dtypes {}{kind}",
+                                "  {:<18} {}, dtypes {}{narrower}{kind}",
                                 k.name,
                                 runs.join(" + "),
                                 k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ")

@@ -210,11 +210,21 @@ fn onnx_node_suite_with_llvm_first_loses_nothing() {
 fn riscv64_subset_under_qemu() {
     let dir = cache_dir();
     let baseline = cpu_baseline();
-    let pins =
-        ["unary", "activation", "binary", "compare", "select", "reduction", "softmax", "matmul"]
-            .iter()
-            .map(|c| format!("{c} = \"llvm.riscv\"\n"))
-            .collect::<String>();
+    let pins = [
+        "unary",
+        "activation",
+        "binary",
+        "compare",
+        "logical",
+        "bitwise",
+        "select",
+        "reduction",
+        "softmax",
+        "matmul",
+    ]
+    .iter()
+    .map(|c| format!("{c} = \"llvm.riscv\"\n"))
+    .collect::<String>();
     let riscv = planned_with(policy_with("[\"llvm\"]", "deny", &format!("[kernels]\n{pins}")));
     let route = Route::Import(&riscv, Assignment::new("planned"));
     let (_, results) = run_all(&dir, None, &route).unwrap_or_else(|e| panic!("{e}"));

@@ -1,8 +1,9 @@
 //! The reference interpreter: runs a verified kernel over host buffers, one scalar at a
 //! time, with exactly the semantics the code generators must reproduce — f32 arithmetic in
-//! f32 (transcendental functions by [`math`]'s exact sequences), f16/bf16 rounded on store, reductions in their declared lane layout, NaN-propagating
-//! `max`/`min`, saturating float→int casts. It is the oracle generated code is tested
-//! against, and the way to run LIR where no compiler is available.
+//! f32 (transcendental functions by [`math`]'s exact sequences), f16/bf16 rounded on
+//! store, reductions in their declared lane layout, NaN-propagating `max`/`min`, float→int
+//! casts through i128 (numpy on x86). It is the oracle generated code is tested against,
+//! and the way to run LIR where no compiler is available.
 
 use std::collections::HashMap;
 
@@ -355,7 +356,14 @@ fn compare(op: CmpOp, a: Value, b: Value) -> bool {
     }
 }
 
-/// Conversions: float→int saturates (NaN → 0), anything→bool is `≠ 0`, bool→number is 0/1.
+/// A float's integer value before narrowing: truncated toward zero, saturated at i128's
+/// range, NaN as i64::MIN.
+fn float_to_int(f: f64) -> i128 {
+    if f.is_nan() { i64::MIN as i128 } else { f as i128 }
+}
+
+/// Conversions: float→int keeps the low bits of [`float_to_int`], anything→bool is `≠ 0`,
+/// bool→number is 0/1.
 fn cast(v: Value, to: ScalarType) -> Value {
     let f = match v {
         Value::Bool(b) => b as i64 as f64,
@@ -368,8 +376,10 @@ fn cast(v: Value, to: ScalarType) -> Value {
         (ScalarType::Bool, _) => Value::Bool(f != 0.0), // NaN ≠ 0: true
         (ScalarType::I32, Value::I64(i)) => Value::I32(i as i32),
         (ScalarType::I64, Value::I64(i)) => Value::I64(i),
-        (ScalarType::I32, _) => Value::I32(f as i32),
-        (ScalarType::I64, _) => Value::I64(f as i64),
+        // float → int as numpy's astype on x86 (and the cpu engine): truncate toward zero
+        // through a 128-bit integer, keep the low bits; NaN is i64::MIN.
+        (ScalarType::I32, _) => Value::I32(float_to_int(f) as i32),
+        (ScalarType::I64, _) => Value::I64(float_to_int(f) as i64),
         (ScalarType::F64, Value::I64(i)) => Value::F64(i as f64),
         (ScalarType::F64, _) => Value::F64(f),
         (_, Value::I64(i)) => Value::F32(i as f32),

@@ -596,7 +596,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let mut precision = f.precision;
-                if !k.dtypes.contains(&f.kernel_dtype) {
+                if !k.takes(f.op, f.kernel_dtype) {
                     // A default precision the kernel lacks: the next allowed storage precision
                     // it has is a candidate too; rule and keep_fp32 precisions are strict.
                     // Only as wide or wider (never silently narrower), narrowest first.
@@ -614,7 +614,7 @@ impl<'a> Planner<'a> {
                                     Some(*p) != f.precision
                                         && p.storage().is_some()
                                         && width(*p) >= target
-                                        && k.dtypes.contains(&p.kernel_dtype())
+                                        && k.takes(f.op, p.kernel_dtype())
                                 })
                                 .collect();
                             c.sort_by_key(|p| width(*p));

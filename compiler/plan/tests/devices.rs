@@ -78,6 +78,7 @@ impl Engine for SimEngine {
                 description: String::new(),
                 device: Some(DeviceKind::Cuda),
                 operand_dtypes: Vec::new(),
+                op_dtypes: Vec::new(),
             }],
             unavailable_kernels: Default::default(),
         }

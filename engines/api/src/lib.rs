@@ -91,6 +91,19 @@ pub struct KernelCaps {
     /// `dtypes` alone (the dtype a node computes at) would let such a node through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operand_dtypes: Vec<DType>,
+    /// Ops that compute at fewer dtypes than `dtypes` lists (`llvm.fused` adds integers
+    /// but not integer `exp`): a node of an op named here runs only at the dtypes its
+    /// entries list. Ops not named take every dtype of `dtypes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub op_dtypes: Vec<OpDtypes>,
+}
+
+/// A narrower dtype list for some of a kernel's ops.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpDtypes {
+    pub ops: Vec<Op>,
+    pub dtypes: Vec<DType>,
 }
 
 fn yes() -> bool {
@@ -113,7 +126,18 @@ impl KernelCaps {
     }
 
     pub fn supports(&self, op: Op, dtype: DType) -> bool {
-        self.runs_op(op) && self.dtypes.contains(&dtype)
+        self.runs_op(op) && self.takes(op, dtype)
+    }
+
+    /// Whether a node of `op` may compute at `dtype` here: `dtype` is one of `dtypes` and of
+    /// every `op_dtypes` entry naming `op`.
+    pub fn takes(&self, op: Op, dtype: DType) -> bool {
+        self.dtypes.contains(&dtype)
+            && self
+                .op_dtypes
+                .iter()
+                .filter(|e| e.ops.contains(&op))
+                .all(|e| e.dtypes.contains(&dtype))
     }
 
     /// The first of `operands` (a node's input and output dtypes) this kernel cannot hold.

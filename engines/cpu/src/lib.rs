@@ -343,6 +343,7 @@ impl Engine for CpuEngine {
                 HAS_BLAS.then(|| KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: KERNEL_BLAS.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -353,6 +354,7 @@ impl Engine for CpuEngine {
                 Some(KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: KERNEL_GEMM.into(),
                     ops: vec![Op::MatMul, Op::Gemm],
                     classes: vec![],
@@ -363,6 +365,7 @@ impl Engine for CpuEngine {
                 Some(KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: KERNEL_IM2COL.into(),
                     ops: vec![Op::Conv],
                     classes: vec![],
@@ -373,6 +376,7 @@ impl Engine for CpuEngine {
                 Some(KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: KERNEL_NAIVE.into(),
                     ops: supported_ops(),
                     classes: vec![],

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, Engine, EngineError,
-    Executable, KernelCaps, Value,
+    Executable, KernelCaps, OpDtypes, Value,
 };
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
@@ -88,27 +88,54 @@ fn riscv_device(runner: Option<Vec<String>>) -> Result<Arc<riscv::device::RiscvD
 pub const OPERAND_DTYPES: [DType; 7] =
     [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
 
-/// The dtypes `llvm.fused` takes (the dtype of a node's first float input).
+/// The float dtypes the host kernels compute at (a node's dtype is its first float
+/// input's); `llvm.fused` takes i32, i64 and bool too, for the ops `ops::dtypes_of` names.
 pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
 /// `llvm.riscv`: what the riscv64 device runs (f32 and f64: no f16 conversions in the
-/// riscv64 runtime, no bf16 .npy form).
+/// riscv64 runtime, no bf16 .npy form; and the integer and bool ops).
 fn riscv_kernel() -> KernelCaps {
+    let floats = [DType::F32, DType::F64];
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend(lower::REDUCE_OPS);
     ops.extend([Op::MatMul, Op::Constant]);
+    let mut narrower = elementwise_dtypes(&floats);
+    narrower.push(OpDtypes {
+        ops: lower::REDUCE_OPS.iter().copied().chain([Op::MatMul]).collect(),
+        dtypes: floats.to_vec(),
+    });
     KernelCaps {
         name: "llvm.riscv".into(),
         ops,
         classes: Vec::new(),
         // A subset of the host kernels' ops × dtypes, listed after them: with llvm first,
         // nothing lands on the riscv64 device unless a policy pins it there.
-        dtypes: vec![DType::F32, DType::F64],
+        dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool],
         deterministic: true,
         description: "partitions compiled ahead of time for riscv64 (rv64gc, lp64d) and run on the riscv64 device".into(),
         device: Some(xpu_engine::DeviceKind::Riscv64),
         operand_dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool],
+        op_dtypes: narrower,
     }
+}
+
+/// The elementwise ops' dtypes where they are narrower than floats + ints + bool: float
+/// functions take `floats` only, logical ops bools only, and so on (`ops::dtypes_of`).
+fn elementwise_dtypes(floats: &[DType]) -> Vec<OpDtypes> {
+    let all: Vec<DType> =
+        floats.iter().copied().chain([DType::I32, DType::I64, DType::Bool]).collect();
+    let mut entries: Vec<OpDtypes> = Vec::new();
+    for &op in lower::ops::OPS {
+        let dtypes = lower::ops::dtypes_of(op, floats);
+        if dtypes == all {
+            continue;
+        }
+        match entries.iter_mut().find(|e| e.dtypes == dtypes) {
+            Some(e) => e.ops.push(op),
+            None => entries.push(OpDtypes { ops: vec![op], dtypes }),
+        }
+    }
+    entries
 }
 
 fn kernels() -> Vec<KernelCaps> {
@@ -123,6 +150,7 @@ fn kernels() -> Vec<KernelCaps> {
         description: "reductions over any axes and softmax along an axis, elementwise producers computed inside; fixed 8-lane accumulators".into(),
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
+        op_dtypes: Vec::new(),
     };
     let gemm = KernelCaps {
         name: "llvm.gemm".into(),
@@ -134,16 +162,18 @@ fn kernels() -> Vec<KernelCaps> {
         device: None,
         // The row of C accumulates in the output: f16/bf16 would round at every step.
         operand_dtypes: vec![DType::F32, DType::F64],
+        op_dtypes: Vec::new(),
     };
     vec![reduce, gemm, KernelCaps {
         name: "llvm.fused".into(),
         ops,
         classes: Vec::new(),
-        dtypes: FUSED_DTYPES.to_vec(),
+        dtypes: OPERAND_DTYPES.to_vec(),
         deterministic: true,
-        description: "elementwise chains fused into one loop nest per group, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32)".into(),
+        description: "elementwise chains fused into one loop nest per group, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32; i32/i64 arithmetic wraps)".into(),
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
+        op_dtypes: elementwise_dtypes(&FUSED_DTYPES),
     }]
 }
 

@@ -158,6 +158,156 @@ fn binary_compare_and_select_ops_broadcast_like_numpy() {
     }
 }
 
+/// Integers with their edge values (wrapping arithmetic meets them).
+fn int_values(n: usize, seed: u64) -> Vec<i64> {
+    let edges = [0, 1, -1, i32::MAX as i64, i32::MIN as i64, i64::MAX, i64::MIN, 7];
+    (0..n)
+        .map(|i| match edges.get(i) {
+            Some(&e) => e,
+            None => (values(1, seed + i as u64)[0] * 1000.0).round() as i64,
+        })
+        .collect()
+}
+
+fn int_tensor(dtype: &str, shape: Vec<usize>, v: Vec<i64>) -> Tensor {
+    match dtype {
+        "i32" => Tensor::from_vec(shape, v.into_iter().map(|x| x as i32).collect()).unwrap(),
+        _ => Tensor::from_vec(shape, v).unwrap(),
+    }
+}
+
+/// Runs `g` on both engines; the results must be identical, and every node on llvm.
+fn check_exact(what: &str, src: &str, inputs: &[Tensor]) {
+    let g = parse(src);
+    let want = xpu_engine_cpu::run_graph(&g, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = run(&g, inputs, None).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for (i, (a, b)) in got.iter().zip(&want.outputs).enumerate() {
+        // Equal, with NaN equal to NaN.
+        let same = a.shape() == b.shape()
+            && a.dtype() == b.dtype()
+            && a.to_f64_vec()
+                .iter()
+                .zip(b.to_f64_vec())
+                .all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan())
+            && (a.to_i64_vec() == b.to_i64_vec());
+        assert!(same, "{what}: output {i}: llvm {a:?}, cpu {b:?}\n{src}");
+    }
+}
+
+/// Integer and bool elementwise ops (wrapping arithmetic, bitwise, logical, compares,
+/// select) against the cpu engine, exactly.
+#[test]
+fn integer_and_bool_ops_match_the_cpu_engine_exactly() {
+    for dt in ["i32", "i64"] {
+        let a = int_tensor(dt, vec![3, 1, 5], int_values(15, 11));
+        let b = int_tensor(dt, vec![4, 1], int_values(4, 13).into_iter().rev().collect());
+        let inputs = [a, b];
+        for op in
+            ["add", "sub", "mul", "max", "min", "sum", "bitwise_and", "bitwise_or", "bitwise_xor"]
+        {
+            check_exact(
+                &format!("{op} {dt}"),
+                &format!(
+                    "graph \"b\" {{\n  %0: {dt}[3,1,5] = input \"a\"\n  %1: {dt}[4,1] = input \"b\"\n  %2: {dt}[3,4,5] = {op}(%0, %1)\n  return \"y\" = %2\n}}"
+                ),
+                &inputs,
+            );
+        }
+        for op in ["abs", "neg", "sign", "relu", "bitwise_not", "identity"] {
+            check_exact(
+                &format!("{op} {dt}"),
+                &format!(
+                    "graph \"u\" {{\n  %0: {dt}[3,1,5] = input \"a\"\n  %1: {dt}[3,1,5] = {op}(%0)\n  return \"y\" = %1\n}}"
+                ),
+                &inputs[..1],
+            );
+        }
+        for op in ["equal", "less", "less_or_equal", "greater", "greater_or_equal"] {
+            check_exact(
+                &format!("{op} {dt}"),
+                &format!(
+                    "graph \"c\" {{\n  %0: {dt}[3,1,5] = input \"a\"\n  %1: {dt}[4,1] = input \"b\"\n  %2: bool[3,4,5] = {op}(%0, %1)\n  %3: {dt}[3,4,5] = where(%2, %0, %1)\n  %4: bool[3,4,5] = not(%2)\n  return \"m\" = %4\n  return \"y\" = %3\n}}"
+                ),
+                &inputs,
+            );
+        }
+    }
+    let p = Tensor::from_vec(vec![2, 3], vec![true, false, true, false, false, true]).unwrap();
+    let q = Tensor::from_vec(vec![3], vec![true, true, false]).unwrap();
+    for op in ["and", "or", "xor", "equal"] {
+        check_exact(
+            op,
+            &format!(
+                "graph \"l\" {{\n  %0: bool[2,3] = input \"p\"\n  %1: bool[3] = input \"q\"\n  %2: bool[2,3] = {op}(%0, %1)\n  %3: bool[2,3] = where(%2, %1, %0)\n  return \"y\" = %3\n}}"
+            ),
+            &[p.clone(), q.clone()],
+        );
+    }
+}
+
+/// The capability says which op takes which dtypes: integer arithmetic that wraps yes,
+/// integer division and float functions of integers no, logical ops on bools only.
+#[test]
+fn the_capability_lists_each_ops_dtypes() {
+    use xpu_ir::{DType, Op};
+    let caps = engine().capabilities();
+    // The host kernels (llvm.riscv, where qemu is installed, takes the same ops).
+    let on = |op, dt| {
+        caps.kernels_for(op, dt)
+            .filter(|k| k.device.is_none())
+            .map(|k| k.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(on(Op::Add, DType::I32), ["llvm.fused"]);
+    assert_eq!(on(Op::BitwiseXor, DType::I64), ["llvm.fused"]);
+    assert_eq!(on(Op::And, DType::Bool), ["llvm.fused"]);
+    assert_eq!(on(Op::Cast, DType::Bool), ["llvm.fused"]);
+    assert_eq!(on(Op::Exp, DType::F16), ["llvm.fused"]);
+    for (op, dt) in [
+        (Op::Div, DType::I32),
+        (Op::Mod, DType::I64),
+        (Op::Exp, DType::I32),
+        (Op::And, DType::F32),
+        (Op::BitwiseAnd, DType::Bool),
+        (Op::ReduceSum, DType::I64),
+        (Op::Add, DType::U8),
+    ] {
+        assert!(on(op, dt).is_empty(), "{op} at {dt}: {:?}", on(op, dt));
+    }
+}
+
+/// Casts between f32, f64, i32, i64 and bool — NaN, infinities and out-of-range floats
+/// included — give the cpu engine's values exactly (numpy's astype on x86).
+#[test]
+fn casts_between_floats_ints_and_bools_match_the_cpu_engine_exactly() {
+    let mut f = values(24, 17);
+    f.extend([3e9, -3e9, 1e10, -1e19, 2.5, -2.5, 1e30, 0.99]);
+    let x = Tensor::from_vec(vec![32], f.clone()).unwrap();
+    let xd =
+        Tensor::from_vec(vec![32], f.iter().map(|&v| v as f64 * 1.000_000_1).collect()).unwrap();
+    let inputs = [
+        ("f32", x),
+        ("f64", xd),
+        ("i32", int_tensor("i32", vec![32], int_values(32, 19))),
+        ("i64", int_tensor("i64", vec![32], int_values(32, 23))),
+        ("bool", Tensor::from_vec(vec![32], (0..32).map(|i| i % 3 == 0).collect()).unwrap()),
+    ];
+    for (from, t) in &inputs {
+        for to in ["f32", "f64", "i32", "i64", "bool"] {
+            if *from == to {
+                continue;
+            }
+            check_exact(
+                &format!("cast {from} → {to}"),
+                &format!(
+                    "graph \"k\" {{\n  %0: {from}[32] = input \"x\"\n  %1: {to}[32] = cast(%0) {{to = dtype<{to}>}}\n  return \"y\" = %1\n}}"
+                ),
+                std::slice::from_ref(t),
+            );
+        }
+    }
+}
+
 /// GELU written out op by op, with a bias broadcast: one kernel, the cpu engine's values.
 #[test]
 fn a_chain_fuses_into_one_kernel_and_matches_the_cpu_engine() {

@@ -168,6 +168,7 @@ impl Engine for OrtEngine {
             kernels.push(KernelCaps {
                 device: None,
                 operand_dtypes: Vec::new(),
+                op_dtypes: Vec::new(),
                 name: (*kernel).into(),
                 ops: Vec::new(),
                 classes: classes.clone(),

@@ -206,6 +206,7 @@ impl Engine for TableEngine {
                 KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: NATIVE_KERNEL.into(),
                     ops: vec![Op::Describe],
                     classes: vec![],
@@ -218,6 +219,7 @@ impl Engine for TableEngine {
                 KernelCaps {
                     device: None,
                     operand_dtypes: Vec::new(),
+                    op_dtypes: Vec::new(),
                     name: KERNEL.into(),
                     ops: vec![],
                     classes: vec![OpClass::Table],

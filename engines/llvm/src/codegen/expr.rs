@@ -222,7 +222,8 @@ impl FnEmitter<'_> {
         Val { ty: ScalarType::Bool, repr }
     }
 
-    /// Conversions as the interpreter does them: float→int saturates (NaN → 0), anything
+    /// Conversions as the interpreter does them: float→int truncates through i128 and keeps
+    /// the low bits (NaN → i64::MIN's), anything
     /// → bool is `≠ 0` (NaN → true), bool → number is 0 or 1.
     pub(crate) fn cast(&mut self, v: &Val, to: ScalarType) -> Val {
         use ScalarType::*;
@@ -241,7 +242,15 @@ impl FnEmitter<'_> {
             (_, _) if from.is_int() => self.inst(format!("sitofp {ft} {x} to {tt}")),
             (F32, F64) => self.inst(format!("fpext float {x} to double")),
             (F64, F32) => self.inst(format!("fptrunc double {x} to float")),
-            _ => self.inst(format!("call {tt} @llvm.fptosi.sat.{}.{}({ft} {x})", tt, suffix(from))),
+            _ => {
+                // As the cpu engine (numpy's astype on x86): truncate through i128, NaN is
+                // i64::MIN, keep the low bits.
+                let wide = self
+                    .inst(format!("call i128 @llvm.fptosi.sat.i128.{}({ft} {x})", suffix(from)));
+                let nan = self.inst(format!("fcmp uno {ft} {x}, {x}"));
+                let w = self.inst(format!("select i1 {nan}, i128 {}, i128 {wide}", i64::MIN));
+                self.inst(format!("trunc i128 {w} to {tt}"))
+            }
         };
         Val { ty: to, repr }
     }

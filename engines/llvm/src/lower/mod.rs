@@ -103,6 +103,11 @@ impl From<LowerError> for xpu_engine::EngineError {
 }
 
 /// The LIR type that stores `d`, if any.
+/// Whether an integer survives the trip through f64 that inlined constants take.
+fn exact_in_f64(i: i64) -> bool {
+    i.unsigned_abs() <= 1 << 53
+}
+
 pub fn scalar_type(d: DType) -> Option<ScalarType> {
     Some(match d {
         DType::Bool => ScalarType::Bool,
@@ -401,6 +406,7 @@ impl Lowering<'_> {
             if let Slot::Constant(t) = &slot
                 && t.numel() == 1
                 && elem != ScalarType::Bool
+                && (!elem.is_int() || t.to_i64_vec().is_some_and(|v| exact_in_f64(v[0])))
             {
                 scalars.insert(*v, t.to_f64_vec()[0]);
                 continue;

@@ -1,7 +1,7 @@
 //! Each elementwise SGR-ML op as LIR-ML scalar statements, following the cpu engine's
 //! formulas (the reference the differential tests hold this engine to).
 
-use xpu_ir::{Attrs, Op};
+use xpu_ir::{Attrs, DType, Op};
 use xpu_lir::{BinaryOp as B, CmpOp as C, Expr, Literal, ScalarType, Stmt, UnaryOp as U};
 
 /// Builds the statements of one loop body, naming every value `%t<n>` and knowing its
@@ -66,7 +66,12 @@ impl Body {
     /// The constant `v` in the type of value `like`.
     pub fn num_like(&mut self, like: &str, v: f64) -> String {
         let ty = self.type_of(like);
-        self.let_(Expr::Const { ty, value: Literal::Float(v) })
+        let value = match ty {
+            ScalarType::Bool => Literal::Bool(v != 0.0),
+            t if t.is_int() => Literal::Int(v as i64),
+            _ => Literal::Float(v),
+        };
+        self.let_(Expr::Const { ty, value })
     }
 
     /// A value computed by the caller's statements, adopted so later ones can use it.
@@ -142,7 +147,7 @@ impl Body {
 /// engine's own check).
 pub type Unsupported = String;
 
-/// The ops [`lower`] takes (with float inputs; see the crate doc).
+/// The ops [`lower`] takes; [`dtypes_of`] says at which dtypes.
 pub const OPS: &[Op] = &[
     Op::Identity,
     Op::Abs,
@@ -196,7 +201,72 @@ pub const OPS: &[Op] = &[
     Op::GreaterOrEqual,
     Op::Where,
     Op::Cast,
+    Op::Not,
+    Op::And,
+    Op::Or,
+    Op::Xor,
+    Op::BitwiseNot,
+    Op::BitwiseAnd,
+    Op::BitwiseOr,
+    Op::BitwiseXor,
 ];
+
+/// The ops of [`OPS`] that also compute on i32 and i64 (numpy's integer semantics: wrapping
+/// arithmetic). Integer `div` and `mod` are not among them: a zero divisor is an error the
+/// cpu engine reports, and compiled code has no error path.
+pub const INT_OPS: &[Op] = &[
+    Op::Identity,
+    Op::Abs,
+    Op::Neg,
+    Op::Sign,
+    Op::Relu,
+    Op::Clip,
+    Op::Add,
+    Op::Sub,
+    Op::Mul,
+    Op::Max,
+    Op::Min,
+    Op::Sum,
+    Op::Equal,
+    Op::Less,
+    Op::LessOrEqual,
+    Op::Greater,
+    Op::GreaterOrEqual,
+    Op::Where,
+    Op::Cast,
+    Op::BitwiseNot,
+    Op::BitwiseAnd,
+    Op::BitwiseOr,
+    Op::BitwiseXor,
+];
+
+/// The ops of [`OPS`] that compute on bools.
+pub const BOOL_OPS: &[Op] =
+    &[Op::Identity, Op::Equal, Op::Where, Op::Cast, Op::Not, Op::And, Op::Or, Op::Xor];
+
+/// The ops of [`OPS`] that take no float inputs.
+pub const NON_FLOAT_OPS: &[Op] = &[
+    Op::Not,
+    Op::And,
+    Op::Or,
+    Op::Xor,
+    Op::BitwiseNot,
+    Op::BitwiseAnd,
+    Op::BitwiseOr,
+    Op::BitwiseXor,
+];
+
+/// The dtypes a node of `op` computes at in a kernel whose float dtypes are `floats`.
+pub fn dtypes_of(op: Op, floats: &[DType]) -> Vec<DType> {
+    let mut d = if NON_FLOAT_OPS.contains(&op) { Vec::new() } else { floats.to_vec() };
+    if INT_OPS.contains(&op) {
+        d.extend([DType::I32, DType::I64]);
+    }
+    if BOOL_OPS.contains(&op) {
+        d.push(DType::Bool);
+    }
+    d
+}
 
 /// Emits `op` over `args` (value names; `None` for an omitted optional input) into `b`;
 /// `scalar(i)` is input `i`'s value when it is a one-element constant. Returns the name
@@ -380,6 +450,11 @@ pub fn lower(
             b.sel(&x, &t, &f)
         }
         Op::Cast => b.let_(Expr::Cast { arg: x, to: out.compute() }),
+        // Logical ops on bools and bitwise ops on integers are the same LIR-ML operations.
+        Op::Not | Op::BitwiseNot => b.un(U::Not, &x),
+        Op::And | Op::BitwiseAnd => b.bin(B::And, &x, &arg(1)?),
+        Op::Or | Op::BitwiseOr => b.bin(B::Or, &x, &arg(1)?),
+        Op::Xor | Op::BitwiseXor => b.bin(B::Xor, &x, &arg(1)?),
         other => return Err(format!("the llvm engine does not lower {other}")),
     })
 }
