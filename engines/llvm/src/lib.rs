@@ -158,7 +158,7 @@ fn kernels() -> Vec<KernelCaps> {
         classes: Vec::new(),
         dtypes: vec![DType::F32, DType::F64],
         deterministic: true,
-        description: "numpy matmul (batched, broadcast, 1-D operands) as i-k-j loops vectorised over j; k summed in order; not tiled yet".into(),
+        description: "numpy matmul (batched, broadcast, 1-D operands): 4-row blocks sharing each load of B, L2 panels of B, vectorised over j; k summed in order".into(),
         device: None,
         // The row of C accumulates in the output: f16/bf16 would round at every step.
         operand_dtypes: vec![DType::F32, DType::F64],

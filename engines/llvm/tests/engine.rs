@@ -451,13 +451,19 @@ fn softmax_written_out_and_as_the_op_match_the_cpu_engine() {
 /// numpy matmul: 2-D, batched with broadcasting, 1-D on either side; the cpu engine's values.
 #[test]
 fn matmul_in_every_numpy_form_matches_the_cpu_engine() {
-    let cases: [(&[usize], &[usize], &[usize]); 6] = [
+    // The last four take the tiled path: row blocks in chunks of 16 (64 rows), of 9 with a
+    // row left over, batched with 11-block chunks and a `k` tail after the panel, and
+    // 8-row panels of a wide `B` with a tail.
+    let cases: [(&[usize], &[usize], &[usize]); 9] = [
         (&[7, 13], &[13, 5], &[7, 5]),
         (&[3, 7, 13], &[13, 5], &[3, 7, 5]),
         (&[2, 1, 4, 6], &[3, 6, 2], &[2, 3, 4, 2]),
         (&[13], &[13, 5], &[5]),
         (&[7, 13], &[13], &[7]),
         (&[64, 200], &[200, 96], &[64, 96]),
+        (&[37, 300], &[300, 70], &[37, 70]),
+        (&[2, 45, 2000], &[2000, 40], &[2, 45, 40]),
+        (&[8, 9], &[9, 8000], &[8, 8000]),
     ];
     let dims = |s: &[usize]| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
     for (a, b, c) in cases {
@@ -472,13 +478,50 @@ fn matmul_in_every_numpy_form_matches_the_cpu_engine() {
             Tensor::from_vec(a.to_vec(), clean(a.iter().product(), 51)).unwrap(),
             Tensor::from_vec(b.to_vec(), clean(b.iter().product(), 52)).unwrap(),
         ];
-        let want = xpu_engine_cpu::run_graph(&g, &inputs).unwrap().outputs;
         let got = run(&g, &inputs, None).unwrap_or_else(|e| panic!("{a:?} @ {b:?}: {e}"));
-        assert_close(&format!("{a:?} @ {b:?}"), &got[0], &want[0], 1e-4);
+        assert_product_close(&format!("{a:?} @ {b:?}"), &g, &inputs, &got[0]);
         // The same bits at 1 and 2 threads.
         let one = run(&g, &inputs, Some(1)).unwrap();
         assert_eq!(one[0], got[0]);
     }
+}
+
+/// A product (and what follows it) within the standard bound of the cpu engine's:
+/// |got − want| ≤ 4·k·2⁻²⁴·(|a|·|b|), the second product computed on absolute values —
+/// sums of many terms cancel, and the two engines add them in different orders.
+fn assert_product_close(what: &str, g: &Graph, inputs: &[Tensor], got: &Tensor) {
+    let want = xpu_engine_cpu::run_graph(g, inputs).unwrap().outputs;
+    let abs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            let v: Vec<f32> = t.to_f64_vec().iter().map(|x| x.abs() as f32).collect();
+            Tensor::from_vec(t.shape().to_vec(), v).unwrap()
+        })
+        .collect();
+    let scale = xpu_engine_cpu::run_graph(g, &abs).unwrap().outputs;
+    let k = inputs[0].shape().last().copied().unwrap_or(1) as f64;
+    assert_eq!(got.shape(), want[0].shape(), "{what}: shape");
+    let (g, w, s) = (got.to_f64_vec(), want[0].to_f64_vec(), scale[0].to_f64_vec());
+    for (i, ((a, b), m)) in g.iter().zip(&w).zip(&s).enumerate() {
+        let bound = 4.0 * k * f64::from(f32::EPSILON) / 2.0 * m.abs() + 1e-6;
+        assert!((a - b).abs() <= bound, "{what}[{i}]: llvm {a}, cpu {b}, bound {bound}");
+    }
+}
+
+/// The tiled path's epilogue runs over every row of every block and the rows left over.
+#[test]
+fn a_tiled_product_with_an_epilogue_matches_the_cpu_engine() {
+    let g = parse(
+        "graph \"d\" {\n  %0: f32[37,300] = input \"x\"\n  %1: f32[300,70] = input \"w\"\n  %2: f32[70] = input \"b\"\n  %3: f32[37,70] = matmul(%0, %1)\n  %4: f32[37,70] = add(%3, %2)\n  %5: f32[37,70] = relu(%4)\n  return \"y\" = %5\n}",
+    );
+    let inputs = [
+        Tensor::from_vec(vec![37, 300], finite_values(37 * 300, 61, 0.5)).unwrap(),
+        Tensor::from_vec(vec![300, 70], finite_values(300 * 70, 62, 0.5)).unwrap(),
+        Tensor::from_vec(vec![70], finite_values(70, 63, 0.5)).unwrap(),
+    ];
+    let got = run(&g, &inputs, Some(2)).unwrap();
+    assert_product_close("relu(x @ w + b)", &g, &inputs, &got[0]);
+    assert_eq!(run(&g, &inputs, Some(1)).unwrap()[0], got[0], "1 and 2 threads");
 }
 
 /// A dense layer `relu(x @ w + b)` is one kernel (the bias and activation run over each
