@@ -457,6 +457,19 @@ def bench_llvm(rows):
         bw_ok = bw_ok and ratio >= 0.7
         print(f"  {name:<36} {bw / 1e9:6.1f} GB/s   {ratio:5.2f}{'' if ratio >= 0.7 else '  MISSED'}")
         rows.append(("llvm chain bandwidth / triad", name, "llvm.fused", bw / 1e9, bw_triad / 1e9, ratio))
+    # A memory-bound chain (bias + ReLU, as an epilogue writes it), for reference: what a
+    # chain with little arithmetic per byte reaches against the same triad (not a bar chain).
+    bias_relu = os.path.join(OUT, "bias_relu.sgr")
+    with open(bias_relu, "w") as fh:
+        fh.write('graph "bias_relu" {\n  %0: f32[N,1024] = input "x"\n  %1: f32[1024] = input "b"\n'
+                 '  %2: f32[N,1024] = add(%0, %1)\n  %3: f32[N,1024] = relu(%2)\n  return "y" = %3\n}\n')
+    t_br, t_tr = float("inf"), float("inf")
+    for _ in range(ROUNDS):
+        t_tr = min(t_tr, xpu("llvm", triad, n, 20, THREADS))
+        t_br = min(t_br, xpu("llvm", bias_relu, n, 20, THREADS))
+    ratio = (2 * 4 * n * 1024 / t_br) / (3 * 4 * n * 1024 / t_tr)
+    print(f"  {'bias + relu (reference, no bar)':<36} {2 * 4 * n * 1024 / t_br / 1e9:6.1f} GB/s   {ratio:5.2f}")
+    rows.append(("llvm chain bandwidth / triad", "bias + relu (reference)", "llvm.fused", 2 * 4 * n * 1024 / t_br / 1e9, 3 * 4 * n * 1024 / t_tr / 1e9, ratio))
     whole_ok = bench_whole_chain(rows, cases[0])
     rows_ok = bench_llvm_rows(rows)
     # llvm.gemm against numpy/OpenBLAS: reported (no bar yet).
