@@ -106,6 +106,31 @@ fn run_ir_lir_and_a_riscv64_build_agree() {
     let data = |p: std::path::PathBuf| xpu_runtime::tensors::read(&p).unwrap().1;
     assert_eq!(data(board_out.join("y.npy")), data(host_out.join("y.npy")));
 
+    // An RVV build, written to a directory named relative to the working directory: its
+    // `run` enables the vector extension under qemu, and the bits are the host JIT's.
+    let program = common::repo().join("tests/programs/gelu_chain.sgr");
+    let built = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["build", &program.display().to_string(), "--target", "riscv64"])
+        .args(["--bind", "N=4", "--vector", "-o", "rvv"])
+        .env("XPU_CACHE_DIR", &cache)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let rvv_out = dir.path().join("rvv-out");
+    let run = Command::new(dir.path().join("rvv/run"))
+        .arg("--input")
+        .arg(format!("x={}", x.display()))
+        .arg("--input")
+        .arg(format!("b={}", b.display()))
+        .arg("--out")
+        .arg(&rvv_out)
+        .env_remove("XPU_RISCV_RUNNER")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(data(rvv_out.join("y.npy")), data(host_out.join("y.npy")));
+
     let (code, _, err) = xpuctl(
         &[
             "build",

@@ -169,6 +169,8 @@ pub fn build_named(
     let target = Target::riscv64(vector);
     let object = compile::compile(&ir, &target, Emit::Object)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    // The compiler runs in a scratch directory: a relative `dir` must not resolve there.
+    let dir = &std::path::absolute(dir).map_err(io(dir))?;
     let named = |given: Option<String>, prefix: &str, i: usize| match names {
         Names::Graph => given.unwrap_or_default(),
         Names::Positional => format!("{prefix}{i}"),
@@ -220,7 +222,7 @@ pub fn build_named(
         )));
     }
     let run = dir.join("run");
-    std::fs::write(&run, RUN_SH).map_err(io(&run))?;
+    std::fs::write(&run, run_script(vector)).map_err(io(&run))?;
     set_executable(&run)?;
     let manifest = Manifest {
         program: g.name.clone(),
@@ -257,6 +259,16 @@ case "$(uname -m)" in
   *) exec ${XPU_RISCV_RUNNER:-qemu-riscv64} "$here/program" "$@" ;;
 esac
 "#;
+
+/// The build's `run` script. A `--vector` build uses RVV 1.0 instructions: under qemu its
+/// default CPU lacks them (SIGILL), so the default runner enables the extension.
+fn run_script(vector: bool) -> String {
+    if vector {
+        RUN_SH.replace("qemu-riscv64}", "qemu-riscv64 -cpu rv64,v=true,vext_spec=v1.0}")
+    } else {
+        RUN_SH.to_string()
+    }
+}
 
 fn set_executable(path: &Path) -> Result<(), BuildError> {
     use std::os::unix::fs::PermissionsExt;
