@@ -62,7 +62,7 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
 pub fn definitions(used: &BTreeSet<&'static str>) -> String {
     let mut s = String::new();
     for name in used {
-        s.push_str(&expand_constants(match *name {
+        s.push_str(&expand_constants(&expand_horner(match *name {
             "xpu.expf" => EXPF,
             "xpu.logf" => LOGF,
             "xpu.tanhf" => TANHF,
@@ -70,22 +70,57 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
             "xpu.log1pf" => LOG1PF,
             "xpu.expm1f" => EXPM1F,
             _ => "",
-        }));
+        })));
     }
     s
+}
+
+/// The routines write a polynomial as `%y = horner float %x, NAME`: Horner's rule over the
+/// coefficients of table `NAME`, highest first, one fused multiply-add per step (as
+/// `xpu_lir::math::horner` computes it), the steps named `%y.1`, `%y.2`, ….
+fn expand_horner(template: &str) -> String {
+    let mut out = String::with_capacity(template.len() * 2);
+    for line in template.lines() {
+        let parsed = line.trim().split_once(" = horner float ").and_then(|(dst, rest)| {
+            let (x, name) = rest.split_once(", ")?;
+            Some((dst, x, name, table(name)?.len()))
+        });
+        let Some((dst, x, name, n)) = parsed.filter(|p| p.3 >= 2) else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let mut acc = format!("f({name}.0)");
+        for i in 1..n {
+            let step = if i + 1 == n { dst.to_string() } else { format!("{dst}.{i}") };
+            let _ = writeln!(
+                out,
+                "  {step} = call float @llvm.fma.f32(float {acc}, float {x}, float f({name}.{i}))"
+            );
+            acc = step;
+        }
+    }
+    out
 }
 
 /// A constant the routines name: one of LIR-ML's (`xpu_lir::math::k`, so compiled code
 /// and the interpreter use the same values), or a decimal.
 fn constant(name: &str) -> Option<f64> {
-    use xpu_lir::math::k;
     let (base, index) = match name.split_once('.') {
         Some((b, i)) if b.chars().all(|c| c.is_ascii_uppercase() || c == '_') => {
             (b, i.parse().ok())
         }
         _ => (name, None),
     };
-    let table: &[f32] = match base {
+    let Some(table) = table(base) else { return name.parse::<f64>().ok() };
+    table.get(index.unwrap_or(0)).map(|&v| v as f64)
+}
+
+/// The values of a named constant of the routines (a polynomial's coefficients, highest
+/// first), `None` for a name that is not one.
+fn table(base: &str) -> Option<&'static [f32]> {
+    use xpu_lir::math::k;
+    Some(match base {
         "LOG2E" => &[k::LOG2E],
         "LN2_HI" => &[k::LN2_HI],
         "LN2_LO" => &[k::LN2_LO],
@@ -97,9 +132,8 @@ fn constant(name: &str) -> Option<f64> {
         "TANH_P" => &k::TANH_P,
         "ERF_T" => &k::ERF_T,
         "ERF_A" => &k::ERF_A,
-        _ => return name.parse::<f64>().ok(),
-    };
-    table.get(index.unwrap_or(0)).map(|&v| v as f64)
+        _ => return None,
+    })
 }
 
 /// The routines are written with `f(NAME)` or `f(<decimal>)` for constants, which LLVM
@@ -167,13 +201,9 @@ entry:
   %nn = fneg float %n
   %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %xc)
   %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
-  %p1 = call float @llvm.fma.f32(float %r, float f(EXP_P.0), float f(EXP_P.1))
-  %p2 = call float @llvm.fma.f32(float %p1, float %r, float f(EXP_P.2))
-  %p3 = call float @llvm.fma.f32(float %p2, float %r, float f(EXP_P.3))
-  %p4 = call float @llvm.fma.f32(float %p3, float %r, float f(EXP_P.4))
-  %p9 = call float @llvm.fma.f32(float %p4, float %r, float f(EXP_P.5))
+  %poly = horner float %r, EXP_P
   %rr = fmul float %r, %r
-  %y1 = call float @llvm.fma.f32(float %p9, float %rr, float %r)
+  %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
   %y = fadd float %y1, 1.0
   %ni = fptosi float %n to i32
   %n1 = ashr i32 %ni, 1
@@ -215,15 +245,8 @@ entry:
   %mm = select i1 %lo, float %m2, float %m
   %f = fsub float %mm, 1.0
   %z = fmul float %f, %f
-  %q1 = call float @llvm.fma.f32(float %f, float f(LOG_P.0), float f(LOG_P.1))
-  %q2 = call float @llvm.fma.f32(float %q1, float %f, float f(LOG_P.2))
-  %q3 = call float @llvm.fma.f32(float %q2, float %f, float f(LOG_P.3))
-  %q4 = call float @llvm.fma.f32(float %q3, float %f, float f(LOG_P.4))
-  %q5 = call float @llvm.fma.f32(float %q4, float %f, float f(LOG_P.5))
-  %q6 = call float @llvm.fma.f32(float %q5, float %f, float f(LOG_P.6))
-  %q7 = call float @llvm.fma.f32(float %q6, float %f, float f(LOG_P.7))
-  %q15 = call float @llvm.fma.f32(float %q7, float %f, float f(LOG_P.8))
-  %q16 = fmul float %q15, %f
+  %poly = horner float %f, LOG_P
+  %q16 = fmul float %poly, %f
   %y0 = fmul float %q16, %z
   %fe = sitofp i32 %e to float
   %y1 = call float @llvm.fma.f32(float %fe, float f(LN2_LO), float %y0)
@@ -248,11 +271,8 @@ define internal float @xpu.tanhf(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
   %z = fmul float %x, %x
-  %p1 = call float @llvm.fma.f32(float %z, float f(TANH_P.0), float f(TANH_P.1))
-  %p2 = call float @llvm.fma.f32(float %p1, float %z, float f(TANH_P.2))
-  %p3 = call float @llvm.fma.f32(float %p2, float %z, float f(TANH_P.3))
-  %p7 = call float @llvm.fma.f32(float %p3, float %z, float f(TANH_P.4))
-  %p8 = fmul float %p7, %z
+  %poly = horner float %z, TANH_P
+  %p8 = fmul float %poly, %z
   %ps0 = call float @llvm.fma.f32(float %p8, float %x, float %x)
   %ps = call float @llvm.copysign.f32(float %ps0, float %x)
   %two = fmul float %ax, 2.0
@@ -274,20 +294,12 @@ define internal float @xpu.erff(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
   %z = fmul float %x, %x
-  %s1 = call float @llvm.fma.f32(float %z, float f(ERF_T.0), float f(ERF_T.1))
-  %s2 = call float @llvm.fma.f32(float %s1, float %z, float f(ERF_T.2))
-  %s3 = call float @llvm.fma.f32(float %s2, float %z, float f(ERF_T.3))
-  %s4 = call float @llvm.fma.f32(float %s3, float %z, float f(ERF_T.4))
-  %s5 = call float @llvm.fma.f32(float %s4, float %z, float f(ERF_T.5))
-  %s11 = call float @llvm.fma.f32(float %s5, float %z, float f(ERF_T.6))
-  %ys = fmul float %s11, %x
+  %near0 = horner float %z, ERF_T
+  %ys = fmul float %near0, %x
   %pa1 = call float @llvm.fma.f32(float %ax, float f(ERF_P), float 1.0)
   %t = fdiv float 1.0, %pa1
-  %a1 = call float @llvm.fma.f32(float %t, float f(ERF_A.0), float f(ERF_A.1))
-  %a2 = call float @llvm.fma.f32(float %a1, float %t, float f(ERF_A.2))
-  %a3 = call float @llvm.fma.f32(float %a2, float %t, float f(ERF_A.3))
-  %a7 = call float @llvm.fma.f32(float %a3, float %t, float f(ERF_A.4))
-  %a8 = fmul float %a7, %t
+  %tail = horner float %t, ERF_A
+  %a8 = fmul float %tail, %t
   %nz = fneg float %z
   %e = call float @xpu.expf(float %nz)
   %na8 = fneg float %a8

@@ -85,9 +85,9 @@ pub fn emit_module(kernels: &[Kernel]) -> Result<(String, Vec<Vec<Stage>>), Code
     let mut used = BTreeSet::new();
     let mut stages = Vec::new();
     // Metadata node 0 holds the loop hints; loop IDs are numbered from 1 across the module.
-    let mut loop_ids = Vec::new();
+    let mut loops = 0;
     for k in kernels {
-        let (text, st, u) = emit_kernel(k, &mut loop_ids)?;
+        let (text, st, u) = emit_kernel(k, &mut loops)?;
         ir.push_str(&text);
         used.extend(u);
         stages.push(st);
@@ -96,9 +96,9 @@ pub fn emit_module(kernels: &[Kernel]) -> Result<(String, Vec<Vec<Stage>>), Code
     let declarations = math::declarations(&ir);
     ir.push('\n');
     ir.push_str(&declarations);
-    if !loop_ids.is_empty() {
+    if loops > 0 {
         let _ = writeln!(ir, "\n!0 = !{{{LOOP_HINTS}}}");
-        for id in loop_ids {
+        for id in 1..=loops {
             let _ = writeln!(ir, "!{id} = distinct !{{!{id}, !0}}");
         }
     }
@@ -113,7 +113,7 @@ pub fn emit(kernel: &Kernel) -> Result<Emitted, CodegenError> {
 
 fn emit_kernel(
     k: &Kernel,
-    loop_ids: &mut Vec<usize>,
+    loops: &mut usize,
 ) -> Result<(String, Vec<Stage>, BTreeSet<&'static str>), CodegenError> {
     let prefix = symbol_prefix(&k.name);
     let mut out = String::new();
@@ -130,10 +130,10 @@ fn emit_kernel(
             Stmt::For { lo, hi, parallel: true, .. } => Some((lo.clone(), hi.clone())),
             _ => None,
         };
-        let mut f = FnEmitter::new(k, loop_ids.len() + 1);
+        let mut f = FnEmitter::new(k, *loops + 1);
         let body = f.stage_body(&lets, stmt, parallel.is_some())?;
         used.extend(f.math.iter().copied());
-        loop_ids.extend(&f.loop_ids);
+        *loops += f.hinted_loops;
         out.push_str(&f.finish(&symbol, body));
         stages.push(Stage { symbol, parallel });
     }
@@ -208,17 +208,17 @@ pub(crate) struct FnEmitter<'k> {
     buffers: HashMap<String, (usize, Vec<String>)>,
     /// Inline math routines this function calls.
     pub math: BTreeSet<&'static str>,
-    /// Loop-ID metadata nodes this function's innermost loops use, numbered from the
-    /// module's counter (see [`LOOP_HINTS`]).
-    loop_ids: Vec<usize>,
-    next_loop_id: usize,
+    /// The loop-ID metadata nodes of this function's innermost loops (see [`LOOP_HINTS`]):
+    /// `first_loop_id`, the next `hinted_loops − 1` after it.
+    first_loop_id: usize,
+    hinted_loops: usize,
 }
 
 impl<'k> FnEmitter<'k> {
-    fn new(kernel: &'k Kernel, next_loop_id: usize) -> FnEmitter<'k> {
+    fn new(kernel: &'k Kernel, first_loop_id: usize) -> FnEmitter<'k> {
         FnEmitter {
-            loop_ids: Vec::new(),
-            next_loop_id,
+            first_loop_id,
+            hinted_loops: 0,
             kernel,
             code: String::new(),
             allocas: String::new(),
@@ -446,10 +446,8 @@ impl<'k> FnEmitter<'k> {
     ) -> Result<(), CodegenError> {
         // The innermost loop carries the interleave hint: see [`LOOP_HINTS`].
         let hint = (!body.iter().any(|s| matches!(s, Stmt::For { .. }))).then(|| {
-            let id = self.next_loop_id;
-            self.next_loop_id += 1;
-            self.loop_ids.push(id);
-            id
+            self.hinted_loops += 1;
+            self.first_loop_id + self.hinted_loops - 1
         });
         self.loop_with(var, &lo, &hi, 1, hint, |f, _| f.block_of(body).map(|_| ()))
     }

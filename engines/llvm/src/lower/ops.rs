@@ -1,7 +1,7 @@
 //! Each elementwise SGR-ML op as LIR-ML scalar statements, following the cpu engine's
 //! formulas (the reference the differential tests hold this engine to).
 
-use xpu_ir::{Attrs, DType, Op};
+use xpu_ir::{Attrs, DType, Op, OpClass};
 use xpu_lir::{BinaryOp as B, CmpOp as C, Expr, Literal, ScalarType, Stmt, UnaryOp as U};
 
 /// Builds the statements of one loop body, naming every value `%t<n>` and knowing its
@@ -211,9 +211,10 @@ pub const OPS: &[Op] = &[
     Op::BitwiseXor,
 ];
 
-/// The ops of [`OPS`] that also compute on i32 and i64 (numpy's integer semantics: wrapping
-/// arithmetic). Integer `div` and `mod` are not among them: a zero divisor is an error the
-/// cpu engine reports, and compiled code has no error path.
+/// The arithmetic, compare and select ops of [`OPS`] that also compute on i32 and i64
+/// (numpy's integer semantics: wrapping arithmetic). Integer `div` and `mod` are not among
+/// them: a zero divisor is an error the cpu engine reports, and compiled code has no error
+/// path.
 pub const INT_OPS: &[Op] = &[
     Op::Identity,
     Op::Abs,
@@ -234,38 +235,29 @@ pub const INT_OPS: &[Op] = &[
     Op::GreaterOrEqual,
     Op::Where,
     Op::Cast,
-    Op::BitwiseNot,
-    Op::BitwiseAnd,
-    Op::BitwiseOr,
-    Op::BitwiseXor,
 ];
 
-/// The ops of [`OPS`] that compute on bools.
-pub const BOOL_OPS: &[Op] =
-    &[Op::Identity, Op::Equal, Op::Where, Op::Cast, Op::Not, Op::And, Op::Or, Op::Xor];
+/// The ops of [`OPS`] besides the logical ones that also compute on bools.
+pub const BOOL_OPS: &[Op] = &[Op::Identity, Op::Equal, Op::Where, Op::Cast];
 
-/// The ops of [`OPS`] that take no float inputs.
-pub const NON_FLOAT_OPS: &[Op] = &[
-    Op::Not,
-    Op::And,
-    Op::Or,
-    Op::Xor,
-    Op::BitwiseNot,
-    Op::BitwiseAnd,
-    Op::BitwiseOr,
-    Op::BitwiseXor,
-];
-
-/// The dtypes a node of `op` computes at in a kernel whose float dtypes are `floats`.
+/// The dtypes a node of `op` computes at in a kernel whose float dtypes are `floats`:
+/// logical ops take bools, bitwise ops integers, the rest `floats` and what [`INT_OPS`] and
+/// [`BOOL_OPS`] add.
 pub fn dtypes_of(op: Op, floats: &[DType]) -> Vec<DType> {
-    let mut d = if NON_FLOAT_OPS.contains(&op) { Vec::new() } else { floats.to_vec() };
-    if INT_OPS.contains(&op) {
-        d.extend([DType::I32, DType::I64]);
+    match op.class() {
+        OpClass::Logical => vec![DType::Bool],
+        OpClass::Bitwise => vec![DType::I32, DType::I64],
+        _ => {
+            let mut d = floats.to_vec();
+            if INT_OPS.contains(&op) {
+                d.extend([DType::I32, DType::I64]);
+            }
+            if BOOL_OPS.contains(&op) {
+                d.push(DType::Bool);
+            }
+            d
+        }
     }
-    if BOOL_OPS.contains(&op) {
-        d.push(DType::Bool);
-    }
-    d
 }
 
 /// Emits `op` over `args` (value names; `None` for an omitted optional input) into `b`;
