@@ -261,6 +261,7 @@ fn unary(op: UnaryOp, v: Value) -> Result<Value, String> {
         (Expm1, Value::F32(x)) => Value::F32(math::expm1f(x)),
         (Tanh, Value::F32(x)) => Value::F32(math::tanhf(x)),
         (Erf, Value::F32(x)) => Value::F32(math::erff(x)),
+        (Softplus, Value::F32(x)) => Value::F32(math::softplusf(x)),
         (Exp, v) => float_op!(v, "exp", |x| x.exp()),
         (Log, v) => float_op!(v, "log", |x| x.ln()),
         (Log1p, v) => float_op!(v, "log1p", |x| x.ln_1p()),
@@ -274,6 +275,7 @@ fn unary(op: UnaryOp, v: Value) -> Result<Value, String> {
         (Ceil, v) => float_op!(v, "ceil", |x| x.ceil()),
         (Round, v) => float_op!(v, "round", |x| x.round_ties_even()),
         (Erf, Value::F64(x)) => Value::F64(libm::erf(x)),
+        (Softplus, Value::F64(x)) => Value::F64(math::softplus(x)),
         (op, v) => return Err(format!("`{}` of {v:?}", op.name())),
     })
 }

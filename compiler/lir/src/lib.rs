@@ -14,12 +14,14 @@
 //! what fused elementwise chains, row reductions and GEMM tiles need.
 
 mod affine;
+mod dce;
 pub mod interp;
 pub mod math;
 mod text;
 mod verify;
 
 pub use affine::{Affine, Var};
+pub use dce::remove_dead_values;
 pub use text::{ParseError, parse};
 pub use verify::{VerifyError, verify};
 
@@ -146,6 +148,8 @@ pub enum UnaryOp {
     Sqrt,
     Recip,
     Tanh,
+    /// ln(1 + eˣ), computed as max(x, 0) + log1p(e^−|x|): no overflow, no cancellation.
+    Softplus,
     Erf,
     Sin,
     Cos,
@@ -209,7 +213,7 @@ macro_rules! names {
 names!(UnaryOp {
     Neg => "neg", Abs => "abs", Not => "not", Exp => "exp", Log => "log", Log1p => "log1p",
     Expm1 => "expm1", Sqrt => "sqrt", Recip => "recip", Tanh => "tanh", Erf => "erf",
-    Sin => "sin", Cos => "cos", Floor => "floor", Ceil => "ceil", Round => "round",
+    Softplus => "softplus", Sin => "sin", Cos => "cos", Floor => "floor", Ceil => "ceil", Round => "round",
     Sign => "sign", IsNan => "isnan", IsInf => "isinf",
 });
 names!(BinaryOp {

@@ -50,6 +50,9 @@ pub mod k {
         1.128_379_2,
     ];
     pub const ERF_P: f32 = 0.327_591_1;
+    /// Above this |x| softplus is max(x, 0) to f32 precision; e^−|x| is still normal there.
+    pub const SOFTPLUS_CUT: f32 = 87.0;
+    pub const SQRT2_M1: f32 = std::f32::consts::SQRT_2 - 1.0;
     pub const ERF_A: [f32; 5] = [1.061_405_4, -1.453_152, 1.421_413_7, -0.284_496_74, 0.254_829_6];
 }
 
@@ -143,6 +146,38 @@ pub fn expm1f(x: f32) -> f32 {
     if x > 88.0 { um1 } else { r2 }
 }
 
+/// ln(1 + eˣ) = max(x, 0) + log1p(e^−|x|). e^−|x| is expf's sequence without its clamps
+/// and special cases (|x| ≤ 87 keeps 2^n normal: one scale factor), and log1p(e) for e in
+/// (0, 1] is logf's polynomial on 1 + e = 2^k·(1 + f), f taken from e without rounding
+/// 1 + e — half the work of the two routines and no cancellation. NaN propagates through
+/// the `x < 0` test (false for NaN); |x| > 87 (or NaN) drops the log1p term.
+pub fn softplusf(x: f32) -> f32 {
+    let ax = x.abs();
+    let cut = ax > k::SOFTPLUS_CUT || ax.is_nan();
+    let t = if cut { -k::SOFTPLUS_CUT } else { -ax };
+    let n = (t * k::LOG2E).round_ties_even();
+    let r = (-n).mul_add(k::LN2_LO, (-n).mul_add(k::LN2_HI, t));
+    let y = horner(r, &k::EXP_P).mul_add(r * r, r) + 1.0;
+    let e = y * f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let hi = e > k::SQRT2_M1;
+    let f = if hi { (e - 1.0) * 0.5 } else { e };
+    let fk: f32 = if hi { 1.0 } else { 0.0 };
+    let z = f * f;
+    let y0 = horner(f, &k::LOG_P) * f * z;
+    let y1 = fk.mul_add(k::LN2_LO, y0);
+    let y2 = z.mul_add(-0.5, y1);
+    let l = fk.mul_add(k::LN2_HI, f + y2);
+    let m = if x < 0.0 { 0.0 } else { x };
+    m + if cut { 0.0 } else { l }
+}
+
+/// f64 softplus: the same formula on libm's exp and log1p (what the code generators call).
+pub fn softplus(x: f64) -> f64 {
+    let l = (-x.abs()).exp().ln_1p();
+    let m = if x < 0.0 { 0.0 } else { x };
+    m + l
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +238,8 @@ mod tests {
         check("log1p", log1pf, f64::ln_1p, sweep(-0.999, 50.0, 200_000), 4);
         check("expm1", expm1f, f64::exp_m1, sweep(-20.0, 20.0, 200_000), 4);
         check("expm1 (small)", expm1f, f64::exp_m1, sweep(-1e-3, 1e-3, 20_000), 4);
+        check("softplus", softplusf, softplus, sweep(-86.0, 90.0, 200_000), 2);
+        check("softplus (near 0)", softplusf, softplus, sweep(-2.0, 2.0, 200_000), 2);
     }
 
     #[test]
@@ -226,7 +263,12 @@ mod tests {
         assert_eq!(log1pf(inf), inf);
         assert_eq!(expm1f(-inf), -1.0);
         assert_eq!(expm1f(inf), inf);
-        for f in [expf, logf, tanhf, erff, log1pf, expm1f] {
+        assert_eq!(softplusf(inf), inf);
+        assert_eq!(softplusf(-inf), 0.0);
+        assert_eq!(softplusf(100.0), 100.0);
+        assert_eq!(softplusf(-100.0), 0.0, "below e^-87 the log1p term is dropped");
+        assert_eq!(softplusf(0.0), std::f32::consts::LN_2);
+        for f in [expf, logf, tanhf, erff, log1pf, expm1f, softplusf] {
             assert!(f(f32::NAN).is_nan());
         }
     }

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::compile::{self, CompileError, Emit, Target};
 
 /// Bumped whenever generated code changes meaning, so old cache entries are not reused.
-pub const CODEGEN_VERSION: u32 = 2;
+pub const CODEGEN_VERSION: u32 = 3;
 
 /// Loaded code: the library stays open while any executable holds this.
 pub struct Loaded {

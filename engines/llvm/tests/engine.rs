@@ -606,3 +606,69 @@ fn two_products_in_one_epilogue_and_mixed_precision_prologues() {
     let got = run(&g, std::slice::from_ref(&x), None).unwrap();
     assert_close("mixed precision", &got[0], &want[0], 1e-5);
 }
+
+/// Wide inputs for the idiom tests: every special value, both sides of where exp
+/// overflows and where the rewritten forms switch (|v| = 10, 87), and a grid over ±100.
+fn wide_values() -> Vec<f64> {
+    let mut v: Vec<f64> = (0..1000).map(|i| -100.0 + 0.2 * i as f64 + 0.013).collect();
+    v.extend([
+        0.0,
+        -0.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e-30,
+        -1e-30,
+        9.99,
+        10.01,
+        -86.9,
+        -87.1,
+        88.5,
+        88.8,
+        700.0,
+        -700.0,
+    ]);
+    v.resize(1024, 0.5);
+    v
+}
+
+/// `log(1 + exp(v))`, Mish and the tanh form of GELU written out op by op are rewritten
+/// (lower/ops.rs); the results stay the op-by-op ones (the cpu engine's), NaN and ±inf
+/// included, in f32 and f64.
+#[test]
+fn rewritten_activation_spellings_keep_the_op_by_op_values() {
+    let chains = [
+        ("softplus", "%1 = exp(%0)\n  %3 = add(%2, %1)\n  %4 = log(%3)\n  return \"y\" = %4"),
+        (
+            "mish",
+            "%1 = exp(%0)\n  %3 = add(%1, %2)\n  %4 = log(%3)\n  %5 = tanh(%4)\n  %6 = mul(%0, %5)\n  return \"y\" = %6",
+        ),
+        (
+            "1 + tanh",
+            "%1 = mul(%0, %2)\n  %3 = tanh(%1)\n  %4 = add(%2, %3)\n  %5 = mul(%0, %4)\n  return \"y\" = %5",
+        ),
+    ];
+    for ty in ["f32", "f64"] {
+        let x = match ty {
+            "f32" => Tensor::from_vec(
+                vec![64, 16],
+                wide_values().into_iter().map(|v| v as f32).collect(),
+            ),
+            _ => Tensor::from_vec(vec![64, 16], wide_values()),
+        }
+        .unwrap();
+        for (name, body) in chains {
+            // Every value is [64, 16] of `ty`; %2 is the constant 1.
+            let body = body.replace(" = ", &format!(": {ty}[64,16] = "));
+            let body = body.replace(&format!("return \"y\": {ty}[64,16] ="), "return \"y\" =");
+            let src = format!(
+                "graph \"idiom\" {{\n  %0: {ty}[64,16] = input \"x\"\n  %2: {ty}[] = constant {{value = tensor<{ty}[]> [1.0]}}\n  {body}\n}}"
+            );
+            let g = parse(&src);
+            let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+            let got = run(&g, std::slice::from_ref(&x), Some(2)).unwrap();
+            let rel = if ty == "f32" { 2e-5 } else { 1e-11 };
+            assert_close(&format!("{name} ({ty})"), &got[0], &want[0], rel);
+        }
+    }
+}

@@ -24,6 +24,10 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
             Erf => "@erf",
             Log1p => "@log1p",
             Expm1 => "@expm1",
+            Softplus => {
+                used.insert("xpu.softplus");
+                "@xpu.softplus"
+            }
             _ => return None,
         }
         .to_string()
@@ -36,6 +40,7 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
         Erf => "xpu.erff",
         Log1p => "xpu.log1pf",
         Expm1 => "xpu.expm1f",
+        Softplus => "xpu.softplusf",
         Sin => return Some("@llvm.sin.f32".into()),
         Cos => return Some("@llvm.cos.f32".into()),
         _ => return None,
@@ -69,6 +74,8 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
             "xpu.erff" => ERFF,
             "xpu.log1pf" => LOG1PF,
             "xpu.expm1f" => EXPM1F,
+            "xpu.softplusf" => SOFTPLUSF,
+            "xpu.softplus" => SOFTPLUS,
             _ => "",
         })));
     }
@@ -122,6 +129,8 @@ fn table(base: &str) -> Option<&'static [f32]> {
     use xpu_lir::math::k;
     Some(match base {
         "LOG2E" => &[k::LOG2E],
+        "SOFTPLUS_CUT" => &[k::SOFTPLUS_CUT],
+        "SQRT2_M1" => &[k::SQRT2_M1],
         "LN2_HI" => &[k::LN2_HI],
         "LN2_LO" => &[k::LN2_LO],
         "MIN_POSITIVE" => &[f32::MIN_POSITIVE],
@@ -184,6 +193,65 @@ pub fn declarations(ir: &str) -> String {
 }
 
 const LIBM: &[&str] = &["tanh", "erf", "log1p", "expm1"];
+
+/// ln(1 + e^x) as `xpu_lir::math::softplusf` computes it: e^-|x| without expf's clamps (one
+/// scale factor), log1p of it on logf's polynomial, max(x, 0) added.
+const SOFTPLUSF: &str = r#"
+define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
+entry:
+  %ax = call float @llvm.fabs.f32(float %x)
+  %cut = fcmp ugt float %ax, f(SOFTPLUS_CUT)
+  %nax = fneg float %ax
+  %t = select i1 %cut, float f(-87.0), float %nax
+  %tl = fmul float %t, f(LOG2E)
+  %n = call float @llvm.roundeven.f32(float %tl)
+  %nn = fneg float %n
+  %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %t)
+  %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
+  %poly = horner float %r, EXP_P
+  %rr = fmul float %r, %r
+  %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
+  %y = fadd float %y1, 1.0
+  %ni = fptosi float %n to i32
+  %eb = add i32 %ni, 127
+  %sb = shl i32 %eb, 23
+  %s = bitcast i32 %sb to float
+  %e = fmul float %y, %s
+  %hi = fcmp ogt float %e, f(SQRT2_M1)
+  %em1 = fsub float %e, 1.0
+  %fh = fmul float %em1, 0.5
+  %f = select i1 %hi, float %fh, float %e
+  %fk = select i1 %hi, float 1.0, float 0.0
+  %z = fmul float %f, %f
+  %lp = horner float %f, LOG_P
+  %q = fmul float %lp, %f
+  %y0 = fmul float %q, %z
+  %l1 = call float @llvm.fma.f32(float %fk, float f(LN2_LO), float %y0)
+  %l2 = call float @llvm.fma.f32(float %z, float -0.5, float %l1)
+  %l3 = fadd float %f, %l2
+  %l = call float @llvm.fma.f32(float %fk, float f(LN2_HI), float %l3)
+  %neg = fcmp olt float %x, 0.0
+  %m = select i1 %neg, float 0.0, float %x
+  %lc = select i1 %cut, float 0.0, float %l
+  %res = fadd float %m, %lc
+  ret float %res
+}
+"#;
+
+/// The f64 softplus on libm's exp and log1p, as `xpu_lir::math::softplus`.
+const SOFTPLUS: &str = r#"
+define internal double @xpu.softplus(double %x) alwaysinline nounwind {
+entry:
+  %ax = call double @llvm.fabs.f64(double %x)
+  %nax = fneg double %ax
+  %e = call double @llvm.exp.f64(double %nax)
+  %l = call double @log1p(double %e)
+  %neg = fcmp olt double %x, 0.0
+  %m = select i1 %neg, double 0.0, double %x
+  %res = fadd double %m, %l
+  ret double %res
+}
+"#;
 
 /// e^x: n = round(x·log2 e), r = x − n·ln 2 in two parts, a degree-6 polynomial, then
 /// 2^n applied as two factors so that results in the subnormal range round once.

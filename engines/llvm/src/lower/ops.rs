@@ -16,6 +16,10 @@ pub struct Body {
     /// kernel (a softmax's passes) with names still defined once.
     prefix: String,
     types: std::collections::HashMap<String, ScalarType>,
+    /// What each value the body defined is, for the idiom rewrites ([`Body::un`]).
+    defs: std::collections::HashMap<String, Expr>,
+    /// Values that are softplus(v) (the op, or `log(1 + exp(v))` rewritten), by v.
+    softplus_of: std::collections::HashMap<String, String>,
 }
 
 impl Body {
@@ -30,6 +34,8 @@ impl Body {
             ty,
             prefix: prefix.to_string(),
             types: Default::default(),
+            defs: Default::default(),
+            softplus_of: Default::default(),
         }
     }
 
@@ -51,6 +57,7 @@ impl Body {
         };
         self.next += 1;
         let name = format!("{}{}", self.prefix, self.next);
+        self.defs.insert(name.clone(), value.clone());
         self.stmts.push(Stmt::Let { name: name.clone(), value });
         self.types.insert(name.clone(), ty);
         name
@@ -85,10 +92,16 @@ impl Body {
     }
 
     pub fn un(&mut self, op: U, a: &str) -> String {
+        if let Some(v) = self.unary_idiom(op, a) {
+            return v;
+        }
         self.let_(Expr::Unary { op, arg: a.into() })
     }
 
     pub fn bin(&mut self, op: B, a: &str, b: &str) -> String {
+        if let Some(v) = self.binary_idiom(op, a, b) {
+            return v;
+        }
         self.let_(Expr::Binary { op, lhs: a.into(), rhs: b.into() })
     }
 
@@ -130,16 +143,91 @@ impl Body {
         self.sel(&ge, &pos, &neg)
     }
 
-    /// ln(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+    /// ln(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|), as the cpu engine.
     fn softplus(&mut self, x: &str) -> String {
-        let ax = self.un(U::Abs, x);
-        let nax = self.un(U::Neg, &ax);
-        let e = self.un(U::Exp, &nax);
-        let l = self.un(U::Log1p, &e);
-        let gt = self.cmp_k(C::Gt, x, 0.0);
-        let zero = self.num_like(x, 0.0);
-        let m = self.sel(&gt, x, &zero);
-        self.bin(B::Add, &m, &l)
+        let sp = self.let_(Expr::Unary { op: U::Softplus, arg: x.into() });
+        self.softplus_of.insert(sp.clone(), x.into());
+        sp
+    }
+
+    /// `a` as `op(v)` when the body defined it so.
+    fn unary_arg(&self, a: &str, op: U) -> Option<String> {
+        match self.defs.get(a) {
+            Some(Expr::Unary { op: o, arg }) if *o == op => Some(arg.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether `a` is the float constant `k`.
+    fn is_const(&self, a: &str, k: f64) -> bool {
+        matches!(self.defs.get(a), Some(Expr::Const { value: Literal::Float(v), .. }) if *v == k)
+    }
+
+    /// Exporters write activations out op by op; three spellings cost a transcendental
+    /// function more than an equal form does, and are rewritten (each within a few ulp of
+    /// the op-by-op result, more accurate where that one cancels, same NaN/±inf results):
+    /// - `log(1 + exp(v))` → softplus(v), kept +inf where exp(v) overflows, as written;
+    /// - `tanh(softplus(v))` (Mish) → n / (n + 2), n = e·(e + 2), e = exp(min(v, K)): the
+    ///   identity tanh(ln u) = (u² − 1)/(u² + 1) at u = 1 + e; K is where the result is 1.
+    fn unary_idiom(&mut self, op: U, a: &str) -> Option<String> {
+        let ty = self.type_of(a);
+        if !matches!(ty, ScalarType::F32 | ScalarType::F64) {
+            return None;
+        }
+        match op {
+            U::Log => {
+                let Some(Expr::Binary { op: B::Add, lhs, rhs }) = self.defs.get(a).cloned() else {
+                    return None;
+                };
+                let other = if self.is_const(&lhs, 1.0) {
+                    rhs
+                } else if self.is_const(&rhs, 1.0) {
+                    lhs
+                } else {
+                    return None;
+                };
+                let v = self.unary_arg(&other, U::Exp)?;
+                let sp = self.softplus(&v);
+                // ln of the largest finite value: exp overflows above it.
+                let ln_max = if ty == ScalarType::F32 { 88.722_84 } else { 709.782_712_893_384 };
+                let big = self.cmp_k(C::Gt, &v, ln_max);
+                let inf = self.num_like(&v, f64::INFINITY);
+                let r = self.sel(&big, &inf, &sp);
+                self.softplus_of.insert(r.clone(), v);
+                Some(r)
+            }
+            U::Tanh => {
+                let v = self.softplus_of.get(a)?.clone();
+                let k = if ty == ScalarType::F32 { 10.0 } else { 40.0 };
+                let vk = self.bin_k(B::Min, &v, k);
+                let e = self.let_(Expr::Unary { op: U::Exp, arg: vk });
+                let e2 = self.bin_k(B::Add, &e, 2.0);
+                let n = self.bin(B::Mul, &e, &e2);
+                let d = self.bin_k(B::Add, &n, 2.0);
+                Some(self.bin(B::Div, &n, &d))
+            }
+            _ => None,
+        }
+    }
+
+    /// `1 + tanh(z)` (the tanh form of GELU) → 2 / (1 + exp(−2z)), the same value
+    /// (2·sigmoid(2z)) without tanh's two branches and without cancelling near z = −∞.
+    fn binary_idiom(&mut self, op: B, a: &str, b: &str) -> Option<String> {
+        if op != B::Add || !matches!(self.type_of(a), ScalarType::F32 | ScalarType::F64) {
+            return None;
+        }
+        let z = if self.is_const(a, 1.0) {
+            self.unary_arg(b, U::Tanh)?
+        } else if self.is_const(b, 1.0) {
+            self.unary_arg(a, U::Tanh)?
+        } else {
+            return None;
+        };
+        let nz = self.bin_k(B::Mul, &z, -2.0);
+        let e = self.un(U::Exp, &nz);
+        let d = self.bin_k(B::Add, &e, 1.0);
+        let two = self.num_like(&z, 2.0);
+        Some(self.bin(B::Div, &two, &d))
     }
 }
 

@@ -1,0 +1,106 @@
+//! Dead-value elimination: `let`s nothing reads are dropped, to a fixpoint. Lowerings
+//! emit values freely (an idiom rewrite leaves the op-by-op spelling it replaced behind);
+//! this keeps the printed LIR, the interpreter and the generated IR to what is used.
+//! Integer `div`/`rem` stay even when unused: dropping one would drop its division-by-zero
+//! error.
+
+use std::collections::HashSet;
+
+use crate::{BinaryOp, Expr, Kernel, Stmt};
+
+/// Removes the kernel's unused values; returns how many went.
+pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
+    let mut removed = 0;
+    loop {
+        let mut used = HashSet::new();
+        uses(&kernel.body, &mut used);
+        let n = prune(&mut kernel.body, &used);
+        if n == 0 {
+            return removed;
+        }
+        removed += n;
+    }
+}
+
+fn uses(body: &[Stmt], used: &mut HashSet<String>) {
+    for s in body {
+        match s {
+            Stmt::For { body, .. } => uses(body, used),
+            Stmt::Let { value, .. } => expr_uses(value, used),
+            Stmt::Store { value, .. } | Stmt::Yield(value) => {
+                used.insert(value.clone());
+            }
+        }
+    }
+}
+
+fn expr_uses(e: &Expr, used: &mut HashSet<String>) {
+    match e {
+        Expr::Const { .. } | Expr::Index(_) | Expr::Load { .. } => {}
+        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => {
+            used.insert(arg.clone());
+        }
+        Expr::Binary { lhs, rhs, .. } | Expr::Compare { lhs, rhs, .. } => {
+            used.extend([lhs.clone(), rhs.clone()]);
+        }
+        Expr::Select { cond, then, otherwise } => {
+            used.extend([cond.clone(), then.clone(), otherwise.clone()]);
+        }
+        Expr::Reduce { body, .. } => uses(body, used),
+    }
+}
+
+fn prune(body: &mut Vec<Stmt>, used: &HashSet<String>) -> usize {
+    let before = body.len();
+    let mut nested = 0;
+    body.retain_mut(|s| match s {
+        Stmt::Let { name, value } => {
+            if let Expr::Reduce { body, .. } = value {
+                nested += prune(body, used);
+            }
+            used.contains(name)
+                || matches!(value, Expr::Binary { op: BinaryOp::Div | BinaryOp::Rem, .. })
+        }
+        Stmt::For { body, .. } => {
+            nested += prune(body, used);
+            true
+        }
+        Stmt::Store { .. } | Stmt::Yield(_) => true,
+    });
+    before - body.len() + nested
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unused_chains_go_and_what_stores_read_stays() {
+        let src = "kernel @k(%a: f32[4] in, %o: f32[4] out, %n: i32[4] in) {
+  for %i in 0..4 {
+    %x = load %a[%i]
+    %e = exp %x
+    %one = const 1.0 : f32
+    %u = add %e, %one
+    %l = log %u
+    %y = neg %x
+    %p = load %n[%i]
+    %z = const 0 : i32
+    %q = div %p, %z
+    store %o[%i], %y
+  }
+}
+";
+        let mut m = crate::parse(src).unwrap();
+        let k = &mut m.kernels[0];
+        assert_eq!(remove_dead_values(k), 4, "exp, const, add, log");
+        let text = m.to_string();
+        for gone in ["exp", "log", "%one", "%u ="] {
+            assert!(!text.contains(gone), "{gone} left in:\n{text}");
+        }
+        for kept in ["%y = neg %x", "%q = div %p, %z", "store %o[%i], %y"] {
+            assert!(text.contains(kept), "{kept} dropped:\n{text}");
+        }
+        crate::verify(&m).unwrap();
+    }
+}
