@@ -1,0 +1,570 @@
+//! LIR-ML kernels as CUDA C++. One `extern "C" __global__` function per kernel: the
+//! outermost loops whose iterations write disjoint elements (a perfect nest whose every
+//! store is indexed by each of them) are collapsed into one flat index spread over the
+//! grid (a grid-stride loop); everything under them runs serially in each thread, so a
+//! reduction sums in LIR-ML's declared lane order (no atomics: the same bits on every
+//! launch shape). The source compiles with NVRTC for a GPU and, through `host.h`, with the
+//! host C++ compiler, which runs the same kernel logic on the CPU ([`crate::host`]).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use xpu_lir::{
+    Access, Affine, BinaryOp, CmpOp, Expr, Kernel, Literal, ReduceOp, ScalarType, Stmt, UnaryOp,
+    Var,
+};
+
+/// Why a kernel has no CUDA form.
+#[derive(Debug, thiserror::Error)]
+#[error("kernel `{kernel}`: {message}")]
+pub struct CodegenError {
+    pub kernel: String,
+    pub message: String,
+}
+
+/// Definitions every kernel source starts with: NaN-propagating max/min (numpy's), the
+/// float → int conversion LIR-ML defines (truncate, wrap to the low bits, NaN → i64::MIN),
+/// sign, softplus and integer division by zero giving 0.
+pub const PRELUDE: &str = r#"
+#define XPU_FN static __device__ __forceinline__
+#ifdef XPU_HOST_EMULATION
+#define XPU_INFF __builtin_inff()
+#define XPU_NANF __builtin_nanf("")
+#define XPU_INF __builtin_inf()
+#define XPU_NAN __builtin_nan("")
+#else
+#define XPU_INFF __int_as_float(0x7f800000)
+#define XPU_NANF __int_as_float(0x7fc00000)
+#define XPU_INF __longlong_as_double(0x7ff0000000000000LL)
+#define XPU_NAN __longlong_as_double(0x7ff8000000000000LL)
+#endif
+XPU_FN float xpu_maxf(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+XPU_FN float xpu_minf(float a, float b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+XPU_FN double xpu_max(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+XPU_FN double xpu_min(double a, double b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+XPU_FN long long xpu_maxi(long long a, long long b) { return a < b ? b : a; }
+XPU_FN long long xpu_mini(long long a, long long b) { return b < a ? b : a; }
+XPU_FN float xpu_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
+XPU_FN double xpu_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+XPU_FN float xpu_softplusf(float x) { return (x < 0.0f ? 0.0f : x) + log1pf(expf(-fabsf(x))); }
+XPU_FN double xpu_softplus(double x) { return (x < 0.0 ? 0.0 : x) + log1p(exp(-fabs(x))); }
+XPU_FN long long xpu_f2i(double x) {
+  if (x != x) return (long long)0x8000000000000000ULL;
+  double t = trunc(x);
+  if (t > -9223372036854775808.0 && t < 9223372036854775808.0) return (long long)t;
+  if (t >= 1.7014118346046923e38) return -1LL;
+  if (t <= -1.7014118346046923e38) return 0LL;
+  double m = fmod(t, 18446744073709551616.0);
+  if (m < 0.0) m += 18446744073709551616.0;
+  return (long long)(unsigned long long)m;
+}
+XPU_FN long long xpu_divi(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b); }
+XPU_FN long long xpu_remi(long long a, long long b) { return (b == 0 || b == -1) ? 0 : a % b; }
+"#;
+
+/// The CUDA C++ source of `kernels` (one translation unit, the prelude once).
+pub fn source(kernels: &[Kernel]) -> Result<String, CodegenError> {
+    let mut s = String::from(PRELUDE);
+    for k in kernels {
+        s.push_str(&kernel_source(k)?);
+    }
+    Ok(s)
+}
+
+/// One kernel's function, plus (under `XPU_HOST_EMULATION`) a host entry point that runs
+/// it over a grid: `NAME_host(void **buffers, long long grid, long long block)`.
+pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
+    let mut e = Emitter { kernel: k, out: String::new(), types: HashMap::new(), depth: 1 };
+    if !k.syms.is_empty() {
+        return Err(e.err("symbolic sizes: CUDA kernels are specialised for concrete shapes"));
+    }
+    let mut params = Vec::new();
+    for b in &k.buffers {
+        let t = storage_type(b.elem).ok_or_else(|| {
+            e.err(format!("buffer `{}` of {}: not a CUDA storage type here", b.name, b.elem.name()))
+        })?;
+        let cv = if b.access == Access::In { "const " } else { "" };
+        params.push(format!("{cv}{t}* __restrict__ b_{}", ident(&b.name)));
+    }
+    let (band, body) = band(&k.body);
+    let _ = writeln!(
+        e.out,
+        "\nextern \"C\" __global__ void {}({}) {{",
+        ident(&k.name),
+        params.join(", ")
+    );
+    if band.is_empty() {
+        e.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;");
+        e.block(body)?;
+    } else {
+        let extents: Vec<String> = band
+            .iter()
+            .map(|(_, lo, hi)| format!("(({}) - ({}))", e.affine(hi), e.affine(lo)))
+            .collect();
+        e.line(&format!("const long long total = {};", extents.join(" * ")));
+        e.line("const long long stride = (long long)gridDim.x * blockDim.x;");
+        e.line("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < total; flat += stride) {");
+        e.depth += 1;
+        e.line("long long rest = flat;");
+        for (i, (var, lo, _)) in band.iter().enumerate().rev() {
+            let lo = e.affine(lo);
+            if i == 0 {
+                e.line(&format!("const long long i_{} = ({lo}) + rest;", ident(var)));
+            } else {
+                e.line(&format!(
+                    "const long long i_{} = ({lo}) + rest % {};",
+                    ident(var),
+                    extents[i]
+                ));
+                e.line(&format!("rest /= {};", extents[i]));
+            }
+        }
+        e.block(body)?;
+        e.depth -= 1;
+        e.line("}");
+    }
+    e.out.push_str("}\n");
+    e.host_entry();
+    Ok(e.out)
+}
+
+/// The outermost loops to spread over threads, and the statements under them.
+fn band(body: &[Stmt]) -> (Vec<(&str, &Affine, &Affine)>, &[Stmt]) {
+    let mut loops = Vec::new();
+    let mut cur = body;
+    while let [Stmt::For { var, lo, hi, body: inner, .. }] = cur {
+        let bounds_fixed = [lo, hi].iter().all(|a| a.vars().all(|v| !matches!(v, Var::Loop(_))));
+        if !bounds_fixed || !stores_indexed_by(inner, var) {
+            break;
+        }
+        loops.push((var.as_str(), lo, hi));
+        cur = inner;
+    }
+    (loops, cur)
+}
+
+/// Whether every store under `body` has `var` in its index (so iterations of `var` write
+/// disjoint elements) and no buffer is read there after being written (no `inout`-style
+/// accumulation across iterations).
+fn stores_indexed_by(body: &[Stmt], var: &str) -> bool {
+    let v = Var::Loop(var.to_string());
+    body.iter().all(|s| match s {
+        Stmt::Store { index, .. } => index.iter().any(|a| a.vars().any(|x| *x == v)),
+        Stmt::For { body, .. } => stores_indexed_by(body, var),
+        Stmt::Let { value: Expr::Reduce { body, .. }, .. } => stores_indexed_by(body, var),
+        Stmt::Let { .. } | Stmt::Yield(_) => true,
+    })
+}
+
+fn ident(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+fn c_type(t: ScalarType) -> &'static str {
+    match t {
+        ScalarType::Bool => "bool",
+        ScalarType::I32 => "int",
+        ScalarType::I64 => "long long",
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => "float",
+        ScalarType::F64 => "double",
+    }
+}
+
+/// How a buffer's elements are stored; f16/bf16 are not generated yet.
+fn storage_type(t: ScalarType) -> Option<&'static str> {
+    Some(match t {
+        ScalarType::Bool => "unsigned char",
+        ScalarType::F16 | ScalarType::BF16 => return None,
+        t => c_type(t),
+    })
+}
+
+struct Emitter<'k> {
+    kernel: &'k Kernel,
+    out: String,
+    types: HashMap<String, ScalarType>,
+    depth: usize,
+}
+
+impl Emitter<'_> {
+    fn err(&self, message: impl Into<String>) -> CodegenError {
+        CodegenError { kernel: self.kernel.name.clone(), message: message.into() }
+    }
+
+    fn line(&mut self, s: &str) {
+        for _ in 0..self.depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn affine(&self, a: &Affine) -> String {
+        let mut s = format!("{}LL", a.constant);
+        for (v, c) in a.terms() {
+            let name = match v {
+                Var::Loop(n) => format!("i_{}", ident(n)),
+                Var::Sym(n) => format!("s_{}", ident(n)),
+            };
+            let _ = write!(s, " + {c}LL * {name}");
+        }
+        s
+    }
+
+    /// The flat element offset of `index` into `buffer` (row-major over its shape).
+    fn offset(&self, buffer: &str, index: &[Affine]) -> Result<String, CodegenError> {
+        let b =
+            self.kernel.buffer(buffer).ok_or_else(|| self.err(format!("no buffer `{buffer}`")))?;
+        let mut s = String::from("0LL");
+        for (d, a) in index.iter().enumerate() {
+            let extent = b.shape.get(d).map(|e| self.affine(e)).unwrap_or_else(|| "1LL".into());
+            s = format!("({s}) * ({extent}) + ({})", self.affine(a));
+        }
+        Ok(s)
+    }
+
+    fn ty(&self, name: &str) -> Result<ScalarType, CodegenError> {
+        self.types
+            .get(name)
+            .copied()
+            .ok_or_else(|| self.err(format!("`%{name}` used before it is defined")))
+    }
+
+    fn block(&mut self, body: &[Stmt]) -> Result<(), CodegenError> {
+        for s in body {
+            match s {
+                Stmt::For { var, lo, hi, body, .. } => {
+                    let v = format!("i_{}", ident(var));
+                    let (lo, hi) = (self.affine(lo), self.affine(hi));
+                    self.line(&format!("for (long long {v} = {lo}; {v} < {hi}; ++{v}) {{"));
+                    self.depth += 1;
+                    self.block(body)?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+                Stmt::Let { name, value } => self.let_(name, value)?,
+                Stmt::Store { buffer, index, value } => {
+                    let b = self
+                        .kernel
+                        .buffer(buffer)
+                        .ok_or_else(|| self.err(format!("no buffer `{buffer}`")))?;
+                    let v = format!("v_{}", ident(value));
+                    let v = match b.elem {
+                        ScalarType::Bool => format!("(unsigned char)({v} ? 1 : 0)"),
+                        t => format!("({}){v}", c_type(t)),
+                    };
+                    let at = self.offset(buffer, index)?;
+                    self.line(&format!("b_{}[{at}] = {v};", ident(buffer)));
+                }
+                Stmt::Yield(v) => self.line(&format!("y = v_{};", ident(v))),
+            }
+        }
+        Ok(())
+    }
+
+    fn let_(&mut self, name: &str, value: &Expr) -> Result<(), CodegenError> {
+        let (ty, rhs) = match value {
+            Expr::Reduce { op, ty, lanes, init, var, lo, hi, body } => {
+                return self.reduce(name, *op, *ty, *lanes, *init, var, lo, hi, body);
+            }
+            e => self.expr(e)?,
+        };
+        self.types.insert(name.to_string(), ty);
+        self.line(&format!("const {} v_{} = {rhs};", c_type(ty), ident(name)));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &mut self,
+        name: &str,
+        op: ReduceOp,
+        ty: ScalarType,
+        lanes: u32,
+        init: Literal,
+        var: &str,
+        lo: &Affine,
+        hi: &Affine,
+        body: &[Stmt],
+    ) -> Result<(), CodegenError> {
+        let (t, n, v) = (c_type(ty), ident(name), format!("i_{}", ident(var)));
+        let lanes = lanes.max(1);
+        self.line(&format!("{t} v_{n};"));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("{t} acc[{lanes}];"));
+        let init = literal(ty, init);
+        self.line(&format!("for (int l = 0; l < {lanes}; ++l) acc[l] = {init};"));
+        let (lo, hi) = (self.affine(lo), self.affine(hi));
+        self.line(&format!("for (long long {v} = {lo}; {v} < {hi}; ++{v}) {{"));
+        self.depth += 1;
+        self.line(&format!("{t} y;"));
+        self.block(body)?;
+        let lane = format!("acc[({v} - ({lo})) % {lanes}]");
+        let combined = combine(op, ty, &lane, "y");
+        self.line(&format!("{lane} = {combined};"));
+        self.depth -= 1;
+        self.line("}");
+        self.line(&format!("v_{n} = acc[0];"));
+        let total = combine(op, ty, &format!("v_{n}"), "acc[l]");
+        self.line(&format!("for (int l = 1; l < {lanes}; ++l) v_{n} = {total};"));
+        self.depth -= 1;
+        self.line("}");
+        self.types.insert(name.to_string(), ty);
+        Ok(())
+    }
+
+    fn expr(&self, e: &Expr) -> Result<(ScalarType, String), CodegenError> {
+        let v = |n: &str| format!("v_{}", ident(n));
+        Ok(match e {
+            Expr::Const { ty, value } => (*ty, literal(*ty, *value)),
+            Expr::Index(a) => (ScalarType::I64, self.affine(a)),
+            Expr::Load { buffer, index } => {
+                let b = self
+                    .kernel
+                    .buffer(buffer)
+                    .ok_or_else(|| self.err(format!("no buffer `{buffer}`")))?;
+                let at = format!("b_{}[{}]", ident(buffer), self.offset(buffer, index)?);
+                match b.elem {
+                    ScalarType::Bool => (ScalarType::Bool, format!("({at} != 0)")),
+                    t => (t.compute(), at),
+                }
+            }
+            Expr::Unary { op, arg } => {
+                let t = self.ty(arg)?;
+                unary(*op, t, &v(arg))
+                    .ok_or_else(|| self.err(format!("`{}` of {}", op.name(), t.name())))?
+            }
+            Expr::Binary { op, lhs, rhs } => {
+                let t = self.ty(lhs)?;
+                (
+                    t,
+                    binary(*op, t, &v(lhs), &v(rhs))
+                        .ok_or_else(|| self.err(format!("`{}` of {}", op.name(), t.name())))?,
+                )
+            }
+            Expr::Compare { op, lhs, rhs } => {
+                let o = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                (ScalarType::Bool, format!("({} {o} {})", v(lhs), v(rhs)))
+            }
+            Expr::Select { cond, then, otherwise } => {
+                (self.ty(then)?, format!("({} ? {} : {})", v(cond), v(then), v(otherwise)))
+            }
+            Expr::Cast { arg, to } => {
+                let from = self.ty(arg)?;
+                (to.compute(), cast(from, to.compute(), &v(arg)))
+            }
+            Expr::Reduce { .. } => return Err(self.err("a reduction inside an expression")),
+        })
+    }
+
+    /// The host entry point of the emulation build: every (block, thread) of a 1-D grid in
+    /// turn, the buffers passed as an array of pointers.
+    fn host_entry(&mut self) {
+        let k = self.kernel;
+        let name = ident(&k.name);
+        let args: Vec<String> = k
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("({}*)buffers[{i}]", storage_type(b.elem).unwrap_or("void")))
+            .collect();
+        let _ = writeln!(
+            self.out,
+            "#ifdef XPU_HOST_EMULATION\nextern \"C\" void {name}_host(void **buffers, long long grid, long long block) {{\n  xpu_launch(grid, block, [&] {{ {name}({}); }});\n}}\n#endif",
+            args.join(", ")
+        );
+    }
+}
+
+fn literal(ty: ScalarType, l: Literal) -> String {
+    let f = match l {
+        Literal::Bool(b) => {
+            return if ty == ScalarType::Bool { b.to_string() } else { (b as i64).to_string() };
+        }
+        Literal::Int(i) => match ty {
+            ScalarType::I32 => return format!("{}", i as i32),
+            ScalarType::I64 => return format!("(long long){i}LL"),
+            ScalarType::Bool => return (i != 0).to_string(),
+            _ => i as f64,
+        },
+        Literal::Float(x) => x,
+    };
+    match ty.compute() {
+        ScalarType::F64 => float_literal(f, false),
+        ScalarType::F32 => float_literal(f as f32 as f64, true),
+        ScalarType::I32 => format!("{}", f as i32),
+        ScalarType::I64 => format!("(long long){}LL", f as i64),
+        _ => (f != 0.0).to_string(),
+    }
+}
+
+fn float_literal(x: f64, single: bool) -> String {
+    let suffix = if single { "f" } else { "" };
+    if x.is_nan() {
+        return if single { "XPU_NANF".into() } else { "XPU_NAN".into() };
+    }
+    if x.is_infinite() {
+        let inf = if single { "XPU_INFF" } else { "XPU_INF" };
+        return if x > 0.0 { inf.into() } else { format!("(-{inf})") };
+    }
+    // 17 significant digits read back to the same double (and its f32 value exactly).
+    format!("{x:.16e}{suffix}")
+}
+
+fn unary(op: UnaryOp, t: ScalarType, x: &str) -> Option<(ScalarType, String)> {
+    use UnaryOp::*;
+    let f32_ = t == ScalarType::F32;
+    if t.is_int() || t == ScalarType::Bool {
+        let c = c_type(t);
+        return Some((
+            t,
+            match op {
+                Neg => format!("({c})(0ULL - (unsigned long long){x})"),
+                Abs => format!(
+                    "({c})({x} < 0 ? 0ULL - (unsigned long long){x} : (unsigned long long){x})"
+                ),
+                Sign => format!("({c})(({x} > 0) - ({x} < 0))"),
+                Not if t == ScalarType::Bool => format!("(!{x})"),
+                Not => format!("(~{x})"),
+                _ => return None,
+            },
+        ));
+    }
+    let m = |name: &str| if f32_ { format!("{name}f({x})") } else { format!("{name}({x})") };
+    Some(match op {
+        IsNan => (ScalarType::Bool, format!("({x} != {x})")),
+        IsInf => {
+            (ScalarType::Bool, format!("({} == {})", m("fabs"), float_literal(f64::INFINITY, f32_)))
+        }
+        _ => (
+            t,
+            match op {
+                Neg => format!("(-{x})"),
+                Abs => m("fabs"),
+                Exp => m("exp"),
+                Log => m("log"),
+                Log1p => m("log1p"),
+                Expm1 => m("expm1"),
+                Sqrt => m("sqrt"),
+                Recip => format!("({} / {x})", float_literal(1.0, f32_)),
+                Tanh => m("tanh"),
+                Softplus => {
+                    if f32_ {
+                        format!("xpu_softplusf({x})")
+                    } else {
+                        format!("xpu_softplus({x})")
+                    }
+                }
+                Erf => m("erf"),
+                Sin => m("sin"),
+                Cos => m("cos"),
+                Floor => m("floor"),
+                Ceil => m("ceil"),
+                Round => m("rint"),
+                Sign => {
+                    if f32_ {
+                        format!("xpu_signf({x})")
+                    } else {
+                        format!("xpu_sign({x})")
+                    }
+                }
+                Not | IsNan | IsInf => return None,
+            },
+        ),
+    })
+}
+
+fn binary(op: BinaryOp, t: ScalarType, a: &str, b: &str) -> Option<String> {
+    use BinaryOp::*;
+    let c = c_type(t);
+    if t == ScalarType::Bool {
+        return Some(match op {
+            And | Mul | Min => format!("({a} && {b})"),
+            Or | Add | Max => format!("({a} || {b})"),
+            Xor | Sub => format!("({a} != {b})"),
+            _ => return None,
+        });
+    }
+    if t.is_int() {
+        // Wrapping arithmetic through unsigned, as LIR-ML's.
+        let u = |o: &str| format!("({c})((unsigned long long){a} {o} (unsigned long long){b})");
+        return Some(match op {
+            Add => u("+"),
+            Sub => u("-"),
+            Mul => u("*"),
+            Div => format!("({c})xpu_divi({a}, {b})"),
+            Rem => format!("({c})xpu_remi({a}, {b})"),
+            Max => format!("({c})xpu_maxi({a}, {b})"),
+            Min => format!("({c})xpu_mini({a}, {b})"),
+            And => format!("({a} & {b})"),
+            Or => format!("({a} | {b})"),
+            Xor => format!("({a} ^ {b})"),
+            Pow => return None,
+        });
+    }
+    let f = t == ScalarType::F32;
+    Some(match op {
+        Add => format!("({a} + {b})"),
+        Sub => format!("({a} - {b})"),
+        Mul => format!("({a} * {b})"),
+        Div => format!("({a} / {b})"),
+        Rem => {
+            if f {
+                format!("fmodf({a}, {b})")
+            } else {
+                format!("fmod({a}, {b})")
+            }
+        }
+        Max => {
+            if f {
+                format!("xpu_maxf({a}, {b})")
+            } else {
+                format!("xpu_max({a}, {b})")
+            }
+        }
+        Min => {
+            if f {
+                format!("xpu_minf({a}, {b})")
+            } else {
+                format!("xpu_min({a}, {b})")
+            }
+        }
+        Pow => {
+            if f {
+                format!("powf({a}, {b})")
+            } else {
+                format!("pow({a}, {b})")
+            }
+        }
+        And | Or | Xor => return None,
+    })
+}
+
+fn combine(op: ReduceOp, t: ScalarType, a: &str, b: &str) -> String {
+    let bop = match op {
+        ReduceOp::Add => BinaryOp::Add,
+        ReduceOp::Mul => BinaryOp::Mul,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
+    };
+    binary(bop, t, a, b).unwrap_or_else(|| format!("({a} + {b})"))
+}
+
+fn cast(from: ScalarType, to: ScalarType, x: &str) -> String {
+    match (from, to) {
+        (_, ScalarType::Bool) if from.is_float() => format!("({x} != 0 || {x} != {x})"),
+        (_, ScalarType::Bool) => format!("({x} != 0)"),
+        (f, ScalarType::I32 | ScalarType::I64) if f.is_float() => {
+            format!("({})xpu_f2i((double){x})", c_type(to))
+        }
+        _ => format!("({}){x}", c_type(to)),
+    }
+}

@@ -1,0 +1,192 @@
+//! Generated CUDA kernels without a GPU: every example program's LIR-ML (the llvm engine's
+//! lowering) rendered as CUDA C++, compiled by NVRTC to PTX and assembled by ptxas for
+//! sm_80 and sm_90; the same source built for the host and run against the cpu engine;
+//! bad sources, PTX and architectures as errors; no driver as a reason.
+
+use xpu_engine_cuda::{codegen, host::HostModule, toolkit};
+use xpu_engine_llvm::lower::{self, Program, Slot};
+use xpu_ir::{Graph, Tensor, TensorData};
+
+const PROGRAMS: &[&str] = &[
+    "gelu_chain",
+    "silu_chain",
+    "mish_chain",
+    "softplus_chain",
+    "softmax_rows",
+    "layernorm_rows",
+    "rmsnorm_rows",
+    "logsumexp_rows",
+];
+
+fn program(name: &str) -> Graph {
+    let path = format!("{}/../../tests/programs/{name}.sgr", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).unwrap();
+    xpu_ir::text::parse(&src).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Inputs for `g` with its symbolic batch bound to `rows`: varied values, NaN-free.
+fn inputs(g: &Graph, rows: usize) -> Vec<Tensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, v)| {
+            let shape: Vec<usize> = g
+                .ty(*v)
+                .dims
+                .iter()
+                .flatten()
+                .map(|d| match d {
+                    xpu_ir::Dim::Known(n) => *n as usize,
+                    _ => rows,
+                })
+                .collect();
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> =
+                (0..n).map(|i| (((i * 7919 + k * 31) % 1000) as f32 / 125.0) - 4.0).collect();
+            Tensor::from_vec(shape, data).unwrap()
+        })
+        .collect()
+}
+
+fn lowered(g: &Graph, inputs: &[Tensor]) -> Program {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    lower::lower(g, &shapes, &vec![None; inputs.len()]).unwrap()
+}
+
+fn ptr(data: &TensorData) -> *mut u8 {
+    match data {
+        TensorData::F32(v) => v.as_ptr() as *mut u8,
+        TensorData::F64(v) => v.as_ptr() as *mut u8,
+        TensorData::I32(v) => v.as_ptr() as *mut u8,
+        TensorData::I64(v) => v.as_ptr() as *mut u8,
+        TensorData::Bool(v) => v.as_ptr() as *mut u8,
+        d => panic!("a buffer of {}", d.dtype()),
+    }
+}
+
+/// Runs a lowered program's kernels through the host build, as an engine would on a GPU:
+/// intermediates allocated per value, steps in order, on a grid of 3 blocks of 37 threads
+/// (fewer threads than elements: the grid-stride loop is exercised).
+fn emulate(p: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
+    let kernels: Vec<_> = p.steps.iter().map(|s| s.kernel.clone()).collect();
+    let module = HostModule::build(&codegen::source(&kernels).unwrap()).unwrap();
+    let values: Vec<TensorData> =
+        p.values.iter().map(|v| TensorData::zeros(v.dtype, v.shape.iter().product())).collect();
+    for step in &p.steps {
+        let mut ptrs: Vec<*mut u8> = step
+            .buffers
+            .iter()
+            .map(|s| match s {
+                Slot::Input(i) => ptr(inputs[*i].data()),
+                Slot::Constant(t) => ptr(t.data()),
+                Slot::Computed(v) => ptr(&values[*v]),
+            })
+            .collect();
+        let name: String = step
+            .kernel
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        // SAFETY: each pointer is a live buffer of the shape and dtype the kernel was
+        // lowered for; the kernels write only Computed buffers, which nothing else holds.
+        unsafe { module.run(&name, &mut ptrs, 3, 37) }.unwrap();
+    }
+    p.outputs
+        .iter()
+        .map(|s| match s {
+            Slot::Input(i) => inputs[*i].clone(),
+            Slot::Constant(t) => t.clone(),
+            Slot::Computed(v) => {
+                Tensor::new(p.values[*v].shape.clone(), values[*v].clone()).unwrap()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn generated_kernels_run_on_the_host_and_match_the_cpu_engine() {
+    let mut kernels = 0;
+    for name in PROGRAMS {
+        let g = program(name);
+        let x = inputs(&g, 5);
+        let p = lowered(&g, &x);
+        kernels += p.steps.len();
+        let got = emulate(&p, &x);
+        let want = xpu_engine_cpu::run_graph(&g, &x).unwrap().outputs;
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.shape(), b.shape(), "{name}");
+            for (i, (u, v)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
+                assert!((u - v).abs() <= 1e-5 * v.abs().max(1.0), "{name}[{i}]: host {u}, cpu {v}");
+            }
+        }
+    }
+    assert!(kernels >= PROGRAMS.len(), "{kernels} kernels");
+}
+
+#[test]
+fn every_generated_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm80_and_sm90() {
+    let nvrtc = toolkit::nvrtc(None).expect("make setup installs NVRTC");
+    assert!(nvrtc.version.0 >= 12, "{nvrtc:?}");
+    let ptxas = toolkit::find_ptxas(None).expect("make setup installs ptxas");
+    let mut assembled = 0;
+    for name in PROGRAMS {
+        let g = program(name);
+        let p = lowered(&g, &inputs(&g, 64));
+        let kernels: Vec<_> = p.steps.iter().map(|s| s.kernel.clone()).collect();
+        let src = codegen::source(&kernels).unwrap();
+        for arch in ["sm_80", "sm_90"] {
+            let ptx =
+                toolkit::compile_ptx(&src, name, arch).unwrap_or_else(|e| panic!("{e}\n{src}"));
+            assert!(ptx.contains(".entry"), "{name}: {ptx}");
+            let cubin = toolkit::assemble(&ptxas, &ptx, name, arch).unwrap();
+            assert_eq!(&cubin[..4], b"\x7fELF", "{name} {arch}: a cubin is an ELF file");
+            assembled += kernels.len();
+        }
+    }
+    assert_eq!(
+        assembled,
+        2 * PROGRAMS
+            .iter()
+            .map(|n| {
+                let g = program(n);
+                lowered(&g, &inputs(&g, 64)).steps.len()
+            })
+            .sum::<usize>()
+    );
+}
+
+#[test]
+fn bad_sources_ptx_and_architectures_are_errors_naming_them() {
+    let e = toolkit::compile_ptx(
+        "extern \"C\" __global__ void k() { undefined_thing(); }",
+        "bad",
+        "sm_90",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("bad") && e.contains("undefined_thing"), "{e}");
+    let e = toolkit::compile_ptx("x", "nul", "sm_90\0").unwrap_err().to_string();
+    assert!(e.contains("architecture"), "{e}");
+    let e = toolkit::compile_ptx(&"(".repeat(100_000), "deep", "sm_90").unwrap_err().to_string();
+    assert!(e.contains("deep"), "{e}");
+    let ptxas = toolkit::find_ptxas(None).unwrap();
+    let e = toolkit::assemble(&ptxas, ".version 8.0\ngarbage", "junk", "sm_90")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("junk") && e.contains("sm_90"), "{e}");
+    let e = toolkit::assemble(&ptxas, "", "x", "sm_7").unwrap_err().to_string();
+    assert!(e.contains("unknown CUDA architecture `sm_7`"), "{e}");
+}
+
+#[test]
+fn without_a_gpu_the_driver_probe_is_a_reason_not_a_panic() {
+    let probe = toolkit::probe_driver(None);
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        let facts = probe.unwrap();
+        assert!(!facts.name.is_empty() && facts.multiprocessors > 0, "{facts:?}");
+    } else {
+        let reason = probe.unwrap_err();
+        assert!(reason.contains("libcuda") || reason.contains("device"), "{reason}");
+    }
+}
