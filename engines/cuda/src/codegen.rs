@@ -58,6 +58,32 @@ XPU_FN long long xpu_f2i(double x) {
   if (m < 0.0) m += 18446744073709551616.0;
   return (long long)(unsigned long long)m;
 }
+// f16/bf16 storage, computed in f32: conversions by bits (round to nearest even, as the
+// cpu engine's `half` crate), the same on the device and the host, no CUDA headers.
+union xpu_bits { unsigned int u; float f; };
+XPU_FN float xpu_from_bits(unsigned int u) { xpu_bits b; b.u = u; return b.f; }
+XPU_FN unsigned int xpu_to_bits(float f) { xpu_bits b; b.f = f; return b.u; }
+XPU_FN float xpu_bf2f(unsigned short h) { return xpu_from_bits(((unsigned int)h) << 16); }
+XPU_FN unsigned short xpu_f2bf(float f) {
+  unsigned int u = xpu_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+XPU_FN float xpu_h2f(unsigned short h) {
+  unsigned int s = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu, m = (unsigned int)h & 0x3ffu;
+  if (e == 0) { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
+  if (e == 31) return xpu_from_bits(s | 0x7f800000u | (m << 13));
+  return xpu_from_bits(s | ((e + 112u) << 23) | (m << 13));
+}
+XPU_FN unsigned short xpu_f2h(float f) {
+  unsigned int u = xpu_to_bits(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);
+  if (a < 0x38800000u) return (unsigned short)(s | (unsigned int)rintf(xpu_from_bits(a) * 16777216.0f));
+  unsigned int r = a - 0x38000000u;
+  r = r + 0xfffu + ((r >> 13) & 1u);
+  return (unsigned short)(s | (r >> 13));
+}
 XPU_FN long long xpu_divi(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b); }
 XPU_FN long long xpu_remi(long long a, long long b) { return (b == 0 || b == -1) ? 0 : a % b; }
 "#;
@@ -80,9 +106,7 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
     }
     let mut params = Vec::new();
     for b in &k.buffers {
-        let t = storage_type(b.elem).ok_or_else(|| {
-            e.err(format!("buffer `{}` of {}: not a CUDA storage type here", b.name, b.elem.name()))
-        })?;
+        let t = storage_type(b.elem);
         let cv = if b.access == Access::In { "const " } else { "" };
         params.push(format!("{cv}{t}* __restrict__ b_{}", ident(&b.name)));
     }
@@ -170,13 +194,13 @@ fn c_type(t: ScalarType) -> &'static str {
     }
 }
 
-/// How a buffer's elements are stored; f16/bf16 are not generated yet.
-fn storage_type(t: ScalarType) -> Option<&'static str> {
-    Some(match t {
+/// How a buffer's elements are stored (f16/bf16 as their bits).
+fn storage_type(t: ScalarType) -> &'static str {
+    match t {
         ScalarType::Bool => "unsigned char",
-        ScalarType::F16 | ScalarType::BF16 => return None,
+        ScalarType::F16 | ScalarType::BF16 => "unsigned short",
         t => c_type(t),
-    })
+    }
 }
 
 struct Emitter<'k> {
@@ -251,6 +275,8 @@ impl Emitter<'_> {
                     let v = format!("v_{}", ident(value));
                     let v = match b.elem {
                         ScalarType::Bool => format!("(unsigned char)({v} ? 1 : 0)"),
+                        ScalarType::F16 => format!("xpu_f2h({v})"),
+                        ScalarType::BF16 => format!("xpu_f2bf({v})"),
                         t => format!("({}){v}", c_type(t)),
                     };
                     let at = self.offset(buffer, index)?;
@@ -327,6 +353,8 @@ impl Emitter<'_> {
                 let at = format!("b_{}[{}]", ident(buffer), self.offset(buffer, index)?);
                 match b.elem {
                     ScalarType::Bool => (ScalarType::Bool, format!("({at} != 0)")),
+                    ScalarType::F16 => (ScalarType::F32, format!("xpu_h2f({at})")),
+                    ScalarType::BF16 => (ScalarType::F32, format!("xpu_bf2f({at})")),
                     t => (t.compute(), at),
                 }
             }
@@ -374,7 +402,7 @@ impl Emitter<'_> {
             .buffers
             .iter()
             .enumerate()
-            .map(|(i, b)| format!("({}*)buffers[{i}]", storage_type(b.elem).unwrap_or("void")))
+            .map(|(i, b)| format!("({}*)buffers[{i}]", storage_type(b.elem)))
             .collect();
         let _ = writeln!(
             self.out,

@@ -60,6 +60,8 @@ fn ptr(data: &TensorData) -> *mut u8 {
         TensorData::I32(v) => v.as_ptr() as *mut u8,
         TensorData::I64(v) => v.as_ptr() as *mut u8,
         TensorData::Bool(v) => v.as_ptr() as *mut u8,
+        TensorData::F16(v) => v.as_ptr() as *mut u8,
+        TensorData::BF16(v) => v.as_ptr() as *mut u8,
         d => panic!("a buffer of {}", d.dtype()),
     }
 }
