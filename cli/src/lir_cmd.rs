@@ -1,6 +1,7 @@
 //! `xpuctl ir lir`: the LIR-ML the llvm engine makes of a program's llvm partitions, and
 //! with `--emit` what LLVM makes of that (optimised IR or assembly for this machine).
-//! `xpuctl build --target riscv64`: a whole program compiled ahead of time for a board.
+//! `xpuctl build --target riscv64`: a whole program compiled ahead of time for a board;
+//! `--target cuda`: its llvm partitions' kernels as CUDA C++ and PTX.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -35,7 +36,10 @@ fallback = "allow"
 /// Boards `xpuctl build` compiles for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BuildTarget {
+    /// rv64gc, lp64d: a static executable.
     Riscv64,
+    /// CUDA C++ and PTX (NVRTC) for `--arch`.
+    Cuda,
 }
 
 /// The program planned under `policy` (default: llvm first) on this process's engines.
@@ -60,13 +64,11 @@ fn planned(
 
 pub fn build(
     program: &Path,
-    target: BuildTarget,
     policy: Option<&str>,
     bind: &[String],
     vector: bool,
     output: &Path,
 ) -> Result<()> {
-    let BuildTarget::Riscv64 = target;
     let (plan, bindings) = planned(program, policy, bind)?;
     let elsewhere: Vec<String> = plan
         .partitions
@@ -94,6 +96,79 @@ pub fn build(
         manifest.triple,
         manifest.abi,
         output.display()
+    );
+    Ok(())
+}
+
+/// Each partition the plan puts on llvm, as LIR-ML, rendered as CUDA C++ and compiled by
+/// NVRTC for `arch`: `DIR/partitionN.cu`, `DIR/partitionN.ptx` and `DIR/manifest.json`
+/// (program, arch, NVRTC version, per partition its nodes, kernels and files; partitions
+/// on other engines listed as not generated). The cuda engine runs such kernels; this
+/// makes them inspectable and checkable (ptxas) without a GPU.
+pub fn build_cuda(
+    program: &Path,
+    policy: Option<&str>,
+    bind: &[String],
+    arch: &str,
+    output: &Path,
+) -> Result<()> {
+    use xpu_engine_cuda::{codegen as cuda, toolkit};
+    toolkit::virtual_arch(arch)?;
+    let nvrtc = toolkit::nvrtc(None).map_err(|e| anyhow!("a cuda build needs NVRTC: {e}"))?;
+    let (plan, bindings) = planned(program, policy, bind)?;
+    std::fs::create_dir_all(output).map_err(|e| anyhow!("{}: {e}", output.display()))?;
+    let mut partitions = Vec::new();
+    let mut not_generated = Vec::new();
+    for p in &plan.partitions {
+        if p.engine != "llvm" {
+            not_generated.push(serde_json::json!({ "partition": p.id, "engine": p.engine, "nodes": p.nodes.len() }));
+            continue;
+        }
+        let part = plan.graph.partition(&p.nodes);
+        let shapes = concrete_shapes(&part.graph, &bindings)?;
+        let lowered = lower::lower(&part.graph, &shapes, &vec![None; shapes.len()])
+            .map_err(|e| anyhow!("partition {}: {e}", p.id))?;
+        let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
+        let source = cuda::source(&kernels).map_err(|e| anyhow!("partition {}: {e}", p.id))?;
+        let name = format!("partition{}", p.id);
+        let ptx = toolkit::compile_ptx(&source, &name, arch)?;
+        for (ext, text) in [("cu", &source), ("ptx", &ptx)] {
+            let path = output.join(format!("{name}.{ext}"));
+            std::fs::write(&path, text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        }
+        partitions.push(serde_json::json!({
+            "partition": p.id,
+            "nodes": p.nodes.iter().map(|n| plan.graph.node(*n).label(*n)).collect::<Vec<_>>(),
+            "kernels": kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+            "source": format!("{name}.cu"),
+            "ptx": format!("{name}.ptx"),
+        }));
+    }
+    if partitions.is_empty() {
+        bail!("no node of {} has a generated kernel under this policy", program.display());
+    }
+    let manifest = serde_json::json!({
+        "program": program.display().to_string(),
+        "target": "cuda",
+        "arch": arch,
+        "nvrtc": format!("{}.{}", nvrtc.version.0, nvrtc.version.1),
+        "partitions": partitions,
+        "not_generated": not_generated,
+    });
+    let path = output.join("manifest.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&manifest)? + "\n")
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    eprintln!(
+        "wrote {} ({} partition(s) as CUDA C++ and PTX for {arch}, NVRTC {}.{}{})",
+        output.display(),
+        partitions.len(),
+        nvrtc.version.0,
+        nvrtc.version.1,
+        if not_generated.is_empty() {
+            String::new()
+        } else {
+            format!("; {} partition(s) on other engines not generated", not_generated.len())
+        }
     );
     Ok(())
 }

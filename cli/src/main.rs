@@ -111,8 +111,9 @@ enum Command {
     /// SGR-ML tools.
     #[command(subcommand)]
     Ir(IrCommand),
-    /// Compile a whole program ahead of time for a board: a static riscv64 executable with
-    /// its manifest and a `run` script (`DIR/run --input NAME=FILE.npy ... --out OUTDIR`).
+    /// Compile a whole program ahead of time: for riscv64 a static executable with its
+    /// manifest and a `run` script (`DIR/run --input NAME=FILE.npy ... --out OUTDIR`); for
+    /// cuda each generated kernel's CUDA C++ and PTX (NVRTC, for --arch) and a manifest.
     Build {
         program: PathBuf,
         /// The board's target (riscv64: rv64gc, lp64d).
@@ -126,6 +127,9 @@ enum Command {
         /// Use the RISC-V vector extension (RVV).
         #[arg(long)]
         vector: bool,
+        /// The GPU architecture of a cuda build (sm_80, sm_90, ...).
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -555,9 +559,14 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             Ok(())
         }
         Command::Ir(ir) => ir_command(ir),
-        Command::Build { program, target, policy, bind, vector, output } => {
-            lir_cmd::build(&program, target, policy.as_deref(), &bind, vector, &output)
-        }
+        Command::Build { program, target, policy, bind, vector, arch, output } => match target {
+            lir_cmd::BuildTarget::Riscv64 => {
+                lir_cmd::build(&program, policy.as_deref(), &bind, vector, &output)
+            }
+            lir_cmd::BuildTarget::Cuda => {
+                lir_cmd::build_cuda(&program, policy.as_deref(), &bind, &arch, &output)
+            }
+        },
         Command::Repl => repl::repl(),
         Command::Submit { program, on_server, inputs, policy, labels, wait, format } => {
             client::submit(
