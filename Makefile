@@ -26,9 +26,10 @@ NODE_CASES := .cache/onnx-node
 # Debian packages the build and tests need: OpenBLAS for the cpu.blas kernel, DejaVu Sans
 # for the text of plots, Prometheus for `promtool` (metrics exposition and alert rules),
 # LLVM 19 for the llvm engine's JIT (inkwell links it; clang-19 is not needed), and the
-# riscv64 cross toolchain plus qemu-user for `llvm.riscv` and `xpuctl build --target riscv64`.
+# riscv64 cross toolchain plus qemu-user for `llvm.riscv` and `xpuctl build --target riscv64`;
+# g++ builds the cuda engine's generated kernels for the host (its GPU-free emulation).
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
-  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user
+  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
 .PHONY: setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run install example bench bless clean-cache
 
