@@ -66,15 +66,20 @@ fn horner(x: f32, c: &[f32]) -> f32 {
     p
 }
 
+/// e^(x − n·ln 2) for n = round(x·log2 e): r = x − n·ln 2 in two parts (ln 2 split so
+/// n·LN2_HI is exact), then 1 + r + r²·P(r). The caller scales by 2^n.
+fn exp_reduced(x: f32, n: f32) -> f32 {
+    let r = (-n).mul_add(k::LN2_LO, (-n).mul_add(k::LN2_HI, x));
+    horner(r, &k::EXP_P).mul_add(r * r, r) + 1.0
+}
+
 pub fn expf(x: f32) -> f32 {
     let x1 = if x > k::EXP_MAX { k::EXP_MAX } else { x };
     let x2 = if x1 < k::EXP_MIN { k::EXP_MIN } else { x1 };
     let nan = x.is_nan();
     let xc = if nan { 0.0 } else { x2 };
     let n = (xc * k::LOG2E).round_ties_even();
-    let r = (-n).mul_add(k::LN2_LO, (-n).mul_add(k::LN2_HI, xc));
-    let p = horner(r, &k::EXP_P);
-    let y = p.mul_add(r * r, r) + 1.0;
+    let y = exp_reduced(xc, n);
     let ni = n as i32;
     let n1 = ni >> 1;
     let n2 = ni - n1;
@@ -156,9 +161,7 @@ pub fn softplusf(x: f32) -> f32 {
     let cut = ax > k::SOFTPLUS_CUT || ax.is_nan();
     let t = if cut { -k::SOFTPLUS_CUT } else { -ax };
     let n = (t * k::LOG2E).round_ties_even();
-    let r = (-n).mul_add(k::LN2_LO, (-n).mul_add(k::LN2_HI, t));
-    let y = horner(r, &k::EXP_P).mul_add(r * r, r) + 1.0;
-    let e = y * f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let e = exp_reduced(t, n) * f32::from_bits(((n as i32 + 127) << 23) as u32);
     let hi = e > k::SQRT2_M1;
     let f = if hi { (e - 1.0) * 0.5 } else { e };
     let fk: f32 = if hi { 1.0 } else { 0.0 };

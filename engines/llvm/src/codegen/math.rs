@@ -45,21 +45,25 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
         Cos => return Some("@llvm.cos.f32".into()),
         _ => return None,
     };
-    // Routines built on others pull those in too.
-    used.insert(name);
-    match name {
-        "xpu.tanhf" | "xpu.erff" => {
-            used.insert("xpu.expf");
-        }
-        "xpu.log1pf" => {
-            used.insert("xpu.logf");
-        }
-        "xpu.expm1f" => {
-            used.extend(["xpu.expf", "xpu.logf"]);
-        }
-        _ => {}
-    }
+    use_with_callees(name, used);
     Some(format!("@{name}"))
+}
+
+/// Notes routine `name` and every routine it calls, transitively.
+fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
+    if !used.insert(name) {
+        return;
+    }
+    let callees: &[&'static str] = match name {
+        "xpu.tanhf" | "xpu.erff" => &["xpu.expf"],
+        "xpu.expf" | "xpu.softplusf" => &["xpu.exp_reduced"],
+        "xpu.log1pf" => &["xpu.logf"],
+        "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
+        _ => &[],
+    };
+    for &c in callees {
+        use_with_callees(c, used);
+    }
 }
 
 /// The definitions of the inline routines in `used`, then a declaration for every
@@ -69,6 +73,7 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
     for name in used {
         s.push_str(&expand_constants(&expand_horner(match *name {
             "xpu.expf" => EXPF,
+            "xpu.exp_reduced" => EXP_REDUCED,
             "xpu.logf" => LOGF,
             "xpu.tanhf" => TANHF,
             "xpu.erff" => ERFF,
@@ -205,13 +210,7 @@ entry:
   %t = select i1 %cut, float f(-87.0), float %nax
   %tl = fmul float %t, f(LOG2E)
   %n = call float @llvm.roundeven.f32(float %tl)
-  %nn = fneg float %n
-  %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %t)
-  %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
-  %poly = horner float %r, EXP_P
-  %rr = fmul float %r, %r
-  %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
-  %y = fadd float %y1, 1.0
+  %y = call float @xpu.exp_reduced(float %t, float %n)
   %ni = fptosi float %n to i32
   %eb = add i32 %ni, 127
   %sb = shl i32 %eb, 23
@@ -253,8 +252,24 @@ entry:
 }
 "#;
 
-/// e^x: n = round(x·log2 e), r = x − n·ln 2 in two parts, a degree-6 polynomial, then
-/// 2^n applied as two factors so that results in the subnormal range round once.
+/// e^(x − n·ln 2) for n = round(x·log2 e): r = x − n·ln 2 in two parts, then a degree-6
+/// polynomial (`xpu_lir::math::exp_reduced`); the caller scales by 2^n.
+const EXP_REDUCED: &str = r#"
+define internal float @xpu.exp_reduced(float %x, float %n) alwaysinline nounwind {
+entry:
+  %nn = fneg float %n
+  %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %x)
+  %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
+  %poly = horner float %r, EXP_P
+  %rr = fmul float %r, %r
+  %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
+  %y = fadd float %y1, 1.0
+  ret float %y
+}
+"#;
+
+/// e^x: n = round(x·log2 e), the reduced exponential, then 2^n applied as two factors so
+/// that results in the subnormal range round once.
 const EXPF: &str = r#"
 define internal float @xpu.expf(float %x) alwaysinline nounwind {
 entry:
@@ -266,13 +281,7 @@ entry:
   %xc = select i1 %nan, float 0.0, float %x2
   %t = fmul float %xc, f(LOG2E)
   %n = call float @llvm.roundeven.f32(float %t)
-  %nn = fneg float %n
-  %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %xc)
-  %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
-  %poly = horner float %r, EXP_P
-  %rr = fmul float %r, %r
-  %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
-  %y = fadd float %y1, 1.0
+  %y = call float @xpu.exp_reduced(float %xc, float %n)
   %ni = fptosi float %n to i32
   %n1 = ashr i32 %ni, 1
   %n2 = sub i32 %ni, %n1
