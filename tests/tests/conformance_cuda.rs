@@ -16,13 +16,18 @@ use xpu_engine_llvm::lower::{self, Slot};
 use xpu_ir::{Graph, Tensor, TensorData};
 use xpu_tests::conformance::{Route, Status, cache_dir, run_all};
 
+/// What every case's run shares: the assembler and the counts for the report.
+#[derive(Default)]
+struct Shared {
+    ptxas: std::path::PathBuf,
+    kernels: AtomicUsize,
+    codegen_refused: Mutex<BTreeSet<String>>,
+}
+
 struct EmulatedCuda {
     registry: Registry,
     policy: xpu_policy::Policy,
-    ptxas: std::path::PathBuf,
-    kernels: Arc<AtomicUsize>,
-    assembled: Arc<AtomicUsize>,
-    codegen_refused: Arc<Mutex<BTreeSet<String>>>,
+    shared: Arc<Shared>,
 }
 
 impl Engine for EmulatedCuda {
@@ -44,44 +49,13 @@ impl Engine for EmulatedCuda {
                 what: f.to_string(),
             }
         })?;
-        Ok(Box::new(EmulatedRun { g: g.clone(), engine: self.clone_handles() }))
+        Ok(Box::new(EmulatedRun { g: g.clone(), shared: self.shared.clone() }))
     }
-}
-
-impl EmulatedCuda {
-    fn clone_handles(&self) -> Handles {
-        Handles {
-            ptxas: self.ptxas.clone(),
-            kernels: self.kernels.clone(),
-            assembled: self.assembled.clone(),
-            codegen_refused: self.codegen_refused.clone(),
-        }
-    }
-}
-
-struct Handles {
-    ptxas: std::path::PathBuf,
-    kernels: Arc<AtomicUsize>,
-    assembled: Arc<AtomicUsize>,
-    codegen_refused: Arc<Mutex<BTreeSet<String>>>,
 }
 
 struct EmulatedRun {
     g: Graph,
-    engine: Handles,
-}
-
-fn ptr(data: &TensorData) -> Result<*mut u8, EngineError> {
-    Ok(match data {
-        TensorData::F32(v) => v.as_ptr() as *mut u8,
-        TensorData::F64(v) => v.as_ptr() as *mut u8,
-        TensorData::I32(v) => v.as_ptr() as *mut u8,
-        TensorData::I64(v) => v.as_ptr() as *mut u8,
-        TensorData::Bool(v) => v.as_ptr() as *mut u8,
-        TensorData::F16(v) => v.as_ptr() as *mut u8,
-        TensorData::BF16(v) => v.as_ptr() as *mut u8,
-        d => return Err(EngineError::Other(format!("a buffer of {}", d.dtype()))),
-    })
+    shared: Arc<Shared>,
 }
 
 impl Executable for EmulatedRun {
@@ -99,36 +73,33 @@ impl Executable for EmulatedRun {
         let src = match codegen::source(&kernels) {
             Ok(s) => s,
             Err(e) => {
-                self.engine.codegen_refused.lock().unwrap().insert(format!("{}: {e}", self.g.name));
+                self.shared.codegen_refused.lock().unwrap().insert(format!("{}: {e}", self.g.name));
                 return Err(unsupported(e.to_string()));
             }
         };
         let fail = |e: toolkit::ToolkitError| EngineError::Other(format!("{e}\n{src}"));
         let ptx = toolkit::compile_ptx(&src, &self.g.name, "sm_90").map_err(fail)?;
-        toolkit::assemble(&self.engine.ptxas, &ptx, &self.g.name, "sm_90").map_err(fail)?;
-        self.engine.kernels.fetch_add(kernels.len(), Ordering::Relaxed);
-        self.engine.assembled.fetch_add(1, Ordering::Relaxed);
+        toolkit::assemble(&self.shared.ptxas, &ptx, &self.g.name, "sm_90").map_err(fail)?;
+        self.shared.kernels.fetch_add(kernels.len(), Ordering::Relaxed);
         let module = HostModule::build(&src).map_err(fail)?;
         let values: Vec<TensorData> =
             p.values.iter().map(|v| TensorData::zeros(v.dtype, v.shape.iter().product())).collect();
         for step in &p.steps {
             let mut ptrs = Vec::new();
             for s in &step.buffers {
-                ptrs.push(match s {
-                    Slot::Input(i) => ptr(inputs[*i].data())?,
-                    Slot::Constant(t) => ptr(t.data())?,
-                    Slot::Computed(v) => ptr(&values[*v])?,
-                });
+                let data = match s {
+                    Slot::Input(i) => inputs[*i].data(),
+                    Slot::Constant(t) => t.data(),
+                    Slot::Computed(v) => &values[*v],
+                };
+                let p = data
+                    .as_byte_ptr()
+                    .ok_or_else(|| EngineError::Other(format!("a buffer of {}", data.dtype())))?;
+                ptrs.push(p as *mut u8);
             }
-            let name: String = step
-                .kernel
-                .name
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect();
             // SAFETY: the buffers are live tensors of the shapes and dtypes the kernels were
             // lowered for; only Computed buffers, owned here, are written.
-            unsafe { module.run(&name, &mut ptrs, 4, 32) }.map_err(fail)?;
+            unsafe { module.run(&step.kernel.name, &mut ptrs, 4, 32) }.map_err(fail)?;
         }
         let outputs = p
             .outputs
@@ -160,10 +131,10 @@ fn generated_cuda_kernels_pass_the_cases_llvm_takes_whole() {
     let engine = EmulatedCuda {
         registry,
         policy: policy("[\"llvm\"]"),
-        ptxas: toolkit::find_ptxas(None).expect("make setup installs ptxas"),
-        kernels: Default::default(),
-        assembled: Default::default(),
-        codegen_refused: Default::default(),
+        shared: Arc::new(Shared {
+            ptxas: toolkit::find_ptxas(None).expect("make setup installs ptxas"),
+            ..Default::default()
+        }),
     };
     let filter = std::env::var("XPU_CONFORMANCE_FILTER").ok();
     let route = Route::Import(&engine, Assignment::new("cuda-emulated"));
@@ -182,12 +153,12 @@ fn generated_cuda_kernels_pass_the_cases_llvm_takes_whole() {
         .map(|r| format!("{}: {} {}", r.name, r.status.name(), r.detail))
         .collect();
     let passed = ran.len() - failed.len();
-    let refused = engine.codegen_refused.lock().unwrap().clone();
+    let refused = engine.shared.codegen_refused.lock().unwrap().clone();
     let md = format!(
         "# cuda kernels, emulated on the host\n\nONNX's node suite: every case the llvm engine takes whole (llvm pinned, fallback denied) lowered to LIR-ML, rendered as CUDA C++, compiled by NVRTC for sm_90 and assembled by ptxas, then run on the host through the emulation header.\n\n| | |\n|---|---|\n| cases run | {} |\n| pass | {passed} |\n| fail | {} |\n| kernels compiled by NVRTC and assembled by ptxas | {} |\n| cases the CUDA code generator refuses | {} |\n| cases planned on llvm with nothing to generate (dropout, transpose, i8 identity) | {without_kernel} |\n",
         ran.len(),
         failed.len(),
-        engine.kernels.load(Ordering::Relaxed),
+        engine.shared.kernels.load(Ordering::Relaxed),
         refused.len(),
     );
     println!("{md}");

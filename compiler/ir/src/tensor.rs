@@ -140,6 +140,28 @@ impl TensorData {
     }
 
     /// `n` default (zero / false / empty) elements of `dtype`.
+    /// The first byte of the elements, for the plain numeric and bool types (what compiled
+    /// kernels take as a buffer); `None` for strings and tables.
+    pub fn as_byte_ptr(&self) -> Option<*const u8> {
+        use TensorData::*;
+        Some(match self {
+            F32(v) => v.as_ptr().cast(),
+            F64(v) => v.as_ptr().cast(),
+            F16(v) => v.as_ptr().cast(),
+            BF16(v) => v.as_ptr().cast(),
+            I8(v) => v.as_ptr().cast(),
+            I16(v) => v.as_ptr().cast(),
+            I32(v) => v.as_ptr().cast(),
+            I64(v) => v.as_ptr().cast(),
+            U8(v) => v.as_ptr(),
+            U16(v) => v.as_ptr().cast(),
+            U32(v) => v.as_ptr().cast(),
+            U64(v) => v.as_ptr().cast(),
+            Bool(v) => v.as_ptr().cast(),
+            String(_) | Table(_) => return None,
+        })
+    }
+
     pub fn zeros(dtype: DType, n: usize) -> TensorData {
         match dtype {
             DType::F32 => TensorData::F32(vec![0.0; n]),

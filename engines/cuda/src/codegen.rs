@@ -167,9 +167,9 @@ fn band(body: &[Stmt]) -> (Vec<(&str, &Affine, &Affine)>, &[Stmt]) {
     (loops, cur)
 }
 
-/// Whether every store under `body` has `var` in its index (so iterations of `var` write
-/// disjoint elements) and no buffer is read there after being written (no `inout`-style
-/// accumulation across iterations).
+/// Whether every store under `body` has `var` in its index, so iterations of `var` write
+/// disjoint elements (an accumulation across iterations stores to one element and keeps
+/// its loop serial).
 fn stores_indexed_by(body: &[Stmt], var: &str) -> bool {
     let v = Var::Loop(var.to_string());
     body.iter().all(|s| match s {
@@ -180,7 +180,8 @@ fn stores_indexed_by(body: &[Stmt], var: &str) -> bool {
     })
 }
 
-fn ident(name: &str) -> String {
+/// A LIR-ML name as a C identifier (a kernel's function is `ident(kernel.name)`).
+pub(crate) fn ident(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
 }
 
@@ -327,12 +328,16 @@ impl Emitter<'_> {
         self.line(&format!("{t} y;"));
         self.block(body)?;
         let lane = format!("acc[({v} - ({lo})) % {lanes}]");
-        let combined = combine(op, ty, &lane, "y");
+        let combine = |a: &str, b: &str| {
+            combine(op, ty, a, b)
+                .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
+        };
+        let combined = combine(&lane, "y")?;
+        let total = combine(&format!("v_{n}"), "acc[l]")?;
         self.line(&format!("{lane} = {combined};"));
         self.depth -= 1;
         self.line("}");
         self.line(&format!("v_{n} = acc[0];"));
-        let total = combine(op, ty, &format!("v_{n}"), "acc[l]");
         self.line(&format!("for (int l = 1; l < {lanes}; ++l) v_{n} = {total};"));
         self.depth -= 1;
         self.line("}");
@@ -576,14 +581,14 @@ fn binary(op: BinaryOp, t: ScalarType, a: &str, b: &str) -> Option<String> {
     })
 }
 
-fn combine(op: ReduceOp, t: ScalarType, a: &str, b: &str) -> String {
+fn combine(op: ReduceOp, t: ScalarType, a: &str, b: &str) -> Option<String> {
     let bop = match op {
         ReduceOp::Add => BinaryOp::Add,
         ReduceOp::Mul => BinaryOp::Mul,
         ReduceOp::Max => BinaryOp::Max,
         ReduceOp::Min => BinaryOp::Min,
     };
-    binary(bop, t, a, b).unwrap_or_else(|| format!("({a} + {b})"))
+    binary(bop, t, a, b)
 }
 
 fn cast(from: ScalarType, to: ScalarType, x: &str) -> String {

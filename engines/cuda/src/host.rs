@@ -68,7 +68,7 @@ impl HostModule {
         Ok(HostModule { lib, _dir: dir })
     }
 
-    /// Runs kernel `name` over `grid` blocks of `block` threads.
+    /// Runs the kernel LIR-ML names `kernel` over `grid` blocks of `block` threads.
     ///
     /// # Safety
     /// `buffers` must point to the kernel's buffers, in its parameter order, each as large

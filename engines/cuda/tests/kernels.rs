@@ -53,19 +53,6 @@ fn lowered(g: &Graph, inputs: &[Tensor]) -> Program {
     lower::lower(g, &shapes, &vec![None; inputs.len()]).unwrap()
 }
 
-fn ptr(data: &TensorData) -> *mut u8 {
-    match data {
-        TensorData::F32(v) => v.as_ptr() as *mut u8,
-        TensorData::F64(v) => v.as_ptr() as *mut u8,
-        TensorData::I32(v) => v.as_ptr() as *mut u8,
-        TensorData::I64(v) => v.as_ptr() as *mut u8,
-        TensorData::Bool(v) => v.as_ptr() as *mut u8,
-        TensorData::F16(v) => v.as_ptr() as *mut u8,
-        TensorData::BF16(v) => v.as_ptr() as *mut u8,
-        d => panic!("a buffer of {}", d.dtype()),
-    }
-}
-
 /// Runs a lowered program's kernels through the host build, as an engine would on a GPU:
 /// intermediates allocated per value, steps in order, on a grid of 3 blocks of 37 threads
 /// (fewer threads than elements: the grid-stride loop is exercised).
@@ -78,21 +65,18 @@ fn emulate(p: &Program, inputs: &[Tensor]) -> Vec<Tensor> {
         let mut ptrs: Vec<*mut u8> = step
             .buffers
             .iter()
-            .map(|s| match s {
-                Slot::Input(i) => ptr(inputs[*i].data()),
-                Slot::Constant(t) => ptr(t.data()),
-                Slot::Computed(v) => ptr(&values[*v]),
+            .map(|s| {
+                let data = match s {
+                    Slot::Input(i) => inputs[*i].data(),
+                    Slot::Constant(t) => t.data(),
+                    Slot::Computed(v) => &values[*v],
+                };
+                data.as_byte_ptr().unwrap() as *mut u8
             })
-            .collect();
-        let name: String = step
-            .kernel
-            .name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
         // SAFETY: each pointer is a live buffer of the shape and dtype the kernel was
         // lowered for; the kernels write only Computed buffers, which nothing else holds.
-        unsafe { module.run(&name, &mut ptrs, 3, 37) }.unwrap();
+        unsafe { module.run(&step.kernel.name, &mut ptrs, 3, 37) }.unwrap();
     }
     p.outputs
         .iter()

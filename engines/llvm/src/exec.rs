@@ -108,20 +108,6 @@ fn names(kernels: &[xpu_lir::Kernel]) -> String {
     kernels.iter().map(|k| format!("@{}", k.name)).collect::<Vec<_>>().join(", ")
 }
 
-/// A buffer's first byte, for the supported element types.
-fn data_ptr(d: &TensorData) -> Option<*const u8> {
-    Some(match d {
-        TensorData::F32(v) => v.as_ptr().cast(),
-        TensorData::F64(v) => v.as_ptr().cast(),
-        TensorData::F16(v) => v.as_ptr().cast(),
-        TensorData::BF16(v) => v.as_ptr().cast(),
-        TensorData::I32(v) => v.as_ptr().cast(),
-        TensorData::I64(v) => v.as_ptr().cast(),
-        TensorData::Bool(v) => v.as_ptr().cast(),
-        _ => return None,
-    })
-}
-
 /// A zeroed buffer. Large ones of the types whose zero is all-zero bytes come straight from
 /// the kernel (calloc → mmap, untouched), and are marked for transparent huge pages before
 /// the kernel writes them, so the first write faults in 2 MiB pages instead of 512 times as
@@ -131,7 +117,7 @@ fn fresh_buffer(dtype: xpu_ir::DType, n: usize) -> TensorData {
     let data = TensorData::zeros(dtype, n);
     let bytes = n * dtype.size_bytes();
     if bytes >= 4 * HUGE
-        && let Some(p) = data_ptr(&data)
+        && let Some(p) = data.as_byte_ptr()
     {
         let start = (p as usize).next_multiple_of(HUGE);
         let end = (p as usize + bytes) & !(HUGE - 1);
@@ -180,7 +166,7 @@ impl Executable for LlvmExecutable {
                     Slot::Constant(t) => t.data(),
                     Slot::Computed(v) => &values[*v],
                 };
-                let p = data_ptr(data).ok_or_else(|| EngineError::Kernel {
+                let p = data.as_byte_ptr().ok_or_else(|| EngineError::Kernel {
                     node: "llvm".into(),
                     message: format!("a buffer of dtype {}", data.dtype()),
                 })?;
