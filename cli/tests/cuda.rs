@@ -2,17 +2,12 @@
 //! manifest; the PTX assembles with ptxas for the architecture asked; bad architectures
 //! and unbound sizes are errors that name them.
 
-use std::process::Command;
-
 mod common;
 
+/// Exit code and stderr.
 fn xpuctl(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .args(args)
-        .current_dir(common::repo())
-        .output()
-        .expect("xpuctl runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let (code, _, err) = common::xpuctl(args);
+    (code, err)
 }
 
 #[test]

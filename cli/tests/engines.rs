@@ -6,20 +6,7 @@
 use std::process::Command;
 
 mod common;
-use common::repo;
-
-fn xpuctl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("xpuctl runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{repo, xpuctl};
 
 /// Runs examples/mlp.onnx under `policy`; returns (stdout, the `probs` output as f32s).
 fn run_mlp(policy: &str) -> (String, Vec<f32>) {

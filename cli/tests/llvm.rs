@@ -6,20 +6,10 @@
 use std::process::Command;
 
 mod common;
-use common::repo;
 
+/// xpuctl with its llvm disk cache under `cache`.
 fn xpuctl(args: &[&str], cache: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .args(args)
-        .env("XPU_CACHE_DIR", cache)
-        .current_dir(repo())
-        .output()
-        .expect("xpuctl runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::xpuctl_env(args, &[("XPU_CACHE_DIR", cache.to_str().unwrap())])
 }
 
 /// A .npy of f32 (C order) with values from a small formula.

@@ -4,26 +4,7 @@
 use std::process::Command;
 
 mod common;
-use common::{repo, write_npy_f32};
-
-/// Runs xpuctl in the repository root (policy paths in output are repo-relative).
-fn xpuctl_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xpuctl"));
-    cmd.args(args).current_dir(repo());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("xpuctl runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn xpuctl(args: &[&str]) -> (i32, String, String) {
-    xpuctl_env(args, &[])
-}
+use common::{repo, write_npy_f32, xpuctl, xpuctl_env};
 
 #[test]
 fn example_policies_check_and_test_clean() {

@@ -8,6 +8,27 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
+/// Runs xpuctl in the repository root (paths in output are repo-relative) with `env` set:
+/// (exit code, stdout, stderr).
+pub fn xpuctl_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xpuctl"));
+    cmd.args(args).current_dir(repo());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("xpuctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`xpuctl_env`] with the environment as it is.
+pub fn xpuctl(args: &[&str]) -> (i32, String, String) {
+    xpuctl_env(args, &[])
+}
+
 /// A minimal little-endian f32 .npy file.
 pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
     let shape_s = match shape.len() {
