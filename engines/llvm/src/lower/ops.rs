@@ -16,8 +16,9 @@ pub struct Body {
     /// kernel (a softmax's passes) with names still defined once.
     prefix: String,
     types: std::collections::HashMap<String, ScalarType>,
-    /// What each value the body defined is, for the idiom rewrites ([`Body::un`]).
-    defs: std::collections::HashMap<String, Expr>,
+    /// Where in `stmts` each value the body defined is, for the idiom rewrites
+    /// ([`Body::un`]).
+    defs: std::collections::HashMap<String, usize>,
     /// Values that are softplus(v) (the op, or `log(1 + exp(v))` rewritten), by v.
     softplus_of: std::collections::HashMap<String, String>,
 }
@@ -57,7 +58,7 @@ impl Body {
         };
         self.next += 1;
         let name = format!("{}{}", self.prefix, self.next);
-        self.defs.insert(name.clone(), value.clone());
+        self.defs.insert(name.clone(), self.stmts.len());
         self.stmts.push(Stmt::Let { name: name.clone(), value });
         self.types.insert(name.clone(), ty);
         name
@@ -150,9 +151,17 @@ impl Body {
         sp
     }
 
+    /// What the body defined `a` as.
+    fn def(&self, a: &str) -> Option<&Expr> {
+        match self.stmts.get(*self.defs.get(a)?)? {
+            Stmt::Let { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
     /// `a` as `op(v)` when the body defined it so.
     fn unary_arg(&self, a: &str, op: U) -> Option<String> {
-        match self.defs.get(a) {
+        match self.def(a) {
             Some(Expr::Unary { op: o, arg }) if *o == op => Some(arg.clone()),
             _ => None,
         }
@@ -160,7 +169,7 @@ impl Body {
 
     /// Whether `a` is the float constant `k`.
     fn is_const(&self, a: &str, k: f64) -> bool {
-        matches!(self.defs.get(a), Some(Expr::Const { value: Literal::Float(v), .. }) if *v == k)
+        matches!(self.def(a), Some(Expr::Const { value: Literal::Float(v), .. }) if *v == k)
     }
 
     /// Exporters write activations out op by op; three spellings cost a transcendental
@@ -176,7 +185,7 @@ impl Body {
         }
         match op {
             U::Log => {
-                let Some(Expr::Binary { op: B::Add, lhs, rhs }) = self.defs.get(a).cloned() else {
+                let Some(Expr::Binary { op: B::Add, lhs, rhs }) = self.def(a).cloned() else {
                     return None;
                 };
                 let other = if self.is_const(&lhs, 1.0) {
