@@ -7,6 +7,8 @@
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
 #                (ONNX's node suite, and old-opset models with onnxruntime's outputs), and
 #                the ort/openvino engines' runtime libraries (.deps/)
+#   make gpu-check-binary / gpu-check   the cuda engine's check on a GPU machine (build here,
+#                run there: docs/engines.md)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
 
 SHELL := /bin/bash
@@ -31,7 +33,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run install example bench bless clean-cache
+.PHONY: gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run install example bench bless clean-cache
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines
 
@@ -109,6 +111,17 @@ bench: setup
 
 bless: setup
 	XPU_BLESS=1 cargo test --workspace --all-targets --locked
+
+# The cuda engine on a GPU machine (docs/engines.md, "Checking on a GPU"). Here: build the
+# slim release binary (no LLVM, DuckDB or ONNX Runtime) into .gpu-check/. There (CUDA and
+# PyTorch, no Rust): `make gpu-check` runs it beside PyTorch and writes the report.
+gpu-check-binary:
+	cargo build -q --release --locked -p xpu-gpu-check
+	mkdir -p .gpu-check
+	cp $(CARGO_TARGET_DIR)/release/xpu-gpu-check .gpu-check/
+
+gpu-check:
+	bash tools/gpu-check/run.sh
 
 clean-cache:
 	rm -rf .cache

@@ -92,6 +92,19 @@ pub struct Engines {
     pub ort: OrtSettings,
     pub openvino: OpenVinoSettings,
     pub llvm: LlvmSettings,
+    pub cuda: CudaSettings,
+}
+
+/// `[engines.cuda]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CudaSettings {
+    /// A directory with `libcuda.so.1`, NVRTC and `ptxas` (`XPU_CUDA_LIBRARY_DIR` is looked
+    /// at next, then the CUDA wheels of `make setup`, then the system loader path).
+    pub library_dir: Option<PathBuf>,
+    /// Compiled kernels (cubin/PTX keyed by source, architecture and NVRTC version).
+    /// Relative paths are under the data dir; unset: `<data dir>/cuda-cache`.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// `[engines.ort]`.
@@ -140,6 +153,10 @@ impl Engines {
                 data_dir.join(self.llvm.cache_dir.clone().unwrap_or_else(|| "llvm-cache".into())),
             ),
             llvm_riscv_runner: self.llvm.riscv_runner.clone(),
+            cuda_library_dir: self.cuda.library_dir.clone(),
+            cuda_cache_dir: Some(
+                data_dir.join(self.cuda.cache_dir.clone().unwrap_or_else(|| "cuda-cache".into())),
+            ),
         }
     }
 }

@@ -34,10 +34,15 @@ pub struct EngineLibraries {
     /// The command that runs riscv64 programs for the llvm engine's riscv64 device
     /// (`[engines.llvm] riscv_runner`); `None`: `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.
     pub llvm_riscv_runner: Option<Vec<String>>,
+    /// Where the cuda engine finds libcuda, NVRTC and ptxas (`[engines.cuda] library_dir`).
+    pub cuda_library_dir: Option<PathBuf>,
+    /// Where the cuda engine keeps compiled kernels (`[engines.cuda] cache_dir`); `None`:
+    /// `$XPU_CACHE_DIR/cuda` or `~/.cache/xpu/cuda`.
+    pub cuda_cache_dir: Option<PathBuf>,
 }
 
-/// The engines a process loads once and shares between jobs: cpu, and ort, openvino and
-/// llvm when built (each `Unavailable` with the reason when its library is missing).
+/// The engines a process loads once and shares between jobs: cpu, and ort, openvino, llvm
+/// and cuda when built (each `Unavailable` with the reason when its library is missing).
 #[derive(Clone)]
 pub struct SharedEngines {
     engines: Vec<Arc<dyn xpu_engine::Engine>>,
@@ -82,6 +87,19 @@ impl SharedEngines {
             let runner = libraries.llvm_riscv_runner.clone();
             engines.push(Arc::new(Deferred::new("llvm", move || {
                 Arc::new(xpu_engine_llvm::LlvmEngine::configured(cache, runner))
+            })));
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let config = xpu_engine_cuda::CudaConfig {
+                library_dir: libraries.cuda_library_dir.clone(),
+                cache_dir: libraries
+                    .cuda_cache_dir
+                    .clone()
+                    .or_else(xpu_engine_cuda::CudaEngine::default_cache_dir),
+            };
+            engines.push(Arc::new(Deferred::new("cuda", move || {
+                Arc::new(xpu_engine_cuda::CudaEngine::new(config))
             })));
         }
         let _ = libraries;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 const LIBRARIES: &[&str] = &[
     "xpu-ir",
     "xpu-lir",
+    "xpu-lower",
     "xpu-onnx",
     "xpu-minilang",
     "xpu-engine",
@@ -28,6 +29,8 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("xpu-ir", &[][..]),
         ("xpu-lir", &["xpu-ir"][..]),
+        // Partitions (SGR-ML) lowered to loop nests (LIR-ML): no engine, no policy.
+        ("xpu-lower", &["xpu-ir", "xpu-lir"][..]),
         ("xpu-onnx", &["xpu-ir"][..]),
         ("xpu-minilang", &["xpu-ir"][..]),
         ("xpu-engine", &["xpu-ir"][..]),
@@ -36,11 +39,10 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // Engines that take ONNX get partitions through the exporter.
         ("xpu-engine-ort", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
         ("xpu-engine-openvino", &["xpu-engine", "xpu-ir", "xpu-onnx"][..]),
-        // Codegen engines lower partitions to LIR-ML.
-        ("xpu-engine-llvm", &["xpu-engine", "xpu-ir", "xpu-lir"][..]),
-        // Kernels come from LIR-ML; the lowering stays the llvm engine's (a dev-dependency
-        // for tests) until it moves to a crate of its own.
-        ("xpu-engine-cuda", &["xpu-engine", "xpu-lir"][..]),
+        // Codegen engines lower partitions to LIR-ML and compile it; neither depends on the
+        // other (a cuda build carries no LLVM).
+        ("xpu-engine-llvm", &["xpu-engine", "xpu-ir", "xpu-lir", "xpu-lower"][..]),
+        ("xpu-engine-cuda", &["xpu-engine", "xpu-ir", "xpu-lir", "xpu-lower"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         (
@@ -55,6 +57,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "xpu-engine-ort",
                 "xpu-engine-openvino",
                 "xpu-engine-llvm",
+                "xpu-engine-cuda",
                 "xpu-policy",
                 "xpu-plan",
             ][..],
@@ -64,6 +67,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpud", LIBRARIES),
         ("xpuctl", LIBRARIES),
         ("xpu-bench", LIBRARIES),
+        ("xpu-gpu-check", LIBRARIES),
         ("xpu-tests", LIBRARIES),
     ])
 }

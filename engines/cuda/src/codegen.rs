@@ -152,6 +152,30 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
     Ok(e.out)
 }
 
+/// How many flat iterations a kernel spreads over the grid: the product of its band's
+/// extents (1 for a kernel that runs on one thread). Kernels are specialised to concrete
+/// shapes, so the extents are constants; `None` when one is not, or the product overflows.
+pub fn parallel_iterations(k: &Kernel) -> Option<u64> {
+    let (band, _) = band(&k.body);
+    band.iter().try_fold(1u64, |acc, (_, lo, hi)| {
+        let n = hi.as_constant()?.checked_sub(lo.as_constant()?)?.max(0) as u64;
+        acc.checked_mul(n)
+    })
+}
+
+/// Threads per block of every launch.
+pub const BLOCK: u32 = 256;
+
+/// The grid for `iterations` flat iterations on a device with `multiprocessors` SMs: one
+/// thread per iteration up to 32 resident blocks per SM, beyond which the kernel's
+/// grid-stride loop takes the rest (the result is the same at any grid: each iteration's
+/// stores are its own).
+pub fn grid_for(iterations: u64, multiprocessors: u32) -> u32 {
+    let wanted = iterations.div_ceil(BLOCK as u64).max(1);
+    let cap = (multiprocessors.max(1) as u64) * 32;
+    wanted.min(cap).min(u32::MAX as u64) as u32
+}
+
 /// The outermost loops to spread over threads, and the statements under them.
 fn band(body: &[Stmt]) -> (Vec<(&str, &Affine, &Affine)>, &[Stmt]) {
     let mut loops = Vec::new();

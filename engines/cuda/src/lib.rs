@@ -1,11 +1,18 @@
-//! The cuda engine's foundations, usable and tested without a GPU: LIR-ML kernels rendered
-//! as CUDA C++ ([`codegen`]), compiled by NVRTC to PTX for an architecture and assembled by
-//! `ptxas` to check it ([`toolkit`]), the same source run on the host through a header that
-//! maps CUDA's grid to loops ([`host`]), and the CUDA libraries found by configuration and
-//! loaded at run time, a missing library or device being a reason, never a panic
-//! ([`toolkit::probe_driver`]). The executing engine (device buffers, cuBLASLt, streams,
-//! graphs) builds on these.
+//! The cuda engine: LIR-ML kernels (the llvm engine's lowering of a partition) rendered as
+//! CUDA C++ ([`codegen`]), compiled by NVRTC to a cubin for the device or PTX ([`toolkit`],
+//! [`image`], cached in memory and on disk), and run on device 0 ([`engine`], [`exec`]):
+//! values in device memory with uploads and downloads the plan lists, one arena per
+//! prepared shape set ([`arena`]), one non-blocking stream per executable, CUDA graph
+//! capture and replay. Without a GPU it is `Unavailable` with the reason, as data, and what
+//! can be checked without one is: PTX assembled by `ptxas`, and the same kernel source run
+//! on the host through a header that maps CUDA's grid to loops ([`host`]).
 
+pub mod arena;
 pub mod codegen;
+pub mod engine;
+mod exec;
 pub mod host;
+pub mod image;
 pub mod toolkit;
+
+pub use engine::{CudaConfig, CudaEngine, DEVICE};

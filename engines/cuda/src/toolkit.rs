@@ -135,16 +135,9 @@ pub fn virtual_arch(arch: &str) -> Result<&'static str, ToolkitError> {
     })
 }
 
-/// The stack NVRTC compiles on.
-const NVRTC_STACK: usize = 512 << 20;
-
 /// CUDA C++ → PTX for `arch`, named `name` in errors.
 pub fn compile_ptx(source: &str, name: &str, arch: &str) -> Result<String, ToolkitError> {
-    nvrtc(None).map_err(ToolkitError::Unavailable)?;
     let varch = virtual_arch(arch)?;
-    if source.contains('\0') {
-        return Err(ToolkitError::Io(format!("kernel source `{name}` contains a NUL byte")));
-    }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(varch),
         // IEEE division and square root, no flush-to-zero, no contraction: the results
@@ -157,30 +150,98 @@ pub fn compile_ptx(source: &str, name: &str, arch: &str) -> Result<String, Toolk
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };
-    // NVRTC's parser recurses on nesting: it runs on a thread with a large stack (address
-    // space reserved, touched only as deep as the source goes) rather than the caller's.
+    on_nvrtc_thread(source, name, arch, move |source| {
+        cudarc::nvrtc::compile_ptx_with_opts(source, opts).map(|p| p.to_src()).map_err(
+            |e| match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                e => e.to_string(),
+            },
+        )
+    })
+}
+
+/// CUDA C++ → a cubin for the real architecture `arch` (`sm_90`): what the engine loads on
+/// a device of exactly that architecture, so a driver older than NVRTC's PTX ISA cannot
+/// refuse it (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`). Same options as [`compile_ptx`].
+pub fn compile_cubin(source: &str, name: &str, arch: &str) -> Result<Vec<u8>, ToolkitError> {
+    virtual_arch(arch)?;
+    let real = format!("sm_{}", arch.trim_start_matches("sm_").trim_start_matches("compute_"));
+    let file = format!("{name}.cu");
+    on_nvrtc_thread(source, name, arch, move |source| {
+        use cudarc::nvrtc::{result, sys};
+        let err = |what: &str, e: result::NvrtcError| format!("{what}: {e:?}");
+        let src = std::ffi::CString::new(source).map_err(|e| e.to_string())?;
+        let file = std::ffi::CString::new(file).map_err(|e| e.to_string())?;
+        let prog = result::create_program(&src, Some(&file)).map_err(|e| err("create", e))?;
+        let options = [
+            format!("--gpu-architecture={real}"),
+            "--fmad=false".into(),
+            "--ftz=false".into(),
+            "--prec-div=true".into(),
+            "--prec-sqrt=true".into(),
+            "--std=c++17".into(),
+        ];
+        // SAFETY: `prog` was just created and is destroyed once, below, on every path.
+        let compiled = unsafe { result::compile_program(prog, &options) };
+        let cubin = match compiled {
+            Err(_) => {
+                // SAFETY: as above; the log belongs to `prog`.
+                let log = unsafe { result::get_program_log(prog) }
+                    .map(|l| l.iter().map(|&c| c as u8 as char).collect::<String>())
+                    .unwrap_or_default();
+                Err(log.trim_end_matches('\0').to_string())
+            }
+            Ok(()) => {
+                let mut size = 0usize;
+                // SAFETY: `prog` compiled; the size is written through the pointer, then
+                // exactly that many bytes into the buffer made for them.
+                unsafe {
+                    sys::nvrtcGetCUBINSize(prog, &mut size)
+                        .result()
+                        .map_err(|e| err("nvrtcGetCUBINSize", e))
+                        .and_then(|()| {
+                            let mut buf = vec![0u8; size];
+                            sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr().cast())
+                                .result()
+                                .map_err(|e| err("nvrtcGetCUBIN", e))
+                                .map(|()| buf)
+                        })
+                }
+            }
+        };
+        // SAFETY: `prog` is not used after this.
+        let _ = unsafe { result::destroy_program(prog) };
+        cubin
+    })
+}
+
+/// The stack NVRTC compiles on.
+const NVRTC_STACK: usize = 512 << 20;
+
+/// Runs `compile` on `source` with NVRTC loaded, on a thread with a large stack (NVRTC's
+/// parser recurses on nesting: address space is reserved, touched only as deep as the
+/// source goes), a panic inside it turned into an error.
+fn on_nvrtc_thread<T: Send + 'static>(
+    source: &str,
+    name: &str,
+    arch: &str,
+    compile: impl FnOnce(String) -> Result<T, String> + Send + 'static,
+) -> Result<T, ToolkitError> {
+    nvrtc(None).map_err(ToolkitError::Unavailable)?;
+    if source.contains('\0') {
+        return Err(ToolkitError::Io(format!("kernel source `{name}` contains a NUL byte")));
+    }
     let source = source.to_string();
     let compiled = std::thread::Builder::new()
         .name("nvrtc".into())
         .stack_size(NVRTC_STACK)
-        .spawn(move || {
-            guarded("NVRTC", || {
-                cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
-                    cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                        log.to_string_lossy().into_owned()
-                    }
-                    e => e.to_string(),
-                })
-            })
-        })
+        .spawn(move || guarded("NVRTC", || compile(source)))
         .map_err(|e| ToolkitError::Io(format!("starting the NVRTC thread: {e}")))?
         .join()
         .unwrap_or_else(|_| Err("NVRTC's thread panicked".into()));
-    compiled.map(|ptx| ptx.to_src()).map_err(|log| ToolkitError::Compile {
-        name: name.into(),
-        arch: arch.into(),
-        log,
-    })
+    compiled.map_err(|log| ToolkitError::Compile { name: name.into(), arch: arch.into(), log })
 }
 
 /// `ptxas`, from the configured directory's `bin`, `$XPU_CUDA_LIBRARY_DIR/../bin` or the

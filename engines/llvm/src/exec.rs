@@ -67,7 +67,7 @@ impl LlvmExecutable {
             return Ok(c.clone());
         }
         let err = |message: String| EngineError::Kernel { node: "llvm".into(), message };
-        let program = lower::lower(&self.graph, shapes, structural)?;
+        let program = lower::lower(&self.graph, shapes, structural).map_err(crate::unsupported)?;
         let module = program.module();
         xpu_lir::verify(&module)
             .map_err(|e| err(format!("lowered LIR-ML does not verify: {e}")))?;

@@ -12,7 +12,6 @@ pub mod cache;
 pub mod codegen;
 pub mod compile;
 mod exec;
-pub mod lower;
 pub mod riscv;
 
 use std::path::PathBuf;
@@ -25,6 +24,14 @@ use xpu_engine::{
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
 pub use compile::{Emit, Target};
+/// The lowering the engine compiles (SGR-ML partition → LIR-ML program).
+pub use xpu_lower as lower;
+pub use xpu_lower::{FUSED_DTYPES, OPERAND_DTYPES};
+
+/// A partition the lowering cannot take: a node the engine does not support.
+pub(crate) fn unsupported(e: lower::LowerError) -> EngineError {
+    EngineError::Unsupported { engine: "llvm".into(), node: e.node, what: e.message }
+}
 
 /// The engine: host kernels through the code cache, and a riscv64 device when a cross
 /// compiler and a runner are installed.
@@ -84,14 +91,6 @@ fn riscv_device(runner: Option<Vec<String>>) -> Result<Arc<riscv::device::RiscvD
     riscv::device::RiscvDevice::new(runner).map(Arc::new)
 }
 
-/// What LIR-ML buffers hold: every input and output of an `llvm.fused` node has one.
-pub const OPERAND_DTYPES: [DType; 7] =
-    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
-
-/// The float dtypes the host kernels compute at (a node's dtype is its first float
-/// input's); `llvm.fused` takes i32, i64 and bool too, for the ops `ops::dtypes_of` names.
-pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
-
 /// `llvm.riscv`: what the riscv64 device runs (f32 and f64: no f16 conversions in the
 /// riscv64 runtime, no bf16 .npy form; and the integer and bool ops).
 fn riscv_kernel() -> KernelCaps {
@@ -119,23 +118,13 @@ fn riscv_kernel() -> KernelCaps {
     }
 }
 
-/// The elementwise ops' dtypes where they are narrower than floats + ints + bool: float
-/// functions take `floats` only, logical ops bools only, and so on (`ops::dtypes_of`).
-fn elementwise_dtypes(floats: &[DType]) -> Vec<OpDtypes> {
-    let all: Vec<DType> =
-        floats.iter().copied().chain([DType::I32, DType::I64, DType::Bool]).collect();
-    let mut entries: Vec<OpDtypes> = Vec::new();
-    for &op in lower::ops::OPS {
-        let dtypes = lower::ops::dtypes_of(op, floats);
-        if dtypes == all {
-            continue;
-        }
-        match entries.iter_mut().find(|e| e.dtypes == dtypes) {
-            Some(e) => e.ops.push(op),
-            None => entries.push(OpDtypes { ops: vec![op], dtypes }),
-        }
-    }
-    entries
+/// The elementwise ops' dtypes where they are narrower than floats + ints + bool
+/// ([`lower::narrower_dtypes`]), as kernel caps say it.
+pub fn elementwise_dtypes(floats: &[DType]) -> Vec<OpDtypes> {
+    lower::narrower_dtypes(floats)
+        .into_iter()
+        .map(|(ops, dtypes)| OpDtypes { ops, dtypes })
+        .collect()
 }
 
 fn kernels() -> Vec<KernelCaps> {

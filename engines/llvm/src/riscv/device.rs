@@ -173,7 +173,7 @@ impl RiscvExecutable {
         }
         let start = Instant::now();
         let map = |e: super::BuildError| match e {
-            super::BuildError::Lower(l) => l.into(),
+            super::BuildError::Lower(l) => crate::unsupported(l),
             e => device_err(format!("building the partition for riscv64: {e}")),
         };
         let build_in = |dir: &Path| {

@@ -83,23 +83,40 @@ impl Program {
     }
 }
 
+/// What LIR-ML buffers hold: every input and output of a lowered node has one.
+pub const OPERAND_DTYPES: [DType; 7] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
+
+/// The float dtypes kernels compute at (a node's dtype is its first float input's); the
+/// elementwise lowering takes i32, i64 and bool too, for the ops `ops::dtypes_of` names.
+pub const FUSED_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// The elementwise ops whose dtypes are narrower than `floats` + i32 + i64 + bool, grouped
+/// by those dtypes: float functions take `floats` only, logical ops bools only, and so on
+/// (`ops::dtypes_of`).
+pub fn narrower_dtypes(floats: &[DType]) -> Vec<(Vec<Op>, Vec<DType>)> {
+    let all: Vec<DType> =
+        floats.iter().copied().chain([DType::I32, DType::I64, DType::Bool]).collect();
+    let mut entries: Vec<(Vec<Op>, Vec<DType>)> = Vec::new();
+    for &op in ops::OPS {
+        let dtypes = ops::dtypes_of(op, floats);
+        if dtypes == all {
+            continue;
+        }
+        match entries.iter_mut().find(|e| e.1 == dtypes) {
+            Some(e) => e.0.push(op),
+            None => entries.push((vec![op], dtypes)),
+        }
+    }
+    entries
+}
+
 /// A partition this lowering cannot take, naming the node and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{node}: {message}")]
 pub struct LowerError {
     pub node: String,
     pub message: String,
-}
-
-impl From<LowerError> for xpu_engine::EngineError {
-    /// A node this lowering cannot take is one the engine does not support.
-    fn from(e: LowerError) -> Self {
-        xpu_engine::EngineError::Unsupported {
-            engine: "llvm".into(),
-            node: e.node,
-            what: e.message,
-        }
-    }
 }
 
 /// The LIR type that stores `d`, if any.
@@ -619,7 +636,7 @@ fn flat_index(strides: &[i64]) -> Affine {
 
 /// `Σ coefficient · %var` over the variables with a nonzero coefficient (each variable
 /// named once, so the terms never overflow).
-pub(super) fn index<V: AsRef<str>>(vars: &[V], coefficients: &[i64]) -> Affine {
+pub(crate) fn index<V: AsRef<str>>(vars: &[V], coefficients: &[i64]) -> Affine {
     let terms = vars
         .iter()
         .zip(coefficients)
@@ -630,7 +647,7 @@ pub(super) fn index<V: AsRef<str>>(vars: &[V], coefficients: &[i64]) -> Affine {
 }
 
 /// Right-aligned row-major strides of `leaf` inside `shape`, 0 where it broadcasts.
-pub(super) fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
+pub(crate) fn strides_in(shape: &[usize], leaf: &[usize]) -> Vec<i64> {
     let r = shape.len();
     let mut out = vec![0i64; r];
     let mut acc = 1i64;

@@ -1,0 +1,417 @@
+//! The cuda engine as the runtime sees it: what it claims (kernels, device facts, or why it
+//! is unavailable), device buffers with uploads and downloads, and the CUDA context of
+//! device 0 — made at first use, dropped after a sticky error (one that poisons a context:
+//! an illegal address, a failed launch) and made afresh for the next job.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError};
+use xpu_engine::{
+    Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, DeviceKind, Engine,
+    EngineError, Executable, KernelCaps, Value,
+};
+use xpu_ir::{DType, Graph, Op, OpClass, Tensor, TensorData};
+
+use crate::exec::CudaExecutable;
+use crate::toolkit::{self, DeviceFacts};
+
+/// The device the engine drives.
+pub const DEVICE: DeviceId = DeviceId { kind: DeviceKind::Cuda, ordinal: 0 };
+
+/// Where the engine finds its libraries and keeps compiled kernels (`[engines.cuda]`).
+#[derive(Clone, Debug, Default)]
+pub struct CudaConfig {
+    /// A directory holding `libcuda.so.1`, NVRTC and `ptxas` (`library_dir`); else
+    /// `$XPU_CUDA_LIBRARY_DIR`, the checkout's CUDA wheels, the system loader path.
+    pub library_dir: Option<PathBuf>,
+    /// Compiled kernels (cubin/PTX) between processes; `None`: memory only.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Device 0 once found: its facts and the context jobs run in.
+pub(crate) struct Gpu {
+    pub facts: DeviceFacts,
+    /// `sm_90` for compute capability 9.0.
+    pub arch: String,
+    pub config: CudaConfig,
+    context: Mutex<Option<Arc<CudaContext>>>,
+    /// Bumped whenever the context is dropped: executables prepared in an older one load
+    /// their kernels again.
+    generation: Mutex<u64>,
+}
+
+impl Gpu {
+    /// The live context and its generation, made if there is none.
+    pub fn context(&self) -> Result<(Arc<CudaContext>, u64), EngineError> {
+        let mut slot =
+            self.context.lock().map_err(|_| unavailable("the context lock is poisoned"))?;
+        let generation = *self.generation.lock().map_err(|_| unavailable("lock poisoned"))?;
+        if let Some(ctx) = slot.as_ref() {
+            return Ok((ctx.clone(), generation));
+        }
+        // cudarc panics where the driver is missing; the probe found one, but a panic is
+        // still caught rather than trusted away.
+        let made = std::panic::catch_unwind(|| CudaContext::new(0))
+            .map_err(|p| unavailable(&format!("CUDA context: {}", xpu_engine::panic_message(&*p))))?
+            .map_err(|e| unavailable(&format!("CUDA context: {e:?}")))?;
+        // One stream per executable, synchronised by the engine: cudarc's per-buffer event
+        // tracking would add an event per access and cannot be recorded inside a capture.
+        // SAFETY: nothing has used the context yet; every stream the engine makes is
+        // synchronised before its buffers are read or freed.
+        unsafe { made.disable_event_tracking() };
+        *slot = Some(made.clone());
+        Ok((made, generation))
+    }
+
+    /// After a sticky error: the context is dropped (its memory and modules with it, once
+    /// the last executable lets go) and the next job makes a new one.
+    pub fn drop_context(&self) {
+        if let Ok(mut slot) = self.context.lock() {
+            *slot = None;
+        }
+        if let Ok(mut g) = self.generation.lock() {
+            *g += 1;
+        }
+    }
+
+    /// An error for a failed driver call on `node`, dropping the context when the error
+    /// is one that poisons it.
+    pub fn driver_error(&self, node: &str, what: &str, e: DriverError) -> EngineError {
+        use cudarc::driver::sys::CUresult as R;
+        let code = e.0;
+        if code == R::CUDA_ERROR_OUT_OF_MEMORY {
+            let available = self
+                .context
+                .lock()
+                .ok()
+                .and_then(|c| c.as_ref().and_then(|c| c.mem_get_info().ok()))
+                .map_or(0, |(free, _)| free as u64);
+            return EngineError::OutOfMemory { device: DEVICE, requested: 0, available };
+        }
+        let sticky = matches!(
+            code,
+            R::CUDA_ERROR_ILLEGAL_ADDRESS
+                | R::CUDA_ERROR_LAUNCH_FAILED
+                | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+                | R::CUDA_ERROR_MISALIGNED_ADDRESS
+                | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+                | R::CUDA_ERROR_INVALID_PC
+                | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+                | R::CUDA_ERROR_ASSERT
+                | R::CUDA_ERROR_ECC_UNCORRECTABLE
+        );
+        let mut message = format!("engine cuda, device {DEVICE}: {what}: {code:?}");
+        if sticky {
+            self.drop_context();
+            message.push_str(
+                " (this error poisons a CUDA context: it was dropped; the next job makes a new one)",
+            );
+        }
+        EngineError::Kernel { node: node.to_string(), message }
+    }
+}
+
+fn unavailable(reason: &str) -> EngineError {
+    EngineError::Unavailable { engine: "cuda".into(), reason: reason.to_string() }
+}
+
+/// A value in device memory.
+pub struct CudaBuffer {
+    pub(crate) data: CudaSlice<u8>,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
+    /// The stream that wrote it, synchronised before anyone else reads it.
+    pub(crate) stream: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBuffer({} {:?} on {DEVICE})", self.dtype, self.shape)
+    }
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn engine(&self) -> &str {
+        "cuda"
+    }
+    fn device(&self) -> DeviceId {
+        DEVICE
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// The bytes of a tensor the kernels can take (numbers and bools), else an error naming it.
+pub(crate) fn host_bytes<'t>(t: &'t Tensor, what: &str) -> Result<&'t [u8], EngineError> {
+    let data = t.data();
+    let p = data.as_byte_ptr().ok_or_else(|| EngineError::Input {
+        name: what.to_string(),
+        message: format!("dtype {} has no device form", t.dtype()),
+    })?;
+    // SAFETY: `p` is the first byte of the tensor's element vector, which holds
+    // len × size_bytes initialised bytes and lives as long as `t`.
+    Ok(unsafe { std::slice::from_raw_parts(p, data.len() * t.dtype().size_bytes()) })
+}
+
+/// A host tensor of `dtype` and `shape` whose bytes `fill` writes.
+pub(crate) fn host_tensor(
+    dtype: DType,
+    shape: &[usize],
+    fill: impl FnOnce(&mut [u8]) -> Result<(), EngineError>,
+) -> Result<Tensor, EngineError> {
+    let n: usize = shape.iter().product();
+    let data = TensorData::zeros(dtype, n);
+    let p = data
+        .as_byte_ptr()
+        .ok_or_else(|| EngineError::Other(format!("dtype {dtype} on {DEVICE}")))?;
+    // SAFETY: `p` is the first byte of the fresh element vector `data` owns (n elements of
+    // dtype, initialised to zero); nothing else refers to it while `fill` writes, and every
+    // bit pattern the device writes is a valid element (bools are written as 0 or 1).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n * dtype.size_bytes()) };
+    fill(bytes)?;
+    Tensor::new(shape.to_vec(), data).map_err(|e| EngineError::Other(format!("cuda output: {e}")))
+}
+
+/// The engine.
+pub struct CudaEngine {
+    gpu: Result<Arc<Gpu>, String>,
+}
+
+impl CudaEngine {
+    /// Looks for the driver and device 0 (and NVRTC, without which nothing compiles); every
+    /// miss is the reason the engine reports as unavailable.
+    pub fn new(config: CudaConfig) -> CudaEngine {
+        let gpu = toolkit::probe_driver(config.library_dir.as_deref()).and_then(|facts| {
+            toolkit::nvrtc(config.library_dir.as_deref())?;
+            let (major, minor) = facts.compute_capability;
+            Ok(Arc::new(Gpu {
+                arch: format!("sm_{major}{minor}"),
+                facts,
+                config,
+                context: Mutex::new(None),
+                generation: Mutex::new(0),
+            }))
+        });
+        CudaEngine { gpu }
+    }
+
+    /// The default disk cache: `$XPU_CACHE_DIR/cuda`, else `$XDG_CACHE_HOME/xpu/cuda`, else
+    /// `~/.cache/xpu/cuda`.
+    pub fn default_cache_dir() -> Option<PathBuf> {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        env("XPU_CACHE_DIR")
+            .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("xpu")))
+            .or_else(|| env("HOME").map(|h| h.join(".cache").join("xpu")))
+            .map(|d| d.join("cuda"))
+    }
+
+    /// Seconds one device-to-device copy of `bytes` takes (events around
+    /// `cuMemcpyDtoDAsync` on a fresh stream): the memory roof benchmarks compare with.
+    pub fn time_device_copy(&self, bytes: usize) -> Result<f64, EngineError> {
+        use cudarc::driver::DevicePtr;
+        use cudarc::driver::sys::CUevent_flags;
+        let gpu = self.gpu()?;
+        let (ctx, _) = gpu.context()?;
+        let err = |what: &'static str| move |e| gpu.driver_error("copy", what, e);
+        let stream = ctx.new_stream().map_err(err("new stream"))?;
+        // SAFETY: the bytes are only copied, never read as values.
+        let src = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+        // SAFETY: as above.
+        let dst = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+        let start =
+            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+        // SAFETY: both allocations are live, `bytes` long, on this context; ordered on `stream`.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.device_ptr(&stream).0,
+                src.device_ptr(&stream).0,
+                bytes,
+                stream.cu_stream(),
+            )
+        }
+        .map_err(err("copy"))?;
+        let end =
+            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+        let ms = start.elapsed_ms(&end).map_err(err("timing"))?;
+        stream.synchronize().map_err(err("synchronize"))?;
+        Ok(ms as f64 / 1e3)
+    }
+
+    /// Why the engine cannot run here, if it cannot.
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.gpu.as_ref().err().map(String::as_str)
+    }
+
+    fn gpu(&self) -> Result<&Arc<Gpu>, EngineError> {
+        self.gpu.as_ref().map_err(|reason| unavailable(reason))
+    }
+}
+
+/// What the engine claims on a device: generated kernels for the ops the LIR-ML lowering
+/// takes (elementwise chains and reductions as `cuda.fused`, matmul as the loop nest
+/// `cuda.naive`). `cuda.cublaslt` and `cuda.flash_v2` are listed as unavailable with why.
+pub fn kernels() -> Vec<KernelCaps> {
+    use xpu_lower as lower;
+    let mut ops = lower::ops::OPS.to_vec();
+    ops.extend(lower::REDUCE_OPS);
+    ops.push(Op::Constant);
+    let mut op_dtypes = xpu_lower::narrower_dtypes(&xpu_lower::FUSED_DTYPES)
+        .into_iter()
+        .map(|(ops, dtypes)| xpu_engine::OpDtypes { ops, dtypes })
+        .collect::<Vec<_>>();
+    op_dtypes.push(xpu_engine::OpDtypes {
+        ops: lower::REDUCE_OPS.to_vec(),
+        dtypes: xpu_lower::FUSED_DTYPES.to_vec(),
+    });
+    vec![
+        KernelCaps {
+            name: "cuda.fused".into(),
+            ops,
+            classes: Vec::new(),
+            dtypes: xpu_lower::OPERAND_DTYPES.to_vec(),
+            deterministic: true,
+            description: "LIR-ML groups (elementwise chains with broadcasting, reductions, softmax) as CUDA C++ compiled by NVRTC to a cubin for the device; reductions serial per thread in a fixed order, no atomics".into(),
+            device: None,
+            operand_dtypes: xpu_lower::OPERAND_DTYPES.to_vec(),
+            op_dtypes,
+        },
+        KernelCaps {
+            name: "cuda.naive".into(),
+            ops: vec![Op::MatMul],
+            classes: Vec::new(),
+            dtypes: vec![DType::F32, DType::F64],
+            deterministic: true,
+            description: "reference matmul: the LIR-ML loop nest as a CUDA kernel, k summed in order".into(),
+            device: None,
+            operand_dtypes: vec![DType::F32, DType::F64],
+            op_dtypes: Vec::new(),
+        },
+    ]
+}
+
+/// Kernels the catalogue names that this build does not run, with why.
+pub fn missing_kernels() -> std::collections::BTreeMap<String, String> {
+    [
+        ("cuda.cublaslt", "not built yet: matmul runs as cuda.naive"),
+        ("cuda.flash_v2", "no fused attention kernel in this build"),
+    ]
+    .into_iter()
+    .map(|(k, why)| (k.to_string(), why.to_string()))
+    .collect()
+}
+
+impl Engine for CudaEngine {
+    fn name(&self) -> &str {
+        "cuda"
+    }
+
+    fn version(&self) -> String {
+        match &self.gpu {
+            Ok(g) => format!("CUDA driver {}", g.facts.driver_version),
+            Err(_) => String::new(),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let gpu = match &self.gpu {
+            Err(reason) => {
+                return Capabilities::absent(
+                    "cuda",
+                    Availability::Unavailable { reason: reason.clone() },
+                );
+            }
+            Ok(g) => g,
+        };
+        let f = &gpu.facts;
+        Capabilities {
+            engine: "cuda".into(),
+            version: format!(
+                "CUDA driver {}.{} ({}, {}, {} SMs)",
+                f.driver_version / 1000,
+                f.driver_version % 1000 / 10,
+                f.name,
+                gpu.arch,
+                f.multiprocessors
+            ),
+            availability: Availability::Available,
+            devices: vec![Device {
+                id: DEVICE,
+                name: f.name.clone(),
+                memory_bytes: Some(f.memory_bytes as u64),
+            }],
+            kernels: kernels(),
+            unavailable_kernels: missing_kernels(),
+        }
+    }
+
+    fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
+        let mut classes: Vec<OpClass> = kernels()
+            .iter()
+            .flat_map(|k| k.ops.iter().map(|o| o.class()).collect::<Vec<_>>())
+            .collect();
+        classes.sort();
+        classes.dedup();
+        Some(classes)
+    }
+
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError> {
+        let gpu = self.gpu()?.clone();
+        Ok(Box::new(CudaExecutable::prepare(partition.clone(), gpu, &assignment.options)?))
+    }
+
+    fn device_memory(&self, device: DeviceId) -> bool {
+        device == DEVICE && self.gpu.is_ok()
+    }
+
+    fn upload(&self, tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+        let gpu = self.gpu()?;
+        if device != DEVICE {
+            return Err(EngineError::NoDevice {
+                engine: "cuda".into(),
+                device,
+                what: "upload a value to it",
+            });
+        }
+        let (ctx, _) = gpu.context()?;
+        let stream = ctx.new_stream().map_err(|e| gpu.driver_error("upload", "new stream", e))?;
+        let bytes = host_bytes(tensor, "upload")?;
+        let data = stream
+            .clone_htod(bytes)
+            .map_err(|e| gpu.driver_error("upload", "host → device copy", e))?;
+        stream.synchronize().map_err(|e| gpu.driver_error("upload", "synchronize", e))?;
+        Ok(Value::Device(Arc::new(CudaBuffer {
+            data,
+            dtype: tensor.dtype(),
+            shape: tensor.shape().to_vec(),
+            stream,
+        })))
+    }
+
+    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+        let gpu = self.gpu()?;
+        let b =
+            buffer.as_any().downcast_ref::<CudaBuffer>().ok_or_else(|| EngineError::NoDevice {
+                engine: "cuda".into(),
+                device: buffer.device(),
+                what: "download a buffer of another engine",
+            })?;
+        host_tensor(b.dtype, &b.shape, |out| {
+            b.stream
+                .memcpy_dtoh(&b.data, out)
+                .map_err(|e| gpu.driver_error("download", "device → host copy", e))?;
+            b.stream.synchronize().map_err(|e| gpu.driver_error("download", "synchronize", e))
+        })
+    }
+}
