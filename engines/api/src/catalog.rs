@@ -63,13 +63,17 @@ pub const ENGINES: &[KnownEngine] = &[
             "cuda.fused",
             "cuda.naive",
         ],
-        description: "NVIDIA GPUs through cudarc: cuBLAS(Lt), cuDNN, NVRTC-fused kernels",
+        description: "NVIDIA GPUs through cudarc: NVRTC-compiled LIR-ML kernels, CUDA graphs, one arena per executable",
         unhonoured: &[
-            ("execution.capture", "the cuda engine is not built yet"),
-            ("memory.reuse", "the cuda engine is not built yet"),
-            ("memory.pool", "the cuda engine is not built yet"),
-            ("memory.pinned_host", "the cuda engine is not built yet"),
-            ("precision.accumulate", "the cuda engine is not built yet"),
+            (
+                "memory.reuse",
+                "the cuda arena shares the bytes of dead values (as `buffers`); kernels never write in place",
+            ),
+            ("memory.pinned_host", "transfers use pageable host memory: no pinned staging yet"),
+            (
+                "precision.accumulate",
+                "cuda.fused reductions accumulate in the compute type (f32 for f16/bf16 storage)",
+            ),
         ],
     },
     KnownEngine {

@@ -35,10 +35,10 @@ pub(crate) struct Gpu {
     /// `sm_90` for compute capability 9.0.
     pub arch: String,
     pub config: CudaConfig,
-    context: Mutex<Option<Arc<CudaContext>>>,
-    /// Bumped whenever the context is dropped: executables prepared in an older one load
-    /// their kernels again.
-    generation: Mutex<u64>,
+    /// The live context, if any, and its generation — bumped whenever a context is dropped,
+    /// so executables prepared in an older one let go of everything they made in it. One
+    /// lock for both: a context is never paired with another's generation.
+    context: Mutex<(Option<Arc<CudaContext>>, u64)>,
 }
 
 impl Gpu {
@@ -46,32 +46,21 @@ impl Gpu {
     pub fn context(&self) -> Result<(Arc<CudaContext>, u64), EngineError> {
         let mut slot =
             self.context.lock().map_err(|_| unavailable("the context lock is poisoned"))?;
-        let generation = *self.generation.lock().map_err(|_| unavailable("lock poisoned"))?;
-        if let Some(ctx) = slot.as_ref() {
-            return Ok((ctx.clone(), generation));
+        if let Some(ctx) = slot.0.as_ref() {
+            return Ok((ctx.clone(), slot.1));
         }
-        // cudarc panics where the driver is missing; the probe found one, but a panic is
-        // still caught rather than trusted away.
-        let made = std::panic::catch_unwind(|| CudaContext::new(0))
-            .map_err(|p| unavailable(&format!("CUDA context: {}", xpu_engine::panic_message(&*p))))?
-            .map_err(|e| unavailable(&format!("CUDA context: {e:?}")))?;
-        // One stream per executable, synchronised by the engine: cudarc's per-buffer event
-        // tracking would add an event per access and cannot be recorded inside a capture.
-        // SAFETY: nothing has used the context yet; every stream the engine makes is
-        // synchronised before its buffers are read or freed.
-        unsafe { made.disable_event_tracking() };
-        *slot = Some(made.clone());
-        Ok((made, generation))
+        let made = new_context()?;
+        slot.0 = Some(made.clone());
+        Ok((made, slot.1))
     }
 
     /// After a sticky error: the context is dropped (its memory and modules with it, once
-    /// the last executable lets go) and the next job makes a new one.
+    /// the executables holding them let go — they do on their next run, seeing the new
+    /// generation) and the next job makes a new one.
     pub fn drop_context(&self) {
         if let Ok(mut slot) = self.context.lock() {
-            *slot = None;
-        }
-        if let Ok(mut g) = self.generation.lock() {
-            *g += 1;
+            slot.0 = None;
+            slot.1 += 1;
         }
     }
 
@@ -85,7 +74,7 @@ impl Gpu {
                 .context
                 .lock()
                 .ok()
-                .and_then(|c| c.as_ref().and_then(|c| c.mem_get_info().ok()))
+                .and_then(|c| c.0.as_ref().and_then(|c| c.mem_get_info().ok()))
                 .map_or(0, |(free, _)| free as u64);
             return EngineError::OutOfMemory { device: DEVICE, requested: 0, available };
         }
@@ -100,6 +89,8 @@ impl Gpu {
                 | R::CUDA_ERROR_HARDWARE_STACK_ERROR
                 | R::CUDA_ERROR_ASSERT
                 | R::CUDA_ERROR_ECC_UNCORRECTABLE
+                | R::CUDA_ERROR_LAUNCH_TIMEOUT
+                | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
         );
         let mut message = format!("engine cuda, device {DEVICE}: {what}: {code:?}");
         if sticky {
@@ -110,6 +101,58 @@ impl Gpu {
         }
         EngineError::Kernel { node: node.to_string(), message }
     }
+}
+
+/// A context of its own for device 0 (not the primary one, which every user of the device
+/// shares: a sticky error there could not be cleared by dropping ours), with cudarc's
+/// per-buffer event tracking off (one stream per executable, synchronised by the engine;
+/// tracking events cannot be recorded inside a capture) and the stream-ordered pool keeping
+/// freed memory (a release threshold of 0 would map every run's buffers afresh).
+fn new_context() -> Result<Arc<CudaContext>, EngineError> {
+    let made = std::panic::catch_unwind(|| {
+        CudaContext::new_non_primary(0, 0).or_else(|_| CudaContext::new(0))
+    })
+    .map_err(|p| unavailable(&format!("CUDA context: {}", xpu_engine::panic_message(&*p))))?
+    .map_err(|e| unavailable(&format!("CUDA context: {e:?}")))?;
+    // SAFETY: nothing has used the context yet; every stream the engine makes is
+    // synchronised before its buffers are read by the host or freed.
+    unsafe { made.disable_event_tracking() };
+    if made.has_async_alloc() {
+        use cudarc::driver::sys;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let mut threshold: u64 = u64::MAX;
+        // SAFETY: the device handle is the context's; the pool handle is written by the
+        // first call and the attribute read from a live u64 by the second. A failure only
+        // leaves the driver's default threshold.
+        unsafe {
+            if made.bind_to_thread().is_ok()
+                && sys::cuDeviceGetDefaultMemPool(&mut pool, made.cu_device())
+                    == sys::CUresult::CUDA_SUCCESS
+            {
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut threshold as *mut u64).cast(),
+                );
+            }
+        }
+    }
+    Ok(made)
+}
+
+/// A toolkit newer than the driver makes images the driver cannot load: refused up front
+/// with both versions, rather than as a load error in the first job.
+pub fn toolkit_mismatch(driver_version: i32, nvrtc: (i32, i32)) -> Option<String> {
+    let driver_major = driver_version / 1000;
+    (nvrtc.0 > driver_major).then(|| {
+        format!(
+            "NVRTC {}.{} is newer than the CUDA driver ({}.{}): its images would not load; point [engines.cuda] library_dir or XPU_CUDA_LIBRARY_DIR at an NVRTC of CUDA {driver_major}.x or older",
+            nvrtc.0,
+            nvrtc.1,
+            driver_major,
+            driver_version % 1000 / 10
+        )
+    })
 }
 
 fn unavailable(reason: &str) -> EngineError {
@@ -123,6 +166,32 @@ pub struct CudaBuffer {
     pub(crate) shape: Vec<usize>,
     /// The stream that wrote it, synchronised before anyone else reads it.
     pub(crate) stream: Arc<CudaStream>,
+}
+
+/// `bytes` in a new device allocation ordered on `stream` (one byte for an empty tensor: the
+/// driver refuses zero-byte allocations).
+pub(crate) fn upload_bytes(
+    stream: &Arc<CudaStream>,
+    bytes: &[u8],
+) -> Result<CudaSlice<u8>, DriverError> {
+    // SAFETY: the first `bytes.len()` bytes are written by the copy below; an empty
+    // tensor's padding byte is never read.
+    let mut data = unsafe { stream.alloc::<u8>(bytes.len().max(1)) }?;
+    if !bytes.is_empty() {
+        stream.memcpy_htod(bytes, &mut data.slice_mut(..bytes.len()))?;
+    }
+    Ok(data)
+}
+
+impl CudaBuffer {
+    /// Its bytes into `out` (as many as `out` holds: an empty tensor's buffer has a padding
+    /// byte), waiting for the copy.
+    pub(crate) fn read_into(&self, out: &mut [u8]) -> Result<(), DriverError> {
+        if !out.is_empty() {
+            self.stream.memcpy_dtoh(&self.data.slice(..out.len()), out)?;
+        }
+        self.stream.synchronize()
+    }
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -190,14 +259,16 @@ impl CudaEngine {
     /// miss is the reason the engine reports as unavailable.
     pub fn new(config: CudaConfig) -> CudaEngine {
         let gpu = toolkit::probe_driver(config.library_dir.as_deref()).and_then(|facts| {
-            toolkit::nvrtc(config.library_dir.as_deref())?;
+            let nvrtc = toolkit::nvrtc(config.library_dir.as_deref())?;
+            if let Some(why) = toolkit_mismatch(facts.driver_version, nvrtc.version) {
+                return Err(why);
+            }
             let (major, minor) = facts.compute_capability;
             Ok(Arc::new(Gpu {
                 arch: format!("sm_{major}{minor}"),
                 facts,
                 config,
-                context: Mutex::new(None),
-                generation: Mutex::new(0),
+                context: Mutex::new((None, 0)),
             }))
         });
         CudaEngine { gpu }
@@ -387,8 +458,7 @@ impl Engine for CudaEngine {
         let (ctx, _) = gpu.context()?;
         let stream = ctx.new_stream().map_err(|e| gpu.driver_error("upload", "new stream", e))?;
         let bytes = host_bytes(tensor, "upload")?;
-        let data = stream
-            .clone_htod(bytes)
+        let data = upload_bytes(&stream, bytes)
             .map_err(|e| gpu.driver_error("upload", "host → device copy", e))?;
         stream.synchronize().map_err(|e| gpu.driver_error("upload", "synchronize", e))?;
         Ok(Value::Device(Arc::new(CudaBuffer {
@@ -408,10 +478,7 @@ impl Engine for CudaEngine {
                 what: "download a buffer of another engine",
             })?;
         host_tensor(b.dtype, &b.shape, |out| {
-            b.stream
-                .memcpy_dtoh(&b.data, out)
-                .map_err(|e| gpu.driver_error("download", "device → host copy", e))?;
-            b.stream.synchronize().map_err(|e| gpu.driver_error("download", "synchronize", e))
+            b.read_into(out).map_err(|e| gpu.driver_error("download", "device → host copy", e))
         })
     }
 }

@@ -26,11 +26,15 @@ use xpu_lower::{self as lower, Program, Slot};
 
 use crate::arena::ArenaPlan;
 use crate::codegen;
-use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes};
+use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes, upload_bytes};
 use crate::image;
 
-/// A captured graph, instantiated.
-struct Replay(CudaGraph);
+/// A captured graph, instantiated, and the stream of its own it was captured and replays
+/// on: nothing else (an output's free, a download on another thread) can join the capture.
+struct Replay {
+    graph: CudaGraph,
+    stream: Arc<CudaStream>,
+}
 // SAFETY: CUDA graph objects may be used from any thread as long as calls on one graph are
 // serialised (they are not internally synchronised). The graph belongs to one executable,
 // which runs through `&mut self` — one call at a time — and is only ever moved between
@@ -97,13 +101,17 @@ impl CudaExecutable {
         Ok(exe)
     }
 
-    /// The executable's stream in the live context (a new one after a context reset).
+    /// The executable's stream in the live context. After a context reset (a new
+    /// generation) everything made in the old context is let go first — stream, modules,
+    /// arenas, graphs — so the old context can be destroyed.
     fn stream(&mut self) -> Result<(Arc<CudaContext>, Arc<CudaStream>, u64), EngineError> {
         let (ctx, generation) = self.gpu.context()?;
-        if let Some((g, s)) = &self.stream
-            && *g == generation
-        {
-            return Ok((ctx, s.clone(), generation));
+        if let Some((g, s)) = &self.stream {
+            if *g == generation {
+                return Ok((ctx, s.clone(), generation));
+            }
+            self.compiled.clear();
+            self.stream = None;
         }
         let s =
             ctx.new_stream().map_err(|e| self.gpu.driver_error("partition", "new stream", e))?;
@@ -111,6 +119,7 @@ impl CudaExecutable {
         Ok((ctx, s, generation))
     }
 
+    /// The compiled entry for these shapes, made in the context `ctx` of `generation`.
     fn compiled_for(
         &mut self,
         shapes: &[Vec<usize>],
@@ -118,9 +127,6 @@ impl CudaExecutable {
     ) -> Result<&mut Compiled, EngineError> {
         let (ctx, stream, generation) = self.stream()?;
         let key = (shapes.to_vec(), structural.to_vec());
-        if self.compiled.get(&key).is_some_and(|c| c.generation != generation) {
-            self.compiled.remove(&key);
-        }
         if !self.compiled.contains_key(&key) {
             let c = self.compile(&ctx, &stream, generation, shapes, structural)?;
             self.compiled.insert(key.clone(), c);
@@ -165,7 +171,7 @@ impl CudaExecutable {
             for slot in &step.buffers {
                 row.push(match slot {
                     Slot::Constant(t) => {
-                        Some(stream.clone_htod(host_bytes(t, "constant")?).map_err(|e| {
+                        Some(upload_bytes(stream, host_bytes(t, "constant")?).map_err(|e| {
                             gpu.driver_error(&step.kernel.name, "constant upload", e)
                         })?)
                     }
@@ -263,6 +269,12 @@ impl CudaExecutable {
                     device: v.device(),
                     what: "take an input that is not on cuda:0 (the plan lacks a transfer)",
                 })?;
+            if b.stream.context().cu_ctx() != stream.context().cu_ctx() {
+                return Err(EngineError::Input {
+                    name: format!("input {i}"),
+                    message: "a device value from a CUDA context that was reset after an error: upload it again".into(),
+                });
+            }
             if b.stream.cu_stream() != stream.cu_stream() {
                 b.stream
                     .synchronize()
@@ -273,7 +285,23 @@ impl CudaExecutable {
         Ok(ptrs)
     }
 
+    /// A run on device values. On any error the stream is drained before returning, so no
+    /// queued kernel or copy outlives the buffers the caller drops next.
     fn run_device(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        let result = self.run_device_queued(inputs, stop);
+        if result.is_err()
+            && let Some((_, s)) = &self.stream
+        {
+            let _ = s.synchronize();
+        }
+        result
+    }
+
+    fn run_device_queued(
         &mut self,
         inputs: &[Value],
         stop: &StopToken,
@@ -287,13 +315,20 @@ impl CudaExecutable {
             })
             .collect();
         let structural = self.structural_values(inputs)?;
-        let (_, stream, _) = self.stream()?;
+        // The stream (and with it the context generation) is fetched once per run: the
+        // compiled entry below belongs to the same generation.
+        let (_, stream, generation) = self.stream()?;
         let input_ptrs = self.input_pointers(inputs, &stream)?;
         let capture = self.capture;
         let pool = self.pool;
         let node_label = |g: &Graph, step: &lower::Step| g.node(step.nodes[0]).label(step.nodes[0]);
         let graph = self.graph.clone();
         let c = self.compiled_for(&shapes, &structural)?;
+        if c.generation != generation {
+            return Err(kernel_error(
+                "the CUDA context was reset by another job's error during this run: run it again",
+            ));
+        }
         let per_run_arena;
         let arena_base = match &c.arena {
             Some(a) => a.device_ptr(&stream).0,
@@ -319,13 +354,19 @@ impl CudaExecutable {
                 }
             }
             for (k, (src, dst)) in input_ptrs.iter().zip(&c.bound_inputs).enumerate() {
-                // SAFETY: both are live device allocations of at least `len` bytes on this
-                // context; the copy is ordered on the executable's stream.
+                let bytes = shapes[k].iter().product::<usize>()
+                    * graph.ty(graph.inputs[k]).dtype.size_bytes();
+                if bytes == 0 {
+                    continue;
+                }
+                // SAFETY: both are live device allocations of at least `bytes` bytes on this
+                // context (the input's shape is the one the binding buffer was made for);
+                // the copy is ordered on the executable's stream.
                 unsafe {
                     cudarc::driver::result::memcpy_dtod_async(
                         dst.device_ptr(&stream).0,
                         *src,
-                        dst.len(),
+                        bytes,
                         stream.cu_stream(),
                     )
                 }
@@ -367,14 +408,19 @@ impl CudaExecutable {
             stop.check(|| "partition".into())?;
             if c.graph.is_none() {
                 let start = Instant::now();
-                stream
-                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                // fork: a new stream ordered after the binding copies just queued.
+                let cap = stream
+                    .fork()
+                    .map_err(|e| gpu.driver_error("partition", "capture stream", e))?;
+                cap.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                     .map_err(|e| gpu.driver_error("partition", "begin capture", e))?;
-                let launched = launch_all(c, &tables, &stream, &gpu, &graph);
-                let ended = stream.end_capture(CUgraphInstantiate_flags(0));
+                let launched = launch_all(c, &tables, &cap, &gpu, &graph);
+                let ended = cap.end_capture(CUgraphInstantiate_flags(0));
                 launched?;
-                c.graph =
-                    ended.map_err(|e| gpu.driver_error("partition", "end capture", e))?.map(Replay);
+                let captured = ended
+                    .map_err(|e| gpu.driver_error("partition", "end capture", e))?
+                    .ok_or_else(|| kernel_error("stream capture produced no graph"))?;
+                c.graph = Some(Replay { graph: captured, stream: cap });
                 c.captures += 1;
                 facts.push(Fact {
                     node: None,
@@ -382,12 +428,17 @@ impl CudaExecutable {
                     value: format!("{:.3}", start.elapsed().as_secs_f64() * 1e3),
                 });
             }
-            let (ctx, _) = gpu.context()?;
-            let t0 = event(&ctx, &stream, &gpu)?;
-            if let Some(Replay(g)) = &c.graph {
-                g.launch().map_err(|e| gpu.driver_error("partition", "graph launch", e))?;
-            }
-            let t1 = event(&ctx, &stream, &gpu)?;
+            let replay = c.graph.as_ref().ok_or_else(|| kernel_error("no captured graph"))?;
+            let cap = &replay.stream;
+            let err = |what: &'static str| |e| gpu.driver_error("partition", what, e);
+            // The replay waits for this run's binding copies; the output copies wait for it.
+            cap.join(&stream).map_err(err("stream order"))?;
+            let t0 =
+                cap.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+            replay.graph.launch().map_err(err("graph launch"))?;
+            let t1 =
+                cap.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+            stream.join(cap).map_err(err("stream order"))?;
             let ms = t0.elapsed_ms(&t1).map_err(|e| gpu.driver_error("partition", "timing", e))?;
             facts.push(Fact { node: None, key: "cuda.graph_ms".into(), value: format!("{ms:.4}") });
             let nodes: Vec<_> = c.program.steps.iter().flat_map(|s| s.nodes.clone()).collect();
@@ -398,12 +449,11 @@ impl CudaExecutable {
                 nanos: share,
             }));
         } else {
-            let (ctx, _) = gpu.context()?;
-            let mut marks = vec![event(&ctx, &stream, &gpu)?];
+            let mut marks = vec![event(&stream, &gpu)?];
             for (k, step) in c.program.steps.iter().enumerate() {
                 stop.check(|| node_label(&graph, step))?;
                 launch_step(c, k, &tables[k], &stream, &gpu, &graph)?;
-                marks.push(event(&ctx, &stream, &gpu)?);
+                marks.push(event(&stream, &gpu)?);
             }
             for (k, step) in c.program.steps.iter().enumerate() {
                 let ms = marks[k]
@@ -442,9 +492,7 @@ impl CudaExecutable {
                             EngineError::Other("cuda: an axes input of another engine".into())
                         })?;
                         crate::engine::host_tensor(b.dtype, &b.shape, |out| {
-                            b.stream
-                                .memcpy_dtoh(&b.data, out)
-                                .and_then(|()| b.stream.synchronize())
+                            b.read_into(out)
                                 .map_err(|e| self.gpu.driver_error("axes", "download", e))
                         })?
                     }
@@ -463,12 +511,11 @@ fn kernel_name(step: &lower::Step) -> &'static str {
     if step.implements == "llvm.gemm" { "cuda.naive" } else { "cuda.fused" }
 }
 
-fn event(ctx: &Arc<CudaContext>, stream: &CudaStream, gpu: &Gpu) -> Result<CudaEvent, EngineError> {
-    let e = ctx
-        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(|e| gpu.driver_error("partition", "event", e))?;
-    e.record(stream).map_err(|e| gpu.driver_error("partition", "event", e))?;
-    Ok(e)
+/// A timing event recorded on `stream`.
+fn event(stream: &CudaStream, gpu: &Gpu) -> Result<CudaEvent, EngineError> {
+    stream
+        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| gpu.driver_error("partition", "event", e))
 }
 
 /// Per step, the device pointer of each kernel buffer: computed values in the arena, except
@@ -557,8 +604,7 @@ fn collect_outputs(
         outputs.push(match slot {
             Slot::Input(i) => inputs[*i].clone(),
             Slot::Constant(t) => {
-                let data = stream
-                    .clone_htod(host_bytes(t, "constant output")?)
+                let data = upload_bytes(stream, host_bytes(t, "constant output")?)
                     .map_err(|e| gpu.driver_error("output", "upload", e))?;
                 Value::Device(Arc::new(CudaBuffer {
                     data,
@@ -614,8 +660,7 @@ impl Executable for CudaExecutable {
         for (i, t) in inputs.iter().enumerate() {
             let bytes = host_bytes(t, &format!("input {i}"))?;
             up += bytes.len();
-            let data = stream
-                .clone_htod(bytes)
+            let data = upload_bytes(&stream, bytes)
                 .map_err(|e| self.gpu.driver_error(&format!("input {i}"), "upload", e))?;
             values.push(Value::Device(Arc::new(CudaBuffer {
                 data,
@@ -634,10 +679,7 @@ impl Executable for CudaExecutable {
                 .ok_or_else(|| EngineError::Other("cuda: an output not on the device".into()))?;
             down += b.data.len();
             outputs.push(crate::engine::host_tensor(b.dtype, &b.shape, |out| {
-                b.stream
-                    .memcpy_dtoh(&b.data, out)
-                    .and_then(|()| b.stream.synchronize())
-                    .map_err(|e| self.gpu.driver_error("output", "download", e))
+                b.read_into(out).map_err(|e| self.gpu.driver_error("output", "download", e))
             })?);
         }
         let mut facts = run.facts;
