@@ -162,6 +162,76 @@ impl TensorData {
         })
     }
 
+    /// Room for `n` elements of a plain numeric or bool dtype, none of them set (length 0):
+    /// for a kernel that writes every element through [`as_byte_ptr`](Self::as_byte_ptr)
+    /// before [`assume_filled`](Self::assume_filled) sets the length. Cheaper than
+    /// [`zeros`](Self::zeros) for large buffers: the allocator may hand back memory it
+    /// already holds, neither zeroed nor faulted in again. In debug builds the room is
+    /// poisoned (all bits set: NaN, −1; bools `true`), so a kernel that leaves an element
+    /// unwritten shows in tests. `None` for strings and tables.
+    pub fn with_room(dtype: DType, n: usize) -> Option<TensorData> {
+        fn room<T>(n: usize, wrap: fn(Vec<T>) -> TensorData, poison: u8) -> TensorData {
+            let mut v: Vec<T> = Vec::with_capacity(n);
+            if cfg!(debug_assertions) {
+                let spare = v.spare_capacity_mut();
+                // SAFETY: the spare capacity is `n` elements of writable, unset memory;
+                // writing bytes into it sets nothing the Vec considers initialised.
+                unsafe {
+                    std::ptr::write_bytes(
+                        spare.as_mut_ptr().cast::<u8>(),
+                        poison,
+                        spare.len() * std::mem::size_of::<T>(),
+                    )
+                };
+            }
+            wrap(v)
+        }
+        Some(match dtype {
+            DType::F32 => room(n, TensorData::F32, 0xff),
+            DType::F64 => room(n, TensorData::F64, 0xff),
+            DType::F16 => room(n, TensorData::F16, 0xff),
+            DType::BF16 => room(n, TensorData::BF16, 0xff),
+            DType::I8 => room(n, TensorData::I8, 0xff),
+            DType::I16 => room(n, TensorData::I16, 0xff),
+            DType::I32 => room(n, TensorData::I32, 0xff),
+            DType::I64 => room(n, TensorData::I64, 0xff),
+            DType::U8 => room(n, TensorData::U8, 0xff),
+            DType::U16 => room(n, TensorData::U16, 0xff),
+            DType::U32 => room(n, TensorData::U32, 0xff),
+            DType::U64 => room(n, TensorData::U64, 0xff),
+            DType::Bool => room(n, TensorData::Bool, 0x01),
+            DType::String | DType::Table => return None,
+        })
+    }
+
+    /// Sets the length of data made by [`with_room`](Self::with_room) to `n`.
+    ///
+    /// # Safety
+    /// All `n` elements were written (bools as 0 or 1), and `n` is at most the room made.
+    pub unsafe fn assume_filled(&mut self, n: usize) {
+        use TensorData::*;
+        // SAFETY: the caller guarantees the first `n` elements are initialised and within
+        // the capacity.
+        unsafe {
+            match self {
+                F32(v) => v.set_len(n),
+                F64(v) => v.set_len(n),
+                F16(v) => v.set_len(n),
+                BF16(v) => v.set_len(n),
+                I8(v) => v.set_len(n),
+                I16(v) => v.set_len(n),
+                I32(v) => v.set_len(n),
+                I64(v) => v.set_len(n),
+                U8(v) => v.set_len(n),
+                U16(v) => v.set_len(n),
+                U32(v) => v.set_len(n),
+                U64(v) => v.set_len(n),
+                Bool(v) => v.set_len(n),
+                String(_) | Table(_) => {}
+            }
+        }
+    }
+
     pub fn zeros(dtype: DType, n: usize) -> TensorData {
         match dtype {
             DType::F32 => TensorData::F32(vec![0.0; n]),

@@ -168,3 +168,13 @@ fn cubins_for_an_exact_architecture_are_made_and_kept_on_disk() {
         .unwrap_err();
     assert!(err.to_string().contains("bad") && err.to_string().contains("oops"), "{err}");
 }
+
+#[test]
+fn a_toolkit_newer_than_the_driver_is_refused_with_both_versions() {
+    use xpu_engine_cuda::engine::toolkit_mismatch;
+    let why = toolkit_mismatch(12080, (13, 0)).unwrap();
+    assert!(why.contains("NVRTC 13.0") && why.contains("12.8"), "{why}");
+    assert_eq!(toolkit_mismatch(13000, (13, 0)), None);
+    assert_eq!(toolkit_mismatch(13010, (12, 9)), None);
+    assert_eq!(toolkit_mismatch(12090, (12, 8)), None);
+}

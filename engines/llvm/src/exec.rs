@@ -20,6 +20,8 @@ const MIN_PER_THREAD: usize = 1 << 15;
 /// A program compiled for one set of input shapes.
 struct Compiled {
     program: Program,
+    /// Per computed value, whether a step writes it (`written_values`).
+    written: Vec<bool>,
     /// Per step, its stages: the entry point and, for a parallel loop, its range.
     stages: Vec<Vec<(StageFn, Option<(i64, i64)>)>>,
     _code: Arc<Loaded>,
@@ -98,7 +100,8 @@ impl LlvmExecutable {
                 value: format!("{} for {} node(s)", kernels.len(), self.graph.nodes.len()),
             },
         ];
-        let c = Arc::new(Compiled { program, stages, _code: code, facts });
+        let written = written_values(&program);
+        let c = Arc::new(Compiled { program, written, stages, _code: code, facts });
         self.compiled.insert(key, c.clone());
         Ok(c)
     }
@@ -108,13 +111,18 @@ fn names(kernels: &[xpu_lir::Kernel]) -> String {
     kernels.iter().map(|k| format!("@{}", k.name)).collect::<Vec<_>>().join(", ")
 }
 
-/// A zeroed buffer. Large ones of the types whose zero is all-zero bytes come straight from
-/// the kernel (calloc → mmap, untouched), and are marked for transparent huge pages before
-/// the kernel writes them, so the first write faults in 2 MiB pages instead of 512 times as
-/// many 4 KiB ones (f16/bf16 zeros are written element by element: the mark is too late).
-fn fresh_buffer(dtype: xpu_ir::DType, n: usize) -> TensorData {
+/// A computed value's buffer. One some step writes in full gets room without zeroing (every
+/// lowered kernel stores each element of its output before reading it back; debug builds
+/// poison the room, so the engine's tests catch a kernel that does not): after the first
+/// run the allocator hands back the memory the last run's outputs were freed to, neither
+/// zeroed nor faulted in again. A fresh large one is marked for transparent huge pages
+/// before the kernel writes it, so its first write faults in 2 MiB pages, not 4 KiB ones.
+fn fresh_buffer(dtype: xpu_ir::DType, n: usize, written: bool) -> TensorData {
     const HUGE: usize = 2 << 20;
-    let data = TensorData::zeros(dtype, n);
+    let data = match written.then(|| TensorData::with_room(dtype, n)).flatten() {
+        Some(room) => room,
+        None => TensorData::zeros(dtype, n),
+    };
     let bytes = n * dtype.size_bytes();
     if bytes >= 4 * HUGE
         && let Some(p) = data.as_byte_ptr()
@@ -122,12 +130,27 @@ fn fresh_buffer(dtype: xpu_ir::DType, n: usize) -> TensorData {
         let start = (p as usize).next_multiple_of(HUGE);
         let end = (p as usize + bytes) & !(HUGE - 1);
         if end > start {
-            // SAFETY: [start, end) lies inside the buffer just allocated and not yet touched;
-            // MADV_HUGEPAGE only changes how its pages are backed, never its contents.
+            // SAFETY: [start, end) lies inside the buffer just allocated; MADV_HUGEPAGE
+            // only changes how its pages are backed, never its contents.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
     }
     data
+}
+
+/// Per computed value, whether a step's kernel writes it (an `out`/`inout` buffer).
+fn written_values(program: &Program) -> Vec<bool> {
+    let mut written = vec![false; program.values.len()];
+    for step in &program.steps {
+        for (slot, buffer) in step.buffers.iter().zip(&step.kernel.buffers) {
+            if let Slot::Computed(v) = slot
+                && buffer.access != xpu_lir::Access::In
+            {
+                written[*v] = true;
+            }
+        }
+    }
+    written
 }
 
 /// The buffer pointers of one call, shareable across the chunk threads.
@@ -154,7 +177,8 @@ impl Executable for LlvmExecutable {
             .program
             .values
             .iter()
-            .map(|v| fresh_buffer(v.dtype, v.shape.iter().product()))
+            .zip(&c.written)
+            .map(|(v, &w)| fresh_buffer(v.dtype, v.shape.iter().product(), w))
             .collect();
         let mut timings = Vec::new();
         for (step, stages) in c.program.steps.iter().zip(&c.stages) {
@@ -183,6 +207,14 @@ impl Executable for LlvmExecutable {
             let share = nanos / step.nodes.len().max(1) as u64;
             for &n in &step.nodes {
                 timings.push(NodeTiming { node: n, kernel: step.implements.into(), nanos: share });
+            }
+        }
+        for ((data, info), &w) in values.iter_mut().zip(&c.program.values).zip(&c.written) {
+            if w {
+                // SAFETY: every step ran, and the step that writes a value stores each of
+                // its elements (the lowering's contract, checked in debug builds by the
+                // poisoned room): all of them are set.
+                unsafe { data.assume_filled(info.shape.iter().product()) };
             }
         }
         let mut outputs = Vec::with_capacity(c.program.outputs.len());
