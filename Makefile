@@ -118,7 +118,8 @@ bless: setup
 gpu-check-binary:
 	cargo build -q --release --locked -p xpu-gpu-check
 	mkdir -p .gpu-check
-	cp $(CARGO_TARGET_DIR)/release/xpu-gpu-check .gpu-check/
+	strip -o .gpu-check/xpu-gpu-check $(CARGO_TARGET_DIR)/release/xpu-gpu-check
+	@ls -l .gpu-check/xpu-gpu-check
 
 gpu-check:
 	bash tools/gpu-check/run.sh
