@@ -17,7 +17,7 @@ mod reduce;
 use std::collections::HashMap;
 
 use xpu_ir::infer::broadcast_shapes;
-use xpu_ir::{DType, Graph, NodeId, Op, Tensor, ValueId};
+use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor, ValueId};
 use xpu_lir::{Access, Affine, Buffer, Expr, Kernel, Literal, ScalarType, Stmt};
 
 use ops::Body;
@@ -109,6 +109,25 @@ pub fn narrower_dtypes(floats: &[DType]) -> Vec<(Vec<Op>, Vec<DType>)> {
         }
     }
     entries
+}
+
+/// The op classes the lowering takes (elementwise ops, reductions and softmax, matmul):
+/// what an engine compiling its programs could ever run, known without loading anything.
+pub fn op_classes() -> Vec<OpClass> {
+    let mut classes: Vec<OpClass> =
+        ops::OPS.iter().chain(REDUCE_OPS).chain(&[Op::MatMul]).map(|o| o.class()).collect();
+    classes.sort();
+    classes.dedup();
+    classes
+}
+
+/// The input shapes when every one is known and no input's value shapes the code: a
+/// partition an engine can compile at prepare time, so errors show there.
+pub fn shapes_known_at_prepare(g: &Graph) -> Option<Vec<Vec<usize>>> {
+    if !structural_inputs(g).is_empty() {
+        return None;
+    }
+    g.inputs.iter().map(|&v| g.ty(v).static_shape()).collect()
 }
 
 /// A partition this lowering cannot take, naming the node and why.

@@ -424,13 +424,7 @@ impl Engine for CudaEngine {
     }
 
     fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
-        let mut classes: Vec<OpClass> = kernels()
-            .iter()
-            .flat_map(|k| k.ops.iter().map(|o| o.class()).collect::<Vec<_>>())
-            .collect();
-        classes.sort();
-        classes.dedup();
-        Some(classes)
+        Some(xpu_lower::op_classes())
     }
 
     fn prepare(

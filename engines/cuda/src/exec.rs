@@ -90,11 +90,7 @@ impl CudaExecutable {
             structural,
         };
         // Compile at once when every shape is known, so errors show at prepare.
-        let known: Option<Vec<Vec<usize>>> =
-            exe.graph.inputs.iter().map(|&v| exe.graph.ty(v).static_shape()).collect();
-        if let Some(shapes) = known
-            && exe.structural.is_empty()
-        {
+        if let Some(shapes) = lower::shapes_known_at_prepare(&exe.graph) {
             let none = vec![None; shapes.len()];
             exe.compiled_for(&shapes, &none)?;
         }

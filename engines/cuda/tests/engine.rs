@@ -4,35 +4,18 @@
 //! every iteration, and its images (cubins for an exact architecture) are made by NVRTC and
 //! cached on disk.
 
+mod common;
+
+use common::{program, shapes};
 use xpu_engine::{Availability, Engine, EngineError};
 use xpu_engine_cuda::arena::{ALIGN, ArenaPlan};
 use xpu_engine_cuda::{CudaConfig, CudaEngine, codegen, image, toolkit};
 use xpu_ir::Graph;
 use xpu_lower::{self as lower, Program};
 
-fn program(name: &str) -> Graph {
-    let path = format!("{}/../../tests/programs/{name}.sgr", env!("CARGO_MANIFEST_DIR"));
-    let src = std::fs::read_to_string(&path).unwrap();
-    xpu_ir::text::parse(&src).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
 /// `g` lowered with its symbolic batch bound to `rows`.
 fn lowered(g: &Graph, rows: usize) -> Program {
-    let shapes: Vec<Vec<usize>> = g
-        .inputs
-        .iter()
-        .map(|v| {
-            g.ty(*v)
-                .dims
-                .iter()
-                .flatten()
-                .map(|d| match d {
-                    xpu_ir::Dim::Known(n) => *n as usize,
-                    _ => rows,
-                })
-                .collect()
-        })
-        .collect();
+    let shapes = shapes(g, rows);
     lower::lower(g, &shapes, &vec![None; shapes.len()]).unwrap()
 }
 

@@ -5,6 +5,9 @@
 
 use xpu_engine_cuda::{codegen, host::HostModule, toolkit};
 use xpu_engine_llvm::lower::{self, Program, Slot};
+mod common;
+
+use common::{inputs, program};
 use xpu_ir::{Graph, Tensor, TensorData};
 
 const PROGRAMS: &[&str] = &[
@@ -17,36 +20,6 @@ const PROGRAMS: &[&str] = &[
     "rmsnorm_rows",
     "logsumexp_rows",
 ];
-
-fn program(name: &str) -> Graph {
-    let path = format!("{}/../../tests/programs/{name}.sgr", env!("CARGO_MANIFEST_DIR"));
-    let src = std::fs::read_to_string(&path).unwrap();
-    xpu_ir::text::parse(&src).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// Inputs for `g` with its symbolic batch bound to `rows`: varied values, NaN-free.
-fn inputs(g: &Graph, rows: usize) -> Vec<Tensor> {
-    g.inputs
-        .iter()
-        .enumerate()
-        .map(|(k, v)| {
-            let shape: Vec<usize> = g
-                .ty(*v)
-                .dims
-                .iter()
-                .flatten()
-                .map(|d| match d {
-                    xpu_ir::Dim::Known(n) => *n as usize,
-                    _ => rows,
-                })
-                .collect();
-            let n: usize = shape.iter().product();
-            let data: Vec<f32> =
-                (0..n).map(|i| (((i * 7919 + k * 31) % 1000) as f32 / 125.0) - 4.0).collect();
-            Tensor::from_vec(shape, data).unwrap()
-        })
-        .collect()
-}
 
 fn lowered(g: &Graph, inputs: &[Tensor]) -> Program {
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();

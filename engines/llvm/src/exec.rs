@@ -48,11 +48,7 @@ impl LlvmExecutable {
         let structural = lower::structural_inputs(&graph);
         let mut exe =
             LlvmExecutable { graph, cache, threads, compiled: HashMap::new(), structural };
-        let known: Option<Vec<Vec<usize>>> =
-            exe.graph.inputs.iter().map(|&v| exe.graph.ty(v).static_shape()).collect();
-        if let Some(shapes) = known
-            && exe.structural.is_empty()
-        {
+        if let Some(shapes) = lower::shapes_known_at_prepare(&exe.graph) {
             let none = vec![None; shapes.len()];
             exe.compiled_for(&shapes, &none)?;
         }

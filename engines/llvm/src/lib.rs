@@ -215,15 +215,7 @@ impl Engine for LlvmEngine {
     }
 
     fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
-        let mut classes: Vec<OpClass> = lower::ops::OPS
-            .iter()
-            .chain(lower::REDUCE_OPS)
-            .chain(&[Op::MatMul])
-            .map(|o| o.class())
-            .collect();
-        classes.sort();
-        classes.dedup();
-        Some(classes)
+        Some(lower::op_classes())
     }
 
     fn prepare(
