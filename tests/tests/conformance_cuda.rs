@@ -1,8 +1,8 @@
 //! The cuda engine's generated kernels over ONNX's node suite, without a GPU: every case
 //! the llvm engine takes whole (llvm pinned, fallback denied — the groups both codegen
-//! engines lower through LIR-ML) is rendered as CUDA C++, compiled by NVRTC for sm_90 and
-//! assembled by ptxas, and run on the host through the emulation header; it must pass
-//! wherever the cpu engine's planned route passes.
+//! engines lower through LIR-ML) is rendered as CUDA C++, compiled by NVRTC for sm_80 and
+//! sm_90 and assembled by ptxas for each, and run on the host through the emulation
+//! header; it must pass wherever the cpu engine's planned route passes.
 //!
 //! `XPU_BLESS=1` rewrites `tests/conformance/onnx-node-report-cuda-emulated.md`.
 
@@ -78,8 +78,11 @@ impl Executable for EmulatedRun {
             }
         };
         let fail = |e: toolkit::ToolkitError| EngineError::Other(format!("{e}\n{src}"));
-        let ptx = toolkit::compile_ptx(&src, &self.g.name, "sm_90").map_err(fail)?;
-        toolkit::assemble(&self.shared.ptxas, &ptx, &self.g.name, "sm_90").map_err(fail)?;
+        // Ampere and Hopper: each architecture's PTX assembled by ptxas.
+        for arch in ["sm_80", "sm_90"] {
+            let ptx = toolkit::compile_ptx(&src, &self.g.name, arch).map_err(fail)?;
+            toolkit::assemble(&self.shared.ptxas, &ptx, &self.g.name, arch).map_err(fail)?;
+        }
         self.shared.kernels.fetch_add(kernels.len(), Ordering::Relaxed);
         let module = HostModule::build(&src).map_err(fail)?;
         let values: Vec<TensorData> =
@@ -155,7 +158,7 @@ fn generated_cuda_kernels_pass_the_cases_llvm_takes_whole() {
     let passed = ran.len() - failed.len();
     let refused = engine.shared.codegen_refused.lock().unwrap().clone();
     let md = format!(
-        "# cuda kernels, emulated on the host\n\nONNX's node suite: every case the llvm engine takes whole (llvm pinned, fallback denied) lowered to LIR-ML, rendered as CUDA C++, compiled by NVRTC for sm_90 and assembled by ptxas, then run on the host through the emulation header.\n\n| | |\n|---|---|\n| cases run | {} |\n| pass | {passed} |\n| fail | {} |\n| kernels compiled by NVRTC and assembled by ptxas | {} |\n| cases the CUDA code generator refuses | {} |\n| cases planned on llvm with nothing to generate (dropout, transpose, i8 identity) | {without_kernel} |\n",
+        "# cuda kernels, emulated on the host\n\nONNX's node suite: every case the llvm engine takes whole (llvm pinned, fallback denied) lowered to LIR-ML, rendered as CUDA C++, compiled by NVRTC for sm_80 and sm_90 and assembled by ptxas for each, then run on the host through the emulation header.\n\n| | |\n|---|---|\n| cases run | {} |\n| pass | {passed} |\n| fail | {} |\n| kernels compiled by NVRTC and assembled by ptxas (each for sm_80 and sm_90) | {} |\n| cases the CUDA code generator refuses | {} |\n| cases planned on llvm with nothing to generate (dropout, transpose, i8 identity) | {without_kernel} |\n",
         ran.len(),
         failed.len(),
         engine.shared.kernels.load(Ordering::Relaxed),
