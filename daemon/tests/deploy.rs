@@ -126,3 +126,18 @@ fn dashboards_and_alerts_query_documented_metrics() {
         assert!(documented.contains(&name), "{name} is exposed but not in docs/metrics.md");
     }
 }
+
+#[test]
+fn engine_sections_reach_the_engines_and_typos_are_refused() {
+    let c = load_config(
+        "[engines.cuda]\nlibrary_dir = \"/opt/cuda/lib\"\n[engines.llvm]\ncache_dir = \"jit\"\n",
+    )
+    .unwrap();
+    let libs = c.engines.libraries(std::path::Path::new("/var/xpu"));
+    assert_eq!(libs.cuda_library_dir.as_deref(), Some(std::path::Path::new("/opt/cuda/lib")));
+    // Relative cache dirs are under the data dir; unset, each engine has its own default.
+    assert_eq!(libs.llvm_cache_dir.as_deref(), Some(std::path::Path::new("/var/xpu/jit")));
+    assert_eq!(libs.cuda_cache_dir.as_deref(), Some(std::path::Path::new("/var/xpu/cuda-cache")));
+    let typo = load_config("[engines.cuda]\nlibary_dir = \"/opt/cuda/lib\"\n").unwrap_err();
+    assert!(typo.contains("libary_dir"), "{typo}");
+}
