@@ -6,31 +6,16 @@
 
 mod common;
 
-use common::{program, shapes};
+use common::{CHAINS_AND_ROWS, lowered, program};
 use xpu_engine::{Availability, Engine, EngineError};
 use xpu_engine_cuda::arena::{ALIGN, ArenaPlan};
 use xpu_engine_cuda::{CudaConfig, CudaEngine, codegen, image, toolkit};
-use xpu_ir::Graph;
-use xpu_lower::{self as lower, Program};
+use xpu_lower as lower;
 
-/// `g` lowered with its symbolic batch bound to `rows`.
-fn lowered(g: &Graph, rows: usize) -> Program {
-    let shapes = shapes(g, rows);
-    lower::lower(g, &shapes, &vec![None; shapes.len()]).unwrap()
+/// The chains and row groups, and two programs with matrix products.
+fn programs() -> impl Iterator<Item = &'static str> {
+    CHAINS_AND_ROWS.iter().copied().chain(["mlp", "matmul_square"])
 }
-
-const PROGRAMS: &[&str] = &[
-    "gelu_chain",
-    "silu_chain",
-    "mish_chain",
-    "softplus_chain",
-    "softmax_rows",
-    "layernorm_rows",
-    "rmsnorm_rows",
-    "logsumexp_rows",
-    "mlp",
-    "matmul_square",
-];
 
 #[test]
 fn availability_is_the_driver_probes_verdict() {
@@ -67,7 +52,7 @@ fn availability_is_the_driver_probes_verdict() {
 
 #[test]
 fn arena_plans_keep_live_values_apart_and_reuse_dead_ones() {
-    for name in PROGRAMS {
+    for name in programs() {
         let p = lowered(&program(name), 8);
         let plan = ArenaPlan::of(&p);
         assert_eq!(plan.overlapping(), None, "{name}: two live values share bytes");
@@ -109,7 +94,7 @@ fn arena_reuses_the_bytes_of_a_value_once_it_is_dead() {
 
 #[test]
 fn launch_shapes_cover_every_iteration() {
-    for name in PROGRAMS {
+    for name in programs() {
         for step in &lowered(&program(name), 37).steps {
             let n = codegen::parallel_iterations(&step.kernel).unwrap();
             assert!(n >= 1, "{name}/{}", step.kernel.name);

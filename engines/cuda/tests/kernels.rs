@@ -4,27 +4,11 @@
 //! bad sources, PTX and architectures as errors; no driver as a reason.
 
 use xpu_engine_cuda::{codegen, host::HostModule, toolkit};
-use xpu_engine_llvm::lower::{self, Program, Slot};
+use xpu_lower::{Program, Slot};
 mod common;
 
-use common::{inputs, program};
-use xpu_ir::{Graph, Tensor, TensorData};
-
-const PROGRAMS: &[&str] = &[
-    "gelu_chain",
-    "silu_chain",
-    "mish_chain",
-    "softplus_chain",
-    "softmax_rows",
-    "layernorm_rows",
-    "rmsnorm_rows",
-    "logsumexp_rows",
-];
-
-fn lowered(g: &Graph, inputs: &[Tensor]) -> Program {
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-    lower::lower(g, &shapes, &vec![None; inputs.len()]).unwrap()
-}
+use common::{CHAINS_AND_ROWS as PROGRAMS, inputs, lowered, program};
+use xpu_ir::{Tensor, TensorData};
 
 /// Runs a lowered program's kernels through the host build, as an engine would on a GPU:
 /// intermediates allocated per value, steps in order, on a grid of 3 blocks of 37 threads
@@ -69,7 +53,7 @@ fn generated_kernels_run_on_the_host_and_match_the_cpu_engine() {
     for name in PROGRAMS {
         let g = program(name);
         let x = inputs(&g, 5);
-        let p = lowered(&g, &x);
+        let p = lowered(&g, 5);
         kernels += p.steps.len();
         let got = emulate(&p, &x);
         let want = xpu_engine_cpu::run_graph(&g, &x).unwrap().outputs;
@@ -91,7 +75,7 @@ fn every_generated_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm80_and_sm90
     let mut assembled = 0;
     for name in PROGRAMS {
         let g = program(name);
-        let p = lowered(&g, &inputs(&g, 64));
+        let p = lowered(&g, 64);
         let kernels: Vec<_> = p.steps.iter().map(|s| s.kernel.clone()).collect();
         let src = codegen::source(&kernels).unwrap();
         for arch in ["sm_80", "sm_90"] {
@@ -109,7 +93,7 @@ fn every_generated_kernel_compiles_to_ptx_that_ptxas_assembles_for_sm80_and_sm90
             .iter()
             .map(|n| {
                 let g = program(n);
-                lowered(&g, &inputs(&g, 64)).steps.len()
+                lowered(&g, 64).steps.len()
             })
             .sum::<usize>()
     );

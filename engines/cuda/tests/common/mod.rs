@@ -1,6 +1,19 @@
 //! What the cuda engine's tests share: the example programs and their inputs.
 
 use xpu_ir::{Graph, Tensor};
+use xpu_lower::{self as lower, Program};
+
+/// The fused chains and row groups of the llvm issue's benchmarks.
+pub const CHAINS_AND_ROWS: &[&str] = &[
+    "gelu_chain",
+    "silu_chain",
+    "mish_chain",
+    "softplus_chain",
+    "softmax_rows",
+    "layernorm_rows",
+    "rmsnorm_rows",
+    "logsumexp_rows",
+];
 
 /// `tests/programs/NAME.sgr`, parsed.
 pub fn program(name: &str) -> Graph {
@@ -40,4 +53,10 @@ pub fn inputs(g: &Graph, rows: usize) -> Vec<Tensor> {
             Tensor::from_vec(shape, data).unwrap()
         })
         .collect()
+}
+
+/// `g` lowered with its symbolic batch bound to `rows`.
+pub fn lowered(g: &Graph, rows: usize) -> Program {
+    let shapes = shapes(g, rows);
+    lower::lower(g, &shapes, &vec![None; shapes.len()]).unwrap()
 }
