@@ -56,6 +56,13 @@ pub struct ValueInfo {
     pub shape: Vec<usize>,
 }
 
+impl ValueInfo {
+    /// The bytes its elements take.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size_bytes()
+    }
+}
+
 /// One kernel call: the kernel and, per buffer, where its data is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {

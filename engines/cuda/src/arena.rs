@@ -59,11 +59,7 @@ impl ArenaPlan {
                 s.1 = end;
             }
         }
-        let bytes_of = |v: usize| {
-            let info = &program.values[v];
-            let elems: usize = info.shape.iter().product();
-            (elems as u64 * info.dtype.size_bytes() as u64).max(1)
-        };
+        let bytes_of = |v: usize| (program.values[v].bytes() as u64).max(1);
         let mut order: Vec<usize> = (0..n).filter(|&v| span[v].is_some()).collect();
         // Largest first; ties by first use then index, so the plan is deterministic.
         order.sort_by_key(|&v| (std::cmp::Reverse(bytes_of(v)), span[v].map(|s| s.0), v));

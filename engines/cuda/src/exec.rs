@@ -52,6 +52,8 @@ struct Compiled {
     plan: ArenaPlan,
     /// The arena, kept between runs under `memory.pool = "arena"`.
     arena: Option<CudaSlice<u8>>,
+    /// Each input's bytes at these shapes.
+    input_sizes: Vec<usize>,
     /// Fixed input buffers a captured graph reads (graph mode only).
     bound_inputs: Vec<CudaSlice<u8>>,
     graph: Option<Replay>,
@@ -62,7 +64,8 @@ struct Compiled {
 }
 
 pub struct CudaExecutable {
-    graph: Graph,
+    /// Shared, so a run holds it (node labels) while it borrows a compiled entry.
+    graph: Arc<Graph>,
     gpu: Arc<Gpu>,
     capture: Capture,
     pool: Pool,
@@ -80,7 +83,7 @@ impl CudaExecutable {
     ) -> Result<CudaExecutable, EngineError> {
         let structural = lower::structural_inputs(&graph);
         let mut exe = CudaExecutable {
-            graph,
+            graph: Arc::new(graph),
             gpu,
             capture: options.capture,
             pool: options.memory_pool,
@@ -177,13 +180,12 @@ impl CudaExecutable {
             constants.push(row);
         }
         let plan = ArenaPlan::of(&program);
-        let input_bytes: u64 = shapes
+        let input_sizes: Vec<usize> = shapes
             .iter()
             .zip(&self.graph.inputs)
-            .map(|(s, &v)| {
-                (s.iter().product::<usize>() * self.graph.ty(v).dtype.size_bytes()) as u64
-            })
-            .sum();
+            .map(|(s, &v)| s.iter().product::<usize>() * self.graph.ty(v).dtype.size_bytes())
+            .collect();
+        let input_bytes: u64 = input_sizes.iter().map(|&b| b as u64).sum();
         let needed = plan.bytes + input_bytes;
         if let Some(limit) = self.memory_limit
             && needed > limit
@@ -231,6 +233,7 @@ impl CudaExecutable {
             constants,
             plan,
             arena,
+            input_sizes,
             bound_inputs: Vec::new(),
             graph: None,
             runs: 0,
@@ -339,9 +342,7 @@ impl CudaExecutable {
         // In graph mode the kernels read fixed input buffers, bound by a copy per run.
         if graphed {
             if c.bound_inputs.is_empty() {
-                for (i, s) in shapes.iter().enumerate() {
-                    let bytes =
-                        s.iter().product::<usize>() * graph.ty(graph.inputs[i]).dtype.size_bytes();
+                for &bytes in &c.input_sizes {
                     // SAFETY: written by the bind copy below before any kernel reads it.
                     c.bound_inputs.push(
                         unsafe { stream.alloc::<u8>(bytes.max(1)) }
@@ -350,8 +351,7 @@ impl CudaExecutable {
                 }
             }
             for (k, (src, dst)) in input_ptrs.iter().zip(&c.bound_inputs).enumerate() {
-                let bytes = shapes[k].iter().product::<usize>()
-                    * graph.ty(graph.inputs[k]).dtype.size_bytes();
+                let bytes = c.input_sizes[k];
                 if bytes == 0 {
                     continue;
                 }
@@ -383,7 +383,7 @@ impl CudaExecutable {
                     && !direct.contains_key(v)
                 {
                     let info = &c.program.values[*v];
-                    let bytes = info.shape.iter().product::<usize>() * info.dtype.size_bytes();
+                    let bytes = info.bytes();
                     // SAFETY: written by the step that defines the value before the run ends.
                     let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }
                         .map_err(|e| gpu.driver_error("output", "allocation", e))?;
@@ -614,7 +614,7 @@ fn collect_outputs(
             }
             Slot::Computed(v) => {
                 let info = &c.program.values[*v];
-                let bytes = info.shape.iter().product::<usize>() * info.dtype.size_bytes();
+                let bytes = info.bytes();
                 // SAFETY: filled by the copy right after, ordered on the same stream.
                 let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }
                     .map_err(|e| gpu.driver_error("output", "allocation", e))?;
