@@ -10,6 +10,8 @@
 #   make gpu-check-binary / gpu-check   the cuda engine's check on a GPU machine (build here,
 #                run there: docs/engines.md)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
+#   make fuzz    every parser's fuzz target for FUZZ_SECONDS each (default 300; docs/fuzzing.md);
+#                `make test` runs each for FUZZ_CI_SECONDS (15) so a parser regression fails CI
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -33,9 +35,9 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines test lint build run install example bench bless clean-cache
+.PHONY: gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache
 
-setup: setup-apt setup-duckdb setup-python setup-cases setup-engines
+setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
 setup-apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -65,8 +67,15 @@ setup-cases: setup-python
 setup-engines: setup-python
 	$(PY) engines/fetch_libraries.py .deps
 
+# cargo fuzz (from crates.io; it runs on the stable toolchain without a sanitizer).
+CARGO_FUZZ_VERSION := 0.13.2
+setup-fuzz:
+	@cargo fuzz --version 2>/dev/null | grep -q " $(CARGO_FUZZ_VERSION)$$" || \
+	  cargo install -q --locked cargo-fuzz --version $(CARGO_FUZZ_VERSION)
+
 lint:
 	cargo fmt --all --check
+	cd fuzz && cargo fmt --check && cargo clippy -q --locked --bins -- -D warnings
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Every cargo command selects the whole workspace with all targets, so features resolve the
@@ -74,10 +83,18 @@ lint:
 # target dir, not once per command.
 XPUCTL := $(CARGO_TARGET_DIR)/debug/xpuctl
 
+FUZZ_SECONDS ?= 300
+FUZZ_CI_SECONDS ?= 15
+
 test: setup lint
 	cargo test --workspace --all-targets --locked
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
+	fuzz/run.sh $(FUZZ_CI_SECONDS)
+
+# Every fuzz target (or FUZZ_TARGETS="npy policy") for FUZZ_SECONDS each.
+fuzz: setup-fuzz
+	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The test build (as `make test` makes it), whose xpud/xpuctl `make run` and `make example` use:
 # a binaries-only build resolves features differently and would compile much again.

@@ -209,20 +209,8 @@ fn input_tensor(name: &str, spec: &InputSpec) -> ApiResult<Tensor> {
     let (Some(shape), Some(data)) = (&spec.shape, &spec.data) else {
         return Err(bad("give shape and data (and dtype, default f32)".into()));
     };
-    let n: usize = shape.iter().product();
-    if n != data.len() {
-        return Err(bad(format!("shape {shape:?} holds {n} values, data has {}", data.len())));
-    }
-    let shape = shape.clone();
-    let t = match spec.dtype.as_deref().unwrap_or("f32") {
-        "f32" => Tensor::from_vec(shape, data.iter().map(|&v| v as f32).collect::<Vec<_>>()),
-        "f64" => Tensor::from_vec(shape, data.clone()),
-        "i64" => Tensor::from_vec(shape, data.iter().map(|&v| v as i64).collect::<Vec<_>>()),
-        "i32" => Tensor::from_vec(shape, data.iter().map(|&v| v as i32).collect::<Vec<_>>()),
-        "bool" => Tensor::from_vec(shape, data.iter().map(|&v| v != 0.0).collect::<Vec<_>>()),
-        other => return Err(bad(format!("dtype `{other}` (use f32, f64, i64, i32 or bool)"))),
-    };
-    t.map_err(|e| bad(e.to_string()))
+    xpu_runtime::tensors::from_literal(spec.dtype.as_deref(), shape, data)
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// How [`prepare`] gets the program's graph.

@@ -10,7 +10,8 @@ mod blobs;
 pub mod compiled;
 pub mod config;
 mod digests;
-pub mod dto;
+/// The request and response bodies (their own crate, `xpu-api`).
+pub use xpu_api as dto;
 pub mod error;
 pub mod gate;
 pub mod jobs;

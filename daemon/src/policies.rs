@@ -120,10 +120,14 @@ impl PolicySet {
         self.by_name.get(chosen.name()).cloned()
     }
 
-    /// An inline policy (TOML text sent with a job); `extends` resolves in the policy dirs.
+    /// An inline policy (TOML text sent with a job); `extends` resolves in the policy dirs
+    /// and nowhere else (an absolute path or `..` out of them is "no such policy").
     pub fn inline(&self, text: &str) -> Result<Policy, String> {
         // Anchored in the first policy directory, so `extends = "base"` finds base.toml.
         let anchor = self.dirs.first().map(|d| d.join("inline.toml"));
-        Loader::new().load_text("inline policy", anchor.as_deref(), text).map_err(|d| d.to_string())
+        Loader::new()
+            .confined_to(self.dirs.clone())
+            .load_text("inline policy", anchor.as_deref(), text)
+            .map_err(|d| d.to_string())
     }
 }

@@ -261,6 +261,24 @@ async fn bad_requests_get_the_error_format() {
     j["policy_toml"] = json!("[policy]\nname = \"x\"\n[engines]\norder = 3\n");
     let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
     assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy");
+    // An inline policy's `extends` stays in the policy directories: a TOML file elsewhere
+    // (here the repository's own Cargo.toml, absolute and by `..`) is not read.
+    let outside = repo().join("Cargo.toml");
+    for extends in [outside.display().to_string(), "../../Cargo.toml".to_string()] {
+        let mut j = job("print 1\n", true);
+        j["policy_toml"] = json!(format!("[policy]\nname = \"x\"\nextends = {extends:?}\n"));
+        let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
+        assert_error(st, &b, StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy");
+        let diagnostics = b["details"]["diagnostics"].as_str().unwrap();
+        assert!(diagnostics.contains("no such policy"), "{b}");
+        assert!(!b.to_string().contains("workspace"), "the file was read: {b}");
+    }
+    // A literal input whose shape overflows is refused, not wrapped around.
+    let mut j = job("let x = input(\"x\")\nprint x\n", true);
+    j["inputs"] = json!({"x": {"shape": [4294967296u64, 4294967296u64, 0], "data": []}});
+    let (st, b) = s.send("POST", "/v1/jobs", None, Some(j)).await;
+    assert_error(st, &b, StatusCode::BAD_REQUEST, "invalid_input");
+    assert!(b["message"].as_str().unwrap().contains("more values than"), "{b}");
     // Inputs: one form each; a table's CSV is read with a located error.
     let table_job = |input: Value| {
         let mut j = job("let t = input(\"t\", dtype=\"table\")\nprint t\n", true);

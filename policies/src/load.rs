@@ -89,6 +89,10 @@ pub struct Loader {
     pub overrides: Vec<(String, String)>,
     /// `XPU_POLICY__…` variables (name, value).
     pub env: Vec<(String, String)>,
+    /// When set, `extends` may only name a policy file inside these directories (by its
+    /// canonical path): a policy from an untrusted sender (xpud's inline `policy_toml`)
+    /// cannot make the loader read, and echo in its errors, a file anywhere else.
+    pub confine_to: Option<Vec<PathBuf>>,
 }
 
 pub const ENV_PREFIX: &str = "XPU_POLICY__";
@@ -104,6 +108,12 @@ struct Layer {
 impl Loader {
     pub fn new() -> Loader {
         Loader::default()
+    }
+
+    /// Confines `extends` to policy files inside `dirs` (see [`Loader::confine_to`]).
+    pub fn confined_to(mut self, dirs: Vec<PathBuf>) -> Loader {
+        self.confine_to = Some(dirs.iter().filter_map(|d| d.canonicalize().ok()).collect());
+        self
     }
 
     /// Takes the operator overrides from this process's `XPU_POLICY__*` variables.
@@ -214,7 +224,11 @@ impl Loader {
     }
 
     fn find_parent(&self, parent: &str, dir: Option<&Path>) -> Option<PathBuf> {
-        self.candidates(parent, dir).into_iter().find(|p| p.is_file())
+        let allowed = |p: &PathBuf| match &self.confine_to {
+            None => true,
+            Some(roots) => p.canonicalize().is_ok_and(|c| roots.iter().any(|r| c.starts_with(r))),
+        };
+        self.candidates(parent, dir).into_iter().find(|p| p.is_file() && allowed(p))
     }
 
     fn merge(&self, layers: Vec<Layer>) -> Result<Policy, Diagnostics> {

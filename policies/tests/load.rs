@@ -239,6 +239,30 @@ fn extends_cycles_and_missing_parents_are_errors() {
 }
 
 #[test]
+fn a_confined_loader_extends_only_inside_its_directories() {
+    let dirs = tempfile::tempdir().unwrap();
+    let (policies, elsewhere) = (dirs.path().join("policies"), dirs.path().join("elsewhere"));
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    write(&policies, "base.toml", "[policy]\nname = \"base\"\n[execution]\nthreads = 3\n");
+    let secret = write(&elsewhere, "secret.toml", "[policy]\nname = \"secret\"\n");
+    let anchor = policies.join("inline.toml");
+    let confined = || Loader::new().confined_to(vec![policies.clone()]);
+    let inline = |extends: &str| format!("[policy]\nname = \"job\"\nextends = \"{extends}\"\n");
+    let p = confined().load_text("inline", Some(&anchor), &inline("base")).unwrap();
+    assert_eq!(p.spec.execution.threads, Some(3), "a parent inside the directories is found");
+    let outside = [secret.display().to_string(), "../elsewhere/secret".to_string()];
+    for extends in &outside {
+        let err = confined().load_text("inline", Some(&anchor), &inline(extends)).unwrap_err();
+        assert_eq!(err.0[0].code, "P0009", "{extends}: {}", err.0[0]);
+        assert!(err.0[0].message.contains("no such policy"), "{extends}: {}", err.0[0]);
+        // Unconfined (a local file's own `extends`), the same names are followed.
+        let p = Loader::new().load_text("inline", Some(&anchor), &inline(extends));
+        assert!(p.is_ok(), "{extends}: the parent is read: {:?}", p.err());
+    }
+}
+
+#[test]
 fn selection_by_labels() {
     let mk = |name: &str, labels: &str, prio: i32| {
         load(&format!("[policy]\nname = \"{name}\"\npriority = {prio}\nmatch = {{ labels = {{ {labels} }} }}\n")).unwrap()

@@ -2,10 +2,9 @@
 //! program (MiniLang, SGR-ML or ONNX) inside its data roots, plan it under a policy on this
 //! process's engines (through a plan cache when given one), run the plan with GraphExec and
 //! return the outputs with the explanation of the run. Also the tensor and table file
-//! formats jobs read and write. No I/O beyond the program's own files; no printing.
+//! formats jobs read and write (re-exported from `xpu-tensorfile`). No I/O beyond the program's own files; no printing.
 
 pub mod program;
-pub mod tensors;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +17,8 @@ use xpu_plan::{
 use xpu_policy::Policy;
 
 pub use program::{Compiled, ProgramError, ProgramKind};
+/// The tensor and table file formats (their own crate, so that parsers can be fuzzed alone).
+pub use xpu_tensorfile as tensors;
 
 /// Where engines that load a runtime library at run time find it, from configuration
 /// (`[engines.ort] library`, `[engines.openvino] library_dir`). Each engine's environment

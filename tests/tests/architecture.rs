@@ -21,7 +21,10 @@ const LIBRARIES: &[&str] = &[
     "xpu-policy",
     "xpu-plan",
     "xpu-runtime",
+    "xpu-tensorfile",
+    "xpu-journal",
     "xpu-store",
+    "xpu-api",
 ];
 
 /// Crate -> the workspace crates it may depend on (normal and build dependencies).
@@ -45,9 +48,12 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-engine-cuda", &["xpu-engine", "xpu-ir", "xpu-lir", "xpu-lower"][..]),
         ("xpu-policy", &["xpu-ir", "xpu-engine"][..]),
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
+        // File formats: the IR's tensors and ONNX's TensorProto, nothing that runs.
+        ("xpu-tensorfile", &["xpu-ir", "xpu-onnx"][..]),
         (
             "xpu-runtime",
             &[
+                "xpu-tensorfile",
                 "xpu-ir",
                 "xpu-onnx",
                 "xpu-minilang",
@@ -63,7 +69,10 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
             ][..],
         ),
         // The store knows explanations, not engines or programs.
-        ("xpu-store", &["xpu-plan"][..]),
+        ("xpu-store", &["xpu-plan", "xpu-journal"][..]),
+        // The log and the REST bodies stand alone (fuzzed without the store or the daemon).
+        ("xpu-journal", &[][..]),
+        ("xpu-api", &[][..]),
         ("xpud", LIBRARIES),
         ("xpuctl", LIBRARIES),
         ("xpu-bench", LIBRARIES),

@@ -390,17 +390,18 @@ impl PartialEq for Tensor {
 
 /// Error building a tensor whose data length does not match its shape.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("tensor data has {len} elements but shape {shape:?} needs {need}")]
+#[error("tensor data has {len} elements but shape {shape:?} needs {}", need.map_or_else(|| "more than can be addressed".to_string(), |n| n.to_string()))]
 pub struct ShapeMismatch {
     pub shape: Vec<usize>,
     pub len: usize,
-    pub need: usize,
+    /// `None` when the shape's element count overflows `usize`.
+    pub need: Option<usize>,
 }
 
 impl Tensor {
     pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Tensor, ShapeMismatch> {
-        let need: usize = shape.iter().product();
-        if need != data.len() {
+        let need = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if need != Some(data.len()) {
             return Err(ShapeMismatch { shape, len: data.len(), need });
         }
         Ok(Tensor { shape, data: Arc::new(data) })
@@ -484,8 +485,8 @@ impl Tensor {
 
     /// Same data, new shape (element counts must agree).
     pub fn reshaped(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
-        let need: usize = shape.iter().product();
-        if need != self.data.len() {
+        let need = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if need != Some(self.data.len()) {
             return Err(ShapeMismatch { shape, len: self.data.len(), need });
         }
         Ok(Tensor { shape, data: self.data })

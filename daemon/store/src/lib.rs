@@ -8,7 +8,6 @@
 //! both open it through this crate.
 
 mod index;
-mod journal;
 pub mod schema;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use xpu_plan::Explanation;
 
 pub use index::SearchHit;
-pub use journal::Durability;
-use journal::{EntryRef, Journal};
+pub use xpu_journal::Durability;
+use xpu_journal::{EntryRef, Journal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,6 +48,12 @@ pub enum StoreError {
     Behind { behind: u64, waited_s: u64, error: String },
     #[error("run {0}: stored explanation is unreadable: {1}")]
     Corrupt(String, String),
+}
+
+impl From<xpu_journal::JournalError> for StoreError {
+    fn from(e: xpu_journal::JournalError) -> Self {
+        StoreError::Io { dir: e.dir, message: e.message }
+    }
 }
 
 impl From<tantivy::TantivyError> for StoreError {
@@ -332,7 +337,8 @@ impl Store {
         let last: i64 =
             conn.query_row("SELECT coalesce(max(seq), 0) FROM runs", [], |r| r.get(0))?;
         let mut committed = last as u64;
-        let (mut journal, entries) = Journal::open(&dir.join(JOURNAL_DIR), options.durability)?;
+        let (mut journal, entries) =
+            Journal::open::<RunRecord>(&dir.join(JOURNAL_DIR), options.durability)?;
         // Runs acknowledged before a crash and not yet in the database; those at or below
         // `committed` made it in before the journal was released.
         let replay: Vec<(u64, &RunRecord)> =
@@ -393,7 +399,7 @@ impl Store {
         }
         let mut journal = sh.journal.lock().map_err(|_| poisoned("journal"))?;
         let first = sh.state.lock().map_err(|_| poisoned("store state"))?.journaled + 1;
-        let entries: Vec<EntryRef<'_>> = runs
+        let entries: Vec<EntryRef<'_, RunRecord>> = runs
             .iter()
             .enumerate()
             .map(|(i, record)| EntryRef { seq: first + i as u64, record })

@@ -1,40 +1,49 @@
-//! The journal: finished runs appended to a log before they reach DuckDB, so that a run can
-//! be acknowledged after one `write(2)` instead of a database commit (~10 ms here, most of
-//! it fsync). The database is fed from it in the background and the journal is replayed at
-//! open, so a run the journal holds is never lost and never stored twice (its sequence
-//! number decides).
+//! The journal: entries (finished runs, for the explanation store) appended to a log before
+//! they reach a database, so that an entry can be acknowledged after one `write(2)` instead
+//! of a database commit (~10 ms here, most of it fsync). The owner feeds its database from
+//! it in the background and replays it at open, so an entry the journal holds is never lost
+//! and never stored twice (its sequence number decides).
 //!
-//! Layout: `journal/<first seq, 20 digits>.log` segments; a segment is deleted once every
-//! run in it is in the database. A frame is `len: u32 LE, crc32: u32 LE, payload` with the
+//! Layout: `<dir>/<first seq, 20 digits>.log` segments; a segment is deleted once every
+//! entry in it is committed. A frame is `len: u32 LE, crc32: u32 LE, payload` with the
 //! payload a JSON [`Entry`]. A torn frame can only be the last one written before a crash
 //! (it was never acknowledged) and is cut off at replay; a bad frame anywhere else is
-//! corruption and refuses the open rather than dropping what follows it.
+//! corruption and refuses the open rather than dropping what follows it. Segment bytes are
+//! untrusted input to [`decode_segment`] (fuzzed: `make fuzz`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-use crate::{RunRecord, StoreError};
 
 /// A new segment is started past this size.
 const SEGMENT_BYTES: u64 = 32 << 20;
 /// No single frame is larger (a run's explanation is a few KiB to a few MiB).
 const MAX_FRAME: u32 = 1 << 30;
 
-/// A journaled run, as read back.
-#[derive(Deserialize)]
-pub(crate) struct Entry {
+/// A journaled entry, as read back.
+#[derive(Debug, PartialEq, Deserialize)]
+pub struct Entry<T> {
     pub seq: u64,
-    pub record: RunRecord,
+    pub record: T,
 }
 
-/// A run to journal (the same fields as [`Entry`], borrowed).
+/// An entry to journal (the same fields as [`Entry`], borrowed).
 #[derive(Serialize)]
-pub(crate) struct EntryRef<'a> {
+pub struct EntryRef<'a, T> {
     pub seq: u64,
-    pub record: &'a RunRecord,
+    pub record: &'a T,
+}
+
+/// The journal's directory could not be read or written, or holds a corrupt segment.
+#[derive(Debug, thiserror::Error)]
+#[error("{dir}: {message}")]
+pub struct JournalError {
+    /// The journal directory, or the segment file at fault.
+    pub dir: PathBuf,
+    pub message: String,
 }
 
 /// How far an acknowledged run is protected.
@@ -50,7 +59,8 @@ pub enum Durability {
     Machine,
 }
 
-pub(crate) struct Journal {
+/// An open journal: appends go to the newest segment.
+pub struct Journal {
     dir: PathBuf,
     /// The segment being appended to (none until the first append after open or release).
     file: Option<File>,
@@ -66,13 +76,16 @@ fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}.log"))
 }
 
-fn io(dir: &Path, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Io { dir: dir.to_path_buf(), message: e.to_string() }
+fn io(dir: &Path, e: impl std::fmt::Display) -> JournalError {
+    JournalError { dir: dir.to_path_buf(), message: e.to_string() }
 }
 
 impl Journal {
     /// Opens the journal in `dir`, returning it and every entry it holds, in order.
-    pub fn open(dir: &Path, durability: Durability) -> Result<(Journal, Vec<Entry>), StoreError> {
+    pub fn open<T: DeserializeOwned>(
+        dir: &Path,
+        durability: Durability,
+    ) -> Result<(Journal, Vec<Entry<T>>), JournalError> {
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let mut segments: Vec<u64> = Vec::new();
         for item in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
@@ -112,7 +125,10 @@ impl Journal {
 
     /// Appends entries as one write; when this returns they survive a crash of the process
     /// (and with [`Durability::Machine`], of the machine).
-    pub fn append(&mut self, entries: &[EntryRef<'_>]) -> Result<(), StoreError> {
+    pub fn append<T: Serialize>(
+        &mut self,
+        entries: &[EntryRef<'_, T>],
+    ) -> Result<(), JournalError> {
         let Some(head) = entries.first() else { return Ok(()) };
         if self.file.is_none() || self.len >= SEGMENT_BYTES {
             self.rotate(head.seq)?;
@@ -122,18 +138,12 @@ impl Journal {
         for e in entries {
             let start = buf.len();
             buf.extend_from_slice(&[0; 8]);
-            serde_json::to_writer(&mut buf, e).map_err(|err| StoreError::Io {
-                dir: self.dir.clone(),
-                message: err.to_string(),
-            })?;
+            serde_json::to_writer(&mut buf, e).map_err(|err| io(&self.dir, err))?;
             let payload = &buf[start + 8..];
-            let len =
-                u32::try_from(payload.len()).ok().filter(|&l| l < MAX_FRAME).ok_or_else(|| {
-                    StoreError::Io {
-                        dir: self.dir.clone(),
-                        message: format!("run {} is too large to journal", e.record.run_id),
-                    }
-                })?;
+            let len = u32::try_from(payload.len())
+                .ok()
+                .filter(|&l| l < MAX_FRAME)
+                .ok_or_else(|| io(&self.dir, format!("entry {} is too large to journal", e.seq)))?;
             let crc = crc32fast::hash(payload);
             buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
             buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
@@ -153,7 +163,7 @@ impl Journal {
     }
 
     /// Starts a new segment whose first run is `first`.
-    fn rotate(&mut self, first: u64) -> Result<(), StoreError> {
+    fn rotate(&mut self, first: u64) -> Result<(), JournalError> {
         let path = segment_path(&self.dir, first);
         let file = OpenOptions::new()
             .create(true)
@@ -175,7 +185,12 @@ impl Journal {
     /// Drops what the database now holds (every run up to `committed`): closed segments
     /// whose runs are all in it, and the open one too once it is wholly in it and `all` is
     /// set or it has grown past a quarter segment (so a busy journal does not churn files).
-    pub fn release(&mut self, committed: u64, next_seq: u64, all: bool) -> Result<(), StoreError> {
+    pub fn release(
+        &mut self,
+        committed: u64,
+        next_seq: u64,
+        all: bool,
+    ) -> Result<(), JournalError> {
         while let Some(&first) = self.closed.first() {
             // A closed segment ends where the next one begins.
             let end = match (self.closed.get(1), &self.file) {
@@ -200,42 +215,66 @@ impl Journal {
     }
 }
 
-/// Reads a segment's frames into `out`; returns the length of its whole frames. In the last
-/// segment a torn or bad frame ends the log (it was being written when the process died); in
-/// an earlier one it is corruption.
-fn read_segment(path: &Path, last: bool, out: &mut Vec<Entry>) -> Result<u64, StoreError> {
-    let corrupt = |at: u64, what: &str| StoreError::Io {
-        dir: path.to_path_buf(),
-        message: format!(
-            "journal segment is corrupt at byte {at}: {what}; the store is not opened, as the \
-             runs after it would be lost (move the file aside to start without them)"
-        ),
-    };
+/// Reads a segment file's frames into `out`; returns the length of its whole frames.
+fn read_segment<T: DeserializeOwned>(
+    path: &Path,
+    last: bool,
+    out: &mut Vec<Entry<T>>,
+) -> Result<u64, JournalError> {
     let mut bytes = Vec::new();
     File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| io(path, e))?;
+    decode_segment(&bytes, last, out).map(|n| n as u64).map_err(|c| {
+        io(
+            path,
+            format!(
+                "journal segment is corrupt at byte {}: {}; the store is not opened, as the \
+                 entries after it would be lost (move the file aside to start without them)",
+                c.at, c.what
+            ),
+        )
+    })
+}
+
+/// Where and how a segment is corrupt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt {
+    /// Byte offset of the bad frame.
+    pub at: usize,
+    pub what: String,
+}
+
+/// Decodes a segment's bytes into `out` (after what it holds: sequence numbers must rise
+/// across segments too); returns the length of its whole frames. In the last segment
+/// (`last`) a torn or bad-checksum frame ends the log (it was being written when the process
+/// died); in an earlier one it is corruption, as is a whole frame that does not decode or a
+/// sequence number that does not rise.
+pub fn decode_segment<T: DeserializeOwned>(
+    bytes: &[u8],
+    last: bool,
+    out: &mut Vec<Entry<T>>,
+) -> Result<usize, Corrupt> {
+    let corrupt = |at: usize, what: String| Corrupt { at, what };
     let mut at = 0usize;
     while at < bytes.len() {
-        let header = bytes.get(at..at + 8);
-        let frame = header.and_then(|h| {
-            let len = u32::from_le_bytes(h[0..4].try_into().ok()?) as usize;
-            let crc = u32::from_le_bytes(h[4..8].try_into().ok()?);
-            let payload = bytes.get(at + 8..at + 8 + len)?;
+        let frame = bytes.get(at..).and_then(|rest| {
+            let len = u32::from_le_bytes(rest.get(0..4)?.try_into().ok()?) as usize;
+            let crc = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?);
+            let payload = rest.get(8..8usize.checked_add(len)?)?;
             (crc32fast::hash(payload) == crc).then_some(payload)
         });
-        let entry = frame.map(serde_json::from_slice::<Entry>);
-        match entry {
-            Some(Ok(e)) => {
-                at += 8 + frame.map_or(0, <[u8]>::len);
+        match frame.map(|p| (p.len(), serde_json::from_slice::<Entry<T>>(p))) {
+            Some((len, Ok(e))) => {
                 if out.last().is_some_and(|prev| prev.seq >= e.seq) {
-                    return Err(corrupt(at as u64, "sequence numbers go backwards"));
+                    return Err(corrupt(at, "sequence numbers go backwards".into()));
                 }
+                at += 8 + len;
                 out.push(e);
             }
             // A whole frame that does not decode was written by something else: stop.
-            Some(Err(e)) => return Err(corrupt(at as u64, &e.to_string())),
-            None if !last => return Err(corrupt(at as u64, "torn or checksum mismatch")),
+            Some((_, Err(e))) => return Err(corrupt(at, e.to_string())),
+            None if !last => return Err(corrupt(at, "torn or checksum mismatch".into())),
             None => break,
         }
     }
-    Ok(at as u64)
+    Ok(at)
 }

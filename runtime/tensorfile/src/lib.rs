@@ -1,5 +1,7 @@
 //! Tensor files: `.npy` (numpy) and ONNX TensorProto `.pb`, read as inputs and written as
-//! outputs; tables as CSV; tensors printed the way numpy prints them.
+//! outputs; tables as CSV; the REST API's literal form (dtype, shape, row-major numbers);
+//! tensors printed the way numpy prints them. Every reader takes untrusted bytes: it answers
+//! with an error naming the file and what is wrong, never a panic (fuzzed: `make fuzz`).
 
 use std::path::Path;
 
@@ -58,6 +60,30 @@ pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>
             bail!("{name}: unknown input file type `.{other}` (expected .npy, .pb or .csv)")
         }
     }
+}
+
+/// Builds a tensor from the REST API's literal form: `dtype` (default f32; f32, f64, i64, i32
+/// or bool), `shape` and the row-major numbers. Numbers are converted as numpy's `astype`
+/// does (saturating for integers, non-zero for bool).
+pub fn from_literal(dtype: Option<&str>, shape: &[usize], data: &[f64]) -> Result<Tensor> {
+    let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    match n {
+        None => bail!("shape {shape:?} holds more values than can be addressed"),
+        Some(n) if n != data.len() => {
+            bail!("shape {shape:?} holds {n} values, data has {}", data.len())
+        }
+        Some(_) => {}
+    }
+    let shape = shape.to_vec();
+    let t = match dtype.unwrap_or("f32") {
+        "f32" => Tensor::from_vec(shape, data.iter().map(|&v| v as f32).collect::<Vec<_>>()),
+        "f64" => Tensor::from_vec(shape, data.to_vec()),
+        "i64" => Tensor::from_vec(shape, data.iter().map(|&v| v as i64).collect::<Vec<_>>()),
+        "i32" => Tensor::from_vec(shape, data.iter().map(|&v| v as i32).collect::<Vec<_>>()),
+        "bool" => Tensor::from_vec(shape, data.iter().map(|&v| v != 0.0).collect::<Vec<_>>()),
+        other => bail!("dtype `{other}` (use f32, f64, i64, i32 or bool)"),
+    };
+    t.map_err(|e| TensorFileError(e.to_string()))
 }
 
 /// The longest `.npy` header accepted (numpy's own reader refuses more than 10,000 bytes by
@@ -504,6 +530,10 @@ pub fn table_from_csv(bytes: &[u8]) -> Result<xpu_ir::Table> {
     use xpu_ir::{Column, ColumnData};
     let mut r = csv::ReaderBuilder::new().from_reader(bytes);
     let names: Vec<String> = r.headers()?.iter().map(str::to_string).collect();
+    if names.is_empty() {
+        // pandas too: "No columns to parse from file".
+        bail!("no columns: the file is empty (a CSV table starts with a header row)");
+    }
     for (i, n) in names.iter().enumerate() {
         if names[..i].contains(n) {
             bail!("column {n:?} appears twice in the header");
@@ -715,6 +745,9 @@ mod tests {
             (b"a,b\n1,2\n3\n".to_vec(), Err("line: 3")),
             (b"a,a\n1,2\n".to_vec(), Err("column \"a\" appears twice")),
             (b"a\n\xff\xfe\n".to_vec(), Err("UTF-8")),
+            // No header, no columns (pandas: "No columns to parse from file"); found by
+            // fuzzing, as it wrote back as one unnamed column.
+            (Vec::new(), Err("no columns")),
             // 100,000 quotes are one quoted header cell: valid, and read in one pass.
             (format!("{}\n1\n", "\"".repeat(100_000)).into_bytes(), Ok("i64")),
             // A 4 MiB number overflows i64: f64 (infinite), as pandas reads it.

@@ -1,5 +1,7 @@
-//! The API's request and response types. They are written out by hand (not the store's or
-//! the planner's types re-exported), so the OpenAPI document only changes when the API does.
+//! xpud's REST API v1 bodies: the request and response types, with their OpenAPI schemas.
+//! They are written out by hand (not the store's or the planner's types re-exported), so the
+//! OpenAPI document only changes when the API does; they live in their own crate so that the
+//! fuzz targets (and clients) decode request bodies exactly as the daemon does, without it.
 
 use std::collections::BTreeMap;
 
