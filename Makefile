@@ -108,15 +108,15 @@ XPUD := $(CARGO_TARGET_DIR)/debug/xpud
 run: setup-apt build
 	$(XPUD) --dev --listen 127.0.0.1:8080 --data-dir var
 
-# xpuctl and xpud (the test build's) into $(PREFIX)/bin, DuckDB's library into
+# xpuctl, xpud and xpu-worker (the engines' worker processes; the test build's) into $(PREFIX)/bin, DuckDB's library into
 # $(PREFIX)/lib/xpu (where their rpath looks); then `xpuctl` works from any directory when
 # $(PREFIX)/bin is on the PATH.
 PREFIX ?= $(HOME)/.local
 install: build
 	install -d $(PREFIX)/bin $(PREFIX)/lib/xpu
-	install -m 755 $(XPUCTL) $(XPUD) $(PREFIX)/bin/
+	install -m 755 $(XPUCTL) $(XPUD) $(CARGO_TARGET_DIR)/debug/xpu-worker $(PREFIX)/bin/
 	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so $(PREFIX)/lib/xpu/
-	@echo "installed xpuctl and xpud in $(PREFIX)/bin"
+	@echo "installed xpuctl, xpud and xpu-worker in $(PREFIX)/bin"
 
 # The seed's example job, run locally without the daemon.
 example: setup-apt build

@@ -48,6 +48,7 @@ xpu_time (above 1: xpu is faster). Results are printed and written to
 
 import contextlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -231,6 +232,7 @@ def main():
     tables_ok = bench_tables(rows)
     daemon_ok = bench_daemon(rows)
     bench_prepared(rows, mlp)
+    isolation_ok = bench_isolation(rows, mlp)
     with open(os.path.join(OUT, "results.md"), "w") as f:
         f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
         for r in rows:
@@ -250,6 +252,8 @@ def main():
         sys.exit("the cpu engine misses a model bar (MLP ≥ 0.9× onnxruntime, conv nets ≤ 2× its time)")
     if not engines_ok:
         sys.exit("the ort engine adds more than 5% at batch 64 or 30 µs per call at batch 1")
+    if not isolation_ok:
+        sys.exit("the ort engine in a worker process adds more than 50 µs per call at batch 1 or 5% at batch 64")
     if not llvm_ok:
         sys.exit("the llvm engine misses a bar (chains ≥ 2× numpy and ≥ numexpr, ≥ 70% of triad bandwidth, whole process ≥ 1.5× numpy, row groups ≥ 2× numpy)")
 
@@ -727,6 +731,30 @@ def bench_prepared(rows, mlp):
     ratio = result["prepared afresh"] / max(result["reused"], 1e-9)
     print(f"prepared afresh / reused overhead: {ratio:.2f}x")
     rows.append(("xpud MLP overhead p50 (µs)", "reused vs prepared afresh", "cpu", result["reused"], result["prepared afresh"], ratio))
+
+
+def bench_isolation(rows, mlp):
+    """The ort engine in-process against the same engine in a worker process, on the MLP,
+    timed alternately in one process (`xpu-bench isolation`); bars: ≤ 50 µs more per call at
+    batch 1, ≤ 5% at batch 64. Also the worker's cold start and its restart after SIGKILL."""
+    print("\nort in a worker process vs in-process (MLP)")
+    ok = True
+    for batch, reps in ((1, 2000), (64, 500)):
+        best = None
+        for _ in range(ROUNDS):
+            out = subprocess.run([BENCH_BIN, "isolation", mlp, batch, reps, THREADS], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+            m = re.search(r"in-process ([0-9.]+) µs, worker ([0-9.]+) µs", out)
+            inproc, worker = float(m.group(1)), float(m.group(2))
+            if best is None or worker - inproc < best[1] - best[0]:
+                best = (inproc, worker, out)
+        inproc, worker, line = best
+        over_us, over_pct = worker - inproc, (worker / inproc - 1) * 100
+        bar_ok = over_us <= 50 if batch == 1 else over_pct <= 5
+        ok = ok and bar_ok
+        print(f"  {line}  ({'bar ≤ 50 µs' if batch == 1 else 'bar ≤ 5%'}: {'ok' if bar_ok else 'MISSED'})")
+        rows.append(("ort worker overhead", f"MLP batch {batch}", "ort", worker, inproc, inproc / worker))
+    return ok
 
 
 def bench_daemon(rows):

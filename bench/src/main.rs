@@ -10,6 +10,7 @@
 //! deployed engine would; inputs are borrowed by every run, as a peer's are.
 
 mod daemon;
+mod isolation;
 
 use std::time::Instant;
 
@@ -162,6 +163,13 @@ fn main() -> Result<()> {
     // SAFETY: the first thing main does, before any thread exists.
     unsafe { xpu_engine_cpu::quiet_blas_threads() };
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("isolation") {
+        let path = args.get(2).context("isolation MODEL")?;
+        let batch: usize = args.get(3).context("isolation BATCH")?.parse()?;
+        let reps: usize = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(500);
+        let threads: u32 = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(1);
+        return isolation::run(path, batch, reps, threads);
+    }
     if args.get(1).map(String::as_str) == Some("daemon") {
         let url = args.get(2).context("daemon URL")?;
         let concurrency: usize = args.get(3).context("daemon CONCURRENCY")?.parse()?;

@@ -101,6 +101,11 @@ enum Command {
         out: PathBuf,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Run the engines that load native code (ort, openvino, llvm, cuda) in worker
+        /// processes, as xpud does: a crash in one fails the run with its cause instead of
+        /// killing xpuctl.
+        #[arg(long)]
+        isolate: bool,
     },
     /// Parse and verify a program; report every problem.
     Check {
@@ -433,7 +438,18 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
         Ok(client::Client::new(client::server_url(server.as_deref())?))
     };
     match cmd {
-        Command::Run { program, policy, set, labels, explain, plan, inputs, out, format } => run(
+        Command::Run {
+            program,
+            policy,
+            set,
+            labels,
+            explain,
+            plan,
+            inputs,
+            out,
+            format,
+            isolate,
+        } => run(
             &program,
             policy.as_deref(),
             &labels,
@@ -443,6 +459,7 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             &inputs,
             &out,
             format,
+            isolate,
         ),
         Command::Policy(cmd) => {
             let ok = match cmd {
@@ -755,6 +772,7 @@ fn run(
     input_args: &[String],
     out_dir: &Path,
     format: Format,
+    isolate: bool,
 ) -> Result<()> {
     let read = read_inputs(input_args)?;
     let (g, prints, writes) = if program::is_minilang(program) {
@@ -770,7 +788,12 @@ fn run(
     };
     let g = std::sync::Arc::new(g);
     let inputs = bind_inputs(&g, read)?;
-    let registry = xpu_runtime::registry_for(xpu_runtime::program::data_roots_of(program).roots());
+    let roots = xpu_runtime::program::data_roots_of(program);
+    let registry = if isolate {
+        xpu_runtime::isolated_registry_for(roots.roots())
+    } else {
+        xpu_runtime::registry_for(roots.roots())
+    };
     let (plan, mut explanation, policy_name) = match frozen {
         Some(path) => {
             let text = std::fs::read_to_string(path)

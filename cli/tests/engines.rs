@@ -10,9 +10,14 @@ use common::{repo, xpuctl};
 
 /// Runs examples/mlp.onnx under `policy`; returns (stdout, the `probs` output as f32s).
 fn run_mlp(policy: &str) -> (String, Vec<f32>) {
+    run_mlp_with(policy, &[])
+}
+
+/// [`run_mlp`] with more `xpuctl run` arguments.
+fn run_mlp_with(policy: &str, more: &[&str]) -> (String, Vec<f32>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let (code, stdout, stderr) = xpuctl(&[
+    let mut args = vec![
         "run",
         "--policy",
         policy,
@@ -22,7 +27,9 @@ fn run_mlp(policy: &str) -> (String, Vec<f32>) {
         "--explain",
         "--out",
         &out,
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let (code, stdout, stderr) = xpuctl(&args);
     assert_eq!(code, 0, "{policy}: {stderr}\n{stdout}");
     let bytes = std::fs::read(dir.path().join("probs.npy")).unwrap();
     let header = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
@@ -51,6 +58,19 @@ fn example_policies_run_the_whole_model_on_ort_and_openvino() {
     assert!(ov.contains("INFERENCE_PRECISION_HINT = f32"), "{ov}");
     assert!(ov.contains("openvino.layer") && ov.contains("_f32"), "{ov}");
     assert!(close(&probs, &reference, 1e-5), "{probs:?} vs {reference:?}");
+}
+
+/// `--isolate`: ort and openvino run in worker processes (tensors through shared memory)
+/// and give the in-process engines' outputs bit for bit, with their own facts.
+#[test]
+fn isolated_engines_give_the_same_outputs() {
+    for (policy, engine) in [("ort-cpu", "ort"), ("openvino-cpu", "openvino")] {
+        let policy = format!("policies/examples/{policy}.toml");
+        let (_, in_process) = run_mlp(&policy);
+        let (out, isolated) = run_mlp_with(&policy, &["--isolate"]);
+        assert!(out.contains(&format!("on {engine} in")), "{out}");
+        assert_eq!(isolated, in_process, "{engine}: worker and in-process outputs differ");
+    }
 }
 
 #[test]

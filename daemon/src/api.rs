@@ -981,6 +981,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> ApiResult<Json<Health>> {
     responses((status = 200, description = "Prometheus text exposition")))]
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     app.metrics.observe_prepared(app.jobs.prepared.stats());
+    app.metrics.observe_workers();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render())
         .into_response()
 }

@@ -30,6 +30,9 @@ pub struct Config {
     pub limits: Limits,
     pub store: StoreSettings,
     pub engines: Engines,
+    /// How engine worker processes start and are kept (`[engines.<name>] isolation` says
+    /// which engines run in one).
+    pub isolation: IsolationSettings,
     /// The keys whose built-in default was replaced by a data-dir path at load (no checkout
     /// in the working directory); not a setting.
     #[serde(skip)]
@@ -89,6 +92,7 @@ pub struct Limits {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Engines {
+    pub cpu: CpuSettings,
     pub ort: OrtSettings,
     pub openvino: OpenVinoSettings,
     pub llvm: LlvmSettings,
@@ -96,9 +100,45 @@ pub struct Engines {
 }
 
 /// `[engines.cuda]`.
+/// Where an engine runs: in a supervised worker process (a crash costs its jobs, not the
+/// daemon) or in xpud's own process (no per-call overhead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    Process,
+    InProcess,
+}
+
+/// How worker processes start and are kept (`[isolation]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IsolationSettings {
+    /// The `xpu-worker` program; default: beside xpud, or `$XPU_WORKER_PROGRAM`.
+    pub program: Option<PathBuf>,
+    /// A worker whose resident memory passes this after a run is replaced (0: no limit).
+    pub max_rss_mb: u64,
+    /// Tests only: workers obey the fault markers (docs/daemon.md, "Isolation").
+    pub inject_faults: bool,
+}
+
+impl Default for IsolationSettings {
+    fn default() -> Self {
+        IsolationSettings { program: None, max_rss_mb: 8192, inject_faults: false }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CpuSettings {
+    /// Default `in-process`: xpu's own kernels.
+    pub isolation: Option<Isolation>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CudaSettings {
+    /// Default `process` (a sticky CUDA error is thrown away with its worker).
+    pub isolation: Option<Isolation>,
     /// A directory with `libcuda.so.1`, NVRTC and `ptxas` (`XPU_CUDA_LIBRARY_DIR` is looked
     /// at next, then the CUDA wheels of `make setup`, then the system loader path).
     pub library_dir: Option<PathBuf>,
@@ -111,6 +151,8 @@ pub struct CudaSettings {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OrtSettings {
+    /// Default `process`.
+    pub isolation: Option<Isolation>,
     /// ONNX Runtime's shared library (`libonnxruntime.so`). `XPU_ORT_LIBRARY` overrides it;
     /// unset, the ort engine looks in `.deps/onnxruntime/` (`make setup`).
     pub library: Option<PathBuf>,
@@ -120,6 +162,8 @@ pub struct OrtSettings {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OpenVinoSettings {
+    /// Default `process`.
+    pub isolation: Option<Isolation>,
     /// The directory with OpenVINO's libraries (`libopenvino_c.so` and its plugins).
     /// `XPU_OPENVINO_DIR` overrides it; unset, the engine looks in `.deps/openvino/`.
     pub library_dir: Option<PathBuf>,
@@ -132,6 +176,8 @@ pub struct OpenVinoSettings {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlvmSettings {
+    /// Default `process` (generated code runs there).
+    pub isolation: Option<Isolation>,
     /// Compiled kernels (shared objects keyed by code, target CPU and LLVM version), so a
     /// restarted daemon compiles nothing it compiled before. Relative paths are under the
     /// data dir; unset: `<data dir>/llvm-cache`.
@@ -143,6 +189,27 @@ pub struct LlvmSettings {
 }
 
 impl Engines {
+    /// The engines that run in worker processes, and how those start.
+    pub fn workers(&self, settings: &IsolationSettings) -> xpu_runtime::worker::Workers {
+        let chosen = [
+            ("cpu", self.cpu.isolation, Isolation::InProcess),
+            ("ort", self.ort.isolation, Isolation::Process),
+            ("openvino", self.openvino.isolation, Isolation::Process),
+            ("llvm", self.llvm.isolation, Isolation::Process),
+            ("cuda", self.cuda.isolation, Isolation::Process),
+        ];
+        xpu_runtime::worker::Workers {
+            engines: chosen
+                .iter()
+                .filter(|(_, set, default)| set.unwrap_or(*default) == Isolation::Process)
+                .map(|(name, _, _)| name.to_string())
+                .collect(),
+            program: settings.program.clone(),
+            max_rss_bytes: settings.max_rss_mb << 20,
+            inject_faults: settings.inject_faults,
+        }
+    }
+
     pub fn libraries(&self, data_dir: &std::path::Path) -> xpu_runtime::EngineLibraries {
         let cache = self.openvino.cache_dir.clone().unwrap_or_else(|| "openvino-cache".into());
         xpu_runtime::EngineLibraries {
@@ -175,6 +242,7 @@ impl Default for Config {
             limits: Limits::default(),
             store: StoreSettings::default(),
             engines: Engines::default(),
+            isolation: IsolationSettings::default(),
             settled: Vec::new(),
         }
     }
@@ -212,6 +280,7 @@ const KEYS: &[&str] = &[
     "limits",
     "store",
     "engines",
+    "isolation",
 ];
 
 /// Settings given on the command line (highest layer).

@@ -82,7 +82,10 @@ impl App {
             policies::PolicySet::load(&config.policy_dirs).map_err(StartError::Policies)?;
         let data_roots = xpu_minilang::paths::DataRoots::new(config.data_roots.clone());
         let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
-        let engines = xpu_runtime::SharedEngines::load(&config.engines.libraries(&config.data_dir));
+        let engines = xpu_runtime::SharedEngines::load_isolated(
+            &config.engines.libraries(&config.data_dir),
+            &config.engines.workers(&config.isolation),
+        );
         let jobs = jobs::Jobs::start(
             store,
             metrics.clone(),

@@ -34,6 +34,10 @@ pub struct Metrics {
     pub server_overhead: Histogram,
     pub index_lag: IntGauge,
     pub store_errors: IntCounterVec,
+    pub worker_restarts: IntCounterVec,
+    pub worker_starts: IntCounterVec,
+    pub workers_alive: IntGaugeVec,
+    pub worker_crashed_jobs: IntCounterVec,
 }
 
 /// Buckets for durations from 10 µs to ~100 s.
@@ -176,7 +180,46 @@ impl Metrics {
                 ),
                 &["stage"]
             )),
+            worker_restarts: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_worker_restarts_total",
+                    "Engine worker processes that ended other than by xpud closing them, by engine and cause (a signal such as SIGSEGV, an exit status, timeout, cancelled, memory)."
+                ),
+                &["engine", "cause"]
+            )),
+            worker_starts: reg!(IntCounterVec::new(
+                Opts::new("xpu_worker_starts_total", "Engine worker processes started, by engine."),
+                &["engine"]
+            )),
+            workers_alive: reg!(IntGaugeVec::new(
+                Opts::new("xpu_workers_alive", "1 while the engine's worker process runs."),
+                &["engine"]
+            )),
+            worker_crashed_jobs: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_worker_crashed_jobs_total",
+                    "Jobs that failed because their engine's worker process died under them."
+                ),
+                &["engine"]
+            )),
             registry,
+        }
+    }
+
+    /// The engine workers' counts, as of a scrape.
+    pub fn observe_workers(&self) {
+        let catch_up = |c: prometheus::IntCounter, to: u64| {
+            if let Some(d) = to.checked_sub(c.get()).filter(|d| *d > 0) {
+                c.inc_by(d);
+            }
+        };
+        for (engine, s) in xpu_runtime::worker::stats_snapshot() {
+            catch_up(self.worker_starts.with_label_values(&[&engine]), s.starts);
+            catch_up(self.worker_crashed_jobs.with_label_values(&[&engine]), s.crashed_jobs);
+            for (cause, n) in &s.restarts {
+                catch_up(self.worker_restarts.with_label_values(&[&engine, cause]), *n);
+            }
+            self.workers_alive.with_label_values(&[&engine]).set(i64::from(s.alive));
         }
     }
 

@@ -475,3 +475,218 @@ fn a_flood_gets_2xx_and_429_only() {
     let (s, _) = get(&agent(), &format!("{url}/healthz"));
     assert_eq!(s, 200, "still serving");
 }
+
+/// The worker processes of xpud `pid` that serve `engine`.
+fn worker_pids(pid: u32, engine: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+            let cmd = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains("xpu-worker") && cmd.contains(&format!("--engine {engine} ")) {
+                out.push(child);
+            }
+        }
+    }
+    out
+}
+
+fn metric(url: &str, line_start: &str) -> u64 {
+    let text = ureq::get(&format!("{url}/metrics")).call().unwrap().body_mut().read_to_string();
+    text.unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The cpu engine in a worker process with fault injection on: a worker that segfaults,
+/// aborts, exits, hangs past the timeout or is killed from outside mid-job costs that job
+/// (its error names the engine and the cause), never the daemon; the next job runs on a
+/// new worker; a program that keeps crashing it is quarantined; nothing acknowledged is lost.
+#[test]
+fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
+    // xpud finds its worker program beside itself.
+    assert_eq!(
+        PathBuf::from(env!("CARGO_BIN_EXE_xpu-worker")),
+        xpud_bin().with_file_name("xpu-worker")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        &dir.path().join("var"),
+        &repo().join("policies/examples"),
+        &[("XPU_ENGINES__CPU__ISOLATION", "process"), ("XPU_ISOLATION__INJECT_FAULTS", "true")],
+    );
+    let a = agent();
+    let url = d.url.clone();
+    // Each program is its own partition (quarantine counts crashes per partition).
+    let job = |k: u32, first: f64, policy_toml: Option<&str>| {
+        let src = format!("let x = input(\"x\")\nprint x * {k}.0\n");
+        let mut j = json!({"program": {"name": "w.ml", "source": src}, "wait": true,
+                           "inputs": {"x": {"shape": [4], "data": [first, 1.0, 2.0, 3.0]}}});
+        match policy_toml {
+            Some(p) => j["policy_toml"] = json!(p),
+            None => j["policy"] = json!("cpu-only"),
+        }
+        j
+    };
+    let submit = |body: &Value| {
+        let (s, v) = post(&a, &format!("{url}/v1/jobs"), body).unwrap();
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    let mut acknowledged = Vec::new();
+    let mut ok = |k: u32| {
+        let v = submit(&job(k, 0.5, None));
+        assert_eq!(v["status"], "succeeded", "{v}");
+        acknowledged.push(v["run_id"].as_str().unwrap().to_string());
+    };
+    ok(1);
+    assert_eq!(worker_pids(d.child.id(), "cpu").len(), 1, "the cpu engine runs in one worker");
+    // Faults inside the worker: each costs its job, with the cause.
+    for (k, marker, cause) in
+        [(2, -1001.0, "SIGSEGV"), (3, -1002.0, "SIGABRT"), (4, -1005.0, "exit status 3")]
+    {
+        let v = submit(&job(k, marker, None));
+        assert_eq!(v["status"], "failed", "{v}");
+        let error = v["error"].as_str().unwrap();
+        assert!(error.contains(&format!("engine cpu crashed ({cause})")), "{error}");
+        assert_eq!(get(&a, &format!("{url}/healthz")).0, 200);
+        ok(k);
+    }
+    // Killed from outside mid-job (the job hangs until then), by SIGKILL and by SIGSEGV.
+    let status_of = |id: &str| get(&a, &format!("{url}/v1/runs/{id}")).1;
+    for (k, signal) in [(5, "KILL"), (6, "SEGV")] {
+        let mut body = job(k, -1003.0, None);
+        body["wait"] = json!(false);
+        let (s, v) = post(&a, &format!("{url}/v1/jobs"), &body).unwrap();
+        assert_eq!(s, 202, "{v}");
+        let id = v["run_id"].as_str().unwrap().to_string();
+        let until = Instant::now() + Duration::from_secs(30);
+        while status_of(&id)["status"] != "running" {
+            assert!(Instant::now() < until, "the hanging job starts");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Planned and handed to the worker well within this.
+        std::thread::sleep(Duration::from_millis(1000));
+        let [pid] = worker_pids(d.child.id(), "cpu")[..] else { panic!("one cpu worker") };
+        let killed = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+        assert!(killed.unwrap().success());
+        let v = loop {
+            let v = status_of(&id);
+            if v["status"] != "running" {
+                break v;
+            }
+            assert!(Instant::now() < until, "the job ends when its worker dies");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(v["status"], "failed", "{v}");
+        assert!(v["error"].as_str().unwrap().contains(&format!("crashed (SIG{signal})")), "{v}");
+        ok(k);
+    }
+    // A hang past execution.timeout: the worker is killed, the run timed out.
+    let timeout =
+        "[policy]\nname = \"short\"\nextends = \"cpu-only\"\n[execution]\ntimeout = \"1s\"\n";
+    let started = Instant::now();
+    let v = submit(&job(7, -1003.0, Some(timeout)));
+    assert_eq!(v["status"], "timed_out", "{v}");
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped at the timeout");
+    ok(7);
+    // The same program crashing the worker again and again is quarantined.
+    for _ in 0..xpu_runtime::worker::QUARANTINE_AFTER {
+        let v = submit(&job(8, -1001.0, None));
+        assert!(v["error"].as_str().unwrap().contains("crashed (SIGSEGV)"), "{v}");
+    }
+    let v = submit(&job(8, 0.5, None));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("quarantined"), "{v}");
+    ok(9);
+    // Metrics count the restarts by cause and the jobs they cost.
+    let restarts = |cause: &str| {
+        metric(&url, &format!("xpu_worker_restarts_total{{cause=\"{cause}\",engine=\"cpu\"}}"))
+    };
+    assert_eq!(restarts("SIGSEGV"), 1 + 1 + 3, "in-worker, from outside, quarantined program");
+    assert_eq!((restarts("SIGABRT"), restarts("SIGKILL"), restarts("timeout")), (1, 1, 1));
+    assert_eq!(metric(&url, "xpu_worker_crashed_jobs_total{engine=\"cpu\"}"), 3 + 2 + 3);
+    assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 1);
+    // Every acknowledged run is stored and explains.
+    for id in &acknowledged {
+        let (s, ex) = get(&a, &format!("{url}/v1/runs/{id}/explain"));
+        assert_eq!(s, 200, "{id}: {ex}");
+    }
+    eprintln!(
+        "worker crash test: 9 crashes (SIGSEGV, SIGABRT, exit, SIGKILL and SIGSEGV from \
+         outside, timeout, 3 before quarantine), {} runs acknowledged, 0 lost",
+        acknowledged.len()
+    );
+}
+
+/// `.npy` bytes of an f32 matrix (row-major).
+fn npy_f32(rows: usize, cols: usize, value: impl Fn(usize) -> f32) -> Vec<u8> {
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for i in 0..rows * cols {
+        out.extend_from_slice(&value(i).to_le_bytes());
+    }
+    out
+}
+
+/// The real ort engine in its worker (the default isolation): its worker killed from
+/// outside while it runs a model fails that job with SIGKILL, the daemon stays up, and the
+/// next ort job runs on a new worker.
+#[test]
+fn killing_the_ort_worker_mid_model_costs_that_job_only() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("var"), &repo().join("policies/examples"), &[]);
+    let (a, url) = (agent(), d.url.clone());
+    // 300 chained 768² matmuls with tanh: seconds on ort with 2 threads.
+    let mut src = String::from("let x = input(\"x\")\nlet y0 = x\n");
+    for i in 1..=300 {
+        src.push_str(&format!("let y{i} = tanh(y{} @ x)\n", i - 1));
+    }
+    src.push_str("print y300\n");
+    let n = 768;
+    let x = npy_f32(n, n, |i| ((i % 97) as f32 - 48.0) / 400.0);
+    let x64 = base64::engine::general_purpose::STANDARD.encode(&x);
+    let body = |wait: bool| {
+        json!({"program": {"name": "chain.ml", "source": src}, "policy": "ort-cpu", "wait": wait,
+               "inputs": {"x": {"npy_base64": x64}}})
+    };
+    let (s, first) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
+    assert_eq!((s, first["status"].as_str()), (200, Some("succeeded")), "{first}");
+    let (s, v) = post(&a, &format!("{url}/v1/jobs"), &body(false)).unwrap();
+    assert_eq!(s, 202, "{v}");
+    let id = v["run_id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    while get(&a, &format!("{url}/v1/runs/{id}")).1["status"] != "running" {
+        assert!(Instant::now() < until, "the job starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let [pid] = worker_pids(d.child.id(), "ort")[..] else { panic!("one ort worker") };
+    assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    let v = loop {
+        let v = get(&a, &format!("{url}/v1/runs/{id}")).1;
+        if v["status"] != "running" {
+            break v;
+        }
+        assert!(Instant::now() < until, "the job ends with its worker");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("engine ort crashed (SIGKILL)"), "{v}");
+    assert_eq!(get(&a, &format!("{url}/healthz")).0, 200);
+    let (s, again) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
+    assert_eq!((s, again["status"].as_str()), (200, Some("succeeded")), "{again}");
+    assert_eq!(again["outputs"][0]["sha256"], first["outputs"][0]["sha256"], "same result");
+    assert_ne!(worker_pids(d.child.id(), "ort"), vec![pid], "a new worker");
+}

@@ -5,6 +5,7 @@
 //! formats jobs read and write (re-exported from `xpu-tensorfile`). No I/O beyond the program's own files; no printing.
 
 pub mod program;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ pub use xpu_tensorfile as tensors;
 /// Where engines that load a runtime library at run time find it, from configuration
 /// (`[engines.ort] library`, `[engines.openvino] library_dir`). Each engine's environment
 /// variable overrides these; with neither, the engine looks in `.deps/` (`make setup`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineLibraries {
     pub ort: Option<PathBuf>,
     pub openvino_dir: Option<PathBuf>,
@@ -105,6 +106,23 @@ impl SharedEngines {
         }
         let _ = libraries;
         SharedEngines { engines }
+    }
+
+    /// [`load`](SharedEngines::load), with the engines `workers` names run in supervised
+    /// worker processes instead of this one (docs/daemon.md, "Isolation").
+    pub fn load_isolated(libraries: &EngineLibraries, workers: &worker::Workers) -> SharedEngines {
+        let mut shared = SharedEngines::load(libraries);
+        for e in &mut shared.engines {
+            if workers.engines.iter().any(|n| n == e.name()) {
+                *e = Arc::new(workers.engine(e.name(), libraries));
+            }
+        }
+        shared
+    }
+
+    /// The engine called `name`, if this build has it.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn xpu_engine::Engine>> {
+        self.engines.iter().find(|e| e.name() == name)
     }
 
     /// A job's engines: the shared ones and `table`, the job's own table engine (its
@@ -231,6 +249,13 @@ impl xpu_engine::Engine for Absent {
 /// uses it).
 pub fn registry_for(roots: &[PathBuf]) -> Registry {
     SharedEngines::load(&EngineLibraries::default())
+        .registry(xpu_engine_table::TableEngine::new(roots.to_vec()))
+}
+
+/// [`registry_for`] with the engines that load native code in worker processes
+/// (`xpuctl run --isolate`; docs/daemon.md, "Isolation").
+pub fn isolated_registry_for(roots: &[PathBuf]) -> Registry {
+    SharedEngines::load_isolated(&EngineLibraries::default(), &worker::Workers::native())
         .registry(xpu_engine_table::TableEngine::new(roots.to_vec()))
 }
 

@@ -22,6 +22,7 @@ const LIBRARIES: &[&str] = &[
     "xpu-plan",
     "xpu-runtime",
     "xpu-tensorfile",
+    "xpu-worker",
     "xpu-journal",
     "xpu-store",
     "xpu-api",
@@ -50,10 +51,14 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("xpu-plan", &["xpu-ir", "xpu-policy", "xpu-engine"][..]),
         // File formats: the IR's tensors and ONNX's TensorProto, nothing that runs.
         ("xpu-tensorfile", &["xpu-ir", "xpu-onnx"][..]),
+        // Engines in worker processes: the engine API and the IR, no engine crate (the
+        // runtime hands it the engine to serve).
+        ("xpu-worker", &["xpu-engine", "xpu-ir"][..]),
         (
             "xpu-runtime",
             &[
                 "xpu-tensorfile",
+                "xpu-worker",
                 "xpu-ir",
                 "xpu-onnx",
                 "xpu-minilang",

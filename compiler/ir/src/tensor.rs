@@ -273,6 +273,34 @@ impl TensorData {
         }
     }
 
+    /// The elements' little-endian bytes, borrowed where memory already holds them so (every
+    /// fixed-width dtype on a little-endian machine), else as [`to_le_bytes`] makes them.
+    /// What crosses to a worker process's shared memory without a per-element loop.
+    ///
+    /// [`to_le_bytes`]: TensorData::to_le_bytes
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
+        if cfg!(target_endian = "big") {
+            return Cow::Owned(self.to_le_bytes());
+        }
+        match self {
+            TensorData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::F64(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::F16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::BF16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::I8(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::I16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::I64(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::U8(v) => Cow::Borrowed(v),
+            TensorData::U16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::U64(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::Bool(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::String(_) | TensorData::Table(_) => Cow::Owned(self.to_le_bytes()),
+        }
+    }
+
     /// Little-endian bytes of the elements (strings: length-prefixed UTF-8).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         macro_rules! le {

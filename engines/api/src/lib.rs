@@ -366,6 +366,14 @@ pub enum EngineError {
     /// An assignment option the engine cannot take.
     #[error("{engine}: option {key} = {value:?}: {expected}")]
     InvalidOption { engine: &'static str, key: &'static str, value: String, expected: &'static str },
+    /// The engine's worker process died while it ran `node` (a signal, an abort, an exit):
+    /// only the jobs on that worker fail; the next use starts a new one.
+    #[error("{node}: engine {engine} crashed ({cause}); its worker is restarted")]
+    Crashed { engine: String, node: String, cause: String },
+    /// A partition that crashed the engine's worker again and again is refused rather than
+    /// crash it once more.
+    #[error("{node}: refused: it crashed engine {engine}'s worker {crashes} times (quarantined)")]
+    Quarantined { engine: String, node: String, crashes: u32 },
     #[error("{0}")]
     Other(String),
 }
@@ -383,6 +391,8 @@ impl EngineError {
             EngineError::OutOfMemory { .. } => "out_of_memory",
             EngineError::InvalidOption { .. } => "invalid_option",
             EngineError::NoDevice { .. } => "no_device",
+            EngineError::Crashed { .. } => "engine_crashed",
+            EngineError::Quarantined { .. } => "quarantined",
             EngineError::Other(_) => "other",
         }
     }

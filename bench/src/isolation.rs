@@ -1,0 +1,63 @@
+//! `xpu-bench isolation MODEL BATCH REPS THREADS`: the ort engine in-process against the
+//! same engine in a worker process (issue 20's bar: ≤ 50 µs more per call at batch 1, ≤ 5%
+//! at batch 64), timed alternately call by call after a warm-up, medians compared. Also the
+//! worker's cold start (to its first answer) and its restart after a SIGKILL.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use xpu_engine::{Assignment, Engine};
+
+pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+    let g = xpu_onnx::import_model(&bytes)?;
+    let inputs = crate::model_inputs(&g, batch)?;
+    let mut a = Assignment::new("ort");
+    a.options.threads = Some(threads);
+    let libraries = xpu_runtime::EngineLibraries::default();
+    let shared = xpu_runtime::SharedEngines::load(&libraries);
+    let local = shared.get("ort").context("this build has no ort engine")?.clone();
+    let worker = xpu_runtime::worker::Workers::native().engine("ort", &libraries);
+    let started = Instant::now();
+    let _ = worker.capabilities();
+    let cold_start = started.elapsed();
+    let mut exes = [local.prepare(&g, &a)?, worker.prepare(&g, &a)?];
+    let warm_until = Instant::now() + std::time::Duration::from_millis(300);
+    while Instant::now() < warm_until {
+        for exe in &mut exes {
+            exe.run(&inputs)?;
+        }
+    }
+    let mut times = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    for _ in 0..reps {
+        for (exe, t) in exes.iter_mut().zip(&mut times) {
+            let at = Instant::now();
+            let out = exe.run(&inputs)?;
+            t.push(at.elapsed().as_secs_f64() * 1e6);
+            drop(out);
+        }
+    }
+    for t in &mut times {
+        t.sort_by(f64::total_cmp);
+    }
+    let (inproc, isolated) = (times[0][reps / 2], times[1][reps / 2]);
+    // Restart after a crash: kill the worker, then time the next call (new worker, the
+    // executable prepared again there, the run).
+    let pid = worker.worker_pid().context("the worker runs")?;
+    // SAFETY: kill signals the worker, a child of this process.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let at = Instant::now();
+    exes[1].run(&inputs)?;
+    let restart = at.elapsed();
+    println!(
+        "isolation {path} batch {batch}: in-process {inproc:.1} µs, worker {isolated:.1} µs, \
+         overhead {:.1} µs ({:.1}%); worker cold start {:.1} ms, restart after SIGKILL + \
+         re-prepare + run {:.1} ms",
+        isolated - inproc,
+        (isolated / inproc - 1.0) * 100.0,
+        cold_start.as_secs_f64() * 1e3,
+        restart.as_secs_f64() * 1e3
+    );
+    Ok(())
+}

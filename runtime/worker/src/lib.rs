@@ -1,0 +1,24 @@
+//! Engines in supervised worker processes (docs/daemon.md, "Isolation"). A native library
+//! that segfaults, aborts or poisons its device context takes down the process it runs in;
+//! run in a worker, it takes down only the worker, and only the jobs running on it fail.
+//!
+//! - [`WorkerEngine`] (parent side) is an [`Engine`](xpu_engine::Engine) like any other: it
+//!   starts its worker at first use, forwards `capabilities`, `prepare` and `run`, and turns
+//!   a worker's death into [`EngineError::Crashed`](xpu_engine::EngineError::Crashed) naming
+//!   the engine, the signal (or exit status) and the partition. The next use restarts it
+//!   after a backoff; a partition that crashed it [`QUARANTINE_AFTER`] times is refused
+//!   (`Quarantined`) instead of crash-looping; a stop (cancel, `execution.timeout`) kills a
+//!   worker that does not answer.
+//! - [`serve`] (child side) hosts one engine: prepared executables live there.
+//! - Tensors cross through one shared-memory file per worker (a memfd both sides map and
+//!   either grows), not through the socket, which carries small JSON messages ([`protocol`]).
+
+pub mod protocol;
+mod serve;
+mod shm;
+mod supervise;
+
+pub use serve::{FAULT_MARKERS, serve_inherited};
+pub use supervise::{
+    EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, WorkerSetup, stats_snapshot,
+};

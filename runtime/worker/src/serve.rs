@@ -1,0 +1,148 @@
+//! The worker's side: hosts one engine, answers the parent's requests one at a time, keeps
+//! the executables it prepared. It exits when the parent closes the socket (or dies: the
+//! parent asked the kernel to kill it then).
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use xpu_engine::{Engine, Executable};
+use xpu_ir::Tensor;
+
+use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
+use crate::shm::{Region, align};
+
+/// The file descriptors a worker inherits: the shared memory and the socket.
+pub(crate) const SHM_FD: i32 = 3;
+pub(crate) const SOCKET_FD: i32 = 4;
+
+/// With fault injection on (tests only: `WorkerSetup::inject_faults`), a run with an f32
+/// (or f64) input whose first element is one of these values does that instead of running: how the
+/// crash tests make a real worker die mid-job in each way a native library can.
+pub const FAULT_MARKERS: [(f32, &str); 5] = [
+    (-1001.0, "segfault"),
+    (-1002.0, "abort"),
+    (-1003.0, "hang"),
+    (-1004.0, "leak"),
+    (-1005.0, "exit"),
+];
+
+/// Serves `engine` on the descriptors the parent handed down; returns the exit status.
+pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool) -> i32 {
+    // Rust's SIGSEGV/SIGBUS handler (its stack overflow message) returns from a signal that
+    // was sent rather than faulted, so a worker would survive `kill -SEGV`; with the default
+    // action every segfault, stack overflows included, ends the worker and the parent
+    // reports the signal.
+    // SAFETY: setting a signal's disposition to the default affects only this process.
+    unsafe {
+        libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+        libc::signal(libc::SIGBUS, libc::SIG_DFL);
+    }
+    // SAFETY: the parent placed the memfd at SHM_FD and the socket at SOCKET_FD before exec
+    // (supervise.rs); nothing else in this process owns them.
+    let (region, socket) =
+        unsafe { (Region::inherited(SHM_FD), UnixStream::from_raw_fd(SOCKET_FD)) };
+    match serve(engine.as_ref(), region, socket, inject_faults) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("xpu-worker ({}): {e}", engine.name());
+            1
+        }
+    }
+}
+
+fn serve(
+    engine: &dyn Engine,
+    mut region: Region,
+    socket: UnixStream,
+    inject_faults: bool,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(socket.try_clone()?);
+    let mut writer = socket;
+    let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
+    while let Some(request) = receive::<Request>(&mut reader)? {
+        let reply = match request {
+            Request::Hello => Reply::Hello {
+                version: engine.version(),
+                capabilities: engine.capabilities(),
+                classes: engine.classes_without_loading(),
+            },
+            Request::Prepare { id, partition, assignment } => match xpu_ir::from_json(&partition) {
+                Err(e) => Reply::Failed(WireError::Other(format!("partition: {e}"))),
+                Ok(graph) => match engine.prepare(&graph, &assignment) {
+                    Ok(exe) => {
+                        executables.insert(id, exe);
+                        Reply::Prepared
+                    }
+                    Err(e) => Reply::Failed((&e).into()),
+                },
+            },
+            Request::Run { id, inputs } => match executables.get_mut(&id) {
+                None => Reply::Failed(WireError::Other(format!("no executable {id} here"))),
+                Some(exe) => run(exe.as_mut(), &mut region, &inputs, inject_faults)
+                    .unwrap_or_else(Reply::Failed),
+            },
+            Request::Release { id } => {
+                executables.remove(&id);
+                Reply::Released
+            }
+        };
+        send(&mut writer, &reply)?;
+    }
+    Ok(())
+}
+
+fn run(
+    exe: &mut dyn Executable,
+    region: &mut Region,
+    inputs: &[Slot],
+    inject_faults: bool,
+) -> Result<Reply, WireError> {
+    let io = |e: std::io::Error| WireError::Other(format!("shared memory: {e}"));
+    region.remap().map_err(io)?;
+    let tensors = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| {
+            region.get(slot).map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if inject_faults {
+        inject_fault(&tensors);
+    }
+    let ran = exe.run(&tensors).map_err(|e| WireError::from(&e))?;
+    let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
+    let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
+    Ok(Reply::Ran { outputs, timings: ran.timings, facts: ran.facts })
+}
+
+/// Does what an input's marker says (see [`FAULT_MARKERS`]).
+fn inject_fault(inputs: &[Tensor]) {
+    let marked = inputs.iter().filter_map(|t| match t.as_slice::<f32>() {
+        Some(v) => v.first().copied(),
+        None => t.as_slice::<f64>()?.first().map(|&v| v as f32),
+    });
+    let fault = marked
+        .filter_map(|first| FAULT_MARKERS.iter().find(|(m, _)| *m == first))
+        .map(|(_, fault)| fault)
+        .next();
+    let Some(fault) = fault else { return };
+    match *fault {
+        "segfault" => {
+            // SAFETY: raise signals this process; SIGSEGV's default action (set at start)
+            // ends it, which is the point.
+            unsafe { libc::raise(libc::SIGSEGV) };
+        }
+        "abort" => std::process::abort(),
+        "hang" => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        "leak" => {
+            // 64 MiB touched and never freed, per run: the worker's memory grows.
+            std::mem::forget(vec![1u8; 64 << 20]);
+        }
+        _ => std::process::exit(3),
+    }
+}

@@ -1,0 +1,117 @@
+//! The shared memory between a worker and its parent: one memfd, mapped by both. The parent
+//! writes inputs from offset 0, the worker writes outputs after them; whichever side needs
+//! more room grows the file, and the other maps the new length when a message says so.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use memmap2::MmapMut;
+use xpu_ir::{Tensor, TensorData};
+
+use crate::protocol::Slot;
+
+/// Offsets of tensors in the region are multiples of this (cache lines, SIMD loads).
+pub const ALIGN: usize = 64;
+
+pub fn align(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+pub struct Region {
+    file: File,
+    map: Option<MmapMut>,
+}
+
+impl Region {
+    /// A new, empty region (parent side), not inherited by children but on purpose.
+    pub fn create() -> io::Result<Region> {
+        // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd
+        // or -1 with errno set.
+        let fd = unsafe { libc::memfd_create(c"xpu-worker".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        Ok(Region { file, map: None })
+    }
+
+    /// The region a parent handed down as `fd` (worker side).
+    ///
+    /// # Safety
+    /// `fd` must be an open memfd this process owns and uses nowhere else.
+    pub unsafe fn inherited(fd: i32) -> Region {
+        // SAFETY: the caller's contract.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        Region { file, map: None }
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    fn file_len(&self) -> io::Result<usize> {
+        Ok(self.file.metadata()?.len() as usize)
+    }
+
+    /// Makes at least `len` bytes writable: grows the file (doubling, so a workload's sizes
+    /// settle after a few calls) and maps whatever length the file now has.
+    pub fn reserve(&mut self, len: usize) -> io::Result<()> {
+        let have = self.file_len()?;
+        if have < len {
+            let grown = len.max(have.saturating_mul(2)).max(1 << 16);
+            self.file.set_len(grown as u64)?;
+        }
+        self.remap()
+    }
+
+    /// Maps the file's current length if the mapping is shorter (the other side grew it).
+    pub fn remap(&mut self) -> io::Result<()> {
+        let len = self.file_len()?;
+        if self.map.as_ref().is_none_or(|m| m.len() < len) && len > 0 {
+            // SAFETY: the file is a memfd shared only with the one peer process; the protocol
+            // gives each byte range one writer at a time (the parent before a request, the
+            // worker before its reply), so no range is written while the other side reads it.
+            self.map = Some(unsafe { MmapMut::map_mut(&self.file)? });
+        }
+        Ok(())
+    }
+
+    pub fn bytes(&self, offset: usize, len: usize) -> io::Result<&[u8]> {
+        let map = self.map.as_deref().unwrap_or(&[]);
+        offset
+            .checked_add(len)
+            .and_then(|end| map.get(offset..end))
+            .ok_or_else(|| io::Error::other(format!("slot {offset}+{len} outside the region")))
+    }
+
+    pub fn bytes_mut(&mut self, offset: usize, len: usize) -> io::Result<&mut [u8]> {
+        let map = self.map.as_deref_mut().unwrap_or(&mut []);
+        let end = offset.checked_add(len);
+        end.and_then(|end| map.get_mut(offset..end))
+            .ok_or_else(|| io::Error::other(format!("slot {offset}+{len} outside the region")))
+    }
+
+    /// Writes tensors one after another from `at` (aligned), growing the region as needed;
+    /// returns their slots.
+    pub fn put_all(&mut self, mut at: usize, tensors: &[Tensor]) -> io::Result<Vec<Slot>> {
+        let mut slots = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let bytes = t.data().le_bytes();
+            self.reserve(at + bytes.len())?;
+            self.bytes_mut(at, bytes.len())?.copy_from_slice(&bytes);
+            let len = bytes.len();
+            slots.push(Slot { dtype: t.dtype(), shape: t.shape().to_vec(), offset: at, len });
+            at = align(at + len);
+        }
+        Ok(slots)
+    }
+
+    /// The tensor a slot describes (copied out of the region).
+    pub fn get(&self, slot: &Slot) -> Result<Tensor, String> {
+        let bytes = self.bytes(slot.offset, slot.len).map_err(|e| e.to_string())?;
+        let data = TensorData::from_le_bytes(slot.dtype, bytes)?;
+        Tensor::new(slot.shape.clone(), data).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,592 @@
+//! The parent's side: [`WorkerEngine`] forwards an engine's calls to its worker process,
+//! notices the worker's death, restarts it with backoff and quarantines partitions that keep
+//! killing it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufReader;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use xpu_engine::{
+    Assignment, Availability, Capabilities, Engine, EngineError, Executable, Execution, StopToken,
+};
+use xpu_ir::{Graph, OpClass, Tensor, TensorData};
+
+use crate::protocol::{Reply, Request, Slot, receive, send};
+use crate::serve::{SHM_FD, SOCKET_FD};
+use crate::shm::Region;
+
+/// A partition that crashed its worker this many times is refused.
+pub const QUARANTINE_AFTER: u32 = 3;
+/// How long a starting worker may take to answer its first request (loading a runtime
+/// library such as OpenVINO's takes seconds).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// Restart backoff after consecutive crashes: 100 ms, doubling, at most this.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How to start an engine's worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerSetup {
+    /// The worker program (`xpu-worker`, beside xpud and xpuctl).
+    pub program: PathBuf,
+    /// Arguments after `--engine NAME` (the engine's configuration).
+    pub args: Vec<String>,
+    /// Tests only: the worker obeys the fault markers of [`crate::FAULT_MARKERS`].
+    pub inject_faults: bool,
+    /// A worker whose resident memory is past this after a run is replaced before the next
+    /// one (0: no limit): a leak costs a restart, not the machine.
+    pub max_rss_bytes: u64,
+}
+
+/// What a process's workers have done, per engine (for metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineWorkerStats {
+    /// Workers started, the first included.
+    pub starts: u64,
+    /// Workers that ended other than by this process closing them, by cause (`SIGSEGV`,
+    /// `SIGABRT`, `exit status 3`, `timeout`, `cancelled`, `memory`, …).
+    pub restarts: BTreeMap<String, u64>,
+    /// Jobs that failed because their worker died under them.
+    pub crashed_jobs: u64,
+    pub alive: bool,
+    /// The last start's time to its first answer.
+    pub last_start: Duration,
+}
+
+static STATS: LazyLock<Mutex<BTreeMap<String, EngineWorkerStats>>> =
+    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+
+/// This process's worker statistics, by engine.
+pub fn stats_snapshot() -> BTreeMap<String, EngineWorkerStats> {
+    STATS.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+fn with_stats(engine: &str, f: impl FnOnce(&mut EngineWorkerStats)) {
+    if let Ok(mut s) = STATS.lock() {
+        f(s.entry(engine.to_string()).or_default());
+    }
+}
+
+struct Worker {
+    child: Child,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    region: Region,
+    generation: u64,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Closing the socket ends the worker's loop; kill covers one that does not listen.
+        let _ = self.writer.shutdown(std::net::Shutdown::Both);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Default)]
+struct Conn {
+    worker: Option<Worker>,
+    generation: u64,
+    consecutive_crashes: u32,
+    last_crash: Option<Instant>,
+    /// Executables dropped since the last request, released before the next.
+    to_release: Vec<u64>,
+}
+
+struct Hello {
+    version: String,
+    capabilities: Capabilities,
+    classes: Option<Vec<OpClass>>,
+}
+
+struct Inner {
+    name: String,
+    setup: WorkerSetup,
+    conn: Mutex<Conn>,
+    hello: Mutex<Option<Arc<Hello>>>,
+    /// Crashes per partition (hash of the partition and its assignment).
+    crashes: Mutex<HashMap<String, u32>>,
+    next_id: AtomicU64,
+}
+
+/// An engine run in a supervised worker process.
+#[derive(Clone)]
+pub struct WorkerEngine {
+    inner: Arc<Inner>,
+}
+
+/// How a call to the worker went wrong.
+enum Failure {
+    /// The worker died (or was killed at a stop); the cause as the metrics label it.
+    Died(String),
+    /// The engine answered with an error.
+    Engine(EngineError),
+}
+
+impl WorkerEngine {
+    /// An engine named `name` whose worker `setup` starts at first use.
+    pub fn new(name: &str, setup: WorkerSetup) -> WorkerEngine {
+        WorkerEngine {
+            inner: Arc::new(Inner {
+                name: name.to_string(),
+                setup,
+                conn: Mutex::new(Conn::default()),
+                hello: Mutex::new(None),
+                crashes: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The worker's process id, if one is running (tests kill it from outside).
+    pub fn worker_pid(&self) -> Option<u32> {
+        self.inner.lock().ok()?.worker.as_ref().map(|w| w.child.id())
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> Result<MutexGuard<'_, Conn>, EngineError> {
+        self.conn.lock().map_err(|_| EngineError::Other(format!("{} worker: poisoned", self.name)))
+    }
+
+    fn hello(&self) -> Result<Arc<Hello>, EngineError> {
+        if let Some(h) = self.hello.lock().ok().and_then(|h| h.clone()) {
+            return Ok(h);
+        }
+        let mut conn = self.lock()?;
+        self.ensure_worker(&mut conn)?;
+        Ok(self.hello.lock().ok().and_then(|h| h.clone()).expect("set by ensure_worker"))
+    }
+
+    /// Starts the worker if none runs, after the backoff its recent crashes call for.
+    fn ensure_worker(&self, conn: &mut Conn) -> Result<(), EngineError> {
+        // A worker that died between jobs (killed from outside, say) costs no job: it is
+        // replaced now, its death counted.
+        if let Some(w) = conn.worker.as_mut()
+            && let Ok(Some(status)) = w.child.try_wait()
+        {
+            conn.worker = None;
+            conn.to_release.clear();
+            let cause = describe(status);
+            with_stats(&self.name, |s| {
+                *s.restarts.entry(cause).or_default() += 1;
+                s.alive = false;
+            });
+        }
+        if conn.worker.is_some() {
+            return Ok(());
+        }
+        conn.to_release.clear();
+        if let (Some(at), n) = (conn.last_crash, conn.consecutive_crashes) {
+            let backoff = (Duration::from_millis(100) * 2u32.saturating_pow(n.saturating_sub(1)))
+                .min(MAX_BACKOFF);
+            if let Some(wait) = backoff.checked_sub(at.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let started = Instant::now();
+        let unavailable = |reason: String| EngineError::Unavailable {
+            engine: self.name.clone(),
+            reason: format!("its worker process cannot start: {reason}"),
+        };
+        let mut worker = self.spawn().map_err(|e| unavailable(e.to_string()))?;
+        worker.reader.get_ref().set_read_timeout(Some(START_TIMEOUT)).ok();
+        let hello = send(&mut worker.writer, &Request::Hello)
+            .and_then(|()| receive::<Reply>(&mut worker.reader));
+        worker.reader.get_ref().set_read_timeout(None).ok();
+        let hello = match hello {
+            Ok(Some(Reply::Hello { version, capabilities, classes })) => {
+                Hello { version, capabilities, classes }
+            }
+            Ok(Some(other)) => return Err(unavailable(format!("answered {other:?} to hello"))),
+            Ok(None) | Err(_) => {
+                drop(worker.writer.shutdown(std::net::Shutdown::Both));
+                let status = worker.child.wait().ok();
+                return Err(unavailable(match status {
+                    Some(s) => format!("it ended ({})", describe(s)),
+                    None => "no answer".into(),
+                }));
+            }
+        };
+        conn.generation += 1;
+        worker.generation = conn.generation;
+        if let Ok(mut h) = self.hello.lock() {
+            *h = Some(Arc::new(hello));
+        }
+        conn.worker = Some(worker);
+        with_stats(&self.name, |s| {
+            s.starts += 1;
+            s.alive = true;
+            s.last_start = started.elapsed();
+        });
+        Ok(())
+    }
+
+    fn spawn(&self) -> std::io::Result<Worker> {
+        let region = Region::create()?;
+        let (parent, child_end) = UnixStream::pair()?;
+        let mut cmd = Command::new(&self.setup.program);
+        cmd.arg("--engine").arg(&self.name).args(&self.setup.args);
+        if self.setup.inject_faults {
+            cmd.arg("--inject-faults");
+        }
+        // The worker's stdout is not the user's: engines that print go to stderr.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
+        let (shm, sock) = (region.raw_fd(), child_end.as_raw_fd());
+        // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
+        // dup2, which are async-signal-safe. Both descriptors are first moved above the
+        // targets so that placing one cannot close the other; dup2 clears close-on-exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let high_shm = libc::fcntl(shm, libc::F_DUPFD, 10);
+                let high_sock = libc::fcntl(sock, libc::F_DUPFD, 10);
+                if high_shm < 0
+                    || high_sock < 0
+                    || libc::dup2(high_shm, SHM_FD) < 0
+                    || libc::dup2(high_sock, SOCKET_FD) < 0
+                    // Killed when the thread that forked it ends: the keeper thread, which
+                    // lives as long as this process (a hung worker must not outlive it).
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = spawn_on_keeper(cmd)?;
+        drop(child_end);
+        Ok(Worker {
+            child,
+            reader: BufReader::new(parent.try_clone()?),
+            writer: parent,
+            region,
+            generation: 0,
+        })
+    }
+
+    /// Sends `request` and waits for the reply; the worker is killed if `stop` fires first.
+    fn call(&self, conn: &mut Conn, request: &Request, stop: &StopToken) -> Result<Reply, Failure> {
+        let worker = conn.worker.as_mut().expect("ensure_worker ran");
+        let pid = worker.child.id() as libc::pid_t;
+        let answered = {
+            // The worker stays our unreaped child while the guard lives, so the pid cannot
+            // be another process's when the hook fires.
+            // SAFETY: kill sends a signal to our own child process.
+            let _guard = stop.on_stop(move || unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            });
+            send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader))
+        };
+        match answered {
+            Ok(Some(Reply::Failed(e))) => Err(Failure::Engine(e.into())),
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) | Err(_) => {
+                let mut worker = conn.worker.take().expect("still there");
+                drop(worker.writer.shutdown(std::net::Shutdown::Both));
+                let status = worker.child.wait();
+                let cause = match (stop.reason(), status) {
+                    (Some(xpu_engine::StopReason::Cancelled), _) => "cancelled".to_string(),
+                    (Some(xpu_engine::StopReason::DeadlinePassed), _) => "timeout".to_string(),
+                    (None, Ok(s)) => describe(s),
+                    (None, Err(e)) => format!("lost: {e}"),
+                };
+                conn.consecutive_crashes += 1;
+                conn.last_crash = Some(Instant::now());
+                with_stats(&self.name, |s| {
+                    *s.restarts.entry(cause.clone()).or_default() += 1;
+                    s.alive = false;
+                });
+                Err(Failure::Died(cause))
+            }
+        }
+    }
+
+    /// Releases executables dropped since the last request (best effort: a worker that
+    /// dies here is noticed by the request that follows).
+    fn release_dropped(&self, conn: &mut Conn) {
+        for id in std::mem::take(&mut conn.to_release) {
+            if conn.worker.is_some() {
+                let _ = self.call(conn, &Request::Release { id }, &StopToken::default());
+            }
+        }
+    }
+
+    fn crashed(&self, key: &str, node: &str, cause: String, stop: &StopToken) -> EngineError {
+        if let Some(reason) = stop.reason() {
+            return EngineError::Stopped { node: node.to_string(), reason };
+        }
+        if let Ok(mut c) = self.crashes.lock() {
+            *c.entry(key.to_string()).or_default() += 1;
+        }
+        with_stats(&self.name, |s| s.crashed_jobs += 1);
+        EngineError::Crashed { engine: self.name.clone(), node: node.to_string(), cause }
+    }
+
+    fn check_quarantine(&self, key: &str, node: &str) -> Result<(), EngineError> {
+        let crashes = self.crashes.lock().ok().and_then(|c| c.get(key).copied()).unwrap_or(0);
+        if crashes >= QUARANTINE_AFTER {
+            return Err(EngineError::Quarantined {
+                engine: self.name.clone(),
+                node: node.to_string(),
+                crashes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Prepares `partition` on the current worker as a new executable id.
+    fn prepare_on_worker(
+        &self,
+        conn: &mut Conn,
+        exe: &PartitionSource,
+        stop: &StopToken,
+    ) -> Result<u64, EngineError> {
+        self.check_quarantine(&exe.key, &exe.label)?;
+        self.ensure_worker(conn)?;
+        self.release_dropped(conn);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = Request::Prepare {
+            id,
+            partition: exe.json.clone(),
+            assignment: exe.assignment.clone(),
+        };
+        match self.call(conn, &request, stop) {
+            Ok(Reply::Prepared) => Ok(id),
+            Ok(other) => Err(EngineError::Other(format!("worker answered {other:?} to prepare"))),
+            Err(Failure::Engine(e)) => Err(e),
+            Err(Failure::Died(cause)) => Err(self.crashed(&exe.key, &exe.label, cause, stop)),
+        }
+    }
+
+    /// Replaces a worker whose memory is past the limit (after a run, between jobs).
+    fn recycle_if_bloated(&self, conn: &mut Conn) {
+        let limit = self.setup.max_rss_bytes;
+        let Some(worker) = conn.worker.as_ref().filter(|_| limit > 0) else { return };
+        let rss = std::fs::read_to_string(format!("/proc/{}/statm", worker.child.id()))
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            // SAFETY: sysconf only reads a configuration value.
+            .map(|pages| pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64);
+        if rss.is_some_and(|rss| rss > limit) {
+            conn.worker = None;
+            with_stats(&self.name, |s| {
+                *s.restarts.entry("memory".into()).or_default() += 1;
+                s.alive = false;
+            });
+        }
+    }
+}
+
+type SpawnRequest = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+
+/// The thread every worker is forked from. `PR_SET_PDEATHSIG` fires when the forking
+/// *thread* ends, so workers must not be forked from a pool thread that may retire; this one
+/// never ends before the process does.
+static KEEPER: LazyLock<Mutex<std::sync::mpsc::Sender<SpawnRequest>>> = LazyLock::new(|| {
+    let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+    let spawned = std::thread::Builder::new().name("xpu-worker-keeper".into()).spawn(move || {
+        for (mut cmd, reply) in rx {
+            let _ = reply.send(cmd.spawn());
+        }
+        // All senders gone means the process is exiting: park so the workers die with it,
+        // not before.
+        loop {
+            std::thread::park();
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("xpu: cannot start the worker keeper thread: {e}");
+    }
+    Mutex::new(tx)
+});
+
+fn spawn_on_keeper(cmd: Command) -> std::io::Result<Child> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    KEEPER
+        .lock()
+        .map_err(|_| std::io::Error::other("worker keeper poisoned"))?
+        .send((cmd, tx))
+        .map_err(|_| std::io::Error::other("the worker keeper thread is gone"))?;
+    rx.recv().map_err(|_| std::io::Error::other("the worker keeper thread is gone"))?
+}
+
+/// A signal or exit status the way the metrics and errors name it.
+fn describe(status: ExitStatus) -> String {
+    match (status.signal(), status.code()) {
+        (Some(sig), _) => signal_name(sig),
+        (None, Some(code)) => format!("exit status {code}"),
+        (None, None) => "ended".into(),
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    let known = [
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGPIPE, "SIGPIPE"),
+    ];
+    known
+        .iter()
+        .find(|(n, _)| *n == sig)
+        .map_or_else(|| format!("signal {sig}"), |(_, name)| name.to_string())
+}
+
+/// What it takes to prepare a partition again on a new worker.
+struct PartitionSource {
+    json: String,
+    assignment: Assignment,
+    /// Quarantine key: SHA-256 of the partition and its assignment.
+    key: String,
+    /// The partition in errors: its first nodes.
+    label: String,
+}
+
+impl PartitionSource {
+    fn new(partition: &Graph, assignment: &Assignment) -> PartitionSource {
+        let json = xpu_ir::to_json(partition);
+        let mut h = Sha256::new();
+        h.update(json.as_bytes());
+        h.update(serde_json::to_vec(assignment).unwrap_or_default());
+        let key = format!("{:x}", h.finalize());
+        let names: Vec<String> =
+            partition.node_ids().take(3).map(|id| partition.node(id).label(id)).collect();
+        let more = partition.node_ids().count().saturating_sub(names.len());
+        let label = if more > 0 {
+            format!("partition {} (+{more} more)", names.join(", "))
+        } else {
+            format!("partition {}", names.join(", "))
+        };
+        PartitionSource { json, assignment: assignment.clone(), key, label }
+    }
+}
+
+impl Engine for WorkerEngine {
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn version(&self) -> String {
+        self.inner.hello().map(|h| h.version.clone()).unwrap_or_default()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self.inner.hello() {
+            Ok(h) => h.capabilities.clone(),
+            Err(e) => Capabilities::absent(
+                &self.inner.name,
+                Availability::Unavailable { reason: e.to_string() },
+            ),
+        }
+    }
+
+    fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
+        // Without starting the worker: what its engine said, else any ONNX op (as for an
+        // engine that loads its library at first use).
+        let known = self.inner.hello.lock().ok().and_then(|h| h.as_ref()?.classes.clone());
+        Some(known.unwrap_or_else(xpu_engine::dylib::onnx_classes))
+    }
+
+    fn prepare(
+        &self,
+        partition: &Graph,
+        assignment: &Assignment,
+    ) -> Result<Box<dyn Executable>, EngineError> {
+        let source = PartitionSource::new(partition, assignment);
+        let mut conn = self.inner.lock()?;
+        let id = self.inner.prepare_on_worker(&mut conn, &source, &StopToken::default())?;
+        Ok(Box::new(RemoteExecutable {
+            inner: self.inner.clone(),
+            source,
+            id,
+            generation: conn.generation,
+        }))
+    }
+}
+
+/// An executable that lives in the worker; re-prepared there if the worker was replaced.
+struct RemoteExecutable {
+    inner: Arc<Inner>,
+    source: PartitionSource,
+    id: u64,
+    generation: u64,
+}
+
+impl Drop for RemoteExecutable {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = self.inner.conn.lock()
+            && conn.generation == self.generation
+        {
+            conn.to_release.push(self.id);
+        }
+    }
+}
+
+impl Executable for RemoteExecutable {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        let inner = self.inner.clone();
+        let mut conn = inner.lock()?;
+        stop.check(|| self.source.label.clone())?;
+        inner.check_quarantine(&self.source.key, &self.source.label)?;
+        inner.ensure_worker(&mut conn)?;
+        if conn.generation != self.generation {
+            self.id = inner.prepare_on_worker(&mut conn, &self.source, stop)?;
+            self.generation = conn.generation;
+        }
+        inner.release_dropped(&mut conn);
+        let slots = write_inputs(&mut conn, inputs)?;
+        let request = Request::Run { id: self.id, inputs: slots };
+        let reply = match inner.call(&mut conn, &request, stop) {
+            Ok(reply) => reply,
+            Err(Failure::Engine(e)) => return Err(e),
+            Err(Failure::Died(cause)) => {
+                return Err(inner.crashed(&self.source.key, &self.source.label, cause, stop));
+            }
+        };
+        let Reply::Ran { outputs, timings, facts } = reply else {
+            return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
+        };
+        conn.consecutive_crashes = 0;
+        let outputs = read_outputs(&mut conn, &outputs)?;
+        inner.recycle_if_bloated(&mut conn);
+        Ok(Execution { outputs, timings, facts })
+    }
+}
+
+fn shm_error(e: std::io::Error) -> EngineError {
+    EngineError::Other(format!("worker shared memory: {e}"))
+}
+
+fn write_inputs(conn: &mut Conn, inputs: &[Tensor]) -> Result<Vec<Slot>, EngineError> {
+    let worker = conn.worker.as_mut().expect("prepared on it");
+    if let Some(i) = inputs.iter().position(|t| matches!(t.data(), TensorData::Table(_))) {
+        return Err(EngineError::Input {
+            name: format!("#{i}"),
+            message: "a table cannot cross to a worker process".into(),
+        });
+    }
+    worker.region.put_all(0, inputs).map_err(shm_error)
+}
+
+fn read_outputs(conn: &mut Conn, slots: &[Slot]) -> Result<Vec<Tensor>, EngineError> {
+    let worker = conn.worker.as_mut().expect("ran on it");
+    worker.region.remap().map_err(shm_error)?;
+    slots.iter().map(|s| worker.region.get(s).map_err(EngineError::Other)).collect()
+}
