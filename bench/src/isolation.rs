@@ -29,18 +29,28 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
         }
     }
     let mut times = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    // The engine's own time per run (its `ort.run_us` fact), to tell the crossing's cost
+    // from a difference in the engine's compute.
+    let mut engine = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
     for _ in 0..reps {
-        for (exe, t) in exes.iter_mut().zip(&mut times) {
+        for ((exe, t), e) in exes.iter_mut().zip(&mut times).zip(&mut engine) {
             let at = Instant::now();
             let out = exe.run(&inputs)?;
             t.push(at.elapsed().as_secs_f64() * 1e6);
+            let run_us = out.facts.iter().find(|f| f.key == "ort.run_us");
+            e.push(run_us.and_then(|f| f.value.parse().ok()).unwrap_or(f64::NAN));
             drop(out);
         }
     }
-    for t in &mut times {
+    for t in times.iter_mut().chain(&mut engine) {
         t.sort_by(f64::total_cmp);
     }
     let (inproc, isolated) = (times[0][reps / 2], times[1][reps / 2]);
+    eprintln!(
+        "ort.run_us, median: in-process {:.1}, in the worker {:.1}",
+        engine[0][reps / 2],
+        engine[1][reps / 2]
+    );
     // Restart after a crash: kill the worker, then time the next call (new worker, the
     // executable prepared again there, the run).
     let pid = worker.worker_pid().context("the worker runs")?;

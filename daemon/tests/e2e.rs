@@ -516,7 +516,12 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     let d = Daemon::start(
         &dir.path().join("var"),
         &repo().join("policies/examples"),
-        &[("XPU_ENGINES__CPU__ISOLATION", "process"), ("XPU_ISOLATION__INJECT_FAULTS", "true")],
+        &[
+            ("XPU_ENGINES__CPU__ISOLATION", "process"),
+            ("XPU_ISOLATION__INJECT_FAULTS", "true"),
+            // A debug worker holds ~55 MiB; one 64 MiB leak takes it past this.
+            ("XPU_ISOLATION__MAX_RSS_MB", "100"),
+        ],
     );
     let a = agent();
     let url = d.url.clone();
@@ -602,12 +607,19 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["error"].as_str().unwrap().contains("quarantined"), "{v}");
     ok(9);
+    // A leak: the job succeeds, and its bloated worker is replaced after it.
+    let before = worker_pids(d.child.id(), "cpu");
+    let v = submit(&job(10, -1004.0, None));
+    assert_eq!(v["status"], "succeeded", "{v}");
+    ok(11);
+    assert_ne!(worker_pids(d.child.id(), "cpu"), before, "the leaking worker was replaced");
     // Metrics count the restarts by cause and the jobs they cost.
     let restarts = |cause: &str| {
         metric(&url, &format!("xpu_worker_restarts_total{{cause=\"{cause}\",engine=\"cpu\"}}"))
     };
     assert_eq!(restarts("SIGSEGV"), 1 + 1 + 3, "in-worker, from outside, quarantined program");
     assert_eq!((restarts("SIGABRT"), restarts("SIGKILL"), restarts("timeout")), (1, 1, 1));
+    assert_eq!(restarts("memory"), 1);
     assert_eq!(metric(&url, "xpu_worker_crashed_jobs_total{engine=\"cpu\"}"), 3 + 2 + 3);
     assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 1);
     // Every acknowledged run is stored and explains.
@@ -617,7 +629,7 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     }
     eprintln!(
         "worker crash test: 9 crashes (SIGSEGV, SIGABRT, exit, SIGKILL and SIGSEGV from \
-         outside, timeout, 3 before quarantine), {} runs acknowledged, 0 lost",
+         outside, timeout, 3 before quarantine), 1 leak recycled, {} runs acknowledged, 0 lost",
         acknowledged.len()
     );
 }

@@ -367,14 +367,20 @@ impl TensorData {
                 width
             ));
         }
+        // On a little-endian machine the bytes are the elements: one copy into a typed
+        // vector (what a worker process's shared memory is read with), not a loop over them.
         macro_rules! de {
             ($t:ty, $variant:ident) => {
-                TensorData::$variant(
+                TensorData::$variant(if cfg!(target_endian = "little") {
+                    let mut v = vec![<$t>::default(); bytes.len() / width];
+                    bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
+                    v
+                } else {
                     bytes
                         .chunks_exact(width)
                         .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
-                        .collect(),
-                )
+                        .collect()
+                })
             };
         }
         Ok(match dtype {

@@ -101,7 +101,6 @@ fn run(
     inject_faults: bool,
 ) -> Result<Reply, WireError> {
     let io = |e: std::io::Error| WireError::Other(format!("shared memory: {e}"));
-    region.remap().map_err(io)?;
     let tensors = inputs
         .iter()
         .enumerate()

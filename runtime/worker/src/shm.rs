@@ -47,6 +47,10 @@ impl Region {
         Region { file, map: None }
     }
 
+    fn mapped(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.len())
+    }
+
     pub fn raw_fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
@@ -58,6 +62,10 @@ impl Region {
     /// Makes at least `len` bytes writable: grows the file (doubling, so a workload's sizes
     /// settle after a few calls) and maps whatever length the file now has.
     pub fn reserve(&mut self, len: usize) -> io::Result<()> {
+        if self.mapped() >= len {
+            // The mapping never outruns the file: no system call on the common path.
+            return Ok(());
+        }
         let have = self.file_len()?;
         if have < len {
             let grown = len.max(have.saturating_mul(2)).max(1 << 16);
@@ -108,8 +116,12 @@ impl Region {
         Ok(slots)
     }
 
-    /// The tensor a slot describes (copied out of the region).
-    pub fn get(&self, slot: &Slot) -> Result<Tensor, String> {
+    /// The tensor a slot describes (copied out of the region), mapping what the other side
+    /// grew the file to if the slot lies past this side's mapping.
+    pub fn get(&mut self, slot: &Slot) -> Result<Tensor, String> {
+        if slot.offset.saturating_add(slot.len) > self.mapped() {
+            self.remap().map_err(|e| e.to_string())?;
+        }
         let bytes = self.bytes(slot.offset, slot.len).map_err(|e| e.to_string())?;
         let data = TensorData::from_le_bytes(slot.dtype, bytes)?;
         Tensor::new(slot.shape.clone(), data).map_err(|e| e.to_string())
