@@ -91,7 +91,7 @@ impl TensorType {
 
     /// Element count when static (and representable).
     pub fn numel(&self) -> Option<usize> {
-        self.static_shape()?.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        checked_numel(&self.static_shape()?)
     }
 
     /// Whether a value of type `other` may flow where `self` is declared.
@@ -124,4 +124,10 @@ impl fmt::Display for TensorType {
         }
         f.write_str("]")
     }
+}
+
+/// The element count of a shape; `None` when it does not fit in `usize` (a shape from
+/// untrusted input must not wrap around to a small count).
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }

@@ -434,7 +434,7 @@ pub struct ShapeMismatch {
 
 impl Tensor {
     pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Tensor, ShapeMismatch> {
-        let need = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let need = crate::shape::checked_numel(&shape);
         if need != Some(data.len()) {
             return Err(ShapeMismatch { shape, len: data.len(), need });
         }
@@ -519,7 +519,7 @@ impl Tensor {
 
     /// Same data, new shape (element counts must agree).
     pub fn reshaped(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
-        let need = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let need = crate::shape::checked_numel(&shape);
         if need != Some(self.data.len()) {
             return Err(ShapeMismatch { shape, len: self.data.len(), need });
         }

@@ -66,8 +66,7 @@ pub fn read_bytes(name: &str, ext: &str, bytes: &[u8]) -> Result<(Option<String>
 /// or bool), `shape` and the row-major numbers. Numbers are converted as numpy's `astype`
 /// does (saturating for integers, non-zero for bool).
 pub fn from_literal(dtype: Option<&str>, shape: &[usize], data: &[f64]) -> Result<Tensor> {
-    let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    match n {
+    match xpu_ir::shape::checked_numel(shape) {
         None => bail!("shape {shape:?} holds more values than can be addressed"),
         Some(n) if n != data.len() => {
             bail!("shape {shape:?} holds {n} values, data has {}", data.len())

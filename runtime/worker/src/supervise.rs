@@ -79,7 +79,9 @@ struct Worker {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     region: Region,
-    generation: u64,
+    /// `/proc/<pid>/statm`, open while the worker lives: its resident size is read after
+    /// every run with one `pread`, not an open, read and close.
+    statm: Option<std::fs::File>,
 }
 
 impl Drop for Worker {
@@ -175,11 +177,7 @@ impl Inner {
         {
             conn.worker = None;
             conn.to_release.clear();
-            let cause = describe(status);
-            with_stats(&self.name, |s| {
-                *s.restarts.entry(cause).or_default() += 1;
-                s.alive = false;
-            });
+            self.ended(describe(status));
         }
         if conn.worker.is_some() {
             return Ok(());
@@ -217,7 +215,6 @@ impl Inner {
             }
         };
         conn.generation += 1;
-        worker.generation = conn.generation;
         if let Ok(mut h) = self.hello.lock() {
             *h = Some(Arc::new(hello));
         }
@@ -264,12 +261,13 @@ impl Inner {
         }
         let child = spawn_on_keeper(cmd)?;
         drop(child_end);
+        let statm = std::fs::File::open(format!("/proc/{}/statm", child.id())).ok();
         Ok(Worker {
             child,
             reader: BufReader::new(parent.try_clone()?),
             writer: parent,
             region,
-            generation: 0,
+            statm,
         })
     }
 
@@ -301,10 +299,7 @@ impl Inner {
                 };
                 conn.consecutive_crashes += 1;
                 conn.last_crash = Some(Instant::now());
-                with_stats(&self.name, |s| {
-                    *s.restarts.entry(cause.clone()).or_default() += 1;
-                    s.alive = false;
-                });
+                self.ended(cause.clone());
                 Err(Failure::Died(cause))
             }
         }
@@ -369,20 +364,31 @@ impl Inner {
 
     /// Replaces a worker whose memory is past the limit (after a run, between jobs).
     fn recycle_if_bloated(&self, conn: &mut Conn) {
+        use std::os::unix::fs::FileExt;
         let limit = self.setup.max_rss_bytes;
-        let Some(worker) = conn.worker.as_ref().filter(|_| limit > 0) else { return };
-        let rss = std::fs::read_to_string(format!("/proc/{}/statm", worker.child.id()))
+        let Some(statm) = conn.worker.as_ref().and_then(|w| w.statm.as_ref()) else { return };
+        if limit == 0 {
+            return;
+        }
+        let mut buf = [0u8; 128];
+        let n = statm.read_at(&mut buf, 0).unwrap_or(0);
+        let rss = std::str::from_utf8(&buf[..n])
             .ok()
             .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
             // SAFETY: sysconf only reads a configuration value.
             .map(|pages| pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64);
         if rss.is_some_and(|rss| rss > limit) {
             conn.worker = None;
-            with_stats(&self.name, |s| {
-                *s.restarts.entry("memory".into()).or_default() += 1;
-                s.alive = false;
-            });
+            self.ended("memory".into());
         }
+    }
+
+    /// Counts a worker that ended other than by this process closing it.
+    fn ended(&self, cause: String) {
+        with_stats(&self.name, |s| {
+            *s.restarts.entry(cause).or_default() += 1;
+            s.alive = false;
+        });
     }
 }
 
