@@ -10,6 +10,9 @@
 #   make gpu-check-binary / gpu-check   the cuda engine's check on a GPU machine (build here,
 #                run there: docs/engines.md)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
+#   make soak    a bounded soak of a release xpud on loopback: mixed jobs, cancels, SIGHUPs,
+#                worker kills (SOAK_MINUTES, default 5; docs/soak.md); `make test` runs 30 s
+#                of it on the test build
 #   make fuzz    every parser's fuzz target for FUZZ_SECONDS each (default 300; docs/fuzzing.md);
 #                `make test` runs each for FUZZ_CI_SECONDS (15) so a parser regression fails CI
 
@@ -35,7 +38,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache
+.PHONY: soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
@@ -91,6 +94,18 @@ test: setup lint
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
 	fuzz/run.sh $(FUZZ_CI_SECONDS)
+	mkdir -p .cache
+	$(PY) tools/soak/soak.py --minutes 0.5 --warmup 10 --kill-every 10 --hup-every 5 \
+	  --xpud $(XPUD) --out .cache/soak-ci --no-rss-bar > .cache/soak-ci.log 2>&1 || \
+	  { tail -60 .cache/soak-ci.log; exit 1; }
+	@grep -m1 "^- requests" .cache/soak-ci.log
+
+# A bounded soak (docs/soak.md) of the release xpud: SOAK_MINUTES (default 5); the report goes
+# to .cache/soak/report.md.
+SOAK_MINUTES ?= 5
+soak: setup
+	cargo build -q --release --locked --workspace --bins
+	$(PY) tools/soak/soak.py --minutes $(SOAK_MINUTES)
 
 # Every fuzz target (or FUZZ_TARGETS="npy policy") for FUZZ_SECONDS each.
 fuzz: setup-fuzz

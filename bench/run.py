@@ -742,7 +742,7 @@ def bench_isolation(rows, mlp):
     for batch, reps in ((1, 2000), (64, 500)):
         best = None
         for _ in range(ROUNDS):
-            out = subprocess.run([BENCH_BIN, "isolation", mlp, batch, reps, THREADS], check=True,
+            out = subprocess.run([BENCH_BIN, "isolation", mlp, str(batch), str(reps), str(THREADS)], check=True,
                                  capture_output=True, text=True).stdout.strip()
             m = re.search(r"in-process ([0-9.]+) µs, worker ([0-9.]+) µs", out)
             inproc, worker = float(m.group(1)), float(m.group(2))
@@ -753,6 +753,10 @@ def bench_isolation(rows, mlp):
         bar_ok = over_us <= 50 if batch == 1 else over_pct <= 5
         ok = ok and bar_ok
         print(f"  {line}  ({'bar ≤ 50 µs' if batch == 1 else 'bar ≤ 5%'}: {'ok' if bar_ok else 'MISSED'})")
+        # The floor under it: one bare socket round trip around the same work on each side.
+        floor = subprocess.run([BENCH_BIN, "ipc-floor", f"{inproc:.0f}", "1000"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        print(f"    {floor}")
         rows.append(("ort worker overhead", f"MLP batch {batch}", "ort", worker, inproc, inproc / worker))
     return ok
 

@@ -71,3 +71,47 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
     );
     Ok(())
 }
+
+/// `xpu-bench ipc-floor WORK_US REPS`: what one blocking round trip over a Unix socket costs
+/// on this machine when each side works `WORK_US` between messages, as the caller and an
+/// engine's worker do — the floor under the worker's overhead, whatever the protocol. Two
+/// threads, not processes: a wake-up of a sleeping thread costs the same (on a VM, an idle
+/// vCPU is halted and the host must reschedule it), without a second program to start.
+pub fn floor(work_us: f64, reps: usize) -> Result<()> {
+    use std::io::{Read, Write};
+    let (mut caller, mut worker) = std::os::unix::net::UnixStream::pair()?;
+    let work = std::time::Duration::from_secs_f64(work_us / 1e6);
+    let spin = move || {
+        let until = Instant::now() + work;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    };
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut byte = [0u8; 1];
+        while worker.read(&mut byte)? == 1 {
+            spin();
+            worker.write_all(&byte)?;
+        }
+        Ok(())
+    });
+    let mut times = Vec::with_capacity(reps);
+    let mut byte = [0u8; 1];
+    for _ in 0..reps {
+        let at = Instant::now();
+        caller.write_all(&byte)?;
+        caller.read_exact(&mut byte)?;
+        times.push((at.elapsed().as_secs_f64() * 1e6 - work_us).max(0.0));
+        spin();
+    }
+    drop(caller);
+    echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+    times.sort_by(f64::total_cmp);
+    println!(
+        "ipc floor: a socket round trip with {work_us:.0} µs of work on each side costs {:.1} µs \
+         (median of {reps}; p90 {:.1})",
+        times[reps / 2],
+        times[reps * 9 / 10]
+    );
+    Ok(())
+}

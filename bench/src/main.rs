@@ -170,6 +170,11 @@ fn main() -> Result<()> {
         let threads: u32 = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(1);
         return isolation::run(path, batch, reps, threads);
     }
+    if args.get(1).map(String::as_str) == Some("ipc-floor") {
+        let work_us: f64 = args.get(2).context("ipc-floor WORK_US")?.parse()?;
+        let reps: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
+        return isolation::floor(work_us, reps.max(1));
+    }
     if args.get(1).map(String::as_str) == Some("daemon") {
         let url = args.get(2).context("daemon URL")?;
         let concurrency: usize = args.get(3).context("daemon CONCURRENCY")?.parse()?;

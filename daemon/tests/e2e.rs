@@ -675,30 +675,63 @@ fn killing_the_ort_worker_mid_model_costs_that_job_only() {
     };
     let (s, first) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
     assert_eq!((s, first["status"].as_str()), (200, Some("succeeded")), "{first}");
-    let (s, v) = post(&a, &format!("{url}/v1/jobs"), &body(false)).unwrap();
-    assert_eq!(s, 202, "{v}");
-    let id = v["run_id"].as_str().unwrap().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    while get(&a, &format!("{url}/v1/runs/{id}")).1["status"] != "running" {
-        assert!(Instant::now() < until, "the job starts");
-        std::thread::sleep(Duration::from_millis(10));
+    // The inventory asked every isolated engine's worker what it can do; a worker whose
+    // engine cannot run here (cuda without a GPU) answered and was closed, not kept.
+    let engines = get(&a, &format!("{url}/v1/engines")).1;
+    for e in engines["engines"].as_array().unwrap() {
+        let name = e["engine"].as_str().unwrap();
+        if ["ort", "openvino", "llvm", "cuda"].contains(&name) {
+            let available = e["availability"]["status"] == "available";
+            let alive = worker_pids(d.child.id(), name).len();
+            assert_eq!(alive, usize::from(available), "{name} workers ({e})");
+        }
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // Submits the model without waiting; returns its id once it has run for a moment.
+    let start_running = || {
+        let (s, v) = post(&a, &format!("{url}/v1/jobs"), &body(false)).unwrap();
+        assert_eq!(s, 202, "{v}");
+        let id = v["run_id"].as_str().unwrap().to_string();
+        let until = Instant::now() + Duration::from_secs(60);
+        while get(&a, &format!("{url}/v1/runs/{id}")).1["status"] != "running" {
+            assert!(Instant::now() < until, "the job starts");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        id
+    };
+    let ended = |id: &str| {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = get(&a, &format!("{url}/v1/runs/{id}")).1;
+            if v["status"] != "running" {
+                return v;
+            }
+            assert!(Instant::now() < until, "the job ends");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let id = start_running();
     let [pid] = worker_pids(d.child.id(), "ort")[..] else { panic!("one ort worker") };
     assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
-    let v = loop {
-        let v = get(&a, &format!("{url}/v1/runs/{id}")).1;
-        if v["status"] != "running" {
-            break v;
-        }
-        assert!(Instant::now() < until, "the job ends with its worker");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let v = ended(&id);
     assert_eq!(v["status"], "failed", "{v}");
     assert!(v["error"].as_str().unwrap().contains("engine ort crashed (SIGKILL)"), "{v}");
     assert_eq!(get(&a, &format!("{url}/healthz")).0, 200);
     let (s, again) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
     assert_eq!((s, again["status"].as_str()), (200, Some("succeeded")), "{again}");
     assert_eq!(again["outputs"][0]["sha256"], first["outputs"][0]["sha256"], "same result");
-    assert_ne!(worker_pids(d.child.id(), "ort"), vec![pid], "a new worker");
+    let workers = worker_pids(d.child.id(), "ort");
+    assert_ne!(workers, vec![pid], "a new worker");
+    // A cancel mid-model reaches the run inside the worker (ORT's terminate): the job ends
+    // cancelled and the worker lives on — no kill, no restart, nothing prepared again.
+    let id = start_running();
+    let status = a.post(&format!("{url}/v1/runs/{id}/cancel")).send_empty().unwrap().status();
+    assert_eq!(status.as_u16(), 202, "accepted: the run stops at its next check");
+    let v = ended(&id);
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(worker_pids(d.child.id(), "ort"), workers, "the same worker");
+    let restarts = "xpu_worker_restarts_total{cause=\"cancelled\",engine=\"ort\"}";
+    assert_eq!(metric(&url, restarts), 0, "no worker restarted for the cancel");
+    let (s, last) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
+    assert_eq!((s, last["status"].as_str()), (200, Some("succeeded")), "{last}");
 }

@@ -21,6 +21,10 @@ pub enum Request {
     Run { id: u64, inputs: Vec<Slot> },
     /// Drops executable `id`.
     Release { id: u64 },
+    /// Sent while a run is in flight (the one request with no reply of its own): stop it as
+    /// a cancel would. The run answers [`WireError::Stopped`]; a worker that does not answer
+    /// within the parent's grace time is killed.
+    Stop,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,11 +57,33 @@ pub struct Slot {
 /// An [`EngineError`] as it crosses the socket (its `&'static str` fields as strings).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WireError {
-    Unavailable { engine: String, reason: String },
-    Unsupported { engine: String, node: String, what: String },
-    Input { name: String, message: String },
-    Kernel { node: String, message: String },
-    MemoryLimit { what: String, needed: u64, limit: u64 },
+    Unavailable {
+        engine: String,
+        reason: String,
+    },
+    Unsupported {
+        engine: String,
+        node: String,
+        what: String,
+    },
+    Input {
+        name: String,
+        message: String,
+    },
+    Kernel {
+        node: String,
+        message: String,
+    },
+    MemoryLimit {
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
+    /// The run stopped at a [`Request::Stop`] before `node`; why it was stopped (cancel or
+    /// deadline) the parent knows.
+    Stopped {
+        node: String,
+    },
     Other(String),
 }
 
@@ -75,6 +101,7 @@ impl From<&EngineError> for WireError {
             EngineError::MemoryLimit { what, needed, limit } => {
                 WireError::MemoryLimit { what, needed, limit }
             }
+            EngineError::Stopped { node, .. } => WireError::Stopped { node },
             other => WireError::Other(other.to_string()),
         }
     }
@@ -93,6 +120,10 @@ impl From<WireError> for EngineError {
             WireError::Kernel { node, message } => EngineError::Kernel { node, message },
             WireError::MemoryLimit { what, needed, limit } => {
                 EngineError::MemoryLimit { what, needed, limit }
+            }
+            // The parent replaces the reason with its own stop token's (supervise.rs).
+            WireError::Stopped { node } => {
+                EngineError::Stopped { node, reason: xpu_engine::StopReason::Cancelled }
             }
             WireError::Other(m) => EngineError::Other(m),
         }

@@ -8,7 +8,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use xpu_engine::{Engine, Executable};
+use xpu_engine::{Engine, Executable, StopToken};
 use xpu_ir::Tensor;
 
 use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
@@ -75,11 +75,11 @@ fn serve(
     socket: UnixStream,
     inject_faults: bool,
 ) -> std::io::Result<()> {
-    let mut reader = BufReader::new(socket.try_clone()?);
+    let requests = read_requests(socket.try_clone()?)?;
     let mut writer = socket;
     let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
-    while let Some(request) = receive::<Request>(&mut reader)? {
-        let reply = match request {
+    while let Ok(request) = requests.incoming.recv() {
+        let reply = match request? {
             Request::Hello => Reply::Hello {
                 version: engine.version(),
                 capabilities: engine.capabilities(),
@@ -97,23 +97,83 @@ fn serve(
             },
             Request::Run { id, inputs } => match executables.get_mut(&id) {
                 None => Reply::Failed(WireError::Other(format!("no executable {id} here"))),
-                Some(exe) => run(exe.as_mut(), &mut region, &inputs, inject_faults)
-                    .unwrap_or_else(Reply::Failed),
+                Some(exe) => {
+                    let stop = requests.start_run();
+                    let reply = run(exe.as_mut(), &mut region, &inputs, &stop, inject_faults)
+                        .unwrap_or_else(Reply::Failed);
+                    // Before the reply: a Stop that crosses it must not reach the next run.
+                    requests.end_run();
+                    reply
+                }
             },
             Request::Release { id } => {
                 executables.remove(&id);
                 Reply::Released
             }
+            // Read by the reader thread; never queued.
+            Request::Stop => continue,
         };
         send(&mut writer, &reply)?;
     }
     Ok(())
 }
 
+/// The requests as the main thread takes them, and the stop token of the run in flight.
+struct Requests {
+    incoming: std::sync::mpsc::Receiver<std::io::Result<Request>>,
+    current: Arc<std::sync::Mutex<StopToken>>,
+}
+
+impl Requests {
+    fn start_run(&self) -> StopToken {
+        let stop = StopToken::new();
+        if let Ok(mut current) = self.current.lock() {
+            *current = stop.clone();
+        }
+        stop
+    }
+
+    fn end_run(&self) {
+        if let Ok(mut current) = self.current.lock() {
+            *current = StopToken::default();
+        }
+    }
+}
+
+/// Reads the parent's requests on their own thread, so a [`Request::Stop`] reaches the run in
+/// flight (it cancels that run's token: the engine stops at its next check, or at once
+/// through its hook: ORT's terminate, DuckDB's interrupt) while the main thread is busy.
+fn read_requests(socket: UnixStream) -> std::io::Result<Requests> {
+    let (tx, incoming) = std::sync::mpsc::channel();
+    let current = Arc::new(std::sync::Mutex::new(StopToken::default()));
+    let stop_target = current.clone();
+    std::thread::Builder::new().name("xpu-worker-requests".into()).spawn(move || {
+        let mut reader = BufReader::new(socket);
+        loop {
+            let request = match receive::<Request>(&mut reader) {
+                Ok(None) => return,
+                Ok(Some(Request::Stop)) => {
+                    let token = stop_target.lock().map(|t| t.clone()).unwrap_or_default();
+                    token.cancel();
+                    continue;
+                }
+                Ok(Some(request)) => Ok(request),
+                Err(e) => Err(e),
+            };
+            let failed = request.is_err();
+            if tx.send(request).is_err() || failed {
+                return;
+            }
+        }
+    })?;
+    Ok(Requests { incoming, current })
+}
+
 fn run(
     exe: &mut dyn Executable,
     region: &mut Region,
     inputs: &[Slot],
+    stop: &StopToken,
     inject_faults: bool,
 ) -> Result<Reply, WireError> {
     let io = |e: std::io::Error| WireError::Other(format!("shared memory: {e}"));
@@ -127,7 +187,7 @@ fn run(
     if inject_faults {
         inject_fault(&tensors);
     }
-    let ran = exe.run(&tensors).map_err(|e| WireError::from(&e))?;
+    let ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
     let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
     let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
     Ok(Reply::Ran { outputs, timings: ran.timings, facts: ran.facts })

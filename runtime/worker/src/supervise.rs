@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use xpu_engine::{
-    Assignment, Availability, Capabilities, Engine, EngineError, Executable, Execution, StopToken,
+    Assignment, Availability, Capabilities, Engine, EngineError, Executable, Execution, StopReason,
+    StopToken,
 };
 use xpu_ir::{Graph, OpClass, Tensor, TensorData};
 
-use crate::protocol::{Reply, Request, Slot, receive, send};
+use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
 use crate::serve::{SHM_FD, SOCKET_FD};
 use crate::shm::Region;
 
@@ -79,6 +80,8 @@ struct Worker {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     region: Region,
+    /// Sends a running request's Stop, and kills the worker that ignores it.
+    control: Control,
     /// `/proc/<pid>/statm`, open while the worker lives: its resident size is read after
     /// every run with one `pread`, not an open, read and close.
     statm: Option<std::fs::File>,
@@ -168,6 +171,24 @@ impl Inner {
         Ok(self.hello.lock().ok().and_then(|h| h.clone()).expect("set by ensure_worker"))
     }
 
+    /// A running worker for a request: started if none runs; an engine that said it is
+    /// unavailable here is refused with its reason.
+    fn ready(&self, conn: &mut Conn) -> Result<(), EngineError> {
+        self.ensure_worker(conn)?;
+        if conn.worker.is_some() {
+            return Ok(());
+        }
+        let hello = self.hello.lock().ok().and_then(|h| h.clone());
+        let reason = match hello.as_ref().map(|h| &h.capabilities.availability) {
+            Some(Availability::Unavailable { reason }) => reason.clone(),
+            Some(Availability::SupportDisabled { feature }) => {
+                format!("built without the `{feature}` feature")
+            }
+            _ => "its worker is not running".to_string(),
+        };
+        Err(EngineError::Unavailable { engine: self.name.clone(), reason })
+    }
+
     /// Starts the worker if none runs, after the backoff its recent crashes call for.
     fn ensure_worker(&self, conn: &mut Conn) -> Result<(), EngineError> {
         // A worker that died between jobs (killed from outside, say) costs no job: it is
@@ -215,15 +236,21 @@ impl Inner {
             }
         };
         conn.generation += 1;
+        // An engine that cannot run here (no GPU, no library) has said so; its worker would
+        // only hold memory. It is closed, its answer kept; a later prepare (which no plan
+        // makes for an unavailable engine) would start one again and get the same refusal.
+        let usable = matches!(hello.capabilities.availability, Availability::Available);
         if let Ok(mut h) = self.hello.lock() {
             *h = Some(Arc::new(hello));
         }
-        conn.worker = Some(worker);
         with_stats(&self.name, |s| {
             s.starts += 1;
-            s.alive = true;
+            s.alive = usable;
             s.last_start = started.elapsed();
         });
+        if usable {
+            conn.worker = Some(worker);
+        }
         Ok(())
     }
 
@@ -265,6 +292,7 @@ impl Inner {
         Ok(Worker {
             child,
             reader: BufReader::new(parent.try_clone()?),
+            control: Control::new(parent.try_clone()?),
             writer: parent,
             region,
             statm,
@@ -274,17 +302,16 @@ impl Inner {
     /// Sends `request` and waits for the reply; the worker is killed if `stop` fires first.
     fn call(&self, conn: &mut Conn, request: &Request, stop: &StopToken) -> Result<Reply, Failure> {
         let worker = conn.worker.as_mut().expect("ensure_worker ran");
-        let pid = worker.child.id() as libc::pid_t;
-        let answered = {
-            // The worker stays our unreaped child while the guard lives, so the pid cannot
-            // be another process's when the hook fires.
-            // SAFETY: kill sends a signal to our own child process.
-            let _guard = stop.on_stop(move || unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            });
-            send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader))
-        };
+        let answered = send(&mut worker.writer, request).and_then(|()| {
+            // Only once the request is whole on the socket may a Stop follow it.
+            let _stopping = worker.control.watch(worker.child.id() as libc::pid_t, stop);
+            receive::<Reply>(&mut worker.reader)
+        });
         match answered {
+            Ok(Some(Reply::Failed(WireError::Stopped { node }))) => {
+                let reason = stop.reason().unwrap_or(StopReason::Cancelled);
+                Err(Failure::Engine(EngineError::Stopped { node, reason }))
+            }
             Ok(Some(Reply::Failed(e))) => Err(Failure::Engine(e.into())),
             Ok(Some(reply)) => Ok(reply),
             Ok(None) | Err(_) => {
@@ -292,8 +319,8 @@ impl Inner {
                 drop(worker.writer.shutdown(std::net::Shutdown::Both));
                 let status = worker.child.wait();
                 let cause = match (stop.reason(), status) {
-                    (Some(xpu_engine::StopReason::Cancelled), _) => "cancelled".to_string(),
-                    (Some(xpu_engine::StopReason::DeadlinePassed), _) => "timeout".to_string(),
+                    (Some(StopReason::Cancelled), _) => "cancelled".to_string(),
+                    (Some(StopReason::DeadlinePassed), _) => "timeout".to_string(),
                     (None, Ok(s)) => describe(s),
                     (None, Err(e)) => format!("lost: {e}"),
                 };
@@ -346,7 +373,7 @@ impl Inner {
         stop: &StopToken,
     ) -> Result<u64, EngineError> {
         self.check_quarantine(&exe.key, &exe.label)?;
-        self.ensure_worker(conn)?;
+        self.ready(conn)?;
         self.release_dropped(conn);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request::Prepare {
@@ -389,6 +416,86 @@ impl Inner {
             *s.restarts.entry(cause).or_default() += 1;
             s.alive = false;
         });
+    }
+}
+
+/// How long a worker told to stop may take to answer before it is killed: engines stop at
+/// their next check or at once through a hook (ORT's terminate, DuckDB's interrupt), but a
+/// single long kernel of generated code is never split.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// The second writer on a worker's socket: a stop (a cancel, a deadline) fires on another
+/// thread while the caller waits for the reply, and sends [`Request::Stop`] from there.
+/// Writes are under the lock and only while a request is in flight (the caller's request is
+/// whole on the socket by then and its next one waits for the guard), so frames never
+/// interleave.
+struct Control {
+    state: Arc<Mutex<ControlState>>,
+}
+
+struct ControlState {
+    stream: UnixStream,
+    /// The request in flight (a sequence number) and the worker's pid.
+    in_flight: Option<(u64, libc::pid_t)>,
+    sequence: u64,
+}
+
+/// Ends the watch of one request when dropped.
+struct Watch {
+    state: Arc<Mutex<ControlState>>,
+    _hook: Option<xpu_engine::HookGuard>,
+}
+
+impl Control {
+    fn new(stream: UnixStream) -> Control {
+        Control {
+            state: Arc::new(Mutex::new(ControlState { stream, in_flight: None, sequence: 0 })),
+        }
+    }
+
+    /// Until the returned guard drops, a stop of `stop` sends the worker a Stop, and kills
+    /// it if the request is still in flight [`STOP_GRACE`] later.
+    fn watch(&self, pid: libc::pid_t, stop: &StopToken) -> Watch {
+        if stop.is_inert() {
+            return Watch { state: self.state.clone(), _hook: None };
+        }
+        let sequence = match self.state.lock() {
+            Ok(mut s) => {
+                s.sequence += 1;
+                s.in_flight = Some((s.sequence, pid));
+                s.sequence
+            }
+            Err(_) => return Watch { state: self.state.clone(), _hook: None },
+        };
+        let state = self.state.clone();
+        let hook = stop.on_stop(move || {
+            let Ok(mut s) = state.lock() else { return };
+            if s.in_flight != Some((sequence, pid)) {
+                return;
+            }
+            let _ = send(&mut s.stream, &Request::Stop);
+            let state = state.clone();
+            let _ = std::thread::Builder::new().name("xpu-worker-stop".into()).spawn(move || {
+                std::thread::sleep(STOP_GRACE);
+                if let Ok(s) = state.lock()
+                    && s.in_flight == Some((sequence, pid))
+                {
+                    // The worker stays our unreaped child while its request is in flight
+                    // (it is reaped only after the watch ends), so the pid is still its.
+                    // SAFETY: kill sends a signal to our own child process.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            });
+        });
+        Watch { state: self.state.clone(), _hook: Some(hook) }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.in_flight = None;
+        }
     }
 }
 
@@ -551,7 +658,7 @@ impl Executable for RemoteExecutable {
         let mut conn = inner.lock()?;
         stop.check(|| self.source.label.clone())?;
         inner.check_quarantine(&self.source.key, &self.source.label)?;
-        inner.ensure_worker(&mut conn)?;
+        inner.ready(&mut conn)?;
         if conn.generation != self.generation {
             self.id = inner.prepare_on_worker(&mut conn, &self.source, stop)?;
             self.generation = conn.generation;
