@@ -17,14 +17,22 @@ pub enum Request {
     Hello,
     /// Prepares a partition (SGR-ML JSON) under its assignment as executable `id`.
     Prepare { id: u64, partition: String, assignment: Assignment },
-    /// Runs executable `id` on the inputs in shared memory.
-    Run { id: u64, inputs: Vec<Slot> },
+    /// Runs executable `id` on the inputs in shared memory; `run` numbers it (from 1) for a
+    /// [`Control::Stop`].
+    Run { id: u64, run: u64, inputs: Vec<Slot> },
     /// Drops executable `id`.
     Release { id: u64 },
-    /// Sent while a run is in flight (the one request with no reply of its own): stop it as
-    /// a cancel would. The run answers [`WireError::Stopped`]; a worker that does not answer
-    /// within the parent's grace time is killed.
-    Stop,
+}
+
+/// What the parent sends on the control socket (no reply), read by a thread of its own in
+/// the worker so it reaches a run in flight; requests stay on the main socket, read by the
+/// thread that serves them (no hand-off between threads on the common path).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Control {
+    /// Stop run number `run` as a cancel would, if it is the one in flight (a Stop that
+    /// crossed its run's reply is ignored). The run answers [`WireError::Stopped`]; a worker
+    /// that does not answer within the parent's grace time is killed.
+    Stop { run: u64 },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -79,7 +87,7 @@ pub enum WireError {
         needed: u64,
         limit: u64,
     },
-    /// The run stopped at a [`Request::Stop`] before `node`; why it was stopped (cancel or
+    /// The run stopped at a [`Control::Stop`] before `node`; why it was stopped (cancel or
     /// deadline) the parent knows.
     Stopped {
         node: String,

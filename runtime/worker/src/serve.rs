@@ -11,12 +11,13 @@ use std::sync::Arc;
 use xpu_engine::{Engine, Executable, StopToken};
 use xpu_ir::Tensor;
 
-use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
+use crate::protocol::{Control, Reply, Request, Slot, WireError, receive, send};
 use crate::shm::{Region, align};
 
 /// The file descriptors a worker inherits: the shared memory and the socket.
 pub(crate) const SHM_FD: i32 = 3;
 pub(crate) const SOCKET_FD: i32 = 4;
+pub(crate) const CONTROL_FD: i32 = 5;
 
 /// With fault injection on (tests only: `WorkerSetup::inject_faults`), a run with an f32
 /// (or f64) input whose first element is one of these values does that instead of running: how the
@@ -41,11 +42,23 @@ pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool) -> i32 {
         libc::signal(libc::SIGBUS, libc::SIG_DFL);
     }
     keep_freed_memory();
-    // SAFETY: the parent placed the memfd at SHM_FD and the socket at SOCKET_FD before exec
-    // (supervise.rs); nothing else in this process owns them.
-    let (region, socket) =
-        unsafe { (Region::inherited(SHM_FD), UnixStream::from_raw_fd(SOCKET_FD)) };
-    match serve(engine.as_ref(), region, socket, inject_faults) {
+    // SAFETY: the parent placed the memfd at SHM_FD, the socket at SOCKET_FD and the control
+    // socket at CONTROL_FD before exec (supervise.rs); nothing else in this process owns them.
+    let (region, socket, control) = unsafe {
+        (
+            Region::inherited(SHM_FD),
+            UnixStream::from_raw_fd(SOCKET_FD),
+            UnixStream::from_raw_fd(CONTROL_FD),
+        )
+    };
+    let in_flight = match watch_control(control) {
+        Ok(in_flight) => in_flight,
+        Err(e) => {
+            eprintln!("xpu-worker ({}): control thread: {e}", engine.name());
+            return 1;
+        }
+    };
+    match serve(engine.as_ref(), region, socket, &in_flight, inject_faults) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("xpu-worker ({}): {e}", engine.name());
@@ -73,13 +86,14 @@ fn serve(
     engine: &dyn Engine,
     mut region: Region,
     socket: UnixStream,
+    in_flight: &InFlight,
     inject_faults: bool,
 ) -> std::io::Result<()> {
-    let requests = read_requests(socket.try_clone()?)?;
+    let mut reader = BufReader::new(socket.try_clone()?);
     let mut writer = socket;
     let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
-    while let Ok(request) = requests.incoming.recv() {
-        let reply = match request? {
+    while let Some(request) = receive::<Request>(&mut reader)? {
+        let reply = match request {
             Request::Hello => Reply::Hello {
                 version: engine.version(),
                 capabilities: engine.capabilities(),
@@ -95,14 +109,13 @@ fn serve(
                     Err(e) => Reply::Failed((&e).into()),
                 },
             },
-            Request::Run { id, inputs } => match executables.get_mut(&id) {
+            Request::Run { id, run: number, inputs } => match executables.get_mut(&id) {
                 None => Reply::Failed(WireError::Other(format!("no executable {id} here"))),
                 Some(exe) => {
-                    let stop = requests.start_run();
+                    let stop = in_flight.start(number);
                     let reply = run(exe.as_mut(), &mut region, &inputs, &stop, inject_faults)
                         .unwrap_or_else(Reply::Failed);
-                    // Before the reply: a Stop that crosses it must not reach the next run.
-                    requests.end_run();
+                    in_flight.end();
                     reply
                 }
             },
@@ -110,63 +123,71 @@ fn serve(
                 executables.remove(&id);
                 Reply::Released
             }
-            // Read by the reader thread; never queued.
-            Request::Stop => continue,
         };
         send(&mut writer, &reply)?;
     }
     Ok(())
 }
 
-/// The requests as the main thread takes them, and the stop token of the run in flight.
-struct Requests {
-    incoming: std::sync::mpsc::Receiver<std::io::Result<Request>>,
-    current: Arc<std::sync::Mutex<StopToken>>,
+/// The run in flight (its number) and its stop token, shared with the control thread.
+#[derive(Clone, Default)]
+struct InFlight(Arc<std::sync::Mutex<RunState>>);
+
+#[derive(Default)]
+struct RunState {
+    run: u64,
+    stop: StopToken,
+    /// A Stop for a run not started yet (it overtook its request, which travels on the
+    /// other socket): that run starts stopped.
+    stop_ahead: u64,
 }
 
-impl Requests {
-    fn start_run(&self) -> StopToken {
+impl InFlight {
+    fn start(&self, run: u64) -> StopToken {
         let stop = StopToken::new();
-        if let Ok(mut current) = self.current.lock() {
-            *current = stop.clone();
+        if let Ok(mut s) = self.0.lock() {
+            if s.stop_ahead == run {
+                stop.cancel();
+            }
+            *s = RunState { run, stop: stop.clone(), stop_ahead: s.stop_ahead };
         }
         stop
     }
 
-    fn end_run(&self) {
-        if let Ok(mut current) = self.current.lock() {
-            *current = StopToken::default();
+    fn end(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.stop = StopToken::default();
         }
+    }
+
+    fn stop(&self, run: u64) {
+        let token = match self.0.lock() {
+            Ok(s) if s.run == run => s.stop.clone(),
+            Ok(mut s) if run > s.run => {
+                s.stop_ahead = run;
+                return;
+            }
+            // A Stop that crossed its run's reply.
+            _ => return,
+        };
+        // Cancelled outside the lock: the engine's hooks (ORT's terminate) run here.
+        token.cancel();
     }
 }
 
-/// Reads the parent's requests on their own thread, so a [`Request::Stop`] reaches the run in
-/// flight (it cancels that run's token: the engine stops at its next check, or at once
-/// through its hook: ORT's terminate, DuckDB's interrupt) while the main thread is busy.
-fn read_requests(socket: UnixStream) -> std::io::Result<Requests> {
-    let (tx, incoming) = std::sync::mpsc::channel();
-    let current = Arc::new(std::sync::Mutex::new(StopToken::default()));
-    let stop_target = current.clone();
-    std::thread::Builder::new().name("xpu-worker-requests".into()).spawn(move || {
-        let mut reader = BufReader::new(socket);
-        loop {
-            let request = match receive::<Request>(&mut reader) {
-                Ok(None) => return,
-                Ok(Some(Request::Stop)) => {
-                    let token = stop_target.lock().map(|t| t.clone()).unwrap_or_default();
-                    token.cancel();
-                    continue;
-                }
-                Ok(Some(request)) => Ok(request),
-                Err(e) => Err(e),
-            };
-            let failed = request.is_err();
-            if tx.send(request).is_err() || failed {
-                return;
-            }
+/// Reads the control socket on its own thread: a [`Control::Stop`] cancels the token of the
+/// run in flight if it is the run named, so the engine stops at its next check, or at once
+/// through its hook (ORT's terminate, DuckDB's interrupt), while the main thread is busy.
+fn watch_control(control: UnixStream) -> std::io::Result<InFlight> {
+    let in_flight = InFlight::default();
+    let target = in_flight.clone();
+    std::thread::Builder::new().name("xpu-worker-control".into()).spawn(move || {
+        let mut reader = BufReader::new(control);
+        while let Ok(Some(Control::Stop { run })) = receive::<Control>(&mut reader) {
+            target.stop(run);
         }
     })?;
-    Ok(Requests { incoming, current })
+    Ok(in_flight)
 }
 
 fn run(
@@ -219,5 +240,27 @@ fn inject_fault(inputs: &[Tensor]) {
             std::mem::forget(vec![1u8; 64 << 20]);
         }
         _ => std::process::exit(3),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InFlight;
+
+    #[test]
+    fn a_stop_reaches_its_run_only() {
+        let runs = InFlight::default();
+        let first = runs.start(1);
+        runs.stop(1);
+        assert!(first.is_cancelled(), "the run in flight stops");
+        runs.end();
+        let second = runs.start(2);
+        runs.stop(1);
+        assert!(!second.is_cancelled(), "a Stop that crossed its run's reply is ignored");
+        runs.end();
+        runs.stop(3);
+        assert!(runs.start(3).is_cancelled(), "a Stop that overtook its run stops it at start");
+        runs.end();
+        assert!(!runs.start(4).is_cancelled(), "and only that run");
     }
 }

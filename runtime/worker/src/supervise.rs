@@ -20,8 +20,8 @@ use xpu_engine::{
 };
 use xpu_ir::{Graph, OpClass, Tensor, TensorData};
 
-use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
-use crate::serve::{SHM_FD, SOCKET_FD};
+use crate::protocol::{Control, Reply, Request, Slot, WireError, receive, send};
+use crate::serve::{CONTROL_FD, SHM_FD, SOCKET_FD};
 use crate::shm::Region;
 
 /// A partition that crashed its worker this many times is refused.
@@ -81,7 +81,9 @@ struct Worker {
     writer: UnixStream,
     region: Region,
     /// Sends a running request's Stop, and kills the worker that ignores it.
-    control: Control,
+    stopper: Stopper,
+    /// Runs sent so far (the number of the next is one more).
+    runs: u64,
     /// `/proc/<pid>/statm`, open while the worker lives: its resident size is read after
     /// every run with one `pread`, not an open, read and close.
     statm: Option<std::fs::File>,
@@ -257,6 +259,7 @@ impl Inner {
     fn spawn(&self) -> std::io::Result<Worker> {
         let region = Region::create()?;
         let (parent, child_end) = UnixStream::pair()?;
+        let (control, child_control) = UnixStream::pair()?;
         let mut cmd = Command::new(&self.setup.program);
         cmd.arg("--engine").arg(&self.name).args(&self.setup.args);
         if self.setup.inject_faults {
@@ -265,18 +268,25 @@ impl Inner {
         // The worker's stdout is not the user's: engines that print go to stderr.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
-        let (shm, sock) = (region.raw_fd(), child_end.as_raw_fd());
-        // SAFETY: the closure runs in the forked child before exec and calls only fcntl and
-        // dup2, which are async-signal-safe. Both descriptors are first moved above the
-        // targets so that placing one cannot close the other; dup2 clears close-on-exec.
+        let fds = [
+            (region.raw_fd(), SHM_FD),
+            (child_end.as_raw_fd(), SOCKET_FD),
+            (child_control.as_raw_fd(), CONTROL_FD),
+        ];
+        // SAFETY: the closure runs in the forked child before exec and calls only fcntl,
+        // dup2 and prctl, which are async-signal-safe. The descriptors are first moved above
+        // the targets so that placing one cannot close another; dup2 clears close-on-exec.
         unsafe {
             cmd.pre_exec(move || {
-                let high_shm = libc::fcntl(shm, libc::F_DUPFD, 10);
-                let high_sock = libc::fcntl(sock, libc::F_DUPFD, 10);
-                if high_shm < 0
-                    || high_sock < 0
-                    || libc::dup2(high_shm, SHM_FD) < 0
-                    || libc::dup2(high_sock, SOCKET_FD) < 0
+                let mut high = [-1; 3];
+                for (h, (fd, _)) in high.iter_mut().zip(fds) {
+                    *h = libc::fcntl(fd, libc::F_DUPFD, 10);
+                }
+                let placed = high
+                    .iter()
+                    .zip(fds)
+                    .all(|(&h, (_, target))| h >= 0 && libc::dup2(h, target) >= 0);
+                if !placed
                     // Killed when the thread that forked it ends: the keeper thread, which
                     // lives as long as this process (a hung worker must not outlive it).
                     || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0
@@ -287,26 +297,34 @@ impl Inner {
             });
         }
         let child = spawn_on_keeper(cmd)?;
-        drop(child_end);
+        drop((child_end, child_control));
         let statm = std::fs::File::open(format!("/proc/{}/statm", child.id())).ok();
         Ok(Worker {
             child,
             reader: BufReader::new(parent.try_clone()?),
-            control: Control::new(parent.try_clone()?),
+            stopper: Stopper::new(control),
+            runs: 0,
             writer: parent,
             region,
             statm,
         })
     }
 
-    /// Sends `request` and waits for the reply; the worker is killed if `stop` fires first.
-    fn call(&self, conn: &mut Conn, request: &Request, stop: &StopToken) -> Result<Reply, Failure> {
+    /// Sends `request` and waits for the reply. If `stop` fires first the worker is told to
+    /// stop run number `run` (if the request is that run) and killed if it has not answered
+    /// [`STOP_GRACE`] later.
+    fn call(
+        &self,
+        conn: &mut Conn,
+        request: &Request,
+        run: u64,
+        stop: &StopToken,
+    ) -> Result<Reply, Failure> {
         let worker = conn.worker.as_mut().expect("ensure_worker ran");
-        let answered = send(&mut worker.writer, request).and_then(|()| {
-            // Only once the request is whole on the socket may a Stop follow it.
-            let _stopping = worker.control.watch(worker.child.id() as libc::pid_t, stop);
-            receive::<Reply>(&mut worker.reader)
-        });
+        let pid = worker.child.id() as libc::pid_t;
+        let _stopping = worker.stopper.watch(pid, run, stop);
+        let answered =
+            send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader));
         match answered {
             Ok(Some(Reply::Failed(WireError::Stopped { node }))) => {
                 let reason = stop.reason().unwrap_or(StopReason::Cancelled);
@@ -337,7 +355,7 @@ impl Inner {
     fn release_dropped(&self, conn: &mut Conn) {
         for id in std::mem::take(&mut conn.to_release) {
             if conn.worker.is_some() {
-                let _ = self.call(conn, &Request::Release { id }, &StopToken::default());
+                let _ = self.call(conn, &Request::Release { id }, 0, &StopToken::default());
             }
         }
     }
@@ -381,7 +399,7 @@ impl Inner {
             partition: exe.json.clone(),
             assignment: exe.assignment.clone(),
         };
-        match self.call(conn, &request, stop) {
+        match self.call(conn, &request, 0, stop) {
             Ok(Reply::Prepared) => Ok(id),
             Ok(other) => Err(EngineError::Other(format!("worker answered {other:?} to prepare"))),
             Err(Failure::Engine(e)) => Err(e),
@@ -424,64 +442,63 @@ impl Inner {
 /// single long kernel of generated code is never split.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
-/// The second writer on a worker's socket: a stop (a cancel, a deadline) fires on another
-/// thread while the caller waits for the reply, and sends [`Request::Stop`] from there.
-/// Writes are under the lock and only while a request is in flight (the caller's request is
-/// whole on the socket by then and its next one waits for the guard), so frames never
-/// interleave.
-struct Control {
-    state: Arc<Mutex<ControlState>>,
+/// Stops a worker's request from another thread: a stop (a cancel, a deadline) fires while
+/// the caller waits for the reply; it sends [`Control::Stop`] on the control socket and kills
+/// the worker if the request is still in flight [`STOP_GRACE`] later.
+struct Stopper {
+    state: Arc<Mutex<StopperState>>,
 }
 
-struct ControlState {
-    stream: UnixStream,
-    /// The request in flight (a sequence number) and the worker's pid.
+struct StopperState {
+    control: UnixStream,
+    /// The call in flight (a sequence number of this side's) and the worker's pid.
     in_flight: Option<(u64, libc::pid_t)>,
-    sequence: u64,
+    calls: u64,
 }
 
-/// Ends the watch of one request when dropped.
+/// Ends the watch of one call when dropped.
 struct Watch {
-    state: Arc<Mutex<ControlState>>,
+    state: Arc<Mutex<StopperState>>,
     _hook: Option<xpu_engine::HookGuard>,
 }
 
-impl Control {
-    fn new(stream: UnixStream) -> Control {
-        Control {
-            state: Arc::new(Mutex::new(ControlState { stream, in_flight: None, sequence: 0 })),
-        }
+impl Stopper {
+    fn new(control: UnixStream) -> Stopper {
+        Stopper { state: Arc::new(Mutex::new(StopperState { control, in_flight: None, calls: 0 })) }
     }
 
-    /// Until the returned guard drops, a stop of `stop` sends the worker a Stop, and kills
-    /// it if the request is still in flight [`STOP_GRACE`] later.
-    fn watch(&self, pid: libc::pid_t, stop: &StopToken) -> Watch {
+    /// Until the returned guard drops, a stop of `stop` tells the worker to stop run `run`
+    /// (0: the call is not a run, so there is nothing to tell) and kills it if the call is
+    /// still in flight [`STOP_GRACE`] later.
+    fn watch(&self, pid: libc::pid_t, run: u64, stop: &StopToken) -> Watch {
         if stop.is_inert() {
             return Watch { state: self.state.clone(), _hook: None };
         }
-        let sequence = match self.state.lock() {
+        let call = match self.state.lock() {
             Ok(mut s) => {
-                s.sequence += 1;
-                s.in_flight = Some((s.sequence, pid));
-                s.sequence
+                s.calls += 1;
+                s.in_flight = Some((s.calls, pid));
+                s.calls
             }
             Err(_) => return Watch { state: self.state.clone(), _hook: None },
         };
         let state = self.state.clone();
         let hook = stop.on_stop(move || {
             let Ok(mut s) = state.lock() else { return };
-            if s.in_flight != Some((sequence, pid)) {
+            if s.in_flight != Some((call, pid)) {
                 return;
             }
-            let _ = send(&mut s.stream, &Request::Stop);
+            if run > 0 {
+                let _ = send(&mut s.control, &Control::Stop { run });
+            }
             let state = state.clone();
             let _ = std::thread::Builder::new().name("xpu-worker-stop".into()).spawn(move || {
                 std::thread::sleep(STOP_GRACE);
                 if let Ok(s) = state.lock()
-                    && s.in_flight == Some((sequence, pid))
+                    && s.in_flight == Some((call, pid))
                 {
-                    // The worker stays our unreaped child while its request is in flight
-                    // (it is reaped only after the watch ends), so the pid is still its.
+                    // The worker stays our unreaped child while its call is in flight (it is
+                    // reaped only after the watch ends), so the pid is still its.
                     // SAFETY: kill sends a signal to our own child process.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
@@ -665,8 +682,11 @@ impl Executable for RemoteExecutable {
         }
         inner.release_dropped(&mut conn);
         let slots = write_inputs(&mut conn, inputs)?;
-        let request = Request::Run { id: self.id, inputs: slots };
-        let reply = match inner.call(&mut conn, &request, stop) {
+        let worker = conn.worker.as_mut().expect("prepared on it");
+        worker.runs += 1;
+        let run = worker.runs;
+        let request = Request::Run { id: self.id, run, inputs: slots };
+        let reply = match inner.call(&mut conn, &request, run, stop) {
             Ok(reply) => reply,
             Err(Failure::Engine(e)) => return Err(e),
             Err(Failure::Died(cause)) => {
