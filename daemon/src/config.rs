@@ -39,13 +39,24 @@ pub struct Config {
     pub settled: Vec<&'static str>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
     /// When a finished run is acknowledged: `process` (journaled to the operating system:
     /// survives xpud crashing or being killed) or `machine` (also fdatasync'ed: survives
     /// power loss, at one disk flush per run).
     pub durability: xpu_store::Durability,
+    /// DuckDB's memory limit, MiB: the store's cache of the runs table stays within it
+    /// instead of growing with the table (DuckDB's own default is 80% of the machine's
+    /// memory); queries past it spill or fail with DuckDB's out-of-memory error. 0: DuckDB's
+    /// default.
+    pub memory_limit_mb: u64,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings { durability: xpu_store::Durability::default(), memory_limit_mb: 256 }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -68,6 +68,7 @@ impl App {
         };
         let options = xpu_store::StoreOptions {
             durability: config.store.durability,
+            memory_limit_mb: Some(config.store.memory_limit_mb).filter(|&mib| mib > 0),
             on_commit: Some(Box::new(on_commit)),
         };
         let store = Arc::new(xpu_store::Store::open_with(&config.data_dir, options)?);

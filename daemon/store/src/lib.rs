@@ -229,6 +229,10 @@ const MAX_PENDING: u64 = 20_000;
 #[derive(Default)]
 pub struct StoreOptions {
     pub durability: Durability,
+    /// DuckDB's memory limit in MiB (its buffer pool and query memory): the pages of the
+    /// runs table it keeps are bounded by it instead of growing with the table. `None`:
+    /// DuckDB's default (80% of the machine's memory).
+    pub memory_limit_mb: Option<u64>,
     /// Called after every database transaction the store makes from the journal: how long
     /// it took, how many runs it held, and its error if it failed (it is retried).
     pub on_commit: Option<Box<dyn Fn(Duration, usize, Option<&StoreError>) + Send + Sync>>,
@@ -328,10 +332,13 @@ impl Store {
         // The store never reads files or loads extensions: a SQL query cannot either.
         // One DuckDB thread: the store's work is appends and small reads, and the cores
         // belong to the jobs.
-        let config = Config::default()
+        let mut config = Config::default()
             .enable_autoload_extension(false)?
             .enable_external_access(false)?
             .threads(1)?;
+        if let Some(mib) = options.memory_limit_mb {
+            config = config.max_memory(&format!("{mib}MiB"))?;
+        }
         let mut conn = Connection::open_with_flags(dir.join(DB_FILE), config)?;
         schema::migrate(&mut conn)?;
         let last: i64 =
@@ -1015,6 +1022,13 @@ fn json_value(v: ValueRef<'_>) -> serde_json::Value {
         ValueRef::Float(f) => J::from(f as f64),
         ValueRef::Double(f) => J::from(f),
         ValueRef::Text(t) => J::String(String::from_utf8_lossy(t).into_owned()),
+        // 128-bit integers (`sum` over BIGINT gives one) as numbers where JSON's integers
+        // hold them, else as their decimal digits; decimals exactly, as their digits.
+        ValueRef::HugeInt(i) => i64::try_from(i).map_or_else(|_| J::String(i.to_string()), J::from),
+        ValueRef::UHugeInt(u) => {
+            u64::try_from(u).map_or_else(|_| J::String(u.to_string()), J::from)
+        }
+        ValueRef::Decimal(d) => J::String(d.to_string()),
         other => J::String(format!("{:?}", other.to_owned())),
     }
 }

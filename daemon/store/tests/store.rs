@@ -191,6 +191,17 @@ fn sql_reads_only() {
     assert_eq!(r.rows[0][0], "run-0000");
     let many = store.sql("SELECT * FROM range(100)", 7).unwrap();
     assert_eq!((many.rows.len(), many.truncated), (7, true));
+    // 128-bit sums and decimals as JSON numbers or exact digits, not debug text.
+    let wide = store
+        .sql(
+            "SELECT sum(x) AS s, 1.5::DECIMAL(4,2) AS d, \
+             170141183460469231731687303715884105727::HUGEINT AS big FROM range(10) t(x)",
+            1,
+        )
+        .unwrap();
+    assert_eq!(wide.rows[0][0], serde_json::json!(45));
+    assert_eq!(wide.rows[0][1], "1.50");
+    assert_eq!(wide.rows[0][2], "170141183460469231731687303715884105727");
     for bad in [
         "DELETE FROM runs",
         "DROP TABLE runs",
@@ -305,6 +316,17 @@ fn acknowledged_runs_are_replayed_from_the_journal_once() {
     std::fs::write(broken.path().join(segment(1)), b"\xff\xff\xff\x7fnot a journal").unwrap();
     let store = Store::open(broken.path()).unwrap();
     assert_eq!(store.count().unwrap(), 0);
+}
+
+#[test]
+fn the_database_memory_limit_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions { memory_limit_mb: Some(96), ..StoreOptions::default() };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let r = store.sql("SELECT current_setting('memory_limit') AS m", 1).unwrap();
+    let limit = serde_json::to_string(&r.rows).unwrap();
+    // DuckDB reports 96 MiB in its own units (100.6 MB).
+    assert!(limit.contains("100.6 MB") || limit.contains("96.0 MiB"), "{limit}");
 }
 
 #[test]
