@@ -65,25 +65,25 @@ class Client:
 
     def request(self, method, path, body=None, raw=None):
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        for attempt in range(2):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
-            try:
-                headers = {"Content-Type": "application/json"} if data is not None else {}
-                self.conn.request(method, path, body=data, headers=headers)
-                r = self.conn.getresponse()
-                payload = r.read()
-                try:
-                    value = json.loads(payload) if payload else None
-                except ValueError:
-                    value = payload.decode(errors="replace")
-                return r.status, value
-            except (ConnectionError, http.client.HTTPException, OSError):
-                self.conn.close()
-                self.conn = None
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        try:
+            status, payload = self._exchange(method, path, data, headers)
+        except (ConnectionError, http.client.HTTPException, OSError):
+            # A keep-alive connection the server closed: once more on a new one.
+            self.conn.close()
+            self.conn = None
+            status, payload = self._exchange(method, path, data, headers)
+        try:
+            return status, (json.loads(payload) if payload else None)
+        except ValueError:
+            return status, payload.decode(errors="replace")
+
+    def _exchange(self, method, path, data, headers):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        self.conn.request(method, path, body=data, headers=headers)
+        r = self.conn.getresponse()
+        return r.status, r.read()
 
 
 class Daemon:

@@ -181,12 +181,10 @@ impl Inner {
             return Ok(());
         }
         let hello = self.hello.lock().ok().and_then(|h| h.clone());
-        let reason = match hello.as_ref().map(|h| &h.capabilities.availability) {
-            Some(Availability::Unavailable { reason }) => reason.clone(),
-            Some(Availability::SupportDisabled { feature }) => {
-                format!("built without the `{feature}` feature")
-            }
-            _ => "its worker is not running".to_string(),
+        let reason = match hello.map(|h| h.capabilities.availability.clone()) {
+            Some(Availability::Unavailable { reason }) => reason,
+            Some(other) => other.to_string(),
+            None => "its worker is not running".to_string(),
         };
         Err(EngineError::Unavailable { engine: self.name.clone(), reason })
     }
@@ -241,7 +239,7 @@ impl Inner {
         // An engine that cannot run here (no GPU, no library) has said so; its worker would
         // only hold memory. It is closed, its answer kept; a later prepare (which no plan
         // makes for an unavailable engine) would start one again and get the same refusal.
-        let usable = matches!(hello.capabilities.availability, Availability::Available);
+        let usable = hello.capabilities.availability.is_available();
         if let Ok(mut h) = self.hello.lock() {
             *h = Some(Arc::new(hello));
         }
@@ -298,11 +296,12 @@ impl Inner {
         }
         let child = spawn_on_keeper(cmd)?;
         drop((child_end, child_control));
-        let statm = std::fs::File::open(format!("/proc/{}/statm", child.id())).ok();
+        let pid = child.id() as libc::pid_t;
+        let statm = std::fs::File::open(format!("/proc/{pid}/statm")).ok();
         Ok(Worker {
             child,
             reader: BufReader::new(parent.try_clone()?),
-            stopper: Stopper::new(control),
+            stopper: Stopper::new(control, pid),
             runs: 0,
             writer: parent,
             region,
@@ -321,8 +320,7 @@ impl Inner {
         stop: &StopToken,
     ) -> Result<Reply, Failure> {
         let worker = conn.worker.as_mut().expect("ensure_worker ran");
-        let pid = worker.child.id() as libc::pid_t;
-        let _stopping = worker.stopper.watch(pid, run, stop);
+        let _stopping = worker.stopper.watch(run, stop);
         let answered =
             send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader));
         match answered {
@@ -451,8 +449,10 @@ struct Stopper {
 
 struct StopperState {
     control: UnixStream,
-    /// The call in flight (a sequence number of this side's) and the worker's pid.
-    in_flight: Option<(u64, libc::pid_t)>,
+    /// The worker's process (killed if it does not stop).
+    pid: libc::pid_t,
+    /// The call in flight: a sequence number of this side's.
+    in_flight: Option<u64>,
     calls: u64,
 }
 
@@ -463,21 +463,22 @@ struct Watch {
 }
 
 impl Stopper {
-    fn new(control: UnixStream) -> Stopper {
-        Stopper { state: Arc::new(Mutex::new(StopperState { control, in_flight: None, calls: 0 })) }
+    fn new(control: UnixStream, pid: libc::pid_t) -> Stopper {
+        let state = StopperState { control, pid, in_flight: None, calls: 0 };
+        Stopper { state: Arc::new(Mutex::new(state)) }
     }
 
     /// Until the returned guard drops, a stop of `stop` tells the worker to stop run `run`
     /// (0: the call is not a run, so there is nothing to tell) and kills it if the call is
     /// still in flight [`STOP_GRACE`] later.
-    fn watch(&self, pid: libc::pid_t, run: u64, stop: &StopToken) -> Watch {
+    fn watch(&self, run: u64, stop: &StopToken) -> Watch {
         if stop.is_inert() {
             return Watch { state: self.state.clone(), _hook: None };
         }
         let call = match self.state.lock() {
             Ok(mut s) => {
                 s.calls += 1;
-                s.in_flight = Some((s.calls, pid));
+                s.in_flight = Some(s.calls);
                 s.calls
             }
             Err(_) => return Watch { state: self.state.clone(), _hook: None },
@@ -485,7 +486,7 @@ impl Stopper {
         let state = self.state.clone();
         let hook = stop.on_stop(move || {
             let Ok(mut s) = state.lock() else { return };
-            if s.in_flight != Some((call, pid)) {
+            if s.in_flight != Some(call) {
                 return;
             }
             if run > 0 {
@@ -495,12 +496,12 @@ impl Stopper {
             let _ = std::thread::Builder::new().name("xpu-worker-stop".into()).spawn(move || {
                 std::thread::sleep(STOP_GRACE);
                 if let Ok(s) = state.lock()
-                    && s.in_flight == Some((call, pid))
+                    && s.in_flight == Some(call)
                 {
                     // The worker stays our unreaped child while its call is in flight (it is
                     // reaped only after the watch ends), so the pid is still its.
                     // SAFETY: kill sends a signal to our own child process.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    unsafe { libc::kill(s.pid, libc::SIGKILL) };
                 }
             });
         });
