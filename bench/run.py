@@ -233,6 +233,7 @@ def main():
     daemon_ok = bench_daemon(rows)
     bench_prepared(rows, mlp)
     isolation_ok = bench_isolation(rows, mlp)
+    bench_pool(rows, mlp)
     with open(os.path.join(OUT, "results.md"), "w") as f:
         f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
         for r in rows:
@@ -759,6 +760,66 @@ def bench_isolation(rows, mlp):
         print(f"    {floor}")
         rows.append(("ort worker overhead", f"MLP batch {batch}", "ort", worker, inproc, inproc / worker))
     return ok
+
+
+def bench_pool(rows, mlp):
+    """Concurrent jobs on one isolated engine (ort), with one worker process per engine
+    against the default pool (`isolation.processes_per_engine`): the MLP at batch 1 alone at
+    concurrency 2 (jobs/s), and the same short job's latency while another client keeps a
+    long ort job (a chain of 256² matmuls) running — the head-of-line wait a single worker
+    imposes. Reported, no bar."""
+    import base64
+    import io
+    import threading
+    import urllib.request
+
+    def npy_b64(a):
+        buf = io.BytesIO()
+        np.save(buf, a)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    x = np.random.default_rng(3).standard_normal((1, 784)).astype(np.float32)
+    short = {"program": {"path": os.path.basename(mlp)}, "policy": "ort-cpu", "wait": True,
+             "inputs": {"x": {"npy_base64": npy_b64(x)}}}
+    short_path = os.path.join(OUT, "pool-short.json")
+    with open(short_path, "w") as f:
+        json.dump(short, f)
+    src = ["let x = input(\"x\")", "let y0 = x"] + [f"let y{i} = tanh(y{i - 1} @ x)" for i in range(1, 201)]
+    long_job = json.dumps({"program": {"name": "chain.ml", "source": "\n".join(src + ["print y200", ""])},
+                           "policy": "ort-cpu", "wait": True,
+                           "inputs": {"x": {"npy_base64": npy_b64((np.random.default_rng(1).standard_normal((256, 256)) / 32).astype(np.float32))}}}).encode()
+    print("\nort jobs side by side: one worker per engine vs the pool      1 worker   pool   ratio")
+    result = {}
+    for label, procs in (("one", "1"), ("pool", "0")):
+        env = {"XPU_MODEL_ROOTS": json.dumps([os.path.dirname(mlp)]), "XPU_ISOLATION__PROCESSES_PER_ENGINE": procs}
+        with xpud_server("xpud-pool", env) as url:
+            out = subprocess.run([BENCH_BIN, "daemon", url, "2", "4", short_path], check=True,
+                                 capture_output=True, text=True)
+            jobs_per_s = json.loads(out.stdout)["jobs_per_s"]
+            stop = threading.Event()
+
+            def keep_long_running():
+                while not stop.is_set():
+                    req = urllib.request.Request(f"{url}/v1/jobs", data=long_job,
+                                                 headers={"content-type": "application/json"})
+                    urllib.request.urlopen(req, timeout=120).read()
+
+            busy = threading.Thread(target=keep_long_running)
+            busy.start()
+            time.sleep(0.5)
+            try:
+                out = subprocess.run([BENCH_BIN, "daemon", url, "1", "4", short_path], check=True,
+                                     capture_output=True, text=True)
+            finally:
+                stop.set()
+                busy.join()
+            r = json.loads(out.stdout)
+            result[label] = (jobs_per_s, r["client_latency_us"]["p50"])
+    (j1, l1), (jp, lp) = result["one"], result["pool"]
+    print(f"  MLP batch 1 at concurrency 2, jobs/s                          {j1:8.0f} {jp:6.0f}   {jp / j1:5.2f}")
+    print(f"  MLP batch 1 beside a long ort job, latency p50 µs             {l1:8.0f} {lp:6.0f}   {l1 / max(lp, 1e-9):5.2f}")
+    rows.append(("ort worker pool", "MLP b1 conc 2 jobs/s", "ort", jp, j1, jp / j1))
+    rows.append(("ort worker pool", "MLP b1 beside a long job, p50 µs", "ort", lp, l1, l1 / max(lp, 1e-9)))
 
 
 def bench_daemon(rows):

@@ -130,11 +130,20 @@ pub struct IsolationSettings {
     pub max_rss_mb: u64,
     /// Tests only: workers obey the fault markers (docs/daemon.md, "Isolation").
     pub inject_faults: bool,
+    /// Worker processes per isolated engine at most; each serves one request at a time and
+    /// starts when concurrent jobs first need it. 0: as many as `limits.workers` (every
+    /// running job may have its own).
+    pub processes_per_engine: usize,
 }
 
 impl Default for IsolationSettings {
     fn default() -> Self {
-        IsolationSettings { program: None, max_rss_mb: 8192, inject_faults: false }
+        IsolationSettings {
+            program: None,
+            max_rss_mb: 8192,
+            inject_faults: false,
+            processes_per_engine: 0,
+        }
     }
 }
 
@@ -200,8 +209,13 @@ pub struct LlvmSettings {
 }
 
 impl Engines {
-    /// The engines that run in worker processes, and how those start.
-    pub fn workers(&self, settings: &IsolationSettings) -> xpu_runtime::worker::Workers {
+    /// The engines that run in worker processes, and how those start; `jobs_at_once` is
+    /// what `processes_per_engine = 0` stands for.
+    pub fn workers(
+        &self,
+        settings: &IsolationSettings,
+        jobs_at_once: usize,
+    ) -> xpu_runtime::worker::Workers {
         let chosen = [
             ("cpu", self.cpu.isolation, Isolation::InProcess),
             ("ort", self.ort.isolation, Isolation::Process),
@@ -218,6 +232,10 @@ impl Engines {
             program: settings.program.clone(),
             max_rss_bytes: settings.max_rss_mb << 20,
             inject_faults: settings.inject_faults,
+            processes_per_engine: match settings.processes_per_engine {
+                0 => jobs_at_once,
+                n => n,
+            },
         }
     }
 

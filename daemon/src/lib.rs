@@ -85,7 +85,7 @@ impl App {
         let model_roots = xpu_minilang::paths::DataRoots::new(config.model_roots.clone());
         let engines = xpu_runtime::SharedEngines::load_isolated(
             &config.engines.libraries(&config.data_dir),
-            &config.engines.workers(&config.isolation),
+            &config.engines.workers(&config.isolation, config.workers()),
         );
         let jobs = jobs::Jobs::start(
             store,

@@ -192,7 +192,7 @@ impl Metrics {
                 &["engine"]
             )),
             workers_alive: reg!(IntGaugeVec::new(
-                Opts::new("xpu_workers_alive", "1 while the engine's worker process runs."),
+                Opts::new("xpu_workers_alive", "The engine's worker processes running now."),
                 &["engine"]
             )),
             worker_crashed_jobs: reg!(IntCounterVec::new(
@@ -219,7 +219,7 @@ impl Metrics {
             for (cause, n) in &s.restarts {
                 catch_up(self.worker_restarts.with_label_values(&[&engine, cause]), *n);
             }
-            self.workers_alive.with_label_values(&[&engine]).set(i64::from(s.alive));
+            self.workers_alive.with_label_values(&[&engine]).set(s.alive as i64);
         }
     }
 

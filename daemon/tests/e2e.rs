@@ -521,6 +521,8 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
             ("XPU_ISOLATION__INJECT_FAULTS", "true"),
             // A debug worker holds ~55 MiB; one 64 MiB leak takes it past this.
             ("XPU_ISOLATION__MAX_RSS_MB", "100"),
+            ("XPU_ISOLATION__PROCESSES_PER_ENGINE", "2"),
+            ("XPU_LIMITS__WORKERS", "3"),
         ],
     );
     let a = agent();
@@ -562,7 +564,8 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     }
     // Killed from outside mid-job (the job hangs until then), by SIGKILL and by SIGSEGV.
     let status_of = |id: &str| get(&a, &format!("{url}/v1/runs/{id}")).1;
-    for (k, signal) in [(5, "KILL"), (6, "SEGV")] {
+    // Submits program `k` with the hang marker; its id once it hangs in a worker.
+    let start_hanging = |k: u32| {
         let mut body = job(k, -1003.0, None);
         body["wait"] = json!(false);
         let (s, v) = post(&a, &format!("{url}/v1/jobs"), &body).unwrap();
@@ -575,17 +578,26 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
         }
         // Planned and handed to the worker well within this.
         std::thread::sleep(Duration::from_millis(1000));
+        id
+    };
+    // Run `id` once it has ended (30 s at most).
+    let ended = |id: &str| {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = status_of(id);
+            if v["status"] != "running" {
+                return v;
+            }
+            assert!(Instant::now() < until, "the job ends");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    for (k, signal) in [(5, "KILL"), (6, "SEGV")] {
+        let id = start_hanging(k);
         let [pid] = worker_pids(d.child.id(), "cpu")[..] else { panic!("one cpu worker") };
         let killed = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
         assert!(killed.unwrap().success());
-        let v = loop {
-            let v = status_of(&id);
-            if v["status"] != "running" {
-                break v;
-            }
-            assert!(Instant::now() < until, "the job ends when its worker dies");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let v = ended(&id);
         assert_eq!(v["status"], "failed", "{v}");
         assert!(v["error"].as_str().unwrap().contains(&format!("crashed (SIG{signal})")), "{v}");
         ok(k);
@@ -621,7 +633,34 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     assert_eq!((restarts("SIGABRT"), restarts("SIGKILL"), restarts("timeout")), (1, 1, 1));
     assert_eq!(restarts("memory"), 1);
     assert_eq!(metric(&url, "xpu_worker_crashed_jobs_total{engine=\"cpu\"}"), 3 + 2 + 3);
-    assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 1);
+    assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 1, "serial jobs use one");
+    // A pool of two: a job hanging in one worker does not hold up the next job, which gets
+    // a second worker; cancelled, the hanging job's worker is killed after the stop grace
+    // (the hang ignores stops) and the other worker lives on.
+    let hung = start_hanging(12);
+    ok(13);
+    assert_eq!(status_of(&hung)["status"], "running", "still hanging in the other worker");
+    let pool = worker_pids(d.child.id(), "cpu");
+    assert_eq!(pool.len(), 2, "a second worker for the second job");
+    assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 2);
+    let status = a.post(&format!("{url}/v1/runs/{hung}/cancel")).send_empty().unwrap().status();
+    assert_eq!(status.as_u16(), 202);
+    let v = ended(&hung);
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(restarts("cancelled"), 1, "killed after the grace");
+    let left = worker_pids(d.child.id(), "cpu");
+    assert_eq!(left.len(), 1, "{pool:?} -> {left:?}");
+    assert!(pool.contains(&left[0]), "the other worker lives on");
+    ok(13);
+    // Quarantine is for crashes in a row: a program that crashed twice, then ran, may crash
+    // twice more and still run.
+    for _ in 0..2 {
+        for _ in 0..xpu_runtime::worker::QUARANTINE_AFTER - 1 {
+            let v = submit(&job(14, -1001.0, None));
+            assert!(v["error"].as_str().unwrap().contains("crashed (SIGSEGV)"), "{v}");
+        }
+        ok(14);
+    }
     // Every acknowledged run is stored and explains.
     for id in &acknowledged {
         let (s, ex) = get(&a, &format!("{url}/v1/runs/{id}/explain"));

@@ -21,6 +21,9 @@ pub struct Workers {
     pub max_rss_bytes: u64,
     /// Tests only: workers obey `xpu_worker::FAULT_MARKERS`.
     pub inject_faults: bool,
+    /// Worker processes per engine at most (0 counts as 1): concurrent jobs on one engine
+    /// run side by side up to this.
+    pub processes_per_engine: usize,
 }
 
 impl Workers {
@@ -43,6 +46,7 @@ impl Workers {
                 args: vec!["--libraries".into(), libraries],
                 inject_faults: self.inject_faults,
                 max_rss_bytes: self.max_rss_bytes,
+                processes: self.processes_per_engine,
             },
         )
     }

@@ -6,9 +6,11 @@
 //!   starts its worker at first use, forwards `capabilities`, `prepare` and `run`, and turns
 //!   a worker's death into [`EngineError::Crashed`](xpu_engine::EngineError::Crashed) naming
 //!   the engine, the signal (or exit status) and the partition. The next use restarts it
-//!   after a backoff; a partition that crashed it [`QUARANTINE_AFTER`] times is refused
+//!   after a backoff; a partition that crashed it [`QUARANTINE_AFTER`] times in a row is refused
 //!   (`Quarantined`) instead of crash-looping; a stop (cancel, `execution.timeout`) kills a
 //!   worker that does not answer.
+//! - An engine has a pool of workers (`WorkerSetup::processes`), started as concurrent use
+//!   needs them; each serves one request at a time.
 //! - [`serve`] (child side) hosts one engine: prepared executables live there.
 //! - Tensors cross through one shared-memory file per worker (a memfd both sides map and
 //!   either grows), not through the socket, which carries small JSON messages ([`protocol`]).
@@ -16,6 +18,7 @@
 pub mod protocol;
 mod serve;
 mod shm;
+mod stop;
 mod supervise;
 
 pub use serve::{FAULT_MARKERS, serve_inherited};

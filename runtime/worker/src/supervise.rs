@@ -1,6 +1,12 @@
-//! The parent's side: [`WorkerEngine`] forwards an engine's calls to its worker process,
-//! notices the worker's death, restarts it with backoff and quarantines partitions that keep
+//! The parent's side: [`WorkerEngine`] forwards an engine's calls to its worker processes,
+//! notices a worker's death, restarts it with backoff and quarantines partitions that keep
 //! killing it.
+//!
+//! An engine has up to [`WorkerSetup::processes`] workers, each serving one request at a
+//! time. An executable lives on the worker that prepared it; a new one is prepared on an idle
+//! worker (the one holding the fewest executables), else on a worker not yet started, else it
+//! waits for the least loaded. A serial load so keeps one worker, while concurrent jobs —
+//! which the prepared cache gives executables of their own — run side by side.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufReader;
@@ -9,7 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,11 +26,13 @@ use xpu_engine::{
 };
 use xpu_ir::{Graph, OpClass, Tensor, TensorData};
 
-use crate::protocol::{Control, Reply, Request, Slot, WireError, receive, send};
+use crate::protocol::{Reply, Request, Slot, WireError, receive, send};
 use crate::serve::{CONTROL_FD, SHM_FD, SOCKET_FD};
 use crate::shm::Region;
+use crate::stop::Stopper;
 
-/// A partition that crashed its worker this many times is refused.
+/// A partition that crashed its worker this many times in a row (no successful run between)
+/// is refused.
 pub const QUARANTINE_AFTER: u32 = 3;
 /// How long a starting worker may take to answer its first request (loading a runtime
 /// library such as OpenVINO's takes seconds).
@@ -44,6 +52,9 @@ pub struct WorkerSetup {
     /// A worker whose resident memory is past this after a run is replaced before the next
     /// one (0: no limit): a leak costs a restart, not the machine.
     pub max_rss_bytes: u64,
+    /// Worker processes the engine may have at once (each serves one request at a time;
+    /// they start as concurrent use needs them). 0 counts as 1.
+    pub processes: usize,
 }
 
 /// What a process's workers have done, per engine (for metrics).
@@ -56,7 +67,8 @@ pub struct EngineWorkerStats {
     pub restarts: BTreeMap<String, u64>,
     /// Jobs that failed because their worker died under them.
     pub crashed_jobs: u64,
-    pub alive: bool,
+    /// Workers running now.
+    pub alive: u64,
     /// The last start's time to its first answer.
     pub last_start: Duration,
 }
@@ -114,10 +126,18 @@ struct Hello {
     classes: Option<Vec<OpClass>>,
 }
 
+/// One worker process's place in the engine's pool.
+#[derive(Default)]
+struct WorkerSlot {
+    conn: Mutex<Conn>,
+    /// Executables prepared on this slot and not dropped yet (new ones go to the emptiest).
+    executables: AtomicUsize,
+}
+
 struct Inner {
     name: String,
     setup: WorkerSetup,
-    conn: Mutex<Conn>,
+    slots: Vec<WorkerSlot>,
     hello: Mutex<Option<Arc<Hello>>>,
     /// Crashes per partition (hash of the partition and its assignment).
     crashes: Mutex<HashMap<String, u32>>,
@@ -144,8 +164,8 @@ impl WorkerEngine {
         WorkerEngine {
             inner: Arc::new(Inner {
                 name: name.to_string(),
+                slots: (0..setup.processes.max(1)).map(|_| WorkerSlot::default()).collect(),
                 setup,
-                conn: Mutex::new(Conn::default()),
                 hello: Mutex::new(None),
                 crashes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -153,22 +173,57 @@ impl WorkerEngine {
         }
     }
 
-    /// The worker's process id, if one is running (tests kill it from outside).
+    /// The first worker's process id, if one is running (tests kill it from outside).
     pub fn worker_pid(&self) -> Option<u32> {
-        self.inner.lock().ok()?.worker.as_ref().map(|w| w.child.id())
+        self.inner.lock(0).ok()?.worker.as_ref().map(|w| w.child.id())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The workers close with their engine: no longer alive, but not restarts either.
+        let open = self.slots.iter().filter(|s| s.conn.lock().is_ok_and(|c| c.worker.is_some()));
+        let open = open.count() as u64;
+        with_stats(&self.name, |s| s.alive = s.alive.saturating_sub(open));
     }
 }
 
 impl Inner {
-    fn lock(&self) -> Result<MutexGuard<'_, Conn>, EngineError> {
-        self.conn.lock().map_err(|_| EngineError::Other(format!("{} worker: poisoned", self.name)))
+    fn lock(&self, slot: usize) -> Result<MutexGuard<'_, Conn>, EngineError> {
+        self.slots[slot]
+            .conn
+            .lock()
+            .map_err(|_| EngineError::Other(format!("{} worker {slot}: poisoned", self.name)))
+    }
+
+    /// The slot a new executable is prepared on (see the module doc): an idle slot whose
+    /// worker runs, the one with the fewest executables; else an idle slot without a worker
+    /// (preparing starts one); else the slot with the fewest executables, which the caller
+    /// waits for. Idle means its lock is free now; a race with another caller only costs a
+    /// wait.
+    fn choose_slot(&self) -> usize {
+        let load = |i: usize| self.slots[i].executables.load(Ordering::Relaxed);
+        let (mut running, mut empty) = (None::<usize>, None::<usize>);
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Ok(conn) = slot.conn.try_lock() else { continue };
+            if conn.worker.is_some() {
+                if running.is_none_or(|best| load(i) < load(best)) {
+                    running = Some(i);
+                }
+            } else if empty.is_none() {
+                empty = Some(i);
+            }
+        }
+        running
+            .or(empty)
+            .unwrap_or_else(|| (0..self.slots.len()).min_by_key(|&i| load(i)).unwrap_or(0))
     }
 
     fn hello(&self) -> Result<Arc<Hello>, EngineError> {
         if let Some(h) = self.hello.lock().ok().and_then(|h| h.clone()) {
             return Ok(h);
         }
-        let mut conn = self.lock()?;
+        let mut conn = self.lock(0)?;
         self.ensure_worker(&mut conn)?;
         Ok(self.hello.lock().ok().and_then(|h| h.clone()).expect("set by ensure_worker"))
     }
@@ -245,7 +300,7 @@ impl Inner {
         }
         with_stats(&self.name, |s| {
             s.starts += 1;
-            s.alive = usable;
+            s.alive += u64::from(usable);
             s.last_start = started.elapsed();
         });
         if usable {
@@ -369,6 +424,17 @@ impl Inner {
         EngineError::Crashed { engine: self.name.clone(), node: node.to_string(), cause }
     }
 
+    /// A run of partition `key` succeeded: its crashes so far were not in a row (quarantine
+    /// is for a partition that crashes its worker every time, not one that a worker killed
+    /// from outside or a rare fault hit now and then).
+    fn ran_well(&self, key: &str) {
+        if let Ok(mut c) = self.crashes.lock()
+            && !c.is_empty()
+        {
+            c.remove(key);
+        }
+    }
+
     fn check_quarantine(&self, key: &str, node: &str) -> Result<(), EngineError> {
         let crashes = self.crashes.lock().ok().and_then(|c| c.get(key).copied()).unwrap_or(0);
         if crashes >= QUARANTINE_AFTER {
@@ -430,90 +496,8 @@ impl Inner {
     fn ended(&self, cause: String) {
         with_stats(&self.name, |s| {
             *s.restarts.entry(cause).or_default() += 1;
-            s.alive = false;
+            s.alive = s.alive.saturating_sub(1);
         });
-    }
-}
-
-/// How long a worker told to stop may take to answer before it is killed: engines stop at
-/// their next check or at once through a hook (ORT's terminate, DuckDB's interrupt), but a
-/// single long kernel of generated code is never split.
-const STOP_GRACE: Duration = Duration::from_secs(1);
-
-/// Stops a worker's request from another thread: a stop (a cancel, a deadline) fires while
-/// the caller waits for the reply; it sends [`Control::Stop`] on the control socket and kills
-/// the worker if the request is still in flight [`STOP_GRACE`] later.
-struct Stopper {
-    state: Arc<Mutex<StopperState>>,
-}
-
-struct StopperState {
-    control: UnixStream,
-    /// The worker's process (killed if it does not stop).
-    pid: libc::pid_t,
-    /// The call in flight: a sequence number of this side's.
-    in_flight: Option<u64>,
-    calls: u64,
-}
-
-/// Ends the watch of one call when dropped.
-struct Watch {
-    state: Arc<Mutex<StopperState>>,
-    _hook: Option<xpu_engine::HookGuard>,
-}
-
-impl Stopper {
-    fn new(control: UnixStream, pid: libc::pid_t) -> Stopper {
-        let state = StopperState { control, pid, in_flight: None, calls: 0 };
-        Stopper { state: Arc::new(Mutex::new(state)) }
-    }
-
-    /// Until the returned guard drops, a stop of `stop` tells the worker to stop run `run`
-    /// (0: the call is not a run, so there is nothing to tell) and kills it if the call is
-    /// still in flight [`STOP_GRACE`] later.
-    fn watch(&self, run: u64, stop: &StopToken) -> Watch {
-        if stop.is_inert() {
-            return Watch { state: self.state.clone(), _hook: None };
-        }
-        let call = match self.state.lock() {
-            Ok(mut s) => {
-                s.calls += 1;
-                s.in_flight = Some(s.calls);
-                s.calls
-            }
-            Err(_) => return Watch { state: self.state.clone(), _hook: None },
-        };
-        let state = self.state.clone();
-        let hook = stop.on_stop(move || {
-            let Ok(mut s) = state.lock() else { return };
-            if s.in_flight != Some(call) {
-                return;
-            }
-            if run > 0 {
-                let _ = send(&mut s.control, &Control::Stop { run });
-            }
-            let state = state.clone();
-            let _ = std::thread::Builder::new().name("xpu-worker-stop".into()).spawn(move || {
-                std::thread::sleep(STOP_GRACE);
-                if let Ok(s) = state.lock()
-                    && s.in_flight == Some(call)
-                {
-                    // The worker stays our unreaped child while its call is in flight (it is
-                    // reaped only after the watch ends), so the pid is still its.
-                    // SAFETY: kill sends a signal to our own child process.
-                    unsafe { libc::kill(s.pid, libc::SIGKILL) };
-                }
-            });
-        });
-        Watch { state: self.state.clone(), _hook: Some(hook) }
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if let Ok(mut s) = self.state.lock() {
-            s.in_flight = None;
-        }
     }
 }
 
@@ -637,28 +621,35 @@ impl Engine for WorkerEngine {
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
         let source = PartitionSource::new(partition, assignment);
-        let mut conn = self.inner.lock()?;
+        let slot = self.inner.choose_slot();
+        let mut conn = self.inner.lock(slot)?;
         let id = self.inner.prepare_on_worker(&mut conn, &source, &StopToken::default())?;
+        self.inner.slots[slot].executables.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(RemoteExecutable {
             inner: self.inner.clone(),
             source,
+            slot,
             id,
             generation: conn.generation,
         }))
     }
 }
 
-/// An executable that lives in the worker; re-prepared there if the worker was replaced.
+/// An executable that lives in one slot's worker; re-prepared there if that worker was
+/// replaced.
 struct RemoteExecutable {
     inner: Arc<Inner>,
     source: PartitionSource,
+    slot: usize,
     id: u64,
     generation: u64,
 }
 
 impl Drop for RemoteExecutable {
     fn drop(&mut self) {
-        if let Ok(mut conn) = self.inner.conn.lock()
+        let slot = &self.inner.slots[self.slot];
+        slot.executables.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut conn) = slot.conn.lock()
             && conn.generation == self.generation
         {
             conn.to_release.push(self.id);
@@ -673,7 +664,7 @@ impl Executable for RemoteExecutable {
 
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         let inner = self.inner.clone();
-        let mut conn = inner.lock()?;
+        let mut conn = inner.lock(self.slot)?;
         stop.check(|| self.source.label.clone())?;
         inner.check_quarantine(&self.source.key, &self.source.label)?;
         inner.ready(&mut conn)?;
@@ -698,6 +689,7 @@ impl Executable for RemoteExecutable {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
         conn.consecutive_crashes = 0;
+        inner.ran_well(&self.source.key);
         let outputs = read_outputs(&mut conn, &outputs)?;
         inner.recycle_if_bloated(&mut conn);
         Ok(Execution { outputs, timings, facts })
