@@ -134,6 +134,9 @@ pub struct IsolationSettings {
     /// starts when concurrent jobs first need it. 0: as many as `limits.workers` (every
     /// running job may have its own).
     pub processes_per_engine: usize,
+    /// A worker other than an engine's first that has served nothing for this many seconds
+    /// is closed (0: never); concurrent use starts it again.
+    pub idle_exit_s: u64,
 }
 
 impl Default for IsolationSettings {
@@ -143,6 +146,7 @@ impl Default for IsolationSettings {
             max_rss_mb: 8192,
             inject_faults: false,
             processes_per_engine: 0,
+            idle_exit_s: 300,
         }
     }
 }
@@ -236,6 +240,7 @@ impl Engines {
                 0 => jobs_at_once,
                 n => n,
             },
+            idle_exit: std::time::Duration::from_secs(settings.idle_exit_s),
         }
     }
 

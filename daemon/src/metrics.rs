@@ -37,6 +37,7 @@ pub struct Metrics {
     pub worker_restarts: IntCounterVec,
     pub worker_starts: IntCounterVec,
     pub workers_alive: IntGaugeVec,
+    pub workers_retired: IntCounterVec,
     pub worker_crashed_jobs: IntCounterVec,
 }
 
@@ -195,6 +196,13 @@ impl Metrics {
                 Opts::new("xpu_workers_alive", "The engine's worker processes running now."),
                 &["engine"]
             )),
+            workers_retired: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_worker_retired_total",
+                    "Engine worker processes closed after isolation.idle_exit_s without a request (not the engine's first), by engine."
+                ),
+                &["engine"]
+            )),
             worker_crashed_jobs: reg!(IntCounterVec::new(
                 Opts::new(
                     "xpu_worker_crashed_jobs_total",
@@ -216,6 +224,7 @@ impl Metrics {
         for (engine, s) in xpu_runtime::worker::stats_snapshot() {
             catch_up(self.worker_starts.with_label_values(&[&engine]), s.starts);
             catch_up(self.worker_crashed_jobs.with_label_values(&[&engine]), s.crashed_jobs);
+            catch_up(self.workers_retired.with_label_values(&[&engine]), s.retired);
             for (cause, n) in &s.restarts {
                 catch_up(self.worker_restarts.with_label_values(&[&engine, cause]), *n);
             }

@@ -522,6 +522,7 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
             // A debug worker holds ~55 MiB; one 64 MiB leak takes it past this.
             ("XPU_ISOLATION__MAX_RSS_MB", "100"),
             ("XPU_ISOLATION__PROCESSES_PER_ENGINE", "2"),
+            ("XPU_ISOLATION__IDLE_EXIT_S", "5"),
             ("XPU_LIMITS__WORKERS", "3"),
         ],
     );
@@ -652,6 +653,17 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     assert_eq!(left.len(), 1, "{pool:?} -> {left:?}");
     assert!(pool.contains(&left[0]), "the other worker lives on");
     ok(13);
+    // That second worker, idle for isolation.idle_exit_s, is closed (the first was killed by
+    // the cancel); program 13's executable is prepared again when it runs next.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !worker_pids(d.child.id(), "cpu").is_empty() {
+        assert!(Instant::now() < until, "the idle worker is closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&url, "xpu_worker_retired_total{engine=\"cpu\"}"), 1);
+    assert_eq!(metric(&url, "xpu_workers_alive{engine=\"cpu\"}"), 0);
+    ok(13);
+    assert_eq!(worker_pids(d.child.id(), "cpu").len(), 1);
     // Quarantine is for crashes in a row: a program that crashed twice, then ran, may crash
     // twice more and still run.
     for _ in 0..2 {

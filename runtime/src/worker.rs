@@ -24,6 +24,8 @@ pub struct Workers {
     /// Worker processes per engine at most (0 counts as 1): concurrent jobs on one engine
     /// run side by side up to this.
     pub processes_per_engine: usize,
+    /// A worker other than an engine's first, idle this long, is closed (zero: never).
+    pub idle_exit: std::time::Duration,
 }
 
 impl Workers {
@@ -47,6 +49,7 @@ impl Workers {
                 inject_faults: self.inject_faults,
                 max_rss_bytes: self.max_rss_bytes,
                 processes: self.processes_per_engine,
+                idle_exit: self.idle_exit,
             },
         )
     }

@@ -55,6 +55,9 @@ pub struct WorkerSetup {
     /// Worker processes the engine may have at once (each serves one request at a time;
     /// they start as concurrent use needs them). 0 counts as 1.
     pub processes: usize,
+    /// A worker other than the first that has served nothing for this long is closed (its
+    /// executables are prepared again if concurrent use comes back). Zero: never.
+    pub idle_exit: Duration,
 }
 
 /// What a process's workers have done, per engine (for metrics).
@@ -71,6 +74,8 @@ pub struct EngineWorkerStats {
     pub alive: u64,
     /// The last start's time to its first answer.
     pub last_start: Duration,
+    /// Workers closed after `idle_exit` without a request.
+    pub retired: u64,
 }
 
 static STATS: LazyLock<Mutex<BTreeMap<String, EngineWorkerStats>>> =
@@ -118,6 +123,8 @@ struct Conn {
     last_crash: Option<Instant>,
     /// Executables dropped since the last request, released before the next.
     to_release: Vec<u64>,
+    /// When the worker last answered (or started).
+    last_used: Option<Instant>,
 }
 
 struct Hello {
@@ -161,7 +168,7 @@ enum Failure {
 impl WorkerEngine {
     /// An engine named `name` whose worker `setup` starts at first use.
     pub fn new(name: &str, setup: WorkerSetup) -> WorkerEngine {
-        WorkerEngine {
+        let engine = WorkerEngine {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 slots: (0..setup.processes.max(1)).map(|_| WorkerSlot::default()).collect(),
@@ -170,12 +177,35 @@ impl WorkerEngine {
                 crashes: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
             }),
+        };
+        if engine.inner.slots.len() > 1 && !engine.inner.setup.idle_exit.is_zero() {
+            start_reaper(Arc::downgrade(&engine.inner));
         }
+        engine
     }
 
     /// The first worker's process id, if one is running (tests kill it from outside).
     pub fn worker_pid(&self) -> Option<u32> {
         self.inner.lock(0).ok()?.worker.as_ref().map(|w| w.child.id())
+    }
+}
+
+/// Closes idle workers (other than the first) every so often, for as long as their engine
+/// lives.
+fn start_reaper(inner: std::sync::Weak<Inner>) {
+    let Some(every) = inner.upgrade().map(|i| i.setup.idle_exit / 2) else { return };
+    let every = every.clamp(Duration::from_millis(500), Duration::from_secs(30));
+    let spawned = std::thread::Builder::new().name("xpu-worker-reaper".into()).spawn(move || {
+        loop {
+            std::thread::sleep(every);
+            match inner.upgrade() {
+                Some(inner) => inner.retire_idle(),
+                None => return,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("xpu: cannot start the worker reaper thread (idle workers stay): {e}");
     }
 }
 
@@ -217,6 +247,23 @@ impl Inner {
         running
             .or(empty)
             .unwrap_or_else(|| (0..self.slots.len()).min_by_key(|&i| load(i)).unwrap_or(0))
+    }
+
+    /// Closes every worker but the first that has answered nothing for `idle_exit` (one
+    /// busy now is skipped: its lock is taken).
+    fn retire_idle(&self) {
+        for slot in self.slots.iter().skip(1) {
+            let Ok(mut conn) = slot.conn.try_lock() else { continue };
+            let idle = conn.last_used.is_some_and(|t| t.elapsed() >= self.setup.idle_exit);
+            if conn.worker.is_some() && idle {
+                conn.worker = None;
+                conn.to_release.clear();
+                with_stats(&self.name, |s| {
+                    s.alive = s.alive.saturating_sub(1);
+                    s.retired += 1;
+                });
+            }
+        }
     }
 
     fn hello(&self) -> Result<Arc<Hello>, EngineError> {
@@ -305,6 +352,7 @@ impl Inner {
         });
         if usable {
             conn.worker = Some(worker);
+            conn.last_used = Some(Instant::now());
         }
         Ok(())
     }
@@ -378,6 +426,7 @@ impl Inner {
         let _stopping = worker.stopper.watch(run, stop);
         let answered =
             send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader));
+        conn.last_used = Some(Instant::now());
         match answered {
             Ok(Some(Reply::Failed(WireError::Stopped { node }))) => {
                 let reason = stop.reason().unwrap_or(StopReason::Cancelled);
