@@ -509,7 +509,7 @@ impl Inner {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request::Prepare {
             id,
-            partition: exe.json.clone(),
+            partition: xpu_ir::to_json(&exe.graph),
             assignment: exe.assignment.clone(),
         };
         match self.call(conn, &request, 0, stop) {
@@ -611,7 +611,9 @@ fn signal_name(sig: i32) -> String {
 
 /// What it takes to prepare a partition again on a new worker.
 struct PartitionSource {
-    json: String,
+    /// The partition itself, not its JSON: its weights are shared with the plan's graph
+    /// (a model's JSON is 4/3 its weights in base64, and xpud keeps many executables).
+    graph: Graph,
     assignment: Assignment,
     /// Quarantine key: SHA-256 of the partition and its assignment.
     key: String,
@@ -621,10 +623,10 @@ struct PartitionSource {
 
 impl PartitionSource {
     fn new(partition: &Graph, assignment: &Assignment) -> PartitionSource {
-        let json = xpu_ir::to_json(partition);
+        // Hashed as it is written: the JSON is never held whole.
         let mut h = Sha256::new();
-        h.update(json.as_bytes());
-        h.update(serde_json::to_vec(assignment).unwrap_or_default());
+        let _ = serde_json::to_writer(&mut h, partition);
+        let _ = serde_json::to_writer(&mut h, assignment);
         let key = format!("{:x}", h.finalize());
         let names: Vec<String> =
             partition.node_ids().take(3).map(|id| partition.node(id).label(id)).collect();
@@ -634,7 +636,7 @@ impl PartitionSource {
         } else {
             format!("partition {}", names.join(", "))
         };
-        PartitionSource { json, assignment: assignment.clone(), key, label }
+        PartitionSource { graph: partition.clone(), assignment: assignment.clone(), key, label }
     }
 }
 
