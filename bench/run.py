@@ -789,32 +789,35 @@ def bench_pool(rows, mlp):
                            "policy": "ort-cpu", "wait": True,
                            "inputs": {"x": {"npy_base64": npy_b64((np.random.default_rng(1).standard_normal((256, 256)) / 32).astype(np.float32))}}}).encode()
     print("\nort jobs side by side: one worker per engine vs the pool      1 worker   pool   ratio")
-    result = {}
-    for label, procs in (("one", "1"), ("pool", "0")):
-        env = {"XPU_MODEL_ROOTS": json.dumps([os.path.dirname(mlp)]), "XPU_ISOLATION__PROCESSES_PER_ENGINE": procs}
-        with xpud_server("xpud-pool", env) as url:
-            out = subprocess.run([BENCH_BIN, "daemon", url, "2", "4", short_path], check=True,
-                                 capture_output=True, text=True)
-            jobs_per_s = json.loads(out.stdout)["jobs_per_s"]
-            stop = threading.Event()
-
-            def keep_long_running():
-                while not stop.is_set():
-                    req = urllib.request.Request(f"{url}/v1/jobs", data=long_job,
-                                                 headers={"content-type": "application/json"})
-                    urllib.request.urlopen(req, timeout=120).read()
-
-            busy = threading.Thread(target=keep_long_running)
-            busy.start()
-            time.sleep(0.5)
-            try:
-                out = subprocess.run([BENCH_BIN, "daemon", url, "1", "4", short_path], check=True,
+    # Each side keeps its best figure over ROUNDS alternating rounds (this VM's speed drifts).
+    result = {"one": (0.0, float("inf")), "pool": (0.0, float("inf"))}
+    for _ in range(ROUNDS):
+        for label, procs in (("one", "1"), ("pool", "0")):
+            env = {"XPU_MODEL_ROOTS": json.dumps([os.path.dirname(mlp)]), "XPU_ISOLATION__PROCESSES_PER_ENGINE": procs}
+            with xpud_server("xpud-pool", env) as url:
+                out = subprocess.run([BENCH_BIN, "daemon", url, "2", "3", short_path], check=True,
                                      capture_output=True, text=True)
-            finally:
-                stop.set()
-                busy.join()
-            r = json.loads(out.stdout)
-            result[label] = (jobs_per_s, r["client_latency_us"]["p50"])
+                jobs_per_s = json.loads(out.stdout)["jobs_per_s"]
+                stop = threading.Event()
+
+                def keep_long_running():
+                    while not stop.is_set():
+                        req = urllib.request.Request(f"{url}/v1/jobs", data=long_job,
+                                                     headers={"content-type": "application/json"})
+                        urllib.request.urlopen(req, timeout=120).read()
+
+                busy = threading.Thread(target=keep_long_running)
+                busy.start()
+                time.sleep(0.5)
+                try:
+                    out = subprocess.run([BENCH_BIN, "daemon", url, "1", "3", short_path], check=True,
+                                         capture_output=True, text=True)
+                finally:
+                    stop.set()
+                    busy.join()
+                latency = json.loads(out.stdout)["client_latency_us"]["p50"]
+                best_jobs, best_latency = result[label]
+                result[label] = (max(best_jobs, jobs_per_s), min(best_latency, latency))
     (j1, l1), (jp, lp) = result["one"], result["pool"]
     print(f"  MLP batch 1 at concurrency 2, jobs/s                          {j1:8.0f} {jp:6.0f}   {jp / j1:5.2f}")
     print(f"  MLP batch 1 beside a long ort job, latency p50 µs             {l1:8.0f} {lp:6.0f}   {l1 / max(lp, 1e-9):5.2f}")
