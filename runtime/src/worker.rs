@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use crate::{EngineLibraries, SharedEngines};
 
-pub use xpu_worker::{EngineWorkerStats, QUARANTINE_AFTER, stats_snapshot};
+pub use xpu_worker::{EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, stats_snapshot};
 
 /// Which engines run in worker processes, and how those start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -121,8 +121,6 @@ struct Conn {
     generation: u64,
     consecutive_crashes: u32,
     last_crash: Option<Instant>,
-    /// Executables dropped since the last request, released before the next.
-    to_release: Vec<u64>,
     /// When the worker last answered (or started).
     last_used: Option<Instant>,
 }
@@ -139,6 +137,10 @@ struct WorkerSlot {
     conn: Mutex<Conn>,
     /// Executables prepared on this slot and not dropped yet (new ones go to the emptiest).
     executables: AtomicUsize,
+    /// Executables dropped since the slot's last request, by (id, generation of the worker
+    /// that prepared them), released before its next. Apart from `conn` so that dropping an
+    /// executable never waits for a run in flight on the slot.
+    released: Mutex<Vec<(u64, u64)>>,
 }
 
 struct Inner {
@@ -185,6 +187,7 @@ impl WorkerEngine {
     }
 
     /// The first worker's process id, if one is running (tests kill it from outside).
+    /// Waits while that worker serves a request.
     pub fn worker_pid(&self) -> Option<u32> {
         self.inner.lock(0).ok()?.worker.as_ref().map(|w| w.child.id())
     }
@@ -257,7 +260,6 @@ impl Inner {
             let idle = conn.last_used.is_some_and(|t| t.elapsed() >= self.setup.idle_exit);
             if conn.worker.is_some() && idle {
                 conn.worker = None;
-                conn.to_release.clear();
                 with_stats(&self.name, |s| {
                     s.alive = s.alive.saturating_sub(1);
                     s.retired += 1;
@@ -299,13 +301,11 @@ impl Inner {
             && let Ok(Some(status)) = w.child.try_wait()
         {
             conn.worker = None;
-            conn.to_release.clear();
             self.ended(describe(status));
         }
         if conn.worker.is_some() {
             return Ok(());
         }
-        conn.to_release.clear();
         if let (Some(at), n) = (conn.last_crash, conn.consecutive_crashes) {
             let backoff = (Duration::from_millis(100) * 2u32.saturating_pow(n.saturating_sub(1)))
                 .min(MAX_BACKOFF);
@@ -452,11 +452,16 @@ impl Inner {
         }
     }
 
-    /// Releases executables dropped since the last request (best effort: a worker that
-    /// dies here is noticed by the request that follows).
-    fn release_dropped(&self, conn: &mut Conn) {
-        for id in std::mem::take(&mut conn.to_release) {
-            if conn.worker.is_some() {
+    /// Releases the executables dropped since slot `slot`'s last request that live on its
+    /// current worker (best effort: a worker that dies here is noticed by the request that
+    /// follows; ones prepared on a worker since replaced went with it).
+    fn release_dropped(&self, slot: usize, conn: &mut Conn) {
+        let dropped = match self.slots[slot].released.lock() {
+            Ok(mut r) if !r.is_empty() => std::mem::take(&mut *r),
+            _ => return,
+        };
+        for (id, generation) in dropped {
+            if conn.worker.is_some() && generation == conn.generation {
                 let _ = self.call(conn, &Request::Release { id }, 0, &StopToken::default());
             }
         }
@@ -496,16 +501,17 @@ impl Inner {
         Ok(())
     }
 
-    /// Prepares `partition` on the current worker as a new executable id.
+    /// Prepares `partition` on slot `slot`'s worker (`conn`, locked) as a new executable id.
     fn prepare_on_worker(
         &self,
+        slot: usize,
         conn: &mut Conn,
         exe: &PartitionSource,
         stop: &StopToken,
     ) -> Result<u64, EngineError> {
         self.check_quarantine(&exe.key, &exe.label)?;
         self.ready(conn)?;
-        self.release_dropped(conn);
+        self.release_dropped(slot, conn);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request::Prepare {
             id,
@@ -674,7 +680,7 @@ impl Engine for WorkerEngine {
         let source = PartitionSource::new(partition, assignment);
         let slot = self.inner.choose_slot();
         let mut conn = self.inner.lock(slot)?;
-        let id = self.inner.prepare_on_worker(&mut conn, &source, &StopToken::default())?;
+        let id = self.inner.prepare_on_worker(slot, &mut conn, &source, &StopToken::default())?;
         self.inner.slots[slot].executables.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(RemoteExecutable {
             inner: self.inner.clone(),
@@ -698,12 +704,12 @@ struct RemoteExecutable {
 
 impl Drop for RemoteExecutable {
     fn drop(&mut self) {
+        // Never waits for the slot's worker: a run in flight there may take minutes, and
+        // the prepared cache drops executables while others wait on it.
         let slot = &self.inner.slots[self.slot];
         slot.executables.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(mut conn) = slot.conn.lock()
-            && conn.generation == self.generation
-        {
-            conn.to_release.push(self.id);
+        if let Ok(mut released) = slot.released.lock() {
+            released.push((self.id, self.generation));
         }
     }
 }
@@ -720,10 +726,10 @@ impl Executable for RemoteExecutable {
         inner.check_quarantine(&self.source.key, &self.source.label)?;
         inner.ready(&mut conn)?;
         if conn.generation != self.generation {
-            self.id = inner.prepare_on_worker(&mut conn, &self.source, stop)?;
+            self.id = inner.prepare_on_worker(self.slot, &mut conn, &self.source, stop)?;
             self.generation = conn.generation;
         }
-        inner.release_dropped(&mut conn);
+        inner.release_dropped(self.slot, &mut conn);
         let slots = write_inputs(&mut conn, inputs)?;
         let worker = conn.worker.as_mut().expect("prepared on it");
         worker.runs += 1;

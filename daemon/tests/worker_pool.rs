@@ -1,0 +1,82 @@
+//! An isolated engine's pool of workers at the engine level: the real `xpu-worker` serving
+//! the cpu engine with fault markers on (`-1003` as an input's first element hangs the run).
+//! Executables go to an idle worker, so a hanging run holds up only its own worker; dropping
+//! an executable never waits for a run in flight on its worker; the hang is stopped.
+
+use std::time::Duration;
+
+use xpu_engine::{Assignment, Engine, Executable, StopToken};
+use xpu_ir::{Tensor, TensorData};
+
+const DOUBLE: &str = r#"graph "double" {
+  %0: f32[4] = input "x"
+  %1: f32[] = constant {value = tensor<f32[]> [2.0]}
+  %2: f32[4] = mul(%0, %1)
+  return "y" = %2
+}"#;
+
+fn pool(processes: usize) -> xpu_runtime::worker::WorkerEngine {
+    let workers = xpu_runtime::worker::Workers {
+        engines: vec!["cpu".into()],
+        program: Some(env!("CARGO_BIN_EXE_xpu-worker").into()),
+        max_rss_bytes: 0,
+        inject_faults: true,
+        processes_per_engine: processes,
+        idle_exit: Duration::ZERO,
+    };
+    workers.engine("cpu", &xpu_runtime::EngineLibraries::default())
+}
+
+fn input(first: f32) -> Vec<Tensor> {
+    vec![Tensor::new(vec![4], TensorData::F32(vec![first, 1.0, 2.0, 3.0])).unwrap()]
+}
+
+fn prepare(engine: &xpu_runtime::worker::WorkerEngine) -> Box<dyn Executable> {
+    let graph = xpu_ir::text::parse(DOUBLE).unwrap();
+    engine.prepare(&graph, &Assignment::new("cpu")).unwrap()
+}
+
+#[test]
+fn a_hanging_run_holds_up_only_its_own_worker() {
+    let engine = pool(2);
+    let mut first = prepare(&engine);
+    let out = first.run(&input(0.5)).unwrap();
+    assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[1.0, 2.0, 4.0, 6.0]);
+    // A serial load keeps one worker: the next executable goes to the idle first worker.
+    let mut second = prepare(&engine);
+    second.run(&input(1.0)).unwrap();
+    let first_pid = engine.worker_pid().expect("the first worker runs");
+    // The first executable hangs on its worker until stopped.
+    let stop = StopToken::new();
+    let stopper = stop.clone();
+    let hanging = std::thread::spawn(move || {
+        let result = first.run_until(&input(-1003.0), &stopper);
+        (first, result)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // Dropping an executable of the busy worker returns at once (it used to wait for the
+    // worker's lock, i.e. for the hang).
+    let (dropped, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(second);
+        let _ = dropped.send(());
+    });
+    let waited = done.recv_timeout(Duration::from_secs(2));
+    assert!(waited.is_ok(), "dropping an executable waited for its busy worker");
+    // A new executable goes to the idle second worker and runs while the first hangs.
+    let mut third = prepare(&engine);
+    let out = third.run(&input(3.0)).unwrap();
+    assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[6.0, 2.0, 4.0, 6.0]);
+    assert!(!hanging.is_finished(), "the first worker still hangs");
+    // The hang ignores the stop; its worker is killed after the grace and the run stopped.
+    stop.cancel();
+    let (mut first, result) = hanging.join().unwrap();
+    let Err(error) = result else { panic!("stopped, not finished") };
+    let error = error.to_string();
+    assert!(error.contains("cancel"), "{error}");
+    // Its worker is replaced at the next use and the executable prepared there again.
+    let out = first.run(&input(0.5)).unwrap();
+    assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[1.0, 2.0, 4.0, 6.0]);
+    assert_ne!(engine.worker_pid(), Some(first_pid), "a new first worker");
+    third.run(&input(3.0)).unwrap();
+}
