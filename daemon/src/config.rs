@@ -120,6 +120,10 @@ pub enum Isolation {
     InProcess,
 }
 
+/// The most worker processes one engine may have (`isolation.processes_per_engine`; the
+/// default, one per job that may run at once, is capped here too).
+pub const MAX_PROCESSES_PER_ENGINE: usize = 256;
+
 /// How worker processes start and are kept (`[isolation]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -237,7 +241,7 @@ impl Engines {
             max_rss_bytes: settings.max_rss_mb << 20,
             inject_faults: settings.inject_faults,
             processes_per_engine: match settings.processes_per_engine {
-                0 => jobs_at_once,
+                0 => jobs_at_once.min(MAX_PROCESSES_PER_ENGINE),
                 n => n,
             },
             idle_exit: std::time::Duration::from_secs(settings.idle_exit_s),
@@ -342,6 +346,10 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("limits.engine_concurrency.{engine}: {message}")]
     EngineLimit { engine: String, message: String },
+    #[error(
+        "isolation.processes_per_engine = {0}: at most {MAX_PROCESSES_PER_ENGINE} worker processes per engine"
+    )]
+    TooManyProcesses(usize),
     #[error("cannot prepare {0}")]
     Prepare(String),
 }
@@ -461,6 +469,9 @@ impl Config {
         let addr = self.listen_addr()?;
         if self.dev && !addr.ip().is_loopback() {
             return Err(ConfigError::DevNotLoopback(addr));
+        }
+        if self.isolation.processes_per_engine > MAX_PROCESSES_PER_ENGINE {
+            return Err(ConfigError::TooManyProcesses(self.isolation.processes_per_engine));
         }
         for (engine, &limit) in &self.limits.engine_concurrency {
             let bad =

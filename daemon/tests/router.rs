@@ -421,6 +421,9 @@ fn dev_mode_is_refused_off_loopback() {
     std::fs::write(&file, "listn = \"127.0.0.1:1\"\n").unwrap();
     let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
     assert!(err.contains("listn"), "a typo is named: {err}");
+    std::fs::write(&file, "[isolation]\nprocesses_per_engine = 1000000000\n").unwrap();
+    let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
+    assert!(err.contains("isolation.processes_per_engine = 1000000000: at most 256"), "{err}");
 }
 
 fn promtool(args: &[&str], stdin: &str) -> (bool, String) {
