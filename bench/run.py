@@ -701,19 +701,24 @@ def xpud_server(name, env=None):
         server.wait(timeout=30)
 
 
-def bench_prepared(rows, mlp):
-    """The MLP submitted again and again: server overhead (total − run − queue) when its
-    prepared executable is reused (the default) against prepared afresh for every job."""
+def npy_b64(array):
+    """`array` as the base64 of its `.npy` bytes (a job's `npy_base64` input)."""
     import base64
     import io
 
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def bench_prepared(rows, mlp):
+    """The MLP submitted again and again: server overhead (total − run − queue) when its
+    prepared executable is reused (the default) against prepared afresh for every job."""
     x = np.random.default_rng(3).standard_normal((1, 784)).astype(np.float32)
-    npy = io.BytesIO()
-    np.save(npy, x)
     # The model by path under a model root (the bench's output directory), as a deployment
     # names its models: the request carries only the input, so the overhead is the server's.
     body = {"program": {"path": os.path.basename(mlp)},
-            "inputs": {"x": {"npy_base64": base64.b64encode(npy.getvalue()).decode()}}, "wait": True}
+            "inputs": {"x": {"npy_base64": npy_b64(x)}}, "wait": True}
     body_path = os.path.join(OUT, "mlp-job.json")
     with open(body_path, "w") as f:
         json.dump(body, f)
@@ -768,15 +773,8 @@ def bench_pool(rows, mlp):
     concurrency 2 (jobs/s), and the same short job's latency while another client keeps a
     long ort job (a chain of 256² matmuls) running — the head-of-line wait a single worker
     imposes. Reported, no bar."""
-    import base64
-    import io
     import threading
     import urllib.request
-
-    def npy_b64(a):
-        buf = io.BytesIO()
-        np.save(buf, a)
-        return base64.b64encode(buf.getvalue()).decode()
 
     x = np.random.default_rng(3).standard_normal((1, 784)).astype(np.float32)
     short = {"program": {"path": os.path.basename(mlp)}, "policy": "ort-cpu", "wait": True,

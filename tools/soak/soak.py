@@ -511,8 +511,6 @@ def build_report(args, elapsed, warmup, records, samples, events, acknowledged, 
     bad_outcomes = {k: n for k, n in mix.items() if not allowed(*k)}
     fivexx = sum(n for (_, out), n in mix.items() if out.startswith("5xx"))
     after = [s for s in samples if s[0] >= warmup]
-    # RSS after warm-up: the median of the samples in the 10 s after it; at the end: the
-    # median of the last five samples while jobs ran.
     def median(values):
         return sorted(values)[len(values) // 2]
 

@@ -501,12 +501,14 @@ impl Inner {
         Ok(())
     }
 
-    /// Prepares `partition` on slot `slot`'s worker (`conn`, locked) as a new executable id.
+    /// Prepares `exe` on slot `slot`'s worker (`conn`, locked) as a new executable id;
+    /// `json` is its partition's SGR-ML JSON when the caller has made it already.
     fn prepare_on_worker(
         &self,
         slot: usize,
         conn: &mut Conn,
         exe: &PartitionSource,
+        json: Option<String>,
         stop: &StopToken,
     ) -> Result<u64, EngineError> {
         self.check_quarantine(&exe.key, &exe.label)?;
@@ -515,7 +517,7 @@ impl Inner {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request::Prepare {
             id,
-            partition: xpu_ir::to_json(&exe.graph),
+            partition: json.unwrap_or_else(|| xpu_ir::to_json(&exe.graph)),
             assignment: exe.assignment.clone(),
         };
         match self.call(conn, &request, 0, stop) {
@@ -628,10 +630,10 @@ struct PartitionSource {
 }
 
 impl PartitionSource {
-    fn new(partition: &Graph, assignment: &Assignment) -> PartitionSource {
-        // Hashed as it is written: the JSON is never held whole.
+    /// `json` is the partition's SGR-ML JSON, which the first prepare sends.
+    fn new(partition: &Graph, json: &str, assignment: &Assignment) -> PartitionSource {
         let mut h = Sha256::new();
-        let _ = serde_json::to_writer(&mut h, partition);
+        h.update(json.as_bytes());
         let _ = serde_json::to_writer(&mut h, assignment);
         let key = format!("{:x}", h.finalize());
         let names: Vec<String> =
@@ -677,10 +679,13 @@ impl Engine for WorkerEngine {
         partition: &Graph,
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
-        let source = PartitionSource::new(partition, assignment);
+        // Made once: hashed for the quarantine key and sent; dropped after the prepare.
+        let json = xpu_ir::to_json(partition);
+        let source = PartitionSource::new(partition, &json, assignment);
         let slot = self.inner.choose_slot();
         let mut conn = self.inner.lock(slot)?;
-        let id = self.inner.prepare_on_worker(slot, &mut conn, &source, &StopToken::default())?;
+        let stop = StopToken::default();
+        let id = self.inner.prepare_on_worker(slot, &mut conn, &source, Some(json), &stop)?;
         self.inner.slots[slot].executables.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(RemoteExecutable {
             inner: self.inner.clone(),
@@ -726,7 +731,7 @@ impl Executable for RemoteExecutable {
         inner.check_quarantine(&self.source.key, &self.source.label)?;
         inner.ready(&mut conn)?;
         if conn.generation != self.generation {
-            self.id = inner.prepare_on_worker(self.slot, &mut conn, &self.source, stop)?;
+            self.id = inner.prepare_on_worker(self.slot, &mut conn, &self.source, None, stop)?;
             self.generation = conn.generation;
         }
         inner.release_dropped(self.slot, &mut conn);
