@@ -1,7 +1,8 @@
 //! An isolated engine's pool of workers at the engine level: the real `xpu-worker` serving
 //! the cpu engine with fault markers on (`-1003` as an input's first element hangs the run).
-//! Executables go to an idle worker, so a hanging run holds up only its own worker; dropping
-//! an executable never waits for a run in flight on its worker; the hang is stopped.
+//! Executables go to an idle worker, so a hanging run holds up only its own worker (one of
+//! its executables run meanwhile moves to the idle worker); dropping an executable never
+//! waits for a run in flight on its worker; the hang is stopped.
 
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ fn a_hanging_run_holds_up_only_its_own_worker() {
     // A serial load keeps one worker: the next executable goes to the idle first worker.
     let mut second = prepare(&engine);
     second.run(&input(1.0)).unwrap();
+    let mut fourth = prepare(&engine);
+    fourth.run(&input(4.0)).unwrap();
     let first_pid = engine.worker_pid().expect("the first worker runs");
     // The first executable hangs on its worker until stopped.
     let stop = StopToken::new();
@@ -68,6 +71,14 @@ fn a_hanging_run_holds_up_only_its_own_worker() {
     let out = third.run(&input(3.0)).unwrap();
     assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[6.0, 2.0, 4.0, 6.0]);
     assert!(!hanging.is_finished(), "the first worker still hangs");
+    // An executable of the hanging worker, run now, moves to the idle one instead of
+    // waiting behind the hang.
+    let (ran, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = ran.send(fourth.run(&input(4.0)).map(|out| out.outputs[0].clone()));
+    });
+    let moved = done.recv_timeout(Duration::from_secs(10)).expect("ran beside the hang");
+    assert_eq!(moved.unwrap().as_slice::<f32>().unwrap(), &[8.0, 2.0, 4.0, 6.0]);
     // The hang ignores the stop; its worker is killed after the grace and the run stopped.
     stop.cancel();
     let (mut first, result) = hanging.join().unwrap();

@@ -5,7 +5,8 @@
 //! An engine has up to [`WorkerSetup::processes`] workers, each serving one request at a
 //! time. An executable lives on the worker that prepared it; a new one is prepared on an idle
 //! worker (the one holding the fewest executables), else on a worker not yet started, else it
-//! waits for the least loaded. A serial load so keeps one worker, while concurrent jobs —
+//! waits for the least loaded. One whose worker is busy with another job when it runs moves
+//! to an idle running worker (prepared again there) rather than wait. A serial load so keeps one worker, while concurrent jobs —
 //! which the prepared cache gives executables of their own — run side by side.
 
 use std::collections::{BTreeMap, HashMap};
@@ -719,6 +720,37 @@ impl Drop for RemoteExecutable {
     }
 }
 
+impl RemoteExecutable {
+    /// Its slot's connection, or — when another job holds that worker and another worker
+    /// runs idle — the idle one's, the executable moving there (prepared again on it, the
+    /// old one released): an executable the prepared cache hands out must not wait behind
+    /// a long job on its worker while a worker is free.
+    fn take_slot<'a>(&mut self, inner: &'a Inner) -> Result<MutexGuard<'a, Conn>, EngineError> {
+        match inner.slots[self.slot].conn.try_lock() {
+            Ok(conn) => return Ok(conn),
+            Err(std::sync::TryLockError::Poisoned(_)) => return inner.lock(self.slot),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        for (i, slot) in inner.slots.iter().enumerate() {
+            let Ok(conn) = slot.conn.try_lock() else { continue };
+            if i == self.slot || conn.worker.is_none() {
+                continue;
+            }
+            let old = &inner.slots[self.slot];
+            old.executables.fetch_sub(1, Ordering::Relaxed);
+            if let Ok(mut released) = old.released.lock() {
+                released.push((self.id, self.generation));
+            }
+            slot.executables.fetch_add(1, Ordering::Relaxed);
+            self.slot = i;
+            // No worker has generation 0: the run prepares the executable on this one.
+            self.generation = 0;
+            return Ok(conn);
+        }
+        inner.lock(self.slot)
+    }
+}
+
 impl Executable for RemoteExecutable {
     fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
         self.run_until(inputs, &StopToken::default())
@@ -726,7 +758,7 @@ impl Executable for RemoteExecutable {
 
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         let inner = self.inner.clone();
-        let mut conn = inner.lock(self.slot)?;
+        let mut conn = self.take_slot(&inner)?;
         stop.check(|| self.source.label.clone())?;
         inner.check_quarantine(&self.source.key, &self.source.label)?;
         inner.ready(&mut conn)?;
