@@ -3,7 +3,9 @@
 //! store is indexed by each of them) are collapsed into one flat index spread over the
 //! grid (a grid-stride loop); everything under them runs serially in each thread, so a
 //! reduction sums in LIR-ML's declared lane order (no atomics: the same bits on every
-//! launch shape). The source compiles with NVRTC for a GPU and, through `host.h`, with the
+//! launch shape) — except where an iteration reduces a row (softmax, norms): there a warp
+//! takes each iteration on the GPU, its lanes reading consecutive elements and combining
+//! their partials in a fixed butterfly (still no atomics, still the same bits at any grid). The source compiles with NVRTC for a GPU and, through `host.h`, with the
 //! host C++ compiler, which runs the same kernel logic on the CPU ([`crate::host`]).
 
 use std::collections::HashMap;
@@ -120,32 +122,16 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
     if band.is_empty() {
         e.line("if (blockIdx.x != 0 || threadIdx.x != 0) return;");
         e.block(body)?;
+    } else if cooperative(body) {
+        // On the GPU a warp takes each iteration (its reductions split over the lanes);
+        // the host emulation, which has no warps, runs the same iterations one per thread.
+        e.out.push_str("#ifdef __CUDA_ARCH__\n");
+        e.band_loop(&band, body, true)?;
+        e.out.push_str("#else\n");
+        e.band_loop(&band, body, false)?;
+        e.out.push_str("#endif\n");
     } else {
-        let extents: Vec<String> = band
-            .iter()
-            .map(|(_, lo, hi)| format!("(({}) - ({}))", e.affine(hi), e.affine(lo)))
-            .collect();
-        e.line(&format!("const long long total = {};", extents.join(" * ")));
-        e.line("const long long stride = (long long)gridDim.x * blockDim.x;");
-        e.line("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < total; flat += stride) {");
-        e.depth += 1;
-        e.line("long long rest = flat;");
-        for (i, (var, lo, _)) in band.iter().enumerate().rev() {
-            let lo = e.affine(lo);
-            if i == 0 {
-                e.line(&format!("const long long i_{} = ({lo}) + rest;", ident(var)));
-            } else {
-                e.line(&format!(
-                    "const long long i_{} = ({lo}) + rest % {};",
-                    ident(var),
-                    extents[i]
-                ));
-                e.line(&format!("rest /= {};", extents[i]));
-            }
-        }
-        e.block(body)?;
-        e.depth -= 1;
-        e.line("}");
+        e.band_loop(&band, body, false)?;
     }
     e.out.push_str("}\n");
     e.host_entry();
@@ -163,7 +149,33 @@ pub fn parallel_iterations(k: &Kernel) -> Option<u64> {
     })
 }
 
-/// Threads per block of every launch.
+/// The fewest elements a reduction must span for its iteration to take a warp: below it
+/// the lanes would mostly idle.
+const WARP_REDUCTION_MIN: i64 = 32;
+
+/// Whether a band's statements reduce over enough elements that a warp per iteration
+/// (its lanes reading consecutive elements) beats a thread per iteration (each thread
+/// walking a row of its own, no two threads' loads coalescing).
+fn cooperative(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Let { value: Expr::Reduce { lo, hi, .. }, .. } => {
+            match (lo.as_constant(), hi.as_constant()) {
+                (Some(lo), Some(hi)) => hi - lo >= WARP_REDUCTION_MIN,
+                _ => true,
+            }
+        }
+        _ => false,
+    })
+}
+
+/// Threads each flat iteration of `k` takes on the GPU: a warp where its reductions are
+/// split over lanes, else one.
+pub fn threads_per_iteration(k: &Kernel) -> u64 {
+    let (band, body) = band(&k.body);
+    if !band.is_empty() && cooperative(body) { 32 } else { 1 }
+}
+
+/// Threads per block of every launch (a multiple of the warp size).
 pub const BLOCK: u32 = 256;
 
 /// The grid for `iterations` flat iterations on a device with `multiprocessors` SMs: one
@@ -277,6 +289,137 @@ impl Emitter<'_> {
             .get(name)
             .copied()
             .ok_or_else(|| self.err(format!("`%{name}` used before it is defined")))
+    }
+
+    /// The grid-stride loop over the band's flat iterations, its loop variables recovered
+    /// from the flat index: one iteration per thread, or per warp (`warp`), whose 32 lanes
+    /// share the iteration's reductions and row loops ([`Emitter::warp_block`]).
+    fn band_loop(
+        &mut self,
+        band: &[(&str, &Affine, &Affine)],
+        body: &[Stmt],
+        warp: bool,
+    ) -> Result<(), CodegenError> {
+        let extents: Vec<String> = band
+            .iter()
+            .map(|(_, lo, hi)| format!("(({}) - ({}))", self.affine(hi), self.affine(lo)))
+            .collect();
+        self.line(&format!("const long long total = {};", extents.join(" * ")));
+        if warp {
+            self.line("const long long stride = ((long long)gridDim.x * blockDim.x) / 32;");
+            self.line("const int lane = (int)(threadIdx.x & 31u);");
+            self.line("for (long long flat = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; flat < total; flat += stride) {");
+        } else {
+            self.line("const long long stride = (long long)gridDim.x * blockDim.x;");
+            self.line("for (long long flat = (long long)blockIdx.x * blockDim.x + threadIdx.x; flat < total; flat += stride) {");
+        }
+        self.depth += 1;
+        self.line("long long rest = flat;");
+        for (i, (var, lo, _)) in band.iter().enumerate().rev() {
+            let lo = self.affine(lo);
+            if i == 0 {
+                self.line(&format!("const long long i_{} = ({lo}) + rest;", ident(var)));
+            } else {
+                self.line(&format!(
+                    "const long long i_{} = ({lo}) + rest % {};",
+                    ident(var),
+                    extents[i]
+                ));
+                self.line(&format!("rest /= {};", extents[i]));
+            }
+        }
+        if warp {
+            self.warp_block(body)?
+        } else {
+            self.block(body)?
+        }
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// An iteration's statements for the 32 lanes of a warp: a reduction is split over the
+    /// lanes (lane `l` takes elements `l, l + 32, …` in order, then a butterfly of
+    /// shuffles combines them — a fixed order, and every lane ends with the same value); a
+    /// loop whose iterations store disjoint elements is strided over the lanes; any other
+    /// loop, and every store outside a loop, runs on lane 0.
+    fn warp_block(&mut self, body: &[Stmt]) -> Result<(), CodegenError> {
+        for s in body {
+            match s {
+                Stmt::Let { name, value: Expr::Reduce { op, ty, init, var, lo, hi, body, .. } } => {
+                    self.warp_reduce(name, *op, *ty, *init, var, lo, hi, body)?
+                }
+                Stmt::For { var, lo, hi, body, .. } if stores_indexed_by(body, var) => {
+                    let v = format!("i_{}", ident(var));
+                    let (lo, hi) = (self.affine(lo), self.affine(hi));
+                    self.line(&format!(
+                        "for (long long {v} = ({lo}) + lane; {v} < {hi}; {v} += 32) {{"
+                    ));
+                    self.depth += 1;
+                    self.block(body)?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+                Stmt::For { .. } | Stmt::Store { .. } => {
+                    self.line("if (lane == 0) {");
+                    self.depth += 1;
+                    self.block(std::slice::from_ref(s))?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+                Stmt::Let { .. } | Stmt::Yield(_) => self.block(std::slice::from_ref(s))?,
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn warp_reduce(
+        &mut self,
+        name: &str,
+        op: ReduceOp,
+        ty: ScalarType,
+        init: Literal,
+        var: &str,
+        lo: &Affine,
+        hi: &Affine,
+        body: &[Stmt],
+    ) -> Result<(), CodegenError> {
+        let (t, n, v) = (c_type(ty), ident(name), format!("i_{}", ident(var)));
+        let combine = |a: &str, b: &str| {
+            combine(op, ty, a, b)
+                .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
+        };
+        let step = combine("acc", "y")?;
+        let across = combine("acc", "other")?;
+        let shuffled = if ty == ScalarType::Bool {
+            "(__shfl_xor_sync(0xffffffffu, (int)acc, o) != 0)".to_string()
+        } else {
+            "__shfl_xor_sync(0xffffffffu, acc, o)".to_string()
+        };
+        self.line(&format!("{t} v_{n};"));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("{t} acc = {};", literal(ty, init)));
+        let (lo, hi) = (self.affine(lo), self.affine(hi));
+        self.line(&format!("for (long long {v} = ({lo}) + lane; {v} < {hi}; {v} += 32) {{"));
+        self.depth += 1;
+        self.line(&format!("{t} y;"));
+        self.block(body)?;
+        self.line(&format!("acc = {step};"));
+        self.depth -= 1;
+        self.line("}");
+        self.line("for (int o = 16; o > 0; o >>= 1) {");
+        self.depth += 1;
+        self.line(&format!("const {t} other = {shuffled};"));
+        self.line(&format!("acc = {across};"));
+        self.depth -= 1;
+        self.line("}");
+        self.line(&format!("v_{n} = acc;"));
+        self.depth -= 1;
+        self.line("}");
+        self.types.insert(name.to_string(), ty);
+        Ok(())
     }
 
     fn block(&mut self, body: &[Stmt]) -> Result<(), CodegenError> {

@@ -35,6 +35,8 @@ pub(crate) struct Gpu {
     /// `sm_90` for compute capability 9.0.
     pub arch: String,
     pub config: CudaConfig,
+    /// cuBLASLt, or why it is not there (`cuda.cublaslt` is then unavailable with it).
+    pub cublaslt: Result<crate::cublaslt::Library, String>,
     /// The live context, if any, and its generation — bumped whenever a context is dropped,
     /// so executables prepared in an older one let go of everything they made in it. One
     /// lock for both: a context is never paired with another's generation.
@@ -264,9 +266,11 @@ impl CudaEngine {
                 return Err(why);
             }
             let (major, minor) = facts.compute_capability;
+            let cublaslt = crate::cublaslt::load(config.library_dir.as_deref());
             Ok(Arc::new(Gpu {
                 arch: format!("sm_{major}{minor}"),
                 facts,
+                cublaslt,
                 config,
                 context: Mutex::new((None, 0)),
             }))
@@ -328,8 +332,8 @@ impl CudaEngine {
 
 /// What the engine claims on a device: generated kernels for the ops the LIR-ML lowering
 /// takes (elementwise chains and reductions as `cuda.fused`, matmul as the loop nest
-/// `cuda.naive`). `cuda.cublaslt` and `cuda.flash_v2` are listed as unavailable with why.
-pub fn kernels() -> Vec<KernelCaps> {
+/// `cuda.naive`), and matmul on cuBLASLt (`cuda.cublaslt`) when `cublaslt` is loaded.
+pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
     use xpu_lower as lower;
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend(lower::REDUCE_OPS);
@@ -342,7 +346,7 @@ pub fn kernels() -> Vec<KernelCaps> {
         ops: lower::REDUCE_OPS.to_vec(),
         dtypes: xpu_lower::FUSED_DTYPES.to_vec(),
     });
-    vec![
+    let mut out = vec![
         KernelCaps {
             name: "cuda.fused".into(),
             ops,
@@ -365,18 +369,32 @@ pub fn kernels() -> Vec<KernelCaps> {
             operand_dtypes: vec![DType::F32, DType::F64],
             op_dtypes: Vec::new(),
         },
-    ]
+    ];
+    if cublaslt {
+        let dtypes = vec![DType::F32, DType::F16, DType::BF16];
+        out.push(KernelCaps {
+            name: crate::segment::CUBLASLT.into(),
+            ops: vec![Op::MatMul],
+            classes: Vec::new(),
+            dtypes: dtypes.clone(),
+            deterministic: true,
+            description: "matmul (batched, broadcast batch) on cuBLASLt: f32 strict, tf32 under precision = \"tf32\", bf16/f16 with f32 accumulation; bias, ReLU and tanh-GELU epilogues fused; algorithm picked by the heuristic at the first run of a shape and pinned; no in-place split-K (atomics) under bitwise determinism".into(),
+            device: None,
+            operand_dtypes: dtypes,
+            op_dtypes: Vec::new(),
+        });
+    }
+    out
 }
 
-/// Kernels the catalogue names that this build does not run, with why.
-pub fn missing_kernels() -> std::collections::BTreeMap<String, String> {
-    [
-        ("cuda.cublaslt", "not built yet: matmul runs as cuda.naive"),
-        ("cuda.flash_v2", "no fused attention kernel in this build"),
-    ]
-    .into_iter()
-    .map(|(k, why)| (k.to_string(), why.to_string()))
-    .collect()
+/// Kernels the catalogue names that this build does not run here, with why.
+pub fn missing_kernels(cublaslt: Result<(), &str>) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    if let Err(why) = cublaslt {
+        out.insert(crate::segment::CUBLASLT.to_string(), why.to_string());
+    }
+    out.insert("cuda.flash_v2".into(), "no fused attention kernel in this build".into());
+    out
 }
 
 impl Engine for CudaEngine {
@@ -386,7 +404,14 @@ impl Engine for CudaEngine {
 
     fn version(&self) -> String {
         match &self.gpu {
-            Ok(g) => format!("CUDA driver {}", g.facts.driver_version),
+            Ok(g) => match &g.cublaslt {
+                Ok(lt) => format!(
+                    "CUDA driver {}, cuBLASLt {}",
+                    g.facts.driver_version,
+                    lt.version_text()
+                ),
+                Err(_) => format!("CUDA driver {}", g.facts.driver_version),
+            },
             Err(_) => String::new(),
         }
     }
@@ -418,8 +443,10 @@ impl Engine for CudaEngine {
                 name: f.name.clone(),
                 memory_bytes: Some(f.memory_bytes as u64),
             }],
-            kernels: kernels(),
-            unavailable_kernels: missing_kernels(),
+            kernels: kernels(gpu.cublaslt.is_ok()),
+            unavailable_kernels: missing_kernels(
+                gpu.cublaslt.as_ref().map(|_| ()).map_err(String::as_str),
+            ),
         }
     }
 
@@ -433,7 +460,21 @@ impl Engine for CudaEngine {
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
         let gpu = self.gpu()?.clone();
-        Ok(Box::new(CudaExecutable::prepare(partition.clone(), gpu, &assignment.options)?))
+        let products =
+            crate::segment::library_products(partition, assignment, gpu.cublaslt.as_ref())?;
+        if products.is_empty() {
+            return Ok(Box::new(CudaExecutable::prepare(
+                partition.clone(),
+                gpu,
+                &assignment.options,
+            )?));
+        }
+        Ok(Box::new(crate::segment::SegmentedExecutable::prepare(
+            partition.clone(),
+            gpu,
+            assignment,
+            products,
+        )?))
     }
 
     fn device_memory(&self, device: DeviceId) -> bool {

@@ -162,7 +162,8 @@ impl CudaExecutable {
             let n = codegen::parallel_iterations(k).ok_or_else(|| {
                 kernel_error(&format!("{}: iteration count is not a constant", k.name))
             })?;
-            launches.push((f, codegen::grid_for(n, gpu.facts.multiprocessors.max(1) as u32)));
+            let threads = n.saturating_mul(codegen::threads_per_iteration(k));
+            launches.push((f, codegen::grid_for(threads, gpu.facts.multiprocessors.max(1) as u32)));
         }
         let mut constants = Vec::new();
         for step in &program.steps {
@@ -651,37 +652,8 @@ impl Executable for CudaExecutable {
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
         check_inputs(&self.graph, inputs)?;
         let (_, stream, _) = self.stream()?;
-        let mut values = Vec::with_capacity(inputs.len());
-        let mut up = 0usize;
-        for (i, t) in inputs.iter().enumerate() {
-            let bytes = host_bytes(t, &format!("input {i}"))?;
-            up += bytes.len();
-            let data = upload_bytes(&stream, bytes)
-                .map_err(|e| self.gpu.driver_error(&format!("input {i}"), "upload", e))?;
-            values.push(Value::Device(Arc::new(CudaBuffer {
-                data,
-                dtype: t.dtype(),
-                shape: t.shape().to_vec(),
-                stream: stream.clone(),
-            })));
-        }
-        let run = self.run_device(&values, stop)?;
-        let mut outputs = Vec::with_capacity(run.outputs.len());
-        let mut down = 0usize;
-        for v in &run.outputs {
-            let b = v
-                .buffer_of("cuda", DEVICE)
-                .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
-                .ok_or_else(|| EngineError::Other("cuda: an output not on the device".into()))?;
-            down += b.data.len();
-            outputs.push(crate::engine::host_tensor(b.dtype, &b.shape, |out| {
-                b.read_into(out).map_err(|e| self.gpu.driver_error("output", "download", e))
-            })?);
-        }
-        let mut facts = run.facts;
-        facts.push(Fact { node: None, key: "cuda.h2d_bytes".into(), value: up.to_string() });
-        facts.push(Fact { node: None, key: "cuda.d2h_bytes".into(), value: down.to_string() });
-        Ok(Execution { outputs, timings: run.timings, facts })
+        let gpu = self.gpu.clone();
+        run_from_host(&gpu, &stream, inputs, |values| self.run_device(values, stop))
     }
 
     fn run_values(
@@ -695,8 +667,49 @@ impl Executable for CudaExecutable {
     }
 }
 
+/// A device run between the upload of host `inputs` (on `stream`) and the download of its
+/// outputs, the bytes moved reported as facts.
+pub(crate) fn run_from_host(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    inputs: &[Tensor],
+    run_device: impl FnOnce(&[Value]) -> Result<Execution<Value>, EngineError>,
+) -> Result<Execution, EngineError> {
+    let mut values = Vec::with_capacity(inputs.len());
+    let mut up = 0usize;
+    for (i, t) in inputs.iter().enumerate() {
+        let bytes = host_bytes(t, &format!("input {i}"))?;
+        up += bytes.len();
+        let data = upload_bytes(stream, bytes)
+            .map_err(|e| gpu.driver_error(&format!("input {i}"), "upload", e))?;
+        values.push(Value::Device(Arc::new(CudaBuffer {
+            data,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            stream: stream.clone(),
+        })));
+    }
+    let run = run_device(&values)?;
+    let mut outputs = Vec::with_capacity(run.outputs.len());
+    let mut down = 0usize;
+    for v in &run.outputs {
+        let b = v
+            .buffer_of("cuda", DEVICE)
+            .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
+            .ok_or_else(|| EngineError::Other("cuda: an output not on the device".into()))?;
+        down += b.data.len();
+        outputs.push(crate::engine::host_tensor(b.dtype, &b.shape, |out| {
+            b.read_into(out).map_err(|e| gpu.driver_error("output", "download", e))
+        })?);
+    }
+    let mut facts = run.facts;
+    facts.push(Fact { node: None, key: "cuda.h2d_bytes".into(), value: up.to_string() });
+    facts.push(Fact { node: None, key: "cuda.d2h_bytes".into(), value: down.to_string() });
+    Ok(Execution { outputs, timings: run.timings, facts })
+}
+
 /// Dtype and rank checks for device inputs (what `check_inputs` does for host tensors).
-fn check_value_inputs(g: &Graph, inputs: &[Value]) -> Result<(), EngineError> {
+pub(crate) fn check_value_inputs(g: &Graph, inputs: &[Value]) -> Result<(), EngineError> {
     if inputs.len() != g.inputs.len() {
         return Err(EngineError::Other(format!(
             "cuda partition takes {} inputs, got {}",

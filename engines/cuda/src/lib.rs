@@ -9,10 +9,12 @@
 
 pub mod arena;
 pub mod codegen;
+pub mod cublaslt;
 pub mod engine;
 mod exec;
 pub mod host;
 pub mod image;
+mod segment;
 pub mod toolkit;
 
 pub use engine::{CudaConfig, CudaEngine, DEVICE};

@@ -21,7 +21,7 @@ pub fn search_dirs(configured: Option<&Path>, sub: &str) -> Vec<PathBuf> {
         let pythons = std::fs::read_dir(&venv).into_iter().flatten().flatten();
         for py in pythons {
             let nvidia = py.path().join("site-packages/nvidia");
-            for layout in ["cu13", "cuda_nvrtc", "cuda_nvcc", "cuda_runtime"] {
+            for layout in ["cu13", "cuda_nvrtc", "cuda_nvcc", "cuda_runtime", "cublas"] {
                 dirs.push(nvidia.join(layout).join(sub));
             }
         }
@@ -30,7 +30,7 @@ pub fn search_dirs(configured: Option<&Path>, sub: &str) -> Vec<PathBuf> {
 }
 
 /// The first of `names` in `dirs`.
-fn find_in(dirs: &[PathBuf], names: &[&str]) -> Option<PathBuf> {
+pub(crate) fn find_in(dirs: &[PathBuf], names: &[&str]) -> Option<PathBuf> {
     dirs.iter().flat_map(|d| names.iter().map(move |n| d.join(n))).find(|p| p.is_file())
 }
 
@@ -41,7 +41,7 @@ fn preloaded() -> &'static Mutex<Vec<libloading::Library>> {
     LIBS.get_or_init(Default::default)
 }
 
-fn preload(path: &Path) -> Result<(), String> {
+pub(crate) fn preload(path: &Path) -> Result<(), String> {
     // SAFETY: loading runs the library's initialisers; these are NVIDIA's CUDA libraries
     // found where configured, whose initialisers have no preconditions.
     let lib = unsafe { libloading::Library::new(path) }
@@ -51,7 +51,7 @@ fn preload(path: &Path) -> Result<(), String> {
 }
 
 /// Runs `f`, a call into cudarc, with a panic inside it turned into an error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .unwrap_or_else(|p| Err(format!("{what}: {}", xpu_engine::panic_message(&*p))))
 }

@@ -46,8 +46,17 @@ fn availability_is_the_driver_probes_verdict() {
         }
     }
     // What the engine does not run is said, whatever the machine.
-    let missing = xpu_engine_cuda::engine::missing_kernels();
-    assert!(missing.contains_key("cuda.cublaslt") && missing.contains_key("cuda.flash_v2"));
+    let missing = xpu_engine_cuda::engine::missing_kernels(Err("no cuBLASLt here"));
+    assert_eq!(missing["cuda.cublaslt"], "no cuBLASLt here");
+    assert!(missing.contains_key("cuda.flash_v2"));
+    let loaded = xpu_engine_cuda::engine::missing_kernels(Ok(()));
+    assert!(!loaded.contains_key("cuda.cublaslt") && loaded.contains_key("cuda.flash_v2"));
+    // cuBLASLt claims matmul in f32, f16 and bf16 only when it is loaded.
+    let with = xpu_engine_cuda::engine::kernels(true);
+    let lt = with.iter().find(|k| k.name == "cuda.cublaslt").expect("claimed when loaded");
+    assert_eq!(lt.ops, vec![xpu_ir::Op::MatMul]);
+    assert!(lt.dtypes.contains(&xpu_ir::DType::BF16) && !lt.dtypes.contains(&xpu_ir::DType::F64));
+    assert!(!xpu_engine_cuda::engine::kernels(false).iter().any(|k| k.name == "cuda.cublaslt"));
 }
 
 #[test]

@@ -133,3 +133,29 @@ fn without_a_gpu_the_driver_probe_is_a_reason_not_a_panic() {
         assert!(reason.contains("libcuda") || reason.contains("device"), "{reason}");
     }
 }
+
+#[test]
+fn a_row_reduction_takes_a_warp_per_row_on_the_gpu_and_a_thread_on_the_host() {
+    let text = r#"graph "s" {
+  %0: f32[16,256] = input "x"
+  %1: f32[16,4] = input "small"
+  %2: f32[16,256] = softmax(%0) {axis = -1}
+  %3: f32[16,256] = exp(%2)
+  %4: f32[16,4] = softmax(%1) {axis = -1}
+  return "y" = %3
+  return "z" = %4
+}"#;
+    let g = xpu_ir::text::parse(text).unwrap();
+    let p = xpu_lower::lower(&g, &[vec![16, 256], vec![16, 4]], &[None, None]).unwrap();
+    let threads: Vec<u64> =
+        p.steps.iter().map(|s| codegen::threads_per_iteration(&s.kernel)).collect();
+    // The softmax's reductions over 256 elements take a warp; its elementwise kernels and
+    // the softmax over 4 elements keep a thread per iteration.
+    assert!(threads.contains(&32) && threads.contains(&1), "{threads:?}");
+    for s in &p.steps {
+        let src = codegen::kernel_source(&s.kernel).unwrap();
+        let warp = codegen::threads_per_iteration(&s.kernel) == 32;
+        assert_eq!(src.contains("__shfl_xor_sync"), warp, "{src}");
+        assert_eq!(src.contains("#ifdef __CUDA_ARCH__"), warp);
+    }
+}

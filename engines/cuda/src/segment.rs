@@ -1,0 +1,720 @@
+//! A partition whose matrix products run on cuBLASLt: cut into segments in node order —
+//! runs of other nodes, each a partition of its own compiled as generated kernels
+//! ([`CudaExecutable`]), and products (with the bias and activation that follow them, when
+//! cuBLASLt's epilogue can do it) as cuBLASLt calls ([`cublaslt::GemmPlan`]). Values cross
+//! segments as device buffers; nothing goes back to the host.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use xpu_engine::options::{Capture, Determinism, PrecisionName};
+use xpu_engine::{
+    Assignment, EngineError, Executable, Execution, Fact, NodeTiming, StopToken, Value,
+};
+use xpu_ir::{Graph, NodeId, Op, Partition, Tensor, ValueId};
+
+use crate::cublaslt::{self, Activation, Epilogue, GemmPlan, Handle, Mode};
+use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes, upload_bytes};
+use crate::exec::{CudaExecutable, check_value_inputs, run_from_host};
+
+/// The kernel names the explanation uses.
+pub const CUBLASLT: &str = "cuda.cublaslt";
+pub const NAIVE: &str = "cuda.naive";
+
+/// One product on cuBLASLt and the epilogue nodes it absorbs.
+#[derive(Clone, Debug)]
+pub(crate) struct Product {
+    pub matmul: NodeId,
+    pub a: ValueId,
+    pub b: ValueId,
+    pub bias: Option<ValueId>,
+    /// The value the last absorbed node defines: what the call writes.
+    pub out: ValueId,
+    /// The matmul and the epilogue nodes, in order.
+    pub nodes: Vec<NodeId>,
+    pub epilogue: Epilogue,
+    pub mode: Mode,
+}
+
+/// The products of `g` that go to cuBLASLt under `assignment`: those pinned to
+/// `cuda.cublaslt`, and by default every product cuBLASLt can take when it is loaded;
+/// `cuda.naive` keeps a product in the generated kernels. A product pinned to cuBLASLt
+/// that it cannot take is an error naming why.
+pub(crate) fn library_products(
+    g: &Graph,
+    assignment: &Assignment,
+    library: Result<&cublaslt::Library, &String>,
+) -> Result<Vec<Product>, EngineError> {
+    let tf32 = assignment.precision == Some(PrecisionName::Tf32);
+    let mut out = Vec::new();
+    for id in g.node_ids() {
+        let n = g.node(id);
+        if n.op != Op::MatMul {
+            continue;
+        }
+        let pinned = assignment.kernels.get(&id).map(String::as_str);
+        if pinned == Some(NAIVE) {
+            continue;
+        }
+        let why_not = product_form(g, id, tf32, library);
+        match (why_not, pinned) {
+            (Ok(p), _) => out.push(p),
+            (Err(why), Some(CUBLASLT)) => {
+                return Err(EngineError::Unsupported {
+                    engine: "cuda".into(),
+                    node: n.label(id),
+                    what: format!("{CUBLASLT}: {why}"),
+                });
+            }
+            (Err(_), _) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The product at `mm` as cuBLASLt takes it, or why it cannot.
+fn product_form(
+    g: &Graph,
+    mm: NodeId,
+    tf32: bool,
+    library: Result<&cublaslt::Library, &String>,
+) -> Result<Product, String> {
+    library.map_err(|why| format!("unavailable: {why}"))?;
+    let n = g.node(mm);
+    let (Some(Some(a)), Some(Some(b))) = (n.inputs.first(), n.inputs.get(1)) else {
+        return Err("matmul needs two inputs".into());
+    };
+    let out = n.outputs[0];
+    let dtype = g.ty(out).dtype;
+    let mode = Mode::of(dtype, tf32).ok_or_else(|| format!("dtype {dtype} (f32, f16, bf16)"))?;
+    if g.ty(*a).dtype != dtype || g.ty(*b).dtype != dtype {
+        return Err("operands of different dtypes".into());
+    }
+    let rank = |v: ValueId| g.ty(v).dims.as_ref().map(Vec::len);
+    match (rank(*a), rank(*b)) {
+        (Some(ra), Some(rb)) if ra >= 2 && rb >= 2 => {}
+        _ => return Err("operands of rank < 2 or unknown rank".into()),
+    }
+    let mut p = Product {
+        matmul: mm,
+        a: *a,
+        b: *b,
+        bias: None,
+        out,
+        nodes: vec![mm],
+        epilogue: Epilogue::default(),
+        mode,
+    };
+    absorb_epilogue(g, &mut p);
+    Ok(p)
+}
+
+/// The one node reading `v`, when `v` is not a graph output.
+fn sole_user(g: &Graph, uses: &[Vec<NodeId>], v: ValueId) -> Option<NodeId> {
+    let us = &uses[v.index()];
+    (!g.is_output(v) && !us.is_empty() && us.iter().all(|u| *u == us[0])).then(|| us[0])
+}
+
+/// Takes a bias add (a vector over the output's columns) and then a ReLU or tanh-GELU into
+/// the product's epilogue, when they are its only readers.
+fn absorb_epilogue(g: &Graph, p: &mut Product) {
+    let uses = g.uses();
+    let n_dim = g.ty(p.b).dims.as_ref().and_then(|d| d.last().cloned());
+    if let Some(u) = sole_user(g, &uses, p.out) {
+        let node = g.node(u);
+        let other = node.input_values().find(|v| *v != p.out);
+        let is_bias = |v: ValueId| {
+            let ty = g.ty(v);
+            ty.dtype == g.ty(p.out).dtype
+                && ty.dims.as_ref().is_some_and(|d| {
+                    !d.is_empty()
+                        && d.last().cloned() == n_dim
+                        && d[..d.len() - 1].iter().all(|x| x.known() == Some(1))
+                })
+        };
+        if node.op == Op::Add
+            && node.input_values().filter(|v| *v == p.out).count() == 1
+            && let Some(bias) = other.filter(|v| is_bias(*v))
+        {
+            p.bias = Some(bias);
+            p.epilogue.bias = true;
+            p.out = node.outputs[0];
+            p.nodes.push(u);
+        }
+    }
+    if let Some(u) = sole_user(g, &uses, p.out) {
+        let node = g.node(u);
+        let activation = match node.op {
+            Op::Relu => Activation::Relu,
+            Op::Gelu if node.attrs.str("approximate", "none") == "tanh" => Activation::GeluTanh,
+            _ => return,
+        };
+        p.epilogue.activation = activation;
+        p.out = node.outputs[0];
+        p.nodes.push(u);
+    }
+}
+
+enum Segment {
+    Kernels { exe: Box<CudaExecutable>, part: Partition },
+    Product(Product),
+}
+
+/// State of the cuBLASLt calls in one context generation.
+struct LibraryState {
+    generation: u64,
+    stream: Arc<CudaStream>,
+    handle: Handle,
+    workspace: Option<CudaSlice<u8>>,
+}
+
+pub(crate) struct SegmentedExecutable {
+    graph: Arc<Graph>,
+    gpu: Arc<Gpu>,
+    segments: Vec<Segment>,
+    deterministic: bool,
+    /// Per product (by matmul node) and shape: the plan.
+    plans: HashMap<(NodeId, cublaslt::Shape), GemmPlan>,
+    state: Option<LibraryState>,
+    /// Constants the products read, uploaded once per context generation.
+    constants: HashMap<ValueId, (u64, Value)>,
+    capture: Capture,
+}
+
+impl SegmentedExecutable {
+    pub(crate) fn prepare(
+        graph: Graph,
+        gpu: Arc<Gpu>,
+        assignment: &Assignment,
+        products: Vec<Product>,
+    ) -> Result<SegmentedExecutable, EngineError> {
+        let mut at_last: HashMap<NodeId, Product> = HashMap::new();
+        let mut absorbed = vec![false; graph.nodes.len()];
+        for p in products {
+            for n in &p.nodes {
+                absorbed[n.index()] = true;
+            }
+            // A product runs where its last absorbed node stood: the bias is ready there.
+            at_last.insert(*p.nodes.last().unwrap_or(&p.matmul), p);
+        }
+        let mut segments = Vec::new();
+        let mut run: Vec<NodeId> = Vec::new();
+        let flush = |run: &mut Vec<NodeId>, segments: &mut Vec<Segment>| {
+            if run.is_empty() {
+                return Ok::<(), EngineError>(());
+            }
+            let part = graph.partition(run);
+            let exe =
+                CudaExecutable::prepare(part.graph.clone(), gpu.clone(), &assignment.options)?;
+            segments.push(Segment::Kernels { exe: Box::new(exe), part });
+            run.clear();
+            Ok(())
+        };
+        for id in graph.node_ids() {
+            if graph.node(id).op == Op::Constant {
+                continue;
+            }
+            if let Some(p) = at_last.remove(&id) {
+                flush(&mut run, &mut segments)?;
+                segments.push(Segment::Product(p));
+            } else if !absorbed[id.index()] {
+                run.push(id);
+            }
+        }
+        flush(&mut run, &mut segments)?;
+        Ok(SegmentedExecutable {
+            graph: Arc::new(graph),
+            gpu,
+            segments,
+            deterministic: assignment.options.determinism == Determinism::Bitwise,
+            plans: HashMap::new(),
+            state: None,
+            constants: HashMap::new(),
+            capture: assignment.options.capture,
+        })
+    }
+
+    /// The library state of the live context (made afresh after a context reset).
+    fn state(&mut self) -> Result<u64, EngineError> {
+        let (ctx, generation) = self.gpu.context()?;
+        if self.state.as_ref().is_some_and(|s| s.generation == generation) {
+            return Ok(generation);
+        }
+        self.state = None;
+        self.plans.clear();
+        self.constants.clear();
+        let stream =
+            ctx.new_stream().map_err(|e| self.gpu.driver_error("cublaslt", "new stream", e))?;
+        let handle = Handle::new().map_err(|e| library_error("cublaslt", &e))?;
+        self.state = Some(LibraryState { generation, stream, handle, workspace: None });
+        Ok(generation)
+    }
+
+    /// The value `v` of the partition: computed, an input, or a constant (uploaded once).
+    fn value(
+        &mut self,
+        values: &HashMap<ValueId, Value>,
+        v: ValueId,
+        generation: u64,
+    ) -> Result<Value, EngineError> {
+        if let Some(x) = values.get(&v) {
+            return Ok(x.clone());
+        }
+        if let Some((g, x)) = self.constants.get(&v)
+            && *g == generation
+        {
+            return Ok(x.clone());
+        }
+        let t = self.graph.const_value(v).ok_or_else(|| {
+            EngineError::Other(format!("cuda: value {v} is read before it is computed"))
+        })?;
+        let stream = self.library_stream()?;
+        let data = upload_bytes(&stream, host_bytes(t, "constant")?)
+            .map_err(|e| self.gpu.driver_error("constant", "upload", e))?;
+        let x = Value::Device(Arc::new(CudaBuffer {
+            data,
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            stream,
+        }));
+        self.constants.insert(v, (generation, x.clone()));
+        Ok(x)
+    }
+
+    fn library_stream(&self) -> Result<Arc<CudaStream>, EngineError> {
+        self.state
+            .as_ref()
+            .map(|s| s.stream.clone())
+            .ok_or_else(|| EngineError::Other("cuda: no cuBLASLt state".into()))
+    }
+
+    /// A run on device values; on an error the library stream is drained before returning,
+    /// so no queued call outlives the buffers the caller drops next.
+    fn run_device(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        let result = self.run_device_queued(inputs, stop);
+        if result.is_err()
+            && let Some(s) = &self.state
+        {
+            let _ = s.stream.synchronize();
+        }
+        result
+    }
+
+    fn run_device_queued(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        let generation = self.state()?;
+        let mut values: HashMap<ValueId, Value> =
+            self.graph.inputs.iter().copied().zip(inputs.iter().cloned()).collect();
+        let mut timings = Vec::new();
+        let mut facts = Vec::new();
+        let mut segments = std::mem::take(&mut self.segments);
+        let result = (|| {
+            for seg in &mut segments {
+                match seg {
+                    Segment::Kernels { exe, part } => {
+                        stop.check(|| "partition".into())?;
+                        let ins = part
+                            .inputs
+                            .iter()
+                            .map(|&v| self.value(&values, v, generation))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        let run = exe.run_values(&ins, stop)?;
+                        for (&v, x) in part.outputs.iter().zip(run.outputs) {
+                            values.insert(v, x);
+                        }
+                        let back = |n: NodeId| part.sources.get(n.index()).copied().flatten();
+                        timings.extend(
+                            run.timings
+                                .into_iter()
+                                .filter_map(|t| Some(NodeTiming { node: back(t.node)?, ..t })),
+                        );
+                        facts.extend(
+                            run.facts
+                                .into_iter()
+                                .map(|f| Fact { node: f.node.and_then(back), ..f }),
+                        );
+                    }
+                    Segment::Product(p) => {
+                        let label = self.graph.node(p.matmul).label(p.matmul);
+                        stop.check(|| label.clone())?;
+                        let p = p.clone();
+                        let (out, nanos, plan_facts) = self.run_product(&p, &values, generation)?;
+                        values.insert(p.out, out);
+                        let share = nanos / p.nodes.len() as u64;
+                        timings.extend(p.nodes.iter().map(|&node| NodeTiming {
+                            node,
+                            kernel: CUBLASLT.into(),
+                            nanos: share,
+                        }));
+                        facts.extend(plan_facts);
+                    }
+                }
+            }
+            Ok::<(), EngineError>(())
+        })();
+        self.segments = segments;
+        result?;
+        if self.capture == Capture::Graph {
+            facts.push(Fact {
+                node: None,
+                key: "cuda.capture".into(),
+                value: "per generated-kernel segment; cuBLASLt calls run eagerly between them"
+                    .into(),
+            });
+        }
+        let outputs = self
+            .graph
+            .outputs
+            .clone()
+            .iter()
+            .map(|o| self.value(&values, o.value, generation))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Execution { outputs, timings, facts })
+    }
+
+    /// One product: shapes from its operands, the plan for them (made once), the call
+    /// between two events. Returns the output, the device time and the plan's facts.
+    fn run_product(
+        &mut self,
+        p: &Product,
+        values: &HashMap<ValueId, Value>,
+        generation: u64,
+    ) -> Result<(Value, u64, Vec<Fact>), EngineError> {
+        let label = self.graph.node(p.matmul).label(p.matmul);
+        let a = self.value(values, p.a, generation)?;
+        let b = self.value(values, p.b, generation)?;
+        let bias = p.bias.map(|v| self.value(values, v, generation)).transpose()?;
+        let stream = self.library_stream()?;
+        let buf = |v: &Value,
+                   what: &str|
+         -> Result<Arc<dyn xpu_engine::DeviceBuffer>, EngineError> {
+            let Value::Device(b) = v else {
+                return Err(EngineError::NoDevice {
+                    engine: "cuda".into(),
+                    device: v.device(),
+                    what: "take a host value as a cuBLASLt operand (the plan lacks a transfer)",
+                });
+            };
+            let cb = b.as_any().downcast_ref::<CudaBuffer>().ok_or_else(|| EngineError::Input {
+                name: what.into(),
+                message: "not a cuda buffer".into(),
+            })?;
+            if cb.stream.context().cu_ctx() != stream.context().cu_ctx() {
+                return Err(EngineError::Input {
+                    name: what.into(),
+                    message: "a device value from a CUDA context that was reset after an error: upload it again".into(),
+                });
+            }
+            if cb.stream.cu_stream() != stream.cu_stream() {
+                cb.stream
+                    .synchronize()
+                    .map_err(|e| self.gpu.driver_error(&label, "synchronize", e))?;
+            }
+            Ok(b.clone())
+        };
+        let (ab, bb) = (buf(&a, "a")?, buf(&b, "b")?);
+        let biasb = bias.as_ref().map(|v| buf(v, "bias")).transpose()?;
+        let (shape, out_shape) = product_shape(ab.shape(), bb.shape()).map_err(|what| {
+            EngineError::Unsupported { engine: "cuda".into(), node: label.clone(), what }
+        })?;
+        if let Some(bias) = &biasb
+            && bias.shape().iter().product::<usize>() as u64 != shape.n
+        {
+            return Err(EngineError::Input {
+                name: label.clone(),
+                message: format!("bias of shape {:?} for {} columns", bias.shape(), shape.n),
+            });
+        }
+        let dtype = self.graph.ty(p.out).dtype;
+        let out_bytes = out_shape.iter().product::<usize>() * dtype.size_bytes();
+        let gpu = self.gpu.clone();
+        let err = |what: &'static str| {
+            let label = label.clone();
+            let gpu = gpu.clone();
+            move |e| gpu.driver_error(&label, what, e)
+        };
+        let empty = shape.m == 0 || shape.n == 0 || shape.batch == 0;
+        if empty || shape.k == 0 {
+            // Nothing to multiply: an empty output, or sums of nothing — zeros, then the
+            // epilogue, which cuBLASLt is not asked to run on an empty product.
+            if shape.k == 0 && !empty && p.epilogue != Epilogue::default() {
+                return Err(EngineError::Unsupported {
+                    engine: "cuda".into(),
+                    node: label,
+                    what: "a product over an empty inner dim with a fused epilogue".into(),
+                });
+            }
+            let data = stream.alloc_zeros::<u8>(out_bytes.max(1)).map_err(err("allocation"))?;
+            let out = CudaBuffer { data, dtype, shape: out_shape, stream: stream.clone() };
+            return Ok((Value::Device(Arc::new(out)), 0, Vec::new()));
+        }
+        let key = (p.matmul, shape);
+        if !self.plans.contains_key(&key) {
+            let state = self
+                .state
+                .as_ref()
+                .ok_or_else(|| EngineError::Other("cuda: no cuBLASLt state".into()))?;
+            let plan = GemmPlan::new(&state.handle, p.mode, shape, p.epilogue, self.deterministic)
+                .map_err(|e| library_error(&label, &e))?;
+            self.plans.insert(key, plan);
+        }
+        let plan = &self.plans[&key];
+        let state = self
+            .state
+            .as_mut()
+            .ok_or_else(|| EngineError::Other("cuda: no cuBLASLt state".into()))?;
+        if state.workspace.as_ref().is_none_or(|w| w.len() < plan.workspace_bytes) {
+            state.workspace = None;
+            // SAFETY: scratch memory cuBLASLt writes before it reads.
+            state.workspace = Some(
+                unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }
+                    .map_err(err("workspace allocation"))?,
+            );
+        }
+        // SAFETY: written by the product below before anyone reads it.
+        let data = unsafe { stream.alloc::<u8>(out_bytes.max(1)) }.map_err(err("allocation"))?;
+        let ptr = |b: &Arc<dyn xpu_engine::DeviceBuffer>| {
+            b.as_any().downcast_ref::<CudaBuffer>().map_or(0, |c| c.data.device_ptr(&stream).0)
+        };
+        let workspace = state.workspace.as_ref().map_or(0, |w| w.device_ptr(&stream).0);
+        let t0 =
+            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+        // SAFETY: operands, bias and output are live allocations of this context holding the
+        // shapes the plan was made for (from their own shapes, dtype checked at prepare);
+        // the workspace holds the plan's bytes; all outlive the synchronisation below or
+        // are kept by the output value, ordered on `stream`.
+        unsafe {
+            plan.run(
+                &state.handle,
+                stream.cu_stream(),
+                ptr(&ab),
+                ptr(&bb),
+                data.device_ptr(&stream).0,
+                biasb.as_ref().map(ptr),
+                workspace,
+            )
+        }
+        .map_err(|e| library_error(&label, &e))?;
+        let t1 =
+            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+        let ms = t0.elapsed_ms(&t1).map_err(err("timing"))?;
+        let facts = vec![Fact {
+            node: Some(p.matmul),
+            key: "cuda.cublaslt".into(),
+            value: format!(
+                "{} [{}×{}×{}, batch {}], epilogue {}: algorithm {}",
+                plan.mode.describe(),
+                shape.m,
+                shape.n,
+                shape.k,
+                shape.batch,
+                plan.epilogue.describe(),
+                plan.algorithm
+            ),
+        }];
+        let out = CudaBuffer { data, dtype, shape: out_shape, stream };
+        Ok((Value::Device(Arc::new(out)), (ms as f64 * 1e6) as u64, facts))
+    }
+}
+
+/// The product's dims from its operands' shapes (numpy matmul, batch dims broadcast where
+/// one side has a single matrix), and the output's shape.
+pub(crate) fn product_shape(
+    sa: &[usize],
+    sb: &[usize],
+) -> Result<(cublaslt::Shape, Vec<usize>), String> {
+    if sa.len() < 2 || sb.len() < 2 {
+        return Err(format!("operands {sa:?} @ {sb:?}: rank 2 or more"));
+    }
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (k2, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dims differ: {sa:?} @ {sb:?}"));
+    }
+    let (ba, bb) = (&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
+    let batch_shape = xpu_ir::infer::broadcast_shapes(ba, bb)?;
+    let count: usize = batch_shape.iter().product();
+    let stride = |own: &[usize], matrix: usize| -> Result<i64, String> {
+        let n: usize = own.iter().product();
+        if n == 1 {
+            Ok(0)
+        } else if n == count && own.iter().rev().zip(batch_shape.iter().rev()).all(|(x, y)| x == y)
+        {
+            Ok(matrix as i64)
+        } else {
+            Err(format!(
+                "batch dims {sa:?} @ {sb:?} broadcast partly (cuBLASLt takes one stride per operand)"
+            ))
+        }
+    };
+    let big = |x: usize| u64::try_from(x).ok().filter(|&v| v <= i32::MAX as u64);
+    let fits = [m, n, k, count].iter().all(|&x| big(x).is_some());
+    if !fits {
+        return Err(format!("dims of {sa:?} @ {sb:?} exceed cuBLASLt's 32-bit sizes"));
+    }
+    let shape = cublaslt::Shape {
+        batch: count as u64,
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        stride_a: stride(ba, m * k)?,
+        stride_b: stride(bb, k * n)?,
+        trans_a: false,
+        trans_b: false,
+    };
+    let mut out = batch_shape;
+    out.extend([m, n]);
+    Ok((shape, out))
+}
+
+fn library_error(node: &str, message: &str) -> EngineError {
+    EngineError::Kernel { node: node.to_string(), message: format!("{CUBLASLT}: {message}") }
+}
+
+impl Executable for SegmentedExecutable {
+    fn run(&mut self, inputs: &[Tensor]) -> Result<Execution, EngineError> {
+        self.run_until(inputs, &StopToken::default())
+    }
+
+    fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        xpu_engine::check_inputs(&self.graph, inputs)?;
+        self.state()?;
+        let stream = self.library_stream()?;
+        let gpu = self.gpu.clone();
+        run_from_host(&gpu, &stream, inputs, |values| self.run_device(values, stop))
+    }
+
+    fn run_values(
+        &mut self,
+        inputs: &[Value],
+        stop: &StopToken,
+    ) -> Result<Execution<Value>, EngineError> {
+        stop.check(|| DEVICE.to_string())?;
+        check_value_inputs(&self.graph, inputs)?;
+        self.run_device(inputs, stop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Graph {
+        xpu_ir::text::parse(text).unwrap()
+    }
+
+    fn loaded() -> cublaslt::Library {
+        cublaslt::Library { path: "libcublasLt.so.13".into(), version: 130100 }
+    }
+
+    const MLP: &str = r#"graph "m" {
+  %0: f32[N,8] = input "x"
+  %1: f32[8,4] = input "w1"
+  %2: f32[4] = input "b1"
+  %3: f32[4,2] = input "w2"
+  %4: f32[1,2] = input "b2"
+  %5: f32[N,4] = matmul(%0, %1) @name("fc1")
+  %6: f32[N,4] = add(%5, %2)
+  %7: f32[N,4] = relu(%6)
+  %8: f32[N,2] = matmul(%7, %3) @name("fc2")
+  %9: f32[N,2] = add(%4, %8)
+  %10: f32[N,2] = gelu(%9) {approximate = "none"}
+  return "y" = %10
+}"#;
+
+    #[test]
+    fn products_take_their_bias_and_activation_when_cublaslt_can() {
+        let g = parse(MLP);
+        let lib = loaded();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        assert_eq!(ps.len(), 2);
+        assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::Relu });
+        assert_eq!(ps[0].nodes.len(), 3);
+        // Exact GELU is not cuBLASLt's (tanh) GELU: the bias is taken, the GELU is not.
+        assert_eq!(ps[1].epilogue, Epilogue { bias: true, activation: Activation::None });
+        assert_eq!(ps[1].mode, Mode::F32Strict);
+        let mut tf32 = Assignment::new("cuda");
+        tf32.precision = Some(PrecisionName::Tf32);
+        assert!(
+            library_products(&g, &tf32, Ok(&lib)).unwrap().iter().all(|p| p.mode == Mode::Tf32)
+        );
+    }
+
+    #[test]
+    fn a_pin_to_naive_keeps_the_loop_nest_and_a_pin_to_cublaslt_names_why_it_cannot() {
+        let g = parse(MLP);
+        let fc1 = g.node_ids().find(|&n| g.node(n).op == Op::MatMul).unwrap();
+        let mut a = Assignment::new("cuda");
+        a.kernels.insert(fc1, NAIVE.into());
+        let lib = loaded();
+        assert_eq!(library_products(&g, &a, Ok(&lib)).unwrap().len(), 1);
+        // Without the library nothing goes to it by default, and a pin is an error.
+        let missing = "cuBLASLt not found".to_string();
+        assert!(library_products(&g, &Assignment::new("cuda"), Err(&missing)).unwrap().is_empty());
+        a.kernels.insert(fc1, CUBLASLT.into());
+        let e = library_products(&g, &a, Err(&missing)).unwrap_err().to_string();
+        assert!(e.contains("cuBLASLt not found") && e.contains("fc1"), "{e}");
+        // f64 is not a cuBLASLt dtype here.
+        let g64 = parse(&MLP.replace("f32", "f64"));
+        let e = library_products(&g64, &a, Ok(&lib)).unwrap_err().to_string();
+        assert!(e.contains("dtype f64"), "{e}");
+    }
+
+    #[test]
+    fn an_epilogue_value_read_elsewhere_stays_out_of_the_call() {
+        let g = parse(
+            r#"graph "m" {
+  %0: f32[3,8] = input "x"
+  %1: f32[8,4] = input "w"
+  %2: f32[4] = input "b"
+  %3: f32[3,4] = matmul(%0, %1)
+  %4: f32[3,4] = add(%3, %2)
+  %5: f32[3,4] = relu(%4)
+  return "pre" = %4
+  return "y" = %5
+}"#,
+        );
+        let lib = loaded();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::None });
+        // A bias over rows (not columns) is not cuBLASLt's bias.
+        let g = parse(
+            r#"graph "m" {
+  %0: f32[3,8] = input "x"
+  %1: f32[8,4] = input "w"
+  %2: f32[3,1] = input "b"
+  %3: f32[3,4] = matmul(%0, %1)
+  %4: f32[3,4] = add(%3, %2)
+  return "y" = %4
+}"#,
+        );
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        assert_eq!(ps[0].epilogue, Epilogue::default());
+        assert_eq!(ps[0].nodes.len(), 1);
+    }
+
+    #[test]
+    fn product_shapes_broadcast_a_whole_batch_or_name_what_they_cannot() {
+        let (s, out) = product_shape(&[2, 3, 5, 7], &[7, 4]).unwrap();
+        assert_eq!((s.batch, s.m, s.n, s.k, s.stride_a, s.stride_b), (6, 5, 4, 7, 35, 0));
+        assert_eq!(out, vec![2, 3, 5, 4]);
+        let (s, _) = product_shape(&[1, 5, 7], &[3, 7, 4]).unwrap();
+        assert_eq!((s.batch, s.stride_a, s.stride_b), (3, 0, 28));
+        let e = product_shape(&[2, 1, 5, 7], &[1, 3, 7, 4]).unwrap_err();
+        assert!(e.contains("broadcast partly"), "{e}");
+        assert!(product_shape(&[5, 7], &[6, 4]).unwrap_err().contains("inner dims differ"));
+        assert!(product_shape(&[7], &[7, 4]).unwrap_err().contains("rank 2"));
+        assert!(product_shape(&[1 << 32, 2], &[2, 2]).unwrap_err().contains("32-bit"));
+        let (s, out) = product_shape(&[0, 7], &[7, 4]).unwrap();
+        assert_eq!((s.m, out), (0, vec![0, 4]));
+    }
+}
