@@ -359,6 +359,9 @@ impl Emitter<'_> {
                     self.block(body)?;
                     self.depth -= 1;
                     self.line("}");
+                    // What one lane stored, the others may read next (a merged row kernel
+                    // reads its own per-row scalars): the warp's memory is ordered here.
+                    self.line("__syncwarp();");
                 }
                 Stmt::For { .. } | Stmt::Store { .. } => {
                     self.line("if (lane == 0) {");
@@ -366,6 +369,7 @@ impl Emitter<'_> {
                     self.block(std::slice::from_ref(s))?;
                     self.depth -= 1;
                     self.line("}");
+                    self.line("__syncwarp();");
                 }
                 Stmt::Let { .. } | Stmt::Yield(_) => self.block(std::slice::from_ref(s))?,
             }

@@ -145,6 +145,7 @@ impl CudaExecutable {
         let program = lower::lower(&self.graph, shapes, structural).map_err(|e| {
             EngineError::Unsupported { engine: "cuda".into(), node: e.node, what: e.message }
         })?;
+        let program = crate::rows::merge_row_steps(program);
         let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
         let source = codegen::source(&kernels).map_err(|e| kernel_error(&e.to_string()))?;
         let start = Instant::now();

@@ -3,7 +3,9 @@
 //! [`image`], cached in memory and on disk), and run on device 0 ([`engine`], [`exec`]):
 //! values in device memory with uploads and downloads the plan lists, one arena per
 //! prepared shape set ([`arena`]), one non-blocking stream per executable, CUDA graph
-//! capture and replay. Without a GPU it is `Unavailable` with the reason, as data, and what
+//! capture and replay; row groups merged into one kernel ([`rows`]); matrix products on
+//! cuBLASLt ([`cublaslt`]) between generated-kernel segments. Without a GPU it is
+//! `Unavailable` with the reason, as data, and what
 //! can be checked without one is: PTX assembled by `ptxas`, and the same kernel source run
 //! on the host through a header that maps CUDA's grid to loops ([`host`]).
 
@@ -14,6 +16,7 @@ pub mod engine;
 mod exec;
 pub mod host;
 pub mod image;
+pub mod rows;
 mod segment;
 pub mod toolkit;
 

@@ -159,3 +159,29 @@ fn a_row_reduction_takes_a_warp_per_row_on_the_gpu_and_a_thread_on_the_host() {
         assert_eq!(src.contains("#ifdef __CUDA_ARCH__"), warp);
     }
 }
+
+#[test]
+fn row_groups_merge_into_one_kernel_that_still_matches_the_cpu_engine() {
+    for name in PROGRAMS {
+        let g = program(name);
+        let p = lowered(&g, 37);
+        let m = xpu_engine_cuda::rows::merge_row_steps(p.clone());
+        if name.ends_with("_rows") {
+            // softmax, layer/RMS norm and log-sum-exp: each one kernel over the rows.
+            assert_eq!(m.steps.len(), 1, "{name}: {} kernels", m.steps.len());
+        } else {
+            assert_eq!(m, p, "{name}: nothing to merge");
+        }
+        let nodes = |p: &Program| p.steps.iter().map(|s| s.nodes.len()).sum::<usize>();
+        assert_eq!(nodes(&m), nodes(&p), "{name}");
+        // The merged kernels compute what the cpu engine does (host emulation).
+        let ins = inputs(&g, 37);
+        let want = xpu_engine_cpu::run_graph(&g, &ins).unwrap().outputs;
+        for (a, b) in emulate(&m, &ins).iter().zip(&want) {
+            let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+            let worst =
+                x.iter().zip(&y).map(|(p, q)| (p - q).abs() / q.abs().max(1.0)).fold(0.0, f64::max);
+            assert!(worst < 1e-5, "{name}: {worst}");
+        }
+    }
+}
