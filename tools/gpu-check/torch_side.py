@@ -131,7 +131,8 @@ def report(xpu_path, torch_path, out):
         else:
             e, g = rp["eager"]["us_per_kernel"], rp["graph"]["us_per_kernel"]
             lines += ["", f"Graph replay of {rp['kernels']} kernels: {g:.2f} µs per kernel replayed, "
-                      f"{e:.2f} µs eager: {e / g:.2f}× (bar ≥ 2×). Capture facts: {rp['graph']['facts']}"]
+                      f"{e:.2f} µs eager: {e / g:.2f}× (bar ≥ 2×); capture + instantiate "
+                      f"{rp['graph'].get('capture_and_instantiate_ms')} ms once. Facts: {rp['graph']['facts']}"]
         lines += ["", "## cuda.cublaslt against the cpu engine (f32 on the same rounded inputs)", "",
                   "| case | ok | max relative error (tolerance) | plan |", "|---|---|---|---|"]
         for r in xpu.get("cublaslt", []):
