@@ -69,6 +69,8 @@ pub struct CudaExecutable {
     gpu: Arc<Gpu>,
     capture: Capture,
     pool: Pool,
+    /// Strict under `determinism = "bitwise"`, else contracted ([`crate::toolkit::Math`]).
+    math: crate::toolkit::Math,
     memory_limit: Option<u64>,
     stream: Option<(u64, Arc<CudaStream>)>,
     compiled: HashMap<(Vec<Vec<usize>>, Vec<Option<Vec<i64>>>), Compiled>,
@@ -87,6 +89,11 @@ impl CudaExecutable {
             gpu,
             capture: options.capture,
             pool: options.memory_pool,
+            math: if options.determinism == xpu_engine::options::Determinism::Bitwise {
+                crate::toolkit::Math::Strict
+            } else {
+                crate::toolkit::Math::Contracted
+            },
             memory_limit: options.memory_limit,
             stream: None,
             compiled: HashMap::new(),
@@ -149,7 +156,7 @@ impl CudaExecutable {
         let kernels: Vec<_> = program.steps.iter().map(|s| s.kernel.clone()).collect();
         let source = codegen::source(&kernels).map_err(|e| kernel_error(&e.to_string()))?;
         let start = Instant::now();
-        let built = image::build(&source, &gpu.arch, gpu.config.cache_dir.as_deref())
+        let built = image::build(&source, &gpu.arch, self.math, gpu.config.cache_dir.as_deref())
             .map_err(|e| kernel_error(&format!("{} kernel(s): {e}", kernels.len())))?;
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         let module = ctx
@@ -214,6 +221,7 @@ impl CudaExecutable {
         let facts = vec![
             Fact { node: None, key: "cuda.image".into(), value: built.what.clone() },
             Fact { node: None, key: "cuda.compile_ms".into(), value: format!("{compile_ms:.1}") },
+            Fact { node: None, key: "cuda.math".into(), value: self.math.describe().into() },
             Fact {
                 node: None,
                 key: "cuda.kernels".into(),

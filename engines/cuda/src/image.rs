@@ -1,7 +1,7 @@
 //! Loadable kernel images: a cubin for the device's exact architecture, compiled by NVRTC,
 //! or — when NVRTC does not know that architecture — PTX for the newest one it knows, which
 //! the driver compiles at load. Images are cached in memory and on disk, keyed by the
-//! source's SHA-256, the architecture and NVRTC's version, so a second process loads them
+//! source's SHA-256, the architecture, the math mode and NVRTC's version, so a second process loads them
 //! without compiling; files are written under temporary names and renamed into place.
 
 use std::collections::HashMap;
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use crate::toolkit;
+use crate::toolkit::{self, Math};
 
 /// A compiled image and what it is (`cubin sm_90`, or `PTX compute_90 (…)`).
 #[derive(Clone, Debug)]
@@ -31,13 +31,17 @@ impl Built {
     }
 }
 
-/// The cache key of `source` for `arch` under the loaded NVRTC.
-pub fn key(source: &str, arch: &str) -> Result<String, String> {
+/// The cache key of `source` for `arch` and `math` under the loaded NVRTC.
+pub fn key(source: &str, arch: &str, math: Math) -> Result<String, String> {
     let nvrtc = toolkit::nvrtc(None)?;
     let mut h = Sha256::new();
     h.update(source.as_bytes());
     h.update([0]);
     h.update(arch.as_bytes());
+    if math != Math::Strict {
+        // Strict keys stay as they were, so existing disk caches keep their entries.
+        h.update(format!("{math:?}").as_bytes());
+    }
     h.update(format!("nvrtc {}.{}", nvrtc.version.0, nvrtc.version.1).as_bytes());
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -49,15 +53,15 @@ fn memory() -> &'static Mutex<HashMap<String, Built>> {
 
 /// The image of `source` for the real architecture `arch` (`sm_90`), from the memory cache,
 /// the disk cache under `dir`, or NVRTC.
-pub fn build(source: &str, arch: &str, dir: Option<&Path>) -> Result<Built, String> {
-    let key = key(source, arch)?;
+pub fn build(source: &str, arch: &str, math: Math, dir: Option<&Path>) -> Result<Built, String> {
+    let key = key(source, arch, math)?;
     if let Some(b) = memory().lock().map_err(|_| "image cache lock poisoned")?.get(&key) {
         return Ok(b.clone());
     }
     let built = match dir.and_then(|d| read_cached(d, &key)) {
         Some(b) => b,
         None => {
-            let b = compile(source, arch)?;
+            let b = compile(source, arch, math)?;
             if let Some(d) = dir {
                 // A cache that cannot be written costs the next process a compile, no more.
                 let _ = write_cached(d, &key, &b);
@@ -69,8 +73,8 @@ pub fn build(source: &str, arch: &str, dir: Option<&Path>) -> Result<Built, Stri
     Ok(built)
 }
 
-fn compile(source: &str, arch: &str) -> Result<Built, String> {
-    match toolkit::compile_cubin(source, "xpu_partition", arch) {
+fn compile(source: &str, arch: &str, math: Math) -> Result<Built, String> {
+    match toolkit::compile_cubin_with(source, "xpu_partition", arch, math) {
         Ok(bytes) => {
             Ok(Built { what: format!("cubin {arch}"), bytes: Arc::new(bytes), cubin: true })
         }
@@ -78,7 +82,7 @@ fn compile(source: &str, arch: &str) -> Result<Built, String> {
             // An architecture NVRTC does not know: PTX for the newest it does, JIT-compiled
             // by the driver at load (forward compatible).
             let fallback = "compute_90";
-            let ptx = toolkit::compile_ptx(source, "xpu_partition", fallback)
+            let ptx = toolkit::compile_ptx_with(source, "xpu_partition", fallback, math)
                 .map_err(|e| e.to_string())?;
             Ok(Built {
                 what: format!("PTX {fallback} (no cubin for {arch}: {why})"),

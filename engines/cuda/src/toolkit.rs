@@ -135,16 +135,56 @@ pub fn virtual_arch(arch: &str) -> Result<&'static str, ToolkitError> {
     })
 }
 
-/// CUDA C++ → PTX for `arch`, named `name` in errors.
+/// How generated kernels compute floats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Math {
+    /// IEEE division and square root, no flush-to-zero, no FMA contraction: the results
+    /// the host emulation and the cpu engine compute (`determinism = "bitwise"`).
+    #[default]
+    Strict,
+    /// `a·b + c` contracted to FMA and division to NVIDIA's approximate form (at most 2
+    /// ulp); square root still IEEE, no flush-to-zero. Still the same bits on every run
+    /// of a kernel; what `determinism` other than bitwise gets, because the row and chain
+    /// kernels are bound by these instructions, not by memory, under strict math.
+    Contracted,
+}
+
+impl Math {
+    /// (fmad, prec-div): NVRTC's flags for the mode.
+    fn flags(self) -> (bool, bool) {
+        match self {
+            Math::Strict => (false, true),
+            Math::Contracted => (true, false),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Math::Strict => "strict (IEEE division, no FMA contraction)",
+            Math::Contracted => "FMA contraction, approximate division (≤ 2 ulp)",
+        }
+    }
+}
+
+/// CUDA C++ → PTX for `arch`, named `name` in errors, with strict math.
 pub fn compile_ptx(source: &str, name: &str, arch: &str) -> Result<String, ToolkitError> {
+    compile_ptx_with(source, name, arch, Math::Strict)
+}
+
+/// CUDA C++ → PTX for `arch` with `math`.
+pub fn compile_ptx_with(
+    source: &str,
+    name: &str,
+    arch: &str,
+    math: Math,
+) -> Result<String, ToolkitError> {
     let varch = virtual_arch(arch)?;
+    let (fmad, prec_div) = math.flags();
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(varch),
-        // IEEE division and square root, no flush-to-zero, no contraction: the results
-        // the host emulation and the cpu engine are compared with.
-        fmad: Some(false),
+        fmad: Some(fmad),
         ftz: Some(false),
-        prec_div: Some(true),
+        prec_div: Some(prec_div),
         prec_sqrt: Some(true),
         options: vec!["--std=c++17".into()],
         name: Some(format!("{name}.cu")),
@@ -164,9 +204,20 @@ pub fn compile_ptx(source: &str, name: &str, arch: &str) -> Result<String, Toolk
 
 /// CUDA C++ → a cubin for the real architecture `arch` (`sm_90`): what the engine loads on
 /// a device of exactly that architecture, so a driver older than NVRTC's PTX ISA cannot
-/// refuse it (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`). Same options as [`compile_ptx`].
+/// refuse it (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`). Strict math, as [`compile_ptx`].
 pub fn compile_cubin(source: &str, name: &str, arch: &str) -> Result<Vec<u8>, ToolkitError> {
+    compile_cubin_with(source, name, arch, Math::Strict)
+}
+
+/// CUDA C++ → a cubin for `arch` with `math`.
+pub fn compile_cubin_with(
+    source: &str,
+    name: &str,
+    arch: &str,
+    math: Math,
+) -> Result<Vec<u8>, ToolkitError> {
     virtual_arch(arch)?;
+    let (fmad, prec_div) = math.flags();
     let real = format!("sm_{}", arch.trim_start_matches("sm_").trim_start_matches("compute_"));
     let file = format!("{name}.cu");
     on_nvrtc_thread(source, name, arch, move |source| {
@@ -177,9 +228,9 @@ pub fn compile_cubin(source: &str, name: &str, arch: &str) -> Result<Vec<u8>, To
         let prog = result::create_program(&src, Some(&file)).map_err(|e| err("create", e))?;
         let options = [
             format!("--gpu-architecture={real}"),
-            "--fmad=false".into(),
+            format!("--fmad={fmad}"),
             "--ftz=false".into(),
-            "--prec-div=true".into(),
+            format!("--prec-div={prec_div}"),
             "--prec-sqrt=true".into(),
             "--std=c++17".into(),
         ];

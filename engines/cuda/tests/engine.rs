@@ -9,6 +9,7 @@ mod common;
 use common::{CHAINS_AND_ROWS, lowered, program};
 use xpu_engine::{Availability, Engine, EngineError};
 use xpu_engine_cuda::arena::{ALIGN, ArenaPlan};
+use xpu_engine_cuda::toolkit::Math;
 use xpu_engine_cuda::{CudaConfig, CudaEngine, codegen, image, toolkit};
 use xpu_lower as lower;
 
@@ -132,14 +133,25 @@ fn cubins_for_an_exact_architecture_are_made_and_kept_on_disk() {
         assert_eq!(&cubin[..4], b"\x7fELF", "{arch}: not an ELF image");
     }
     let dir = tempfile::tempdir().unwrap();
-    let built = image::build(&source, "sm_90", Some(dir.path())).unwrap();
+    let built = image::build(&source, "sm_90", Math::Strict, Some(dir.path())).unwrap();
     assert!(built.cubin && built.what == "cubin sm_90", "{}", built.what);
-    let key = image::key(&source, "sm_90").unwrap();
+    let key = image::key(&source, "sm_90", Math::Strict).unwrap();
     let on_disk = std::fs::read(dir.path().join(format!("{key}.cubin"))).unwrap();
     assert_eq!(on_disk, *built.bytes);
     // A key differs by architecture and by source.
-    assert_ne!(key, image::key(&source, "sm_80").unwrap());
-    assert_ne!(key, image::key(&format!("{source}\n"), "sm_90").unwrap());
+    assert_ne!(key, image::key(&source, "sm_80", Math::Strict).unwrap());
+    assert_ne!(key, image::key(&format!("{source}\n"), "sm_90", Math::Strict).unwrap());
+    // The math mode is part of the key: a contracted image never answers a strict request.
+    assert_ne!(key, image::key(&source, "sm_90", Math::Contracted).unwrap());
+    // Contracted math divides with NVIDIA's approximate form and fuses products into adds;
+    // strict math keeps IEEE division and no contraction (softmax divides by its sum).
+    let strict = toolkit::compile_ptx_with(&source, "softmax_rows", "sm_90", Math::Strict).unwrap();
+    let fast =
+        toolkit::compile_ptx_with(&source, "softmax_rows", "sm_90", Math::Contracted).unwrap();
+    assert!(strict.contains("div.rn.f32") && !fast.contains("div.rn.f32"));
+    assert!(fast.contains("div.full.f32") || fast.contains("div.approx"), "{fast}");
+    let cubin = toolkit::compile_cubin_with(&source, "softmax_rows", "sm_90", Math::Contracted);
+    assert_eq!(&cubin.unwrap()[..4], b"\x7fELF");
     // Source NVRTC rejects is an error naming it, not a crash.
     let err = toolkit::compile_cubin("extern \"C\" __global__ void k() { oops; }", "bad", "sm_90")
         .unwrap_err();

@@ -65,6 +65,13 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
             );
         }
     }
+    // The simplest chain (one add, a broadcast row): what a generated kernel reaches when
+    // it is all memory, the roof the other chains are read against.
+    let add = xpu_ir::text::parse(ADD_ROW).map_err(|e| anyhow::anyhow!("{e}"))?;
+    bench.push(
+        throughput(&engine, "add_row (reference)", &add, copy)
+            .unwrap_or_else(|e| json!({"program": "add_row", "error": format!("{e:#}")})),
+    );
     let replay = replay_vs_eager(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     let mut products = Vec::new();
     for case in library_cases() {
@@ -135,8 +142,21 @@ fn assignment(engine: &str, capture: Capture) -> Assignment {
     a
 }
 
-/// `g` at batch 37 on the cuda engine, three runs eager and three captured (warm-up,
-/// capture, replay), against the cpu engine: the largest error relative to the values.
+/// The variants a program runs in: eager and captured with the default (contracted) math,
+/// and eager under `determinism = "bitwise"` (strict math), each named for the report.
+fn variants() -> [(&'static str, Assignment); 3] {
+    let mut strict = assignment("cuda", Capture::Eager);
+    strict.options.determinism = xpu_engine::options::Determinism::Bitwise;
+    [
+        ("eager", assignment("cuda", Capture::Eager)),
+        ("graph", assignment("cuda", Capture::Graph)),
+        ("bitwise", strict),
+    ]
+}
+
+/// `g` at batch 37 on the cuda engine, three runs in each variant (captured: warm-up,
+/// capture, replay), against the cpu engine: the largest error relative to the values;
+/// the bitwise runs must also repeat their bits exactly.
 fn conformance(engine: &CudaEngine, name: &str, g: &Graph) -> Json {
     let run = || -> Result<Json> {
         let inputs = inputs(g, 37)?;
@@ -147,21 +167,33 @@ fn conformance(engine: &CudaEngine, name: &str, g: &Graph) -> Json {
         let mut worst = 0f64;
         let mut facts = Vec::new();
         let mut timings = Vec::new();
-        for capture in [Capture::Eager, Capture::Graph] {
-            let mut exe = engine.prepare(g, &assignment("cuda", capture))?;
+        let mut repeats = true;
+        for (variant, a) in variants() {
+            let mut exe = engine.prepare(g, &a)?;
+            let mut first: Option<Vec<Tensor>> = None;
             for _ in 0..3 {
                 let got = exe.run(&inputs)?;
                 for (a, b) in got.outputs.iter().zip(&want) {
                     worst = worst.max(relative_error(a, b)?);
                 }
+                if variant == "bitwise" {
+                    match &first {
+                        None => first = Some(got.outputs.clone()),
+                        Some(f) => {
+                            repeats &= f.iter().zip(&got.outputs).all(|(x, y)| same_bits(x, y))
+                        }
+                    }
+                }
                 facts = got.facts;
                 timings = got.timings;
             }
         }
-        let ok = worst <= 1e-5;
-        Ok(json!({"program": name, "ok": ok, "max_relative_error": worst,
+        let ok = worst <= 1e-5 && repeats;
+        Ok(
+            json!({"program": name, "ok": ok, "max_relative_error": worst, "bitwise_repeats": repeats,
                   "kernels": kernels_of(&timings),
-                  "facts": facts.iter().map(|f| format!("{} = {}", f.key, f.value)).collect::<Vec<_>>()}))
+                  "facts": facts.iter().map(|f| format!("{} = {}", f.key, f.value)).collect::<Vec<_>>()}),
+        )
     };
     run().unwrap_or_else(|e| {
         // A program with ops the engine does not claim runs elsewhere under a plan; here it
@@ -179,6 +211,13 @@ fn kernels_of(timings: &[xpu_engine::NodeTiming]) -> Vec<String> {
     k.sort();
     k.dedup();
     k
+}
+
+/// Whether two tensors hold the same bits (a NaN equal to a NaN of the same bits).
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    a.shape() == b.shape()
+        && a.dtype() == b.dtype()
+        && a.data().to_le_bytes() == b.data().to_le_bytes()
 }
 
 /// max |a − b| / max(1, max |b|): the largest error relative to the output's scale (a
@@ -237,8 +276,8 @@ fn throughput(engine: &CudaEngine, name: &str, g: &Graph, copy_gbps: f64) -> Res
         .map(|t| engine.upload(t, xpu_engine_cuda::DEVICE))
         .collect::<Result<_, _>>()?;
     let mut out = json!({"program": name});
-    for capture in [Capture::Eager, Capture::Graph] {
-        let mut exe = engine.prepare(g, &assignment("cuda", capture))?;
+    for (variant, a) in variants() {
+        let mut exe = engine.prepare(g, &a)?;
         let mut out_bytes = 0u64;
         let mut device = Vec::new();
         let secs = median_secs(20, || {
@@ -251,7 +290,7 @@ fn throughput(engine: &CudaEngine, name: &str, g: &Graph, copy_gbps: f64) -> Res
         let device_secs = device[device.len() / 2];
         let in_bytes: u64 = values.iter().map(|v| v.size_bytes()).sum();
         let gbps = (in_bytes + out_bytes) as f64 / device_secs / 1e9;
-        out[format!("{capture:?}").to_lowercase()] = json!({
+        out[variant] = json!({
             "ms": secs * 1e3, "device_ms": device_secs * 1e3, "gbps": gbps,
             "of_copy": gbps / copy_gbps});
     }
@@ -289,6 +328,13 @@ fn replay_vs_eager(engine: &CudaEngine) -> Result<Json> {
     }
     Ok(out)
 }
+
+const ADD_ROW: &str = r#"graph "add_row" {
+  %0: f32[N,1024] = input "x"
+  %1: f32[1024] = input "b"
+  %2: f32[N,1024] = add(%0, %1)
+  return "y" = %2
+}"#;
 
 /// A product checked on cuBLASLt: its program (`{T}` the operands' dtype), the dtype, the
 /// precision asked for, the largest error allowed and the epilogue the explanation must
