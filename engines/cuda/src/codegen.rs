@@ -29,6 +29,11 @@ pub struct CodegenError {
 /// sign, softplus and integer division by zero giving 0.
 pub const PRELUDE: &str = r#"
 #define XPU_FN static __device__ __forceinline__
+#ifdef __CUDA_ARCH__
+#define XPU_UNROLL_8 _Pragma("unroll 8")
+#else
+#define XPU_UNROLL_8
+#endif
 #ifdef XPU_HOST_EMULATION
 #define XPU_INFF __builtin_inff()
 #define XPU_NANF __builtin_nanf("")
@@ -350,11 +355,7 @@ impl Emitter<'_> {
                     self.warp_reduce(name, *op, *ty, *init, var, lo, hi, body)?
                 }
                 Stmt::For { var, lo, hi, body, .. } if stores_indexed_by(body, var) => {
-                    let v = format!("i_{}", ident(var));
-                    let (lo, hi) = (self.affine(lo), self.affine(hi));
-                    self.line(&format!(
-                        "for (long long {v} = ({lo}) + lane; {v} < {hi}; {v} += 32) {{"
-                    ));
+                    self.lane_loop(var, lo, hi);
                     self.depth += 1;
                     self.block(body)?;
                     self.depth -= 1;
@@ -377,6 +378,29 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// Opens a loop of `var` over `lo..hi` strided over the warp's lanes (lane `l` takes
+    /// `lo + l`, `lo + l + 32`, …). Where the range is a constant multiple of 32 every lane
+    /// takes the same count of elements: the loop counts trips instead, with no bound to
+    /// test per element, so its unrolled loads are issued together.
+    fn lane_loop(&mut self, var: &str, lo: &Affine, hi: &Affine) {
+        let v = format!("i_{}", ident(var));
+        let span = match (lo.as_constant(), hi.as_constant()) {
+            (Some(l), Some(h)) if h > l && (h - l) % 32 == 0 => Some((h - l) / 32),
+            _ => None,
+        };
+        let (lo, hi) = (self.affine(lo), self.affine(hi));
+        match span {
+            Some(trips) => {
+                self.line("XPU_UNROLL_8");
+                self.line(&format!("for (long long t_{v} = 0; t_{v} < {trips}LL; ++t_{v}) {{"));
+                self.line(&format!("  const long long {v} = ({lo}) + lane + 32LL * t_{v};"));
+            }
+            None => {
+                self.line(&format!("for (long long {v} = ({lo}) + lane; {v} < {hi}; {v} += 32) {{"))
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn warp_reduce(
         &mut self,
@@ -389,7 +413,7 @@ impl Emitter<'_> {
         hi: &Affine,
         body: &[Stmt],
     ) -> Result<(), CodegenError> {
-        let (t, n, v) = (c_type(ty), ident(name), format!("i_{}", ident(var)));
+        let (t, n) = (c_type(ty), ident(name));
         let combine = |a: &str, b: &str| {
             combine(op, ty, a, b)
                 .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
@@ -405,8 +429,7 @@ impl Emitter<'_> {
         self.line("{");
         self.depth += 1;
         self.line(&format!("{t} acc = {};", literal(ty, init)));
-        let (lo, hi) = (self.affine(lo), self.affine(hi));
-        self.line(&format!("for (long long {v} = ({lo}) + lane; {v} < {hi}; {v} += 32) {{"));
+        self.lane_loop(var, lo, hi);
         self.depth += 1;
         self.line(&format!("{t} y;"));
         self.block(body)?;
