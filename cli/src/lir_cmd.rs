@@ -103,7 +103,8 @@ pub fn build(
 /// Each partition the plan puts on llvm, as LIR-ML, rendered as CUDA C++ and compiled by
 /// NVRTC for `arch`: `DIR/partitionN.cu`, `DIR/partitionN.ptx` and `DIR/manifest.json`
 /// (program, arch, NVRTC version, per partition its nodes, kernels and files; partitions
-/// on other engines listed as not generated). The cuda engine runs such kernels; this
+/// on other engines listed as not generated; row groups merged into one kernel, strict
+/// math, as under `determinism = "bitwise"`). The cuda engine runs such kernels; this
 /// makes them inspectable and checkable (ptxas) without a GPU.
 pub fn build_cuda(
     program: &Path,
@@ -128,6 +129,8 @@ pub fn build_cuda(
         let shapes = concrete_shapes(&part.graph, &bindings)?;
         let lowered = lower::lower(&part.graph, &shapes, &vec![None; shapes.len()])
             .map_err(|e| anyhow!("partition {}: {e}", p.id))?;
+        // Row groups merged into one kernel, as the engine runs them.
+        let lowered = xpu_engine_cuda::rows::merge_row_steps(lowered);
         let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
         let source = cuda::source(&kernels).map_err(|e| anyhow!("partition {}: {e}", p.id))?;
         let name = format!("partition{}", p.id);

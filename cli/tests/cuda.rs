@@ -34,6 +34,8 @@ fn a_cuda_build_writes_source_ptx_and_a_manifest_that_ptxas_accepts() {
     assert!(manifest["nvrtc"].as_str().unwrap().starts_with("13."), "{manifest}");
     let partitions = manifest["partitions"].as_array().unwrap();
     assert!(!partitions.is_empty());
+    // The softmax's max, sum and division are one kernel over the rows, as the engine runs it.
+    assert_eq!(partitions[0]["kernels"].as_array().unwrap().len(), 1, "{manifest}");
     let ptxas = xpu_engine_cuda::toolkit::find_ptxas(None).unwrap();
     for p in partitions {
         let src = std::fs::read_to_string(out.join(p["source"].as_str().unwrap())).unwrap();
