@@ -188,6 +188,19 @@ pub struct Shape {
     pub trans_b: bool,
 }
 
+/// The device pointers and scalars of one call: `d = epilogue(alpha·op(a)·op(b) + beta·c)`
+/// (`c` absent: beta 0).
+#[derive(Clone, Copy, Debug)]
+pub struct Operands {
+    pub a: u64,
+    pub b: u64,
+    pub c: Option<u64>,
+    pub d: u64,
+    pub bias: Option<u64>,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
 /// The most workspace a plan may ask for (cuBLASLt's recommendation for Hopper).
 pub const WORKSPACE_BYTES: usize = 32 << 20;
 
@@ -412,24 +425,23 @@ impl GemmPlan {
         Ok(())
     }
 
-    /// Queues the product on `stream`: `c = epilogue(a · b)`.
+    /// Queues the product on `stream`: `d = epilogue(alpha · op(a) · op(b) + beta · c)`.
     ///
     /// # Safety
-    /// `a`, `b`, `c` (and `bias` when the epilogue has one) are device pointers of this
-    /// plan's context holding the shapes the plan was made for, in its dtype; `workspace`
-    /// holds at least `self.workspace_bytes`; all stay live until the stream passes the call.
-    #[allow(clippy::too_many_arguments)]
+    /// `a`, `b`, `d` (and `c`, `bias` where given) are device pointers of this plan's
+    /// context holding the shapes the plan was made for, in its dtype; `workspace` holds at
+    /// least `self.workspace_bytes`; all stay live until the stream passes the call.
     pub unsafe fn run(
         &self,
         handle: &Handle,
         stream: cudarc::driver::sys::CUstream,
-        a: u64,
-        b: u64,
-        c: u64,
-        bias: Option<u64>,
+        x: Operands,
         workspace: u64,
     ) -> Result<(), String> {
-        if let Some(bias) = bias {
+        if x.bias.is_some() != self.epilogue.bias {
+            return Err("a bias pointer exactly when the epilogue adds one".into());
+        }
+        if let Some(bias) = x.bias {
             // SAFETY: the pointer attribute is a device pointer (u64) into live memory.
             unsafe {
                 set_desc(
@@ -439,22 +451,27 @@ impl GemmPlan {
                 )?
             };
         }
-        let (alpha, beta) = (1f32, 0f32);
+        // Without a C matrix, D is passed as C and read with beta 0.
+        let (c, beta) = match x.c {
+            Some(c) => (c, x.beta),
+            None => (x.d, 0.0f32),
+        };
+        let alpha = x.alpha;
         // SAFETY: the caller's contract; alpha and beta are host f32 scalars (the default
-        // pointer mode, matching the f32 scale type); C is read with beta 0 and written.
+        // pointer mode, matching the f32 scale type); C has D's layout.
         unsafe {
             lt::matmul(
                 handle.0,
                 self.desc,
                 (&alpha as *const f32).cast::<c_void>(),
                 (&beta as *const f32).cast::<c_void>(),
-                b as *const c_void,
+                x.b as *const c_void,
                 self.b,
-                a as *const c_void,
+                x.a as *const c_void,
                 self.a,
                 c as *const c_void,
                 self.c,
-                c as *mut c_void,
+                x.d as *mut c_void,
                 self.c,
                 &self.algo,
                 workspace as *mut c_void,

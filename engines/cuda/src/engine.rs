@@ -374,11 +374,11 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
         let dtypes = vec![DType::F32, DType::F16, DType::BF16];
         out.push(KernelCaps {
             name: crate::segment::CUBLASLT.into(),
-            ops: vec![Op::MatMul],
+            ops: vec![Op::MatMul, Op::Gemm],
             classes: Vec::new(),
             dtypes: dtypes.clone(),
             deterministic: true,
-            description: "matmul (batched, broadcast batch) on cuBLASLt: f32 strict, tf32 under precision = \"tf32\", bf16/f16 with f32 accumulation; bias, ReLU and tanh-GELU epilogues fused; algorithm picked by the heuristic at the first run of a shape and pinned; no in-place split-K (atomics) under bitwise determinism".into(),
+            description: "matmul (batched, broadcast batch) and ONNX Gemm (transposes as operand flags, alpha, beta, C as a column bias or a whole matrix) on cuBLASLt: f32 strict, tf32 under precision = \"tf32\", bf16/f16 with f32 accumulation; bias, ReLU and tanh-GELU epilogues fused; algorithm picked by the heuristic at the first run of a shape and pinned; no in-place split-K (atomics) under bitwise determinism".into(),
             device: None,
             operand_dtypes: dtypes,
             op_dtypes: Vec::new(),

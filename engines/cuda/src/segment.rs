@@ -36,6 +36,14 @@ pub(crate) struct Product {
     pub nodes: Vec<NodeId>,
     pub epilogue: Epilogue,
     pub mode: Mode,
+    /// ONNX Gemm's `alpha·op(A)·op(B) + beta·C` (a matmul: 1, no C, 0).
+    pub alpha: f32,
+    pub beta: f32,
+    /// Gemm's C when it is a whole `[M, N]` matrix (a C over columns is `bias`).
+    pub c_matrix: Option<ValueId>,
+    /// Gemm's `transA` / `transB`.
+    pub trans_a: bool,
+    pub trans_b: bool,
 }
 
 /// The products of `g` that go to cuBLASLt under `assignment`: those pinned to
@@ -51,7 +59,7 @@ pub(crate) fn library_products(
     let mut out = Vec::new();
     for id in g.node_ids() {
         let n = g.node(id);
-        if n.op != Op::MatMul {
+        if !matches!(n.op, Op::MatMul | Op::Gemm) {
             continue;
         }
         let pinned = assignment.kernels.get(&id).map(String::as_str);
@@ -84,7 +92,7 @@ fn product_form(
     library.map_err(|why| format!("unavailable: {why}"))?;
     let n = g.node(mm);
     let (Some(Some(a)), Some(Some(b))) = (n.inputs.first(), n.inputs.get(1)) else {
-        return Err("matmul needs two inputs".into());
+        return Err("a product needs two inputs".into());
     };
     let out = n.outputs[0];
     let dtype = g.ty(out).dtype;
@@ -106,9 +114,62 @@ fn product_form(
         nodes: vec![mm],
         epilogue: Epilogue::default(),
         mode,
+        alpha: 1.0,
+        beta: 0.0,
+        c_matrix: None,
+        trans_a: false,
+        trans_b: false,
     };
-    absorb_epilogue(g, &mut p);
+    if n.op == Op::Gemm {
+        gemm_form(g, mm, &mut p)?;
+        // C over columns is the bias epilogue already: only an activation may follow.
+        absorb_activation(g, &g.uses(), &mut p);
+    } else {
+        absorb_epilogue(g, &mut p);
+    }
     Ok(p)
+}
+
+/// ONNX Gemm (`alpha·op(A)·op(B) + beta·C`, 2-D) as cuBLASLt takes it: transposes as
+/// operand flags, alpha and beta as the call's scalars, C as the bias epilogue when it is a
+/// vector over the output's columns and beta is 1, or as the call's C matrix when it is the
+/// whole `[M, N]`; any other C (a column, a scalar) is refused with why.
+fn gemm_form(g: &Graph, mm: NodeId, p: &mut Product) -> Result<(), String> {
+    let n = g.node(mm);
+    let rank = |v: ValueId| g.ty(v).dims.as_ref().map_or(0, Vec::len);
+    if rank(p.a) != 2 || rank(p.b) != 2 {
+        return Err("Gemm operands must be 2-D".into());
+    }
+    p.trans_a = n.attrs.int("transA", 0) != 0;
+    p.trans_b = n.attrs.int("transB", 0) != 0;
+    p.alpha = n.attrs.float("alpha", 1.0) as f32;
+    p.beta = n.attrs.float("beta", 1.0) as f32;
+    let Some(Some(c)) = n.inputs.get(2) else {
+        p.beta = 0.0;
+        return Ok(());
+    };
+    let (c_ty, out_ty) = (g.ty(*c), g.ty(p.out));
+    if c_ty.dtype != out_ty.dtype {
+        return Err("C of another dtype".into());
+    }
+    let (Some(cd), Some(od)) = (c_ty.dims.as_ref(), out_ty.dims.as_ref()) else {
+        return Err("C or the output of unknown rank".into());
+    };
+    let over_columns = !cd.is_empty()
+        && cd.last() == od.last()
+        && cd[..cd.len() - 1].iter().all(|x| x.known() == Some(1));
+    if over_columns && p.beta == 1.0 {
+        p.bias = Some(*c);
+        p.epilogue.bias = true;
+    } else if cd == od && cd.iter().all(|d| d.known().is_some()) {
+        p.c_matrix = Some(*c);
+    } else {
+        return Err(format!(
+            "C of shape {cd:?} (beta {}): cuBLASLt takes a vector over the columns (beta 1) or the whole [M, N]",
+            p.beta
+        ));
+    }
+    Ok(())
 }
 
 /// The one node reading `v`, when `v` is not a graph output.
@@ -144,7 +205,12 @@ fn absorb_epilogue(g: &Graph, p: &mut Product) {
             p.nodes.push(u);
         }
     }
-    if let Some(u) = sole_user(g, &uses, p.out) {
+    absorb_activation(g, &uses, p);
+}
+
+/// Takes a ReLU or tanh-GELU into the epilogue when it is the product's only reader.
+fn absorb_activation(g: &Graph, uses: &[Vec<NodeId>], p: &mut Product) {
+    if let Some(u) = sole_user(g, uses, p.out) {
         let node = g.node(u);
         let activation = match node.op {
             Op::Relu => Activation::Relu,
@@ -393,6 +459,7 @@ impl SegmentedExecutable {
         let a = self.value(values, p.a, generation)?;
         let b = self.value(values, p.b, generation)?;
         let bias = p.bias.map(|v| self.value(values, v, generation)).transpose()?;
+        let c_matrix = p.c_matrix.map(|v| self.value(values, v, generation)).transpose()?;
         let stream = self.library_stream()?;
         let buf = |v: &Value,
                    what: &str|
@@ -423,9 +490,26 @@ impl SegmentedExecutable {
         };
         let (ab, bb) = (buf(&a, "a")?, buf(&b, "b")?);
         let biasb = bias.as_ref().map(|v| buf(v, "bias")).transpose()?;
-        let (shape, out_shape) = product_shape(ab.shape(), bb.shape()).map_err(|what| {
-            EngineError::Unsupported { engine: "cuda".into(), node: label.clone(), what }
+        let cb = c_matrix.as_ref().map(|v| buf(v, "C")).transpose()?;
+        let gemm = self.graph.node(p.matmul).op == Op::Gemm;
+        let (shape, out_shape) = if gemm {
+            gemm_shape(ab.shape(), bb.shape(), p.trans_a, p.trans_b)
+        } else {
+            product_shape(ab.shape(), bb.shape())
+        }
+        .map_err(|what| EngineError::Unsupported {
+            engine: "cuda".into(),
+            node: label.clone(),
+            what,
         })?;
+        if let Some(c) = &cb
+            && c.shape() != out_shape.as_slice()
+        {
+            return Err(EngineError::Input {
+                name: label.clone(),
+                message: format!("C of shape {:?} for an output of {out_shape:?}", c.shape()),
+            });
+        }
         if let Some(bias) = &biasb
             && bias.shape().iter().product::<usize>() as u64 != shape.n
         {
@@ -446,7 +530,8 @@ impl SegmentedExecutable {
         if empty || shape.k == 0 {
             // Nothing to multiply: an empty output, or sums of nothing — zeros, then the
             // epilogue, which cuBLASLt is not asked to run on an empty product.
-            if shape.k == 0 && !empty && p.epilogue != Epilogue::default() {
+            if shape.k == 0 && !empty && (p.epilogue != Epilogue::default() || p.c_matrix.is_some())
+            {
                 return Err(EngineError::Unsupported {
                     engine: "cuda".into(),
                     node: label,
@@ -496,10 +581,15 @@ impl SegmentedExecutable {
             plan.run(
                 &state.handle,
                 stream.cu_stream(),
-                ptr(&ab),
-                ptr(&bb),
-                data.device_ptr(&stream).0,
-                biasb.as_ref().map(ptr),
+                cublaslt::Operands {
+                    a: ptr(&ab),
+                    b: ptr(&bb),
+                    c: cb.as_ref().map(ptr),
+                    d: data.device_ptr(&stream).0,
+                    bias: biasb.as_ref().map(ptr),
+                    alpha: p.alpha,
+                    beta: if p.c_matrix.is_some() { p.beta } else { 0.0 },
+                },
                 workspace,
             )
         }
@@ -511,12 +601,27 @@ impl SegmentedExecutable {
             node: Some(p.matmul),
             key: "cuda.cublaslt".into(),
             value: format!(
-                "{} [{}×{}×{}, batch {}], epilogue {}: algorithm {}",
+                "{} [{}×{}×{}, batch {}]{}{}, epilogue {}: algorithm {}",
                 plan.mode.describe(),
                 shape.m,
                 shape.n,
                 shape.k,
                 shape.batch,
+                match (shape.trans_a, shape.trans_b) {
+                    (false, false) => "",
+                    (true, false) => " Aᵀ",
+                    (false, true) => " Bᵀ",
+                    (true, true) => " Aᵀ Bᵀ",
+                },
+                if p.alpha != 1.0 || p.c_matrix.is_some() {
+                    format!(
+                        ", alpha {} beta {}",
+                        p.alpha,
+                        if p.c_matrix.is_some() { p.beta } else { 0.0 }
+                    )
+                } else {
+                    String::new()
+                },
                 plan.epilogue.describe(),
                 plan.algorithm
             ),
@@ -574,6 +679,40 @@ pub(crate) fn product_shape(
     let mut out = batch_shape;
     out.extend([m, n]);
     Ok((shape, out))
+}
+
+/// ONNX Gemm's dims: 2-D `op(A)[M, K] · op(B)[K, N]`, `A` stored `[K, M]` under `transA`,
+/// `B` stored `[N, K]` under `transB`.
+pub(crate) fn gemm_shape(
+    sa: &[usize],
+    sb: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<(cublaslt::Shape, Vec<usize>), String> {
+    let ([r0, r1], [s0, s1]) = (sa, sb) else {
+        return Err(format!("Gemm operands {sa:?}, {sb:?}: 2-D only"));
+    };
+    let (m, k) = if trans_a { (*r1, *r0) } else { (*r0, *r1) };
+    let (k2, n) = if trans_b { (*s1, *s0) } else { (*s0, *s1) };
+    if k != k2 {
+        return Err(format!(
+            "inner dims differ: {sa:?} (transA {trans_a}) · {sb:?} (transB {trans_b})"
+        ));
+    }
+    if [m, n, k].iter().any(|&x| x > i32::MAX as usize) {
+        return Err(format!("dims of {sa:?} · {sb:?} exceed cuBLASLt's 32-bit sizes"));
+    }
+    let shape = cublaslt::Shape {
+        batch: 1,
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        stride_a: 0,
+        stride_b: 0,
+        trans_a,
+        trans_b,
+    };
+    Ok((shape, vec![m, n]))
 }
 
 fn library_error(node: &str, message: &str) -> EngineError {
@@ -700,6 +839,53 @@ mod tests {
         let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
         assert_eq!(ps[0].epilogue, Epilogue::default());
         assert_eq!(ps[0].nodes.len(), 1);
+    }
+
+    fn gemm(c_shape: &str, attrs: &str) -> Graph {
+        parse(&format!(
+            r#"graph "g" {{
+  %0: f32[3,8] = input "x"
+  %1: f32[4,8] = input "w"
+  %2: f32[{c_shape}] = input "c"
+  %3: f32[3,4] = gemm(%0, %1, %2) {{{attrs}}} @name("fc")
+  %4: f32[3,4] = relu(%3)
+  return "y" = %4
+}}"#
+        ))
+    }
+
+    #[test]
+    fn onnx_gemm_takes_its_transposes_scalars_and_c_into_the_call() {
+        let lib = loaded();
+        let a = Assignment::new("cuda");
+        // A Linear layer as PyTorch exports it: transB = 1, C a bias over columns.
+        let ps = library_products(&gemm("4", "transB = 1"), &a, Ok(&lib)).unwrap();
+        let p = &ps[0];
+        assert!(p.trans_b && !p.trans_a && p.alpha == 1.0 && p.c_matrix.is_none());
+        assert_eq!(p.epilogue, Epilogue { bias: true, activation: Activation::Relu });
+        // A whole C with beta 2 is the call's C matrix; the ReLU still follows.
+        let ps = library_products(&gemm("3,4", "transB = 1, beta = 2.0"), &a, Ok(&lib)).unwrap();
+        assert!(ps[0].c_matrix.is_some() && ps[0].beta == 2.0 && !ps[0].epilogue.bias);
+        assert_eq!(ps[0].epilogue.activation, Activation::Relu);
+        // A bias with beta ≠ 1, or a C over rows, is not cuBLASLt's: a pin names why.
+        let mut pinned = Assignment::new("cuda");
+        for (c, attrs) in [("4", "transB = 1, beta = 0.5"), ("3,1", "transB = 1")] {
+            let g = gemm(c, attrs);
+            assert!(library_products(&g, &a, Ok(&lib)).unwrap().is_empty(), "{c} {attrs}");
+            let fc = g.node_ids().find(|&n| g.node(n).op == Op::Gemm).unwrap();
+            pinned.kernels.insert(fc, CUBLASLT.into());
+            let e = library_products(&g, &pinned, Ok(&lib)).unwrap_err().to_string();
+            assert!(e.contains("C of shape") && e.contains("fc"), "{e}");
+        }
+    }
+
+    #[test]
+    fn gemm_shapes_follow_the_transposes() {
+        let (s, out) = gemm_shape(&[8, 3], &[4, 8], true, true).unwrap();
+        assert_eq!((s.m, s.n, s.k, s.trans_a, s.trans_b, s.batch), (3, 4, 8, true, true, 1));
+        assert_eq!(out, vec![3, 4]);
+        assert!(gemm_shape(&[3, 8], &[4, 8], false, false).unwrap_err().contains("inner dims"));
+        assert!(gemm_shape(&[2, 3, 8], &[8, 4], false, false).unwrap_err().contains("2-D"));
     }
 
     #[test]

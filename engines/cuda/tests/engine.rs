@@ -55,7 +55,7 @@ fn availability_is_the_driver_probes_verdict() {
     // cuBLASLt claims matmul in f32, f16 and bf16 only when it is loaded.
     let with = xpu_engine_cuda::engine::kernels(true);
     let lt = with.iter().find(|k| k.name == "cuda.cublaslt").expect("claimed when loaded");
-    assert_eq!(lt.ops, vec![xpu_ir::Op::MatMul]);
+    assert_eq!(lt.ops, vec![xpu_ir::Op::MatMul, xpu_ir::Op::Gemm]);
     assert!(lt.dtypes.contains(&xpu_ir::DType::BF16) && !lt.dtypes.contains(&xpu_ir::DType::F64));
     assert!(!xpu_engine_cuda::engine::kernels(false).iter().any(|k| k.name == "cuda.cublaslt"));
 }

@@ -364,6 +364,8 @@ fn library_cases() -> Vec<LibraryCase> {
         case("f16, bias + gelu(tanh)", BIAS_GELU, "f16", false, 1e-2, "bias + gelu(tanh)"),
         case("f32 batched, broadcast b", BATCHED, "f32", false, 1e-5, "none"),
         case("bf16 batched, both", BATCHED_BOTH, "bf16", false, 2e-2, "none"),
+        case("Gemm f32 transB, C bias + relu", GEMM_LINEAR, "f32", false, 1e-5, "bias + relu"),
+        case("Gemm bf16 transA, alpha/beta, C matrix", GEMM_FULL_C, "bf16", false, 2e-2, "none"),
     ]
 }
 
@@ -385,6 +387,23 @@ const BIAS_GELU: &str = r#"graph "lt" {
   %4: {T}[33,64] = add(%2, %3)
   %5: {T}[33,64] = gelu(%4) {approximate = "tanh"}
   return "y" = %5
+}"#;
+
+const GEMM_LINEAR: &str = r#"graph "lt" {
+  %0: {T}[37,64] = input "a"
+  %1: {T}[48,64] = input "w"
+  %2: {T}[48] = input "c"
+  %3: {T}[37,48] = gemm(%0, %1, %2) {transB = 1} @name("mm")
+  %4: {T}[37,48] = relu(%3)
+  return "y" = %4
+}"#;
+
+const GEMM_FULL_C: &str = r#"graph "lt" {
+  %0: {T}[64,37] = input "a"
+  %1: {T}[64,48] = input "b"
+  %2: {T}[37,48] = input "c"
+  %3: {T}[37,48] = gemm(%0, %1, %2) {transA = 1, alpha = 0.5, beta = 2.0} @name("mm")
+  return "y" = %3
 }"#;
 
 const BATCHED: &str = r#"graph "lt" {
