@@ -148,6 +148,16 @@ def report(xpu_path, torch_path, out):
                 lines.append(f"| {r['case']} | False | {r['error']} | |")
             else:
                 lines.append(f"| {r['case']} | {r['ok']} | {r['max_relative_error']:.2e} ({r['tolerance']}) | {r['plan']} |")
+    if xpu.get("planned"):
+        lines += ["", "## Programs planned under latency-gpu.toml (cuda + cpu engines, GraphExec) against the planned graph on the cpu engine", "",
+                  "| program | ok | max relative error (tolerance; vs the f32 program) | partitions | kernels |", "|---|---|---|---|---|"]
+        for r in xpu["planned"]:
+            if "error" in r:
+                lines.append(f"| {r['program']} | False | {r['error']} | | |")
+            elif "not_planned" in r:
+                lines.append(f"| {r['program']} | not planned (the policy's answer) | {r['not_planned'][:200]} | | |")
+            else:
+                lines.append(f"| {r['program']} | {r['ok']} | {r['max_relative_error']:.2e} ({r.get('tolerance', 2e-2):.1e}; {r['vs_f32_program']:.2e}) | {'; '.join(r['partitions'])} | {', '.join(r['kernels'])} |")
     lines += ["", "## bf16 GEMM (device time, CUDA events, median)", "",
               "| n³ | cuda.cublaslt TFLOP/s | torch.matmul TFLOP/s | ratio | bar ≥ 0.95 | plan |", "|---|---|---|---|---|---|"]
     for n, r in th["gemm_bf16"].items():

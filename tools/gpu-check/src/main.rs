@@ -7,8 +7,10 @@
 //! and captured-graph runs) against the cpu engine; fused chains and row groups on 16M
 //! elements (device-resident inputs, median of timed runs) with their bandwidth against a
 //! device-to-device copy of the same bytes; and a captured 100-kernel partition replayed
-//! against the same partition launched eagerly. Exit 0 when every program matched, 1 when
-//! one did not, 3 when the engine is unavailable (the reason is in the JSON).
+//! against the same partition launched eagerly; cuBLASLt cases and bf16 GEMMs; and every
+//! program planned under `policies/examples/latency-gpu.toml` on the cuda and cpu engines
+//! and run by GraphExec, as a job would be. Exit 0 when every program matched, 1 when one
+//! did not, 3 when the engine is unavailable (the reason is in the JSON).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -79,6 +81,12 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         all_ok &= row["ok"].as_bool().unwrap_or(false);
         products.push(row);
     }
+    let planned_runs = planned(dir, &programs).unwrap_or_else(|e| {
+        vec![json!({"program": "(all)", "ok": false, "error": format!("{e:#}")})]
+    });
+    for r in &planned_runs {
+        all_ok &= r["ok"].as_bool().unwrap_or(false);
+    }
     let mut gemm = serde_json::Map::new();
     for n in [4096usize, 8192] {
         gemm.insert(
@@ -96,6 +104,7 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         "throughput": bench,
         "graph_replay": replay,
         "cublaslt": products,
+        "planned": planned_runs,
         "gemm_bf16": gemm,
     });
     Ok((report, if all_ok { 0 } else { 1 }))
@@ -515,4 +524,107 @@ fn gemm_bf16(engine: &CudaEngine, n: usize) -> Result<Json> {
     Ok(
         json!({"ms": secs * 1e3, "wall_ms": wall * 1e3, "tflops": flops / secs / 1e12, "plan": plan}),
     )
+}
+
+/// Every program planned under the headline GPU policy (`latency-gpu.toml`: cuda first,
+/// cuBLASLt for matmul, bf16 with softmax and norms kept in f32, captured graphs) on this
+/// process's cuda and cpu engines, and run by GraphExec against the cpu engine alone. The
+/// policy's bf16 makes the tolerance 5e-2 of the output's scale (inputs scaled to ±0.5).
+fn planned(dir: &Path, programs: &[(String, Graph)]) -> Result<Vec<Json>> {
+    use std::sync::Arc;
+    let policy_path = dir.join("../../policies/examples/latency-gpu.toml");
+    let policy = xpu_policy::Loader::new()
+        .load(&policy_path)
+        .map_err(|d| anyhow::anyhow!("{}: {d}", policy_path.display()))?;
+    let mut registry = xpu_engine::Registry::new();
+    registry.register(Arc::new(xpu_engine_cpu::CpuEngine::new()));
+    registry.register(Arc::new(CudaEngine::new(CudaConfig {
+        library_dir: std::env::var_os("XPU_CUDA_LIBRARY_DIR").map(PathBuf::from),
+        cache_dir: None,
+    })));
+    let mut rows = Vec::new();
+    for (name, g) in programs {
+        let run = || -> Result<Json> {
+            let bindings: std::collections::BTreeMap<String, u64> =
+                [("N".to_string(), 37u64)].into_iter().collect();
+            let ins: Vec<Tensor> = inputs(g, 37)?
+                .iter()
+                .map(|t| {
+                    let v: Vec<f32> = t.to_f64_vec().iter().map(|x| (*x / 8.0) as f32).collect();
+                    Tensor::from_vec(t.shape().to_vec(), v)
+                })
+                .collect::<Result<_, _>>()?;
+            let want = xpu_engine_cpu::run_graph(g, &ins)?.outputs;
+            let shared = Arc::new(g.clone());
+            let inventory = registry.inventory_for(g);
+            let plan = xpu_plan::plan_shared(
+                &shared,
+                &g.content_hash(),
+                &policy,
+                &inventory,
+                &bindings,
+                None,
+            );
+            let (plan, _) = match plan {
+                Ok(p) => p,
+                // The policy may refuse a program (a fallback budget, a pin): reported as
+                // the planner's answer, not as a GPU failure.
+                Err(f) => {
+                    return Ok(json!({"program": name, "ok": true, "not_planned": f.to_string()}));
+                }
+            };
+            let placement: Vec<String> = plan
+                .partitions
+                .iter()
+                .map(|p| format!("{}: {} node(s)", p.engine, p.nodes.len()))
+                .collect();
+            // The planned graph (precision casts inserted) on the cpu engine: the same
+            // roundings, so what is left is the order of sums.
+            let same_casts = xpu_engine_cpu::run_graph(&plan.graph, &ins)?.outputs;
+            let mut exec = xpu_plan::GraphExec::new(Arc::new(plan), &registry)?;
+            let (mut worst, mut vs_f32) = (0f64, 0f64);
+            let mut record = None;
+            let f32_of =
+                |t: &Tensor| t.to_float_dtype(xpu_ir::DType::F32).unwrap_or_else(|| t.clone());
+            // Three runs: the captured partitions warm up, capture, then replay.
+            for _ in 0..3 {
+                let r = exec.run(&ins)?;
+                for ((a, b), c) in r.outputs.iter().zip(&same_casts).zip(&want) {
+                    worst = worst.max(relative_error(&f32_of(a), &f32_of(b))?);
+                    vs_f32 = vs_f32.max(relative_error(&f32_of(a), c)?);
+                }
+                record = Some(r);
+            }
+            let r = record.context("no run")?;
+            let mut kernels: Vec<String> =
+                r.timings.iter().map(|t| format!("{}/{}", t.engine, t.kernel)).collect();
+            kernels.sort();
+            kernels.dedup();
+            let facts: Vec<String> = r
+                .facts
+                .iter()
+                .filter(|f| f.key.starts_with("cuda.cublaslt") || f.key == "cuda.captures")
+                .map(|f| format!("{} = {}", f.key, f.value))
+                .collect();
+            // How far the policy's precision itself moves the result (the cpu engine's run
+            // of the planned graph against the f32 program): an output that bf16 moves
+            // more than 2e-2 (a softmax over logits closer than bf16 resolves) is judged
+            // against that gap instead.
+            let mut gap = 0f64;
+            for (b, c) in same_casts.iter().zip(&want) {
+                gap = gap.max(relative_error(&f32_of(b), c)?);
+            }
+            let tolerance = gap.max(2e-2);
+            Ok(json!({"program": name, "ok": worst <= tolerance, "max_relative_error": worst,
+                      "tolerance": tolerance, "precision_gap": gap, "vs_f32_program": vs_f32,
+                      "partitions": placement, "kernels": kernels, "facts": facts,
+                      "transfers": r.transfers.len()}))
+        };
+        rows.push(
+            run().unwrap_or_else(
+                |e| json!({"program": name, "ok": false, "error": format!("{e:#}")}),
+            ),
+        );
+    }
+    Ok(rows)
 }
