@@ -223,6 +223,47 @@ fn absorb_activation(g: &Graph, uses: &[Vec<NodeId>], p: &mut Product) {
     }
 }
 
+/// One piece of a cut partition: a run of nodes for generated kernels, or a product.
+#[derive(Debug)]
+enum Piece {
+    Kernels(Vec<NodeId>),
+    Product(Product),
+}
+
+/// `g` cut in node order into runs of nodes and `products`, each product where its last
+/// absorbed node stood (so a bias computed after the matmul is ready); constants are not
+/// nodes of any run (a partition copies in the constants it reads, a product uploads its
+/// own).
+fn cut(g: &Graph, products: Vec<Product>) -> Vec<Piece> {
+    let mut at_last: HashMap<NodeId, Product> = HashMap::new();
+    let mut absorbed = vec![false; g.nodes.len()];
+    for p in products {
+        for n in &p.nodes {
+            absorbed[n.index()] = true;
+        }
+        at_last.insert(*p.nodes.last().unwrap_or(&p.matmul), p);
+    }
+    let mut pieces = Vec::new();
+    let mut run: Vec<NodeId> = Vec::new();
+    for id in g.node_ids() {
+        if g.node(id).op == Op::Constant {
+            continue;
+        }
+        if let Some(p) = at_last.remove(&id) {
+            if !run.is_empty() {
+                pieces.push(Piece::Kernels(std::mem::take(&mut run)));
+            }
+            pieces.push(Piece::Product(p));
+        } else if !absorbed[id.index()] {
+            run.push(id);
+        }
+    }
+    if !run.is_empty() {
+        pieces.push(Piece::Kernels(run));
+    }
+    pieces
+}
+
 enum Segment {
     Kernels { exe: Box<CudaExecutable>, part: Partition },
     Product(Product),
@@ -247,6 +288,9 @@ pub(crate) struct SegmentedExecutable {
     /// Constants the products read, uploaded once per context generation.
     constants: HashMap<ValueId, (u64, Value)>,
     capture: Capture,
+    /// `memory.limit`: a product's operands, output and workspace must fit it (the
+    /// generated segments check their own arena and inputs).
+    memory_limit: Option<u64>,
 }
 
 impl SegmentedExecutable {
@@ -256,40 +300,21 @@ impl SegmentedExecutable {
         assignment: &Assignment,
         products: Vec<Product>,
     ) -> Result<SegmentedExecutable, EngineError> {
-        let mut at_last: HashMap<NodeId, Product> = HashMap::new();
-        let mut absorbed = vec![false; graph.nodes.len()];
-        for p in products {
-            for n in &p.nodes {
-                absorbed[n.index()] = true;
-            }
-            // A product runs where its last absorbed node stood: the bias is ready there.
-            at_last.insert(*p.nodes.last().unwrap_or(&p.matmul), p);
-        }
         let mut segments = Vec::new();
-        let mut run: Vec<NodeId> = Vec::new();
-        let flush = |run: &mut Vec<NodeId>, segments: &mut Vec<Segment>| {
-            if run.is_empty() {
-                return Ok::<(), EngineError>(());
-            }
-            let part = graph.partition(run);
-            let exe =
-                CudaExecutable::prepare(part.graph.clone(), gpu.clone(), &assignment.options)?;
-            segments.push(Segment::Kernels { exe: Box::new(exe), part });
-            run.clear();
-            Ok(())
-        };
-        for id in graph.node_ids() {
-            if graph.node(id).op == Op::Constant {
-                continue;
-            }
-            if let Some(p) = at_last.remove(&id) {
-                flush(&mut run, &mut segments)?;
-                segments.push(Segment::Product(p));
-            } else if !absorbed[id.index()] {
-                run.push(id);
-            }
+        for piece in cut(&graph, products) {
+            segments.push(match piece {
+                Piece::Kernels(nodes) => {
+                    let part = graph.partition(&nodes);
+                    let exe = CudaExecutable::prepare(
+                        part.graph.clone(),
+                        gpu.clone(),
+                        &assignment.options,
+                    )?;
+                    Segment::Kernels { exe: Box::new(exe), part }
+                }
+                Piece::Product(p) => Segment::Product(p),
+            });
         }
-        flush(&mut run, &mut segments)?;
         Ok(SegmentedExecutable {
             graph: Arc::new(graph),
             gpu,
@@ -299,6 +324,7 @@ impl SegmentedExecutable {
             state: None,
             constants: HashMap::new(),
             capture: assignment.options.capture,
+            memory_limit: assignment.options.memory_limit,
         })
     }
 
@@ -553,6 +579,24 @@ impl SegmentedExecutable {
             self.plans.insert(key, plan);
         }
         let plan = &self.plans[&key];
+        let operand_bytes: u64 = [Some(&ab), Some(&bb), biasb.as_ref(), cb.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|b| (b.shape().iter().product::<usize>() * b.dtype().size_bytes()) as u64)
+            .sum();
+        let needed = operand_bytes + out_bytes as u64 + plan.workspace_bytes as u64;
+        if let Some(limit) = self.memory_limit
+            && needed > limit
+        {
+            return Err(EngineError::MemoryLimit {
+                what: format!(
+                    "{CUBLASLT} {label} on {DEVICE} (operands {operand_bytes}, output {out_bytes}, workspace {})",
+                    plan.workspace_bytes
+                ),
+                needed,
+                limit,
+            });
+        }
         let state = self
             .state
             .as_mut()
@@ -560,13 +604,17 @@ impl SegmentedExecutable {
         if state.workspace.as_ref().is_none_or(|w| w.len() < plan.workspace_bytes) {
             state.workspace = None;
             // SAFETY: scratch memory cuBLASLt writes before it reads.
-            state.workspace = Some(
-                unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }
-                    .map_err(err("workspace allocation"))?,
-            );
+            state.workspace =
+                Some(unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }.map_err(|e| {
+                    with_request(
+                        gpu.driver_error(&label, "workspace allocation", e),
+                        plan.workspace_bytes,
+                    )
+                })?);
         }
         // SAFETY: written by the product below before anyone reads it.
-        let data = unsafe { stream.alloc::<u8>(out_bytes.max(1)) }.map_err(err("allocation"))?;
+        let data = unsafe { stream.alloc::<u8>(out_bytes.max(1)) }
+            .map_err(|e| with_request(gpu.driver_error(&label, "allocation", e), out_bytes))?;
         let ptr = |b: &Arc<dyn xpu_engine::DeviceBuffer>| {
             b.as_any().downcast_ref::<CudaBuffer>().map_or(0, |c| c.data.device_ptr(&stream).0)
         };
@@ -713,6 +761,16 @@ pub(crate) fn gemm_shape(
         trans_b,
     };
     Ok((shape, vec![m, n]))
+}
+
+/// A driver OOM with the bytes the failed allocation asked for.
+fn with_request(e: EngineError, bytes: usize) -> EngineError {
+    match e {
+        EngineError::OutOfMemory { device, available, .. } => {
+            EngineError::OutOfMemory { device, requested: bytes as u64, available }
+        }
+        other => other,
+    }
 }
 
 fn library_error(node: &str, message: &str) -> EngineError {
@@ -877,6 +935,49 @@ mod tests {
             let e = library_products(&g, &pinned, Ok(&lib)).unwrap_err().to_string();
             assert!(e.contains("C of shape") && e.contains("fc"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_partition_is_cut_in_node_order_with_each_product_where_its_bias_is_ready() {
+        // The bias (`%4`) is computed after the product (`%3`) and before the add that reads
+        // it: the product runs after the bias's kernel, the softmax after the product.
+        let g = parse(
+            r#"graph "m" {
+  %0: f32[3,8] = input "x"
+  %1: f32[8,4] = input "w"
+  %2: f32[4] = input "b"
+  %3: f32[3,4] = matmul(%0, %1) @name("mm")
+  %4: f32[4] = exp(%2)
+  %5: f32[3,4] = add(%3, %4)
+  %6: f32[3,4] = relu(%5)
+  %7: f32[3,4] = softmax(%6) {axis = -1}
+  return "y" = %7
+}"#,
+        );
+        let lib = loaded();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::Relu });
+        let pieces = cut(&g, ps);
+        let shape: Vec<String> = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Kernels(n) => {
+                    format!("k{:?}", n.iter().map(|n| g.node(*n).op.name()).collect::<Vec<_>>())
+                }
+                Piece::Product(p) => format!("p{}", p.nodes.len()),
+            })
+            .collect();
+        assert_eq!(shape, ["k[\"exp\"]", "p3", "k[\"softmax\"]"]);
+        // Every node lands in exactly one piece.
+        let mut seen: Vec<NodeId> = pieces
+            .iter()
+            .flat_map(|p| match p {
+                Piece::Kernels(n) => n.clone(),
+                Piece::Product(p) => p.nodes.clone(),
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, g.node_ids().collect::<Vec<_>>());
     }
 
     #[test]
