@@ -332,7 +332,8 @@ impl CudaEngine {
 
 /// What the engine claims on a device: generated kernels for the ops the LIR-ML lowering
 /// takes (elementwise chains and reductions as `cuda.fused`, matmul as the loop nest
-/// `cuda.naive`), and matmul on cuBLASLt (`cuda.cublaslt`) when `cublaslt` is loaded.
+/// `cuda.naive`), and matmul and Gemm on cuBLASLt (`cuda.cublaslt`) when `cublaslt` is
+/// loaded — listed ahead of `cuda.naive`, the order the planner prefers them in.
 pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
     use xpu_lower as lower;
     let mut ops = lower::ops::OPS.to_vec();
@@ -372,7 +373,9 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
     ];
     if cublaslt {
         let dtypes = vec![DType::F32, DType::F16, DType::BF16];
-        out.push(KernelCaps {
+        // Before `cuda.naive`: the planner takes an engine's kernels in this order where
+        // the policy prefers none, and the loop nest is only the reference.
+        out.insert(1, KernelCaps {
             name: crate::segment::CUBLASLT.into(),
             ops: vec![Op::MatMul, Op::Gemm],
             classes: Vec::new(),

@@ -58,6 +58,11 @@ fn availability_is_the_driver_probes_verdict() {
     assert_eq!(lt.ops, vec![xpu_ir::Op::MatMul, xpu_ir::Op::Gemm]);
     assert!(lt.dtypes.contains(&xpu_ir::DType::BF16) && !lt.dtypes.contains(&xpu_ir::DType::F64));
     assert!(!xpu_engine_cuda::engine::kernels(false).iter().any(|k| k.name == "cuda.cublaslt"));
+    // The planner takes an engine's kernels in its order where a policy prefers none: a
+    // product goes to cuBLASLt before the reference loop nest.
+    let order: Vec<&str> = with.iter().map(|k| k.name.as_str()).collect();
+    let pos = |n: &str| order.iter().position(|k| *k == n).unwrap();
+    assert!(pos("cuda.cublaslt") < pos("cuda.naive"), "{order:?}");
 }
 
 #[test]
