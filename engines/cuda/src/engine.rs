@@ -463,20 +463,18 @@ impl Engine for CudaEngine {
         assignment: &Assignment,
     ) -> Result<Box<dyn Executable>, EngineError> {
         let gpu = self.gpu()?.clone();
-        let products =
+        let (products, notes) =
             crate::segment::library_products(partition, assignment, gpu.cublaslt.as_ref())?;
         if products.is_empty() {
-            return Ok(Box::new(CudaExecutable::prepare(
-                partition.clone(),
-                gpu,
-                &assignment.options,
-            )?));
+            let exe = CudaExecutable::prepare(partition.clone(), gpu, &assignment.options)?;
+            return Ok(Box::new(exe.with_notes(notes)));
         }
         Ok(Box::new(crate::segment::SegmentedExecutable::prepare(
             partition.clone(),
             gpu,
             assignment,
             products,
+            notes,
         )?))
     }
 

@@ -75,6 +75,8 @@ pub struct CudaExecutable {
     stream: Option<(u64, Arc<CudaStream>)>,
     compiled: HashMap<(Vec<Vec<usize>>, Vec<Option<Vec<i64>>>), Compiled>,
     structural: Vec<usize>,
+    /// Facts every run reports (kernel fallbacks decided at prepare).
+    notes: Vec<Fact>,
 }
 
 impl CudaExecutable {
@@ -98,6 +100,7 @@ impl CudaExecutable {
             stream: None,
             compiled: HashMap::new(),
             structural,
+            notes: Vec::new(),
         };
         // Compile at once when every shape is known, so errors show at prepare.
         if let Some(shapes) = lower::shapes_known_at_prepare(&exe.graph) {
@@ -105,6 +108,12 @@ impl CudaExecutable {
             exe.compiled_for(&shapes, &none)?;
         }
         Ok(exe)
+    }
+
+    /// The executable with `notes` added to every run's facts.
+    pub(crate) fn with_notes(mut self, notes: Vec<Fact>) -> CudaExecutable {
+        self.notes = notes;
+        self
     }
 
     /// The executable's stream in the live context. After a context reset (a new
@@ -316,6 +325,7 @@ impl CudaExecutable {
         stop: &StopToken,
     ) -> Result<Execution<Value>, EngineError> {
         let gpu = self.gpu.clone();
+        let notes = self.notes.clone();
         let shapes: Vec<Vec<usize>> = inputs
             .iter()
             .map(|v| match v {
@@ -410,6 +420,7 @@ impl CudaExecutable {
         let tables = pointer_tables(c, &bound, arena_base, &direct, &stream);
         let mut timings = Vec::new();
         let mut facts = c.facts.clone();
+        facts.extend(notes);
         if graphed && c.runs >= 1 {
             stop.check(|| "partition".into())?;
             if c.graph.is_none() {

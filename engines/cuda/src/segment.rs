@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use xpu_engine::options::{Capture, Determinism, PrecisionName};
+use xpu_engine::options::{Capture, Determinism, Fallback, PrecisionName};
 use xpu_engine::{
     Assignment, EngineError, Executable, Execution, Fact, NodeTiming, StopToken, Value,
 };
@@ -46,17 +46,20 @@ pub(crate) struct Product {
     pub trans_b: bool,
 }
 
-/// The products of `g` that go to cuBLASLt under `assignment`: those pinned to
-/// `cuda.cublaslt`, and by default every product cuBLASLt can take when it is loaded;
-/// `cuda.naive` keeps a product in the generated kernels. A product pinned to cuBLASLt
-/// that it cannot take is an error naming why.
+/// The products of `g` that go to cuBLASLt under `assignment`, and notes for the
+/// explanation: those assigned `cuda.cublaslt` (the planner's default where it is loaded,
+/// or a pin), and by default every product cuBLASLt can take; `cuda.naive` keeps a product
+/// in the generated kernels. A product assigned cuBLASLt that it cannot take (a 1-D
+/// operand, a partly broadcast C, the library missing) runs as `cuda.naive` with a note
+/// saying why — or, under `engines.fallback = "deny"`, is an error naming why.
 pub(crate) fn library_products(
     g: &Graph,
     assignment: &Assignment,
     library: Result<&cublaslt::Library, &String>,
-) -> Result<Vec<Product>, EngineError> {
+) -> Result<(Vec<Product>, Vec<Fact>), EngineError> {
     let tf32 = assignment.precision == Some(PrecisionName::Tf32);
     let mut out = Vec::new();
+    let mut notes = Vec::new();
     for id in g.node_ids() {
         let n = g.node(id);
         if !matches!(n.op, Op::MatMul | Op::Gemm) {
@@ -69,17 +72,22 @@ pub(crate) fn library_products(
         let why_not = product_form(g, id, tf32, library);
         match (why_not, pinned) {
             (Ok(p), _) => out.push(p),
-            (Err(why), Some(CUBLASLT)) => {
+            (Err(why), Some(CUBLASLT)) if assignment.options.fallback == Fallback::Deny => {
                 return Err(EngineError::Unsupported {
                     engine: "cuda".into(),
                     node: n.label(id),
-                    what: format!("{CUBLASLT}: {why}"),
+                    what: format!("{CUBLASLT}: {why} (engines.fallback = \"deny\")"),
                 });
             }
+            (Err(why), Some(CUBLASLT)) => notes.push(Fact {
+                node: Some(id),
+                key: "cuda.kernel_fallback".into(),
+                value: format!("{CUBLASLT} cannot take it ({why}): ran as {NAIVE}"),
+            }),
             (Err(_), _) => {}
         }
     }
-    Ok(out)
+    Ok((out, notes))
 }
 
 /// The product at `mm` as cuBLASLt takes it, or why it cannot.
@@ -291,6 +299,8 @@ pub(crate) struct SegmentedExecutable {
     /// `memory.limit`: a product's operands, output and workspace must fit it (the
     /// generated segments check their own arena and inputs).
     memory_limit: Option<u64>,
+    /// Facts every run reports (kernel fallbacks decided at prepare).
+    notes: Vec<Fact>,
 }
 
 impl SegmentedExecutable {
@@ -299,6 +309,7 @@ impl SegmentedExecutable {
         gpu: Arc<Gpu>,
         assignment: &Assignment,
         products: Vec<Product>,
+        notes: Vec<Fact>,
     ) -> Result<SegmentedExecutable, EngineError> {
         let mut segments = Vec::new();
         for piece in cut(&graph, products) {
@@ -325,6 +336,7 @@ impl SegmentedExecutable {
             constants: HashMap::new(),
             capture: assignment.options.capture,
             memory_limit: assignment.options.memory_limit,
+            notes,
         })
     }
 
@@ -407,7 +419,7 @@ impl SegmentedExecutable {
         let mut values: HashMap<ValueId, Value> =
             self.graph.inputs.iter().copied().zip(inputs.iter().cloned()).collect();
         let mut timings = Vec::new();
-        let mut facts = Vec::new();
+        let mut facts = self.notes.clone();
         let mut segments = std::mem::take(&mut self.segments);
         let result = (|| {
             for seg in &mut segments {
@@ -832,7 +844,7 @@ mod tests {
     fn products_take_their_bias_and_activation_when_cublaslt_can() {
         let g = parse(MLP);
         let lib = loaded();
-        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
         assert_eq!(ps.len(), 2);
         assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::Relu });
         assert_eq!(ps[0].nodes.len(), 3);
@@ -842,7 +854,7 @@ mod tests {
         let mut tf32 = Assignment::new("cuda");
         tf32.precision = Some(PrecisionName::Tf32);
         assert!(
-            library_products(&g, &tf32, Ok(&lib)).unwrap().iter().all(|p| p.mode == Mode::Tf32)
+            library_products(&g, &tf32, Ok(&lib)).unwrap().0.iter().all(|p| p.mode == Mode::Tf32)
         );
     }
 
@@ -853,11 +865,19 @@ mod tests {
         let mut a = Assignment::new("cuda");
         a.kernels.insert(fc1, NAIVE.into());
         let lib = loaded();
-        assert_eq!(library_products(&g, &a, Ok(&lib)).unwrap().len(), 1);
-        // Without the library nothing goes to it by default, and a pin is an error.
+        assert_eq!(library_products(&g, &a, Ok(&lib)).unwrap().0.len(), 1);
+        // Without the library nothing goes to it by default; an assignment to it runs the
+        // loop nest with a note saying why, or under fallback = "deny" is an error.
         let missing = "cuBLASLt not found".to_string();
-        assert!(library_products(&g, &Assignment::new("cuda"), Err(&missing)).unwrap().is_empty());
+        assert!(
+            library_products(&g, &Assignment::new("cuda"), Err(&missing)).unwrap().0.is_empty()
+        );
         a.kernels.insert(fc1, CUBLASLT.into());
+        let (taken, notes) = library_products(&g, &a, Err(&missing)).unwrap();
+        assert!(taken.is_empty());
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].value.contains("cuBLASLt not found") && notes[0].node == Some(fc1));
+        a.options.fallback = Fallback::Deny;
         let e = library_products(&g, &a, Err(&missing)).unwrap_err().to_string();
         assert!(e.contains("cuBLASLt not found") && e.contains("fc1"), "{e}");
         // f64 is not a cuBLASLt dtype here.
@@ -881,7 +901,7 @@ mod tests {
 }"#,
         );
         let lib = loaded();
-        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
         assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::None });
         // A bias over rows (not columns) is not cuBLASLt's bias.
         let g = parse(
@@ -894,7 +914,7 @@ mod tests {
   return "y" = %4
 }"#,
         );
-        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
         assert_eq!(ps[0].epilogue, Epilogue::default());
         assert_eq!(ps[0].nodes.len(), 1);
     }
@@ -917,19 +937,20 @@ mod tests {
         let lib = loaded();
         let a = Assignment::new("cuda");
         // A Linear layer as PyTorch exports it: transB = 1, C a bias over columns.
-        let ps = library_products(&gemm("4", "transB = 1"), &a, Ok(&lib)).unwrap();
+        let ps = library_products(&gemm("4", "transB = 1"), &a, Ok(&lib)).unwrap().0;
         let p = &ps[0];
         assert!(p.trans_b && !p.trans_a && p.alpha == 1.0 && p.c_matrix.is_none());
         assert_eq!(p.epilogue, Epilogue { bias: true, activation: Activation::Relu });
         // A whole C with beta 2 is the call's C matrix; the ReLU still follows.
-        let ps = library_products(&gemm("3,4", "transB = 1, beta = 2.0"), &a, Ok(&lib)).unwrap();
+        let ps = library_products(&gemm("3,4", "transB = 1, beta = 2.0"), &a, Ok(&lib)).unwrap().0;
         assert!(ps[0].c_matrix.is_some() && ps[0].beta == 2.0 && !ps[0].epilogue.bias);
         assert_eq!(ps[0].epilogue.activation, Activation::Relu);
         // A bias with beta ≠ 1, or a C over rows, is not cuBLASLt's: a pin names why.
         let mut pinned = Assignment::new("cuda");
+        pinned.options.fallback = Fallback::Deny;
         for (c, attrs) in [("4", "transB = 1, beta = 0.5"), ("3,1", "transB = 1")] {
             let g = gemm(c, attrs);
-            assert!(library_products(&g, &a, Ok(&lib)).unwrap().is_empty(), "{c} {attrs}");
+            assert!(library_products(&g, &a, Ok(&lib)).unwrap().0.is_empty(), "{c} {attrs}");
             let fc = g.node_ids().find(|&n| g.node(n).op == Op::Gemm).unwrap();
             pinned.kernels.insert(fc, CUBLASLT.into());
             let e = library_products(&g, &pinned, Ok(&lib)).unwrap_err().to_string();
@@ -955,7 +976,7 @@ mod tests {
 }"#,
         );
         let lib = loaded();
-        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
         assert_eq!(ps[0].epilogue, Epilogue { bias: true, activation: Activation::Relu });
         let pieces = cut(&g, ps);
         let shape: Vec<String> = pieces
