@@ -656,7 +656,11 @@ fn a_crashing_engine_worker_costs_its_job_not_the_daemon() {
     // That second worker, idle for isolation.idle_exit_s, is closed (the first was killed by
     // the cancel); program 13's executable is prepared again when it runs next.
     let until = Instant::now() + Duration::from_secs(30);
-    while !worker_pids(d.child.id(), "cpu").is_empty() {
+    // The reaper stops the process, then counts it: wait for both (the process table can
+    // show it gone a moment before the counter moves).
+    while !worker_pids(d.child.id(), "cpu").is_empty()
+        || metric(&url, "xpu_worker_retired_total{engine=\"cpu\"}") == 0
+    {
         assert!(Instant::now() < until, "the idle worker is closed");
         std::thread::sleep(Duration::from_millis(100));
     }

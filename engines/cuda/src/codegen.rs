@@ -24,7 +24,8 @@ pub struct CodegenError {
     pub message: String,
 }
 
-/// Definitions every kernel source starts with: NaN-propagating max/min (numpy's), the
+/// Definitions every kernel source starts with: NaN-propagating max/min (numpy's; +0 is the
+/// larger of ±0 whatever the order, so a warp's butterfly leaves every lane the same bits), the
 /// float → int conversion LIR-ML defines (truncate, wrap to the low bits, NaN → i64::MIN),
 /// sign, softplus and integer division by zero giving 0.
 pub const PRELUDE: &str = r#"
@@ -45,10 +46,10 @@ pub const PRELUDE: &str = r#"
 #define XPU_INF __longlong_as_double(0x7ff0000000000000LL)
 #define XPU_NAN __longlong_as_double(0x7ff8000000000000LL)
 #endif
-XPU_FN float xpu_maxf(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
-XPU_FN float xpu_minf(float a, float b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
-XPU_FN double xpu_max(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
-XPU_FN double xpu_min(double a, double b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+XPU_FN float xpu_maxf(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? b : (b < a ? a : (copysignf(1.0f, a) < 0.0f ? b : a)))); }
+XPU_FN float xpu_minf(float a, float b) { return a != a ? a : (b != b ? b : (b < a ? b : (a < b ? a : (copysignf(1.0f, a) < 0.0f ? a : b)))); }
+XPU_FN double xpu_max(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? b : (b < a ? a : (copysign(1.0, a) < 0.0 ? b : a)))); }
+XPU_FN double xpu_min(double a, double b) { return a != a ? a : (b != b ? b : (b < a ? b : (a < b ? a : (copysign(1.0, a) < 0.0 ? a : b)))); }
 XPU_FN long long xpu_maxi(long long a, long long b) { return a < b ? b : a; }
 XPU_FN long long xpu_mini(long long a, long long b) { return b < a ? b : a; }
 XPU_FN float xpu_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }

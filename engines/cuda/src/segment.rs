@@ -58,8 +58,10 @@ pub(crate) fn library_products(
     library: Result<&cublaslt::Library, &String>,
 ) -> Result<(Vec<Product>, Vec<Fact>), EngineError> {
     let tf32 = assignment.precision == Some(PrecisionName::Tf32);
-    let mut out = Vec::new();
+    let mut out: Vec<Product> = Vec::new();
     let mut notes = Vec::new();
+    // Nodes a product already took (its epilogue): no second product takes them.
+    let mut claimed = std::collections::HashSet::new();
     for id in g.node_ids() {
         let n = g.node(id);
         if !matches!(n.op, Op::MatMul | Op::Gemm) {
@@ -69,9 +71,20 @@ pub(crate) fn library_products(
         if pinned == Some(NAIVE) {
             continue;
         }
-        let why_not = product_form(g, id, tf32, library);
+        let why_not = product_form(g, id, tf32, library, &claimed);
         match (why_not, pinned) {
-            (Ok(p), _) => out.push(p),
+            (Ok(p), _) => {
+                claimed.extend(p.nodes.iter().copied());
+                out.push(p);
+            }
+            // The loop nest does not lower Gemm: there is nothing to fall back to.
+            (Err(why), _) if n.op == Op::Gemm && pinned == Some(CUBLASLT) => {
+                return Err(EngineError::Unsupported {
+                    engine: "cuda".into(),
+                    node: n.label(id),
+                    what: format!("{CUBLASLT}: {why} (and cuda.naive does not run Gemm)"),
+                });
+            }
             (Err(why), Some(CUBLASLT)) if assignment.options.fallback == Fallback::Deny => {
                 return Err(EngineError::Unsupported {
                     engine: "cuda".into(),
@@ -96,6 +109,7 @@ fn product_form(
     mm: NodeId,
     tf32: bool,
     library: Result<&cublaslt::Library, &String>,
+    claimed: &std::collections::HashSet<NodeId>,
 ) -> Result<Product, String> {
     library.map_err(|why| format!("unavailable: {why}"))?;
     let n = g.node(mm);
@@ -128,12 +142,25 @@ fn product_form(
         trans_a: false,
         trans_b: false,
     };
+    // Static shapes are checked now, so a product cuBLASLt cannot take (a batch broadcast
+    // in part, dims past 32 bits) stays in the loop nest instead of failing at run time.
+    let dims = |v: ValueId| -> Option<Vec<usize>> {
+        g.ty(v).dims.as_ref()?.iter().map(|d| d.known().map(|x| x as usize)).collect()
+    };
+    if let (Some(sa), Some(sb)) = (dims(p.a), dims(p.b)) {
+        if n.op == Op::Gemm {
+            let t = |k: &str| n.attrs.int(k, 0) != 0;
+            gemm_shape(&sa, &sb, t("transA"), t("transB"))?;
+        } else {
+            product_shape(&sa, &sb)?;
+        }
+    }
     if n.op == Op::Gemm {
         gemm_form(g, mm, &mut p)?;
         // C over columns is the bias epilogue already: only an activation may follow.
-        absorb_activation(g, &g.uses(), &mut p);
+        absorb_activation(g, &g.uses(), &mut p, claimed);
     } else {
-        absorb_epilogue(g, &mut p);
+        absorb_epilogue(g, &mut p, claimed);
     }
     Ok(p)
 }
@@ -188,17 +215,21 @@ fn sole_user(g: &Graph, uses: &[Vec<NodeId>], v: ValueId) -> Option<NodeId> {
 
 /// Takes a bias add (a vector over the output's columns) and then a ReLU or tanh-GELU into
 /// the product's epilogue, when they are its only readers.
-fn absorb_epilogue(g: &Graph, p: &mut Product) {
+fn absorb_epilogue(g: &Graph, p: &mut Product, claimed: &std::collections::HashSet<NodeId>) {
     let uses = g.uses();
     let n_dim = g.ty(p.b).dims.as_ref().and_then(|d| d.last().cloned());
-    if let Some(u) = sole_user(g, &uses, p.out) {
+    let out_rank = g.ty(p.out).dims.as_ref().map_or(0, Vec::len);
+    if let Some(u) = sole_user(g, &uses, p.out).filter(|u| !claimed.contains(u)) {
         let node = g.node(u);
         let other = node.input_values().find(|v| *v != p.out);
         let is_bias = |v: ValueId| {
             let ty = g.ty(v);
             ty.dtype == g.ty(p.out).dtype
                 && ty.dims.as_ref().is_some_and(|d| {
+                    // No wider than the product (a bias of higher rank would broadcast the
+                    // output to a shape the call does not write).
                     !d.is_empty()
+                        && d.len() <= out_rank
                         && d.last().cloned() == n_dim
                         && d[..d.len() - 1].iter().all(|x| x.known() == Some(1))
                 })
@@ -213,12 +244,17 @@ fn absorb_epilogue(g: &Graph, p: &mut Product) {
             p.nodes.push(u);
         }
     }
-    absorb_activation(g, &uses, p);
+    absorb_activation(g, &uses, p, claimed);
 }
 
 /// Takes a ReLU or tanh-GELU into the epilogue when it is the product's only reader.
-fn absorb_activation(g: &Graph, uses: &[Vec<NodeId>], p: &mut Product) {
-    if let Some(u) = sole_user(g, uses, p.out) {
+fn absorb_activation(
+    g: &Graph,
+    uses: &[Vec<NodeId>],
+    p: &mut Product,
+    claimed: &std::collections::HashSet<NodeId>,
+) {
+    if let Some(u) = sole_user(g, uses, p.out).filter(|u| !claimed.contains(u)) {
         let node = g.node(u);
         let activation = match node.op {
             Op::Relu => Activation::Relu,
@@ -999,6 +1035,77 @@ mod tests {
             .collect();
         seen.sort();
         assert_eq!(seen, g.node_ids().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn two_products_into_one_add_share_it_without_either_losing_its_value() {
+        // An RNN cell at batch 1: W·x + U·h. The second product's output has the shape of a
+        // bias, but the add goes to one product only; the other is computed on its own.
+        let g = parse(
+            r#"graph "cell" {
+  %0: f32[1,8] = input "x"
+  %1: f32[8,4] = input "w"
+  %2: f32[1,16] = input "h"
+  %3: f32[16,4] = input "u"
+  %4: f32[1,4] = matmul(%0, %1) @name("wx")
+  %5: f32[1,4] = matmul(%2, %3) @name("uh")
+  %6: f32[1,4] = add(%4, %5)
+  return "y" = %6
+}"#,
+        );
+        let lib = loaded();
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
+        assert_eq!(ps.len(), 2);
+        assert_eq!(ps.iter().filter(|p| p.epilogue.bias).count(), 1);
+        let pieces = cut(&g, ps);
+        let order: Vec<usize> = pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Product(p) => p.nodes.len(),
+                Piece::Kernels(_) => 0,
+            })
+            .collect();
+        // `uh` alone first (where it stood), then `wx` with the add that reads `uh`.
+        assert_eq!(order, [1, 2]);
+    }
+
+    #[test]
+    fn a_bias_wider_than_the_product_or_a_partial_batch_broadcast_stays_out() {
+        let lib = loaded();
+        let g = parse(
+            r#"graph "m" {
+  %0: f32[3,8] = input "x"
+  %1: f32[8,4] = input "w"
+  %2: f32[1,1,4] = input "b"
+  %3: f32[3,4] = matmul(%0, %1)
+  %4: f32[1,3,4] = add(%3, %2)
+  return "y" = %4
+}"#,
+        );
+        let ps = library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
+        assert_eq!(ps[0].epilogue, Epilogue::default());
+        let g = parse(
+            r#"graph "m" {
+  %0: f32[2,3,5,7] = input "a"
+  %1: f32[3,7,4] = input "b"
+  %2: f32[2,3,5,4] = matmul(%0, %1) @name("mm")
+  return "y" = %2
+}"#,
+        );
+        assert!(library_products(&g, &Assignment::new("cuda"), Ok(&lib)).unwrap().0.is_empty());
+        let mut pinned = Assignment::new("cuda");
+        pinned.options.fallback = Fallback::Deny;
+        pinned.kernels.insert(g.node_ids().next().unwrap(), CUBLASLT.into());
+        let e = library_products(&g, &pinned, Ok(&lib)).unwrap_err().to_string();
+        assert!(e.contains("broadcast partly") && e.contains("mm"), "{e}");
+        // A Gemm cuBLASLt refuses has no loop nest to fall back to: an error even when
+        // fallback is allowed.
+        let g = gemm("3,1", "transB = 1");
+        let mut a = Assignment::new("cuda");
+        a.kernels
+            .insert(g.node_ids().find(|&n| g.node(n).op == Op::Gemm).unwrap(), CUBLASLT.into());
+        let e = library_products(&g, &a, Ok(&lib)).unwrap_err().to_string();
+        assert!(e.contains("does not run Gemm"), "{e}");
     }
 
     #[test]
