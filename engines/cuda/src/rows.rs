@@ -11,12 +11,17 @@
 //! index. The merged loop runs the first body then the second (renamed apart), the second
 //! reading the first's value itself where it loaded the scalar (the store stays: the value
 //! may be read later or be an output); every store stays indexed by the row, so rows stay
-//! independent. The merged kernel must pass the LIR-ML verifier, else the steps stay apart.
+//! independent. The merged kernel must take a warp per row (a reduction of 32 or more
+//! elements), have at least 64 rows, and pass the LIR-ML verifier, else the steps stay
+//! apart.
 
 use std::collections::HashMap;
 
 use xpu_lir::{Access, Affine, Expr, Kernel, Module, ScalarType, Stmt, Var};
 use xpu_lower::{Program, Slot, Step};
+
+/// The fewest rows a merged kernel takes (a warp each).
+const MIN_ROWS: i64 = 64;
 
 /// `program` with consecutive row kernels merged (see the module doc).
 pub fn merge_row_steps(program: Program) -> Program {
@@ -136,6 +141,13 @@ fn merge(a: &Step, b: &Step, count: usize) -> Option<Step> {
             body,
         }],
     };
+    // Merging takes the second kernel's row loop out of the grid: worth it only where a
+    // warp takes each row (a reduction of 32 or more elements) and there are rows enough
+    // to fill warps — else one thread, or a few warps, would walk long rows that a grid of
+    // threads covered.
+    if crate::codegen::threads_per_iteration(&kernel) != 32 || hi - lo < MIN_ROWS {
+        return None;
+    }
     xpu_lir::verify(&Module { kernels: vec![kernel.clone()] }).ok()?;
     let mut nodes = a.nodes.clone();
     nodes.extend(&b.nodes);
