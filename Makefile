@@ -9,6 +9,7 @@
 #                the ort/openvino engines' runtime libraries (.deps/)
 #   make gpu-check-binary / gpu-check   the cuda engine's check on a GPU machine (build here,
 #                run there: docs/engines.md)
+#   make prune   drop stale build output from the persistent target dir (.ci/run past 30 GB)
 #   make bless   re-bless golden files (filetests, generated docs, conformance expectations)
 #   make soak    a bounded soak of a release xpud on loopback: mixed jobs, cancels, SIGHUPs,
 #                worker kills (SOAK_MINUTES, default 5; docs/soak.md); `make test` runs 30 s
@@ -38,7 +39,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache
+.PHONY: soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache prune
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
@@ -158,3 +159,8 @@ gpu-check:
 
 clean-cache:
 	rm -rf .cache
+
+# Stale build output in the persistent target dir: incremental caches and builds of workspace
+# crates superseded by newer ones (tools/prune_target.py); .ci/run calls it past 30 GB.
+prune:
+	python3 tools/prune_target.py $(CARGO_TARGET_DIR)
