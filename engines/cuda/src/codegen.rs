@@ -379,6 +379,18 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// `a` and `b` combined by the reduction `op` of `ty`, or an error naming it.
+    fn combine(
+        &self,
+        op: ReduceOp,
+        ty: ScalarType,
+        a: &str,
+        b: &str,
+    ) -> Result<String, CodegenError> {
+        combine(op, ty, a, b)
+            .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
+    }
+
     /// Opens a loop of `var` over `lo..hi` strided over the warp's lanes (lane `l` takes
     /// `lo + l`, `lo + l + 32`, …). Where the range is a constant multiple of 32 every lane
     /// takes the same count of elements: the loop counts trips instead, with no bound to
@@ -415,10 +427,7 @@ impl Emitter<'_> {
         body: &[Stmt],
     ) -> Result<(), CodegenError> {
         let (t, n) = (c_type(ty), ident(name));
-        let combine = |a: &str, b: &str| {
-            combine(op, ty, a, b)
-                .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
-        };
+        let combine = |a: &str, b: &str| self.combine(op, ty, a, b);
         let step = combine("acc", "y")?;
         let across = combine("acc", "other")?;
         let shuffled = if ty == ScalarType::Bool {
@@ -523,10 +532,7 @@ impl Emitter<'_> {
         self.line(&format!("{t} y;"));
         self.block(body)?;
         let lane = format!("acc[({v} - ({lo})) % {lanes}]");
-        let combine = |a: &str, b: &str| {
-            combine(op, ty, a, b)
-                .ok_or_else(|| self.err(format!("a `{}` reduction of {}", op.name(), ty.name())))
-        };
+        let combine = |a: &str, b: &str| self.combine(op, ty, a, b);
         let combined = combine(&lane, "y")?;
         let total = combine(&format!("v_{n}"), "acc[l]")?;
         self.line(&format!("{lane} = {combined};"));

@@ -91,11 +91,7 @@ impl CudaExecutable {
             gpu,
             capture: options.capture,
             pool: options.memory_pool,
-            math: if options.determinism == xpu_engine::options::Determinism::Bitwise {
-                crate::toolkit::Math::Strict
-            } else {
-                crate::toolkit::Math::Contracted
-            },
+            math: crate::toolkit::Math::for_determinism(options.determinism),
             memory_limit: options.memory_limit,
             stream: None,
             compiled: HashMap::new(),

@@ -511,10 +511,10 @@ impl SegmentedExecutable {
                     .into(),
             });
         }
-        let outputs = self
-            .graph
+        // The graph is shared: hold it, not a copy of its outputs, while `value` borrows self.
+        let graph = self.graph.clone();
+        let outputs = graph
             .outputs
-            .clone()
             .iter()
             .map(|o| self.value(&values, o.value, generation))
             .collect::<Result<Vec<_>, _>>()?;

@@ -150,6 +150,11 @@ pub enum Math {
 }
 
 impl Math {
+    /// Strict under `determinism = "bitwise"`, else contracted.
+    pub fn for_determinism(d: xpu_engine::options::Determinism) -> Math {
+        if d == xpu_engine::options::Determinism::Bitwise { Math::Strict } else { Math::Contracted }
+    }
+
     /// (fmad, prec-div): NVRTC's flags for the mode.
     fn flags(self) -> (bool, bool) {
         match self {

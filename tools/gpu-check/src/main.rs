@@ -128,8 +128,14 @@ fn programs(dir: &Path) -> Result<Vec<(String, Graph)>> {
     Ok(out)
 }
 
-/// Inputs for `g` with every symbolic dimension bound to `rows`: varied, NaN-free values.
+/// Inputs for `g` with every symbolic dimension bound to `rows`: varied, NaN-free values
+/// in [-4, 4).
 fn inputs(g: &Graph, rows: usize) -> Result<Vec<Tensor>> {
+    inputs_within(g, rows, 4.0)
+}
+
+/// [`inputs`] in [-half, half) (`half` a power of two keeps the values exact multiples).
+fn inputs_within(g: &Graph, rows: usize, half: f32) -> Result<Vec<Tensor>> {
     g.inputs
         .iter()
         .enumerate()
@@ -138,8 +144,9 @@ fn inputs(g: &Graph, rows: usize) -> Result<Vec<Tensor>> {
             let shape: Vec<usize> =
                 dims.iter().map(|d| d.known().map_or(rows, |n| n as usize)).collect();
             let n: usize = shape.iter().product();
-            let data: Vec<f32> =
-                (0..n).map(|i| (((i * 7919 + k * 31) % 1000) as f32 / 125.0) - 4.0).collect();
+            let data: Vec<f32> = (0..n)
+                .map(|i| ((((i * 7919 + k * 31) % 1000) as f32 / 125.0) - 4.0) * (half / 4.0))
+                .collect();
             Ok(Tensor::from_vec(shape, data)?)
         })
         .collect()
@@ -442,13 +449,7 @@ fn library_case(engine: &CudaEngine, case: &LibraryCase) -> Json {
         // Scaled to ±0.5: the products stay near 1, where bf16's rounding of the result
         // is what the tolerance allows for (at ±4 a softmax of bf16 logits near 100 moves by
         // more than any tolerance that still catches a wrong product).
-        let f32_inputs: Vec<Tensor> = inputs(&reference, 1)?
-            .iter()
-            .map(|t| {
-                let v: Vec<f32> = t.to_f64_vec().iter().map(|x| (*x / 8.0) as f32).collect();
-                Tensor::from_vec(t.shape().to_vec(), v)
-            })
-            .collect::<Result<_, _>>()?;
+        let f32_inputs = inputs_within(&reference, 1, 0.5)?;
         let typed: Vec<Tensor> = f32_inputs
             .iter()
             .map(|t| t.to_float_dtype(dtype).context("cast"))
@@ -547,13 +548,7 @@ fn planned(dir: &Path, programs: &[(String, Graph)]) -> Result<Vec<Json>> {
         let run = || -> Result<Json> {
             let bindings: std::collections::BTreeMap<String, u64> =
                 [("N".to_string(), 37u64)].into_iter().collect();
-            let ins: Vec<Tensor> = inputs(g, 37)?
-                .iter()
-                .map(|t| {
-                    let v: Vec<f32> = t.to_f64_vec().iter().map(|x| (*x / 8.0) as f32).collect();
-                    Tensor::from_vec(t.shape().to_vec(), v)
-                })
-                .collect::<Result<_, _>>()?;
+            let ins = inputs_within(g, 37, 0.5)?;
             let want = xpu_engine_cpu::run_graph(g, &ins)?.outputs;
             let shared = Arc::new(g.clone());
             let inventory = registry.inventory_for(g);
