@@ -103,9 +103,11 @@ pub fn build(
 /// Each partition the plan puts on llvm, as LIR-ML, rendered as CUDA C++ and compiled by
 /// NVRTC for `arch`: `DIR/partitionN.cu`, `DIR/partitionN.ptx` and `DIR/manifest.json`
 /// (program, arch, NVRTC version, per partition its nodes, kernels and files; partitions
-/// on other engines listed as not generated; row groups merged into one kernel, strict
-/// math, as under `determinism = "bitwise"`). The cuda engine runs such kernels; this
-/// makes them inspectable and checkable (ptxas) without a GPU.
+/// on other engines listed as not generated; row groups merged into one kernel; the math
+/// the engine would compile with under the policy's determinism — strict under `bitwise`,
+/// FMA contraction and approximate division otherwise — named in the manifest). The cuda
+/// engine runs such kernels; this makes them inspectable and checkable (ptxas) without a
+/// GPU.
 pub fn build_cuda(
     program: &Path,
     policy: Option<&str>,
@@ -117,6 +119,7 @@ pub fn build_cuda(
     toolkit::virtual_arch(arch)?;
     let nvrtc = toolkit::nvrtc(None).map_err(|e| anyhow!("a cuda build needs NVRTC: {e}"))?;
     let (plan, bindings) = planned(program, policy, bind)?;
+    let math = toolkit::Math::for_determinism(plan.execution.determinism);
     std::fs::create_dir_all(output).map_err(|e| anyhow!("{}: {e}", output.display()))?;
     let mut partitions = Vec::new();
     let mut not_generated = Vec::new();
@@ -134,7 +137,7 @@ pub fn build_cuda(
         let kernels: Vec<_> = lowered.steps.iter().map(|s| s.kernel.clone()).collect();
         let source = cuda::source(&kernels).map_err(|e| anyhow!("partition {}: {e}", p.id))?;
         let name = format!("partition{}", p.id);
-        let ptx = toolkit::compile_ptx(&source, &name, arch)?;
+        let ptx = toolkit::compile_ptx_with(&source, &name, arch, math)?;
         for (ext, text) in [("cu", &source), ("ptx", &ptx)] {
             let path = output.join(format!("{name}.{ext}"));
             std::fs::write(&path, text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
@@ -155,6 +158,7 @@ pub fn build_cuda(
         "target": "cuda",
         "arch": arch,
         "nvrtc": format!("{}.{}", nvrtc.version.0, nvrtc.version.1),
+        "math": math.describe(),
         "partitions": partitions,
         "not_generated": not_generated,
     });

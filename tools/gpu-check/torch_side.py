@@ -30,6 +30,11 @@ def timed(torch, fn, reps=20):
     return times[len(times) // 2]
 
 
+# The fused chains and row groups the issue's bars name (written out op by op).
+ISSUE_SET = {"gelu_chain", "silu_chain", "mish_chain", "softplus_chain",
+             "softmax_rows", "layernorm_rows", "rmsnorm_rows", "logsumexp_rows"}
+
+
 def programs(torch):
     """Program file stem -> (inputs, torch eager function), matching tests/programs."""
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -72,6 +77,7 @@ def programs(torch):
         "mish_chain": ((x, b), mish),
         "softplus_chain": ((x, s_rows, b), softplus),
         "softmax_rows": ((x,), softmax),
+        "softmax_op_rows": ((x,), lambda x: torch.softmax(x, -1)),
         "layernorm_rows": ((x, gamma, b), layernorm),
         "rmsnorm_rows": ((x, gamma), rmsnorm),
         "logsumexp_rows": ((x,), logsumexp),
@@ -131,7 +137,12 @@ def report(xpu_path, torch_path, out):
             best = min(e["device_ms"], g["device_ms"])
             of_copy = max(e["of_copy"], g["of_copy"])
             ratio = t / best
-            bars = ("met" if ratio >= 1.5 and of_copy >= 0.8 else "MISSED") + " (≥ 1.5×, ≥ 0.80)"
+            if r["program"] in ISSUE_SET:
+                bars = ("met" if ratio >= 1.5 and of_copy >= 0.8 else "MISSED") + " (≥ 1.5×, ≥ 0.80)"
+            else:
+                # Not one of the issue's written-out programs: torch runs it as one fused
+                # kernel, so only the bandwidth bar applies.
+                bars = ("met" if of_copy >= 0.8 else "MISSED") + " (≥ 0.80; torch fused)"
             lines.append(f"| {r['program']} | {e['device_ms']:.3f} ({e['ms']:.3f}) | {g['device_ms']:.3f} ({g['ms']:.3f}) | {b['device_ms']:.3f} ({b['of_copy']:.2f}) | {t:.3f} | {ratio:.2f} | {of_copy:.2f} | {bars} |")
         rp = xpu["graph_replay"]
         if "error" in rp:

@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use crate::row_cache::{self, RowCache, Use};
+
 use xpu_lir::{
     Access, Affine, BinaryOp, CmpOp, Expr, Kernel, Literal, ReduceOp, ScalarType, Stmt, UnaryOp,
     Var,
@@ -24,16 +26,19 @@ pub struct CodegenError {
     pub message: String,
 }
 
-/// Definitions every kernel source starts with: NaN-propagating max/min (numpy's; +0 is the
-/// larger of ±0 whatever the order, so a warp's butterfly leaves every lane the same bits), the
+/// Definitions every kernel source starts with: NaN-propagating max/min (numpy's for
+/// elementwise ops; for reductions +0 is the larger of ±0 whatever the order, so a warp's
+/// butterfly leaves every lane the same bits), the
 /// float → int conversion LIR-ML defines (truncate, wrap to the low bits, NaN → i64::MIN),
 /// sign, softplus and integer division by zero giving 0.
 pub const PRELUDE: &str = r#"
 #define XPU_FN static __device__ __forceinline__
 #ifdef __CUDA_ARCH__
 #define XPU_UNROLL_8 _Pragma("unroll 8")
+#define XPU_UNROLL_ALL _Pragma("unroll")
 #else
 #define XPU_UNROLL_8
+#define XPU_UNROLL_ALL
 #endif
 #ifdef XPU_HOST_EMULATION
 #define XPU_INFF __builtin_inff()
@@ -46,10 +51,6 @@ pub const PRELUDE: &str = r#"
 #define XPU_INF __longlong_as_double(0x7ff0000000000000LL)
 #define XPU_NAN __longlong_as_double(0x7ff8000000000000LL)
 #endif
-XPU_FN float xpu_maxf(float a, float b) { return a != a ? a : (b != b ? b : (a < b ? b : (b < a ? a : (copysignf(1.0f, a) < 0.0f ? b : a)))); }
-XPU_FN float xpu_minf(float a, float b) { return a != a ? a : (b != b ? b : (b < a ? b : (a < b ? a : (copysignf(1.0f, a) < 0.0f ? a : b)))); }
-XPU_FN double xpu_max(double a, double b) { return a != a ? a : (b != b ? b : (a < b ? b : (b < a ? a : (copysign(1.0, a) < 0.0 ? b : a)))); }
-XPU_FN double xpu_min(double a, double b) { return a != a ? a : (b != b ? b : (b < a ? b : (a < b ? a : (copysign(1.0, a) < 0.0 ? a : b)))); }
 XPU_FN long long xpu_maxi(long long a, long long b) { return a < b ? b : a; }
 XPU_FN long long xpu_mini(long long a, long long b) { return b < a ? b : a; }
 XPU_FN float xpu_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
@@ -77,6 +78,31 @@ XPU_FN unsigned short xpu_f2bf(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+// Elementwise max/min as numpy's maximum/minimum: a NaN operand is the result (`a` first),
+// a tie (±0) gives `a`. One select each.
+XPU_FN float xpu_maxf(float a, float b) { return (a != a || a >= b) ? a : b; }
+XPU_FN float xpu_minf(float a, float b) { return (a != a || a <= b) ? a : b; }
+XPU_FN double xpu_max(double a, double b) { return (a != a || a >= b) ? a : b; }
+XPU_FN double xpu_min(double a, double b) { return (a != a || a <= b) ? a : b; }
+// The same as a reduction's combine, symmetric: +0 is the max and -0 the min of ±0 in
+// either order (the AND / OR of two equal values' bits), so each lane of a warp's butterfly
+// (lane i combines (i, j), lane j combines (j, i)) ends with the same bits. Selects, not
+// branches: in an unrolled row loop a branch per element keeps the compiler from issuing
+// the row's loads together.
+union xpu_dbits { unsigned long long u; double f; };
+XPU_FN double xpu_dfrom(unsigned long long u) { xpu_dbits b; b.u = u; return b.f; }
+XPU_FN unsigned long long xpu_dto(double f) { xpu_dbits b; b.f = f; return b.u; }
+#define XPU_REDUCE_MINMAX(T, NAME, FIRST_LOSES, JOIN, FROM, TO) \
+  XPU_FN T NAME(T a, T b) { \
+    T r = (FIRST_LOSES) ? b : a; \
+    r = a == b ? FROM(TO(a) JOIN TO(b)) : r; \
+    r = b != b ? b : r; \
+    return a != a ? a : r; \
+  }
+XPU_REDUCE_MINMAX(float, xpu_rmaxf, a < b, &, xpu_from_bits, xpu_to_bits)
+XPU_REDUCE_MINMAX(float, xpu_rminf, b < a, |, xpu_from_bits, xpu_to_bits)
+XPU_REDUCE_MINMAX(double, xpu_rmax, a < b, &, xpu_dfrom, xpu_dto)
+XPU_REDUCE_MINMAX(double, xpu_rmin, b < a, |, xpu_dfrom, xpu_dto)
 XPU_FN float xpu_h2f(unsigned short h) {
   unsigned int s = ((unsigned int)h & 0x8000u) << 16, e = ((unsigned int)h >> 10) & 0x1fu, m = (unsigned int)h & 0x3ffu;
   if (e == 0) { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }
@@ -108,7 +134,15 @@ pub fn source(kernels: &[Kernel]) -> Result<String, CodegenError> {
 /// One kernel's function, plus (under `XPU_HOST_EMULATION`) a host entry point that runs
 /// it over a grid: `NAME_host(void **buffers, long long grid, long long block)`.
 pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
-    let mut e = Emitter { kernel: k, out: String::new(), types: HashMap::new(), depth: 1 };
+    let mut e = Emitter {
+        kernel: k,
+        out: String::new(),
+        types: HashMap::new(),
+        depth: 1,
+        cache: RowCache::default(),
+        lane: None,
+        lane_loops: 0,
+    };
     if !k.syms.is_empty() {
         return Err(e.err("symbolic sizes: CUDA kernels are specialised for concrete shapes"));
     }
@@ -212,7 +246,7 @@ fn band(body: &[Stmt]) -> (Vec<(&str, &Affine, &Affine)>, &[Stmt]) {
 /// Whether every store under `body` has `var` in its index, so iterations of `var` write
 /// disjoint elements (an accumulation across iterations stores to one element and keeps
 /// its loop serial).
-fn stores_indexed_by(body: &[Stmt], var: &str) -> bool {
+pub(crate) fn stores_indexed_by(body: &[Stmt], var: &str) -> bool {
     let v = Var::Loop(var.to_string());
     body.iter().all(|s| match s {
         Stmt::Store { index, .. } => index.iter().any(|a| a.vars().any(|x| *x == v)),
@@ -251,6 +285,33 @@ struct Emitter<'k> {
     out: String,
     types: HashMap<String, ScalarType>,
     depth: usize,
+    /// A warp-per-row body's loads kept in registers ([`row_cache`]).
+    cache: RowCache,
+    /// The lane loop whose body is being emitted (not inside a loop nested in it).
+    lane: Option<LaneLoop>,
+    /// Lane loops opened so far in this kernel: the next one's ordinal.
+    lane_loops: usize,
+}
+
+/// A lane loop being emitted: its LIR variable, range, constant trips (if any) and ordinal.
+struct LaneLoop {
+    var: String,
+    lo: Affine,
+    trips: Option<i64>,
+    ordinal: usize,
+}
+
+/// Partial results a lane keeps in a warp reduction with a constant trip count (combined
+/// as `(p0 ∘ p1) ∘ (p2 ∘ p3)`).
+const ACCUMULATORS: usize = 4;
+
+/// Trips each lane takes over `lo..hi` when the range is a positive constant multiple of
+/// the warp size (every lane the same count).
+pub(crate) fn lane_trips(lo: &Affine, hi: &Affine) -> Option<i64> {
+    match (lo.as_constant(), hi.as_constant()) {
+        (Some(l), Some(h)) if h > l && (h - l) % 32 == 0 => Some((h - l) / 32),
+        _ => None,
+    }
 }
 
 impl Emitter<'_> {
@@ -335,7 +396,16 @@ impl Emitter<'_> {
             }
         }
         if warp {
-            self.warp_block(body)?
+            self.cache = RowCache::plan(self.kernel, body);
+            let slots: Vec<String> = (self.cache.declared.iter().enumerate())
+                .map(|(slot, (ty, trips))| format!("{} c{slot}[{trips}];", c_type(*ty)))
+                .collect();
+            for line in slots {
+                self.line(&line);
+            }
+            self.lane_loops = 0;
+            self.warp_block(body)?;
+            self.cache = RowCache::default();
         } else {
             self.block(body)?
         }
@@ -361,6 +431,7 @@ impl Emitter<'_> {
                     self.block(body)?;
                     self.depth -= 1;
                     self.line("}");
+                    self.lane = None;
                     // What one lane stored, the others may read next (a merged row kernel
                     // reads its own per-row scalars): the warp's memory is ordered here.
                     self.line("__syncwarp();");
@@ -394,17 +465,20 @@ impl Emitter<'_> {
     /// Opens a loop of `var` over `lo..hi` strided over the warp's lanes (lane `l` takes
     /// `lo + l`, `lo + l + 32`, …). Where the range is a constant multiple of 32 every lane
     /// takes the same count of elements: the loop counts trips instead, with no bound to
-    /// test per element, so its unrolled loads are issued together.
+    /// test per element, so its unrolled loads are issued together. A loop that fills or
+    /// reads a register-cached row is unrolled fully (a register array needs constant
+    /// indices). Its body is emitted with `self.lane` set; the caller clears it.
     fn lane_loop(&mut self, var: &str, lo: &Affine, hi: &Affine) {
         let v = format!("i_{}", ident(var));
-        let span = match (lo.as_constant(), hi.as_constant()) {
-            (Some(l), Some(h)) if h > l && (h - l) % 32 == 0 => Some((h - l) / 32),
-            _ => None,
-        };
+        let span = lane_trips(lo, hi);
+        let ordinal = self.lane_loops;
+        self.lane_loops += 1;
+        self.lane = Some(LaneLoop { var: var.to_string(), lo: lo.clone(), trips: span, ordinal });
         let (lo, hi) = (self.affine(lo), self.affine(hi));
         match span {
             Some(trips) => {
-                self.line("XPU_UNROLL_8");
+                let cached = self.cache.touching.contains(&ordinal);
+                self.line(if cached { "XPU_UNROLL_ALL" } else { "XPU_UNROLL_8" });
                 self.line(&format!("for (long long t_{v} = 0; t_{v} < {trips}LL; ++t_{v}) {{"));
                 self.line(&format!("  const long long {v} = ({lo}) + lane + 32LL * t_{v};"));
             }
@@ -430,6 +504,10 @@ impl Emitter<'_> {
         let combine = |a: &str, b: &str| self.combine(op, ty, a, b);
         let step = combine("acc", "y")?;
         let across = combine("acc", "other")?;
+        let partial = format!("part[t_i_{} % {ACCUMULATORS}]", ident(var));
+        let partial_step = format!("{partial} = {};", combine(&partial, "y")?);
+        let (left, right) = (combine("part[0]", "part[1]")?, combine("part[2]", "part[3]")?);
+        let partials = combine(&format!("({left})"), &format!("({right})"))?;
         let shuffled = if ty == ScalarType::Bool {
             "(__shfl_xor_sync(0xffffffffu, (int)acc, o) != 0)".to_string()
         } else {
@@ -438,14 +516,33 @@ impl Emitter<'_> {
         self.line(&format!("{t} v_{n};"));
         self.line("{");
         self.depth += 1;
-        self.line(&format!("{t} acc = {};", literal(ty, init)));
+        let init = literal(ty, init);
+        // A lane walking a constant count of elements keeps ACCUMULATORS partials (element
+        // `t` into partial `t % ACCUMULATORS`, combined in a fixed order after the loop):
+        // four short dependency chains instead of one long one, so a lane's loads and
+        // arithmetic overlap. Any other lane loop keeps one partial.
+        let split = lane_trips(lo, hi).is_some_and(|trips| trips >= ACCUMULATORS as i64);
+        if split {
+            let inits = [init.as_str(); ACCUMULATORS].join(", ");
+            self.line(&format!("{t} part[{ACCUMULATORS}] = {{{inits}}};"));
+        } else {
+            self.line(&format!("{t} acc = {init};"));
+        }
         self.lane_loop(var, lo, hi);
         self.depth += 1;
         self.line(&format!("{t} y;"));
         self.block(body)?;
-        self.line(&format!("acc = {step};"));
+        if split {
+            self.line(&partial_step);
+        } else {
+            self.line(&format!("acc = {step};"));
+        }
         self.depth -= 1;
         self.line("}");
+        self.lane = None;
+        if split {
+            self.line(&format!("{t} acc = {partials};"));
+        }
         self.line("for (int o = 16; o > 0; o >>= 1) {");
         self.depth += 1;
         self.line(&format!("const {t} other = {shuffled};"));
@@ -467,7 +564,10 @@ impl Emitter<'_> {
                     let (lo, hi) = (self.affine(lo), self.affine(hi));
                     self.line(&format!("for (long long {v} = {lo}; {v} < {hi}; ++{v}) {{"));
                     self.depth += 1;
+                    // A nested loop's loads vary with its own index: none is a cached row.
+                    let lane = self.lane.take();
                     self.block(body)?;
+                    self.lane = lane;
                     self.depth -= 1;
                     self.line("}");
                 }
@@ -477,15 +577,31 @@ impl Emitter<'_> {
                         .kernel
                         .buffer(buffer)
                         .ok_or_else(|| self.err(format!("no buffer `{buffer}`")))?;
-                    let v = format!("v_{}", ident(value));
-                    let v = match b.elem {
+                    let elem = b.elem;
+                    let value = format!("v_{}", ident(value));
+                    let v = &value;
+                    let v = match elem {
                         ScalarType::Bool => format!("(unsigned char)({v} ? 1 : 0)"),
                         ScalarType::F16 => format!("xpu_f2h({v})"),
                         ScalarType::BF16 => format!("xpu_f2bf({v})"),
                         t => format!("({}){v}", c_type(t)),
                     };
                     let at = self.offset(buffer, index)?;
-                    self.line(&format!("b_{}[{at}] = {v};", ident(buffer)));
+                    let kept = self.kept(buffer, index, true);
+                    if !matches!(kept, Some((Use::ForwardOnly(_) | Use::Elide, _))) {
+                        self.line(&format!("b_{}[{at}] = {v};", ident(buffer)));
+                    }
+                    if let Some((Use::Forward(slot) | Use::ForwardOnly(slot), trip)) = kept {
+                        // The value a later loop's load would read back: rounded to the
+                        // buffer's storage type.
+                        let back = match elem {
+                            ScalarType::Bool => value,
+                            ScalarType::F16 => format!("xpu_h2f(xpu_f2h({value}))"),
+                            ScalarType::BF16 => format!("xpu_bf2f(xpu_f2bf({value}))"),
+                            t => format!("({}){value}", c_type(t)),
+                        };
+                        self.line(&format!("c{slot}[{trip}] = {back};"));
+                    }
                 }
                 Stmt::Yield(v) => self.line(&format!("y = v_{};", ident(v))),
             }
@@ -496,13 +612,40 @@ impl Emitter<'_> {
     fn let_(&mut self, name: &str, value: &Expr) -> Result<(), CodegenError> {
         let (ty, rhs) = match value {
             Expr::Reduce { op, ty, lanes, init, var, lo, hi, body } => {
-                return self.reduce(name, *op, *ty, *lanes, *init, var, lo, hi, body);
+                let lane = self.lane.take();
+                let r = self.reduce(name, *op, *ty, *lanes, *init, var, lo, hi, body);
+                self.lane = lane;
+                return r;
             }
             e => self.expr(e)?,
         };
         self.types.insert(name.to_string(), ty);
-        self.line(&format!("const {} v_{} = {rhs};", c_type(ty), ident(name)));
+        let (t, n) = (c_type(ty), ident(name));
+        let kept = match value {
+            Expr::Load { buffer, index } => self.kept(buffer, index, false),
+            _ => None,
+        };
+        match kept {
+            Some((Use::Read(slot), trip)) => {
+                self.line(&format!("const {t} v_{n} = c{slot}[{trip}];"))
+            }
+            Some((Use::Fill(slot) | Use::Forward(slot) | Use::ForwardOnly(slot), trip)) => {
+                self.line(&format!("const {t} v_{n} = {rhs};"));
+                self.line(&format!("c{slot}[{trip}] = v_{n};"));
+            }
+            Some((Use::Elide, _)) | None => self.line(&format!("const {t} v_{n} = {rhs};")),
+        }
         Ok(())
+    }
+
+    /// What the current lane loop does with the element of `buffer` at `index` it loads or
+    /// stores, if it is kept in registers ([`row_cache`]), and the trip variable indexing
+    /// the slot.
+    fn kept(&self, buffer: &str, index: &[Affine], store: bool) -> Option<(Use, String)> {
+        let lane = self.lane.as_ref()?;
+        let key = row_cache::key(buffer, index, &lane.var, &lane.lo, lane.trips?)?;
+        let kept = self.cache.use_of(lane.ordinal, &key, store)?;
+        Some((kept, format!("t_i_{}", ident(&lane.var))))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -782,10 +925,19 @@ fn binary(op: BinaryOp, t: ScalarType, a: &str, b: &str) -> Option<String> {
     })
 }
 
+/// A reduction's combine: integer and arithmetic ones as the binary op; float max/min the
+/// symmetric forms (`xpu_rmax*`, the same bits whichever operand comes first).
 fn combine(op: ReduceOp, t: ScalarType, a: &str, b: &str) -> Option<String> {
+    let single = matches!(t, ScalarType::F32 | ScalarType::F16 | ScalarType::BF16);
     let bop = match op {
         ReduceOp::Add => BinaryOp::Add,
         ReduceOp::Mul => BinaryOp::Mul,
+        ReduceOp::Max if t.is_float() => {
+            return Some(format!("xpu_rmax{}({a}, {b})", if single { "f" } else { "" }));
+        }
+        ReduceOp::Min if t.is_float() => {
+            return Some(format!("xpu_rmin{}({a}, {b})", if single { "f" } else { "" }));
+        }
         ReduceOp::Max => BinaryOp::Max,
         ReduceOp::Min => BinaryOp::Min,
     };

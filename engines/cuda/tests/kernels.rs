@@ -188,3 +188,101 @@ fn row_groups_merge_into_one_kernel_that_still_matches_the_cpu_engine() {
         }
     }
 }
+
+#[test]
+fn max_and_min_propagate_nan_and_take_plus_zero_as_the_larger_zero_like_the_cpu_engine() {
+    // Elementwise and over rows, with NaN and ±0 in either operand order. Elementwise the
+    // generated selects give the cpu engine's (numpy's) bits: a NaN wins, a tie gives the
+    // first operand. Over rows a NaN wins and the value is the cpu engine's; the sign of a
+    // zero result is +0 for max, -0 for min whatever the order (a warp's lanes agree).
+    let text = r#"graph "mm" {
+  %0: f32[4,8] = input "x"
+  %1: f32[4,8] = input "y"
+  %2: i64[1] = constant {value = tensor<i64[1]> [-1]}
+  %3: f32[4,8] = max(%0, %1)
+  %4: f32[4,8] = min(%0, %1)
+  %5: f32[4,1] = reduce_max(%0, %2)
+  %6: f32[4,1] = reduce_min(%0, %2)
+  return "max" = %3
+  return "min" = %4
+  return "rmax" = %5
+  return "rmin" = %6
+}"#;
+    let g = xpu_ir::text::parse(text).unwrap();
+    let specials = [0.0f32, -0.0, f32::NAN, 1.5, -2.0, f32::INFINITY, f32::NEG_INFINITY, 0.0];
+    let x: Vec<f32> = (0..32).map(|i| specials[i % 8]).collect();
+    // Row 1 holds no NaN, so its reductions compare ±0 and infinities only.
+    let x: Vec<f32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if (8..16).contains(&i) && v.is_nan() { -0.0 } else { *v })
+        .collect();
+    let y: Vec<f32> = (0..32).map(|i| specials[(i * 3 + 1) % 8]).collect();
+    let ins: Vec<Tensor> =
+        [x, y].into_iter().map(|v| Tensor::new(vec![4, 8], TensorData::F32(v)).unwrap()).collect();
+    let p = xpu_lower::lower(&g, &[vec![4, 8], vec![4, 8]], &[None, None]).unwrap();
+    let got = emulate(&p, &ins);
+    let want = xpu_engine_cpu::run_graph(&g, &ins).unwrap().outputs;
+    for (name, (a, b)) in ["max", "min", "rmax", "rmin"].iter().zip(got.iter().zip(&want)) {
+        let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+        for (i, (u, v)) in a.iter().zip(&b).enumerate() {
+            let same = (u.is_nan() && v.is_nan())
+                || if name.starts_with('r') { u == v } else { u.to_bits() == v.to_bits() };
+            assert!(same, "{name}[{i}]: host {u:?}, cpu {v:?}");
+        }
+    }
+}
+
+/// The loads of `input` and stores of `output` in the device and host branches of the
+/// single kernel `text` lowers to (row groups merged), and whether the device branch
+/// unrolls a loop fully (a kept row).
+fn row_traffic(text: &str, shape: &[usize]) -> ((usize, usize), (usize, usize), bool) {
+    let g = xpu_ir::text::parse(text).unwrap();
+    let shapes = vec![shape.to_vec(); g.inputs.len()];
+    let p = xpu_lower::lower(&g, &shapes, &vec![None; shapes.len()]).unwrap();
+    let m = xpu_engine_cuda::rows::merge_row_steps(p);
+    assert_eq!(m.steps.len(), 1, "{text}");
+    let k = &m.steps[0].kernel;
+    let src = codegen::kernel_source(k).unwrap();
+    let (input, output) = (&k.buffers[0].name, &k.buffers.last().unwrap().name);
+    let split = src.find("#else").unwrap();
+    let (device, host) = (&src[src.find("#ifdef __CUDA_ARCH__").unwrap()..split], &src[split..]);
+    let count = |s: &str| {
+        let loads = s.matches(&format!("b_{input}[")).count();
+        let stores = s.matches(&format!("b_{output}[")).count();
+        (loads, stores)
+    };
+    (count(device), count(host), device.contains("XPU_UNROLL_ALL"))
+}
+
+#[test]
+fn a_row_kernel_reads_and_writes_its_row_once_on_the_gpu_when_it_fits_in_registers() {
+    // softmax written out (max, sum of exponentials, quotients: three walks of the input)
+    // and as one op (exponentials stored, then read back for the sum and the quotients):
+    // on the GPU the first walk keeps the row in registers, later walks read those, and a
+    // store a later walk overwrites goes to registers only. The host branch still walks
+    // memory. Rows over 32 elements a lane (2048) are not kept.
+    let written = |cols: usize| {
+        format!(
+            "graph \"s\" {{\n  %0: f32[64,{cols}] = input \"x\"\n  %1: i64[1] = constant {{value = tensor<i64[1]> [-1]}}\n  %2: f32[64,1] = reduce_max(%0, %1)\n  %3: f32[64,{cols}] = sub(%0, %2)\n  %4: f32[64,{cols}] = exp(%3)\n  %5: f32[64,1] = reduce_sum(%4, %1)\n  %6: f32[64,{cols}] = div(%4, %5)\n  return \"y\" = %6\n}}"
+        )
+    };
+    let op = |cols: usize| {
+        format!(
+            "graph \"s\" {{\n  %0: f32[64,{cols}] = input \"x\"\n  %1: f32[64,{cols}] = softmax(%0) {{axis = -1}}\n  return \"y\" = %1\n}}"
+        )
+    };
+    // (device loads of x, device stores of y), (host loads, host stores), fully unrolled
+    let (device, host, kept) = row_traffic(&written(1024), &[64, 1024]);
+    assert_eq!((device, kept), ((1, 1), true), "written out");
+    assert_eq!(host, (3, 1));
+    let (device, host, kept) = row_traffic(&written(2048), &[64, 2048]);
+    assert_eq!((device, kept), ((3, 1), false), "written out, long rows");
+    assert_eq!(host, (3, 1));
+    let (device, host, kept) = row_traffic(&op(1024), &[64, 1024]);
+    // The op's kernel reads x once and y (its own exponentials) nowhere on the device.
+    assert_eq!((device, kept), ((1, 1), true), "one op");
+    assert!(host.0 >= 1 && host.1 >= 2, "{host:?}");
+    let (device, _, kept) = row_traffic(&op(2048), &[64, 2048]);
+    assert!(!kept && device.1 >= 2, "one op, long rows: {device:?}");
+}

@@ -3,7 +3,7 @@
 use xpu_ir::{Graph, Tensor};
 use xpu_lower::{self as lower, Program};
 
-/// The fused chains and row groups of the llvm issue's benchmarks.
+/// The fused chains and row groups of the llvm issue's benchmarks, and softmax as one op.
 pub const CHAINS_AND_ROWS: &[&str] = &[
     "gelu_chain",
     "silu_chain",
@@ -13,6 +13,7 @@ pub const CHAINS_AND_ROWS: &[&str] = &[
     "layernorm_rows",
     "rmsnorm_rows",
     "logsumexp_rows",
+    "softmax_op_rows",
 ];
 
 /// `tests/programs/NAME.sgr`, parsed.
