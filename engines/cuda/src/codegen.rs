@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::row_cache::{self, RowCache, Use};
+use crate::vector::{self, VectorPlan};
 
 use xpu_lir::{
     Access, Affine, BinaryOp, CmpOp, Expr, Kernel, Literal, ReduceOp, ScalarType, Stmt, UnaryOp,
@@ -118,6 +119,16 @@ XPU_FN unsigned short xpu_f2h(float f) {
   r = r + 0xfffu + ((r >> 13) & 1u);
   return (unsigned short)(s | (r >> 13));
 }
+// 16-byte loads and stores of four floats. The host emulation copies bytes (no aliasing)
+// and traps on an address the GPU would fault on, so its tests see a misaligned access.
+#ifdef XPU_HOST_EMULATION
+XPU_FN void xpu_aligned16(const void* p) { if ((unsigned long long)p & 15ULL) __builtin_trap(); }
+XPU_FN float4 xpu_ld4(const float* p) { xpu_aligned16(p); float4 v; memcpy(&v, p, sizeof v); return v; }
+XPU_FN void xpu_st4(float* p, float a, float b, float c, float d) { xpu_aligned16(p); float4 v = {a, b, c, d}; memcpy(p, &v, sizeof v); }
+#else
+XPU_FN float4 xpu_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+XPU_FN void xpu_st4(float* p, float a, float b, float c, float d) { *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d); }
+#endif
 XPU_FN long long xpu_divi(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? (long long)(0ULL - (unsigned long long)a) : a / b); }
 XPU_FN long long xpu_remi(long long a, long long b) { return (b == 0 || b == -1) ? 0 : a % b; }
 "#;
@@ -142,6 +153,7 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
         cache: RowCache::default(),
         lane: None,
         lane_loops: 0,
+        vector: None,
     };
     if !k.syms.is_empty() {
         return Err(e.err("symbolic sizes: CUDA kernels are specialised for concrete shapes"));
@@ -170,6 +182,22 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
         e.out.push_str("#else\n");
         e.band_loop(&band, body, false)?;
         e.out.push_str("#endif\n");
+    } else if let Some(plan) = VectorPlan::for_band(k, &band, body) {
+        // Four elements a thread when every contiguous buffer is 16-byte aligned (the
+        // engine's allocations are), else one.
+        let aligned: Vec<String> =
+            plan.aligned.iter().map(|b| format!("(unsigned long long)b_{}", ident(b))).collect();
+        e.line(&format!("if ((({}) & 15ULL) == 0ULL) {{", aligned.join(" | ")));
+        e.depth += 1;
+        e.vector = Some((plan, 0));
+        e.band_loop(&band, body, false)?;
+        e.vector = None;
+        e.depth -= 1;
+        e.line("} else {");
+        e.depth += 1;
+        e.band_loop(&band, body, false)?;
+        e.depth -= 1;
+        e.line("}");
     } else {
         e.band_loop(&band, body, false)?;
     }
@@ -179,14 +207,19 @@ pub fn kernel_source(k: &Kernel) -> Result<String, CodegenError> {
 }
 
 /// How many flat iterations a kernel spreads over the grid: the product of its band's
-/// extents (1 for a kernel that runs on one thread). Kernels are specialised to concrete
-/// shapes, so the extents are constants; `None` when one is not, or the product overflows.
+/// extents (1 for a kernel that runs on one thread), a quarter of it for a vectorised one
+/// ([`vector`]). Kernels are specialised to concrete shapes, so the extents are constants;
+/// `None` when one is not, or the product overflows.
 pub fn parallel_iterations(k: &Kernel) -> Option<u64> {
-    let (band, _) = band(&k.body);
-    band.iter().try_fold(1u64, |acc, (_, lo, hi)| {
+    let (band, body) = band(&k.body);
+    let elements = band.iter().try_fold(1u64, |acc, (_, lo, hi)| {
         let n = hi.as_constant()?.checked_sub(lo.as_constant()?)?.max(0) as u64;
         acc.checked_mul(n)
-    })
+    })?;
+    // A vectorised kernel's thread takes four elements an iteration (on its aligned path,
+    // the one the engine's allocations take).
+    let vectorised = !cooperative(body) && VectorPlan::for_band(k, &band, body).is_some();
+    Some(if vectorised { elements / vector::WIDTH as u64 } else { elements })
 }
 
 /// The fewest elements a reduction must span for its iteration to take a warp: below it
@@ -291,6 +324,8 @@ struct Emitter<'k> {
     lane: Option<LaneLoop>,
     /// Lane loops opened so far in this kernel: the next one's ordinal.
     lane_loops: usize,
+    /// In a vectorised body: the plan, and which of the four elements is being emitted.
+    vector: Option<(VectorPlan, i64)>,
 }
 
 /// A lane loop being emitted: its LIR variable, range, constant trips (if any) and ordinal.
@@ -330,9 +365,13 @@ impl Emitter<'_> {
     fn affine(&self, a: &Affine) -> String {
         let mut s = format!("{}LL", a.constant);
         for (v, c) in a.terms() {
-            let name = match v {
-                Var::Loop(n) => format!("i_{}", ident(n)),
-                Var::Sym(n) => format!("s_{}", ident(n)),
+            let name = match (v, &self.vector) {
+                // The k-th of a thread's four elements along the vectorised loop.
+                (Var::Loop(n), Some((plan, k))) if *n == plan.var && *k > 0 => {
+                    format!("(i_{} + {k}LL)", ident(n))
+                }
+                (Var::Loop(n), _) => format!("i_{}", ident(n)),
+                (Var::Sym(n), _) => format!("s_{}", ident(n)),
             };
             let _ = write!(s, " + {c}LL * {name}");
         }
@@ -351,6 +390,70 @@ impl Emitter<'_> {
         Ok(s)
     }
 
+    /// The C name of LIR value `name`: `v_NAME`, and in a vectorised body `v_NAME_K` for
+    /// the k-th of the thread's four elements.
+    fn val(&self, name: &str) -> String {
+        match &self.vector {
+            Some((_, k)) => format!("v_{}_{k}", ident(name)),
+            None => format!("v_{}", ident(name)),
+        }
+    }
+
+    /// A vectorised band's statements, each for the thread's four elements in turn: a
+    /// contiguous f32 load as one 16-byte load split into four values, a contiguous f32
+    /// store as one 16-byte store of the four, anything else four times over (a broadcast
+    /// load four times from one address, which the compiler reads once).
+    fn vector_block(&mut self, body: &[Stmt]) -> Result<(), CodegenError> {
+        const FIELDS: [&str; 4] = ["x", "y", "z", "w"];
+        for s in body {
+            let contiguous = |e: &Self, buffer: &str, index: &[Affine]| {
+                e.vector.as_ref().is_some_and(|(p, _)| p.is_contiguous(e.kernel, buffer, index))
+            };
+            match s {
+                Stmt::Let { name, value: Expr::Load { buffer, index } }
+                    if contiguous(self, buffer, index) =>
+                {
+                    self.set_element(0);
+                    let at = self.offset(buffer, index)?;
+                    let q = format!("q_{}", ident(name));
+                    self.line(&format!("const float4 {q} = xpu_ld4(&b_{}[{at}]);", ident(buffer)));
+                    for (k, field) in FIELDS.iter().enumerate() {
+                        self.set_element(k as i64);
+                        let v = self.val(name);
+                        self.line(&format!("const float {v} = {q}.{field};"));
+                    }
+                    self.types.insert(name.clone(), ScalarType::F32);
+                }
+                Stmt::Store { buffer, index, value } if contiguous(self, buffer, index) => {
+                    self.set_element(0);
+                    let at = self.offset(buffer, index)?;
+                    let values: Vec<String> = (0..4)
+                        .map(|k| {
+                            self.set_element(k);
+                            format!("(float){}", self.val(value))
+                        })
+                        .collect();
+                    let b = ident(buffer);
+                    self.line(&format!("xpu_st4(&b_{b}[{at}], {});", values.join(", ")));
+                }
+                s => {
+                    for k in 0..vector::WIDTH {
+                        self.set_element(k);
+                        self.block(std::slice::from_ref(s))?;
+                    }
+                }
+            }
+        }
+        self.set_element(0);
+        Ok(())
+    }
+
+    fn set_element(&mut self, k: i64) {
+        if let Some((_, at)) = &mut self.vector {
+            *at = k;
+        }
+    }
+
     fn ty(&self, name: &str) -> Result<ScalarType, CodegenError> {
         self.types
             .get(name)
@@ -367,10 +470,16 @@ impl Emitter<'_> {
         body: &[Stmt],
         warp: bool,
     ) -> Result<(), CodegenError> {
-        let extents: Vec<String> = band
+        let width = if self.vector.is_some() { vector::WIDTH } else { 1 };
+        let mut extents: Vec<String> = band
             .iter()
             .map(|(_, lo, hi)| format!("(({}) - ({}))", self.affine(hi), self.affine(lo)))
             .collect();
+        if width > 1 {
+            // The innermost loop counts groups of four elements.
+            let last = extents.len() - 1;
+            extents[last] = format!("({} / {width}LL)", extents[last]);
+        }
         self.line(&format!("const long long total = {};", extents.join(" * ")));
         if warp {
             self.line("const long long stride = ((long long)gridDim.x * blockDim.x) / 32;");
@@ -384,11 +493,16 @@ impl Emitter<'_> {
         self.line("long long rest = flat;");
         for (i, (var, lo, _)) in band.iter().enumerate().rev() {
             let lo = self.affine(lo);
+            let scale = if i == band.len() - 1 && width > 1 {
+                format!("{width}LL * ")
+            } else {
+                String::new()
+            };
             if i == 0 {
-                self.line(&format!("const long long i_{} = ({lo}) + rest;", ident(var)));
+                self.line(&format!("const long long i_{} = ({lo}) + {scale}rest;", ident(var)));
             } else {
                 self.line(&format!(
-                    "const long long i_{} = ({lo}) + rest % {};",
+                    "const long long i_{} = ({lo}) + {scale}(rest % {});",
                     ident(var),
                     extents[i]
                 ));
@@ -406,6 +520,8 @@ impl Emitter<'_> {
             self.lane_loops = 0;
             self.warp_block(body)?;
             self.cache = RowCache::default();
+        } else if self.vector.is_some() {
+            self.vector_block(body)?
         } else {
             self.block(body)?
         }
@@ -578,7 +694,7 @@ impl Emitter<'_> {
                         .buffer(buffer)
                         .ok_or_else(|| self.err(format!("no buffer `{buffer}`")))?;
                     let elem = b.elem;
-                    let value = format!("v_{}", ident(value));
+                    let value = self.val(value);
                     let v = &value;
                     let v = match elem {
                         ScalarType::Bool => format!("(unsigned char)({v} ? 1 : 0)"),
@@ -620,7 +736,9 @@ impl Emitter<'_> {
             e => self.expr(e)?,
         };
         self.types.insert(name.to_string(), ty);
-        let (t, n) = (c_type(ty), ident(name));
+        let t = c_type(ty);
+        let n = self.val(name);
+        let n = n.strip_prefix("v_").unwrap_or(&n);
         let kept = match value {
             Expr::Load { buffer, index } => self.kept(buffer, index, false),
             _ => None,
@@ -690,7 +808,7 @@ impl Emitter<'_> {
     }
 
     fn expr(&self, e: &Expr) -> Result<(ScalarType, String), CodegenError> {
-        let v = |n: &str| format!("v_{}", ident(n));
+        let v = |n: &str| self.val(n);
         Ok(match e {
             Expr::Const { ty, value } => (*ty, literal(*ty, *value)),
             Expr::Index(a) => (ScalarType::I64, self.affine(a)),

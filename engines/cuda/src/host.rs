@@ -12,7 +12,9 @@ use crate::toolkit::ToolkitError;
 /// What turns the CUDA dialect the code generator writes into host C++.
 pub const HEADER: &str = r#"
 #include <math.h>
+#include <string.h>
 #include <utility>
+struct float4 { float x, y, z, w; };
 struct xpu_dim3 { unsigned x, y, z; };
 static thread_local xpu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__

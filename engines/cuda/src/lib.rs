@@ -20,5 +20,6 @@ pub mod row_cache;
 pub mod rows;
 mod segment;
 pub mod toolkit;
+pub mod vector;
 
 pub use engine::{CudaConfig, CudaEngine, DEVICE};

@@ -286,3 +286,72 @@ fn a_row_kernel_reads_and_writes_its_row_once_on_the_gpu_when_it_fits_in_registe
     let (device, _, kept) = row_traffic(&op(2048), &[64, 2048]);
     assert!(!kept && device.1 >= 2, "one op, long rows: {device:?}");
 }
+
+#[test]
+fn a_vectorised_chain_takes_four_elements_a_thread_and_any_alignment_still_matches() {
+    // The chains' kernels move f32 rows with 16-byte loads and stores when every such
+    // buffer is 16-byte aligned; with buffers 4 bytes past alignment the same kernel takes
+    // its element-at-a-time path. Both match the cpu engine.
+    for name in ["gelu_chain", "softplus_chain", "silu_chain", "mish_chain"] {
+        let g = program(name);
+        let x = inputs(&g, 6);
+        let p = lowered(&g, 6);
+        let kernels: Vec<_> = p.steps.iter().map(|s| s.kernel.clone()).collect();
+        let src = codegen::source(&kernels).unwrap();
+        assert!(src.contains("xpu_ld4(") && src.contains("xpu_st4("), "{name}: {src}");
+        for step in &p.steps {
+            // A quarter of the elements: each thread's iteration takes four.
+            let (band_elements, vector) =
+                (6 * 1024, codegen::parallel_iterations(&step.kernel).unwrap());
+            assert_eq!(vector * 4, band_elements, "{name}");
+        }
+        let module = HostModule::build(&src).unwrap();
+        let want = xpu_engine_cpu::run_graph(&g, &x).unwrap().outputs;
+        for misaligned in [false, true] {
+            // Every buffer an f32 vector placed at 16-byte alignment, or 4 bytes past it.
+            let place = |v: &[f32]| -> (Vec<f32>, usize) {
+                let mut store = vec![0f32; v.len() + 8];
+                let base = store.as_ptr() as usize;
+                let start =
+                    (0..4).find(|o| (base + o * 4).is_multiple_of(16)).unwrap() + usize::from(misaligned);
+                store[start..start + v.len()].copy_from_slice(v);
+                (store, start)
+            };
+            let mut values: Vec<(Vec<f32>, usize)> =
+                p.values.iter().map(|v| place(&vec![0f32; v.shape.iter().product()])).collect();
+            let mut ins: Vec<(Vec<f32>, usize)> = x
+                .iter()
+                .map(|t| place(&t.to_f64_vec().iter().map(|&v| v as f32).collect::<Vec<_>>()))
+                .collect();
+            for step in &p.steps {
+                let mut ptrs: Vec<*mut u8> = step
+                    .buffers
+                    .iter()
+                    .map(|s| {
+                        let (store, at) = match s {
+                            Slot::Input(i) => &mut ins[*i],
+                            Slot::Computed(v) => &mut values[*v],
+                            Slot::Constant(_) => panic!("{name}: constants are folded"),
+                        };
+                        store[*at..].as_mut_ptr() as *mut u8
+                    })
+                    .collect();
+                // SAFETY: each pointer is the start of an f32 vector as long as the value
+                // the kernel was lowered for; only Computed vectors are written.
+                unsafe { module.run(&step.kernel.name, &mut ptrs, 3, 37) }.unwrap();
+            }
+            for (slot, b) in p.outputs.iter().zip(&want) {
+                let Slot::Computed(v) = slot else { panic!("{name}: output is computed") };
+                let (store, at) = &values[*v];
+                let got = &store[*at..*at + b.to_f64_vec().len()];
+                for (i, (u, w)) in got.iter().zip(b.to_f64_vec()).enumerate() {
+                    let u = *u as f64;
+                    assert!(
+                        (u - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "{name}[{i}] misaligned {misaligned}: {u} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
