@@ -197,19 +197,25 @@ impl xpu_engine::Engine for Deferred {
         self.get().device_memory(device)
     }
 
+    fn pinned_staging(&self, device: xpu_engine::DeviceId) -> Option<u64> {
+        self.get().pinned_staging(device)
+    }
+
     fn upload(
         &self,
         tensor: &Tensor,
         device: xpu_engine::DeviceId,
+        host: xpu_engine::HostMemory,
     ) -> Result<xpu_engine::Value, xpu_engine::EngineError> {
-        self.get().upload(tensor, device)
+        self.get().upload(tensor, device, host)
     }
 
     fn download(
         &self,
         buffer: &dyn xpu_engine::DeviceBuffer,
+        host: xpu_engine::HostMemory,
     ) -> Result<Tensor, xpu_engine::EngineError> {
-        self.get().download(buffer)
+        self.get().download(buffer, host)
     }
 }
 

@@ -144,6 +144,15 @@ def report(xpu_path, torch_path, out):
                 # kernel, so only the bandwidth bar applies.
                 bars = ("met" if of_copy >= 0.8 else "MISSED") + " (≥ 0.80; torch fused)"
             lines.append(f"| {r['program']} | {e['device_ms']:.3f} ({e['ms']:.3f}) | {g['device_ms']:.3f} ({g['ms']:.3f}) | {b['device_ms']:.3f} ({b['of_copy']:.2f}) | {t:.3f} | {ratio:.2f} | {of_copy:.2f} | {bars} |")
+        tr = xpu.get("transfers", {})
+        if "error" in tr:
+            lines += ["", f"Transfers: {tr['error']}"]
+        elif tr:
+            lines += ["", f"## Host transfers of {tr['bytes'] >> 20} MiB (GB/s, median of whole calls)", "",
+                      "| host memory | upload | download | round trip equal |", "|---|---|---|---|"]
+            for name in ("pageable", "pinned"):
+                r = tr[name]
+                lines.append(f"| {name} | {r['upload_gbps']:.1f} | {r['download_gbps']:.1f} | {r['round_trip_equal']} |")
         rp = xpu["graph_replay"]
         if "error" in rp:
             lines += ["", f"Graph replay: {rp['error']}"]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use xpu_engine::{
-    DeviceId, Engine, EngineError, Executable, Registry, StopReason, StopToken, TransferDirection,
-    Value,
+    DeviceId, Engine, EngineError, Executable, HostMemory, Registry, StopReason, StopToken,
+    TransferDirection, Value,
 };
 use xpu_ir::{NodeId, Tensor, ValueId};
 
@@ -50,6 +50,8 @@ struct Prepared {
     sources: Vec<Option<NodeId>>,
     exe: Box<dyn Executable>,
     prepare_nanos: u64,
+    /// `memory.pinned_host` of its assignment.
+    pinned_host: bool,
 }
 
 /// The outcome of one run: outputs in graph-output order, and what happened.
@@ -150,6 +152,7 @@ impl GraphExec {
                 sources,
                 exe,
                 prepare_nanos,
+                pinned_host: assignment.options.pinned_host,
             });
         }
         let weight_bytes = plan
@@ -213,7 +216,10 @@ impl GraphExec {
         let g = &self.plan.graph;
         xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
         let start = Instant::now();
-        let mut values = ValueTable::new(g.values.len());
+        // `memory.pinned_host` is one policy key: every partition carries the same value.
+        let pinned = self.parts.iter().any(|p| p.pinned_host);
+        let host = if pinned { HostMemory::Pinned } else { HostMemory::Pageable };
+        let mut values = ValueTable::new(g.values.len(), host);
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values.set(v, Value::Host(t.clone()));
         }
@@ -299,11 +305,19 @@ impl GraphExec {
 struct ValueTable {
     values: Vec<Option<Value>>,
     host_copies: Vec<Option<Tensor>>,
+    /// The host memory transfers go through (`memory.pinned_host`).
+    host: HostMemory,
 }
 
 impl ValueTable {
-    fn new(n: usize) -> ValueTable {
-        ValueTable { values: vec![None; n], host_copies: vec![None; n] }
+    fn new(n: usize, host: HostMemory) -> ValueTable {
+        ValueTable { values: vec![None; n], host_copies: vec![None; n], host }
+    }
+
+    /// Whether a transfer of `bytes` by `engine` on `device` went through pinned staging.
+    fn pinned(&self, engine: &dyn Engine, device: DeviceId, bytes: u64) -> bool {
+        self.host == HostMemory::Pinned
+            && engine.pinned_staging(device).is_some_and(|least| bytes >= least)
     }
 
     fn set(&mut self, v: ValueId, value: Value) {
@@ -340,32 +354,34 @@ impl ValueTable {
         let bytes = current.size_bytes();
         let mut by = Vec::new();
         let mut nanos = None;
+        let mut pinned_host = false;
         let host = match &current {
             Value::Host(t) => t.clone(),
             Value::Device(buffer) => {
                 let started = Instant::now();
-                let t = self.download_once(v, engines, p.device)?;
+                let (t, pinned) = self.download_once(v, engines, p.device)?;
                 nanos = Some(started.elapsed().as_nanos() as u64);
                 by.push(buffer.engine().to_string());
+                pinned_host |= pinned;
                 t
             }
         };
-        let arg =
-            if p.device_memory {
-                let started = Instant::now();
-                let up = p
-                    .engine_ref
-                    .upload(&host, p.device)
-                    .map_err(|error| ExecError::Transfer { value: v, from, to: p.device, error })?;
-                *nanos.get_or_insert(0) += started.elapsed().as_nanos() as u64;
+        let arg = if p.device_memory {
+            let started = Instant::now();
+            let up = p
+                .engine_ref
+                .upload(&host, p.device, self.host)
+                .map_err(|error| ExecError::Transfer { value: v, from, to: p.device, error })?;
+            *nanos.get_or_insert(0) += started.elapsed().as_nanos() as u64;
+            by.push(p.engine.clone());
+            pinned_host |= self.pinned(p.engine_ref.as_ref(), p.device, bytes);
+            up
+        } else {
+            if !p.device.is_host() {
                 by.push(p.engine.clone());
-                up
-            } else {
-                if !p.device.is_host() {
-                    by.push(p.engine.clone());
-                }
-                Value::Host(host)
-            };
+            }
+            Value::Host(host)
+        };
         if let Some(direction) = TransferDirection::between(from, p.device) {
             by.dedup();
             done.push(TransferDone {
@@ -376,6 +392,7 @@ impl ValueTable {
                 bytes,
                 nanos,
                 by: by.join(" -> "),
+                pinned_host,
             });
         }
         Ok(arg)
@@ -394,7 +411,7 @@ impl ValueTable {
             return Ok(current.as_host().expect("a host value").clone());
         };
         let started = Instant::now();
-        let t = self.download_once(v, engines, DeviceId::HOST)?;
+        let (t, pinned_host) = self.download_once(v, engines, DeviceId::HOST)?;
         done.push(TransferDone {
             value: v,
             direction: TransferDirection::DeviceToHost,
@@ -403,19 +420,21 @@ impl ValueTable {
             bytes: buffer.size_bytes(),
             nanos: Some(started.elapsed().as_nanos() as u64),
             by: buffer.engine().to_string(),
+            pinned_host,
         });
         Ok(t)
     }
 
-    /// The host copy of device value `v`, downloading it through its owner the first time.
+    /// The host copy of device value `v`, downloading it through its owner the first time,
+    /// and whether that download went through pinned staging (false for a kept copy).
     fn download_once(
         &mut self,
         v: ValueId,
         engines: &[Arc<dyn Engine>],
         to: DeviceId,
-    ) -> Result<Tensor, ExecError> {
+    ) -> Result<(Tensor, bool), ExecError> {
         if let Some(t) = &self.host_copies[v.index()] {
-            return Ok(t.clone());
+            return Ok((t.clone(), false));
         }
         let Value::Device(buffer) = self.get(v) else {
             unreachable!("only device values are downloaded")
@@ -433,13 +452,11 @@ impl ValueTable {
                 },
             }
         })?;
-        let t = engine.download(buffer.as_ref()).map_err(|error| ExecError::Transfer {
-            value: v,
-            from,
-            to,
-            error,
-        })?;
+        let t = engine
+            .download(buffer.as_ref(), self.host)
+            .map_err(|error| ExecError::Transfer { value: v, from, to, error })?;
+        let pinned = self.pinned(engine.as_ref(), from, buffer.size_bytes());
         self.host_copies[v.index()] = Some(t.clone());
-        Ok(t)
+        Ok((t, pinned))
     }
 }

@@ -224,6 +224,10 @@ pub struct TransferDone {
     /// an upload; `a -> b` through the host between two engines' devices).
     #[serde(default)]
     pub by: String,
+    /// Staged through page-locked host memory (`memory.pinned_host` on an engine that
+    /// stages that way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned_host: bool,
 }
 
 /// Whether a run's partition was prepared for it or reused from an earlier run.

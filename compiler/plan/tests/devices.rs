@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use xpu_engine::device::Device;
 use xpu_engine::{
     Assignment, Availability, Capabilities, DeviceBuffer, DeviceId, DeviceKind, Engine,
-    EngineError, Executable, Execution, KernelCaps, Registry, StopToken, TransferDirection, Value,
+    EngineError, Executable, Execution, HostMemory, KernelCaps, Registry, StopToken,
+    TransferDirection, Value,
 };
 use xpu_ir::{DType, Graph, Op, Tensor};
 
@@ -45,6 +46,10 @@ impl DeviceBuffer for SimBuffer {
 
 #[derive(Default)]
 struct Counters {
+    /// Transfers asked to go through pinned host memory.
+    pinned: AtomicUsize,
+    /// The sim's pinned-staging threshold in bytes.
+    pinned_min: std::sync::atomic::AtomicU64,
     uploads: AtomicUsize,
     downloads: AtomicUsize,
     /// Inputs that reached a run as this engine's own buffers.
@@ -89,14 +94,21 @@ impl Engine for SimEngine {
     fn device_memory(&self, device: DeviceId) -> bool {
         device == CUDA0
     }
-    fn upload(&self, t: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+    fn pinned_staging(&self, device: DeviceId) -> Option<u64> {
+        // Below this the sim copies pageable memory, as the cuda engine does for small
+        // tensors.
+        (device == CUDA0).then_some(self.counters.pinned_min.load(Ordering::SeqCst))
+    }
+    fn upload(&self, t: &Tensor, device: DeviceId, host: HostMemory) -> Result<Value, EngineError> {
         assert_eq!(device, CUDA0);
         self.counters.uploads.fetch_add(1, Ordering::SeqCst);
+        self.counters.pinned.fetch_add(usize::from(host == HostMemory::Pinned), Ordering::SeqCst);
         let data = t.as_slice::<f32>().expect("f32").to_vec();
         Ok(Value::Device(Arc::new(SimBuffer { data, shape: t.shape().to_vec() })))
     }
-    fn download(&self, b: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+    fn download(&self, b: &dyn DeviceBuffer, host: HostMemory) -> Result<Tensor, EngineError> {
         self.counters.downloads.fetch_add(1, Ordering::SeqCst);
+        self.counters.pinned.fetch_add(usize::from(host == HostMemory::Pinned), Ordering::SeqCst);
         let b = b.as_any().downcast_ref::<SimBuffer>().expect("a sim buffer");
         Ok(Tensor::from_vec(b.shape.clone(), b.data.clone()).unwrap())
     }
@@ -249,13 +261,45 @@ fn plan_on(reg: &Registry, policy: &str) -> Vec<Tensor> {
 }
 
 #[test]
+fn memory_pinned_host_reaches_every_transfer_and_the_record_says_which_were_pinned() {
+    // (policy asks, the engine's threshold): the graph moves 128-byte values.
+    for (pinned, least) in [(false, 0), (true, 0), (true, 128), (true, 129)] {
+        let policy = if pinned {
+            format!("{POLICY}[memory]\npinned_host = true\n")
+        } else {
+            POLICY.to_string()
+        };
+        let (reg, _, counters) = registries();
+        counters.pinned_min.store(least, Ordering::SeqCst);
+        let mut exec = xpu_plan::GraphExec::new(Arc::new(plan(&reg, &policy)), &reg).unwrap();
+        let run = exec.run(&inputs()).unwrap();
+        let moved =
+            counters.uploads.load(Ordering::SeqCst) + counters.downloads.load(Ordering::SeqCst);
+        assert!(moved >= 2, "{moved}");
+        // Every upload and download was asked for pinned staging exactly when the policy
+        // says so; each performed transfer records whether it was staged (asked, and as
+        // large as the engine's threshold).
+        assert_eq!(counters.pinned.load(Ordering::SeqCst), if pinned { moved } else { 0 });
+        let staged: Vec<bool> = run.transfers.iter().map(|t| t.pinned_host).collect();
+        let want: Vec<bool> = run.transfers.iter().map(|t| pinned && t.bytes >= least).collect();
+        assert_eq!(staged, want, "{:?}", run.transfers);
+        assert_eq!(staged.contains(&true), pinned && least <= 128);
+        // The stored form names it only when set.
+        for t in &run.transfers {
+            let json = serde_json::to_string(t).unwrap();
+            assert_eq!(json.contains("pinned_host"), t.pinned_host, "{json}");
+        }
+    }
+}
+
+#[test]
 fn host_engines_refuse_device_values_by_name() {
     let cpu = xpu_engine_cpu::CpuEngine::new();
-    let err = cpu.upload(&inputs()[0], CUDA0).unwrap_err();
+    let err = cpu.upload(&inputs()[0], CUDA0, HostMemory::Pageable).unwrap_err();
     assert_eq!(err.to_string(), "cpu keeps no values on cuda:0: cannot upload a value to it");
     assert_eq!(err.code(), "no_device");
     let buffer = SimBuffer { data: vec![0.0; 4], shape: vec![4] };
-    let err = cpu.download(&buffer).unwrap_err();
+    let err = cpu.download(&buffer, HostMemory::Pinned).unwrap_err();
     assert!(err.to_string().starts_with("cpu keeps no values on cuda:0"), "{err}");
     // A host partition handed a device buffer: an error naming the buffer's engine, never a
     // silent copy.
@@ -285,7 +329,12 @@ fn a_failing_upload_names_the_value_and_devices() {
         fn device_memory(&self, d: DeviceId) -> bool {
             self.0.device_memory(d)
         }
-        fn upload(&self, t: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+        fn upload(
+            &self,
+            t: &Tensor,
+            device: DeviceId,
+            _: HostMemory,
+        ) -> Result<Value, EngineError> {
             Err(EngineError::OutOfMemory { device, requested: t.size_bytes() as u64, available: 0 })
         }
     }

@@ -69,7 +69,6 @@ pub const ENGINES: &[KnownEngine] = &[
                 "memory.reuse",
                 "the cuda arena shares the bytes of dead values (as `buffers`); kernels never write in place",
             ),
-            ("memory.pinned_host", "transfers use pageable host memory: no pinned staging yet"),
             (
                 "precision.accumulate",
                 "cuda.fused reductions accumulate in the compute type (f32 for f16/bf16 storage)",

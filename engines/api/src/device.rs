@@ -320,3 +320,14 @@ mod tests {
         assert_eq!(TransferDirection::between(cuda, cuda), None);
     }
 }
+
+/// Which host memory a transfer goes through (`memory.pinned_host`): the tensor's own
+/// pageable pages, or page-locked staging buffers the device copies from and into by DMA.
+/// An engine without pinned staging ([`crate::Engine::pinned_staging`] `None`), or a
+/// transfer under the engine's threshold, takes `Pinned` as `Pageable`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum HostMemory {
+    #[default]
+    Pageable,
+    Pinned,
+}

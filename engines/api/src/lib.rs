@@ -21,7 +21,7 @@ mod registry;
 mod stop;
 pub mod value;
 
-pub use device::{Device, DeviceId, DeviceKind, TransferDirection};
+pub use device::{Device, DeviceId, DeviceKind, HostMemory, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
@@ -424,8 +424,21 @@ pub trait Engine: Send + Sync {
         false
     }
 
-    /// Copies a host tensor into a buffer on `device`.
-    fn upload(&self, _tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+    /// The smallest transfer (bytes) that [`upload`](Engine::upload) and
+    /// [`download`](Engine::download) on `device` stage through page-locked host memory
+    /// when asked ([`HostMemory::Pinned`]); `None` when the engine never does.
+    fn pinned_staging(&self, _device: DeviceId) -> Option<u64> {
+        None
+    }
+
+    /// Copies a host tensor into a buffer on `device`, through `host` memory where the
+    /// engine [stages pinned](Engine::stages_pinned).
+    fn upload(
+        &self,
+        _tensor: &Tensor,
+        device: DeviceId,
+        _host: HostMemory,
+    ) -> Result<Value, EngineError> {
         Err(EngineError::NoDevice {
             engine: self.name().to_string(),
             device,
@@ -433,8 +446,13 @@ pub trait Engine: Send + Sync {
         })
     }
 
-    /// Copies one of this engine's device buffers back to the host.
-    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+    /// Copies one of this engine's device buffers back to the host, through `host` memory
+    /// where the engine [stages pinned](Engine::stages_pinned).
+    fn download(
+        &self,
+        buffer: &dyn DeviceBuffer,
+        _host: HostMemory,
+    ) -> Result<Tensor, EngineError> {
         Err(EngineError::NoDevice {
             engine: self.name().to_string(),
             device: buffer.device(),

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DriverError};
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, DeviceKind, Engine,
-    EngineError, Executable, KernelCaps, Value,
+    EngineError, Executable, HostMemory, KernelCaps, Value,
 };
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor, TensorData};
 
@@ -41,6 +41,9 @@ pub(crate) struct Gpu {
     /// so executables prepared in an older one let go of everything they made in it. One
     /// lock for both: a context is never paired with another's generation.
     context: Mutex<(Option<Arc<CudaContext>>, u64)>,
+    /// Pinned staging buffers (`memory.pinned_host`) and the generation they were made in;
+    /// one transfer at a time uses them.
+    staging: Mutex<Option<(u64, crate::staging::Staging)>>,
 }
 
 impl Gpu {
@@ -54,6 +57,23 @@ impl Gpu {
         let made = new_context()?;
         slot.0 = Some(made.clone());
         Ok((made, slot.1))
+    }
+
+    /// `f` with the staging buffers of context generation `generation` (made at first use,
+    /// and again after a context reset).
+    pub fn staged(
+        &self,
+        ctx: &Arc<CudaContext>,
+        generation: u64,
+        f: impl FnOnce(&mut crate::staging::Staging) -> Result<(), DriverError>,
+    ) -> Result<(), DriverError> {
+        let mut slot = self.staging.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.as_ref().is_none_or(|(g, _)| *g != generation) {
+            *slot = None;
+            *slot = Some((generation, crate::staging::Staging::new(ctx)?));
+        }
+        let (_, staging) = slot.as_mut().expect("made above");
+        f(staging)
     }
 
     /// After a sticky error: the context is dropped (its memory and modules with it, once
@@ -273,6 +293,7 @@ impl CudaEngine {
                 cublaslt,
                 config,
                 context: Mutex::new((None, 0)),
+                staging: Mutex::new(None),
             }))
         });
         CudaEngine { gpu }
@@ -482,7 +503,18 @@ impl Engine for CudaEngine {
         device == DEVICE && self.gpu.is_ok()
     }
 
-    fn upload(&self, tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+    /// Tensors of [`crate::staging::MIN_BYTES`] or more go through pinned staging buffers
+    /// when `memory.pinned_host` asks.
+    fn pinned_staging(&self, device: DeviceId) -> Option<u64> {
+        self.device_memory(device).then_some(crate::staging::MIN_BYTES as u64)
+    }
+
+    fn upload(
+        &self,
+        tensor: &Tensor,
+        device: DeviceId,
+        host: HostMemory,
+    ) -> Result<Value, EngineError> {
         let gpu = self.gpu()?;
         if device != DEVICE {
             return Err(EngineError::NoDevice {
@@ -491,11 +523,20 @@ impl Engine for CudaEngine {
                 what: "upload a value to it",
             });
         }
-        let (ctx, _) = gpu.context()?;
+        let (ctx, generation) = gpu.context()?;
         let stream = ctx.new_stream().map_err(|e| gpu.driver_error("upload", "new stream", e))?;
         let bytes = host_bytes(tensor, "upload")?;
-        let data = upload_bytes(&stream, bytes)
-            .map_err(|e| gpu.driver_error("upload", "host → device copy", e))?;
+        let data = if host == HostMemory::Pinned && bytes.len() >= crate::staging::MIN_BYTES {
+            // SAFETY: every byte is written by the staged copy below before anyone reads it.
+            let data = unsafe { stream.alloc::<u8>(bytes.len()) }
+                .map_err(|e| gpu.driver_error("upload", "allocation", e))?;
+            gpu.staged(&ctx, generation, |s| s.upload(&stream, bytes, data.device_ptr(&stream).0))
+                .map_err(|e| gpu.driver_error("upload", "pinned host → device copy", e))?;
+            data
+        } else {
+            upload_bytes(&stream, bytes)
+                .map_err(|e| gpu.driver_error("upload", "host → device copy", e))?
+        };
         stream.synchronize().map_err(|e| gpu.driver_error("upload", "synchronize", e))?;
         Ok(Value::Device(Arc::new(CudaBuffer {
             data,
@@ -505,7 +546,7 @@ impl Engine for CudaEngine {
         })))
     }
 
-    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+    fn download(&self, buffer: &dyn DeviceBuffer, host: HostMemory) -> Result<Tensor, EngineError> {
         let gpu = self.gpu()?;
         let b =
             buffer.as_any().downcast_ref::<CudaBuffer>().ok_or_else(|| EngineError::NoDevice {
@@ -514,7 +555,19 @@ impl Engine for CudaEngine {
                 what: "download a buffer of another engine",
             })?;
         host_tensor(b.dtype, &b.shape, |out| {
-            b.read_into(out).map_err(|e| gpu.driver_error("download", "device → host copy", e))
+            if host == HostMemory::Pinned && out.len() >= crate::staging::MIN_BYTES {
+                let (ctx, generation) = gpu.context()?;
+                b.stream
+                    .synchronize()
+                    .map_err(|e| gpu.driver_error("download", "synchronize", e))?;
+                let stream = &b.stream;
+                gpu.staged(&ctx, generation, |s| {
+                    s.download(stream, b.data.device_ptr(stream).0, out)
+                })
+                .map_err(|e| gpu.driver_error("download", "device → pinned host copy", e))
+            } else {
+                b.read_into(out).map_err(|e| gpu.driver_error("download", "device → host copy", e))
+            }
         })
     }
 }

@@ -19,6 +19,7 @@ pub mod image;
 pub mod row_cache;
 pub mod rows;
 mod segment;
+pub mod staging;
 pub mod toolkit;
 pub mod vector;
 

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{CHAINS_AND_ROWS, lowered, program};
-use xpu_engine::{Availability, Engine, EngineError};
+use xpu_engine::{Availability, Engine, EngineError, HostMemory};
 use xpu_engine_cuda::arena::{ALIGN, ArenaPlan};
 use xpu_engine_cuda::toolkit::Math;
 use xpu_engine_cuda::{CudaConfig, CudaEngine, codegen, image, toolkit};
@@ -35,10 +35,13 @@ fn availability_is_the_driver_probes_verdict() {
                 "{err}"
             );
             let t = xpu_ir::Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
-            assert!(matches!(
-                engine.upload(&t, xpu_engine_cuda::DEVICE),
-                Err(EngineError::Unavailable { .. })
-            ));
+            for host in [HostMemory::Pageable, HostMemory::Pinned] {
+                assert!(matches!(
+                    engine.upload(&t, xpu_engine_cuda::DEVICE, host),
+                    Err(EngineError::Unavailable { .. })
+                ));
+            }
+            assert_eq!(engine.pinned_staging(xpu_engine_cuda::DEVICE), None);
         }
         Ok(facts) => {
             assert!(caps.availability.is_available(), "{:?}", caps.availability);

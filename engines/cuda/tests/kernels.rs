@@ -312,8 +312,8 @@ fn a_vectorised_chain_takes_four_elements_a_thread_and_any_alignment_still_match
             let place = |v: &[f32]| -> (Vec<f32>, usize) {
                 let mut store = vec![0f32; v.len() + 8];
                 let base = store.as_ptr() as usize;
-                let start =
-                    (0..4).find(|o| (base + o * 4).is_multiple_of(16)).unwrap() + usize::from(misaligned);
+                let start = (0..4).find(|o| (base + o * 4).is_multiple_of(16)).unwrap()
+                    + usize::from(misaligned);
                 store[start..start + v.len()].copy_from_slice(v);
                 (store, start)
             };

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, Engine, EngineError,
-    Executable, KernelCaps, OpDtypes, Value,
+    Executable, HostMemory, KernelCaps, OpDtypes, Value,
 };
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
@@ -251,7 +251,13 @@ impl Engine for LlvmEngine {
         device == riscv::device::DEVICE && self.riscv.is_ok()
     }
 
-    fn upload(&self, tensor: &Tensor, device: DeviceId) -> Result<Value, EngineError> {
+    /// The board's transfers go through the runner's pipes: no page-locked staging.
+    fn upload(
+        &self,
+        tensor: &Tensor,
+        device: DeviceId,
+        _host: HostMemory,
+    ) -> Result<Value, EngineError> {
         match &self.riscv {
             Ok(d) if device == riscv::device::DEVICE => d.upload(tensor),
             _ => Err(EngineError::NoDevice {
@@ -262,7 +268,11 @@ impl Engine for LlvmEngine {
         }
     }
 
-    fn download(&self, buffer: &dyn DeviceBuffer) -> Result<Tensor, EngineError> {
+    fn download(
+        &self,
+        buffer: &dyn DeviceBuffer,
+        _host: HostMemory,
+    ) -> Result<Tensor, EngineError> {
         match &self.riscv {
             Ok(d) if buffer.device() == riscv::device::DEVICE => d.download(buffer),
             _ => Err(EngineError::NoDevice {

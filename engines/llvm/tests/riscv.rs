@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use xpu_engine::{Assignment, Engine};
+use xpu_engine::{Assignment, Engine, HostMemory};
 use xpu_engine_llvm::{LlvmEngine, riscv};
 use xpu_ir::Tensor;
 
@@ -170,11 +170,12 @@ fn the_riscv64_device_runs_partitions_on_its_own_memory() {
     let mut a = Assignment::new("llvm");
     a.device = device.id;
     let mut exe = engine.prepare(&g, &a).unwrap();
-    let values: Vec<Value> = inputs.iter().map(|t| engine.upload(t, device.id).unwrap()).collect();
+    let values: Vec<Value> =
+        inputs.iter().map(|t| engine.upload(t, device.id, HostMemory::Pinned).unwrap()).collect();
     assert!(values.iter().all(|v| v.device() == device.id));
     let run = exe.run_values(&values, &StopToken::default()).unwrap();
     let Value::Device(out) = &run.outputs[0] else { panic!("the output stays on the device") };
-    let got = engine.download(out.as_ref()).unwrap();
+    let got = engine.download(out.as_ref(), HostMemory::Pinned).unwrap();
     let want = LlvmEngine::new(None)
         .prepare(&g, &Assignment::new("llvm"))
         .unwrap()

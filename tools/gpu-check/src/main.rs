@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{Value as Json, json};
 use xpu_engine::options::Capture;
-use xpu_engine::{Assignment, Engine, StopToken, Value};
+use xpu_engine::{Assignment, Engine, HostMemory, StopToken, Value};
 use xpu_engine_cuda::{CudaConfig, CudaEngine};
 use xpu_ir::{Graph, Tensor};
 
@@ -75,6 +75,8 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
             .unwrap_or_else(|e| json!({"program": "add_row", "error": format!("{e:#}")})),
     );
     let replay = replay_vs_eager(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+    let transfers = transfers(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+    all_ok &= transfers["ok"].as_bool().unwrap_or(false);
     let mut products = Vec::new();
     for case in library_cases() {
         let row = library_case(&engine, &case);
@@ -103,6 +105,7 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         "device_copy_gbps": copy,
         "throughput": bench,
         "graph_replay": replay,
+        "transfers": transfers,
         "cublaslt": products,
         "planned": planned_runs,
         "gemm_bf16": gemm,
@@ -255,6 +258,33 @@ fn relative_error(a: &Tensor, b: &Tensor) -> Result<f64> {
 }
 
 /// Median seconds of `reps` calls of `f` after three warm-up calls.
+/// Uploads and downloads of 64 MiB through the tensor's pageable pages and through the
+/// engine's pinned staging (`memory.pinned_host`): GB/s of each (median of 10 whole calls),
+/// and whether every round trip gave back the bytes it sent.
+fn transfers(engine: &CudaEngine) -> Result<Json> {
+    let n = 16 << 20;
+    let t = Tensor::from_vec(vec![n], (0..n).map(|i| (i % 65_521) as f32 * 0.5).collect())?;
+    let bytes = (n * 4) as f64;
+    let mut out = json!({"bytes": n * 4, "ok": true});
+    for (name, host) in [("pageable", HostMemory::Pageable), ("pinned", HostMemory::Pinned)] {
+        let mut back = None;
+        let up = median_secs(10, || {
+            back = Some(engine.upload(&t, xpu_engine_cuda::DEVICE, host)?);
+            Ok(())
+        })?;
+        let Some(Value::Device(b)) = back else { anyhow::bail!("upload gave no device value") };
+        let mut got = None;
+        let down = median_secs(10, || {
+            got = Some(engine.download(b.as_ref(), host)?);
+            Ok(())
+        })?;
+        let same = got.as_ref() == Some(&t);
+        out["ok"] = json!(out["ok"].as_bool().unwrap_or(false) && same);
+        out[name] = json!({"upload_gbps": bytes / up / 1e9, "download_gbps": bytes / down / 1e9, "round_trip_equal": same});
+    }
+    Ok(out)
+}
+
 fn median_secs(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..3 {
         f()?;
@@ -289,7 +319,7 @@ fn throughput(engine: &CudaEngine, name: &str, g: &Graph, copy_gbps: f64) -> Res
     let inputs = inputs(g, BENCH_ROWS)?;
     let values: Vec<Value> = inputs
         .iter()
-        .map(|t| engine.upload(t, xpu_engine_cuda::DEVICE))
+        .map(|t| engine.upload(t, xpu_engine_cuda::DEVICE, HostMemory::Pageable))
         .collect::<Result<_, _>>()?;
     let mut out = json!({"program": name});
     for (variant, a) in variants() {
@@ -322,7 +352,7 @@ fn replay_vs_eager(engine: &CudaEngine) -> Result<Json> {
     }
     text.push_str("  return \"y\" = %100\n}\n");
     let g = xpu_ir::text::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let x = engine.upload(&inputs(&g, 8)?[0], xpu_engine_cuda::DEVICE)?;
+    let x = engine.upload(&inputs(&g, 8)?[0], xpu_engine_cuda::DEVICE, HostMemory::Pageable)?;
     let mut out = json!({"kernels": 100});
     for capture in [Capture::Eager, Capture::Graph] {
         let mut exe = engine.prepare(&g, &assignment("cuda", capture))?;
@@ -500,7 +530,7 @@ fn gemm_bf16(engine: &CudaEngine, n: usize) -> Result<Json> {
             let t = Tensor::from_vec(vec![n, n], data)?
                 .to_float_dtype(xpu_ir::DType::BF16)
                 .context("bf16")?;
-            Ok(engine.upload(&t, xpu_engine_cuda::DEVICE)?)
+            Ok(engine.upload(&t, xpu_engine_cuda::DEVICE, HostMemory::Pageable)?)
         })
         .collect::<Result<_>>()?;
     let mut exe = engine.prepare(&g, &assignment("cuda", Capture::Eager))?;
