@@ -153,6 +153,15 @@ def report(xpu_path, torch_path, out):
             for name in ("pageable", "pinned"):
                 r = tr[name]
                 lines.append(f"| {name} | {r['upload_gbps']:.1f} | {r['download_gbps']:.1f} | {r['round_trip_equal']} |")
+        wc = xpu.get("whole_capture", [])
+        if wc:
+            lines += ["", "## Partitions with cuBLASLt calls captured whole (batch 37, device-resident, µs per whole call, median)", "",
+                      "| program | eager | graph replay | × | outputs equal | capture |", "|---|---|---|---|---|---|"]
+            for r in wc:
+                if "error" in r:
+                    lines.append(f"| {r['program']} | {r['error']} | | | | |")
+                else:
+                    lines.append(f"| {r['program']} | {r['eager_us']:.1f} | {r['graph_us']:.1f} | {r['eager_us'] / r['graph_us']:.2f} | {r['equal']} | {r['capture']} |")
         rp = xpu["graph_replay"]
         if "error" in rp:
             lines += ["", f"Graph replay: {rp['error']}"]

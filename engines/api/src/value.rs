@@ -57,6 +57,20 @@ impl Value {
         }
     }
 
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Value::Host(t) => t.shape(),
+            Value::Device(b) => b.shape(),
+        }
+    }
+
+    pub fn dtype(&self) -> xpu_ir::DType {
+        match self {
+            Value::Host(t) => t.dtype(),
+            Value::Device(b) => b.dtype(),
+        }
+    }
+
     pub fn as_host(&self) -> Option<&Tensor> {
         match self {
             Value::Host(t) => Some(t),

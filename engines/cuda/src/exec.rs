@@ -322,13 +322,7 @@ impl CudaExecutable {
     ) -> Result<Execution<Value>, EngineError> {
         let gpu = self.gpu.clone();
         let notes = self.notes.clone();
-        let shapes: Vec<Vec<usize>> = inputs
-            .iter()
-            .map(|v| match v {
-                Value::Host(t) => t.shape().to_vec(),
-                Value::Device(b) => b.shape().to_vec(),
-            })
-            .collect();
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape().to_vec()).collect();
         let structural = self.structural_values(inputs)?;
         // The stream (and with it the context generation) is fetched once per run: the
         // compiled entry below belongs to the same generation.
@@ -413,7 +407,9 @@ impl CudaExecutable {
                 }
             }
         }
-        let tables = pointer_tables(c, &bound, arena_base, &direct, &stream);
+        let direct_ptrs: HashMap<usize, u64> =
+            direct.iter().map(|(&v, b)| (v, b.data.device_ptr(&stream).0)).collect();
+        let tables = pointer_tables(c, &bound, arena_base, &direct_ptrs, &stream);
         let mut timings = Vec::new();
         let mut facts = c.facts.clone();
         facts.extend(notes);
@@ -491,6 +487,62 @@ impl CudaExecutable {
         Ok(Execution { outputs, timings, facts })
     }
 
+    /// The partition's kernels for inputs of `shapes` at device pointers `inputs`, each
+    /// output written to `outputs` (a pointer per graph output, with the output's bytes),
+    /// queued on `stream` with no allocation and no synchronisation — what a stream capture
+    /// of a larger graph records. The shapes must have run before (compiled, arena kept).
+    /// `Ok(Err(why))` when the partition cannot run that way.
+    pub(crate) fn launch_into(
+        &mut self,
+        shapes: &[Vec<usize>],
+        inputs: &[u64],
+        outputs: &[u64],
+        stream: &Arc<CudaStream>,
+    ) -> Result<Result<(), String>, EngineError> {
+        if !self.structural.is_empty() {
+            return Ok(Err("a reduction's axes come from an input".into()));
+        }
+        let gpu = self.gpu.clone();
+        let graph = self.graph.clone();
+        let none = vec![None; shapes.len()];
+        let c = self.compiled_for(shapes, &none)?;
+        let Some(arena) = c.arena.as_ref().map(|a| a.device_ptr(stream).0) else {
+            return Ok(Err("no kept arena (memory.pool is not \"arena\")".into()));
+        };
+        // Each computed output written straight to its pointer; an output slot repeating
+        // a value, or passing an input through, copied after the kernels.
+        let mut direct: HashMap<usize, u64> = HashMap::new();
+        let mut copies: Vec<(u64, u64, usize)> = Vec::new();
+        for (slot, &to) in c.program.outputs.iter().zip(outputs) {
+            match slot {
+                Slot::Computed(v) => match direct.get(v) {
+                    Some(&from) => copies.push((to, from, c.program.values[*v].bytes())),
+                    None => {
+                        direct.insert(*v, to);
+                    }
+                },
+                Slot::Input(i) => {
+                    let bytes = shapes[*i].iter().product::<usize>()
+                        * graph.ty(graph.inputs[*i]).dtype.size_bytes();
+                    copies.push((to, inputs[*i], bytes));
+                }
+                Slot::Constant(_) => return Ok(Err("a constant output".into())),
+            }
+        }
+        let tables = pointer_tables(c, inputs, arena, &direct, stream);
+        launch_all(c, &tables, stream, &gpu, &graph)?;
+        for (to, from, bytes) in copies.into_iter().filter(|c| c.2 > 0) {
+            // SAFETY: both are live allocations of at least `bytes` (the caller's output
+            // buffer is sized by the output's shape), ordered on `stream`.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(to, from, bytes, stream.cu_stream())
+            }
+            .map_err(|e| gpu.driver_error("output", "copy", e))?;
+        }
+        c.runs += 1;
+        Ok(Ok(()))
+    }
+
     /// The values of inputs that shape the code (a reduction's axes), read back to the host.
     fn structural_values(&self, inputs: &[Value]) -> Result<Vec<Option<Vec<i64>>>, EngineError> {
         (0..inputs.len())
@@ -537,7 +589,7 @@ fn pointer_tables(
     c: &Compiled,
     inputs: &[u64],
     arena: u64,
-    direct: &HashMap<usize, Arc<CudaBuffer>>,
+    direct: &HashMap<usize, u64>,
     stream: &CudaStream,
 ) -> Vec<Vec<u64>> {
     c.program
@@ -554,7 +606,7 @@ fn pointer_tables(
                         c.constants[k][j].as_ref().map_or(0, |b| b.device_ptr(stream).0)
                     }
                     Slot::Computed(v) => match direct.get(v) {
-                        Some(b) => b.data.device_ptr(stream).0,
+                        Some(&p) => p,
                         None => arena + c.plan.placements[*v].map_or(0, |p| p.offset),
                     },
                 })

@@ -19,6 +19,8 @@ use crate::cublaslt::{self, Activation, Epilogue, GemmPlan, Handle, Mode};
 use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes, upload_bytes};
 use crate::exec::{CudaExecutable, check_value_inputs, run_from_host};
 
+mod whole;
+
 /// The kernel names the explanation uses.
 pub const CUBLASLT: &str = "cuda.cublaslt";
 pub const NAIVE: &str = "cuda.naive";
@@ -337,6 +339,19 @@ pub(crate) struct SegmentedExecutable {
     memory_limit: Option<u64>,
     /// Facts every run reports (kernel fallbacks decided at prepare).
     notes: Vec<Fact>,
+    /// `execution.capture = "graph"` with the arena pool: the whole partition, cuBLASLt
+    /// calls included, is captured as one graph after an eager run ([`whole`]).
+    whole_capture: bool,
+    /// The partition is one cuBLASLt call: run eagerly even under capture.
+    single_call: bool,
+    /// Per set of input shapes, every value's shape from an eager run.
+    seen: HashMap<Vec<Vec<usize>>, whole::Shapes>,
+    whole: Option<whole::Whole>,
+    /// Per set of input shapes, why the partition could not be captured whole (it then
+    /// runs eagerly with those shapes).
+    not_captured: HashMap<Vec<Vec<usize>>, String>,
+    /// Whole-partition graphs captured so far.
+    captures: u64,
 }
 
 impl SegmentedExecutable {
@@ -347,16 +362,25 @@ impl SegmentedExecutable {
         products: Vec<Product>,
         notes: Vec<Fact>,
     ) -> Result<SegmentedExecutable, EngineError> {
+        let pieces = cut(&graph, products);
+        // One cuBLASLt call alone gains nothing from a graph: binding its inputs and copying
+        // its output out of the graph's buffers cost more than the launch a replay saves
+        // (H200: 31 µs eager, 42 µs replayed, at batch 37).
+        let whole_capture = assignment.options.capture == Capture::Graph
+            && assignment.options.memory_pool == xpu_engine::options::Pool::Arena
+            && pieces.len() >= 2;
+        // Captured whole, the segments run eagerly inside the one graph.
+        let mut inner = assignment.options.clone();
+        if whole_capture {
+            inner.capture = Capture::Eager;
+        }
+        let single_call = pieces.len() == 1;
         let mut segments = Vec::new();
-        for piece in cut(&graph, products) {
+        for piece in pieces {
             segments.push(match piece {
                 Piece::Kernels(nodes) => {
                     let part = graph.partition(&nodes);
-                    let exe = CudaExecutable::prepare(
-                        part.graph.clone(),
-                        gpu.clone(),
-                        &assignment.options,
-                    )?;
+                    let exe = CudaExecutable::prepare(part.graph.clone(), gpu.clone(), &inner)?;
                     Segment::Kernels { exe: Box::new(exe), part }
                 }
                 Piece::Product(p) => Segment::Product(p),
@@ -373,6 +397,12 @@ impl SegmentedExecutable {
             capture: assignment.options.capture,
             memory_limit: assignment.options.memory_limit,
             notes,
+            whole_capture,
+            single_call,
+            seen: HashMap::new(),
+            whole: None,
+            not_captured: HashMap::new(),
+            captures: 0,
         })
     }
 
@@ -452,6 +482,14 @@ impl SegmentedExecutable {
         stop: &StopToken,
     ) -> Result<Execution<Value>, EngineError> {
         let generation = self.state()?;
+        let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape().to_vec()).collect();
+        if self.whole_capture
+            && !self.not_captured.contains_key(&input_shapes)
+            && let Some(shapes) = self.seen.get(&input_shapes).cloned()
+            && let Some(run) = self.run_whole(inputs, &shapes, generation, stop)?
+        {
+            return Ok(run);
+        }
         let mut values: HashMap<ValueId, Value> =
             self.graph.inputs.iter().copied().zip(inputs.iter().cloned()).collect();
         let mut timings = Vec::new();
@@ -487,7 +525,11 @@ impl SegmentedExecutable {
                         let label = self.graph.node(p.matmul).label(p.matmul);
                         stop.check(|| label.clone())?;
                         let p = p.clone();
-                        let (out, nanos, plan_facts) = self.run_product(&p, &values, generation)?;
+                        let (out, nanos, plan_facts) =
+                            self.run_product(&p, &values, generation, None)?;
+                        let out = out.ok_or_else(|| {
+                            EngineError::Other("cuda: an eager product gave no value".into())
+                        })?;
                         values.insert(p.out, out);
                         let share = nanos / p.nodes.len() as u64;
                         timings.extend(p.nodes.iter().map(|&node| NodeTiming {
@@ -503,13 +545,24 @@ impl SegmentedExecutable {
         })();
         self.segments = segments;
         result?;
+        if self.whole_capture {
+            let shapes: whole::Shapes = values
+                .iter()
+                .filter_map(|(&v, x)| match x {
+                    Value::Device(b) => Some((v, (b.dtype(), b.shape().to_vec()))),
+                    Value::Host(_) => None,
+                })
+                .collect();
+            self.seen.insert(input_shapes.clone(), shapes);
+        }
         if self.capture == Capture::Graph {
-            facts.push(Fact {
-                node: None,
-                key: "cuda.capture".into(),
-                value: "per generated-kernel segment; cuBLASLt calls run eagerly between them"
-                    .into(),
-            });
+            let how = match (self.not_captured.get(&input_shapes), self.whole_capture) {
+                (Some(why), _) => format!("eager: the partition cannot be captured whole ({why})"),
+                (None, true) => "eager this run; the next run with these shapes captures the whole partition, cuBLASLt calls included".into(),
+                (None, false) if self.single_call => "eager: one cuBLASLt call, which a replay would not make faster (binding its inputs and copying its output out cost more than the launch saved)".into(),
+                (None, false) => "per generated-kernel segment (memory.pool is not \"arena\"); cuBLASLt calls run eagerly between them".into(),
+            };
+            facts.push(Fact { node: None, key: "cuda.capture".into(), value: how });
         }
         // The graph is shared: hold it, not a copy of its outputs, while `value` borrows self.
         let graph = self.graph.clone();
@@ -523,18 +576,28 @@ impl SegmentedExecutable {
 
     /// One product: shapes from its operands, the plan for them (made once), the call
     /// between two events. Returns the output, the device time and the plan's facts.
+    /// `into` (a stream being captured and the output's fixed buffer): the call is queued
+    /// there with no allocation, no timing and no output value — the plan and workspace
+    /// must exist already (an eager run of these shapes made them).
     fn run_product(
         &mut self,
         p: &Product,
         values: &HashMap<ValueId, Value>,
         generation: u64,
-    ) -> Result<(Value, u64, Vec<Fact>), EngineError> {
+        into: Option<(&Arc<CudaStream>, u64)>,
+    ) -> Result<(Option<Value>, u64, Vec<Fact>), EngineError> {
         let label = self.graph.node(p.matmul).label(p.matmul);
         let a = self.value(values, p.a, generation)?;
         let b = self.value(values, p.b, generation)?;
         let bias = p.bias.map(|v| self.value(values, v, generation)).transpose()?;
         let c_matrix = p.c_matrix.map(|v| self.value(values, v, generation)).transpose()?;
-        let stream = self.library_stream()?;
+        let stream = match into {
+            Some((s, _)) => s.clone(),
+            None => self.library_stream()?,
+        };
+        let uncapturable = |what: &str| {
+            EngineError::Other(format!("cuda: {label}: {what} inside a graph capture"))
+        };
         let buf = |v: &Value,
                    what: &str|
          -> Result<Arc<dyn xpu_engine::DeviceBuffer>, EngineError> {
@@ -555,7 +618,8 @@ impl SegmentedExecutable {
                     message: "a device value from a CUDA context that was reset after an error: upload it again".into(),
                 });
             }
-            if cb.stream.cu_stream() != stream.cu_stream() {
+            // (A capture's operands were all made ready before it began.)
+            if into.is_none() && cb.stream.cu_stream() != stream.cu_stream() {
                 cb.stream
                     .synchronize()
                     .map_err(|e| self.gpu.driver_error(&label, "synchronize", e))?;
@@ -612,11 +676,17 @@ impl SegmentedExecutable {
                     what: "a product over an empty inner dim with a fused epilogue".into(),
                 });
             }
+            if into.is_some() {
+                return Err(uncapturable("an empty product"));
+            }
             let data = stream.alloc_zeros::<u8>(out_bytes.max(1)).map_err(err("allocation"))?;
             let out = CudaBuffer { data, dtype, shape: out_shape, stream: stream.clone() };
-            return Ok((Value::Device(Arc::new(out)), 0, Vec::new()));
+            return Ok((Some(Value::Device(Arc::new(out))), 0, Vec::new()));
         }
         let key = (p.matmul, shape);
+        if into.is_some() && !self.plans.contains_key(&key) {
+            return Err(uncapturable("choosing an algorithm"));
+        }
         if !self.plans.contains_key(&key) {
             let state = self
                 .state
@@ -650,6 +720,9 @@ impl SegmentedExecutable {
             .as_mut()
             .ok_or_else(|| EngineError::Other("cuda: no cuBLASLt state".into()))?;
         if state.workspace.as_ref().is_none_or(|w| w.len() < plan.workspace_bytes) {
+            if into.is_some() {
+                return Err(uncapturable("allocating a workspace"));
+            }
             state.workspace = None;
             // SAFETY: scratch memory cuBLASLt writes before it reads.
             state.workspace =
@@ -660,15 +733,30 @@ impl SegmentedExecutable {
                     )
                 })?);
         }
-        // SAFETY: written by the product below before anyone reads it.
-        let data = unsafe { stream.alloc::<u8>(out_bytes.max(1)) }
-            .map_err(|e| with_request(gpu.driver_error(&label, "allocation", e), out_bytes))?;
+        let data =
+            match into {
+                Some(_) => None,
+                // SAFETY: written by the product below before anyone reads it.
+                None => Some(unsafe { stream.alloc::<u8>(out_bytes.max(1)) }.map_err(|e| {
+                    with_request(gpu.driver_error(&label, "allocation", e), out_bytes)
+                })?),
+            };
+        let d = match (&data, into) {
+            (Some(data), _) => data.device_ptr(&stream).0,
+            (None, Some((_, fixed))) => fixed,
+            (None, None) => unreachable!("allocated above"),
+        };
         let ptr = |b: &Arc<dyn xpu_engine::DeviceBuffer>| {
             b.as_any().downcast_ref::<CudaBuffer>().map_or(0, |c| c.data.device_ptr(&stream).0)
         };
         let workspace = state.workspace.as_ref().map_or(0, |w| w.device_ptr(&stream).0);
-        let t0 =
-            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
+        // Events recorded during a capture are not timed: the graph's time is reported.
+        let t0 = match into {
+            Some(_) => None,
+            None => Some(
+                stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?,
+            ),
+        };
         // SAFETY: operands, bias and output are live allocations of this context holding the
         // shapes the plan was made for (from their own shapes, dtype checked at prepare);
         // the workspace holds the plan's bytes; all outlive the synchronisation below or
@@ -681,7 +769,7 @@ impl SegmentedExecutable {
                     a: ptr(&ab),
                     b: ptr(&bb),
                     c: cb.as_ref().map(ptr),
-                    d: data.device_ptr(&stream).0,
+                    d,
                     bias: biasb.as_ref().map(ptr),
                     alpha: p.alpha,
                     beta: if p.c_matrix.is_some() { p.beta } else { 0.0 },
@@ -690,9 +778,15 @@ impl SegmentedExecutable {
             )
         }
         .map_err(|e| library_error(&label, &e))?;
-        let t1 =
-            stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
-        let ms = t0.elapsed_ms(&t1).map_err(err("timing"))?;
+        let ms = match t0 {
+            Some(t0) => {
+                let t1 = stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(err("event"))?;
+                t0.elapsed_ms(&t1).map_err(err("timing"))?
+            }
+            None => 0.0,
+        };
         let facts = vec![Fact {
             node: Some(p.matmul),
             key: "cuda.cublaslt".into(),
@@ -722,8 +816,10 @@ impl SegmentedExecutable {
                 plan.algorithm
             ),
         }];
-        let out = CudaBuffer { data, dtype, shape: out_shape, stream };
-        Ok((Value::Device(Arc::new(out)), (ms as f64 * 1e6) as u64, facts))
+        let out = data.map(|data| {
+            Value::Device(Arc::new(CudaBuffer { data, dtype, shape: out_shape, stream }))
+        });
+        Ok((out, (ms as f64 * 1e6) as u64, facts))
     }
 }
 

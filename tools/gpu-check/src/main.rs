@@ -76,6 +76,17 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
     );
     let replay = replay_vs_eager(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     let transfers = transfers(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+    let mut whole = Vec::new();
+    for (name, g) in programs.iter().filter(|(n, _)| n == "mlp" || n == "matmul_square") {
+        whole.push(
+            whole_capture(&engine, g)
+                .map(|mut r| {
+                    r["program"] = json!(name);
+                    r
+                })
+                .unwrap_or_else(|e| json!({"program": name, "error": format!("{e:#}")})),
+        );
+    }
     all_ok &= transfers["ok"].as_bool().unwrap_or(false);
     let mut products = Vec::new();
     for case in library_cases() {
@@ -106,6 +117,7 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         "throughput": bench,
         "graph_replay": replay,
         "transfers": transfers,
+        "whole_capture": whole,
         "cublaslt": products,
         "planned": planned_runs,
         "gemm_bf16": gemm,
@@ -282,6 +294,45 @@ fn transfers(engine: &CudaEngine) -> Result<Json> {
         out["ok"] = json!(out["ok"].as_bool().unwrap_or(false) && same);
         out[name] = json!({"upload_gbps": bytes / up / 1e9, "download_gbps": bytes / down / 1e9, "round_trip_equal": same});
     }
+    Ok(out)
+}
+
+/// A program with cuBLASLt calls at batch 37, device-resident: median whole-call time of
+/// eager runs and of replays of the partition captured whole (cuBLASLt calls and kernels
+/// in one graph), the capture fact, and whether the replays' outputs equal the eager ones.
+fn whole_capture(engine: &CudaEngine, g: &Graph) -> Result<Json> {
+    let values: Vec<Value> = inputs(g, 37)?
+        .iter()
+        .map(|t| engine.upload(t, xpu_engine_cuda::DEVICE, HostMemory::Pageable))
+        .collect::<Result<_, _>>()?;
+    let mut out = json!({});
+    let mut results: Vec<Vec<Tensor>> = Vec::new();
+    for capture in [Capture::Eager, Capture::Graph] {
+        let mut exe = engine.prepare(g, &assignment("cuda", capture))?;
+        let mut facts = Vec::new();
+        let mut last = Vec::new();
+        let secs = median_secs(50, || {
+            let run = exe.run_values(&values, &StopToken::default())?;
+            facts = run.facts;
+            last = run.outputs;
+            Ok(())
+        })?;
+        let host: Vec<Tensor> = last
+            .iter()
+            .map(|v| match v {
+                Value::Device(b) => Ok(engine.download(b.as_ref(), HostMemory::Pageable)?),
+                Value::Host(t) => Ok(t.clone()),
+            })
+            .collect::<Result<_>>()?;
+        results.push(host);
+        let name = if capture == Capture::Eager { "eager_us" } else { "graph_us" };
+        out[name] = json!(secs * 1e6);
+        if capture == Capture::Graph {
+            out["capture"] =
+                json!(facts.iter().find(|f| f.key == "cuda.capture").map(|f| f.value.clone()));
+        }
+    }
+    out["equal"] = json!(results[0] == results[1]);
     Ok(out)
 }
 
