@@ -69,11 +69,15 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
     }
     // The simplest chain (one add, a broadcast row): what a generated kernel reaches when
     // it is all memory, the roof the other chains are read against.
-    let add = xpu_ir::text::parse(ADD_ROW).map_err(|e| anyhow::anyhow!("{e}"))?;
-    bench.push(
-        throughput(&engine, "add_row (reference)", &add, copy)
-            .unwrap_or_else(|e| json!({"program": "add_row", "error": format!("{e:#}")})),
-    );
+    // And the simplest row reduction (a sum per row): what a kernel that only reads
+    // reaches, the roof log-sum-exp is read against.
+    for (name, text) in [("add_row (reference)", ADD_ROW), ("sum_rows (reference)", SUM_ROWS)] {
+        let g = xpu_ir::text::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        bench.push(
+            throughput(&engine, name, &g, copy)
+                .unwrap_or_else(|e| json!({"program": name, "error": format!("{e:#}")})),
+        );
+    }
     let replay = replay_vs_eager(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     let transfers = transfers(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     let mut whole = Vec::new();
@@ -425,6 +429,13 @@ fn replay_vs_eager(engine: &CudaEngine) -> Result<Json> {
     }
     Ok(out)
 }
+
+const SUM_ROWS: &str = r#"graph "sum_rows" {
+  %0: f32[N,1024] = input "x"
+  %1: i64[1] = constant {value = tensor<i64[1]> [-1]}
+  %2: f32[N,1] = reduce_sum(%0, %1)
+  return "y" = %2
+}"#;
 
 const ADD_ROW: &str = r#"graph "add_row" {
   %0: f32[N,1024] = input "x"
