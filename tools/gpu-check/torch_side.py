@@ -183,6 +183,9 @@ def report(xpu_path, torch_path, out):
         for r in xpu.get("cublaslt", []):
             if "error" in r:
                 lines.append(f"| {r['case']} | False | {r['error']} | |")
+            elif "mismatches" in r:
+                found = "; ".join(r["mismatches"]) or "every NaN and infinity as on the cpu engine"
+                lines.append(f"| {r['case']} | {r['ok']} | {found} | {r['plan']} |")
             else:
                 lines.append(f"| {r['case']} | {r['ok']} | {r['max_relative_error']:.2e} ({r['tolerance']}) | {r['plan']} |")
     if xpu.get("planned"):

@@ -121,8 +121,12 @@ pub fn narrower_dtypes(floats: &[DType]) -> Vec<(Vec<Op>, Vec<DType>)> {
 /// The op classes the lowering takes (elementwise ops, reductions and softmax, matmul):
 /// what an engine compiling its programs could ever run, known without loading anything.
 pub fn op_classes() -> Vec<OpClass> {
-    let mut classes: Vec<OpClass> =
-        ops::OPS.iter().chain(REDUCE_OPS).chain(&[Op::MatMul]).map(|o| o.class()).collect();
+    let mut classes: Vec<OpClass> = ops::OPS
+        .iter()
+        .chain(REDUCE_OPS)
+        .chain(&[Op::MatMul, Op::Transpose])
+        .map(|o| o.class())
+        .collect();
     classes.sort();
     classes.dedup();
     classes
@@ -363,6 +367,9 @@ impl Lowering<'_> {
         if op == Op::MatMul {
             return self.matmul(root, None);
         }
+        if op == Op::Transpose {
+            return self.transpose(root);
+        }
         let products: Vec<NodeId> =
             nodes.iter().copied().filter(|&n| self.g.node(n).op == Op::MatMul).collect();
         if let Some((&mm, others)) = products.split_last() {
@@ -387,12 +394,27 @@ impl Lowering<'_> {
         let shape = leaves.shape.clone();
         let compute = self.compute_type(nodes);
         let dims = coalesce(&shape, &leaves.shapes);
-        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, &leaves)?;
+        self.elementwise_kernel(root, nodes, &leaves, &dims, compute, out_v)
+    }
+
+    /// The kernel of `nodes` (rooted at `root`; none: a copy of the one leaf) over `dims`:
+    /// each leaf loaded at its strides, `nodes` computed in `compute`, value `out_v` stored
+    /// at the output's strides.
+    fn elementwise_kernel(
+        &mut self,
+        root: NodeId,
+        nodes: &[NodeId],
+        leaves: &Leaves,
+        dims: &Dims,
+        compute: ScalarType,
+        out_v: ValueId,
+    ) -> Result<(), LowerError> {
+        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, leaves)?;
         let mut body = Body::new(compute);
         let names =
-            self.prologue(&mut body, nodes, &leaves, &scalars, &|k| flat_index(&dims.strides[k]))?;
+            self.prologue(&mut body, nodes, leaves, &scalars, &|k| flat_index(&dims.strides[k]))?;
         let value = names[&out_v].clone();
-        let (out, slot) = self.output(root, &shape)?;
+        let (out, slot) = self.output(root, &leaves.shape)?;
         body.stmts.push(Stmt::Store {
             buffer: out.name.clone(),
             index: vec![flat_index(&dims.out_strides)],
@@ -400,8 +422,46 @@ impl Lowering<'_> {
         });
         buffers.push(out);
         slots.push(slot);
-        self.push_kernel(root, nodes, buffers, slots, loop_nest(&dims.sizes, body.stmts));
+        let members = if nodes.is_empty() { vec![root] } else { nodes.to_vec() };
+        self.push_kernel(root, &members, buffers, slots, loop_nest(&dims.sizes, body.stmts));
         Ok(())
+    }
+
+    /// A transpose: a loop nest over the output reading its (stored) input at permuted
+    /// strides — dims that stay in order and adjacent merge, so a batch of matrix
+    /// transposes is a 3-deep nest.
+    fn transpose(&mut self, root: NodeId) -> Result<(), LowerError> {
+        let g = self.g;
+        let n = g.node(root);
+        let input =
+            n.inputs.first().copied().flatten().ok_or_else(|| self.err(root, "no input"))?;
+        let Some(Place::Slot(_, in_shape)) = self.places.get(&input).cloned() else {
+            return Err(self.err(root, format!("reads {input}, which is not computed yet")));
+        };
+        let r = in_shape.len();
+        let perm: Vec<usize> = match n.attrs.ints("perm") {
+            None => (0..r).rev().collect(),
+            Some(p) => {
+                let perm: Vec<usize> =
+                    p.iter().filter_map(|&d| usize::try_from(d).ok().filter(|&d| d < r)).collect();
+                let mut seen = perm.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                if perm.len() != r || seen.len() != r {
+                    return Err(
+                        self.err(root, format!("perm {p:?} is not a permutation of {r} dims"))
+                    );
+                }
+                perm
+            }
+        };
+        let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
+        let in_strides = strides_in(&in_shape, &in_shape);
+        let dims =
+            coalesce_strides(&out_shape, vec![perm.iter().map(|&p| in_strides[p]).collect()]);
+        let leaves = Leaves { values: vec![input], shapes: vec![in_shape], shape: out_shape };
+        let elem = scalar_type(g.ty(input).dtype).unwrap_or(ScalarType::F32);
+        self.elementwise_kernel(root, &[], &leaves, &dims, elem.compute(), input)
     }
 
     /// The materialised values `nodes` read, in first-use order, their shapes and the
@@ -620,8 +680,14 @@ struct Dims {
 /// Drops size-1 dimensions and merges adjacent ones that every operand (and the output)
 /// walks contiguously or broadcasts along both.
 fn coalesce(shape: &[usize], leaves: &[Vec<usize>]) -> Dims {
+    coalesce_strides(shape, leaves.iter().map(|s| strides_in(shape, s)).collect())
+}
+
+/// [`coalesce`] for leaves given by their strides over `shape` (a transposed view walks
+/// its input at permuted strides).
+fn coalesce_strides(shape: &[usize], leaves: Vec<Vec<i64>>) -> Dims {
     let r = shape.len();
-    let mut all: Vec<Vec<i64>> = leaves.iter().map(|s| strides_in(shape, s)).collect();
+    let mut all = leaves;
     all.push(strides_in(shape, shape));
     let mut sizes: Vec<usize> = Vec::new();
     let mut merged: Vec<Vec<i64>> = vec![Vec::new(); all.len()];
@@ -722,6 +788,39 @@ mod tests {
         let err = lower(&mm, &[vec![1 << 31, 1 << 31], vec![1 << 31, 1 << 31]], &[None, None])
             .unwrap_err();
         assert!(err.message.contains("overflow index arithmetic"), "{err}");
+    }
+
+    #[test]
+    fn a_transpose_walks_its_input_at_permuted_strides_merging_dims_that_stay_together() {
+        // [2,3,4] with perm [0,2,1]: out [2,4,3] reads the input at strides [12,1,4]; no
+        // two dims stay adjacent in both.
+        let d = coalesce_strides(&[2, 4, 3], vec![vec![12, 1, 4]]);
+        assert_eq!(
+            (d.sizes, d.strides, d.out_strides),
+            (vec![2, 4, 3], vec![vec![12, 1, 4]], vec![12, 3, 1])
+        );
+        // perm [1,2,0]: out [3,4,2] at strides [4,1,12]; the first two dims move together.
+        let d = coalesce_strides(&[3, 4, 2], vec![vec![4, 1, 12]]);
+        assert_eq!(
+            (d.sizes, d.strides, d.out_strides),
+            (vec![12, 2], vec![vec![1, 12]], vec![2, 1])
+        );
+        // Lowered: one kernel, a copy at those strides; a perm naming a dim twice is refused.
+        let text = |perm: &str| {
+            format!(
+                "graph \"t\" {{\n  %0: f32[2,3,4] = input \"x\"\n  %1: f32[2,4,3] = transpose(%0) {{perm = [{perm}]}}\n  return \"y\" = %1\n}}"
+            )
+        };
+        let g = xpu_ir::text::parse(&text("0, 2, 1")).unwrap();
+        let p = lower(&g, &[vec![2, 3, 4]], &[None]).unwrap();
+        assert_eq!(p.steps.len(), 1);
+        let lir = p.module().to_string();
+        assert!(lir.contains("load %in0[%i0*12 + %i1 + %i2*4]"), "{lir}");
+        assert!(lir.contains("store %out[%i0*12 + %i1*3 + %i2]"), "{lir}");
+        if let Ok(g) = xpu_ir::text::parse(&text("0, 1, 1")) {
+            let e = lower(&g, &[vec![2, 3, 4]], &[None]).unwrap_err();
+            assert!(e.message.contains("not a permutation"), "{e}");
+        }
     }
 
     #[test]

@@ -244,9 +244,10 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             Some(ns) => format!("in {:.3} ms by {}", ns as f64 / 1e6, t.by),
             None => format!("inside {}'s run", t.by),
         };
+        let pinned = if t.pinned_host { " through pinned host memory" } else { "" };
         let _ = writeln!(
             s,
-            "moved {} {} {} -> {}: {} bytes {how}",
+            "moved {} {} {} -> {}: {} bytes {how}{pinned}",
             t.value, t.direction, t.from_device, t.to_device, t.bytes
         );
     }

@@ -289,6 +289,14 @@ fn memory_pinned_host_reaches_every_transfer_and_the_record_says_which_were_pinn
             let json = serde_json::to_string(t).unwrap();
             assert_eq!(json.contains("pinned_host"), t.pinned_host, "{json}");
         }
+        // And the explanation says which moves were staged.
+        let g = xpu_ir::text::parse(GRAPH).unwrap();
+        let p = xpu_policy::Loader::new().load_text("t.toml", None, &policy).unwrap();
+        let (_, mut explanation) = xpu_plan::plan(&g, &p, &reg.inventory()).unwrap();
+        explanation.record_run(&run);
+        let text = xpu_plan::render::explanation_text(&explanation, false);
+        let said = text.matches("through pinned host memory").count();
+        assert_eq!(said, staged.iter().filter(|s| **s).count(), "{text}");
     }
 }
 

@@ -149,12 +149,15 @@ fn product_form(
     let dims = |v: ValueId| -> Option<Vec<usize>> {
         g.ty(v).dims.as_ref()?.iter().map(|d| d.known().map(|x| x as usize)).collect()
     };
+    if n.op == Op::MatMul {
+        fold_transposes(g, &mut p, claimed);
+    }
     if let (Some(sa), Some(sb)) = (dims(p.a), dims(p.b)) {
         if n.op == Op::Gemm {
             let t = |k: &str| n.attrs.int(k, 0) != 0;
             gemm_shape(&sa, &sb, t("transA"), t("transB"))?;
         } else {
-            product_shape(&sa, &sb)?;
+            product_shape_t(&sa, &sb, p.trans_a, p.trans_b)?;
         }
     }
     if n.op == Op::Gemm {
@@ -215,11 +218,57 @@ fn sole_user(g: &Graph, uses: &[Vec<NodeId>], v: ValueId) -> Option<NodeId> {
     (!g.is_output(v) && !us.is_empty() && us.iter().all(|u| *u == us[0])).then(|| us[0])
 }
 
+/// Whether `id` is a transpose swapping the last two dims (batch dims in place): what
+/// cuBLASLt reads for free as a transposed operand.
+fn swaps_last_two(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    let Some(r) =
+        n.inputs.first().copied().flatten().and_then(|v| g.ty(v).dims.as_ref().map(Vec::len))
+    else {
+        return false;
+    };
+    if n.op != Op::Transpose || r < 2 {
+        return false;
+    }
+    let want: Vec<i64> = (0..r as i64 - 2).chain([r as i64 - 1, r as i64 - 2]).collect();
+    match n.attrs.ints("perm") {
+        Some(p) => p == want.as_slice(),
+        None => r == 2,
+    }
+}
+
+/// A matmul operand made by a transpose of its last two dims, read by nothing else, is
+/// taken untransposed with cuBLASLt's operand flag set: the transpose joins the product
+/// (no kernel, no copy) — attention's `q · kᵀ`.
+fn fold_transposes(g: &Graph, p: &mut Product, claimed: &std::collections::HashSet<NodeId>) {
+    let uses = g.uses();
+    for b_side in [false, true] {
+        let v = if b_side { p.b } else { p.a };
+        let Some(t) = g.producer(v).filter(|&t| swaps_last_two(g, t) && !claimed.contains(&t))
+        else {
+            continue;
+        };
+        if sole_user(g, &uses, v) != Some(p.matmul) {
+            continue;
+        }
+        let Some(Some(src)) = g.node(t).inputs.first().copied() else { continue };
+        if b_side {
+            p.b = src;
+            p.trans_b = true;
+        } else {
+            p.a = src;
+            p.trans_a = true;
+        }
+        p.nodes.insert(0, t);
+    }
+}
+
 /// Takes a bias add (a vector over the output's columns) and then a ReLU or tanh-GELU into
 /// the product's epilogue, when they are its only readers.
 fn absorb_epilogue(g: &Graph, p: &mut Product, claimed: &std::collections::HashSet<NodeId>) {
     let uses = g.uses();
-    let n_dim = g.ty(p.b).dims.as_ref().and_then(|d| d.last().cloned());
+    // The product's columns (from its output: a folded transpose's B is stored as [n, k]).
+    let n_dim = g.ty(p.out).dims.as_ref().and_then(|d| d.last().cloned());
     let out_rank = g.ty(p.out).dims.as_ref().map_or(0, Vec::len);
     if let Some(u) = sole_user(g, &uses, p.out).filter(|u| !claimed.contains(u)) {
         let node = g.node(u);
@@ -633,7 +682,7 @@ impl SegmentedExecutable {
         let (shape, out_shape) = if gemm {
             gemm_shape(ab.shape(), bb.shape(), p.trans_a, p.trans_b)
         } else {
-            product_shape(ab.shape(), bb.shape())
+            product_shape_t(ab.shape(), bb.shape(), p.trans_a, p.trans_b)
         }
         .map_err(|what| EngineError::Unsupported {
             engine: "cuda".into(),
@@ -825,6 +874,28 @@ impl SegmentedExecutable {
 
 /// The product's dims from its operands' shapes (numpy matmul, batch dims broadcast where
 /// one side has a single matrix), and the output's shape.
+/// [`product_shape`] of operands stored transposed (`trans_a` / `trans_b`: their last two
+/// dims swapped), with the flags set for cuBLASLt.
+pub(crate) fn product_shape_t(
+    sa: &[usize],
+    sb: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<(cublaslt::Shape, Vec<usize>), String> {
+    let view = |s: &[usize], t: bool| {
+        let mut v = s.to_vec();
+        if t && v.len() >= 2 {
+            let r = v.len();
+            v.swap(r - 1, r - 2);
+        }
+        v
+    };
+    let (mut shape, out) = product_shape(&view(sa, trans_a), &view(sb, trans_b))?;
+    shape.trans_a = trans_a;
+    shape.trans_b = trans_b;
+    Ok((shape, out))
+}
+
 pub(crate) fn product_shape(
     sa: &[usize],
     sb: &[usize],
@@ -971,6 +1042,30 @@ mod tests {
   %10: f32[N,2] = gelu(%9) {approximate = "none"}
   return "y" = %10
 }"#;
+
+    #[test]
+    fn a_transpose_of_the_last_two_dims_read_only_by_a_product_is_its_operand_flag() {
+        let lib = loaded();
+        let text = |perm: &str, extra: &str| {
+            format!(
+                "graph \"att\" {{\n  %0: f32[2,5,7] = input \"q\"\n  %1: f32[2,4,7] = input \"k\"\n  %2: f32[2,7,4] = transpose(%1) {{perm = [{perm}]}}\n  %3: f32[2,5,4] = matmul(%0, %2)\n  return \"s\" = %3\n{extra}}}"
+            )
+        };
+        let ps = library_products(&parse(&text("0, 2, 1", "")), &Assignment::new("cuda"), Ok(&lib))
+            .unwrap()
+            .0;
+        assert_eq!(ps.len(), 1);
+        let p = &ps[0];
+        assert!(p.trans_b && !p.trans_a, "{p:?}");
+        assert_eq!((p.b, p.nodes.len()), (ValueId(1), 2), "B is k itself; the transpose joins");
+        let (shape, out) = product_shape_t(&[2, 5, 7], &[2, 4, 7], false, true).unwrap();
+        assert_eq!((shape.m, shape.n, shape.k, shape.batch, shape.trans_b), (5, 4, 7, 2, true));
+        assert_eq!(out, vec![2, 5, 4]);
+        // Read by something else too (the transposed value is an output): stays a kernel.
+        let shared = text("0, 2, 1", "  return \"kt\" = %2\n");
+        let ps = library_products(&parse(&shared), &Assignment::new("cuda"), Ok(&lib)).unwrap().0;
+        assert!(!ps[0].trans_b && ps[0].nodes.len() == 1);
+    }
 
     #[test]
     fn products_take_their_bias_and_activation_when_cublaslt_can() {

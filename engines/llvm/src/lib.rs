@@ -129,7 +129,7 @@ pub fn elementwise_dtypes(floats: &[DType]) -> Vec<OpDtypes> {
 
 fn kernels() -> Vec<KernelCaps> {
     let mut ops = lower::ops::OPS.to_vec();
-    ops.push(Op::Constant);
+    ops.extend([Op::Transpose, Op::Constant]);
     let reduce = KernelCaps {
         name: "llvm.reduce".into(),
         ops: lower::REDUCE_OPS.to_vec(),
@@ -159,7 +159,7 @@ fn kernels() -> Vec<KernelCaps> {
         classes: Vec::new(),
         dtypes: OPERAND_DTYPES.to_vec(),
         deterministic: true,
-        description: "elementwise chains fused into one loop nest per group, JIT-compiled for the host CPU (f16/bf16 stored, computed in f32; i32/i64 arithmetic wraps)".into(),
+        description: "elementwise chains fused into one loop nest per group (a transpose a nest of its own), JIT-compiled for the host CPU (f16/bf16 stored, computed in f32; i32/i64 arithmetic wraps)".into(),
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
         op_dtypes: elementwise_dtypes(&FUSED_DTYPES),

@@ -98,6 +98,11 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         all_ok &= row["ok"].as_bool().unwrap_or(false);
         products.push(row);
     }
+    for case in [("bias + relu", BIAS_RELU), ("bias + gelu(tanh)", BIAS_GELU)] {
+        let row = special_values(&engine, case.0, case.1);
+        all_ok &= row["ok"].as_bool().unwrap_or(false);
+        products.push(row);
+    }
     let planned_runs = planned(dir, &programs).unwrap_or_else(|e| {
         vec![json!({"program": "(all)", "ok": false, "error": format!("{e:#}")})]
     });
@@ -474,8 +479,37 @@ fn library_cases() -> Vec<LibraryCase> {
         case("bf16 batched, both", BATCHED_BOTH, "bf16", false, 2e-2, "none"),
         case("Gemm f32 transB, C bias + relu", GEMM_LINEAR, "f32", false, 1e-5, "bias + relu"),
         case("Gemm bf16 transA, alpha/beta, C matrix", GEMM_FULL_C, "bf16", false, 2e-2, "none"),
+        // Attention's scores: k transposed by a node the call folds into its B flag.
+        case("f32 batched q·kᵀ, transpose folded (Bᵀ)", QK_T, "f32", false, 1e-5, "none"),
+        case(
+            "bf16 batched q·kᵀ + bias + relu, transpose folded (Bᵀ)",
+            QK_T_RELU,
+            "bf16",
+            false,
+            2e-2,
+            "bias + relu",
+        ),
     ]
 }
+
+const QK_T: &str = r#"graph "lt" {
+  %0: {T}[3,37,64] = input "q"
+  %1: {T}[3,48,64] = input "k"
+  %2: {T}[3,64,48] = transpose(%1) {perm = [0, 2, 1]}
+  %3: {T}[3,37,48] = matmul(%0, %2) @name("scores")
+  return "s" = %3
+}"#;
+
+const QK_T_RELU: &str = r#"graph "lt" {
+  %0: {T}[3,37,64] = input "q"
+  %1: {T}[3,48,64] = input "k"
+  %2: {T}[48] = input "bias"
+  %3: {T}[3,64,48] = transpose(%1) {perm = [0, 2, 1]}
+  %4: {T}[3,37,48] = matmul(%0, %3) @name("scores")
+  %5: {T}[3,37,48] = add(%4, %2)
+  %6: {T}[3,37,48] = relu(%5)
+  return "s" = %6
+}"#;
 
 const BIAS_RELU: &str = r#"graph "lt" {
   %0: {T}[37,64] = input "a"
@@ -563,19 +597,59 @@ fn library_case(engine: &CudaEngine, case: &LibraryCase) -> Json {
         for (x, y) in got.outputs.iter().zip(&want) {
             worst = worst.max(relative_error(x, y)?);
         }
-        let plan = got
-            .facts
-            .iter()
-            .find(|f| f.key == "cuda.cublaslt")
-            .map(|f| f.value.clone())
-            .unwrap_or_default();
+        let plan = fact(&got.facts, "cuda.cublaslt");
         let on_library = kernels_of(&got.timings).iter().any(|k| k == "cuda.cublaslt");
-        let fused = plan.contains(&format!("epilogue {}:", case.epilogue));
+        // A folded transpose shows as the operand flag in the plan.
+        let flag = !case.name.contains("(Bᵀ)") || plan.contains(" Bᵀ");
+        let fused = plan.contains(&format!("epilogue {}:", case.epilogue)) && flag;
         Ok(json!({"case": case.name, "ok": worst <= case.tolerance && on_library && fused,
                   "max_relative_error": worst, "tolerance": case.tolerance,
                   "kernels": kernels_of(&got.timings), "plan": plan}))
     };
     run().unwrap_or_else(|e| json!({"case": case.name, "ok": false, "error": format!("{e:#}")}))
+}
+
+/// A fused cuBLASLt epilogue fed NaN and ±inf (placed in the bias, so whole columns of the
+/// product carry them) against the cpu engine, element by element: a NaN must stay a NaN
+/// (the cpu engine's ReLU keeps it), an infinity its sign.
+fn special_values(engine: &CudaEngine, epilogue: &str, text: &str) -> Json {
+    let name = format!("f32 {epilogue}, NaN and ±inf in the bias");
+    let run = || -> Result<Json> {
+        let g =
+            xpu_ir::text::parse(&text.replace("{T}", "f32")).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut ins = inputs_within(&g, 1, 0.5)?;
+        let mut bias = ins[2].to_f64_vec().iter().map(|&v| v as f32).collect::<Vec<_>>();
+        for (i, v) in
+            [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN].into_iter().enumerate()
+        {
+            bias[3 * i + 1] = v;
+        }
+        ins[2] = Tensor::from_vec(ins[2].shape().to_vec(), bias)?;
+        let want = xpu_engine_cpu::CpuEngine::new()
+            .prepare(&g, &Assignment::new("cpu"))?
+            .run(&ins)?
+            .outputs;
+        let got = engine.prepare(&g, &assignment("cuda", Capture::Eager))?.run(&ins)?;
+        let (x, y) = (got.outputs[0].to_f64_vec(), want[0].to_f64_vec());
+        let mut mismatched = Vec::new();
+        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
+            let same = (a.is_nan() && b.is_nan())
+                || (a.is_infinite() && a == b)
+                || (a.is_finite() && b.is_finite() && (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+            if !same && mismatched.len() < 4 {
+                mismatched.push(format!("[{i}] cuda {a} cpu {b}"));
+            }
+        }
+        let plan = fact(&got.facts, "cuda.cublaslt");
+        Ok(json!({"case": name, "ok": mismatched.is_empty(), "max_relative_error": 0.0,
+                  "tolerance": 1e-5, "mismatches": mismatched, "plan": plan}))
+    };
+    run().unwrap_or_else(|e| json!({"case": name, "ok": false, "error": format!("{e:#}")}))
+}
+
+/// The value of fact `key` among `facts` (empty when absent).
+fn fact(facts: &[xpu_engine::Fact], key: &str) -> String {
+    facts.iter().find(|f| f.key == key).map(|f| f.value.clone()).unwrap_or_default()
 }
 
 /// bf16 `n³` through cuBLASLt on device-resident inputs: median device time of the product
