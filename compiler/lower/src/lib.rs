@@ -124,7 +124,7 @@ pub fn op_classes() -> Vec<OpClass> {
     let mut classes: Vec<OpClass> = ops::OPS
         .iter()
         .chain(REDUCE_OPS)
-        .chain(&[Op::MatMul, Op::Transpose])
+        .chain(&[Op::MatMul, Op::Transpose, Op::LayerNormalization])
         .map(|o| o.class())
         .collect();
     classes.sort();
@@ -369,6 +369,9 @@ impl Lowering<'_> {
         }
         if op == Op::Transpose {
             return self.transpose(root);
+        }
+        if op == Op::LayerNormalization {
+            return self.layer_norm(root);
         }
         let products: Vec<NodeId> =
             nodes.iter().copied().filter(|&n| self.g.node(n).op == Op::MatMul).collect();
@@ -642,7 +645,7 @@ impl Lowering<'_> {
             all.push(root);
         }
         let op = g.node(root).op;
-        let implements = if REDUCE_OPS.contains(&op) {
+        let implements = if REDUCE_OPS.contains(&op) || op == Op::LayerNormalization {
             "llvm.reduce"
         } else if op == Op::MatMul {
             "llvm.gemm"

@@ -10,6 +10,21 @@ use xpu_lir::{Affine, BinaryOp as B, Expr, Literal, ReduceOp, Stmt, UnaryOp as U
 use super::ops::Body;
 use super::{Leaves, LowerError, Lowering, index, strides_in};
 
+/// `row` inside a loop `%i<d>` over each of `dims` (dim, extent), the outermost parallel.
+fn row_loops(dims: &[(usize, usize)], row: Vec<Stmt>) -> Vec<Stmt> {
+    let mut body = row;
+    for (i, &(d, extent)) in dims.iter().enumerate().rev() {
+        body = vec![Stmt::For {
+            var: format!("i{d}"),
+            lo: Affine::constant(0),
+            hi: Affine::constant(extent as i64),
+            parallel: i == 0,
+            body,
+        }];
+    }
+    body
+}
+
 /// Lanes of the innermost reduction.
 const LANES: u32 = 8;
 
@@ -321,18 +336,148 @@ impl Lowering<'_> {
         }
         buffers.push(out);
         slots.push(slot);
-        let mut body = row.stmts;
-        let others: Vec<usize> = (0..rank).filter(|&d| d != axis).collect();
-        for (i, &d) in others.iter().enumerate().rev() {
-            body = vec![Stmt::For {
-                var: format!("i{d}"),
-                lo: Affine::constant(0),
-                hi: Affine::constant(shape[d] as i64),
-                parallel: i == 0,
-                body,
-            }];
+        let others: Vec<(usize, usize)> =
+            (0..rank).filter(|&d| d != axis).map(|d| (d, shape[d])).collect();
+        self.push_kernel(root, data, buffers, slots, row_loops(&others, row.stmts));
+        Ok(())
+    }
+}
+
+impl Lowering<'_> {
+    /// ONNX LayerNormalization over the dims from `axis` on (flattened into one row, which
+    /// they are in memory): per row the mean, the variance about it, then
+    /// `(x − mean) · 1/√(var + ε) · scale + bias`. Scale and bias must cover the whole
+    /// normalised shape (a partly broadcast one would not flatten); the optional mean and
+    /// inverse-deviation outputs are stored per row.
+    pub(super) fn layer_norm(&mut self, root: NodeId) -> Result<(), LowerError> {
+        let g = self.g;
+        let node = g.node(root);
+        let input = |i: usize| node.inputs.get(i).copied().flatten();
+        let (Some(x), Some(scale)) = (input(0), input(1)) else {
+            return Err(self.err(root, "layer_normalization needs X and Scale"));
+        };
+        let shape_of = |v: ValueId| match self.places.get(&v) {
+            Some(super::Place::Slot(_, s)) => Ok(s.clone()),
+            _ => Err(self.err(root, format!("reads {v}, which is not computed yet"))),
+        };
+        let xs = shape_of(x)?;
+        let rank = xs.len();
+        let axis_attr = node.attrs.int("axis", -1);
+        let axis =
+            xpu_ir::infer::normalize_axis(axis_attr, rank.max(1)).filter(|_| rank > 0).ok_or_else(
+                || self.err(root, format!("axis {axis_attr} out of range for rank {rank}")),
+            )?;
+        let n: usize = xs[axis..].iter().product();
+        let mut leaves = Leaves { values: vec![x], shapes: Vec::new(), shape: Vec::new() };
+        let mut view: Vec<usize> = xs[..axis].to_vec();
+        view.push(n);
+        leaves.shapes.push(view.clone());
+        for v in [Some(scale), input(2)].into_iter().flatten() {
+            let s = shape_of(v)?;
+            let trailing: Vec<usize> = s.iter().copied().skip_while(|&d| d == 1).collect();
+            let want: Vec<usize> = xs[axis..].iter().copied().skip_while(|&d| d == 1).collect();
+            if trailing != want && s.iter().product::<usize>() != 1 {
+                return Err(self.err(
+                    root,
+                    format!("scale/bias of shape {s:?} over normalised dims {:?}", &xs[axis..]),
+                ));
+            }
+            leaves.values.push(v);
+            leaves.shapes.push(if s.iter().product::<usize>() == 1 { vec![1] } else { vec![n] });
         }
-        self.push_kernel(root, data, buffers, slots, body);
+        leaves.shape = view.clone();
+        let compute = self.compute_type(&[root]);
+        let (mut buffers, mut slots, scalars) = self.leaf_buffers(root, &leaves)?;
+        let strides: Vec<Vec<i64>> = leaves.shapes.iter().map(|l| strides_in(&view, l)).collect();
+        let r = view.len() - 1;
+        let vars = |a: &str| -> Vec<String> {
+            (0..=r).map(|d| if d == r { a.to_string() } else { format!("i{d}") }).collect()
+        };
+        // Leaf k at the row position named `a` (an inlined scalar as its constant).
+        let leaf = |body: &mut Body, k: usize, a: &str| -> String {
+            let v = leaves.values[k];
+            match scalars.get(&v) {
+                Some(&c) => body.num(c),
+                None => {
+                    let elem = super::scalar_type(g.ty(v).dtype).unwrap_or(compute);
+                    body.load(&format!("in{k}"), index(&vars(a), &strides[k]), elem)
+                }
+            }
+        };
+        let sum =
+            |body: Body, var: &str| reduce_expr(ReduceOp::Add, compute, LANES, var, n, body.stmts);
+        let mut row = Body::with_prefix(compute, "f");
+        let mut b = Body::with_prefix(compute, "a");
+        let v = leaf(&mut b, 0, "a");
+        b.push(Stmt::Yield(v));
+        row.push(Stmt::Let { name: "u0".into(), value: sum(b, "a") });
+        let count = row.num(n as f64);
+        let mean = row.bin(B::Div, "u0", &count);
+        let mut b = Body::with_prefix(compute, "b");
+        let v = leaf(&mut b, 0, "b");
+        let d = b.bin(B::Sub, &v, &mean);
+        let sq = b.bin(B::Mul, &d, &d);
+        b.push(Stmt::Yield(sq));
+        row.push(Stmt::Let { name: "v0".into(), value: sum(b, "b") });
+        let var = row.bin(B::Div, "v0", &count);
+        let eps = row.num(node.attrs.float("epsilon", 1e-5));
+        let shifted = row.bin(B::Add, &var, &eps);
+        let dev = row.un(U::Sqrt, &shifted);
+        let inv = row.un(U::Recip, &dev);
+        // Mean and 1/σ (outputs 1 and 2), one element per row.
+        let mut row_shape = xs[..axis].to_vec();
+        row_shape.resize(rank, 1);
+        let outer: Vec<String> = (0..r).map(|d| format!("i{d}")).collect();
+        let row_index = index(&outer, &strides_in(&view[..r], &view[..r]));
+        for (k, value) in [(1, &mean), (2, &inv)] {
+            let Some(&v) = node.outputs.get(k) else { continue };
+            let dtype = g.ty(v).dtype;
+            let elem = super::scalar_type(dtype)
+                .ok_or_else(|| self.err(root, format!("dtype {dtype} is not one LIR-ML stores")))?;
+            let id = self.values.len();
+            self.values.push(super::ValueInfo { dtype, shape: row_shape.clone() });
+            let name = format!("out{k}");
+            buffers.push(xpu_lir::Buffer {
+                name: name.clone(),
+                elem,
+                shape: vec![Affine::constant(row_shape.iter().product::<usize>() as i64)],
+                access: xpu_lir::Access::Out,
+            });
+            slots.push(super::Slot::Computed(id));
+            row.push(Stmt::Store {
+                buffer: name,
+                index: vec![row_index.clone()],
+                value: value.clone(),
+            });
+            self.places.insert(v, super::Place::Slot(super::Slot::Computed(id), row_shape.clone()));
+        }
+        let (out, slot) = self.output(root, &xs)?;
+        let mut b = Body::with_prefix(compute, "c");
+        let v = leaf(&mut b, 0, "c");
+        let d = b.bin(B::Sub, &v, &mean);
+        let z = b.bin(B::Mul, &d, &inv);
+        let s = leaf(&mut b, 1, "c");
+        let mut y = b.bin(B::Mul, &z, &s);
+        if leaves.values.len() > 2 {
+            let bias = leaf(&mut b, 2, "c");
+            y = b.bin(B::Add, &y, &bias);
+        }
+        b.push(Stmt::Store {
+            buffer: out.name.clone(),
+            index: vec![index(&vars("c"), &strides_in(&view, &view))],
+            value: y,
+        });
+        row.push(Stmt::For {
+            var: "c".into(),
+            lo: Affine::constant(0),
+            hi: Affine::constant(n as i64),
+            parallel: false,
+            body: b.stmts,
+        });
+        buffers.push(out);
+        slots.push(slot);
+        let outer: Vec<(usize, usize)> = (0..r).map(|d| (d, view[d])).collect();
+        self.push_kernel(root, &[root], buffers, slots, row_loops(&outer, row.stmts));
         Ok(())
     }
 }

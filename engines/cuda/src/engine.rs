@@ -359,13 +359,13 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
     use xpu_lower as lower;
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend(lower::REDUCE_OPS);
-    ops.extend([Op::Transpose, Op::Constant]);
+    ops.extend([Op::Transpose, Op::LayerNormalization, Op::Constant]);
     let mut op_dtypes = xpu_lower::narrower_dtypes(&xpu_lower::FUSED_DTYPES)
         .into_iter()
         .map(|(ops, dtypes)| xpu_engine::OpDtypes { ops, dtypes })
         .collect::<Vec<_>>();
     op_dtypes.push(xpu_engine::OpDtypes {
-        ops: lower::REDUCE_OPS.to_vec(),
+        ops: lower::REDUCE_OPS.iter().copied().chain([Op::LayerNormalization]).collect(),
         dtypes: xpu_lower::FUSED_DTYPES.to_vec(),
     });
     let mut out = vec![
@@ -375,7 +375,7 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
             classes: Vec::new(),
             dtypes: xpu_lower::OPERAND_DTYPES.to_vec(),
             deterministic: true,
-            description: "LIR-ML groups (elementwise chains with broadcasting, reductions, softmax, transposes) as CUDA C++ compiled by NVRTC to a cubin for the device; reductions serial per thread in a fixed order, no atomics".into(),
+            description: "LIR-ML groups (elementwise chains with broadcasting, reductions, softmax, layer norm, transposes) as CUDA C++ compiled by NVRTC to a cubin for the device; reductions serial per thread in a fixed order, no atomics".into(),
             device: None,
             operand_dtypes: xpu_lower::OPERAND_DTYPES.to_vec(),
             op_dtypes,

@@ -132,11 +132,11 @@ fn kernels() -> Vec<KernelCaps> {
     ops.extend([Op::Transpose, Op::Constant]);
     let reduce = KernelCaps {
         name: "llvm.reduce".into(),
-        ops: lower::REDUCE_OPS.to_vec(),
+        ops: lower::REDUCE_OPS.iter().copied().chain([Op::LayerNormalization]).collect(),
         classes: Vec::new(),
         dtypes: FUSED_DTYPES.to_vec(),
         deterministic: true,
-        description: "reductions over any axes and softmax along an axis, elementwise producers computed inside; fixed 8-lane accumulators".into(),
+        description: "reductions over any axes, softmax along an axis and layer normalisation over the trailing dims, elementwise producers computed inside; fixed 8-lane accumulators".into(),
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
         op_dtypes: Vec::new(),
