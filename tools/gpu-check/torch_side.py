@@ -161,6 +161,9 @@ def report(xpu_path, torch_path, out):
             for name in ("pageable", "pinned"):
                 r = tr[name]
                 lines.append(f"| {name} | {r['upload_gbps']:.1f} | {r['download_gbps']:.1f} | {r['round_trip_equal']} |")
+        oom = xpu.get("out_of_memory")
+        if oom:
+            lines += ["", f"Out of memory (a 512 GiB arena): ok {oom['ok']}: {oom.get('error')}; a small program runs after: {oom.get('runs_after')}"]
         wc = xpu.get("whole_capture", [])
         if wc:
             lines += ["", "## Partitions with cuBLASLt calls captured whole (batch 37, device-resident, µs per whole call, median)", "",

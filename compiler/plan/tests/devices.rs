@@ -343,7 +343,12 @@ fn a_failing_upload_names_the_value_and_devices() {
             device: DeviceId,
             _: HostMemory,
         ) -> Result<Value, EngineError> {
-            Err(EngineError::OutOfMemory { device, requested: t.size_bytes() as u64, available: 0 })
+            Err(EngineError::OutOfMemory {
+                device,
+                requested: t.size_bytes() as u64,
+                available: 0,
+                reserved: 64,
+            })
         }
     }
     let mut reg = Registry::new();
@@ -353,6 +358,6 @@ fn a_failing_upload_names_the_value_and_devices() {
     let err = xpu_plan::GraphExec::new(Arc::new(plan), &reg).unwrap().run(&inputs()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "moving %2 host -> cuda:0: cuda:0: out of memory: 128 bytes requested, 0 available"
+        "moving %2 host -> cuda:0: cuda:0: out of memory: 128 bytes requested, 0 available, 64 held by the engine"
     );
 }

@@ -356,9 +356,13 @@ pub enum EngineError {
     /// The run needed more than the policy's `memory.limit`.
     #[error("{what}: needs {needed} bytes, over memory.limit ({limit} bytes)")]
     MemoryLimit { what: String, needed: u64, limit: u64 },
-    /// The device had not enough free memory.
-    #[error("{device}: out of memory: {requested} bytes requested, {available} available")]
-    OutOfMemory { device: DeviceId, requested: u64, available: u64 },
+    /// The device had not enough free memory: what was asked, what the device had free, and
+    /// what the engine itself held there (its arenas, workspaces and bound buffers) — the
+    /// part a smaller `memory.limit` or another pool could give back.
+    #[error(
+        "{device}: out of memory: {requested} bytes requested, {available} available, {reserved} held by the engine"
+    )]
+    OutOfMemory { device: DeviceId, requested: u64, available: u64, reserved: u64 },
     /// A device value was asked of an engine that keeps none on that device (it computes on
     /// the host, or the buffer is another engine's).
     #[error("{engine} keeps no values on {device}: cannot {what}")]

@@ -44,6 +44,36 @@ pub(crate) struct Gpu {
     /// Pinned staging buffers (`memory.pinned_host`) and the generation they were made in;
     /// one transfer at a time uses them.
     staging: Mutex<Option<(u64, crate::staging::Staging)>>,
+    /// Device bytes the engine holds between runs ([`Held`]): what an OOM reports as
+    /// reserved.
+    pub(crate) held: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A device allocation the engine keeps between runs (an arena, a workspace, bound input
+/// buffers), counted in [`Gpu::held`] while it lives.
+pub(crate) struct Held {
+    slice: CudaSlice<u8>,
+    counter: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Held {
+    pub(crate) fn new(slice: CudaSlice<u8>, gpu: &Gpu) -> Held {
+        gpu.held.fetch_add(slice.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Held { slice, counter: gpu.held.clone() }
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = CudaSlice<u8>;
+    fn deref(&self) -> &CudaSlice<u8> {
+        &self.slice
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.slice.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Gpu {
@@ -98,7 +128,8 @@ impl Gpu {
                 .ok()
                 .and_then(|c| c.0.as_ref().and_then(|c| c.mem_get_info().ok()))
                 .map_or(0, |(free, _)| free as u64);
-            return EngineError::OutOfMemory { device: DEVICE, requested: 0, available };
+            let reserved = self.held.load(std::sync::atomic::Ordering::Relaxed);
+            return EngineError::OutOfMemory { device: DEVICE, requested: 0, available, reserved };
         }
         let sticky = matches!(
             code,
@@ -294,6 +325,7 @@ impl CudaEngine {
                 config,
                 context: Mutex::new((None, 0)),
                 staging: Mutex::new(None),
+                held: Default::default(),
             }))
         });
         CudaEngine { gpu }

@@ -26,7 +26,7 @@ use xpu_lower::{self as lower, Program, Slot};
 
 use crate::arena::ArenaPlan;
 use crate::codegen;
-use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes, upload_bytes};
+use crate::engine::{CudaBuffer, DEVICE, Gpu, Held, host_bytes, upload_bytes};
 use crate::image;
 
 /// A captured graph, instantiated, and the stream of its own it was captured and replays
@@ -51,11 +51,11 @@ struct Compiled {
     constants: Vec<Vec<Option<CudaSlice<u8>>>>,
     plan: ArenaPlan,
     /// The arena, kept between runs under `memory.pool = "arena"`.
-    arena: Option<CudaSlice<u8>>,
+    arena: Option<Held>,
     /// Each input's bytes at these shapes.
     input_sizes: Vec<usize>,
     /// Fixed input buffers a captured graph reads (graph mode only).
-    bound_inputs: Vec<CudaSlice<u8>>,
+    bound_inputs: Vec<Held>,
     graph: Option<Replay>,
     runs: u64,
     /// Graphs captured for this shape set (one, unless a context reset forced another).
@@ -216,10 +216,11 @@ impl CudaExecutable {
         let arena = if self.pool == Pool::Arena {
             // SAFETY: the arena's bytes are written by kernels before they are read (each
             // value is stored by the step that defines it, ahead of its readers).
-            Some(
+            Some(Held::new(
                 unsafe { stream.alloc::<u8>(plan.bytes.max(1) as usize) }
                     .map_err(|e| self.oom(e, plan.bytes, "arena"))?,
-            )
+                gpu,
+            ))
         } else {
             None
         };
@@ -259,8 +260,8 @@ impl CudaExecutable {
 
     fn oom(&self, e: cudarc::driver::DriverError, requested: u64, what: &str) -> EngineError {
         match self.gpu.driver_error(what, "allocation", e) {
-            EngineError::OutOfMemory { device, available, .. } => {
-                EngineError::OutOfMemory { device, requested, available }
+            EngineError::OutOfMemory { device, available, reserved, .. } => {
+                EngineError::OutOfMemory { device, requested, available, reserved }
             }
             other => other,
         }
@@ -354,10 +355,11 @@ impl CudaExecutable {
             if c.bound_inputs.is_empty() {
                 for &bytes in &c.input_sizes {
                     // SAFETY: written by the bind copy below before any kernel reads it.
-                    c.bound_inputs.push(
+                    c.bound_inputs.push(Held::new(
                         unsafe { stream.alloc::<u8>(bytes.max(1)) }
                             .map_err(|e| gpu.driver_error("inputs", "allocation", e))?,
-                    );
+                        &gpu,
+                    ));
                 }
             }
             for (k, (src, dst)) in input_ptrs.iter().zip(&c.bound_inputs).enumerate() {

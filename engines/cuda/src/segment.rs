@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaStream, DevicePtr};
 use xpu_engine::options::{Capture, Determinism, Fallback, PrecisionName};
 use xpu_engine::{
     Assignment, EngineError, Executable, Execution, Fact, NodeTiming, StopToken, Value,
@@ -369,7 +369,7 @@ struct LibraryState {
     generation: u64,
     stream: Arc<CudaStream>,
     handle: Handle,
-    workspace: Option<CudaSlice<u8>>,
+    workspace: Option<crate::engine::Held>,
 }
 
 pub(crate) struct SegmentedExecutable {
@@ -774,13 +774,14 @@ impl SegmentedExecutable {
             }
             state.workspace = None;
             // SAFETY: scratch memory cuBLASLt writes before it reads.
-            state.workspace =
-                Some(unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }.map_err(|e| {
+            let slice =
+                unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }.map_err(|e| {
                     with_request(
                         gpu.driver_error(&label, "workspace allocation", e),
                         plan.workspace_bytes,
                     )
-                })?);
+                })?;
+            state.workspace = Some(crate::engine::Held::new(slice, &gpu));
         }
         let data =
             match into {
@@ -981,8 +982,8 @@ pub(crate) fn gemm_shape(
 /// A driver OOM with the bytes the failed allocation asked for.
 fn with_request(e: EngineError, bytes: usize) -> EngineError {
     match e {
-        EngineError::OutOfMemory { device, available, .. } => {
-            EngineError::OutOfMemory { device, requested: bytes as u64, available }
+        EngineError::OutOfMemory { device, available, reserved, .. } => {
+            EngineError::OutOfMemory { device, requested: bytes as u64, available, reserved }
         }
         other => other,
     }

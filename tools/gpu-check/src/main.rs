@@ -80,6 +80,8 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
     }
     let replay = replay_vs_eager(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     let transfers = transfers(&engine).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+    let oom = out_of_memory(&engine);
+    all_ok &= oom["ok"].as_bool().unwrap_or(false);
     let mut whole = Vec::new();
     for (name, g) in programs.iter().filter(|(n, _)| n == "mlp" || n == "matmul_square") {
         whole.push(
@@ -126,6 +128,7 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
         "throughput": bench,
         "graph_replay": replay,
         "transfers": transfers,
+        "out_of_memory": oom,
         "whole_capture": whole,
         "cublaslt": products,
         "planned": planned_runs,
@@ -645,6 +648,33 @@ fn special_values(engine: &CudaEngine, epilogue: &str, text: &str) -> Json {
                   "tolerance": 1e-5, "mismatches": mismatched, "plan": plan}))
     };
     run().unwrap_or_else(|e| json!({"case": name, "ok": false, "error": format!("{e:#}")}))
+}
+
+/// A partition whose arena cannot fit the device (two 256 GiB values, shapes known, so it
+/// is made at prepare): the typed error with the bytes asked for, free and held by the
+/// engine, and the engine usable afterwards.
+fn out_of_memory(engine: &CudaEngine) -> Json {
+    let text = "graph \"huge\" {\n  %0: f32[65536,1048576] = input \"x\"\n  %1: f32[65536,1048576] = exp(%0)\n  %2: f32[65536,1048576] = neg(%1)\n  %3: f32[65536,1048576] = exp(%2)\n  return \"y\" = %3\n}";
+    let g = match xpu_ir::text::parse(text) {
+        Ok(g) => g,
+        Err(e) => return json!({"ok": false, "error": e.to_string()}),
+    };
+    let err = match engine.prepare(&g, &assignment("cuda", Capture::Eager)) {
+        Ok(_) => return json!({"ok": false, "error": "a 512 GiB arena was allocated"}),
+        Err(e) => e,
+    };
+    let typed = matches!(err, xpu_engine::EngineError::OutOfMemory { requested, available, .. } if requested >= 1 << 38 && available > 0);
+    // The context survives an out-of-memory error: a small program still runs.
+    let after = xpu_ir::text::parse(ADD_ROW).ok().and_then(|g| {
+        Some(
+            engine
+                .prepare(&g, &assignment("cuda", Capture::Eager))
+                .ok()?
+                .run(&inputs(&g, 4).ok()?)
+                .is_ok(),
+        )
+    });
+    json!({"ok": typed && after == Some(true), "error": err.to_string(), "runs_after": after})
 }
 
 /// The value of fact `key` among `facts` (empty when absent).
