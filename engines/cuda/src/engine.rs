@@ -76,6 +76,26 @@ impl Drop for Held {
     }
 }
 
+/// Bytes of allocations owned elsewhere (a captured graph's fixed buffers, held as values)
+/// counted in [`Gpu::held`] while this lives.
+pub(crate) struct HeldBytes {
+    bytes: u64,
+    counter: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HeldBytes {
+    pub(crate) fn new(bytes: u64, gpu: &Gpu) -> HeldBytes {
+        gpu.held.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        HeldBytes { bytes, counter: gpu.held.clone() }
+    }
+}
+
+impl Drop for HeldBytes {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Gpu {
     /// The live context and its generation, made if there is none.
     pub fn context(&self) -> Result<(Arc<CudaContext>, u64), EngineError> {

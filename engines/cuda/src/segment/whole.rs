@@ -30,6 +30,8 @@ pub(super) struct Whole {
     stream: Arc<CudaStream>,
     /// The fixed buffers: partition inputs and every value a segment computes.
     fixed: HashMap<ValueId, Value>,
+    /// Their bytes, counted as held by the engine while the graph lives.
+    _held: crate::engine::HeldBytes,
 }
 // SAFETY: as for exec's `Replay`: the graph belongs to one executable, which runs through
 // `&mut self` (one call at a time) and is only moved between threads, never shared.
@@ -287,6 +289,8 @@ impl SegmentedExecutable {
         }
         let graph =
             graph.ok_or_else(|| EngineError::Other("cuda: the capture made no graph".into()))?;
-        Ok(Ok(Whole { generation, inputs: inputs.to_vec(), graph, stream, fixed }))
+        let bytes = fixed.values().map(Value::size_bytes).sum();
+        let _held = crate::engine::HeldBytes::new(bytes, &self.gpu);
+        Ok(Ok(Whole { generation, inputs: inputs.to_vec(), graph, stream, fixed, _held }))
     }
 }
