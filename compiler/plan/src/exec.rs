@@ -50,8 +50,6 @@ struct Prepared {
     sources: Vec<Option<NodeId>>,
     exe: Box<dyn Executable>,
     prepare_nanos: u64,
-    /// `memory.pinned_host` of its assignment.
-    pinned_host: bool,
 }
 
 /// The outcome of one run: outputs in graph-output order, and what happened.
@@ -73,6 +71,8 @@ pub struct GraphExec {
     /// Runs begun on it: the first one reports its partitions `prepared`, later ones
     /// `reused`.
     runs: u64,
+    /// The host memory its transfers go through (`memory.pinned_host`).
+    host: HostMemory,
     /// Bytes of the constants (weights) its executables hold.
     weight_bytes: u64,
 }
@@ -152,7 +152,6 @@ impl GraphExec {
                 sources,
                 exe,
                 prepare_nanos,
-                pinned_host: assignment.options.pinned_host,
             });
         }
         let weight_bytes = plan
@@ -162,7 +161,13 @@ impl GraphExec {
             .filter_map(|n| n.attrs.tensor("value"))
             .map(|t| t.size_bytes() as u64)
             .sum();
-        Ok(GraphExec { plan, parts, runs: 0, weight_bytes })
+        // `memory.pinned_host` is one policy key: the plan's execution options carry it.
+        let host = if plan.partitions.iter().any(|p| p.assignment.options.pinned_host) {
+            HostMemory::Pinned
+        } else {
+            HostMemory::Pageable
+        };
+        Ok(GraphExec { plan, parts, runs: 0, weight_bytes, host })
     }
 
     pub fn plan(&self) -> &CapturePlan {
@@ -216,10 +221,7 @@ impl GraphExec {
         let g = &self.plan.graph;
         xpu_engine::check_inputs(g, inputs).map_err(ExecError::Inputs)?;
         let start = Instant::now();
-        // `memory.pinned_host` is one policy key: every partition carries the same value.
-        let pinned = self.parts.iter().any(|p| p.pinned_host);
-        let host = if pinned { HostMemory::Pinned } else { HostMemory::Pageable };
-        let mut values = ValueTable::new(g.values.len(), host);
+        let mut values = ValueTable::new(g.values.len(), self.host);
         for (&v, t) in g.inputs.iter().zip(inputs) {
             values.set(v, Value::Host(t.clone()));
         }

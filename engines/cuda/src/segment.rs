@@ -64,6 +64,8 @@ pub(crate) fn library_products(
     let mut notes = Vec::new();
     // Nodes a product already took (its epilogue): no second product takes them.
     let mut claimed = std::collections::HashSet::new();
+    // Who reads each value: what the folds and epilogues below ask of every product.
+    let uses = g.uses();
     for id in g.node_ids() {
         let n = g.node(id);
         if !matches!(n.op, Op::MatMul | Op::Gemm) {
@@ -73,7 +75,7 @@ pub(crate) fn library_products(
         if pinned == Some(NAIVE) {
             continue;
         }
-        let why_not = product_form(g, id, tf32, library, &claimed);
+        let why_not = product_form(g, &uses, id, tf32, library, &claimed);
         match (why_not, pinned) {
             (Ok(p), _) => {
                 claimed.extend(p.nodes.iter().copied());
@@ -108,6 +110,7 @@ pub(crate) fn library_products(
 /// The product at `mm` as cuBLASLt takes it, or why it cannot.
 fn product_form(
     g: &Graph,
+    uses: &[Vec<NodeId>],
     mm: NodeId,
     tf32: bool,
     library: Result<&cublaslt::Library, &String>,
@@ -150,7 +153,7 @@ fn product_form(
         g.ty(v).dims.as_ref()?.iter().map(|d| d.known().map(|x| x as usize)).collect()
     };
     if n.op == Op::MatMul {
-        fold_transposes(g, &mut p, claimed);
+        fold_transposes(g, uses, &mut p, claimed);
     }
     if let (Some(sa), Some(sb)) = (dims(p.a), dims(p.b)) {
         if n.op == Op::Gemm {
@@ -163,9 +166,9 @@ fn product_form(
     if n.op == Op::Gemm {
         gemm_form(g, mm, &mut p)?;
         // C over columns is the bias epilogue already: only an activation may follow.
-        absorb_activation(g, &g.uses(), &mut p, claimed);
+        absorb_activation(g, uses, &mut p, claimed);
     } else {
-        absorb_epilogue(g, &mut p, claimed);
+        absorb_epilogue(g, uses, &mut p, claimed);
     }
     Ok(p)
 }
@@ -240,15 +243,19 @@ fn swaps_last_two(g: &Graph, id: NodeId) -> bool {
 /// A matmul operand made by a transpose of its last two dims, read by nothing else, is
 /// taken untransposed with cuBLASLt's operand flag set: the transpose joins the product
 /// (no kernel, no copy) — attention's `q · kᵀ`.
-fn fold_transposes(g: &Graph, p: &mut Product, claimed: &std::collections::HashSet<NodeId>) {
-    let uses = g.uses();
+fn fold_transposes(
+    g: &Graph,
+    uses: &[Vec<NodeId>],
+    p: &mut Product,
+    claimed: &std::collections::HashSet<NodeId>,
+) {
     for b_side in [false, true] {
         let v = if b_side { p.b } else { p.a };
         let Some(t) = g.producer(v).filter(|&t| swaps_last_two(g, t) && !claimed.contains(&t))
         else {
             continue;
         };
-        if sole_user(g, &uses, v) != Some(p.matmul) {
+        if sole_user(g, uses, v) != Some(p.matmul) {
             continue;
         }
         let Some(Some(src)) = g.node(t).inputs.first().copied() else { continue };
@@ -265,12 +272,16 @@ fn fold_transposes(g: &Graph, p: &mut Product, claimed: &std::collections::HashS
 
 /// Takes a bias add (a vector over the output's columns) and then a ReLU or tanh-GELU into
 /// the product's epilogue, when they are its only readers.
-fn absorb_epilogue(g: &Graph, p: &mut Product, claimed: &std::collections::HashSet<NodeId>) {
-    let uses = g.uses();
+fn absorb_epilogue(
+    g: &Graph,
+    uses: &[Vec<NodeId>],
+    p: &mut Product,
+    claimed: &std::collections::HashSet<NodeId>,
+) {
     // The product's columns (from its output: a folded transpose's B is stored as [n, k]).
     let n_dim = g.ty(p.out).dims.as_ref().and_then(|d| d.last().cloned());
     let out_rank = g.ty(p.out).dims.as_ref().map_or(0, Vec::len);
-    if let Some(u) = sole_user(g, &uses, p.out).filter(|u| !claimed.contains(u)) {
+    if let Some(u) = sole_user(g, uses, p.out).filter(|u| !claimed.contains(u)) {
         let node = g.node(u);
         let other = node.input_values().find(|v| *v != p.out);
         let is_bias = |v: ValueId| {
@@ -295,7 +306,7 @@ fn absorb_epilogue(g: &Graph, p: &mut Product, claimed: &std::collections::HashS
             p.nodes.push(u);
         }
     }
-    absorb_activation(g, &uses, p, claimed);
+    absorb_activation(g, uses, p, claimed);
 }
 
 /// Takes a ReLU or tanh-GELU into the epilogue when it is the product's only reader.
@@ -534,8 +545,8 @@ impl SegmentedExecutable {
         let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape().to_vec()).collect();
         if self.whole_capture
             && !self.not_captured.contains_key(&input_shapes)
-            && let Some(shapes) = self.seen.get(&input_shapes).cloned()
-            && let Some(run) = self.run_whole(inputs, &shapes, generation, stop)?
+            && self.seen.contains_key(&input_shapes)
+            && let Some(run) = self.run_whole(inputs, &input_shapes, generation, stop)?
         {
             return Ok(run);
         }
@@ -594,7 +605,7 @@ impl SegmentedExecutable {
         })();
         self.segments = segments;
         result?;
-        if self.whole_capture {
+        if self.whole_capture && !self.seen.contains_key(&input_shapes) {
             let shapes: whole::Shapes = values
                 .iter()
                 .filter_map(|(&v, x)| match x {

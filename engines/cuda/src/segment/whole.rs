@@ -32,6 +32,10 @@ pub(super) struct Whole {
     fixed: HashMap<ValueId, Value>,
     /// Their bytes, counted as held by the engine while the graph lives.
     _held: crate::engine::HeldBytes,
+    /// Each non-constant node and the kernel that runs it inside the graph (a replay's
+    /// timings), and the `cuda.capture` fact — both fixed at capture.
+    kernels: Vec<(xpu_ir::NodeId, &'static str)>,
+    described: String,
 }
 // SAFETY: as for exec's `Replay`: the graph belongs to one executable, which runs through
 // `&mut self` (one call at a time) and is only moved between threads, never shared.
@@ -47,17 +51,16 @@ fn ptr(v: &Value) -> u64 {
 }
 
 impl SegmentedExecutable {
-    /// A replay of the captured graph for these inputs, capturing it first if need be;
-    /// `Ok(None)` when this partition cannot be captured whole (the reason is kept and
-    /// reported by the eager run that follows).
+    /// A replay of the captured graph for these inputs (of `input_shapes`, which an eager
+    /// run has seen), capturing it first if need be; `Ok(None)` when this partition cannot
+    /// be captured whole (the reason is kept and reported by the eager run that follows).
     pub(super) fn run_whole(
         &mut self,
         inputs: &[Value],
-        shapes: &Shapes,
+        input_shapes: &[Vec<usize>],
         generation: u64,
         stop: &StopToken,
     ) -> Result<Option<Execution<Value>>, EngineError> {
-        let input_shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape().to_vec()).collect();
         let mut facts = self.notes.clone();
         if self
             .whole
@@ -66,10 +69,12 @@ impl SegmentedExecutable {
         {
             self.whole = None;
             let start = std::time::Instant::now();
-            match self.capture_whole(&input_shapes, shapes, generation)? {
+            // Cloned once per capture (the capture borrows `self` mutably).
+            let shapes = self.seen.get(input_shapes).cloned().unwrap_or_default();
+            match self.capture_whole(input_shapes, &shapes, generation)? {
                 Ok(w) => self.whole = Some(w),
                 Err(why) => {
-                    self.not_captured.insert(input_shapes, why);
+                    self.not_captured.insert(input_shapes.to_vec(), why);
                     return Ok(None);
                 }
             }
@@ -156,24 +161,12 @@ impl SegmentedExecutable {
         }
         stream.synchronize().map_err(err("synchronize"))?;
         let ms = t0.elapsed_ms(&t1).map_err(err("timing"))?;
-        let nodes: Vec<_> =
-            graph.node_ids().filter(|&n| graph.node(n).op != Op::Constant).collect();
-        let share = (ms as f64 * 1e6) as u64 / nodes.len().max(1) as u64;
-        let timings = nodes
-            .into_iter()
-            .map(|node| NodeTiming { node, kernel: self.kernel_of(node).into(), nanos: share })
+        let w = self.whole.as_ref().expect("captured above");
+        let share = (ms as f64 * 1e6) as u64 / w.kernels.len().max(1) as u64;
+        let timings = (w.kernels.iter())
+            .map(|&(node, kernel)| NodeTiming { node, kernel: kernel.into(), nanos: share })
             .collect();
-        let (kernels, calls) = self.segments.iter().fold((0, 0), |(k, c), s| match s {
-            Segment::Kernels { .. } => (k + 1, c),
-            Segment::Product(_) => (k, c + 1),
-        });
-        facts.push(Fact {
-            node: None,
-            key: "cuda.capture".into(),
-            value: format!(
-                "whole partition in one graph: {kernels} generated-kernel segment(s), {calls} cuBLASLt call(s)"
-            ),
-        });
+        facts.push(Fact { node: None, key: "cuda.capture".into(), value: w.described.clone() });
         facts.push(Fact { node: None, key: "cuda.graph_ms".into(), value: format!("{ms:.4}") });
         facts.push(Fact {
             node: None,
@@ -183,13 +176,26 @@ impl SegmentedExecutable {
         Ok(Some(Execution { outputs, timings, facts }))
     }
 
-    /// The kernel that runs `node` (for timings of a replay).
-    fn kernel_of(&self, node: xpu_ir::NodeId) -> &'static str {
-        let in_product = self.segments.iter().any(|s| match s {
-            Segment::Product(p) => p.nodes.contains(&node),
-            Segment::Kernels { .. } => false,
-        });
-        if in_product { CUBLASLT } else { "cuda.fused" }
+    /// Each non-constant node with the kernel that runs it in the graph, and the
+    /// `cuda.capture` fact describing the graph.
+    fn replay_description(&self) -> (Vec<(xpu_ir::NodeId, &'static str)>, String) {
+        let on_library: std::collections::HashSet<xpu_ir::NodeId> = (self.segments.iter())
+            .filter_map(|s| match s {
+                Segment::Product(p) => Some(p.nodes.iter().copied()),
+                Segment::Kernels { .. } => None,
+            })
+            .flatten()
+            .collect();
+        let g = &self.graph;
+        let kernels = (g.node_ids().filter(|&n| g.node(n).op != Op::Constant))
+            .map(|n| (n, if on_library.contains(&n) { CUBLASLT } else { "cuda.fused" }))
+            .collect();
+        let calls = self.segments.iter().filter(|s| matches!(s, Segment::Product(_))).count();
+        let segments = self.segments.len() - calls;
+        let described = format!(
+            "whole partition in one graph: {segments} generated-kernel segment(s), {calls} cuBLASLt call(s)"
+        );
+        (kernels, described)
     }
 
     /// The graph of this partition for `inputs` shapes, over fresh fixed buffers; `Ok(Err)`
@@ -291,6 +297,16 @@ impl SegmentedExecutable {
             graph.ok_or_else(|| EngineError::Other("cuda: the capture made no graph".into()))?;
         let bytes = fixed.values().map(Value::size_bytes).sum();
         let _held = crate::engine::HeldBytes::new(bytes, &self.gpu);
-        Ok(Ok(Whole { generation, inputs: inputs.to_vec(), graph, stream, fixed, _held }))
+        let (kernels, described) = self.replay_description();
+        Ok(Ok(Whole {
+            generation,
+            inputs: inputs.to_vec(),
+            graph,
+            stream,
+            fixed,
+            _held,
+            kernels,
+            described,
+        }))
     }
 }
