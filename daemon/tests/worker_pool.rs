@@ -91,3 +91,32 @@ fn a_hanging_run_holds_up_only_its_own_worker() {
     assert_ne!(engine.worker_pid(), Some(first_pid), "a new first worker");
     third.run(&input(3.0)).unwrap();
 }
+
+#[test]
+fn a_worker_whose_engine_is_poisoned_retires_and_the_next_run_gets_a_fresh_one() {
+    // `-1006` fails the run as a sticky CUDA error does (the engine reports itself poisoned
+    // for the process); the worker says so with its reply and exits. The job fails with the
+    // engine's error, not a crash, and the next run — the same executable — runs at once on
+    // a new worker, with no crash counted and no backoff.
+    let engine = pool(1);
+    let mut exe = prepare(&engine);
+    exe.run(&input(0.5)).unwrap();
+    let pid = engine.worker_pid().expect("the worker runs");
+    let before = xpu_runtime::worker::stats_snapshot().get("cpu").cloned().unwrap_or_default();
+    let error = exe.run(&input(-1006.0)).expect_err("a poisoned run fails");
+    assert!(matches!(error, xpu_engine::EngineError::Kernel { .. }), "{error:?}");
+    assert!(error.to_string().contains("injected sticky device error"), "{error}");
+    let out = exe.run(&input(1.0)).expect("the next run gets a fresh worker");
+    assert_eq!(out.outputs[0].as_slice::<f32>().unwrap(), &[2.0, 2.0, 4.0, 6.0]);
+    assert_ne!(engine.worker_pid(), Some(pid), "the poisoned worker was replaced");
+    let after = xpu_runtime::worker::stats_snapshot().get("cpu").cloned().unwrap_or_default();
+    let restarts = |s: &xpu_runtime::worker::EngineWorkerStats, cause: &str| {
+        s.restarts.get(cause).copied().unwrap_or(0)
+    };
+    assert_eq!(restarts(&after, "poisoned"), restarts(&before, "poisoned") + 1);
+    let crashes: u64 =
+        after.restarts.iter().filter(|(c, _)| *c != "poisoned").map(|(_, n)| n).sum();
+    let crashes_before: u64 =
+        before.restarts.iter().filter(|(c, _)| *c != "poisoned").map(|(_, n)| n).sum();
+    assert_eq!(crashes, crashes_before, "no crash counted");
+}

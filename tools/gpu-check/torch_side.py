@@ -164,6 +164,15 @@ def report(xpu_path, torch_path, out):
         oom = xpu.get("out_of_memory")
         if oom:
             lines += ["", f"Out of memory (a 512 GiB arena): ok {oom['ok']}: {oom.get('error')}; a small program runs after: {oom.get('runs_after')}"]
+        sticky = xpu.get("sticky_error")
+        if sticky:
+            w, p = sticky.get("worker", {}), sticky.get("in_process", {})
+            lines += ["", f"Sticky error (a kernel that traps), ok {sticky['ok']}. In a worker process: "
+                      f"ok {w.get('ok')}: the job's error: {w.get('error')}; worker replaced: "
+                      f"{w.get('worker_replaced')}; restarts: {w.get('restarts')}; the executables "
+                      f"prepared before it, run again: {w.get('runs_after')}. In this process: ok "
+                      f"{p.get('ok')}: {p.get('error')}; available after: {p.get('available_after')}; "
+                      f"a new executable: {p.get('a_new_executable')}"]
         wc = xpu.get("whole_capture", [])
         if wc:
             lines += ["", "## Partitions with cuBLASLt calls captured whole (batch 37, device-resident, µs per whole call, median)", "",

@@ -463,6 +463,14 @@ pub trait Engine: Send + Sync {
             what: "download a value from it",
         })
     }
+
+    /// Why this engine can take no more work in this process, if it cannot: a device error
+    /// that poisons the process's driver state (CUDA's sticky errors — an illegal address,
+    /// a trap — leave every context of the process unusable, new ones included). A worker
+    /// hosting such an engine exits after its reply and the next job gets a fresh process.
+    fn poisoned(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A prepared partition.

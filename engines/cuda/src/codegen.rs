@@ -100,12 +100,25 @@ XPU_FN unsigned long long xpu_dto(double f) { xpu_dbits b; b.f = f; return b.u; 
     r = b != b ? b : r; \
     return a != a ? a : r; \
   }
-// An f32 as an int ordered as the floats are (-0 just below +0; NaNs beyond the
-// infinities), and back: the transform is its own inverse.
-XPU_FN int xpu_key(float x) { int b = (int)xpu_to_bits(x); return b ^ ((b >> 31) & 0x7fffffff); }
-XPU_FN float xpu_unkey(int k) { return xpu_from_bits((unsigned int)(k ^ ((k >> 31) & 0x7fffffff))); }
-XPU_REDUCE_MINMAX(float, xpu_rmaxf, a < b, &, xpu_from_bits, xpu_to_bits)
-XPU_REDUCE_MINMAX(float, xpu_rminf, b < a, |, xpu_from_bits, xpu_to_bits)
+// f32 (and f16/bf16, computed in f32) the same, in one instruction each on sm_80 and
+// later (PTX max.NaN / min.NaN: any NaN gives the canonical NaN, +0 is the max and -0 the
+// min of ±0 in either order); older GPUs and the host emulation give the same bits with
+// selects.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+XPU_FN float xpu_rmaxf(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+XPU_FN float xpu_rminf(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+#else
+XPU_FN float xpu_rmaxf(float a, float b) {
+  float r = a < b ? b : a;
+  r = a == b ? xpu_from_bits(xpu_to_bits(a) & xpu_to_bits(b)) : r;
+  return (a != a || b != b) ? xpu_from_bits(0x7fffffffu) : r;
+}
+XPU_FN float xpu_rminf(float a, float b) {
+  float r = b < a ? b : a;
+  r = a == b ? xpu_from_bits(xpu_to_bits(a) | xpu_to_bits(b)) : r;
+  return (a != a || b != b) ? xpu_from_bits(0x7fffffffu) : r;
+}
+#endif
 XPU_REDUCE_MINMAX(double, xpu_rmax, a < b, &, xpu_dfrom, xpu_dto)
 XPU_REDUCE_MINMAX(double, xpu_rmin, b < a, |, xpu_dfrom, xpu_dto)
 XPU_FN float xpu_h2f(unsigned short h) {
@@ -642,16 +655,7 @@ impl Emitter<'_> {
         // four short dependency chains instead of one long one, so a lane's loads and
         // arithmetic overlap. Any other lane loop keeps one partial.
         let split = lane_trips(lo, hi).is_some_and(|trips| trips >= ACCUMULATORS as i64);
-        // An f32 max/min keeps its partials as ordered integer keys (one integer max a
-        // element instead of the NaN- and ±0-aware float select chain) and a NaN flag; the
-        // partials combine to the same value the float form gives (-0 below +0, a NaN wins).
-        let keyed = split && ty == ScalarType::F32 && matches!(op, ReduceOp::Max | ReduceOp::Min);
-        let pick = if op == ReduceOp::Max { "<" } else { ">" };
-        if keyed {
-            let inits = vec![format!("xpu_key({init})"); ACCUMULATORS].join(", ");
-            self.line(&format!("int part[{ACCUMULATORS}] = {{{inits}}};"));
-            self.line("bool nan = false;");
-        } else if split {
+        if split {
             let inits = [init.as_str(); ACCUMULATORS].join(", ");
             self.line(&format!("{t} part[{ACCUMULATORS}] = {{{inits}}};"));
         } else {
@@ -661,12 +665,7 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line(&format!("{t} y;"));
         self.block(body)?;
-        if keyed {
-            let p = format!("part[t_i_{} % {ACCUMULATORS}]", ident(var));
-            self.line("const int key = xpu_key(y);");
-            self.line(&format!("{p} = {p} {pick} key ? key : {p};"));
-            self.line("nan = nan || y != y;");
-        } else if split {
+        if split {
             self.line(&partial_step);
         } else {
             self.line(&format!("acc = {step};"));
@@ -674,11 +673,7 @@ impl Emitter<'_> {
         self.depth -= 1;
         self.line("}");
         self.lane = None;
-        if keyed {
-            let both = |a: &str, b: &str| format!("({a} {pick} {b} ? {b} : {a})");
-            let all = both(&both("part[0]", "part[1]"), &both("part[2]", "part[3]"));
-            self.line(&format!("float acc = nan ? XPU_NANF : xpu_unkey({all});"));
-        } else if split {
+        if split {
             self.line(&format!("{t} acc = {partials};"));
         }
         self.line("for (int o = 16; o > 0; o >>= 1) {");

@@ -1,7 +1,8 @@
 //! The cuda engine as the runtime sees it: what it claims (kernels, device facts, or why it
 //! is unavailable), device buffers with uploads and downloads, and the CUDA context of
-//! device 0 — made at first use, dropped after a sticky error (one that poisons a context:
-//! an illegal address, a failed launch) and made afresh for the next job.
+//! device 0 — made at first use and dropped after a sticky error (an illegal address, a
+//! trap), which poisons the whole process's CUDA state: from then on the engine is
+//! unavailable in this process ([`Engine::poisoned`]) and a worker hosting it is replaced.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,11 @@ pub(crate) struct Gpu {
     /// Device bytes the engine holds between runs ([`Held`]): what an OOM reports as
     /// reserved.
     pub(crate) held: Arc<std::sync::atomic::AtomicU64>,
+    /// The sticky error that poisoned this process's CUDA state, if one did: CUDA then
+    /// refuses every context of the process, a new one included (measured on an H200: a
+    /// context made after a trapping kernel fails with the trap's `LAUNCH_FAILED`), so the
+    /// engine refuses further work here and a worker hosting it is replaced.
+    poisoned: Mutex<Option<String>>,
 }
 
 /// A device allocation the engine keeps between runs (an arena, a workspace, bound input
@@ -97,8 +103,12 @@ impl Drop for HeldBytes {
 }
 
 impl Gpu {
-    /// The live context and its generation, made if there is none.
+    /// The live context and its generation, made if there is none; refused once a sticky
+    /// error poisoned the process.
     pub fn context(&self) -> Result<(Arc<CudaContext>, u64), EngineError> {
+        if let Some(why) = self.poisoned() {
+            return Err(EngineError::Unavailable { engine: "cuda".into(), reason: why });
+        }
         let mut slot =
             self.context.lock().map_err(|_| unavailable("the context lock is poisoned"))?;
         if let Some(ctx) = slot.0.as_ref() {
@@ -107,6 +117,16 @@ impl Gpu {
         let made = new_context()?;
         slot.0 = Some(made.clone());
         Ok((made, slot.1))
+    }
+
+    /// Why the process's CUDA state can run nothing more, if a sticky error poisoned it.
+    pub fn poisoned(&self) -> Option<String> {
+        let first = self.poisoned.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        Some(format!(
+            "an earlier error poisoned this process's CUDA state ({first}); CUDA needs a new \
+             process: run the engine in a worker (isolation = \"process\", its default), \
+             which is replaced, or restart this one"
+        ))
     }
 
     /// `f` with the staging buffers of context generation `generation` (made at first use,
@@ -167,9 +187,13 @@ impl Gpu {
         );
         let mut message = format!("engine cuda, device {DEVICE}: {what}: {code:?}");
         if sticky {
+            let mut first = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| format!("{code:?} in {what} of {node}"));
+            drop(first);
             self.drop_context();
             message.push_str(
-                " (this error poisons a CUDA context: it was dropped; the next job makes a new one)",
+                " (this error poisons the process's CUDA state: the engine takes no more work \
+                 in this process; a worker hosting it is replaced for the next job)",
             );
         }
         EngineError::Kernel { node: node.to_string(), message }
@@ -346,6 +370,7 @@ impl CudaEngine {
                 context: Mutex::new((None, 0)),
                 staging: Mutex::new(None),
                 held: Default::default(),
+                poisoned: Mutex::new(None),
             }))
         });
         CudaEngine { gpu }
@@ -391,6 +416,41 @@ impl CudaEngine {
         let ms = start.elapsed_ms(&end).map_err(err("timing"))?;
         stream.synchronize().map_err(err("synchronize"))?;
         Ok(ms as f64 / 1e3)
+    }
+
+    /// Runs a kernel that executes PTX `trap` — what a faulting kernel does to a context —
+    /// and returns the error the engine makes of it, through the same path a failed run
+    /// takes (which drops the poisoned context; the next job makes a new one). For checking
+    /// that recovery on a real GPU (`make gpu-check`); nothing in xpud or xpuctl calls it.
+    pub fn run_trapping_kernel(&self) -> EngineError {
+        use cudarc::driver::LaunchConfig;
+        let gpu = match self.gpu() {
+            Ok(gpu) => gpu,
+            Err(e) => return e,
+        };
+        let source = "extern \"C\" __global__ void xpu_trap() { asm volatile(\"trap;\"); }\n";
+        let built = match crate::image::build(source, &gpu.arch, toolkit::Math::Strict, None) {
+            Ok(b) => b,
+            Err(e) => return EngineError::Other(format!("cuda: trap kernel: {e}")),
+        };
+        let ctx = match gpu.context() {
+            Ok((ctx, _)) => ctx,
+            Err(e) => return e,
+        };
+        let run = || -> Result<(), (&'static str, DriverError)> {
+            let module = ctx.load_module(built.module()).map_err(|e| ("loading", e))?;
+            let f = module.load_function("xpu_trap").map_err(|e| ("kernel lookup", e))?;
+            let stream = ctx.new_stream().map_err(|e| ("new stream", e))?;
+            let cfg =
+                LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the kernel takes no parameters and touches no memory; it traps.
+            unsafe { stream.launch_builder(&f).launch(cfg) }.map_err(|e| ("launch", e))?;
+            stream.synchronize().map_err(|e| ("synchronize", e))
+        };
+        match run() {
+            Err((what, e)) => gpu.driver_error("xpu_trap", what, e),
+            Ok(()) => EngineError::Other("cuda: the trapping kernel completed".into()),
+        }
     }
 
     /// Why the engine cannot run here, if it cannot.
@@ -492,7 +552,14 @@ impl Engine for CudaEngine {
         }
     }
 
+    fn poisoned(&self) -> Option<String> {
+        self.gpu.as_ref().ok()?.poisoned()
+    }
+
     fn capabilities(&self) -> Capabilities {
+        if let Some(reason) = self.poisoned() {
+            return Capabilities::absent("cuda", Availability::Unavailable { reason });
+        }
         let gpu = match &self.gpu {
             Err(reason) => {
                 return Capabilities::absent(

@@ -51,6 +51,12 @@ pub enum Reply {
     },
     Released,
     Failed(WireError),
+    /// `reply`, and the worker exits after sending it: its engine can take no more work in
+    /// this process ([`Engine::poisoned`](xpu_engine::Engine::poisoned) says why).
+    Retiring {
+        reply: Box<Reply>,
+        reason: String,
+    },
 }
 
 /// A tensor in shared memory: its type, shape and byte range.

@@ -22,13 +22,18 @@ pub(crate) const CONTROL_FD: i32 = 5;
 /// With fault injection on (tests only: `WorkerSetup::inject_faults`), a run with an f32
 /// (or f64) input whose first element is one of these values does that instead of running: how the
 /// crash tests make a real worker die mid-job in each way a native library can.
-pub const FAULT_MARKERS: [(f32, &str); 5] = [
+pub const FAULT_MARKERS: [(f32, &str); 6] = [
     (-1001.0, "segfault"),
     (-1002.0, "abort"),
     (-1003.0, "hang"),
     (-1004.0, "leak"),
     (-1005.0, "exit"),
+    (-1006.0, "poison"),
 ];
+
+/// Set by the `poison` fault marker: the run fails as a sticky device error would and the
+/// worker then retires, as it does when its engine reports itself poisoned.
+static INJECTED_POISON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Serves `engine` on the descriptors the parent handed down; returns the exit status.
 pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool) -> i32 {
@@ -124,6 +129,15 @@ fn serve(
                 Reply::Released
             }
         };
+        // An engine whose device state is poisoned (CUDA after a sticky error) can run
+        // nothing more in this process: the worker says so with its reply and exits, and
+        // the parent starts a fresh one for the next job.
+        let poisoned = engine.poisoned().or_else(|| INJECTED_POISON.get().cloned());
+        if let Some(reason) = poisoned {
+            eprintln!("xpu-worker ({}): retiring: {reason}", engine.name());
+            send(&mut writer, &Reply::Retiring { reply: Box::new(reply), reason })?;
+            return Ok(());
+        }
         send(&mut writer, &reply)?;
     }
     Ok(())
@@ -205,8 +219,11 @@ fn run(
             region.get(slot).map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if inject_faults {
-        inject_fault(&tensors);
+    if inject_faults && inject_fault(&tensors) {
+        return Err(WireError::Kernel {
+            node: "(injected)".into(),
+            message: "an injected sticky device error: it poisons this worker process".into(),
+        });
     }
     let ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
     let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
@@ -214,8 +231,9 @@ fn run(
     Ok(Reply::Ran { outputs, timings: ran.timings, facts: ran.facts })
 }
 
-/// Does what an input's marker says (see [`FAULT_MARKERS`]).
-fn inject_fault(inputs: &[Tensor]) {
+/// Does what an input's marker says (see [`FAULT_MARKERS`]); true when the run is to fail
+/// as a poisoning device error.
+fn inject_fault(inputs: &[Tensor]) -> bool {
     let marked = inputs.iter().filter_map(|t| match t.as_slice::<f32>() {
         Some(v) => v.first().copied(),
         None => t.as_slice::<f64>()?.first().map(|&v| v as f32),
@@ -224,7 +242,7 @@ fn inject_fault(inputs: &[Tensor]) {
         .filter_map(|first| FAULT_MARKERS.iter().find(|(m, _)| *m == first))
         .map(|(_, fault)| fault)
         .next();
-    let Some(fault) = fault else { return };
+    let Some(fault) = fault else { return false };
     match *fault {
         "segfault" => {
             // SAFETY: raise signals this process; SIGSEGV's default action (set at start)
@@ -239,8 +257,13 @@ fn inject_fault(inputs: &[Tensor]) {
             // 64 MiB touched and never freed, per run: the worker's memory grows.
             std::mem::forget(vec![1u8; 64 << 20]);
         }
+        "poison" => {
+            let _ = INJECTED_POISON.set("an injected sticky device error".into());
+            return true;
+        }
         _ => std::process::exit(3),
     }
+    false
 }
 
 #[cfg(test)]

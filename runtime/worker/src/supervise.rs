@@ -428,6 +428,13 @@ impl Inner {
         let answered =
             send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader));
         conn.last_used = Some(Instant::now());
+        let answered = match answered {
+            Ok(Some(Reply::Retiring { reply, reason: _ })) => {
+                self.retire(conn);
+                Ok(Some(*reply))
+            }
+            other => other,
+        };
         match answered {
             Ok(Some(Reply::Failed(WireError::Stopped { node }))) => {
                 let reason = stop.reason().unwrap_or(StopReason::Cancelled);
@@ -551,6 +558,17 @@ impl Inner {
     }
 
     /// Counts a worker that ended other than by this process closing it.
+    /// The worker said it exits after its reply (its engine is poisoned for the process):
+    /// it is reaped now, so the next request starts a fresh one instead of meeting a
+    /// closed socket. Counted as a restart with cause `poisoned`, not as a crash.
+    fn retire(&self, conn: &mut Conn) {
+        if let Some(mut worker) = conn.worker.take() {
+            drop(worker.writer.shutdown(std::net::Shutdown::Both));
+            drop(worker.child.wait());
+        }
+        self.ended("poisoned".into());
+    }
+
     fn ended(&self, cause: String) {
         with_stats(&self.name, |s| {
             *s.restarts.entry(cause).or_default() += 1;
