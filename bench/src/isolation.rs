@@ -17,7 +17,14 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
     let libraries = xpu_runtime::EngineLibraries::default();
     let shared = xpu_runtime::SharedEngines::load(&libraries);
     let local = shared.get("ort").context("this build has no ort engine")?.clone();
-    let worker = xpu_runtime::worker::Workers::native().engine("ort", &libraries);
+    // `XPU_BENCH_SPIN_US` overrides the spin budget (`isolation.spin_us`; 0 blocks at
+    // once): the two measured in separate runs, since a spinning worker keeps a vCPU awake
+    // for every other process too.
+    let mut workers = xpu_runtime::worker::Workers::native();
+    if let Some(us) = std::env::var("XPU_BENCH_SPIN_US").ok().and_then(|v| v.parse().ok()) {
+        workers.spin = std::time::Duration::from_micros(us);
+    }
+    let worker = workers.engine("ort", &libraries);
     let started = Instant::now();
     let _ = worker.capabilities();
     let cold_start = started.elapsed();
@@ -62,10 +69,11 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
     let restart = at.elapsed();
     println!(
         "isolation {path} batch {batch}: in-process {inproc:.1} µs, worker {isolated:.1} µs, \
-         overhead {:.1} µs ({:.1}%); worker cold start {:.1} ms, restart after SIGKILL + \
-         re-prepare + run {:.1} ms",
+         overhead {:.1} µs ({:.1}%); spin {} µs; worker cold start {:.1} ms, restart after \
+         SIGKILL + re-prepare + run {:.1} ms",
         isolated - inproc,
         (isolated / inproc - 1.0) * 100.0,
+        workers.spin.as_micros(),
         cold_start.as_secs_f64() * 1e3,
         restart.as_secs_f64() * 1e3
     );

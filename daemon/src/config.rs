@@ -124,6 +124,9 @@ pub enum Isolation {
 /// default, one per job that may run at once, is capped here too).
 pub const MAX_PROCESSES_PER_ENGINE: usize = 256;
 
+/// The longest `isolation.spin_us`: 10 ms of a CPU spun per message at most.
+pub const MAX_SPIN_US: u64 = 10_000;
+
 /// How worker processes start and are kept (`[isolation]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -141,6 +144,9 @@ pub struct IsolationSettings {
     /// A worker other than an engine's first that has served nothing for this many seconds
     /// is closed (0: never); concurrent use starts it again.
     pub idle_exit_s: u64,
+    /// Microseconds each side of a worker's socket watches it before blocking: xpud around
+    /// a run's expected end, the worker after each reply (0: block at once).
+    pub spin_us: u64,
 }
 
 impl Default for IsolationSettings {
@@ -151,6 +157,7 @@ impl Default for IsolationSettings {
             inject_faults: false,
             processes_per_engine: 0,
             idle_exit_s: 300,
+            spin_us: xpu_runtime::worker::DEFAULT_SPIN.as_micros() as u64,
         }
     }
 }
@@ -245,6 +252,7 @@ impl Engines {
                 n => n,
             },
             idle_exit: std::time::Duration::from_secs(settings.idle_exit_s),
+            spin: std::time::Duration::from_micros(settings.spin_us),
         }
     }
 
@@ -350,6 +358,8 @@ pub enum ConfigError {
         "isolation.processes_per_engine = {0}: at most {MAX_PROCESSES_PER_ENGINE} worker processes per engine"
     )]
     TooManyProcesses(usize),
+    #[error("isolation.spin_us = {0}: at most {MAX_SPIN_US} (a spin is a CPU kept busy)")]
+    SpinTooLong(u64),
     #[error("cannot prepare {0}")]
     Prepare(String),
 }
@@ -472,6 +482,9 @@ impl Config {
         }
         if self.isolation.processes_per_engine > MAX_PROCESSES_PER_ENGINE {
             return Err(ConfigError::TooManyProcesses(self.isolation.processes_per_engine));
+        }
+        if self.isolation.spin_us > MAX_SPIN_US {
+            return Err(ConfigError::SpinTooLong(self.isolation.spin_us));
         }
         for (engine, &limit) in &self.limits.engine_concurrency {
             let bad =

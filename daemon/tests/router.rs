@@ -424,6 +424,12 @@ fn dev_mode_is_refused_off_loopback() {
     std::fs::write(&file, "[isolation]\nprocesses_per_engine = 1000000000\n").unwrap();
     let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
     assert!(err.contains("isolation.processes_per_engine = 1000000000: at most 256"), "{err}");
+    std::fs::write(&file, "[isolation]\nspin_us = 1000000\n").unwrap();
+    let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
+    assert!(err.contains("isolation.spin_us = 1000000: at most 10000"), "{err}");
+    std::fs::write(&file, "[isolation]\nspin_us = 0\n").unwrap();
+    let config = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap();
+    assert_eq!(config.isolation.spin_us, 0, "0 turns the spin off");
 }
 
 fn promtool(args: &[&str], stdin: &str) -> (bool, String) {

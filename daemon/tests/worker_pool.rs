@@ -24,6 +24,7 @@ fn pool(processes: usize) -> xpu_runtime::worker::WorkerEngine {
         inject_faults: true,
         processes_per_engine: processes,
         idle_exit: Duration::ZERO,
+        spin: xpu_runtime::worker::DEFAULT_SPIN,
     };
     workers.engine("cpu", &xpu_runtime::EngineLibraries::default())
 }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use crate::{EngineLibraries, SharedEngines};
 
-pub use xpu_worker::{EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, stats_snapshot};
+pub use xpu_worker::{
+    DEFAULT_SPIN, EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, stats_snapshot,
+};
 
 /// Which engines run in worker processes, and how those start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +28,9 @@ pub struct Workers {
     pub processes_per_engine: usize,
     /// A worker other than an engine's first, idle this long, is closed (zero: never).
     pub idle_exit: std::time::Duration,
+    /// How long each side watches its socket before blocking (zero: block at once;
+    /// `xpu_worker::DEFAULT_SPIN` in xpud and xpuctl).
+    pub spin: std::time::Duration,
 }
 
 impl Workers {
@@ -34,6 +39,7 @@ impl Workers {
     pub fn native() -> Workers {
         Workers {
             engines: ["ort", "openvino", "llvm", "cuda"].map(String::from).to_vec(),
+            spin: xpu_worker::DEFAULT_SPIN,
             ..Workers::default()
         }
     }
@@ -50,6 +56,7 @@ impl Workers {
                 max_rss_bytes: self.max_rss_bytes,
                 processes: self.processes_per_engine,
                 idle_exit: self.idle_exit,
+                spin: self.spin,
             },
         )
     }
@@ -70,13 +77,14 @@ pub fn default_program() -> PathBuf {
     dir.parent().map_or(beside.clone(), |up| up.join("xpu-worker"))
 }
 
-/// The worker program: `xpu-worker --engine NAME [--libraries JSON] [--inject-faults]`,
-/// started by its parent with the shared memory and the socket on descriptors 3 and 4.
-/// Returns the process's exit status.
+/// The worker program: `xpu-worker --engine NAME [--libraries JSON] [--inject-faults]
+/// [--spin-us N]`, started by its parent with the shared memory and the socket on
+/// descriptors 3 and 4. Returns the process's exit status.
 pub fn worker_main(args: &[String]) -> i32 {
     let mut engine = None;
     let mut libraries = EngineLibraries::default();
     let mut inject_faults = false;
+    let mut spin = std::time::Duration::ZERO;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -86,6 +94,10 @@ pub fn worker_main(args: &[String]) -> i32 {
                 _ => return usage("--libraries takes the engine libraries as JSON"),
             },
             "--inject-faults" => inject_faults = true,
+            "--spin-us" => match it.next().map(|n| n.parse::<u64>()) {
+                Some(Ok(us)) => spin = std::time::Duration::from_micros(us),
+                _ => return usage("--spin-us takes a count of microseconds"),
+            },
             other => return usage(&format!("unknown argument `{other}`")),
         }
     }
@@ -94,12 +106,12 @@ pub fn worker_main(args: &[String]) -> i32 {
     let Some(engine) = shared.get(&name).cloned() else {
         return usage(&format!("no engine `{name}` in this build"));
     };
-    xpu_worker::serve_inherited(engine, inject_faults)
+    xpu_worker::serve_inherited(engine, inject_faults, spin)
 }
 
 fn usage(problem: &str) -> i32 {
     eprintln!(
-        "xpu-worker: {problem}\nusage: xpu-worker --engine NAME [--libraries JSON] [--inject-faults]\n\
+        "xpu-worker: {problem}\nusage: xpu-worker --engine NAME [--libraries JSON] [--inject-faults] [--spin-us N]\n\
          (started by xpud and xpuctl, with its shared memory and socket on descriptors 3 and 4)"
     );
     2

@@ -14,14 +14,18 @@
 //! - [`serve`] (child side) hosts one engine: prepared executables live there.
 //! - Tensors cross through one shared-memory file per worker (a memfd both sides map and
 //!   either grows), not through the socket, which carries small JSON messages ([`protocol`]).
+//! - Each side watches its socket for a bounded while before blocking where the next
+//!   message is due soon (`WorkerSetup::spin`): a blocked thread's idle vCPU is halted, and
+//!   waking it costs more than the message.
 
 pub mod protocol;
 mod serve;
 mod shm;
 mod stop;
 mod supervise;
+mod wait;
 
 pub use serve::{FAULT_MARKERS, serve_inherited};
 pub use supervise::{
-    EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, WorkerSetup, stats_snapshot,
+    DEFAULT_SPIN, EngineWorkerStats, QUARANTINE_AFTER, WorkerEngine, WorkerSetup, stats_snapshot,
 };

@@ -7,6 +7,7 @@ use std::io::BufReader;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 use xpu_engine::{Engine, Executable, StopToken};
 use xpu_ir::Tensor;
@@ -35,8 +36,9 @@ pub const FAULT_MARKERS: [(f32, &str); 6] = [
 /// worker then retires, as it does when its engine reports itself poisoned.
 static INJECTED_POISON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Serves `engine` on the descriptors the parent handed down; returns the exit status.
-pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool) -> i32 {
+/// Serves `engine` on the descriptors the parent handed down, watching the socket for
+/// `spin` after each reply before blocking (`WorkerSetup::spin`); returns the exit status.
+pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool, spin: Duration) -> i32 {
     // Rust's SIGSEGV/SIGBUS handler (its stack overflow message) returns from a signal that
     // was sent rather than faulted, so a worker would survive `kill -SEGV`; with the default
     // action every segfault, stack overflows included, ends the worker and the parent
@@ -63,7 +65,7 @@ pub fn serve_inherited(engine: Arc<dyn Engine>, inject_faults: bool) -> i32 {
             return 1;
         }
     };
-    match serve(engine.as_ref(), region, socket, &in_flight, inject_faults) {
+    match serve(engine.as_ref(), region, socket, &in_flight, inject_faults, spin) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("xpu-worker ({}): {e}", engine.name());
@@ -93,11 +95,22 @@ fn serve(
     socket: UnixStream,
     in_flight: &InFlight,
     inject_faults: bool,
+    spin: Duration,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(socket.try_clone()?);
     let mut writer = socket;
     let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
-    while let Some(request) = receive::<Request>(&mut reader)? {
+    let mut watch = crate::wait::RequestWatch::new(spin);
+    loop {
+        // A busy client's next request comes soon after the reply: watched for about the
+        // recent gap between requests, within `spin`, before blocking (an idle CPU's
+        // wake-up costs more than the request).
+        let replied = std::time::Instant::now();
+        if reader.buffer().is_empty() {
+            crate::wait::spin_for_message(reader.get_ref(), watch.watch(), None);
+        }
+        let Some(request) = receive::<Request>(&mut reader)? else { break };
+        watch.arrived(replied.elapsed());
         let reply = match request {
             Request::Hello => Reply::Hello {
                 version: engine.version(),

@@ -41,6 +41,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// Restart backoff after consecutive crashes: 100 ms, doubling, at most this.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// The spin budget xpud and xpuctl give each side by default (`isolation.spin_us`): a
+/// batch-1 model's run (~80 µs here) is answered within it (its overhead through the worker
+/// 38 → 21 µs measured), and a worker watches at most this long after each reply. A 2 ms
+/// budget did not help batch 64 on these VMs (docs/benchmarks.md, session 26).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
 /// How to start an engine's worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerSetup {
@@ -59,6 +65,9 @@ pub struct WorkerSetup {
     /// A worker other than the first that has served nothing for this long is closed (its
     /// executables are prepared again if concurrent use comes back). Zero: never.
     pub idle_exit: Duration,
+    /// How long each side watches its socket before blocking (see `wait.rs`): the parent
+    /// around a run's expected end, the worker after each reply. Zero: block at once.
+    pub spin: Duration,
 }
 
 /// What a process's workers have done, per engine (for metrics).
@@ -367,6 +376,9 @@ impl Inner {
         if self.setup.inject_faults {
             cmd.arg("--inject-faults");
         }
+        if !self.setup.spin.is_zero() {
+            cmd.arg("--spin-us").arg(self.setup.spin.as_micros().to_string());
+        }
         // The worker's stdout is not the user's: engines that print go to stderr.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
@@ -422,11 +434,17 @@ impl Inner {
         request: &Request,
         run: u64,
         stop: &StopToken,
+        expected: Option<Duration>,
     ) -> Result<Reply, Failure> {
         let worker = conn.worker.as_mut().expect("ensure_worker ran");
         let _stopping = worker.stopper.watch(run, stop);
-        let answered =
-            send(&mut worker.writer, request).and_then(|()| receive::<Reply>(&mut worker.reader));
+        let spin = self.setup.spin;
+        let answered = send(&mut worker.writer, request).and_then(|()| {
+            if worker.reader.buffer().is_empty() {
+                crate::wait::spin_for_message(worker.reader.get_ref(), spin, expected);
+            }
+            receive::<Reply>(&mut worker.reader)
+        });
         conn.last_used = Some(Instant::now());
         let answered = match answered {
             Ok(Some(Reply::Retiring { reply, reason: _ })) => {
@@ -470,7 +488,7 @@ impl Inner {
         };
         for (id, generation) in dropped {
             if conn.worker.is_some() && generation == conn.generation {
-                let _ = self.call(conn, &Request::Release { id }, 0, &StopToken::default());
+                let _ = self.call(conn, &Request::Release { id }, 0, &StopToken::default(), None);
             }
         }
     }
@@ -528,7 +546,7 @@ impl Inner {
             partition: json.unwrap_or_else(|| xpu_ir::to_json(&exe.graph)),
             assignment: exe.assignment.clone(),
         };
-        match self.call(conn, &request, 0, stop) {
+        match self.call(conn, &request, 0, stop, None) {
             Ok(Reply::Prepared) => Ok(id),
             Ok(other) => Err(EngineError::Other(format!("worker answered {other:?} to prepare"))),
             Err(Failure::Engine(e)) => Err(e),
@@ -712,6 +730,7 @@ impl Engine for WorkerEngine {
             slot,
             id,
             generation: conn.generation,
+            last_answer: None,
         }))
     }
 }
@@ -724,6 +743,8 @@ struct RemoteExecutable {
     slot: usize,
     id: u64,
     generation: u64,
+    /// How long its last run's reply took to come: when the next one is due.
+    last_answer: Option<Duration>,
 }
 
 impl Drop for RemoteExecutable {
@@ -790,7 +811,8 @@ impl Executable for RemoteExecutable {
         worker.runs += 1;
         let run = worker.runs;
         let request = Request::Run { id: self.id, run, inputs: slots };
-        let reply = match inner.call(&mut conn, &request, run, stop) {
+        let sent = Instant::now();
+        let reply = match inner.call(&mut conn, &request, run, stop, self.last_answer) {
             Ok(reply) => reply,
             Err(Failure::Engine(e)) => return Err(e),
             Err(Failure::Died(cause)) => {
@@ -800,6 +822,7 @@ impl Executable for RemoteExecutable {
         let Reply::Ran { outputs, timings, facts } = reply else {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
+        self.last_answer = Some(sent.elapsed());
         conn.consecutive_crashes = 0;
         inner.ran_well(&self.source.key);
         let outputs = read_outputs(&mut conn, &outputs)?;

@@ -26,7 +26,7 @@ pub const TRAP_MARKER: f32 = -1007.0;
 /// parent handed down; returns the exit status.
 pub fn serve_worker() -> i32 {
     let engine = Arc::new(TrapOnMarker(Arc::new(CudaEngine::new(cuda_config()))));
-    xpu_worker::serve_inherited(engine, false)
+    xpu_worker::serve_inherited(engine, false, Duration::ZERO)
 }
 
 /// The cuda engine, whose executables trap on a marked input.
@@ -96,6 +96,7 @@ pub fn sticky_error(engine: &CudaEngine, programs: &[(String, Graph)]) -> Json {
                 max_rss_bytes: 0,
                 processes: 1,
                 idle_exit: Duration::ZERO,
+                spin: Duration::ZERO,
             },
         ),
         Err(e) => return json!({"ok": false, "error": format!("own path: {e}")}),
