@@ -98,7 +98,7 @@ fn a_worker_whose_engine_is_poisoned_retires_and_the_next_run_gets_a_fresh_one()
     // `-1006` fails the run as a sticky CUDA error does (the engine reports itself poisoned
     // for the process); the worker says so with its reply and exits. The job fails with the
     // engine's error, not a crash, and the next run — the same executable — runs at once on
-    // a new worker, with no crash counted and no backoff.
+    // a new worker.
     let engine = pool(1);
     let mut exe = prepare(&engine);
     exe.run(&input(0.5)).unwrap();
@@ -114,10 +114,7 @@ fn a_worker_whose_engine_is_poisoned_retires_and_the_next_run_gets_a_fresh_one()
     let restarts = |s: &xpu_runtime::worker::EngineWorkerStats, cause: &str| {
         s.restarts.get(cause).copied().unwrap_or(0)
     };
+    // Counted as retired-poisoned (process-wide stats: other tests of this binary count
+    // their own causes at the same time, so only this cause is compared).
     assert_eq!(restarts(&after, "poisoned"), restarts(&before, "poisoned") + 1);
-    let crashes: u64 =
-        after.restarts.iter().filter(|(c, _)| *c != "poisoned").map(|(_, n)| n).sum();
-    let crashes_before: u64 =
-        before.restarts.iter().filter(|(c, _)| *c != "poisoned").map(|(_, n)| n).sum();
-    assert_eq!(crashes, crashes_before, "no crash counted");
 }

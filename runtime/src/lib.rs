@@ -201,6 +201,11 @@ impl xpu_engine::Engine for Deferred {
         self.get().pinned_staging(device)
     }
 
+    fn poisoned(&self) -> Option<String> {
+        // Never loads: an engine not loaded yet has run nothing.
+        self.engine.get().and_then(|e| e.poisoned())
+    }
+
     fn upload(
         &self,
         tensor: &Tensor,
@@ -447,4 +452,46 @@ pub fn run_planned(
     explanation.record_run(&record);
     let outputs = graph.outputs.iter().map(|o| o.name.clone()).zip(record.outputs).collect();
     Ok(Ran { outputs, explanation, plan, cache_hit, plan_nanos, run_nanos })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deferred;
+    use std::sync::Arc;
+    use xpu_engine::Engine;
+
+    /// An engine that says its process is poisoned (as cuda does after a sticky error).
+    struct Poisoned;
+
+    impl Engine for Poisoned {
+        fn name(&self) -> &str {
+            "cuda"
+        }
+        fn version(&self) -> String {
+            String::new()
+        }
+        fn capabilities(&self) -> xpu_engine::Capabilities {
+            xpu_engine::Capabilities::absent("cuda", xpu_engine::Availability::Available)
+        }
+        fn prepare(
+            &self,
+            _: &xpu_ir::Graph,
+            _: &xpu_engine::Assignment,
+        ) -> Result<Box<dyn xpu_engine::Executable>, xpu_engine::EngineError> {
+            Err(xpu_engine::EngineError::Other("poisoned".into()))
+        }
+        fn poisoned(&self) -> Option<String> {
+            Some("a sticky error".into())
+        }
+    }
+
+    #[test]
+    fn a_deferred_engine_passes_on_poisoned_without_loading_for_it() {
+        // The worker asks after every reply: the engine xpu-worker hosts is wrapped.
+        let engine = Deferred::new("cuda", || Arc::new(Poisoned));
+        assert_eq!(engine.poisoned(), None, "not loaded: nothing ran, nothing loaded to ask");
+        assert!(engine.engine.get().is_none(), "asking did not load it");
+        let _ = engine.version();
+        assert_eq!(engine.poisoned().as_deref(), Some("a sticky error"));
+    }
 }

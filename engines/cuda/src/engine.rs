@@ -48,12 +48,13 @@ pub(crate) struct Gpu {
     /// Device bytes the engine holds between runs ([`Held`]): what an OOM reports as
     /// reserved.
     pub(crate) held: Arc<std::sync::atomic::AtomicU64>,
-    /// The sticky error that poisoned this process's CUDA state, if one did: CUDA then
-    /// refuses every context of the process, a new one included (measured on an H200: a
-    /// context made after a trapping kernel fails with the trap's `LAUNCH_FAILED`), so the
-    /// engine refuses further work here and a worker hosting it is replaced.
-    poisoned: Mutex<Option<String>>,
 }
+
+/// The sticky error that poisoned this process's CUDA state, if one did: CUDA then refuses
+/// every context of the process, a new one included (measured on an H200 and an H100: a
+/// context made after a trapping kernel fails with the trap's `LAUNCH_FAILED`), so every
+/// cuda engine of the process refuses further work and a worker hosting one is replaced.
+static POISONED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// A device allocation the engine keeps between runs (an arena, a workspace, bound input
 /// buffers), counted in [`Gpu::held`] while it lives.
@@ -121,7 +122,7 @@ impl Gpu {
 
     /// Why the process's CUDA state can run nothing more, if a sticky error poisoned it.
     pub fn poisoned(&self) -> Option<String> {
-        let first = self.poisoned.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let first = POISONED.get()?;
         Some(format!(
             "an earlier error poisoned this process's CUDA state ({first}); CUDA needs a new \
              process: run the engine in a worker (isolation = \"process\", its default), \
@@ -146,9 +147,10 @@ impl Gpu {
         f(staging)
     }
 
-    /// After a sticky error: the context is dropped (its memory and modules with it, once
-    /// the executables holding them let go — they do on their next run, seeing the new
-    /// generation) and the next job makes a new one.
+    /// After a sticky error (the process is then poisoned: no new context is made) or a
+    /// destroyed context: the context is dropped, its memory and modules with it once the
+    /// executables holding them let go — they do on their next run, seeing the new
+    /// generation.
     pub fn drop_context(&self) {
         if let Ok(mut slot) = self.context.lock() {
             slot.0 = None;
@@ -162,12 +164,12 @@ impl Gpu {
         use cudarc::driver::sys::CUresult as R;
         let code = e.0;
         if code == R::CUDA_ERROR_OUT_OF_MEMORY {
-            let available = self
-                .context
-                .lock()
-                .ok()
-                .and_then(|c| c.0.as_ref().and_then(|c| c.mem_get_info().ok()))
-                .map_or(0, |(free, _)| free as u64);
+            let ctx = self.context.lock().ok().and_then(|c| c.0.clone());
+            let free = ctx.as_ref().and_then(|c| c.mem_get_info().ok()).map_or(0, |(f, _)| f);
+            // The stream-ordered pool keeps freed memory (its release threshold is
+            // unbounded): cuMemGetInfo counts it as used, but an allocation can have it.
+            let idle = ctx.as_ref().map_or(0, |c| pool_idle_bytes(c));
+            let available = free as u64 + idle;
             let reserved = self.held.load(std::sync::atomic::Ordering::Relaxed);
             return EngineError::OutOfMemory { device: DEVICE, requested: 0, available, reserved };
         }
@@ -183,13 +185,14 @@ impl Gpu {
                 | R::CUDA_ERROR_ASSERT
                 | R::CUDA_ERROR_ECC_UNCORRECTABLE
                 | R::CUDA_ERROR_LAUNCH_TIMEOUT
-                | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
         );
         let mut message = format!("engine cuda, device {DEVICE}: {what}: {code:?}");
+        if code == R::CUDA_ERROR_CONTEXT_IS_DESTROYED {
+            // Our context is gone, not the process's CUDA state: the next job makes another.
+            self.drop_context();
+        }
         if sticky {
-            let mut first = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
-            first.get_or_insert_with(|| format!("{code:?} in {what} of {node}"));
-            drop(first);
+            let _ = POISONED.set(format!("{code:?} in {what} of {node}"));
             self.drop_context();
             message.push_str(
                 " (this error poisons the process's CUDA state: the engine takes no more work \
@@ -200,8 +203,65 @@ impl Gpu {
     }
 }
 
+/// The device's default memory pool (the one stream-ordered allocations come from).
+fn default_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: writes the pool handle of the context's device into a live local.
+    let ok = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+        == sys::CUresult::CUDA_SUCCESS;
+    (ok && !pool.is_null()).then_some(pool)
+}
+
+/// Bytes the default pool holds but no allocation uses (reserved less used).
+fn pool_idle_bytes(ctx: &CudaContext) -> u64 {
+    use cudarc::driver::sys;
+    let Some(pool) = default_pool(ctx) else { return 0 };
+    let attr = |a: sys::CUmemPool_attribute| {
+        let mut v: u64 = 0;
+        // SAFETY: both attributes are u64 values, read into a live local.
+        let r = unsafe { sys::cuMemPoolGetAttribute(pool, a, (&mut v as *mut u64).cast()) };
+        (r == sys::CUresult::CUDA_SUCCESS).then_some(v)
+    };
+    let reserved = attr(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+    let used = attr(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+    match (reserved, used) {
+        (Some(r), Some(u)) => r.saturating_sub(u),
+        _ => 0,
+    }
+}
+
+/// `bytes` of device memory from `stream`'s pool; when the device is out of memory, the
+/// pool's unused memory is first handed back to the driver (it keeps every freed block, in
+/// chunks that may not fit this request) and the allocation tried once more, as PyTorch's
+/// caching allocator frees its cache before reporting an OOM.
+///
+/// # Safety
+/// The memory is not initialised: the caller writes every byte before reading it (as for
+/// cudarc's `alloc`).
+pub(crate) unsafe fn alloc_or_trim(
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+) -> Result<CudaSlice<u8>, DriverError> {
+    use cudarc::driver::sys;
+    // SAFETY: the caller's contract (above).
+    match unsafe { stream.alloc::<u8>(bytes) } {
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            // Frees in flight on this stream complete first, so the trim can return them.
+            stream.synchronize()?;
+            if let Some(pool) = default_pool(stream.context()) {
+                // SAFETY: trims a pool handle of this context's device; unused memory only.
+                unsafe { sys::cuMemPoolTrimTo(pool, 0) };
+            }
+            // SAFETY: the caller's contract (above).
+            unsafe { stream.alloc::<u8>(bytes) }
+        }
+        other => other,
+    }
+}
+
 /// A context of its own for device 0 (not the primary one, which every user of the device
-/// shares: a sticky error there could not be cleared by dropping ours), with cudarc's
+/// in this process shares), with cudarc's
 /// per-buffer event tracking off (one stream per executable, synchronised by the engine;
 /// tracking events cannot be recorded inside a capture) and the stream-ordered pool keeping
 /// freed memory (a release threshold of 0 would map every run's buffers afresh).
@@ -370,7 +430,6 @@ impl CudaEngine {
                 context: Mutex::new((None, 0)),
                 staging: Mutex::new(None),
                 held: Default::default(),
-                poisoned: Mutex::new(None),
             }))
         });
         CudaEngine { gpu }
@@ -418,10 +477,11 @@ impl CudaEngine {
         Ok(ms as f64 / 1e3)
     }
 
-    /// Runs a kernel that executes PTX `trap` — what a faulting kernel does to a context —
-    /// and returns the error the engine makes of it, through the same path a failed run
-    /// takes (which drops the poisoned context; the next job makes a new one). For checking
-    /// that recovery on a real GPU (`make gpu-check`); nothing in xpud or xpuctl calls it.
+    /// Runs a kernel that executes PTX `trap` — what a faulting kernel does — and returns
+    /// the error the engine makes of it, through the same path a failed run takes (which
+    /// marks this process's CUDA state poisoned: the engine is unavailable here from then
+    /// on, and a worker hosting it is replaced). For checking that on a real GPU
+    /// (`make gpu-check`); nothing in xpud or xpuctl calls it.
     pub fn run_trapping_kernel(&self) -> EngineError {
         use cudarc::driver::LaunchConfig;
         let gpu = match self.gpu() {

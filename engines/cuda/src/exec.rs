@@ -217,7 +217,7 @@ impl CudaExecutable {
             // SAFETY: the arena's bytes are written by kernels before they are read (each
             // value is stored by the step that defines it, ahead of its readers).
             Some(Held::new(
-                unsafe { stream.alloc::<u8>(plan.bytes.max(1) as usize) }
+                unsafe { crate::engine::alloc_or_trim(stream, plan.bytes.max(1) as usize) }
                     .map_err(|e| self.oom(e, plan.bytes, "arena"))?,
                 gpu,
             ))
@@ -344,8 +344,9 @@ impl CudaExecutable {
             Some(a) => a.device_ptr(&stream).0,
             None => {
                 // SAFETY: as for the kept arena: every value is written before it is read.
-                per_run_arena = unsafe { stream.alloc::<u8>(c.plan.bytes.max(1) as usize) }
-                    .map_err(|e| gpu.driver_error("arena", "allocation", e))?;
+                per_run_arena =
+                    unsafe { crate::engine::alloc_or_trim(&stream, c.plan.bytes.max(1) as usize) }
+                        .map_err(|e| gpu.driver_error("arena", "allocation", e))?;
                 per_run_arena.device_ptr(&stream).0
             }
         };

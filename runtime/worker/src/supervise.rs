@@ -114,6 +114,9 @@ struct Worker {
     /// `/proc/<pid>/statm`, open while the worker lives: its resident size is read after
     /// every run with one `pread`, not an open, read and close.
     statm: Option<std::fs::File>,
+    /// It said it exits after its last reply (`Reply::Retiring`: its engine is poisoned
+    /// for the process); replaced before the next request, counted as cause `poisoned`.
+    retiring: bool,
 }
 
 impl Drop for Worker {
@@ -307,6 +310,12 @@ impl Inner {
     fn ensure_worker(&self, conn: &mut Conn) -> Result<(), EngineError> {
         // A worker that died between jobs (killed from outside, say) costs no job: it is
         // replaced now, its death counted.
+        // One that said it retires (its engine is poisoned for the process) is replaced
+        // now: dropping it kills and reaps it if it has not exited yet.
+        if conn.worker.as_ref().is_some_and(|w| w.retiring) {
+            conn.worker = None;
+            self.ended("poisoned".into());
+        }
         if let Some(w) = conn.worker.as_mut()
             && let Ok(Some(status)) = w.child.try_wait()
         {
@@ -336,6 +345,9 @@ impl Inner {
         let hello = match hello {
             Ok(Some(Reply::Hello { version, capabilities, classes })) => {
                 Hello { version, capabilities, classes }
+            }
+            Ok(Some(Reply::Retiring { reason, .. })) => {
+                return Err(unavailable(format!("its engine is poisoned at start: {reason}")));
             }
             Ok(Some(other)) => return Err(unavailable(format!("answered {other:?} to hello"))),
             Ok(None) | Err(_) => {
@@ -422,6 +434,7 @@ impl Inner {
             writer: parent,
             region,
             statm,
+            retiring: false,
         })
     }
 
@@ -447,8 +460,14 @@ impl Inner {
         });
         conn.last_used = Some(Instant::now());
         let answered = match answered {
-            Ok(Some(Reply::Retiring { reply, reason: _ })) => {
-                self.retire(conn);
+            // The worker exits after this reply: it is replaced before the next request
+            // (`ensure_worker`); this one's reply (and its outputs in the shared memory,
+            // still mapped here) is read as usual.
+            Ok(Some(Reply::Retiring { reply, reason })) => {
+                eprintln!("xpu: the {} worker retires: {reason}", self.name);
+                if let Some(w) = conn.worker.as_mut() {
+                    w.retiring = true;
+                }
                 Ok(Some(*reply))
             }
             other => other,
@@ -576,17 +595,6 @@ impl Inner {
     }
 
     /// Counts a worker that ended other than by this process closing it.
-    /// The worker said it exits after its reply (its engine is poisoned for the process):
-    /// it is reaped now, so the next request starts a fresh one instead of meeting a
-    /// closed socket. Counted as a restart with cause `poisoned`, not as a crash.
-    fn retire(&self, conn: &mut Conn) {
-        if let Some(mut worker) = conn.worker.take() {
-            drop(worker.writer.shutdown(std::net::Shutdown::Both));
-            drop(worker.child.wait());
-        }
-        self.ended("poisoned".into());
-    }
-
     fn ended(&self, cause: String) {
         with_stats(&self.name, |s| {
             *s.restarts.entry(cause).or_default() += 1;

@@ -26,8 +26,9 @@ fn readable_now(socket: &UnixStream) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    // 0: the other side closed (the blocking read that follows sees it at once).
-    n >= 0
+    // 0: the other side closed; an error other than "nothing yet" (a reset): either way
+    // the blocking read that follows returns at once with what there is to know.
+    n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// Blocks until `socket` is readable or `timeout` passes; true when readable.
@@ -41,8 +42,9 @@ fn readable_within(socket: &UnixStream, timeout: Duration) -> bool {
     unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) > 0 }
 }
 
-/// Sets this thread's timer slack to 1 µs, once: the default 50 µs would let the sleep
-/// before a run's expected end overshoot the spin window.
+/// Sets this thread's timer slack to 1 µs, once, and leaves it so (every later timer of
+/// the thread — a pool thread of xpud's — gets it too): the default 50 µs would let the
+/// sleep before a run's expected end overshoot the window.
 fn precise_timers() {
     thread_local! { static SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) }; }
     SET.with(|set| {

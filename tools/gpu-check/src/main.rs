@@ -131,7 +131,7 @@ fn check(dir: &Path) -> Result<(Json, i32)> {
             gemm_bf16(&engine, n).unwrap_or_else(|e| json!({"error": format!("{e:#}")})),
         );
     }
-    // Last: it poisons (and so replaces) the engine's context.
+    // Last: it poisons this process's CUDA state (the engine is unavailable after it).
     let sticky = sticky::sticky_error(&engine, &programs);
     all_ok &= sticky["ok"].as_bool().unwrap_or(false);
     let report = json!({
