@@ -274,24 +274,20 @@ fn new_context() -> Result<Arc<CudaContext>, EngineError> {
     // SAFETY: nothing has used the context yet; every stream the engine makes is
     // synchronised before its buffers are read by the host or freed.
     unsafe { made.disable_event_tracking() };
-    if made.has_async_alloc() {
+    if made.has_async_alloc()
+        && made.bind_to_thread().is_ok()
+        && let Some(pool) = default_pool(&made)
+    {
         use cudarc::driver::sys;
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         let mut threshold: u64 = u64::MAX;
-        // SAFETY: the device handle is the context's; the pool handle is written by the
-        // first call and the attribute read from a live u64 by the second. A failure only
-        // leaves the driver's default threshold.
+        // SAFETY: a pool handle of the context's device; the attribute is read from a live
+        // u64. A failure only leaves the driver's default threshold.
         unsafe {
-            if made.bind_to_thread().is_ok()
-                && sys::cuDeviceGetDefaultMemPool(&mut pool, made.cu_device())
-                    == sys::CUresult::CUDA_SUCCESS
-            {
-                sys::cuMemPoolSetAttribute(
-                    pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut threshold as *mut u64).cast(),
-                );
-            }
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
         }
     }
     Ok(made)

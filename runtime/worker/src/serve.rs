@@ -106,9 +106,7 @@ fn serve(
         // recent gap between requests, within `spin`, before blocking (an idle CPU's
         // wake-up costs more than the request).
         let replied = std::time::Instant::now();
-        if reader.buffer().is_empty() {
-            crate::wait::spin_for_message(reader.get_ref(), watch.watch(), None);
-        }
+        crate::wait::spin_for_message(&reader, watch.watch(), None);
         let Some(request) = receive::<Request>(&mut reader)? else { break };
         watch.arrived(replied.elapsed());
         let reply = match request {

@@ -453,9 +453,7 @@ impl Inner {
         let _stopping = worker.stopper.watch(run, stop);
         let spin = self.setup.spin;
         let answered = send(&mut worker.writer, request).and_then(|()| {
-            if worker.reader.buffer().is_empty() {
-                crate::wait::spin_for_message(worker.reader.get_ref(), spin, expected);
-            }
+            crate::wait::spin_for_message(&worker.reader, spin, expected);
             receive::<Reply>(&mut worker.reader)
         });
         conn.last_used = Some(Instant::now());

@@ -9,6 +9,7 @@
 //! have lately been apart, within the budget ([`RequestWatch`]). Past the watch both block
 //! as before, so a sparse client or a long run costs no spinning beyond the budget.
 
+use std::io::BufReader;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -63,11 +64,17 @@ const EARLY: Duration = Duration::from_micros(100);
 /// Waits until `socket` is readable or the watch runs out, without the caller's CPU going
 /// idle while it watches: from `expected − EARLY` on (sleeping on a timer before; at once
 /// when `expected` is unknown or shorter), for at most `spin`. The caller's blocking read
-/// then waits as it always did if nothing came. A zero `spin` returns at once.
-pub(crate) fn spin_for_message(socket: &UnixStream, spin: Duration, expected: Option<Duration>) {
-    if spin.is_zero() {
+/// then waits as it always did if nothing came. A zero `spin`, or a message already in
+/// `reader`'s buffer, returns at once.
+pub(crate) fn spin_for_message(
+    reader: &BufReader<UnixStream>,
+    spin: Duration,
+    expected: Option<Duration>,
+) {
+    if spin.is_zero() || !reader.buffer().is_empty() {
         return;
     }
+    let socket = reader.get_ref();
     if let Some(expected) = expected.filter(|e| *e > EARLY) {
         precise_timers();
         if readable_within(socket, expected - EARLY) {
@@ -124,9 +131,10 @@ mod tests {
     #[test]
     fn a_message_ends_the_spin_and_a_silent_socket_only_its_budget() {
         let (mut a, b) = UnixStream::pair().unwrap();
+        let rb = BufReader::new(b.try_clone().unwrap());
         // Nothing comes: the wait ends after about the budget.
         let start = Instant::now();
-        spin_for_message(&b, Duration::from_millis(20), None);
+        spin_for_message(&rb, Duration::from_millis(20), None);
         let waited = start.elapsed();
         assert!(waited >= Duration::from_millis(20), "{waited:?}");
         assert!(!readable_now(&b));
@@ -137,7 +145,7 @@ mod tests {
             a
         });
         let start = Instant::now();
-        spin_for_message(&b, Duration::from_secs(30), Some(Duration::from_secs(60)));
+        spin_for_message(&rb, Duration::from_secs(30), Some(Duration::from_secs(60)));
         assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
         assert!(readable_now(&b), "the byte is still there to read");
         let mut byte = [0u8; 1];
@@ -146,12 +154,13 @@ mod tests {
         // The other side closing ends it too.
         drop(writer.join().unwrap());
         let start = Instant::now();
-        spin_for_message(&b, Duration::from_secs(30), None);
+        spin_for_message(&rb, Duration::from_secs(30), None);
         assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
         // A zero budget never waits.
         let (_c, d) = UnixStream::pair().unwrap();
+        let rd = BufReader::new(d);
         let start = Instant::now();
-        spin_for_message(&d, Duration::ZERO, Some(Duration::from_secs(60)));
+        spin_for_message(&rd, Duration::ZERO, Some(Duration::from_secs(60)));
         assert!(start.elapsed() < Duration::from_secs(1));
     }
 
