@@ -24,6 +24,12 @@ pub mod k {
         5.000_000_1e-1,
     ];
     pub const EXP_MAX: f32 = 89.0;
+    /// 1.5·2^23 + 254: added to x·log2 e it rounds to the nearest integer n (ties to even)
+    /// and leaves n + 254, the two halves of 2^n's biased exponents summed, in the low
+    /// mantissa bits (|n| ≤ 150 here, far below 2^22).
+    pub const EXP_SHIFTER: f32 = 12_583_166.0;
+    /// The same with one bias (n + 127), for a single scale factor.
+    pub const EXP_SHIFTER_1: f32 = 12_583_039.0;
     pub const EXP_MIN: f32 = -104.0;
     pub const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
     pub const LOG_P: [f32; 9] = [
@@ -73,20 +79,25 @@ fn exp_reduced(x: f32, n: f32) -> f32 {
     horner(r, &k::EXP_P).mul_add(r * r, r) + 1.0
 }
 
+/// e^x. n = round(x·log2 e) comes from adding a shifter (no float-to-int conversion: a NaN
+/// flows through as a NaN, with nothing undefined on the way), and 2^n is applied as two
+/// factors read from the shifted sum's bits so that subnormal results round once:
+/// s1 = 2^⌊n/2⌋, s2 = 2^(n − ⌊n/2⌋).
 pub fn expf(x: f32) -> f32 {
     let x1 = if x > k::EXP_MAX { k::EXP_MAX } else { x };
     let x2 = if x1 < k::EXP_MIN { k::EXP_MIN } else { x1 };
-    let nan = x.is_nan();
-    let xc = if nan { 0.0 } else { x2 };
-    let n = (xc * k::LOG2E).round_ties_even();
-    let y = exp_reduced(xc, n);
-    let ni = n as i32;
-    let n1 = ni >> 1;
-    let n2 = ni - n1;
-    let s1 = f32::from_bits(((n1 + 127) << 23) as u32);
-    let s2 = f32::from_bits(((n2 + 127) << 23) as u32);
-    let z = y * s1 * s2;
-    if nan { x } else { z }
+    let t = x2.mul_add(k::LOG2E, k::EXP_SHIFTER);
+    let n = t - k::EXP_SHIFTER;
+    let y = exp_reduced(x2, n);
+    let (b1, b2) = exp_scale_bits(t.to_bits());
+    y * f32::from_bits(b1) * f32::from_bits(b2)
+}
+
+/// The two scale factors' bits from the shifted sum's bits `m` (low bits n + 254): the
+/// first exponent field is (n + 254) >> 1, the second the rest of n + 254.
+fn exp_scale_bits(m: u32) -> (u32, u32) {
+    let b1 = (m << 22) & 0x7f80_0000;
+    (b1, (m << 23).wrapping_sub(b1))
 }
 
 pub fn logf(x: f32) -> f32 {
@@ -160,8 +171,8 @@ pub fn softplusf(x: f32) -> f32 {
     let ax = x.abs();
     let cut = ax > k::SOFTPLUS_CUT || ax.is_nan();
     let t = if cut { -k::SOFTPLUS_CUT } else { -ax };
-    let n = (t * k::LOG2E).round_ties_even();
-    let e = exp_reduced(t, n) * f32::from_bits(((n as i32 + 127) << 23) as u32);
+    let ts = t.mul_add(k::LOG2E, k::EXP_SHIFTER_1);
+    let e = exp_reduced(t, ts - k::EXP_SHIFTER_1) * f32::from_bits(ts.to_bits() << 23);
     let hi = e > k::SQRT2_M1;
     let f = if hi { (e - 1.0) * 0.5 } else { e };
     let fk: f32 = if hi { 1.0 } else { 0.0 };
@@ -233,6 +244,9 @@ mod tests {
     #[test]
     fn functions_stay_within_a_few_ulp_of_libm() {
         check("exp", expf, f64::exp, sweep(-103.0, 88.7, 200_000), 2);
+        check("exp (subnormal results)", expf, f64::exp, sweep(-103.97, -87.0, 100_000), 1);
+        check("exp (near 0)", expf, f64::exp, sweep(-1e-3, 1e-3, 20_000), 1);
+        check("exp (overflow edge)", expf, f64::exp, sweep(88.0, 88.75, 20_000), 2);
         check("log", logf, f64::ln, sweep(1e-30, 1e4, 200_000), 2);
         check("log (small)", logf, f64::ln, sweep(1e-44, 1e-37, 10_000), 2);
         check("log (near 1)", logf, f64::ln, sweep(0.5, 2.0, 200_000), 2);
@@ -253,6 +267,15 @@ mod tests {
         assert_eq!(expf(89.0), inf);
         assert!(expf(f32::NAN).is_nan());
         assert!(expf(-100.0) > 0.0, "subnormal results are kept");
+        assert_eq!(expf(-104.0), 0.0, "below half the least subnormal");
+        assert_eq!(expf(88.72), (88.72f32 as f64).exp() as f32, "the largest finite results");
+        assert_eq!(expf(88.73), inf);
+        assert_eq!(expf(0.0), 1.0);
+        assert_eq!(expf(-0.0), 1.0);
+        // A NaN flows through the shifter as a NaN, whatever its sign or payload.
+        for bits in [0x7fc0_0000u32, 0xffc0_0000, 0x7f80_0001, 0x7fff_ffff] {
+            assert!(expf(f32::from_bits(bits)).is_nan(), "{bits:#x}");
+        }
         assert_eq!(logf(0.0), -inf);
         assert_eq!(logf(inf), inf);
         assert!(logf(-1.0).is_nan());

@@ -142,6 +142,8 @@ fn table(base: &str) -> Option<&'static [f32]> {
         "SQRT_HALF" => &[k::SQRT_HALF],
         "ERF_P" => &[k::ERF_P],
         "EXP_P" => &k::EXP_P,
+        "EXP_SHIFTER" => &[k::EXP_SHIFTER],
+        "EXP_SHIFTER_1" => &[k::EXP_SHIFTER_1],
         "LOG_P" => &k::LOG_P,
         "TANH_P" => &k::TANH_P,
         "ERF_T" => &k::ERF_T,
@@ -200,7 +202,7 @@ pub fn declarations(ir: &str) -> String {
 const LIBM: &[&str] = &["tanh", "erf", "log1p", "expm1"];
 
 /// ln(1 + e^x) as `xpu_lir::math::softplusf` computes it: e^-|x| without expf's clamps (one
-/// scale factor), log1p of it on logf's polynomial, max(x, 0) added.
+/// scale factor, from a shifter with one bias), log1p of it on logf's polynomial, max(x, 0) added.
 const SOFTPLUSF: &str = r#"
 define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
 entry:
@@ -208,12 +210,11 @@ entry:
   %cut = fcmp ugt float %ax, f(SOFTPLUS_CUT)
   %nax = fneg float %ax
   %t = select i1 %cut, float f(-87.0), float %nax
-  %tl = fmul float %t, f(LOG2E)
-  %n = call float @llvm.roundeven.f32(float %tl)
+  %ts = call float @llvm.fma.f32(float %t, float f(LOG2E), float f(EXP_SHIFTER_1))
+  %n = fsub float %ts, f(EXP_SHIFTER_1)
   %y = call float @xpu.exp_reduced(float %t, float %n)
-  %ni = fptosi float %n to i32
-  %eb = add i32 %ni, 127
-  %sb = shl i32 %eb, 23
+  %tb = bitcast float %ts to i32
+  %sb = shl i32 %tb, 23
   %s = bitcast i32 %sb to float
   %e = fmul float %y, %s
   %hi = fcmp ogt float %e, f(SQRT2_M1)
@@ -268,8 +269,10 @@ entry:
 }
 "#;
 
-/// e^x: n = round(x·log2 e), the reduced exponential, then 2^n applied as two factors so
-/// that results in the subnormal range round once.
+/// e^x: n = round(x·log2 e) from adding a shifter (the sum's low bits hold n + 254; no
+/// float-to-int conversion, so a NaN flows through as a NaN and nothing is poison), then 2^n
+/// applied as two factors read from those bits (2^⌊n/2⌋ and the rest) so that results in
+/// the subnormal range round once.
 const EXPF: &str = r#"
 define internal float @xpu.expf(float %x) alwaysinline nounwind {
 entry:
@@ -277,24 +280,19 @@ entry:
   %x1 = select i1 %big, float 89.0, float %x
   %small = fcmp olt float %x1, -104.0
   %x2 = select i1 %small, float -104.0, float %x1
-  %nan = fcmp uno float %x, 0.0
-  %xc = select i1 %nan, float 0.0, float %x2
-  %t = fmul float %xc, f(LOG2E)
-  %n = call float @llvm.roundeven.f32(float %t)
-  %y = call float @xpu.exp_reduced(float %xc, float %n)
-  %ni = fptosi float %n to i32
-  %n1 = ashr i32 %ni, 1
-  %n2 = sub i32 %ni, %n1
-  %e1 = add i32 %n1, 127
-  %b1 = shl i32 %e1, 23
+  %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER))
+  %n = fsub float %t, f(EXP_SHIFTER)
+  %y = call float @xpu.exp_reduced(float %x2, float %n)
+  %m = bitcast float %t to i32
+  %m22 = shl i32 %m, 22
+  %b1 = and i32 %m22, 2139095040
+  %m23 = shl i32 %m, 23
+  %b2 = sub i32 %m23, %b1
   %s1 = bitcast i32 %b1 to float
-  %e2 = add i32 %n2, 127
-  %b2 = shl i32 %e2, 23
   %s2 = bitcast i32 %b2 to float
   %z1 = fmul float %y, %s1
   %z = fmul float %z1, %s2
-  %res = select i1 %nan, float %x, float %z
-  ret float %res
+  ret float %z
 }
 "#;
 
