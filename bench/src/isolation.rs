@@ -1,7 +1,8 @@
 //! `xpu-bench isolation MODEL BATCH REPS THREADS`: the ort engine in-process against the
 //! same engine in a worker process (issue 20's bar: ≤ 50 µs more per call at batch 1, ≤ 5%
-//! at batch 64), timed alternately call by call after a warm-up, medians compared. Also the
-//! worker's cold start (to its first answer) and its restart after a SIGKILL.
+//! at batch 64), after a warm-up, medians compared in two orders: alternately call by call,
+//! then in runs of 25 calls a side. Also the worker's cold start (to its first answer) and
+//! its restart after a SIGKILL.
 
 use std::time::Instant;
 
@@ -35,29 +36,18 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
             exe.run(&inputs)?;
         }
     }
-    let mut times = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
-    // The engine's own time per run (its `ort.run_us` fact), to tell the crossing's cost
-    // from a difference in the engine's compute.
-    let mut engine = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
-    for _ in 0..reps {
-        for ((exe, t), e) in exes.iter_mut().zip(&mut times).zip(&mut engine) {
-            let at = Instant::now();
-            let out = exe.run(&inputs)?;
-            t.push(at.elapsed().as_secs_f64() * 1e6);
-            let run_us = out.facts.iter().find(|f| f.key == "ort.run_us");
-            e.push(run_us.and_then(|f| f.value.parse().ok()).unwrap_or(f64::NAN));
-            drop(out);
-        }
-    }
-    for t in times.iter_mut().chain(&mut engine) {
-        t.sort_by(f64::total_cmp);
-    }
-    let (inproc, isolated) = (times[0][reps / 2], times[1][reps / 2]);
+    // Two orders, each side's median per order. Call by call: the worker waits idle through
+    // every in-process call, as it would for sparse jobs, and each request wakes it. In runs
+    // of RUN calls a side: a stream of calls, as a job's nodes or a busy daemon send them.
+    let by_call = time_sides(&mut exes, &inputs, reps, 1)?;
+    let in_runs = time_sides(&mut exes, &inputs, reps, RUN)?;
     eprintln!(
-        "ort.run_us, median: in-process {:.1}, in the worker {:.1}",
-        engine[0][reps / 2],
-        engine[1][reps / 2]
+        "ort.run_us, median: in-process {:.1}, in the worker {:.1} (call by call); {:.1}, {:.1} \
+         (in runs)",
+        by_call.engine[0], by_call.engine[1], in_runs.engine[0], in_runs.engine[1]
     );
+    let (inproc, isolated) = (by_call.call[0], by_call.call[1]);
+    let (inproc_runs, isolated_runs) = (in_runs.call[0], in_runs.call[1]);
     // Restart after a crash: kill the worker, then time the next call (new worker, the
     // executable prepared again there, the run).
     let pid = worker.worker_pid().context("the worker runs")?;
@@ -69,15 +59,58 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
     let restart = at.elapsed();
     println!(
         "isolation {path} batch {batch}: in-process {inproc:.1} µs, worker {isolated:.1} µs, \
-         overhead {:.1} µs ({:.1}%); spin {} µs; worker cold start {:.1} ms, restart after \
-         SIGKILL + re-prepare + run {:.1} ms",
+         overhead {:.1} µs ({:.1}%); in runs of {RUN}: in-process {inproc_runs:.1} µs, worker \
+         {isolated_runs:.1} µs, overhead {:.1} µs ({:.1}%); spin {} µs; worker cold start \
+         {:.1} ms, restart after SIGKILL + re-prepare + run {:.1} ms",
         isolated - inproc,
         (isolated / inproc - 1.0) * 100.0,
+        isolated_runs - inproc_runs,
+        (isolated_runs / inproc_runs - 1.0) * 100.0,
         workers.spin.as_micros(),
         cold_start.as_secs_f64() * 1e3,
         restart.as_secs_f64() * 1e3
     );
     Ok(())
+}
+
+/// Calls a side makes in a row in the second order.
+const RUN: usize = 25;
+
+/// Medians of each side's call time and of its engine's own time (`ort.run_us`).
+struct Sides {
+    call: [f64; 2],
+    engine: [f64; 2],
+}
+
+/// Times `reps` calls of each executable, the two sides taking turns every `run` calls.
+fn time_sides(
+    exes: &mut [Box<dyn xpu_engine::Executable>; 2],
+    inputs: &[xpu_ir::Tensor],
+    reps: usize,
+    run: usize,
+) -> Result<Sides> {
+    let mut times = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    // The engine's own time per run (its `ort.run_us` fact), to tell the crossing's cost
+    // from a difference in the engine's compute.
+    let mut engine = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    for _ in 0..reps.div_ceil(run) {
+        for ((exe, t), e) in exes.iter_mut().zip(&mut times).zip(&mut engine) {
+            for _ in 0..run {
+                let at = Instant::now();
+                let out = exe.run(inputs)?;
+                t.push(at.elapsed().as_secs_f64() * 1e6);
+                let run_us = out.facts.iter().find(|f| f.key == "ort.run_us");
+                e.push(run_us.and_then(|f| f.value.parse().ok()).unwrap_or(f64::NAN));
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [t0, t1] = &mut times;
+    let [e0, e1] = &mut engine;
+    Ok(Sides { call: [median(t0), median(t1)], engine: [median(e0), median(e1)] })
 }
 
 /// `xpu-bench ipc-floor WORK_US REPS`: what one blocking round trip over a Unix socket costs

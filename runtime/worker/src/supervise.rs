@@ -736,7 +736,7 @@ impl Engine for WorkerEngine {
             slot,
             id,
             generation: conn.generation,
-            last_answer: None,
+            answers: Default::default(),
         }))
     }
 }
@@ -749,8 +749,8 @@ struct RemoteExecutable {
     slot: usize,
     id: u64,
     generation: u64,
-    /// How long its last run's reply took to come: when the next one is due.
-    last_answer: Option<Duration>,
+    /// How long its recent runs' replies took to come: when the next one is due.
+    answers: crate::wait::RecentAnswers,
 }
 
 impl Drop for RemoteExecutable {
@@ -818,7 +818,7 @@ impl Executable for RemoteExecutable {
         let run = worker.runs;
         let request = Request::Run { id: self.id, run, inputs: slots };
         let sent = Instant::now();
-        let reply = match inner.call(&mut conn, &request, run, stop, self.last_answer) {
+        let reply = match inner.call(&mut conn, &request, run, stop, self.answers.expected()) {
             Ok(reply) => reply,
             Err(Failure::Engine(e)) => return Err(e),
             Err(Failure::Died(cause)) => {
@@ -828,7 +828,7 @@ impl Executable for RemoteExecutable {
         let Reply::Ran { outputs, timings, facts } = reply else {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
-        self.last_answer = Some(sent.elapsed());
+        self.answers.record(sent.elapsed());
         conn.consecutive_crashes = 0;
         inner.ran_well(&self.source.key);
         let outputs = read_outputs(&mut conn, &outputs)?;

@@ -93,6 +93,33 @@ pub(crate) fn spin_for_message(
     }
 }
 
+/// When an executable's next reply is due: the shortest of its last few answers. The last
+/// answer alone let one slow run (this VM's jitter is ±10% of a millisecond-long run) put
+/// the next watch after its reply had already come, so the parent slept through it and paid
+/// the wake-up; from the shortest, the watch starts before the reply and a slower run is
+/// covered by the watch's budget.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RecentAnswers {
+    times: [Duration; RecentAnswers::KEPT],
+    len: usize,
+    next: usize,
+}
+
+impl RecentAnswers {
+    const KEPT: usize = 8;
+
+    pub(crate) fn record(&mut self, answer: Duration) {
+        self.times[self.next] = answer;
+        self.next = (self.next + 1) % Self::KEPT;
+        self.len = (self.len + 1).min(Self::KEPT);
+    }
+
+    /// The shortest recent answer; `None` before the first.
+    pub(crate) fn expected(&self) -> Option<Duration> {
+        self.times[..self.len].iter().min().copied()
+    }
+}
+
 /// The worker's watch for its next request, adapted to how far apart requests come: a
 /// client sending them back to back (gaps within the budget) finds the worker watching,
 /// a sparse one costs no spinning at all (a gap past the budget turns the watch off until
@@ -162,6 +189,26 @@ mod tests {
         let start = Instant::now();
         spin_for_message(&rd, Duration::ZERO, Some(Duration::from_secs(60)));
         assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_reply_is_expected_after_the_shortest_recent_answer() {
+        let us = Duration::from_micros;
+        let mut a = RecentAnswers::default();
+        assert_eq!(a.expected(), None, "nothing known before the first answer");
+        a.record(us(1300));
+        assert_eq!(a.expected(), Some(us(1300)));
+        // One slow run does not push the next watch past a usual reply.
+        a.record(us(1900));
+        assert_eq!(a.expected(), Some(us(1300)));
+        // The shortest of the last eight only: an old fast run is forgotten.
+        a.record(us(1200));
+        for _ in 0..8 {
+            a.record(us(1400));
+        }
+        assert_eq!(a.expected(), Some(us(1400)));
+        a.record(us(700));
+        assert_eq!(a.expected(), Some(us(700)), "a faster run counts at once");
     }
 
     #[test]
