@@ -820,7 +820,10 @@ fn run(
             } else {
                 policy_cmd::select_policy(labels, overrides)?
             };
-            let inventory = registry.inventory_for(&g);
+            // Engines the policy cannot place a node on are not loaded (a policy of llvm and
+            // cpu does not start ONNX Runtime and OpenVINO for a local run).
+            let inventory =
+                registry.inventory_for_engines(&g, policy.engines_it_may_place_on().as_ref());
             let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
             let bindings = xpu_plan::bind_symbols(&g, &shapes);
             // Shared with the plan (no copy of the weights) and hashed once.

@@ -74,6 +74,31 @@ impl Policy {
         }
     }
 
+    /// The engines a plan under this policy can place a node on, or `None` when that can be
+    /// any engine (an empty `[engines] order`). The planner tries a node's first choice (a
+    /// rule's engine or kernel, a pinned kernel's engine, the `table` engine for table ops,
+    /// else the order), then the order, and rejects every other engine as `NotInOrder`
+    /// before it looks at what that engine can do — so an engine outside this set never
+    /// changes a plan, and a local run need not load its library.
+    pub fn engines_it_may_place_on(&self) -> Option<std::collections::BTreeSet<String>> {
+        let spec = &self.spec;
+        if spec.engines.order.is_empty() {
+            return None;
+        }
+        let engine_of = |kernel: &str| xpu_engine::catalog::engine_of(kernel).to_string();
+        let mut engines: std::collections::BTreeSet<String> =
+            spec.engines.order.iter().cloned().collect();
+        engines.insert("table".to_string());
+        for rule in &spec.rules {
+            engines.extend(rule.engine.iter().cloned());
+            engines.extend(rule.kernel.as_deref().map(engine_of));
+        }
+        for choice in spec.kernels.values() {
+            engines.extend(choice.kernels().iter().map(|k| engine_of(k)));
+        }
+        Some(engines)
+    }
+
     /// The policy as canonical JSON (hashing, `policy resolve --format json`).
     pub fn to_json(&self) -> String {
         serde_json::to_string(&self.spec).expect("policy serializes")

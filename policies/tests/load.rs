@@ -332,3 +332,24 @@ fn garbage_never_panics() {
         let _ = Loader::new().load_text("garbage.toml", None, &text);
     }
 }
+
+/// The engines a plan can place nodes on: the order, the `table` engine, every rule's
+/// engine and kernel's engine, every pinned or preferred kernel's engine; any engine (None)
+/// when the order is empty.
+#[test]
+fn the_engines_a_policy_may_place_nodes_on() {
+    let names = |text: &str| {
+        load(text).unwrap().engines_it_may_place_on().map(|s| s.into_iter().collect::<Vec<_>>())
+    };
+    assert_eq!(names(HEAD), None, "no order: any engine");
+    assert_eq!(
+        names(&format!("{HEAD}[engines]\norder = [\"llvm\", \"cpu\"]\n")),
+        Some(vec!["cpu".into(), "llvm".into(), "table".into()])
+    );
+    assert_eq!(
+        names(&format!(
+            "{HEAD}[engines]\norder = [\"llvm\", \"cpu\"]\n[kernels]\nmatmul = \"cpu.blas\"\n[[rule]]\nwhen = {{ op = \"conv\" }}\nengine = \"openvino\"\n[[rule]]\nwhen = {{ op = \"relu\" }}\nkernel = \"ort.cpu\"\n"
+        )),
+        Some(["cpu", "llvm", "openvino", "ort", "table"].map(String::from).to_vec())
+    );
+}

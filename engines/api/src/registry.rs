@@ -35,7 +35,7 @@ impl Registry {
     /// The live inventory: every registered engine's capabilities, then every catalogue
     /// engine this build lacks.
     pub fn inventory(&self) -> Inventory {
-        self.inventory_where(|_| true)
+        self.inventory_with(|_| Ok(()))
     }
 
     /// The live inventory for planning `graph`: an engine that says, without loading its
@@ -43,26 +43,49 @@ impl Registry {
     /// unavailable for that reason (a table-only job does not pay for ONNX Runtime).
     pub fn inventory_for(&self, graph: &xpu_ir::Graph) -> Inventory {
         let classes: Vec<xpu_ir::OpClass> = graph.nodes.iter().map(|n| n.op.class()).collect();
-        self.inventory_where(|e| {
-            e.classes_without_loading().is_none_or(|runs| classes.iter().any(|c| runs.contains(c)))
+        self.inventory_with(|e| Self::runs_some(e, &classes))
+    }
+
+    /// [`Registry::inventory_for`] for a plan that can only place nodes on `may_place_on`
+    /// (`Policy::engines_it_may_place_on`; `None`: any engine): the other engines are not
+    /// loaded either, and are listed as unavailable for that reason. A local `xpuctl run`
+    /// under an `llvm, cpu` policy does not pay for loading ONNX Runtime and OpenVINO.
+    pub fn inventory_for_engines(
+        &self,
+        graph: &xpu_ir::Graph,
+        may_place_on: Option<&std::collections::BTreeSet<String>>,
+    ) -> Inventory {
+        let Some(allowed) = may_place_on else { return self.inventory_for(graph) };
+        let classes: Vec<xpu_ir::OpClass> = graph.nodes.iter().map(|n| n.op.class()).collect();
+        self.inventory_with(|e| {
+            if !allowed.contains(e.name()) {
+                return Err("not loaded: the policy places no node on it");
+            }
+            Self::runs_some(e, &classes)
         })
     }
 
-    fn inventory_where(&self, load: impl Fn(&dyn Engine) -> bool) -> Inventory {
+    fn runs_some(e: &dyn Engine, classes: &[xpu_ir::OpClass]) -> Result<(), &'static str> {
+        match e.classes_without_loading() {
+            Some(runs) if !classes.iter().any(|c| runs.contains(c)) => {
+                Err("not loaded: it runs none of this graph's op classes")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The inventory with each engine's capabilities where `load` says to load it, else
+    /// the engine listed as unavailable with `load`'s reason.
+    fn inventory_with(&self, load: impl Fn(&dyn Engine) -> Result<(), &'static str>) -> Inventory {
         let mut engines: Vec<Capabilities> = self
             .engines
             .iter()
-            .map(|e| {
-                if load(e.as_ref()) {
-                    e.capabilities()
-                } else {
-                    Capabilities::absent(
-                        e.name(),
-                        Availability::Unavailable {
-                            reason: "not loaded: it runs none of this graph's op classes".into(),
-                        },
-                    )
-                }
+            .map(|e| match load(e.as_ref()) {
+                Ok(()) => e.capabilities(),
+                Err(reason) => Capabilities::absent(
+                    e.name(),
+                    Availability::Unavailable { reason: reason.into() },
+                ),
             })
             .collect();
         for known in catalog::ENGINES {
@@ -133,5 +156,37 @@ mod tests {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.inventory_for(&mm)))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn an_engine_the_policy_places_nothing_on_is_not_loaded() {
+        let mut r = Registry::new();
+        r.register(Arc::new(Heavy));
+        let mm = xpu_ir::text::parse(
+            "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
+        )
+        .unwrap();
+        let llvm_and_cpu: std::collections::BTreeSet<String> =
+            ["llvm", "cpu", "table"].map(String::from).into();
+        let inv = r.inventory_for_engines(&mm, Some(&llvm_and_cpu));
+        let ort = inv.engine("ort").unwrap();
+        assert!(
+            matches!(&ort.availability, Availability::Unavailable { reason } if reason.contains("places no node on it")),
+            "{:?}",
+            ort.availability
+        );
+        // Named by the policy (or no order at all: any engine), it is loaded.
+        let with_ort: std::collections::BTreeSet<String> = ["ort"].map(String::from).into();
+        for allowed in [Some(&with_ort), None] {
+            let load = || r.inventory_for_engines(&mm, allowed);
+            assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).is_err());
+        }
+        // Named, but running none of the graph's classes: still not loaded.
+        let relu = xpu_ir::text::parse(
+            "graph \"t\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0)\n  return \"y\" = %1\n}",
+        )
+        .unwrap();
+        let inv = r.inventory_for_engines(&relu, Some(&with_ort));
+        assert!(!inv.engine("ort").unwrap().availability.is_available());
     }
 }
