@@ -46,6 +46,13 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
          (in runs)",
         by_call.engine[0], by_call.engine[1], in_runs.engine[0], in_runs.engine[1]
     );
+    for (order, sides) in [("call by call", &by_call), ("in runs", &in_runs)] {
+        let [inputs_us, serve_us, crossing_us] = sides.worker;
+        eprintln!(
+            "worker, median µs ({order}): inputs read {inputs_us:.1}, served {serve_us:.1}, \
+             crossing {crossing_us:.1}"
+        );
+    }
     let (inproc, isolated) = (by_call.call[0], by_call.call[1]);
     let (inproc_runs, isolated_runs) = (in_runs.call[0], in_runs.call[1]);
     // Restart after a crash: kill the worker, then time the next call (new worker, the
@@ -76,11 +83,16 @@ pub fn run(path: &str, batch: usize, reps: usize, threads: u32) -> Result<()> {
 /// Calls a side makes in a row in the second order.
 const RUN: usize = 25;
 
-/// Medians of each side's call time and of its engine's own time (`ort.run_us`).
+/// Medians of each side's call time and of its engine's own time (`ort.run_us`), and of
+/// the worker's facts on where its calls' time went (`worker.inputs_us`, `worker.serve_us`,
+/// `worker.crossing_us`).
 struct Sides {
     call: [f64; 2],
     engine: [f64; 2],
+    worker: [f64; 3],
 }
+
+const WORKER_FACTS: [&str; 3] = ["worker.inputs_us", "worker.serve_us", "worker.crossing_us"];
 
 /// Times `reps` calls of each executable, the two sides taking turns every `run` calls.
 fn time_sides(
@@ -93,14 +105,23 @@ fn time_sides(
     // The engine's own time per run (its `ort.run_us` fact), to tell the crossing's cost
     // from a difference in the engine's compute.
     let mut engine = [Vec::with_capacity(reps), Vec::with_capacity(reps)];
+    let mut worker: [Vec<f64>; 3] = Default::default();
+    let fact = |out: &xpu_engine::Execution, key: &str| {
+        let f = out.facts.iter().find(|f| f.key == key);
+        f.and_then(|f| f.value.parse().ok()).unwrap_or(f64::NAN)
+    };
     for _ in 0..reps.div_ceil(run) {
-        for ((exe, t), e) in exes.iter_mut().zip(&mut times).zip(&mut engine) {
+        for (side, ((exe, t), e)) in exes.iter_mut().zip(&mut times).zip(&mut engine).enumerate() {
             for _ in 0..run {
                 let at = Instant::now();
                 let out = exe.run(inputs)?;
                 t.push(at.elapsed().as_secs_f64() * 1e6);
-                let run_us = out.facts.iter().find(|f| f.key == "ort.run_us");
-                e.push(run_us.and_then(|f| f.value.parse().ok()).unwrap_or(f64::NAN));
+                e.push(fact(&out, "ort.run_us"));
+                if side == 1 {
+                    for (w, key) in worker.iter_mut().zip(WORKER_FACTS) {
+                        w.push(fact(&out, key));
+                    }
+                }
             }
         }
     }
@@ -110,7 +131,12 @@ fn time_sides(
     };
     let [t0, t1] = &mut times;
     let [e0, e1] = &mut engine;
-    Ok(Sides { call: [median(t0), median(t1)], engine: [median(e0), median(e1)] })
+    let [w0, w1, w2] = &mut worker;
+    Ok(Sides {
+        call: [median(t0), median(t1)],
+        engine: [median(e0), median(e1)],
+        worker: [median(w0), median(w1), median(w2)],
+    })
 }
 
 /// `xpu-bench ipc-floor WORK_US REPS`: what one blocking round trip over a Unix socket costs

@@ -118,3 +118,31 @@ fn a_worker_whose_engine_is_poisoned_retires_and_the_next_run_gets_a_fresh_one()
     // their own causes at the same time, so only this cause is compared).
     assert_eq!(restarts(&after, "poisoned"), restarts(&before, "poisoned") + 1);
 }
+
+#[test]
+fn a_run_on_a_worker_says_what_the_crossing_cost() {
+    // The worker reports its own share of a call (inputs read from the shared memory, the
+    // run, the outputs written) and the parent the rest: messages and wake-ups.
+    let engine = pool(1);
+    let mut exe = prepare(&engine);
+    let started = std::time::Instant::now();
+    let out = exe.run(&input(0.5)).unwrap();
+    let call_us = started.elapsed().as_secs_f64() * 1e6;
+    let fact = |key: &str| -> f64 {
+        let f = out.facts.iter().find(|f| f.key == key).unwrap_or_else(|| panic!("{key}"));
+        f.value.parse().unwrap_or_else(|e| panic!("{key} = {}: {e}", f.value))
+    };
+    let (inputs, served, crossing) =
+        (fact("worker.inputs_us"), fact("worker.serve_us"), fact("worker.crossing_us"));
+    assert!(0.0 <= inputs && inputs <= served, "inputs {inputs} µs within served {served} µs");
+    assert!(crossing >= 0.0);
+    assert!(
+        served + crossing <= call_us,
+        "{served} + {crossing} µs within the call's {call_us} µs"
+    );
+    // An in-process run has neither.
+    let local = xpu_engine_cpu::CpuEngine::new();
+    let graph = xpu_ir::text::parse(DOUBLE).unwrap();
+    let ran = local.prepare(&graph, &Assignment::new("cpu")).unwrap().run(&input(0.5)).unwrap();
+    assert!(ran.facts.iter().all(|f| !f.key.starts_with("worker.")), "{:?}", ran.facts);
+}

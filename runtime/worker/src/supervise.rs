@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use xpu_engine::{
-    Assignment, Availability, Capabilities, Engine, EngineError, Executable, Execution, StopReason,
-    StopToken,
+    Assignment, Availability, Capabilities, Engine, EngineError, Executable, Execution, Fact,
+    StopReason, StopToken,
 };
 use xpu_ir::{Graph, OpClass, Tensor, TensorData};
 
@@ -825,10 +825,22 @@ impl Executable for RemoteExecutable {
                 return Err(inner.crashed(&self.source.key, &self.source.label, cause, stop));
             }
         };
-        let Reply::Ran { outputs, timings, facts } = reply else {
+        let Reply::Ran { outputs, timings, mut facts } = reply else {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
-        self.answers.record(sent.elapsed());
+        let answered = sent.elapsed();
+        self.answers.record(answered);
+        // What isolation cost this call: the call's time less the worker's own (request
+        // and reply messages, wake-ups; the inputs' copies are counted in each side).
+        let served = facts.iter().find(|f| f.key == crate::serve::SERVE_FACT);
+        if let Some(us) = served.and_then(|f| f.value.parse::<f64>().ok()) {
+            let crossing = (answered.as_secs_f64() * 1e6 - us).max(0.0);
+            facts.push(Fact {
+                node: None,
+                key: "worker.crossing_us".into(),
+                value: format!("{crossing:.1}"),
+            });
+        }
         conn.consecutive_crashes = 0;
         inner.ran_well(&self.source.key);
         let outputs = read_outputs(&mut conn, &outputs)?;
