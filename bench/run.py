@@ -749,7 +749,7 @@ def bench_isolation(rows, mlp):
     its restart after SIGKILL."""
     print("\nort in a worker process vs in-process (MLP)")
     ok = True
-    pattern = (r"in-process ([0-9.]+) µs, worker ([0-9.]+) µs, overhead [0-9.]+ µs \([0-9.-]+%\); "
+    pattern = (r"in-process ([0-9.]+) µs, worker ([0-9.]+) µs, overhead -?[0-9.]+ µs \([0-9.-]+%\); "
                r"in runs of 25: in-process ([0-9.]+) µs, worker ([0-9.]+) µs")
     for batch, reps in ((1, 2000), (64, 500)):
         best = None
