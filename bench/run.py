@@ -770,7 +770,7 @@ def bench_isolation(rows, mlp):
               f"({(call_w / call_in - 1) * 100:.1f}%)")
         # The floor under call by call: one bare socket round trip around the same work on
         # each side.
-        floor = subprocess.run([BENCH_BIN, "ipc-floor", f"{inproc:.0f}", "1000"], check=True,
+        floor = subprocess.run([BENCH_BIN, "ipc-floor", f"{call_in:.0f}", "1000"], check=True,
                                capture_output=True, text=True).stdout.strip()
         print(f"    {floor}")
         rows.append(("ort worker overhead, in runs", f"MLP batch {batch}", "ort", worker, inproc, inproc / worker))

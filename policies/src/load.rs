@@ -78,8 +78,11 @@ impl Policy {
     /// any engine (an empty `[engines] order`). The planner tries a node's first choice (a
     /// rule's engine or kernel, a pinned kernel's engine, the `table` engine for table ops,
     /// else the order), then the order, and rejects every other engine as `NotInOrder`
-    /// before it looks at what that engine can do — so an engine outside this set never
-    /// changes a plan, and a local run need not load its library.
+    /// before it looks at what that engine can do — so an engine outside this set changes
+    /// no node's placement, and a local run need not load its library (but see
+    /// `Registry::inventory_for_engines`: the first available engine is loaded whatever
+    /// it is, for constants no placed node reads). The plan's inventory fingerprint does
+    /// differ, as it does for any inventory that leaves an engine unloaded.
     pub fn engines_it_may_place_on(&self) -> Option<std::collections::BTreeSet<String>> {
         let spec = &self.spec;
         if spec.engines.order.is_empty() {

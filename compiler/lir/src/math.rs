@@ -75,7 +75,9 @@ fn horner(x: f32, c: &[f32]) -> f32 {
 /// e^(x − n·ln 2) for n = round(x·log2 e): r = x − n·ln 2 in two parts (ln 2 split so
 /// n·LN2_HI is exact), then 1 + r + r²·P(r). The caller scales by 2^n.
 fn exp_reduced(x: f32, n: f32) -> f32 {
-    let r = (-n).mul_add(k::LN2_LO, (-n).mul_add(k::LN2_HI, x));
+    // n times −ln 2 rather than −n times ln 2: the same products, and a NaN n keeps its
+    // sign (e^NaN is the input's NaN, as numpy gives it, not its negation).
+    let r = n.mul_add(-k::LN2_LO, n.mul_add(-k::LN2_HI, x));
     horner(r, &k::EXP_P).mul_add(r * r, r) + 1.0
 }
 
@@ -272,9 +274,12 @@ mod tests {
         assert_eq!(expf(88.73), inf);
         assert_eq!(expf(0.0), 1.0);
         assert_eq!(expf(-0.0), 1.0);
-        // A NaN flows through the shifter as a NaN, whatever its sign or payload.
-        for bits in [0x7fc0_0000u32, 0xffc0_0000, 0x7f80_0001, 0x7fff_ffff] {
-            assert!(expf(f32::from_bits(bits)).is_nan(), "{bits:#x}");
+        // A NaN flows through the shifter as a NaN, whatever its sign or payload, and
+        // keeps its sign.
+        for bits in [0x7fc0_0000u32, 0xffc0_0000, 0x7f80_0001, 0x7fff_ffff, 0xffc0_1234] {
+            let e = expf(f32::from_bits(bits));
+            assert!(e.is_nan(), "{bits:#x}");
+            assert_eq!(e.is_sign_negative(), bits >> 31 == 1, "{bits:#x} -> {:#x}", e.to_bits());
         }
         assert_eq!(logf(0.0), -inf);
         assert_eq!(logf(inf), inf);

@@ -35,7 +35,7 @@ impl Registry {
     /// The live inventory: every registered engine's capabilities, then every catalogue
     /// engine this build lacks.
     pub fn inventory(&self) -> Inventory {
-        self.inventory_with(|_| Ok(()))
+        self.inventory_with(|_, _| Ok(()))
     }
 
     /// The live inventory for planning `graph`: an engine that says, without loading its
@@ -43,7 +43,7 @@ impl Registry {
     /// unavailable for that reason (a table-only job does not pay for ONNX Runtime).
     pub fn inventory_for(&self, graph: &xpu_ir::Graph) -> Inventory {
         let classes: Vec<xpu_ir::OpClass> = graph.nodes.iter().map(|n| n.op.class()).collect();
-        self.inventory_with(|e| Self::runs_some(e, &classes))
+        self.inventory_with(|e, _| Self::runs_some(e, &classes))
     }
 
     /// [`Registry::inventory_for`] for a plan that can only place nodes on `may_place_on`
@@ -57,11 +57,15 @@ impl Registry {
     ) -> Inventory {
         let Some(allowed) = may_place_on else { return self.inventory_for(graph) };
         let classes: Vec<xpu_ir::OpClass> = graph.nodes.iter().map(|n| n.op.class()).collect();
-        self.inventory_with(|e| {
-            if !allowed.contains(e.name()) {
+        // The planner puts a constant no placed node reads on the inventory's first available
+        // engine: until one is available, engines are loaded whether allowed or not, so that
+        // engine is the one it would be with every engine loaded.
+        self.inventory_with(|e, available_seen| {
+            Self::runs_some(e, &classes)?;
+            if !allowed.contains(e.name()) && available_seen {
                 return Err("not loaded: the policy places no node on it");
             }
-            Self::runs_some(e, &classes)
+            Ok(())
         })
     }
 
@@ -75,19 +79,25 @@ impl Registry {
     }
 
     /// The inventory with each engine's capabilities where `load` says to load it, else
-    /// the engine listed as unavailable with `load`'s reason.
-    fn inventory_with(&self, load: impl Fn(&dyn Engine) -> Result<(), &'static str>) -> Inventory {
-        let mut engines: Vec<Capabilities> = self
-            .engines
-            .iter()
-            .map(|e| match load(e.as_ref()) {
+    /// the engine listed as unavailable with `load`'s reason. `load` is asked in
+    /// registration order and told whether an engine before it turned out available.
+    fn inventory_with(
+        &self,
+        load: impl Fn(&dyn Engine, bool) -> Result<(), &'static str>,
+    ) -> Inventory {
+        let mut available_seen = false;
+        let mut engines: Vec<Capabilities> = Vec::with_capacity(self.engines.len());
+        for e in &self.engines {
+            let caps = match load(e.as_ref(), available_seen) {
                 Ok(()) => e.capabilities(),
                 Err(reason) => Capabilities::absent(
                     e.name(),
                     Availability::Unavailable { reason: reason.into() },
                 ),
-            })
-            .collect();
+            };
+            available_seen |= caps.availability.is_available();
+            engines.push(caps);
+        }
         for known in catalog::ENGINES {
             if self.get(known.name).is_none() {
                 engines.push(Capabilities::absent(
@@ -158,9 +168,58 @@ mod tests {
         );
     }
 
+    /// A cheap engine that is available (or not, as told).
+    struct Light(&'static str, bool);
+
+    impl Engine for Light {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn version(&self) -> String {
+            String::new()
+        }
+        fn capabilities(&self) -> Capabilities {
+            let availability = if self.1 {
+                Availability::Available
+            } else {
+                Availability::Unavailable { reason: "no library".into() }
+            };
+            Capabilities::absent(self.0, availability)
+        }
+        fn prepare(&self, _: &Graph, _: &Assignment) -> Result<Box<dyn Executable>, EngineError> {
+            Err(EngineError::Other("unused".into()))
+        }
+    }
+
+    #[test]
+    fn until_an_engine_is_available_every_engine_is_loaded() {
+        // The planner places a constant no placed node reads on the first available engine:
+        // leaving an engine before it unloaded would change that choice.
+        let mm = xpu_ir::text::parse(
+            "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
+        )
+        .unwrap();
+        let only_llvm: std::collections::BTreeSet<String> = ["llvm"].map(String::from).into();
+        let mut r = Registry::new();
+        r.register(Arc::new(Light("cpu", false)));
+        r.register(Arc::new(Heavy));
+        r.register(Arc::new(Light("llvm", true)));
+        let load = || r.inventory_for_engines(&mm, Some(&only_llvm));
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).is_err());
+        // With an available engine first, the heavy one outside the policy stays unloaded.
+        let mut r = Registry::new();
+        r.register(Arc::new(Light("cpu", true)));
+        r.register(Arc::new(Heavy));
+        r.register(Arc::new(Light("llvm", true)));
+        let inv = r.inventory_for_engines(&mm, Some(&only_llvm));
+        assert!(inv.engine("cpu").unwrap().availability.is_available(), "loaded, not allowed");
+        assert!(!inv.engine("ort").unwrap().availability.is_available());
+    }
+
     #[test]
     fn an_engine_the_policy_places_nothing_on_is_not_loaded() {
         let mut r = Registry::new();
+        r.register(Arc::new(Light("cpu", true)));
         r.register(Arc::new(Heavy));
         let mm = xpu_ir::text::parse(
             "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
@@ -168,6 +227,8 @@ mod tests {
         .unwrap();
         let llvm_and_cpu: std::collections::BTreeSet<String> =
             ["llvm", "cpu", "table"].map(String::from).into();
+        // (cpu, registered first and available, is the engine the planner would give a
+        // stray constant; ort comes after it.)
         let inv = r.inventory_for_engines(&mm, Some(&llvm_and_cpu));
         let ort = inv.engine("ort").unwrap();
         assert!(

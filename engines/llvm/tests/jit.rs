@@ -160,6 +160,50 @@ fn softmax_rows_compiled_match_the_interpreter_bit_for_bit() {
     check_same_as_interpreter(&src, &[rows as i64], vec![x, y]);
 }
 
+/// A NaN of either sign, with or without a payload, through every f32 transcendental
+/// function: compiled code gives the interpreter's bits, and `exp` keeps the input's sign
+/// (as numpy's `exp(nan)` is `nan`). Elementwise only: where a reduction meets NaNs of
+/// different signs, which one survives depends on the order of the adds.
+#[test]
+fn nans_through_the_transcendental_functions_keep_their_bits() {
+    let src = "kernel @nan_fns(%x: f32[8] in, %y: f32[7, 8] out) {
+  for %i in 0..8 {
+    %a = load %x[%i]
+    %e = exp %a
+    store %y[0, %i], %e
+    %l = log %a
+    store %y[1, %i], %l
+    %t = tanh %a
+    store %y[2, %i], %t
+    %r = erf %a
+    store %y[3, %i], %r
+    %p = log1p %a
+    store %y[4, %i], %p
+    %m = expm1 %a
+    store %y[5, %i], %m
+    %s = softplus %a
+    store %y[6, %i], %s
+  }
+}
+";
+    let nans = [0x7fc0_0000u32, 0xffc0_0000, 0x7fc0_1234, 0xffc0_1234, 0x7f80_0001];
+    let mut x: Vec<Value> = nans.iter().map(|&b| Value::F32(f32::from_bits(b))).collect();
+    x.extend([Value::F32(1.5), Value::F32(-2.0), Value::F32(0.0)]);
+    let y = vec![Value::F32(0.0); 7 * 8];
+    check_same_as_interpreter(src, &[], vec![x.clone(), y.clone()]);
+    let module = xpu_lir::parse(src).unwrap();
+    let mut got = vec![x, y];
+    run_compiled(&code_cache(), &module.kernels[0], &[], &mut got);
+    for (i, &b) in nans.iter().enumerate() {
+        let Value::F32(e) = got[1][i] else { panic!("f32 output") };
+        assert!(
+            e.is_nan() && e.is_sign_negative() == (b >> 31 == 1),
+            "exp({b:#x}) = {:#x}",
+            e.to_bits()
+        );
+    }
+}
+
 /// Every kernel of a file, each on inputs made from its buffer types.
 fn check_file_against_interpreter(path: &str, syms: &[i64]) {
     let src = std::fs::read_to_string(path).unwrap();

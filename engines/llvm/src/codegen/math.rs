@@ -116,8 +116,13 @@ fn expand_horner(template: &str) -> String {
 }
 
 /// A constant the routines name: one of LIR-ML's (`xpu_lir::math::k`, so compiled code
-/// and the interpreter use the same values), or a decimal.
+/// and the interpreter use the same values), negated with a leading `-`, or a decimal.
 fn constant(name: &str) -> Option<f64> {
+    if let Some(named) =
+        name.strip_prefix('-').filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))
+    {
+        return constant(named).map(|v| -v);
+    }
     let (base, index) = match name.split_once('.') {
         Some((b, i)) if b.chars().all(|c| c.is_ascii_uppercase() || c == '_') => {
             (b, i.parse().ok())
@@ -258,9 +263,8 @@ entry:
 const EXP_REDUCED: &str = r#"
 define internal float @xpu.exp_reduced(float %x, float %n) alwaysinline nounwind {
 entry:
-  %nn = fneg float %n
-  %r1 = call float @llvm.fma.f32(float %nn, float f(LN2_HI), float %x)
-  %r = call float @llvm.fma.f32(float %nn, float f(LN2_LO), float %r1)
+  %r1 = call float @llvm.fma.f32(float %n, float f(-LN2_HI), float %x)
+  %r = call float @llvm.fma.f32(float %n, float f(-LN2_LO), float %r1)
   %poly = horner float %r, EXP_P
   %rr = fmul float %r, %r
   %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
