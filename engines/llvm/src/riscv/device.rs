@@ -156,7 +156,7 @@ impl RiscvExecutable {
             self.graph.content_hash(),
             crate::cache::CODEGEN_VERSION,
             crate::compile::llvm_version(),
-            self.device.toolchain.version,
+            self.device.toolchain.version(),
             super::RUNTIME_C
         );
         Sha256::digest(text.as_bytes()).iter().take(16).map(|b| format!("{b:02x}")).collect()

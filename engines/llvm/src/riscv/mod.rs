@@ -66,18 +66,23 @@ pub struct Manifest {
 }
 
 /// The riscv64 cross compiler, found once: its driver and its `--version` line
-/// (manifests, cache keys).
+/// (manifests, cache keys), asked for the first time a build needs it — finding the
+/// driver is enough to say the device is available, and running it costs every process
+/// that only plans (an `xpuctl run`) a few milliseconds.
 #[derive(Clone, Debug)]
 pub struct Toolchain {
     pub cc: PathBuf,
-    pub version: String,
+    version: std::sync::OnceLock<String>,
 }
 
 impl Toolchain {
     pub fn find() -> Result<Toolchain, String> {
-        let cc = cross_cc()?;
-        let version = version_line(&cc);
-        Ok(Toolchain { cc, version })
+        Ok(Toolchain { cc: cross_cc()?, version: std::sync::OnceLock::new() })
+    }
+
+    /// The driver's `--version` first line (empty if it prints none).
+    pub fn version(&self) -> &str {
+        self.version.get_or_init(|| version_line(&self.cc))
     }
 }
 
@@ -241,7 +246,7 @@ pub fn build_named(
                 .collect()
         },
         llvm: compile::llvm_version(),
-        cc: toolchain.version.clone(),
+        cc: toolchain.version().to_string(),
     };
     let path = dir.join("manifest.json");
     let json = serde_json::to_string_pretty(&manifest)
