@@ -231,10 +231,11 @@ fn pool_idle_bytes(ctx: &CudaContext) -> u64 {
     }
 }
 
-/// `bytes` of device memory from `stream`'s pool; when the device is out of memory, the
-/// pool's unused memory is first handed back to the driver (it keeps every freed block, in
-/// chunks that may not fit this request) and the allocation tried once more, as PyTorch's
-/// caching allocator frees its cache before reporting an OOM.
+/// `bytes` of device memory from `stream`'s pool — every device allocation the engine
+/// makes goes through here; when the device is out of memory, the pool's unused memory is
+/// first handed back to the driver (it keeps every freed block, in chunks that may not fit
+/// this request) and the allocation tried once more, as PyTorch's caching allocator frees
+/// its cache before reporting an OOM.
 ///
 /// # Safety
 /// The memory is not initialised: the caller writes every byte before reading it (as for
@@ -329,7 +330,7 @@ pub(crate) fn upload_bytes(
 ) -> Result<CudaSlice<u8>, DriverError> {
     // SAFETY: the first `bytes.len()` bytes are written by the copy below; an empty
     // tensor's padding byte is never read.
-    let mut data = unsafe { stream.alloc::<u8>(bytes.len().max(1)) }?;
+    let mut data = unsafe { alloc_or_trim(stream, bytes.len().max(1)) }?;
     if !bytes.is_empty() {
         stream.memcpy_htod(bytes, &mut data.slice_mut(..bytes.len()))?;
     }
@@ -451,9 +452,9 @@ impl CudaEngine {
         let err = |what: &'static str| move |e| gpu.driver_error("copy", what, e);
         let stream = ctx.new_stream().map_err(err("new stream"))?;
         // SAFETY: the bytes are only copied, never read as values.
-        let src = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+        let src = unsafe { alloc_or_trim(&stream, bytes.max(1)) }.map_err(err("allocation"))?;
         // SAFETY: as above.
-        let dst = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+        let dst = unsafe { alloc_or_trim(&stream, bytes.max(1)) }.map_err(err("allocation"))?;
         let start =
             stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(err("event"))?;
         // SAFETY: both allocations are live, `bytes` long, on this context; ordered on `stream`.
@@ -703,7 +704,7 @@ impl Engine for CudaEngine {
         let bytes = host_bytes(tensor, "upload")?;
         let data = if host == HostMemory::Pinned && bytes.len() >= crate::staging::MIN_BYTES {
             // SAFETY: every byte is written by the staged copy below before anyone reads it.
-            let data = unsafe { stream.alloc::<u8>(bytes.len()) }
+            let data = unsafe { alloc_or_trim(&stream, bytes.len()) }
                 .map_err(|e| gpu.driver_error("upload", "allocation", e))?;
             gpu.staged(&ctx, generation, |s| s.upload(&stream, bytes, data.device_ptr(&stream).0))
                 .map_err(|e| gpu.driver_error("upload", "pinned host → device copy", e))?;

@@ -357,7 +357,7 @@ impl CudaExecutable {
                 for &bytes in &c.input_sizes {
                     // SAFETY: written by the bind copy below before any kernel reads it.
                     c.bound_inputs.push(Held::new(
-                        unsafe { stream.alloc::<u8>(bytes.max(1)) }
+                        unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
                             .map_err(|e| gpu.driver_error("inputs", "allocation", e))?,
                         &gpu,
                     ));
@@ -398,7 +398,7 @@ impl CudaExecutable {
                     let info = &c.program.values[*v];
                     let bytes = info.bytes();
                     // SAFETY: written by the step that defines the value before the run ends.
-                    let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }
+                    let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
                         .map_err(|e| gpu.driver_error("output", "allocation", e))?;
                     let b = CudaBuffer {
                         data,
@@ -688,7 +688,7 @@ fn collect_outputs(
                 let info = &c.program.values[*v];
                 let bytes = info.bytes();
                 // SAFETY: filled by the copy right after, ordered on the same stream.
-                let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }
+                let data = unsafe { crate::engine::alloc_or_trim(stream, bytes.max(1)) }
                     .map_err(|e| gpu.driver_error("output", "allocation", e))?;
                 let offset = c.plan.placements[*v].map_or(0, |p| p.offset);
                 // SAFETY: source and destination are live allocations of at least `bytes`.

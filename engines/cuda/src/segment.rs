@@ -786,22 +786,24 @@ impl SegmentedExecutable {
             state.workspace = None;
             // SAFETY: scratch memory cuBLASLt writes before it reads.
             let slice =
-                unsafe { stream.alloc::<u8>(plan.workspace_bytes.max(1)) }.map_err(|e| {
-                    with_request(
-                        gpu.driver_error(&label, "workspace allocation", e),
-                        plan.workspace_bytes,
-                    )
-                })?;
+                unsafe { crate::engine::alloc_or_trim(&stream, plan.workspace_bytes.max(1)) }
+                    .map_err(|e| {
+                        with_request(
+                            gpu.driver_error(&label, "workspace allocation", e),
+                            plan.workspace_bytes,
+                        )
+                    })?;
             state.workspace = Some(crate::engine::Held::new(slice, &gpu));
         }
-        let data =
-            match into {
-                Some(_) => None,
-                // SAFETY: written by the product below before anyone reads it.
-                None => Some(unsafe { stream.alloc::<u8>(out_bytes.max(1)) }.map_err(|e| {
-                    with_request(gpu.driver_error(&label, "allocation", e), out_bytes)
-                })?),
-            };
+        let data = match into {
+            Some(_) => None,
+            // SAFETY: written by the product below before anyone reads it.
+            None => {
+                Some(unsafe { crate::engine::alloc_or_trim(&stream, out_bytes.max(1)) }.map_err(
+                    |e| with_request(gpu.driver_error(&label, "allocation", e), out_bytes),
+                )?)
+            }
+        };
         let d = match (&data, into) {
             (Some(data), _) => data.device_ptr(&stream).0,
             (None, Some((_, fixed))) => fixed,

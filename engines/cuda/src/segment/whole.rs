@@ -139,7 +139,8 @@ impl SegmentedExecutable {
             let (dtype, shape) = (src.dtype(), src.shape().to_vec());
             let bytes = src.size_bytes() as usize;
             // SAFETY: filled by the copy right after, on the same stream.
-            let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+            let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
+                .map_err(err("allocation"))?;
             if bytes > 0 {
                 // SAFETY: both live allocations of at least `bytes`, ordered on the stream.
                 unsafe {
@@ -217,7 +218,8 @@ impl SegmentedExecutable {
         let mut alloc = |v: ValueId, dtype: DType, shape: Vec<usize>| -> Result<(), EngineError> {
             let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
             // SAFETY: written (bind copy or the defining segment) before any read.
-            let data = unsafe { stream.alloc::<u8>(bytes.max(1)) }.map_err(err("allocation"))?;
+            let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
+                .map_err(err("allocation"))?;
             fixed.insert(
                 v,
                 Value::Device(Arc::new(CudaBuffer { data, dtype, shape, stream: stream.clone() })),
