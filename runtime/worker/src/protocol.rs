@@ -4,6 +4,8 @@
 
 use std::io::{Read, Write};
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use xpu_engine::{Assignment, Capabilities, EngineError, Fact, NodeTiming};
 use xpu_ir::{DType, OpClass};
@@ -43,11 +45,15 @@ pub enum Reply {
         classes: Option<Vec<OpClass>>,
     },
     Prepared,
-    /// Outputs in shared memory (after the inputs), with the run's timings and facts.
+    /// Outputs in shared memory (after the inputs), with the run's timings and facts, and
+    /// the worker's own time for it: reading the inputs, and the whole of its share (inputs,
+    /// run, outputs written) — from which the parent tells what the crossing cost.
     Ran {
         outputs: Vec<Slot>,
         timings: Vec<NodeTiming>,
         facts: Vec<Fact>,
+        inputs_read: Duration,
+        served: Duration,
     },
     Released,
     Failed(WireError),

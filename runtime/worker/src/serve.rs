@@ -32,9 +32,6 @@ pub const FAULT_MARKERS: [(f32, &str); 6] = [
     (-1006.0, "poison"),
 ];
 
-/// The fact a run's reply carries with the worker's time for it, µs.
-pub(crate) const SERVE_FACT: &str = "worker.serve_us";
-
 /// Set by the `poison` fault marker: the run fails as a sticky device error would and the
 /// worker then retires, as it does when its engine reports itself poisoned.
 static INJECTED_POISON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -241,16 +238,16 @@ fn run(
         });
     }
     let inputs_read = started.elapsed();
-    let mut ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
+    let ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
     let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
     let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
-    // The worker's own share of the call (inputs read from the shared memory, the run, the
-    // outputs written), from which the parent tells the crossing's cost.
-    for (key, took) in [(SERVE_FACT, started.elapsed()), ("worker.inputs_us", inputs_read)] {
-        let value = format!("{:.1}", took.as_secs_f64() * 1e6);
-        ran.facts.push(xpu_engine::Fact { node: None, key: key.into(), value });
-    }
-    Ok(Reply::Ran { outputs, timings: ran.timings, facts: ran.facts })
+    Ok(Reply::Ran {
+        outputs,
+        timings: ran.timings,
+        facts: ran.facts,
+        inputs_read,
+        served: started.elapsed(),
+    })
 }
 
 /// Does what an input's marker says (see [`FAULT_MARKERS`]); true when the run is to fail

@@ -825,21 +825,21 @@ impl Executable for RemoteExecutable {
                 return Err(inner.crashed(&self.source.key, &self.source.label, cause, stop));
             }
         };
-        let Reply::Ran { outputs, timings, mut facts } = reply else {
+        let Reply::Ran { outputs, timings, mut facts, inputs_read, served } = reply else {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
         let answered = sent.elapsed();
         self.answers.record(answered);
-        // What isolation cost this call: the call's time less the worker's own (request
-        // and reply messages, wake-ups; the inputs' copies are counted in each side).
-        let served = facts.iter().find(|f| f.key == crate::serve::SERVE_FACT);
-        if let Some(us) = served.and_then(|f| f.value.parse::<f64>().ok()) {
-            let crossing = (answered.as_secs_f64() * 1e6 - us).max(0.0);
-            facts.push(Fact {
-                node: None,
-                key: "worker.crossing_us".into(),
-                value: format!("{crossing:.1}"),
-            });
+        // What isolation cost this call: the worker's share, and the call's time less it
+        // (request and reply messages, wake-ups).
+        let crossing = answered.saturating_sub(served);
+        for (key, took) in [
+            ("worker.inputs_us", inputs_read),
+            ("worker.serve_us", served),
+            ("worker.crossing_us", crossing),
+        ] {
+            let value = format!("{:.1}", took.as_secs_f64() * 1e6);
+            facts.push(Fact { node: None, key: key.into(), value });
         }
         conn.consecutive_crashes = 0;
         inner.ran_well(&self.source.key);
