@@ -121,35 +121,59 @@ mod tests {
     use crate::{Assignment, EngineError, Executable};
     use xpu_ir::{Graph, OpClass};
 
-    /// An engine that must not be loaded: asking its capabilities fails the test.
-    struct Heavy;
+    /// A test engine: `Stub::Heavy` (ort) must not be loaded — asking its capabilities
+    /// fails the test — and says without loading that it runs matrix products only;
+    /// `Stub::Light` is cheap, available or not as told.
+    enum Stub {
+        Heavy,
+        Light(&'static str, bool),
+    }
 
-    impl Engine for Heavy {
+    impl Engine for Stub {
         fn name(&self) -> &str {
-            "ort"
+            match self {
+                Stub::Heavy => "ort",
+                Stub::Light(name, _) => name,
+            }
         }
         fn version(&self) -> String {
             String::new()
         }
         fn capabilities(&self) -> Capabilities {
-            panic!("the heavy engine was loaded")
+            let available = match self {
+                Stub::Heavy => panic!("the heavy engine was loaded"),
+                Stub::Light(_, available) => *available,
+            };
+            let availability = if available {
+                Availability::Available
+            } else {
+                Availability::Unavailable { reason: "no library".into() }
+            };
+            Capabilities::absent(self.name(), availability)
         }
         fn classes_without_loading(&self) -> Option<Vec<OpClass>> {
-            Some(vec![OpClass::MatMul])
+            matches!(self, Stub::Heavy).then(|| vec![OpClass::MatMul])
         }
         fn prepare(&self, _: &Graph, _: &Assignment) -> Result<Box<dyn Executable>, EngineError> {
             Err(EngineError::Other("unused".into()))
         }
     }
 
+    fn relu_graph() -> Graph {
+        let text = "graph \"t\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0)\n  return \"y\" = %1\n}";
+        xpu_ir::text::parse(text).unwrap()
+    }
+
+    fn matmul_graph() -> Graph {
+        let text = "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}";
+        xpu_ir::text::parse(text).unwrap()
+    }
+
     #[test]
     fn an_engine_that_runs_none_of_a_graphs_classes_is_not_loaded() {
         let mut r = Registry::new();
-        r.register(Arc::new(Heavy));
-        let g = xpu_ir::text::parse(
-            "graph \"t\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0)\n  return \"y\" = %1\n}",
-        )
-        .unwrap();
+        r.register(Arc::new(Stub::Heavy));
+        let g = relu_graph();
         let inv = r.inventory_for(&g);
         let ort = inv.engine("ort").unwrap();
         assert!(
@@ -158,59 +182,30 @@ mod tests {
             ort.availability
         );
         // A graph with a class it may run does load it.
-        let mm = xpu_ir::text::parse(
-            "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
-        )
-        .unwrap();
+        let mm = matmul_graph();
         assert!(
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.inventory_for(&mm)))
                 .is_err()
         );
     }
 
-    /// A cheap engine that is available (or not, as told).
-    struct Light(&'static str, bool);
-
-    impl Engine for Light {
-        fn name(&self) -> &str {
-            self.0
-        }
-        fn version(&self) -> String {
-            String::new()
-        }
-        fn capabilities(&self) -> Capabilities {
-            let availability = if self.1 {
-                Availability::Available
-            } else {
-                Availability::Unavailable { reason: "no library".into() }
-            };
-            Capabilities::absent(self.0, availability)
-        }
-        fn prepare(&self, _: &Graph, _: &Assignment) -> Result<Box<dyn Executable>, EngineError> {
-            Err(EngineError::Other("unused".into()))
-        }
-    }
-
     #[test]
     fn until_an_engine_is_available_every_engine_is_loaded() {
         // The planner places a constant no placed node reads on the first available engine:
         // leaving an engine before it unloaded would change that choice.
-        let mm = xpu_ir::text::parse(
-            "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
-        )
-        .unwrap();
+        let mm = matmul_graph();
         let only_llvm: std::collections::BTreeSet<String> = ["llvm"].map(String::from).into();
         let mut r = Registry::new();
-        r.register(Arc::new(Light("cpu", false)));
-        r.register(Arc::new(Heavy));
-        r.register(Arc::new(Light("llvm", true)));
+        r.register(Arc::new(Stub::Light("cpu", false)));
+        r.register(Arc::new(Stub::Heavy));
+        r.register(Arc::new(Stub::Light("llvm", true)));
         let load = || r.inventory_for_engines(&mm, Some(&only_llvm));
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).is_err());
         // With an available engine first, the heavy one outside the policy stays unloaded.
         let mut r = Registry::new();
-        r.register(Arc::new(Light("cpu", true)));
-        r.register(Arc::new(Heavy));
-        r.register(Arc::new(Light("llvm", true)));
+        r.register(Arc::new(Stub::Light("cpu", true)));
+        r.register(Arc::new(Stub::Heavy));
+        r.register(Arc::new(Stub::Light("llvm", true)));
         let inv = r.inventory_for_engines(&mm, Some(&only_llvm));
         assert!(inv.engine("cpu").unwrap().availability.is_available(), "loaded, not allowed");
         assert!(!inv.engine("ort").unwrap().availability.is_available());
@@ -219,12 +214,9 @@ mod tests {
     #[test]
     fn an_engine_the_policy_places_nothing_on_is_not_loaded() {
         let mut r = Registry::new();
-        r.register(Arc::new(Light("cpu", true)));
-        r.register(Arc::new(Heavy));
-        let mm = xpu_ir::text::parse(
-            "graph \"m\" {\n  %0: f32[2,2] = input \"a\"\n  %1: f32[2,2] = matmul(%0, %0)\n  return \"y\" = %1\n}",
-        )
-        .unwrap();
+        r.register(Arc::new(Stub::Light("cpu", true)));
+        r.register(Arc::new(Stub::Heavy));
+        let mm = matmul_graph();
         let llvm_and_cpu: std::collections::BTreeSet<String> =
             ["llvm", "cpu", "table"].map(String::from).into();
         // (cpu, registered first and available, is the engine the planner would give a
@@ -243,10 +235,7 @@ mod tests {
             assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).is_err());
         }
         // Named, but running none of the graph's classes: still not loaded.
-        let relu = xpu_ir::text::parse(
-            "graph \"t\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = relu(%0)\n  return \"y\" = %1\n}",
-        )
-        .unwrap();
+        let relu = relu_graph();
         let inv = r.inventory_for_engines(&relu, Some(&with_ort));
         assert!(!inv.engine("ort").unwrap().availability.is_available());
     }
