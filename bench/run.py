@@ -89,6 +89,15 @@ def xpu(*args):
     return json.loads(out.stdout)["median_s"]
 
 
+def xpu_pair(a, b, rows, reps, threads):
+    """Median times of two SGR-ML programs on the llvm engine, run alternately in one
+    process (`xpu-bench llvm-pair`)."""
+    out = subprocess.run([BENCH_BIN, "llvm-pair", a, b, str(rows), str(reps), str(threads)],
+                         check=True, capture_output=True, text=True)
+    got = json.loads(out.stdout)
+    return got["a_median_s"], got["b_median_s"]
+
+
 def mlp_model(path):
     rng = np.random.default_rng(0)
     dims = [784, 512, 512, 10]
@@ -436,18 +445,22 @@ def bench_llvm(rows):
         out_ne = ne.evaluate(expr, local_dict=local)
         assert out_ne.dtype == np.float32 and np.allclose(out_np, out_ne, rtol=1e-4, atol=1e-5), name
         best = {"xpu": float("inf"), "numpy": float("inf"), "numexpr": float("inf")}
+        nbytes = sum(v.nbytes for v in inputs.values()) + out_np.nbytes
+        against_triad = []
         for _ in range(ROUNDS):
-            # The triad alternates with every chain too: its best time is the machine's
-            # bandwidth in the quietest stretch of the whole run.
-            t_triad = min(t_triad, xpu("llvm", triad, n, 20, THREADS))
-            best["xpu"] = min(best["xpu"], xpu("llvm", os.path.join(PROGRAMS, program), n, 20, THREADS))
+            # The chain and the triad run alternately in one process, run by run, so both
+            # see the same stretch of this noisy machine: each round gives one ratio of
+            # their medians, and the bar is judged on the median round.
+            t_chain, t_tr = xpu_pair(os.path.join(PROGRAMS, program), triad, n, 20, THREADS)
+            against_triad.append((nbytes / t_chain) / (3 * 4 * n * 1024 / t_tr))
+            t_triad = min(t_triad, t_tr)
+            best["xpu"] = min(best["xpu"], t_chain)
             best["numpy"] = min(best["numpy"], median_time(lambda: np_fn(*args), 20))
             best["numexpr"] = min(best["numexpr"], median_time(lambda: ne.evaluate(expr, local_dict=local), 20))
         r_np, r_ne = best["numpy"] / best["xpu"], best["numexpr"] / best["xpu"]
         vs_np.append(r_np)
         vs_ne.append(r_ne)
-        nbytes = sum(v.nbytes for v in inputs.values()) + out_np.nbytes
-        moved[name] = nbytes / best["xpu"]
+        moved[name] = (nbytes / best["xpu"], sorted(against_triad))
         print(f"{name:<38} {best['xpu'] * 1e3:7.2f}   {best['numpy'] * 1e3:8.2f}   {best['numexpr'] * 1e3:10.2f}   {r_np:6.2f}   {r_ne:8.2f}")
         rows.append(("llvm chain vs numpy", name, "llvm.fused", best["xpu"] * 1e3, best["numpy"] * 1e3, r_np))
         rows.append(("llvm chain vs numexpr", name, "llvm.fused", best["xpu"] * 1e3, best["numexpr"] * 1e3, r_ne))
@@ -455,12 +468,13 @@ def bench_llvm(rows):
     ok = g_np >= 2.0 and g_ne >= 1.0
     print(f"{'geometric mean':<38} {'':>7}   {'':>8}   {'':>10}   {g_np:6.2f}   {g_ne:8.2f}   (bars ≥ 2.0, ≥ 1.0){'' if ok else '  MISSED'}")
     bw_triad = 3 * 4 * n * 1024 / t_triad
-    print(f"bandwidth (inputs + output bytes / time) against a triad at {bw_triad / 1e9:.1f} GB/s (bar ≥ 0.70 for each chain):")
+    print(f"bandwidth (inputs + output bytes / time) against a triad run alternately with it (best triad {bw_triad / 1e9:.1f} GB/s;")
+    print(f"  median of {ROUNDS} rounds [lowest, highest]; bar ≥ 0.70 for each chain):")
     bw_ok = True
-    for name, bw in moved.items():
-        ratio = bw / bw_triad
+    for name, (bw, ratios) in moved.items():
+        ratio = ratios[len(ratios) // 2]
         bw_ok = bw_ok and ratio >= 0.7
-        print(f"  {name:<36} {bw / 1e9:6.1f} GB/s   {ratio:5.2f}{'' if ratio >= 0.7 else '  MISSED'}")
+        print(f"  {name:<36} {bw / 1e9:6.1f} GB/s   {ratio:5.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]{'' if ratio >= 0.7 else '  MISSED'}")
         rows.append(("llvm chain bandwidth / triad", name, "llvm.fused", bw / 1e9, bw_triad / 1e9, ratio))
     # A memory-bound chain (bias + ReLU, as an epilogue writes it), for reference: what a
     # chain with little arithmetic per byte reaches against the same triad (not a bar chain).
@@ -468,13 +482,14 @@ def bench_llvm(rows):
     with open(bias_relu, "w") as fh:
         fh.write('graph "bias_relu" {\n  %0: f32[N,1024] = input "x"\n  %1: f32[1024] = input "b"\n'
                  '  %2: f32[N,1024] = add(%0, %1)\n  %3: f32[N,1024] = relu(%2)\n  return "y" = %3\n}\n')
-    t_br, t_tr = float("inf"), float("inf")
+    ratios, t_br = [], float("inf")
     for _ in range(ROUNDS):
-        t_tr = min(t_tr, xpu("llvm", triad, n, 20, THREADS))
-        t_br = min(t_br, xpu("llvm", bias_relu, n, 20, THREADS))
-    ratio = (2 * 4 * n * 1024 / t_br) / (3 * 4 * n * 1024 / t_tr)
+        t_b, t_tr = xpu_pair(bias_relu, triad, n, 20, THREADS)
+        ratios.append((2 * 4 * n * 1024 / t_b) / (3 * 4 * n * 1024 / t_tr))
+        t_br = min(t_br, t_b)
+    ratio = sorted(ratios)[len(ratios) // 2]
     print(f"  {'bias + relu (reference, no bar)':<36} {2 * 4 * n * 1024 / t_br / 1e9:6.1f} GB/s   {ratio:5.2f}")
-    rows.append(("llvm chain bandwidth / triad", "bias + relu (reference)", "llvm.fused", 2 * 4 * n * 1024 / t_br / 1e9, 3 * 4 * n * 1024 / t_tr / 1e9, ratio))
+    rows.append(("llvm chain bandwidth / triad", "bias + relu (reference)", "llvm.fused", 2 * 4 * n * 1024 / t_br / 1e9, bw_triad / 1e9, ratio))
     whole_ok = bench_whole_chain(rows, cases[0])
     rows_ok = bench_llvm_rows(rows)
     # llvm.gemm against numpy/OpenBLAS: reported (no bar yet).
