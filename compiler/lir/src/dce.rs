@@ -2,23 +2,58 @@
 //! emit values freely (an idiom rewrite leaves the op-by-op spelling it replaced behind);
 //! this keeps the printed LIR, the interpreter and the generated IR to what is used.
 //! Integer `div`/`rem` stay even when unused: dropping one would drop its division-by-zero
-//! error.
+//! error (a float division has none, and goes like any other value).
 
 use std::collections::HashSet;
 
-use crate::{BinaryOp, Expr, Kernel, Stmt};
+use crate::{BinaryOp, Expr, Kernel, Stmt, UnaryOp};
 
 /// Removes the kernel's unused values; returns how many went.
 pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
+    let mut floats = HashSet::new();
+    float_values(kernel, &kernel.body, &mut floats);
     let mut removed = 0;
     loop {
         let mut used = HashSet::new();
         uses(&kernel.body, &mut used);
-        let n = prune(&mut kernel.body, &used);
+        let n = prune(&mut kernel.body, &used, &floats);
         if n == 0 {
             return removed;
         }
         removed += n;
+    }
+}
+
+/// The float-typed values of `body`, in definition order (each value's type follows from
+/// its operands', as the verifier has it).
+fn float_values(kernel: &Kernel, body: &[Stmt], floats: &mut HashSet<String>) {
+    for s in body {
+        match s {
+            Stmt::For { body, .. } => float_values(kernel, body, floats),
+            Stmt::Let { name, value } => {
+                let is_float = match value {
+                    Expr::Const { ty, .. }
+                    | Expr::Reduce { ty, .. }
+                    | Expr::Cast { to: ty, .. } => ty.is_float(),
+                    Expr::Load { buffer, .. } => {
+                        kernel.buffer(buffer).is_some_and(|b| b.elem.is_float())
+                    }
+                    Expr::Unary { op: UnaryOp::IsNan | UnaryOp::IsInf, .. }
+                    | Expr::Index(_)
+                    | Expr::Compare { .. } => false,
+                    Expr::Unary { arg, .. }
+                    | Expr::Binary { lhs: arg, .. }
+                    | Expr::Select { then: arg, .. } => floats.contains(arg),
+                };
+                if let Expr::Reduce { body, .. } = value {
+                    float_values(kernel, body, floats);
+                }
+                if is_float {
+                    floats.insert(name.clone());
+                }
+            }
+            Stmt::Store { .. } | Stmt::Yield(_) => {}
+        }
     }
 }
 
@@ -50,19 +85,20 @@ fn expr_uses(e: &Expr, used: &mut HashSet<String>) {
     }
 }
 
-fn prune(body: &mut Vec<Stmt>, used: &HashSet<String>) -> usize {
+fn prune(body: &mut Vec<Stmt>, used: &HashSet<String>, floats: &HashSet<String>) -> usize {
     let before = body.len();
     let mut nested = 0;
     body.retain_mut(|s| match s {
         Stmt::Let { name, value } => {
             if let Expr::Reduce { body, .. } = value {
-                nested += prune(body, used);
+                nested += prune(body, used, floats);
             }
             used.contains(name)
-                || matches!(value, Expr::Binary { op: BinaryOp::Div | BinaryOp::Rem, .. })
+                || (matches!(value, Expr::Binary { op: BinaryOp::Div | BinaryOp::Rem, .. })
+                    && !floats.contains(name))
         }
         Stmt::For { body, .. } => {
-            nested += prune(body, used);
+            nested += prune(body, used, floats);
             true
         }
         Stmt::Store { .. } | Stmt::Yield(_) => true,
@@ -87,15 +123,16 @@ mod tests {
     %p = load %n[%i]
     %z = const 0 : i32
     %q = div %p, %z
+    %h = div %x, %one
     store %o[%i], %y
   }
 }
 ";
         let mut m = crate::parse(src).unwrap();
         let k = &mut m.kernels[0];
-        assert_eq!(remove_dead_values(k), 4, "exp, const, add, log");
+        assert_eq!(remove_dead_values(k), 5, "exp, const, add, log, the float div");
         let text = m.to_string();
-        for gone in ["exp", "log", "%one", "%u ="] {
+        for gone in ["exp", "log", "%one", "%u =", "%h ="] {
             assert!(!text.contains(gone), "{gone} left in:\n{text}");
         }
         for kept in ["%y = neg %x", "%q = div %p, %z", "store %o[%i], %y"] {

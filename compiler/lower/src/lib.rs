@@ -793,6 +793,24 @@ mod tests {
         assert!(err.message.contains("overflow index arithmetic"), "{err}");
     }
 
+    /// The `gelu` op's tanh form (x·½ first) and the chain as exporters write it (the
+    /// product halved last) both lower to one exp, one division and no tanh, with the ½ and
+    /// the −2 folded into other products: 4 multiplies per element, the last step x / d.
+    #[test]
+    fn gelu_tanh_form_lowers_to_one_exp_and_one_division_either_way() {
+        let op = "%1: f32[4,8] = gelu(%0) {approximate = \"tanh\"}\n  return \"y\" = %1";
+        let chain = "%9: f32[] = constant {value = tensor<f32[]> [3.0]}\n  %1: f32[4,8] = pow(%0, %9)\n  %2: f32[] = constant {value = tensor<f32[]> [0.044715]}\n  %3: f32[4,8] = mul(%1, %2)\n  %4: f32[4,8] = add(%0, %3)\n  %5: f32[] = constant {value = tensor<f32[]> [0.7978845608028654]}\n  %6: f32[4,8] = mul(%4, %5)\n  %7: f32[4,8] = tanh(%6)\n  %8: f32[] = constant {value = tensor<f32[]> [1.0]}\n  %10: f32[4,8] = add(%7, %8)\n  %11: f32[4,8] = mul(%0, %10)\n  %12: f32[] = constant {value = tensor<f32[]> [0.5]}\n  %13: f32[4,8] = mul(%11, %12)\n  return \"y\" = %13";
+        for body in [op, chain] {
+            let src = format!("graph \"g\" {{\n  %0: f32[4,8] = input \"x\"\n  {body}\n}}");
+            let g = xpu_ir::text::parse(&src).unwrap();
+            let text = lower(&g, &[vec![4, 8]], &[None]).unwrap().module().to_string();
+            let count = |op: &str| text.matches(&format!(" = {op} ")).count();
+            assert_eq!((count("exp"), count("div"), count("tanh")), (1, 1, 0), "{text}");
+            assert_eq!(count("mul"), 4, "x², x³, ·0.044715, ·(−2k):\n{text}");
+            assert!(!text.contains("const 0.5 "), "the halving is folded:\n{text}");
+        }
+    }
+
     #[test]
     fn a_transpose_walks_its_input_at_permuted_strides_merging_dims_that_stay_together() {
         // [2,3,4] with perm [0,2,1]: out [2,4,3] reads the input at strides [12,1,4]; no

@@ -21,6 +21,8 @@ pub struct Body {
     defs: std::collections::HashMap<String, usize>,
     /// Values that are softplus(v) (the op, or `log(1 + exp(v))` rewritten), by v.
     softplus_of: std::collections::HashMap<String, String>,
+    /// Values that are 2 / d (`1 + tanh(z)` rewritten), by d.
+    twice_recip_of: std::collections::HashMap<String, String>,
 }
 
 impl Body {
@@ -37,6 +39,7 @@ impl Body {
             types: Default::default(),
             defs: Default::default(),
             softplus_of: Default::default(),
+            twice_recip_of: Default::default(),
         }
     }
 
@@ -169,7 +172,25 @@ impl Body {
 
     /// Whether `a` is the float constant `k`.
     fn is_const(&self, a: &str, k: f64) -> bool {
-        matches!(self.def(a), Some(Expr::Const { value: Literal::Float(v), .. }) if *v == k)
+        self.float_const(a) == Some(k)
+    }
+
+    /// `a`'s value when the body defined it as a float constant.
+    fn float_const(&self, a: &str) -> Option<f64> {
+        match self.def(a) {
+            Some(Expr::Const { value: Literal::Float(v), .. }) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// `a` as `v · k` (either order) for a float constant `k`: `(v, k)`.
+    fn times_const(&self, a: &str) -> Option<(String, f64)> {
+        let Some(Expr::Binary { op: B::Mul, lhs, rhs }) = self.def(a) else { return None };
+        match (self.float_const(lhs), self.float_const(rhs)) {
+            (_, Some(k)) => Some((lhs.clone(), k)),
+            (Some(k), _) => Some((rhs.clone(), k)),
+            _ => None,
+        }
     }
 
     /// Exporters write activations out op by op; three spellings cost a transcendental
@@ -219,12 +240,22 @@ impl Body {
         }
     }
 
-    /// `1 + tanh(z)` (the tanh form of GELU) → 2 / (1 + exp(−2z)), the same value
-    /// (2·sigmoid(2z)) without tanh's two branches and without cancelling near z = −∞.
     fn binary_idiom(&mut self, op: B, a: &str, b: &str) -> Option<String> {
-        if op != B::Add || !matches!(self.type_of(a), ScalarType::F32 | ScalarType::F64) {
+        if !matches!(self.type_of(a), ScalarType::F32 | ScalarType::F64) {
             return None;
         }
+        match op {
+            B::Add => self.one_plus_tanh(a, b),
+            B::Mul => self.halved_twice_recip(a, b),
+            _ => None,
+        }
+    }
+
+    /// `1 + tanh(z)` (the tanh form of GELU) → 2 / (1 + exp(−2z)), the same value
+    /// (2·sigmoid(2z)) without tanh's two branches and without cancelling near z = −∞.
+    /// Where z = v·k (GELU's √(2/π)), −2z is v·(−2k): doubling is exact, so that is the
+    /// same product but for a subnormal z (where exp gives 1 either way), one multiply less.
+    fn one_plus_tanh(&mut self, a: &str, b: &str) -> Option<String> {
         let z = if self.is_const(a, 1.0) {
             self.unary_arg(b, U::Tanh)?
         } else if self.is_const(b, 1.0) {
@@ -232,11 +263,43 @@ impl Body {
         } else {
             return None;
         };
-        let nz = self.bin_k(B::Mul, &z, -2.0);
+        let nz = match self.times_const(&z) {
+            Some((v, k)) if k.is_finite() => self.bin_k(B::Mul, &v, -2.0 * k),
+            _ => self.bin_k(B::Mul, &z, -2.0),
+        };
         let e = self.un(U::Exp, &nz);
         let d = self.bin_k(B::Add, &e, 1.0);
         let two = self.num_like(&z, 2.0);
-        Some(self.bin(B::Div, &two, &d))
+        let r = self.let_(Expr::Binary { op: B::Div, lhs: two, rhs: d.clone() });
+        self.twice_recip_of.insert(r.clone(), d);
+        Some(r)
+    }
+
+    /// GELU's halving of `x · (1 + tanh z)` once that is `x · (2/d)`: `(x · 2/d) · 0.5` and
+    /// `(x · 0.5) · 2/d` → `x / d`. Scaling by 2 or ½ is exact, so that is x·(1/d) rounded
+    /// once instead of twice (within an ulp of it; the same NaN and ±inf), two multiplies
+    /// less.
+    fn halved_twice_recip(&mut self, a: &str, b: &str) -> Option<String> {
+        let halved = |body: &Body, p: &str, q: &str| -> Option<(String, String)> {
+            // p = x · t with t = 2/d, q = 0.5
+            if body.float_const(q) == Some(0.5) {
+                let Some(Expr::Binary { op: B::Mul, lhs, rhs }) = body.def(p) else {
+                    return None;
+                };
+                if let Some(d) = body.twice_recip_of.get(rhs) {
+                    return Some((lhs.clone(), d.clone()));
+                }
+                return Some((rhs.clone(), body.twice_recip_of.get(lhs)?.clone()));
+            }
+            // p = t = 2/d, q = x · 0.5
+            let d = body.twice_recip_of.get(p)?;
+            match body.times_const(q)? {
+                (x, k) if k == 0.5 => Some((x, d.clone())),
+                _ => None,
+            }
+        };
+        let (x, d) = halved(self, a, b).or_else(|| halved(self, b, a))?;
+        Some(self.let_(Expr::Binary { op: B::Div, lhs: x, rhs: d }))
     }
 }
 

@@ -632,6 +632,41 @@ fn wide_values() -> Vec<f64> {
     v
 }
 
+/// GELU's tanh form ends by halving v·(1 + tanh(v·k)); the lowering folds the halving into
+/// the rewritten 2/(1 + exp(v·(−2k))) (lower/ops.rs), in whichever order the product is
+/// written (as the `gelu` op lowers it, as exporters write it, operands swapped). The
+/// values stay the op-by-op ones, NaN and ±inf included, in f32 and f64.
+#[test]
+fn gelu_halving_folds_keep_the_op_by_op_values() {
+    let tails = [
+        "%6 = mul(%0, %5)\n  %7 = mul(%6, %8)",
+        "%6 = mul(%0, %8)\n  %7 = mul(%6, %5)",
+        "%6 = mul(%8, %0)\n  %7 = mul(%5, %6)",
+        "%6 = mul(%5, %0)\n  %7 = mul(%8, %6)",
+    ];
+    for ty in ["f32", "f64"] {
+        let x = match ty {
+            "f32" => Tensor::from_vec(
+                vec![64, 16],
+                wide_values().into_iter().map(|v| v as f32).collect(),
+            ),
+            _ => Tensor::from_vec(vec![64, 16], wide_values()),
+        }
+        .unwrap();
+        for tail in tails {
+            let tail = tail.replace(" = ", &format!(": {ty}[64,16] = "));
+            let src = format!(
+                "graph \"gelu\" {{\n  %0: {ty}[64,16] = input \"x\"\n  %1: {ty}[] = constant {{value = tensor<{ty}[]> [1.0]}}\n  %8: {ty}[] = constant {{value = tensor<{ty}[]> [0.5]}}\n  %9: {ty}[] = constant {{value = tensor<{ty}[]> [0.7978845608028654]}}\n  %3: {ty}[64,16] = mul(%0, %9)\n  %4: {ty}[64,16] = tanh(%3)\n  %5: {ty}[64,16] = add(%1, %4)\n  {tail}\n  return \"y\" = %7\n}}"
+            );
+            let g = parse(&src);
+            let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
+            let got = run(&g, std::slice::from_ref(&x), Some(2)).unwrap();
+            let rel = if ty == "f32" { 2e-5 } else { 1e-11 };
+            assert_close(&format!("gelu, {tail} ({ty})"), &got[0], &want[0], rel);
+        }
+    }
+}
+
 /// `log(1 + exp(v))`, Mish and the tanh form of GELU written out op by op are rewritten
 /// (lower/ops.rs); the results stay the op-by-op ones (the cpu engine's), NaN and ±inf
 /// included, in f32 and f64.
