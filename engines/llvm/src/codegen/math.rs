@@ -140,7 +140,6 @@ fn table(base: &str) -> Option<&'static [f32]> {
     Some(match base {
         "LOG2E" => &[k::LOG2E],
         "SOFTPLUS_CUT" => &[k::SOFTPLUS_CUT],
-        "SQRT2_M1" => &[k::SQRT2_M1],
         "LN2_HI" => &[k::LN2_HI],
         "LN2_LO" => &[k::LN2_LO],
         "MIN_POSITIVE" => &[f32::MIN_POSITIVE],
@@ -150,6 +149,7 @@ fn table(base: &str) -> Option<&'static [f32]> {
         "EXP_SHIFTER" => &[k::EXP_SHIFTER],
         "EXP_SHIFTER_1" => &[k::EXP_SHIFTER_1],
         "LOG_P" => &k::LOG_P,
+        "SOFTPLUS_G" => &k::SOFTPLUS_G,
         "TANH_P" => &k::TANH_P,
         "ERF_T" => &k::ERF_T,
         "ERF_A" => &k::ERF_A,
@@ -207,7 +207,7 @@ pub fn declarations(ir: &str) -> String {
 const LIBM: &[&str] = &["tanh", "erf", "log1p", "expm1"];
 
 /// ln(1 + e^x) as `xpu_lir::math::softplusf` computes it: e^-|x| without expf's clamps (one
-/// scale factor, from a shifter with one bias), log1p of it on logf's polynomial, max(x, 0) added.
+/// scale factor, from a shifter with one bias), log1p of it as e + e²·G(e), max(x, 0) added.
 const SOFTPLUSF: &str = r#"
 define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
 entry:
@@ -222,19 +222,9 @@ entry:
   %sb = shl i32 %tb, 23
   %s = bitcast i32 %sb to float
   %e = fmul float %y, %s
-  %hi = fcmp ogt float %e, f(SQRT2_M1)
-  %em1 = fsub float %e, 1.0
-  %fh = fmul float %em1, 0.5
-  %f = select i1 %hi, float %fh, float %e
-  %fk = select i1 %hi, float 1.0, float 0.0
-  %z = fmul float %f, %f
-  %lp = horner float %f, LOG_P
-  %q = fmul float %lp, %f
-  %y0 = fmul float %q, %z
-  %l1 = call float @llvm.fma.f32(float %fk, float f(LN2_LO), float %y0)
-  %l2 = call float @llvm.fma.f32(float %z, float -0.5, float %l1)
-  %l3 = fadd float %f, %l2
-  %l = call float @llvm.fma.f32(float %fk, float f(LN2_HI), float %l3)
+  %g = horner float %e, SOFTPLUS_G
+  %q = fmul float %g, %e
+  %l = call float @llvm.fma.f32(float %q, float %e, float %e)
   %neg = fcmp olt float %x, 0.0
   %m = select i1 %neg, float 0.0, float %x
   %lc = select i1 %cut, float 0.0, float %l
