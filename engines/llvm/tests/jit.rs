@@ -254,11 +254,11 @@ fn golden_lir_files_compiled_match_the_interpreter() {
 }
 
 /// One kernel per op family over the same inputs: float math (the inline routines),
-/// NaN-propagating max/min, compares and selects, casts (saturating, NaN → 0), f16/bf16
+/// NaN-propagating max/min (of two values, and with a constant on either side), compares and selects, casts (saturating, NaN → 0), f16/bf16
 /// and bool stores, f64 through libm, integer arithmetic, and a reduction whose length is
 /// not a multiple of its lanes.
 const OPS: &str = r#"
-kernel @float_math(%x: f32[4099] in, %w: f32[4099] in, %y: f32[14, 4099] out) {
+kernel @float_math(%x: f32[4099] in, %w: f32[4099] in, %y: f32[18, 4099] out) {
   for %i in 0..4099 parallel {
     %a = load %x[%i]
     %b = load %w[%i]
@@ -290,6 +290,15 @@ kernel @float_math(%x: f32[4099] in, %w: f32[4099] in, %y: f32[14, 4099] out) {
     store %y[12, %i], %pw
     %rc = recip %a
     store %y[13, %i], %rc
+    %three = const 3.0 : f32
+    %mxc = max %a, %three
+    store %y[14, %i], %mxc
+    %mnc = min %a, %three
+    store %y[15, %i], %mnc
+    %cmx = max %three, %a
+    store %y[16, %i], %cmx
+    %cmn = min %three, %a
+    store %y[17, %i], %cmn
   }
 }
 

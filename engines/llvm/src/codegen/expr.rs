@@ -184,6 +184,11 @@ impl FnEmitter<'_> {
         let pred = if max { "olt" } else { "ogt" };
         let take_y = self.inst(format!("fcmp {pred} {t} {x}, {y}"));
         let pick = self.inst(format!("select i1 {take_y}, {t} {y}, {t} {x}"));
+        if is_number_constant(y) {
+            // A NaN x fails the ordered compare and is picked: nothing more to check (LLVM
+            // cannot see that the two NaN selects below are then redundant).
+            return pick;
+        }
         let y_nan = self.inst(format!("fcmp uno {t} {y}, {y}"));
         let x_nan = self.inst(format!("fcmp uno {t} {x}, {x}"));
         let with_y = self.inst(format!("select i1 {y_nan}, {t} {y}, {t} {pick}"));
@@ -333,6 +338,14 @@ impl FnEmitter<'_> {
         };
         Ok(self.binary(bop, &a, &b)?.repr)
     }
+}
+
+/// Whether an operand is a float constant other than NaN (constants are written as the
+/// hex of their f64 bits, [`super::float_lit`]).
+fn is_number_constant(repr: &str) -> bool {
+    repr.strip_prefix("0x")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|bits| !f64::from_bits(bits).is_nan())
 }
 
 /// The LLVM intrinsic suffix of a float type.
