@@ -368,13 +368,19 @@ impl TensorData {
             ));
         }
         // On a little-endian machine the bytes are the elements: one copy into a typed
-        // vector (what a worker process's shared memory is read with), not a loop over them.
+        // vector (what a worker process's shared memory is read with), not a loop over them,
+        // and not zeroed first where the bytes are aligned for the type.
         macro_rules! de {
             ($t:ty, $variant:ident) => {
                 TensorData::$variant(if cfg!(target_endian = "little") {
-                    let mut v = vec![<$t>::default(); bytes.len() / width];
-                    bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
-                    v
+                    match bytemuck::try_cast_slice::<u8, $t>(bytes) {
+                        Ok(elements) => elements.to_vec(),
+                        Err(_) => {
+                            let mut v = vec![<$t>::default(); bytes.len() / width];
+                            bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
+                            v
+                        }
+                    }
                 } else {
                     bytes
                         .chunks_exact(width)
@@ -399,6 +405,49 @@ impl TensorData {
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
             DType::String | DType::Table => unreachable!("handled above"),
         })
+    }
+
+    /// Overwrites the elements with `bytes` (little-endian, as [`TensorData::le_bytes`]
+    /// gives them) without allocating; false, and nothing written, where they are not
+    /// exactly as many bytes as the elements take (or the elements are strings or a table).
+    pub fn copy_from_le_bytes(&mut self, bytes: &[u8]) -> bool {
+        macro_rules! copy {
+            ($v:expr, $t:ty) => {{
+                let width = std::mem::size_of::<$t>();
+                if $v.len() * width != bytes.len() {
+                    return false;
+                }
+                if cfg!(target_endian = "little") {
+                    bytemuck::cast_slice_mut::<$t, u8>($v).copy_from_slice(bytes);
+                } else {
+                    for (x, c) in $v.iter_mut().zip(bytes.chunks_exact(width)) {
+                        *x = <$t>::from_le_bytes(c.try_into().unwrap());
+                    }
+                }
+                true
+            }};
+        }
+        match self {
+            TensorData::F32(v) => copy!(v, f32),
+            TensorData::F64(v) => copy!(v, f64),
+            TensorData::F16(v) => copy!(v, f16),
+            TensorData::BF16(v) => copy!(v, bf16),
+            TensorData::I8(v) => copy!(v, i8),
+            TensorData::I16(v) => copy!(v, i16),
+            TensorData::I32(v) => copy!(v, i32),
+            TensorData::I64(v) => copy!(v, i64),
+            TensorData::U8(v) => copy!(v, u8),
+            TensorData::U16(v) => copy!(v, u16),
+            TensorData::U32(v) => copy!(v, u32),
+            TensorData::U64(v) => copy!(v, u64),
+            TensorData::Bool(v) if v.len() == bytes.len() => {
+                for (x, &b) in v.iter_mut().zip(bytes) {
+                    *x = b != 0;
+                }
+                true
+            }
+            TensorData::Bool(_) | TensorData::String(_) | TensorData::Table(_) => false,
+        }
     }
 }
 

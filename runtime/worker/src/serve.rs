@@ -100,6 +100,9 @@ fn serve(
     let mut reader = BufReader::new(socket.try_clone()?);
     let mut writer = socket;
     let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
+    // The last run's inputs, by executable: the next run of the same one reads its inputs
+    // into their buffers (one executable's, so the worker holds one extra set at most).
+    let mut last_inputs: Option<(u64, Vec<Tensor>)> = None;
     let mut watch = crate::wait::RequestWatch::new(spin);
     loop {
         // A busy client's next request comes soon after the reply: watched for about the
@@ -129,14 +132,24 @@ fn serve(
                 None => Reply::Failed(WireError::Other(format!("no executable {id} here"))),
                 Some(exe) => {
                     let stop = in_flight.start(number);
-                    let reply = run(exe.as_mut(), &mut region, &inputs, &stop, inject_faults)
-                        .unwrap_or_else(Reply::Failed);
+                    let reuse = match last_inputs.take() {
+                        Some((last, tensors)) if last == id => tensors,
+                        _ => Vec::new(),
+                    };
+                    let ran = run(exe.as_mut(), &mut region, &inputs, reuse, &stop, inject_faults);
                     in_flight.end();
-                    reply
+                    match ran {
+                        Ok((reply, tensors)) => {
+                            last_inputs = Some((id, tensors));
+                            reply
+                        }
+                        Err(e) => Reply::Failed(e),
+                    }
                 }
             },
             Request::Release { id } => {
                 executables.remove(&id);
+                last_inputs.take_if(|(last, _)| *last == id);
                 Reply::Released
             }
         };
@@ -215,22 +228,29 @@ fn watch_control(control: UnixStream) -> std::io::Result<InFlight> {
     Ok(in_flight)
 }
 
+/// Runs `exe` on the inputs in the region (read into `reuse`'s buffers where they fit);
+/// returns the reply and the input tensors, for the next run to reuse.
 fn run(
     exe: &mut dyn Executable,
     region: &mut Region,
     inputs: &[Slot],
+    reuse: Vec<Tensor>,
     stop: &StopToken,
     inject_faults: bool,
-) -> Result<Reply, WireError> {
+) -> Result<(Reply, Vec<Tensor>), WireError> {
     let io = |e: std::io::Error| WireError::Other(format!("shared memory: {e}"));
     let started = std::time::Instant::now();
+    let mut reuse = reuse.into_iter();
     let tensors = inputs
         .iter()
         .enumerate()
         .map(|(i, slot)| {
-            region.get(slot).map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
+            region
+                .get_reusing(slot, reuse.next())
+                .map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    drop(reuse);
     if inject_faults && inject_fault(&tensors) {
         return Err(WireError::Kernel {
             node: "(injected)".into(),
@@ -241,13 +261,14 @@ fn run(
     let ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
     let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
     let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
-    Ok(Reply::Ran {
+    let reply = Reply::Ran {
         outputs,
         timings: ran.timings,
         facts: ran.facts,
         inputs_read,
         served: started.elapsed(),
-    })
+    };
+    Ok((reply, tensors))
 }
 
 /// Does what an input's marker says (see [`FAULT_MARKERS`]); true when the run is to fail

@@ -119,11 +119,76 @@ impl Region {
     /// The tensor a slot describes (copied out of the region), mapping what the other side
     /// grew the file to if the slot lies past this side's mapping.
     pub fn get(&mut self, slot: &Slot) -> Result<Tensor, String> {
+        self.get_reusing(slot, None)
+    }
+
+    /// As [`Region::get`], copied into `reuse`'s elements when it has the slot's dtype and
+    /// shape and nothing else holds them (the same input of the run before: no allocation,
+    /// no page to fault in, no zeroing), else into new ones.
+    pub fn get_reusing(&mut self, slot: &Slot, reuse: Option<Tensor>) -> Result<Tensor, String> {
         if slot.offset.saturating_add(slot.len) > self.mapped() {
             self.remap().map_err(|e| e.to_string())?;
         }
         let bytes = self.bytes(slot.offset, slot.len).map_err(|e| e.to_string())?;
+        if let Some(mut kept) = reuse
+            && kept.dtype() == slot.dtype
+            && kept.shape() == slot.shape.as_slice()
+            && kept.data_mut().is_some_and(|d| d.copy_from_le_bytes(bytes))
+        {
+            return Ok(kept);
+        }
         let data = TensorData::from_le_bytes(slot.dtype, bytes)?;
         Tensor::new(slot.shape.clone(), data).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_read_into_the_last_runs_buffer_when_nothing_else_holds_it() {
+        let mut region = Region::create().unwrap();
+        let first = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let slots = region.put_all(0, std::slice::from_ref(&first)).unwrap();
+        let kept = region.get(&slots[0]).unwrap();
+        assert_eq!(kept, first);
+        let buffer = kept.storage_id();
+
+        let second =
+            Tensor::from_vec(vec![2, 3], vec![-1.0f32, f32::NAN, 0.5, 7.0, -0.0, 9.0]).unwrap();
+        let slots = region.put_all(0, std::slice::from_ref(&second)).unwrap();
+        let read = region.get_reusing(&slots[0], Some(kept)).unwrap();
+        assert_eq!(read.storage_id(), buffer, "the same buffer, overwritten");
+        assert_eq!(read.data().le_bytes(), second.data().le_bytes());
+
+        // Shared with another holder: a new buffer, the holder's values untouched.
+        let holder = read.clone();
+        let third = Tensor::from_vec(vec![2, 3], vec![0.0f32; 6]).unwrap();
+        let slots = region.put_all(0, std::slice::from_ref(&third)).unwrap();
+        let fresh = region.get_reusing(&slots[0], Some(read)).unwrap();
+        assert_ne!(fresh.storage_id(), holder.storage_id());
+        assert_eq!(fresh, third);
+        assert_eq!(holder.data().le_bytes(), second.data().le_bytes());
+
+        // Another shape or dtype: a new buffer.
+        let other = Tensor::from_vec(vec![3, 2], vec![1i64, 2, 3, 4, 5, 6]).unwrap();
+        let slots = region.put_all(0, std::slice::from_ref(&other)).unwrap();
+        assert_eq!(region.get_reusing(&slots[0], Some(fresh)).unwrap(), other);
+    }
+
+    #[test]
+    fn elements_are_overwritten_only_by_exactly_their_bytes() {
+        let mut data = TensorData::F32(vec![1.0, 2.0]);
+        assert!(!data.copy_from_le_bytes(&[0; 4]), "too short");
+        assert!(!data.copy_from_le_bytes(&[0; 12]), "too long");
+        assert_eq!(data, TensorData::F32(vec![1.0, 2.0]));
+        assert!(data.copy_from_le_bytes(&[0, 0, 0x80, 0x3f, 0, 0, 0, 0x40]));
+        assert_eq!(data, TensorData::F32(vec![1.0, 2.0]));
+        let mut flags = TensorData::Bool(vec![false, true]);
+        assert!(flags.copy_from_le_bytes(&[3, 0]));
+        assert_eq!(flags, TensorData::Bool(vec![true, false]));
+        let mut words = TensorData::String(vec!["a".into()]);
+        assert!(!words.copy_from_le_bytes(&[1, 0, 0, 0, 0, 0, 0, 0, b'a']));
     }
 }
