@@ -293,10 +293,8 @@ impl Body {
             }
             // p = t = 2/d, q = x · 0.5
             let d = body.twice_recip_of.get(p)?;
-            match body.times_const(q)? {
-                (x, k) if k == 0.5 => Some((x, d.clone())),
-                _ => None,
-            }
+            let (x, k) = body.times_const(q)?;
+            (k == 0.5).then(|| (x, d.clone()))
         };
         let (x, d) = halved(self, a, b).or_else(|| halved(self, b, a))?;
         Some(self.let_(Expr::Binary { op: B::Div, lhs: x, rhs: d }))
