@@ -632,6 +632,27 @@ fn wide_values() -> Vec<f64> {
     v
 }
 
+/// `wide_values()` as a [64, 16] tensor of `ty` (f32 or f64).
+fn wide_input(ty: &str) -> Tensor {
+    match ty {
+        "f32" => {
+            Tensor::from_vec(vec![64, 16], wide_values().into_iter().map(|v| v as f32).collect())
+        }
+        _ => Tensor::from_vec(vec![64, 16], wide_values()),
+    }
+    .unwrap()
+}
+
+/// The program `src` on llvm (2 threads) gives the cpu engine's values for input `x` of
+/// `ty`, within 2e-5 relative in f32 (1e-11 in f64).
+fn assert_like_the_cpu_engine(what: &str, src: &str, x: &Tensor, ty: &str) {
+    let g = parse(src);
+    let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(x)).unwrap().outputs;
+    let got = run(&g, std::slice::from_ref(x), Some(2)).unwrap();
+    let rel = if ty == "f32" { 2e-5 } else { 1e-11 };
+    assert_close(what, &got[0], &want[0], rel);
+}
+
 /// GELU's tanh form ends by halving v·(1 + tanh(v·k)); the lowering folds the halving into
 /// the rewritten 2/(1 + exp(v·(−2k))) (lower/ops.rs), in whichever order the product is
 /// written (as the `gelu` op lowers it, as exporters write it, operands swapped). The
@@ -645,24 +666,13 @@ fn gelu_halving_folds_keep_the_op_by_op_values() {
         "%6 = mul(%5, %0)\n  %7 = mul(%8, %6)",
     ];
     for ty in ["f32", "f64"] {
-        let x = match ty {
-            "f32" => Tensor::from_vec(
-                vec![64, 16],
-                wide_values().into_iter().map(|v| v as f32).collect(),
-            ),
-            _ => Tensor::from_vec(vec![64, 16], wide_values()),
-        }
-        .unwrap();
+        let x = wide_input(ty);
         for tail in tails {
             let tail = tail.replace(" = ", &format!(": {ty}[64,16] = "));
             let src = format!(
                 "graph \"gelu\" {{\n  %0: {ty}[64,16] = input \"x\"\n  %1: {ty}[] = constant {{value = tensor<{ty}[]> [1.0]}}\n  %8: {ty}[] = constant {{value = tensor<{ty}[]> [0.5]}}\n  %9: {ty}[] = constant {{value = tensor<{ty}[]> [0.7978845608028654]}}\n  %3: {ty}[64,16] = mul(%0, %9)\n  %4: {ty}[64,16] = tanh(%3)\n  %5: {ty}[64,16] = add(%1, %4)\n  {tail}\n  return \"y\" = %7\n}}"
             );
-            let g = parse(&src);
-            let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
-            let got = run(&g, std::slice::from_ref(&x), Some(2)).unwrap();
-            let rel = if ty == "f32" { 2e-5 } else { 1e-11 };
-            assert_close(&format!("gelu, {tail} ({ty})"), &got[0], &want[0], rel);
+            assert_like_the_cpu_engine(&format!("gelu, {tail} ({ty})"), &src, &x, ty);
         }
     }
 }
@@ -684,14 +694,7 @@ fn rewritten_activation_spellings_keep_the_op_by_op_values() {
         ),
     ];
     for ty in ["f32", "f64"] {
-        let x = match ty {
-            "f32" => Tensor::from_vec(
-                vec![64, 16],
-                wide_values().into_iter().map(|v| v as f32).collect(),
-            ),
-            _ => Tensor::from_vec(vec![64, 16], wide_values()),
-        }
-        .unwrap();
+        let x = wide_input(ty);
         for (name, body) in chains {
             // Every value is [64, 16] of `ty`; %2 is the constant 1.
             let body = body.replace(" = ", &format!(": {ty}[64,16] = "));
@@ -699,11 +702,7 @@ fn rewritten_activation_spellings_keep_the_op_by_op_values() {
             let src = format!(
                 "graph \"idiom\" {{\n  %0: {ty}[64,16] = input \"x\"\n  %2: {ty}[] = constant {{value = tensor<{ty}[]> [1.0]}}\n  {body}\n}}"
             );
-            let g = parse(&src);
-            let want = xpu_engine_cpu::run_graph(&g, std::slice::from_ref(&x)).unwrap().outputs;
-            let got = run(&g, std::slice::from_ref(&x), Some(2)).unwrap();
-            let rel = if ty == "f32" { 2e-5 } else { 1e-11 };
-            assert_close(&format!("{name} ({ty})"), &got[0], &want[0], rel);
+            assert_like_the_cpu_engine(&format!("{name} ({ty})"), &src, &x, ty);
         }
     }
 }
