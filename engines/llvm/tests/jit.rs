@@ -254,6 +254,7 @@ fn golden_lir_files_compiled_match_the_interpreter() {
 }
 
 /// One kernel per op family over the same inputs: float math (the inline routines),
+/// arithmetic-heavy loops over big buffers (prefetched in blocks, a remainder after them),
 /// NaN-propagating max/min (of two values, and with a constant on either side), compares and selects, casts (saturating, NaN → 0), f16/bf16
 /// and bool stores, f64 through libm, integer arithmetic, and a reduction whose length is
 /// not a multiple of its lanes.
@@ -344,6 +345,27 @@ kernel @ints(%a: i32[300] in, %b: i32[300] in, %y: i32[6, 300] out) {
   }
 }
 
+kernel @streams(%x: f32[37, 1003] in, %b: f32[1003] in, %y: f32[37, 1003] out) {
+  for %i in 0..37 parallel {
+    for %j in 0..1003 {
+      %a = load %x[%i, %j]
+      %c = load %b[%j]
+      %v = add %a, %c
+      %e = exp %v
+      %s = mul %v, %e
+      store %y[%i, %j], %s
+    }
+  }
+}
+
+kernel @flat_stream(%x: f32[40003] in, %y: f32[40003] out) {
+  for %k in 0..40003 parallel {
+    %a = load %x[%k]
+    %t = tanh %a
+    store %y[%k], %t
+  }
+}
+
 kernel @row_sums[?n](%x: f32[?n, 1003] in, %y: f32[?n] out, %m: f32[?n] out) {
   for %i in 0..?n parallel {
     %s = reduce add : f32 lanes 8 init 0.0 for %j in 0..1003 {
@@ -367,6 +389,29 @@ fn every_op_family_compiled_matches_the_interpreter() {
     std::fs::write(&path, OPS).unwrap();
     check_file_against_interpreter(path.to_str().unwrap(), &[6]);
     let _ = std::fs::remove_file(path);
+}
+
+/// Only arithmetic-heavy loops over a few big buffers prefetch, and only those buffers: a
+/// loop of plain arithmetic (a triad), over small buffers or over many streams is emitted
+/// as it was.
+#[test]
+fn only_heavy_loops_over_big_buffers_prefetch() {
+    let module = xpu_lir::parse(OPS).unwrap();
+    let ir = |name: &str| {
+        let k = module.kernels.iter().find(|k| k.name == name).unwrap();
+        codegen::emit(k).unwrap().ir
+    };
+    let prefetches = |ir: &str| ir.matches("call void @llvm.prefetch.p0(").count();
+    // %x and %y, 2 lines a block each (32 f32); the bias row is not a stream.
+    assert_eq!(prefetches(&ir("streams")), 4, "{}", ir("streams"));
+    assert_eq!(prefetches(&ir("flat_stream")), 4);
+    assert!(ir("streams").contains("i32 1, i32 3, i32 1)"), "the output is prefetched for writing");
+    assert_eq!(prefetches(&ir("float_math")), 0, "18 output rows: more streams than pay");
+    let triad = xpu_lir::parse(
+        "kernel @triad(%b: f32[65536] in, %c: f32[65536] in, %a: f32[65536] out) {\n  for %i in 0..65536 parallel {\n    %x = load %b[%i]\n    %y = load %c[%i]\n    %k = const 3.0 : f32\n    %z = mul %y, %k\n    %s = add %x, %z\n    store %a[%i], %s\n  }\n}\n",
+    )
+    .unwrap();
+    assert_eq!(prefetches(&codegen::emit(&triad.kernels[0]).unwrap().ir), 0, "memory-bound");
 }
 
 #[test]

@@ -18,6 +18,7 @@
 
 mod expr;
 pub mod math;
+mod prefetch;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
@@ -345,6 +346,19 @@ impl<'k> FnEmitter<'k> {
         buffer: &str,
         index: &[Affine],
     ) -> Result<(String, &'k Buffer), CodegenError> {
+        let addr = self.address_of(buffer, index, true)?;
+        let b = self.buffers[buffer].0;
+        Ok((addr, &self.kernel.buffers[b]))
+    }
+
+    /// The address of `buffer[index]`, its `getelementptr` `inbounds` or not (an address
+    /// that may lie outside the buffer, which only a prefetch may take).
+    fn address_of(
+        &mut self,
+        buffer: &str,
+        index: &[Affine],
+        inbounds: bool,
+    ) -> Result<String, CodegenError> {
         let (b, strides) = self
             .buffers
             .get(buffer)
@@ -358,8 +372,8 @@ impl<'k> FnEmitter<'k> {
             offset = self.add_i64(&offset, &term);
         }
         let ty = mem_type(buf.elem);
-        let addr = self.inst(format!("getelementptr inbounds {ty}, ptr %b{b}, i64 {offset}"));
-        Ok((addr, buf))
+        let gep = if inbounds { "getelementptr inbounds" } else { "getelementptr" };
+        Ok(self.inst(format!("{gep} {ty}, ptr %b{b}, i64 {offset}")))
     }
 
     pub fn load(&mut self, buffer: &str, index: &[Affine]) -> Result<Val, CodegenError> {
@@ -445,11 +459,32 @@ impl<'k> FnEmitter<'k> {
         body: &[Stmt],
     ) -> Result<(), CodegenError> {
         // The innermost loop carries the interleave hint: see [`LOOP_HINTS`].
-        let hint = (!body.iter().any(|s| matches!(s, Stmt::For { .. }))).then(|| {
-            self.hinted_loops += 1;
-            self.first_loop_id + self.hinted_loops - 1
-        });
-        self.loop_with(var, &lo, &hi, 1, hint, |f, _| f.block_of(body).map(|_| ()))
+        if body.iter().any(|s| matches!(s, Stmt::For { .. })) {
+            return self.loop_with(var, &lo, &hi, 1, None, |f, _| f.block_of(body).map(|_| ()));
+        }
+        if let Some(streams) = prefetch::streams(self.kernel, var, body) {
+            return self.prefetched_loop(var, lo, hi, body, &streams);
+        }
+        let hint = self.next_hint();
+        self.hinted_loop(var, &lo, &hi, hint, body)
+    }
+
+    /// A new loop-ID for an innermost loop's hints.
+    fn next_hint(&mut self) -> usize {
+        self.hinted_loops += 1;
+        self.first_loop_id + self.hinted_loops - 1
+    }
+
+    /// An innermost `for var in lo..hi { body }` tagged with loop-ID `hint`.
+    fn hinted_loop(
+        &mut self,
+        var: &str,
+        lo: &str,
+        hi: &str,
+        hint: usize,
+        body: &[Stmt],
+    ) -> Result<(), CodegenError> {
+        self.loop_with(var, lo, hi, 1, Some(hint), |f, _| f.block_of(body).map(|_| ()))
     }
 
     /// A loop from `lo` while `< hi` in steps of `step`, `each` emitting the body with the

@@ -1,0 +1,163 @@
+//! Software prefetch for arithmetic-heavy streaming loops. A loop that spends tens of
+//! cycles per vector on a transcendental function reads and writes its big buffers too
+//! slowly for the hardware prefetcher to stay ahead, and each store waits for its line to
+//! be read for ownership: prefetching each stream 2 KiB ahead (the output for writing) made
+//! the GELU kernel 1.13× faster on Zen 3. A memory-bound loop (a triad, bias + ReLU) gets
+//! none: the prefetches only slowed it. LLVM does not vectorise a loop with a prefetch in
+//! its body, so such a loop is strip-mined: blocks of [`BLOCK`] elements, each block's
+//! prefetches issued before its own loop (which LLVM vectorises whole), then the rest of the
+//! range one element at a time (which LLVM vectorises too). The values computed are the
+//! same as the plain loop's, element by element.
+
+use xpu_lir::{Affine, BinaryOp, Expr, Kernel, ScalarType, Stmt, UnaryOp, Var};
+
+use super::{CodegenError, FnEmitter};
+
+/// Elements per block: 32 f32 are 4 vectors of 8 (the loop hints' interleave of 4).
+pub const BLOCK: i64 = 32;
+/// How far ahead of the block each stream is prefetched.
+const AHEAD_BYTES: i64 = 2048;
+/// More streams than this and the prefetches cost more than they save (each is an
+/// instruction a line): the loop is left to the hardware.
+const MAX_STREAMS: usize = 4;
+/// A buffer of at least this many elements (or of a symbolic size) is a stream; a smaller
+/// one (a bias row) stays in the cache between rows.
+const STREAM_ELEMENTS: i64 = 1 << 15;
+
+/// One buffer a loop walks element by element: its access, and whether it is written.
+pub struct Stream {
+    buffer: String,
+    index: Vec<Affine>,
+    write: bool,
+}
+
+/// The buffers to prefetch in the innermost loop over `var`, if it is arithmetic-heavy (it
+/// computes a transcendental function or a power) and walks between one and
+/// [`MAX_STREAMS`] big buffers at unit stride; `None` otherwise (nested reductions
+/// included).
+pub fn streams(kernel: &Kernel, var: &str, body: &[Stmt]) -> Option<Vec<Stream>> {
+    let mut heavy = false;
+    let mut streams: Vec<Stream> = Vec::new();
+    for s in body {
+        let (buffer, index, write) = match s {
+            Stmt::Let { value: Expr::Load { buffer, index }, .. } => (buffer, index, false),
+            Stmt::Store { buffer, index, .. } => (buffer, index, true),
+            Stmt::Let { value: Expr::Reduce { .. }, .. } | Stmt::For { .. } => return None,
+            Stmt::Let { value, .. } => {
+                heavy |= is_heavy(value);
+                continue;
+            }
+            Stmt::Yield(_) => continue,
+        };
+        if unit_stride(index, var)
+            && is_big(kernel, buffer)
+            && !streams.iter().any(|t| t.buffer == *buffer && t.index == *index)
+        {
+            streams.push(Stream { buffer: buffer.clone(), index: index.clone(), write });
+        }
+    }
+    (heavy && !streams.is_empty() && streams.len() <= MAX_STREAMS).then_some(streams)
+}
+
+fn is_heavy(value: &Expr) -> bool {
+    use UnaryOp as U;
+    match value {
+        Expr::Unary { op, .. } => matches!(
+            op,
+            U::Exp
+                | U::Log
+                | U::Log1p
+                | U::Expm1
+                | U::Tanh
+                | U::Softplus
+                | U::Erf
+                | U::Sin
+                | U::Cos
+        ),
+        Expr::Binary { op, .. } => *op == BinaryOp::Pow,
+        _ => false,
+    }
+}
+
+/// Whether `var` steps the access by one element: it appears in the last index only, once.
+fn unit_stride(index: &[Affine], var: &str) -> bool {
+    let coefficient = |a: &Affine| {
+        a.terms()
+            .iter()
+            .filter(|(v, _)| matches!(v, Var::Loop(l) if l == var))
+            .map(|t| t.1)
+            .sum::<i64>()
+    };
+    match index.split_last() {
+        Some((last, outer)) => coefficient(last) == 1 && outer.iter().all(|a| coefficient(a) == 0),
+        None => false,
+    }
+}
+
+fn is_big(kernel: &Kernel, buffer: &str) -> bool {
+    let Some(b) = kernel.buffer(buffer) else { return false };
+    let mut elements: i64 = 1;
+    for d in &b.shape {
+        if !d.terms().is_empty() {
+            return true;
+        }
+        elements = elements.saturating_mul(d.constant);
+    }
+    elements >= STREAM_ELEMENTS
+}
+
+fn element_bytes(t: ScalarType) -> i64 {
+    t.size() as i64
+}
+
+impl FnEmitter<'_> {
+    /// `for var in lo..hi { body }` strip-mined into prefetched blocks (see the module doc).
+    pub(crate) fn prefetched_loop(
+        &mut self,
+        var: &str,
+        lo: String,
+        hi: String,
+        body: &[Stmt],
+        streams: &[Stream],
+    ) -> Result<(), CodegenError> {
+        let n = self.inst(format!("sub i64 {hi}, {lo}"));
+        let blocks = self.inst(format!("sdiv i64 {n}, {BLOCK}"));
+        let whole = self.inst(format!("mul i64 {blocks}, {BLOCK}"));
+        let blocked_hi = self.inst(format!("add i64 {lo}, {whole}"));
+        // `#` cannot start a LIR-ML name: the block counter shadows nothing.
+        self.stepped_loop("#block", &lo, &blocked_hi, BLOCK, |f, start| {
+            for stream in streams {
+                f.prefetch(var, start, stream)?;
+            }
+            let end = f.inst(format!("add i64 {start}, {BLOCK}"));
+            let hint = f.next_hint();
+            f.hinted_loop(var, start, &end, hint, body)
+        })?;
+        let hint = self.next_hint();
+        self.hinted_loop(var, &blocked_hi, &hi, hint, body)
+    }
+
+    /// Prefetches the lines of `stream` that the block `AHEAD_BYTES` after `start` reads.
+    fn prefetch(&mut self, var: &str, start: &str, stream: &Stream) -> Result<(), CodegenError> {
+        let elem = self
+            .kernel
+            .buffer(&stream.buffer)
+            .map(|b| element_bytes(b.elem))
+            .ok_or_else(|| self.err(format!("no buffer %{}", stream.buffer)))?;
+        let at = self.inst(format!("add i64 {start}, {}", AHEAD_BYTES / elem));
+        // Not `inbounds`: the lines ahead of a buffer's last block lie past its end, and a
+        // prefetch of any address is harmless.
+        let addr =
+            self.with_index(var, &at, |f| f.address_of(&stream.buffer, &stream.index, false))?;
+        let rw = u8::from(stream.write);
+        for line in 0..(BLOCK * elem + 63) / 64 {
+            let p = if line == 0 {
+                addr.clone()
+            } else {
+                self.inst(format!("getelementptr i8, ptr {addr}, i64 {}", line * 64))
+            };
+            self.line(format!("call void @llvm.prefetch.p0(ptr {p}, i32 {rw}, i32 3, i32 1)"));
+        }
+        Ok(())
+    }
+}
