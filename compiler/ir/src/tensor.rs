@@ -367,44 +367,39 @@ impl TensorData {
                 width
             ));
         }
-        // On a little-endian machine the bytes are the elements: one copy into a typed
-        // vector (what a worker process's shared memory is read with), not a loop over them,
-        // and not zeroed first where the bytes are aligned for the type.
-        macro_rules! de {
+        // On a little-endian machine the bytes are the elements: where they are aligned for
+        // the type (what a worker process's shared memory is read with), one copy into a
+        // typed vector, not zeroed first; otherwise zeroed elements overwritten in place.
+        macro_rules! aligned {
             ($t:ty, $variant:ident) => {
-                TensorData::$variant(if cfg!(target_endian = "little") {
-                    match bytemuck::try_cast_slice::<u8, $t>(bytes) {
-                        Ok(elements) => elements.to_vec(),
-                        Err(_) => {
-                            let mut v = vec![<$t>::default(); bytes.len() / width];
-                            bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
-                            v
-                        }
-                    }
-                } else {
-                    bytes
-                        .chunks_exact(width)
-                        .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()))
-                        .collect()
-                })
+                bytemuck::try_cast_slice::<u8, $t>(bytes)
+                    .ok()
+                    .filter(|_| cfg!(target_endian = "little"))
+                    .map(|elements| TensorData::$variant(elements.to_vec()))
             };
         }
-        Ok(match dtype {
-            DType::F32 => de!(f32, F32),
-            DType::F64 => de!(f64, F64),
-            DType::F16 => de!(f16, F16),
-            DType::BF16 => de!(bf16, BF16),
-            DType::I8 => de!(i8, I8),
-            DType::I16 => de!(i16, I16),
-            DType::I32 => de!(i32, I32),
-            DType::I64 => de!(i64, I64),
-            DType::U8 => TensorData::U8(bytes.to_vec()),
-            DType::U16 => de!(u16, U16),
-            DType::U32 => de!(u32, U32),
-            DType::U64 => de!(u64, U64),
-            DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
+        let copied = match dtype {
+            DType::F32 => aligned!(f32, F32),
+            DType::F64 => aligned!(f64, F64),
+            DType::F16 => aligned!(f16, F16),
+            DType::BF16 => aligned!(bf16, BF16),
+            DType::I8 => aligned!(i8, I8),
+            DType::I16 => aligned!(i16, I16),
+            DType::I32 => aligned!(i32, I32),
+            DType::I64 => aligned!(i64, I64),
+            DType::U8 => Some(TensorData::U8(bytes.to_vec())),
+            DType::U16 => aligned!(u16, U16),
+            DType::U32 => aligned!(u32, U32),
+            DType::U64 => aligned!(u64, U64),
+            DType::Bool => Some(TensorData::Bool(bytes.iter().map(|&b| b != 0).collect())),
             DType::String | DType::Table => unreachable!("handled above"),
-        })
+        };
+        Ok(copied.unwrap_or_else(|| {
+            let mut data = TensorData::zeros(dtype, bytes.len() / width);
+            // As many bytes as the elements take: checked above.
+            data.copy_from_le_bytes(bytes);
+            data
+        }))
     }
 
     /// Overwrites the elements with `bytes` (little-endian, as [`TensorData::le_bytes`]
