@@ -6,12 +6,17 @@
 
 use std::collections::HashSet;
 
-use crate::{BinaryOp, Expr, Kernel, Stmt, UnaryOp};
+use crate::{BinaryOp, Expr, Kernel, Stmt};
 
 /// Removes the kernel's unused values; returns how many went.
 pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
-    let mut floats = HashSet::new();
-    float_values(kernel, &kernel.body, &mut floats);
+    // Float values, by the verifier's typing: a float division has no error to keep. A
+    // kernel that does not verify keeps every division.
+    let floats: HashSet<String> = crate::verify::value_types(kernel)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(name, ty)| ty.is_float().then_some(name))
+        .collect();
     let mut removed = 0;
     loop {
         let mut used = HashSet::new();
@@ -21,39 +26,6 @@ pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
             return removed;
         }
         removed += n;
-    }
-}
-
-/// The float-typed values of `body`, in definition order (each value's type follows from
-/// its operands', as the verifier has it).
-fn float_values(kernel: &Kernel, body: &[Stmt], floats: &mut HashSet<String>) {
-    for s in body {
-        match s {
-            Stmt::For { body, .. } => float_values(kernel, body, floats),
-            Stmt::Let { name, value } => {
-                let is_float = match value {
-                    Expr::Const { ty, .. }
-                    | Expr::Reduce { ty, .. }
-                    | Expr::Cast { to: ty, .. } => ty.is_float(),
-                    Expr::Load { buffer, .. } => {
-                        kernel.buffer(buffer).is_some_and(|b| b.elem.is_float())
-                    }
-                    Expr::Unary { op: UnaryOp::IsNan | UnaryOp::IsInf, .. }
-                    | Expr::Index(_)
-                    | Expr::Compare { .. } => false,
-                    Expr::Unary { arg, .. }
-                    | Expr::Binary { lhs: arg, .. }
-                    | Expr::Select { then: arg, .. } => floats.contains(arg),
-                };
-                if let Expr::Reduce { body, .. } = value {
-                    float_values(kernel, body, floats);
-                }
-                if is_float {
-                    floats.insert(name.clone());
-                }
-            }
-            Stmt::Store { .. } | Stmt::Yield(_) => {}
-        }
     }
 }
 

@@ -36,6 +36,14 @@ pub fn verify(module: &Module) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// Every value's type in a kernel that verifies (`None` for one that does not): the
+/// verifier's own typing, for passes that need a value's type.
+pub(crate) fn value_types(kernel: &Kernel) -> Option<HashMap<String, ScalarType>> {
+    let mut c = Checker::new(kernel).ok()?;
+    c.block(&kernel.body, &Ctx::default()).ok()?;
+    Some(c.values.into_iter().map(|(name, (ty, _))| (name, ty)).collect())
+}
+
 /// Where a statement sits: the loop indices in scope (with their ranges), whether inside a
 /// parallel loop or a reduction body, and the nesting depth.
 #[derive(Clone, Default)]
