@@ -166,32 +166,23 @@ fn softmax_rows_compiled_match_the_interpreter_bit_for_bit() {
 /// different signs, which one survives depends on the order of the adds.
 #[test]
 fn nans_through_the_transcendental_functions_keep_their_bits() {
-    let src = "kernel @nan_fns(%x: f32[8] in, %y: f32[7, 8] out) {
-  for %i in 0..8 {
-    %a = load %x[%i]
-    %e = exp %a
-    store %y[0, %i], %e
-    %l = log %a
-    store %y[1, %i], %l
-    %t = tanh %a
-    store %y[2, %i], %t
-    %r = erf %a
-    store %y[3, %i], %r
-    %p = log1p %a
-    store %y[4, %i], %p
-    %m = expm1 %a
-    store %y[5, %i], %m
-    %s = softplus %a
-    store %y[6, %i], %s
-  }
-}
-";
+    // One row of `y` per function, exp first.
+    let functions = ["exp", "log", "tanh", "erf", "log1p", "expm1", "softplus"];
+    let rows: String = functions
+        .iter()
+        .enumerate()
+        .map(|(r, f)| format!("    %v{r} = {f} %a\n    store %y[{r}, %i], %v{r}\n"))
+        .collect();
+    let src = format!(
+        "kernel @nan_fns(%x: f32[8] in, %y: f32[{}, 8] out) {{\n  for %i in 0..8 {{\n    %a = load %x[%i]\n{rows}  }}\n}}\n",
+        functions.len()
+    );
     let nans = [0x7fc0_0000u32, 0xffc0_0000, 0x7fc0_1234, 0xffc0_1234, 0x7f80_0001];
     let mut x: Vec<Value> = nans.iter().map(|&b| Value::F32(f32::from_bits(b))).collect();
     x.extend([Value::F32(1.5), Value::F32(-2.0), Value::F32(0.0)]);
-    let y = vec![Value::F32(0.0); 7 * 8];
-    check_same_as_interpreter(src, &[], vec![x.clone(), y.clone()]);
-    let module = xpu_lir::parse(src).unwrap();
+    let y = vec![Value::F32(0.0); functions.len() * 8];
+    check_same_as_interpreter(&src, &[], vec![x.clone(), y.clone()]);
+    let module = xpu_lir::parse(&src).unwrap();
     let mut got = vec![x, y];
     run_compiled(&code_cache(), &module.kernels[0], &[], &mut got);
     for (i, &b) in nans.iter().enumerate() {
@@ -255,9 +246,9 @@ fn golden_lir_files_compiled_match_the_interpreter() {
 
 /// One kernel per op family over the same inputs: float math (the inline routines),
 /// arithmetic-heavy loops over big buffers (prefetched in blocks, a remainder after them),
-/// NaN-propagating max/min (of two values, and with a constant on either side), compares and selects, casts (saturating, NaN → 0), f16/bf16
-/// and bool stores, f64 through libm, integer arithmetic, and a reduction whose length is
-/// not a multiple of its lanes.
+/// NaN-propagating max/min (of two values, and with a constant on either side), compares
+/// and selects, casts (saturating, NaN → 0), f16/bf16 and bool stores, f64 through libm,
+/// integer arithmetic, and a reduction whose length is not a multiple of its lanes.
 const OPS: &str = r#"
 kernel @float_math(%x: f32[4099] in, %w: f32[4099] in, %y: f32[18, 4099] out) {
   for %i in 0..4099 parallel {

@@ -3,7 +3,6 @@
 //! in the messages: a [`Slot`] says where in the shared memory they are.
 
 use std::io::{Read, Write};
-
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};

@@ -346,9 +346,7 @@ impl<'k> FnEmitter<'k> {
         buffer: &str,
         index: &[Affine],
     ) -> Result<(String, &'k Buffer), CodegenError> {
-        let addr = self.address_of(buffer, index, true)?;
-        let b = self.buffers[buffer].0;
-        Ok((addr, &self.kernel.buffers[b]))
+        self.address_of(buffer, index, true)
     }
 
     /// The address of `buffer[index]`, its `getelementptr` `inbounds` or not (an address
@@ -358,7 +356,7 @@ impl<'k> FnEmitter<'k> {
         buffer: &str,
         index: &[Affine],
         inbounds: bool,
-    ) -> Result<String, CodegenError> {
+    ) -> Result<(String, &'k Buffer), CodegenError> {
         let (b, strides) = self
             .buffers
             .get(buffer)
@@ -373,7 +371,7 @@ impl<'k> FnEmitter<'k> {
         }
         let ty = mem_type(buf.elem);
         let gep = if inbounds { "getelementptr inbounds" } else { "getelementptr" };
-        Ok(self.inst(format!("{gep} {ty}, ptr %b{b}, i64 {offset}")))
+        Ok((self.inst(format!("{gep} {ty}, ptr %b{b}, i64 {offset}")), buf))
     }
 
     pub fn load(&mut self, buffer: &str, index: &[Affine]) -> Result<Val, CodegenError> {

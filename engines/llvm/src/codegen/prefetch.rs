@@ -9,7 +9,7 @@
 //! range one element at a time (which LLVM vectorises too). The values computed are the
 //! same as the plain loop's, element by element.
 
-use xpu_lir::{Affine, BinaryOp, Expr, Kernel, ScalarType, Stmt, UnaryOp, Var};
+use xpu_lir::{Affine, BinaryOp, Expr, Kernel, Stmt, UnaryOp, Var};
 
 use super::{CodegenError, FnEmitter};
 
@@ -29,6 +29,8 @@ pub struct Stream {
     buffer: String,
     index: Vec<Affine>,
     write: bool,
+    /// Bytes an element of the buffer takes.
+    element: i64,
 }
 
 /// The buffers to prefetch in the innermost loop over `var`, if it is arithmetic-heavy (it
@@ -49,11 +51,13 @@ pub fn streams(kernel: &Kernel, var: &str, body: &[Stmt]) -> Option<Vec<Stream>>
             }
             Stmt::Yield(_) => continue,
         };
-        if unit_stride(index, var)
-            && is_big(kernel, buffer)
-            && !streams.iter().any(|t| t.buffer == *buffer && t.index == *index)
+        if !unit_stride(index, var)
+            || streams.iter().any(|t| t.buffer == *buffer && t.index == *index)
         {
-            streams.push(Stream { buffer: buffer.clone(), index: index.clone(), write });
+            continue;
+        }
+        if let Some(element) = big_buffer_element(kernel, buffer) {
+            streams.push(Stream { buffer: buffer.clone(), index: index.clone(), write, element });
         }
     }
     (heavy && !streams.is_empty() && streams.len() <= MAX_STREAMS).then_some(streams)
@@ -94,20 +98,18 @@ fn unit_stride(index: &[Affine], var: &str) -> bool {
     }
 }
 
-fn is_big(kernel: &Kernel, buffer: &str) -> bool {
-    let Some(b) = kernel.buffer(buffer) else { return false };
+/// The element size of `buffer` if it is big enough to be a stream.
+fn big_buffer_element(kernel: &Kernel, buffer: &str) -> Option<i64> {
+    let b = kernel.buffer(buffer)?;
     let mut elements: i64 = 1;
     for d in &b.shape {
         if !d.terms().is_empty() {
-            return true;
+            elements = i64::MAX;
+            break;
         }
         elements = elements.saturating_mul(d.constant);
     }
-    elements >= STREAM_ELEMENTS
-}
-
-fn element_bytes(t: ScalarType) -> i64 {
-    t.size() as i64
+    (elements >= STREAM_ELEMENTS).then_some(b.elem.size() as i64)
 }
 
 impl FnEmitter<'_> {
@@ -139,15 +141,11 @@ impl FnEmitter<'_> {
 
     /// Prefetches the lines of `stream` that the block `AHEAD_BYTES` after `start` reads.
     fn prefetch(&mut self, var: &str, start: &str, stream: &Stream) -> Result<(), CodegenError> {
-        let elem = self
-            .kernel
-            .buffer(&stream.buffer)
-            .map(|b| element_bytes(b.elem))
-            .ok_or_else(|| self.err(format!("no buffer %{}", stream.buffer)))?;
+        let elem = stream.element;
         let at = self.inst(format!("add i64 {start}, {}", AHEAD_BYTES / elem));
         // Not `inbounds`: the lines ahead of a buffer's last block lie past its end, and a
         // prefetch of any address is harmless.
-        let addr =
+        let (addr, _) =
             self.with_index(var, &at, |f| f.address_of(&stream.buffer, &stream.index, false))?;
         let rw = u8::from(stream.write);
         for line in 0..(BLOCK * elem + 63) / 64 {
