@@ -194,7 +194,8 @@ pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit)
         match emit {
             LirEmit::Lir => print!("{module}"),
             LirEmit::LlvmIr | LirEmit::Asm => {
-                let (ir, _) = codegen::emit_module(&module.kernels).map_err(|e| anyhow!("{e}"))?;
+                let (ir, _) = codegen::emit_module(&module.kernels, host.vector_bits())
+                    .map_err(|e| anyhow!("{e}"))?;
                 let what = if emit == LirEmit::Asm { Emit::Asm } else { Emit::OptimizedIr };
                 let out = compile::compile(&ir, &host, what).map_err(|e| anyhow!("{e}"))?;
                 print!("{}", String::from_utf8_lossy(&out));

@@ -123,8 +123,9 @@ fn run_lowering(path: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let module = program.module();
     xpu_lir::verify(&module).map_err(|e| format!("the lowering does not verify: {e}"))?;
+    // 256-bit vectors whatever this machine has: the golden IR is the same on every host.
     let (ir, _) =
-        xpu_engine_llvm::codegen::emit_module(&module.kernels).map_err(|e| e.to_string())?;
+        xpu_engine_llvm::codegen::emit_module(&module.kernels, 256).map_err(|e| e.to_string())?;
     xpu_engine_llvm::compile::compile(
         &ir,
         &xpu_engine_llvm::Target::host(),

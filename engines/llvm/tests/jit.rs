@@ -52,7 +52,8 @@ fn from_bytes(elem: ScalarType, bytes: &[u8]) -> Vec<Value> {
 
 /// Runs `kernel` compiled, one thread, every stage over its whole range.
 fn run_compiled(cache: &CodeCache, kernel: &Kernel, syms: &[i64], buffers: &mut [Vec<Value>]) {
-    let emitted = codegen::emit(kernel).unwrap_or_else(|e| panic!("{e}"));
+    let emitted =
+        codegen::emit(kernel, Target::host().vector_bits()).unwrap_or_else(|e| panic!("{e}"));
     let (code, _, _) = cache.get(&emitted.ir).unwrap_or_else(|e| panic!("{e}\n{}", emitted.ir));
     let mut raw: Vec<Vec<u8>> =
         kernel.buffers.iter().zip(buffers.iter()).map(|(b, v)| to_bytes(b.elem, v)).collect();
@@ -388,13 +389,21 @@ fn every_op_family_compiled_matches_the_interpreter() {
 #[test]
 fn only_heavy_loops_over_big_buffers_prefetch() {
     let module = xpu_lir::parse(OPS).unwrap();
-    let ir = |name: &str| {
+    let emit = |name: &str, vector_bits| {
         let k = module.kernels.iter().find(|k| k.name == name).unwrap();
-        codegen::emit(k).unwrap().ir
+        codegen::emit(k, vector_bits).unwrap().ir
     };
+    let ir = |name: &str| emit(name, 256);
     let prefetches = |ir: &str| ir.matches("call void @llvm.prefetch.p0(").count();
     // %x and %y, 2 lines a block each (32 f32); the bias row is not a stream.
     assert_eq!(prefetches(&ir("streams")), 4, "{}", ir("streams"));
+    // A block is one vectorised iteration: 2 × 16 f32 with 512-bit vectors (2 lines a
+    // stream), 4 × 4 with 128-bit ones (1 line).
+    let wide = emit("streams", 512);
+    assert_eq!(prefetches(&wide), 4, "{wide}");
+    assert!(wide.contains("!\"llvm.loop.interleave.count\", i32 2}"), "{wide}");
+    assert!(ir("streams").contains("!\"llvm.loop.interleave.count\", i32 4}"));
+    assert_eq!(prefetches(&emit("streams", 128)), 2);
     assert_eq!(prefetches(&ir("flat_stream")), 4);
     assert!(ir("streams").contains("i32 1, i32 3, i32 1)"), "the output is prefetched for writing");
     assert_eq!(prefetches(&ir("float_math")), 0, "18 output rows: more streams than pay");
@@ -402,7 +411,7 @@ fn only_heavy_loops_over_big_buffers_prefetch() {
         "kernel @triad(%b: f32[65536] in, %c: f32[65536] in, %a: f32[65536] out) {\n  for %i in 0..65536 parallel {\n    %x = load %b[%i]\n    %y = load %c[%i]\n    %k = const 3.0 : f32\n    %z = mul %y, %k\n    %s = add %x, %z\n    store %a[%i], %s\n  }\n}\n",
     )
     .unwrap();
-    assert_eq!(prefetches(&codegen::emit(&triad.kernels[0]).unwrap().ir), 0, "memory-bound");
+    assert_eq!(prefetches(&codegen::emit(&triad.kernels[0], 256).unwrap().ir), 0, "memory-bound");
 }
 
 #[test]
@@ -410,7 +419,7 @@ fn a_second_cache_on_the_same_directory_compiles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let linker = cache::find_linker().unwrap();
     let module = xpu_lir::parse(OPS).unwrap();
-    let ir = codegen::emit(&module.kernels[0]).unwrap().ir;
+    let ir = codegen::emit(&module.kernels[0], 256).unwrap().ir;
     let first = CodeCache::new(Target::host(), Some(dir.path().into()), linker.clone()).unwrap();
     let (_, source, _) = first.get(&ir).unwrap();
     assert_eq!(source, cache::Source::Compiled);

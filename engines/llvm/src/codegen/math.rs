@@ -56,7 +56,7 @@ fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
     }
     let callees: &[&'static str] = match name {
         "xpu.tanhf" | "xpu.erff" => &["xpu.expf"],
-        "xpu.expf" | "xpu.softplusf" => &["xpu.exp_reduced"],
+        "xpu.expf" | "xpu.softplusf" => &["xpu.expm1_reduced"],
         "xpu.log1pf" => &["xpu.logf"],
         "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
         _ => &[],
@@ -73,7 +73,7 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
     for name in used {
         s.push_str(&expand_constants(&expand_horner(match *name {
             "xpu.expf" => EXPF,
-            "xpu.exp_reduced" => EXP_REDUCED,
+            "xpu.expm1_reduced" => EXPM1_REDUCED,
             "xpu.logf" => LOGF,
             "xpu.tanhf" => TANHF,
             "xpu.erff" => ERFF,
@@ -212,16 +212,17 @@ const SOFTPLUSF: &str = r#"
 define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
-  %cut = fcmp ugt float %ax, f(SOFTPLUS_CUT)
   %nax = fneg float %ax
-  %t = select i1 %cut, float f(-87.0), float %nax
+  %cut = fcmp ult float %nax, f(-SOFTPLUS_CUT)
+  %low = fcmp olt float %nax, f(-SOFTPLUS_CUT)
+  %t = select i1 %low, float f(-SOFTPLUS_CUT), float %nax
   %ts = call float @llvm.fma.f32(float %t, float f(LOG2E), float f(EXP_SHIFTER_1))
   %n = fsub float %ts, f(EXP_SHIFTER_1)
-  %y = call float @xpu.exp_reduced(float %t, float %n)
+  %y = call float @xpu.expm1_reduced(float %t, float %n)
   %tb = bitcast float %ts to i32
   %sb = shl i32 %tb, 23
   %s = bitcast i32 %sb to float
-  %e = fmul float %y, %s
+  %e = call float @llvm.fma.f32(float %y, float %s, float %s)
   %g = horner float %e, SOFTPLUS_G
   %q = fmul float %g, %e
   %l = call float @llvm.fma.f32(float %q, float %e, float %e)
@@ -248,18 +249,17 @@ entry:
 }
 "#;
 
-/// e^(x − n·ln 2) for n = round(x·log2 e): r = x − n·ln 2 in two parts, then a degree-6
-/// polynomial (`xpu_lir::math::exp_reduced`); the caller scales by 2^n.
-const EXP_REDUCED: &str = r#"
-define internal float @xpu.exp_reduced(float %x, float %n) alwaysinline nounwind {
+/// e^(x − n·ln 2) − 1 for n = round(x·log2 e): r = x − n·ln 2 in two parts, then
+/// r + r²·P(r) (`xpu_lir::math::expm1_reduced`); the caller adds 1 and scales by 2^n.
+const EXPM1_REDUCED: &str = r#"
+define internal float @xpu.expm1_reduced(float %x, float %n) alwaysinline nounwind {
 entry:
   %r1 = call float @llvm.fma.f32(float %n, float f(-LN2_HI), float %x)
   %r = call float @llvm.fma.f32(float %n, float f(-LN2_LO), float %r1)
   %poly = horner float %r, EXP_P
   %rr = fmul float %r, %r
   %y1 = call float @llvm.fma.f32(float %poly, float %rr, float %r)
-  %y = fadd float %y1, 1.0
-  ret float %y
+  ret float %y1
 }
 "#;
 
@@ -276,7 +276,8 @@ entry:
   %x2 = select i1 %small, float -104.0, float %x1
   %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER))
   %n = fsub float %t, f(EXP_SHIFTER)
-  %y = call float @xpu.exp_reduced(float %x2, float %n)
+  %y1 = call float @xpu.expm1_reduced(float %x2, float %n)
+  %y = fadd float %y1, 1.0
   %m = bitcast float %t to i32
   %m22 = shl i32 %m, 22
   %b1 = and i32 %m22, 2139095040

@@ -4,7 +4,7 @@
 //! be read for ownership: prefetching each stream 2 KiB ahead (the output for writing) made
 //! the GELU kernel 1.13× faster on Zen 3. A memory-bound loop (a triad, bias + ReLU) gets
 //! none: the prefetches only slowed it. LLVM does not vectorise a loop with a prefetch in
-//! its body, so such a loop is strip-mined: blocks of [`BLOCK`] elements, each block's
+//! its body, so such a loop is strip-mined: blocks of [`block_elements`], each block's
 //! prefetches issued before its own loop (which LLVM vectorises whole), then the rest of the
 //! range one element at a time (which LLVM vectorises too). The values computed are the
 //! same as the plain loop's, element by element.
@@ -13,8 +13,13 @@ use xpu_lir::{Affine, BinaryOp, Expr, Kernel, Stmt, UnaryOp, Var};
 
 use super::{CodegenError, FnEmitter};
 
-/// Elements per block: 32 f32 are 4 vectors of 8 (the loop hints' interleave of 4).
-pub const BLOCK: i64 = 32;
+/// Elements per block for vectors of `vector_bits`: as many f32 as one iteration of the
+/// vectorised loop holds (the loop hints' interleave of vectors: 4 × 8 with 256-bit
+/// vectors, 2 × 16 with 512-bit ones). A smaller block would make LLVM pick narrower
+/// vectors to fill its interleave within the block's known trip count.
+pub fn block_elements(vector_bits: u32) -> i64 {
+    i64::from(super::interleave(vector_bits) * vector_bits.max(128) / 32)
+}
 /// How far ahead of the block each stream is prefetched.
 const AHEAD_BYTES: i64 = 2048;
 /// More streams than this and the prefetches cost more than they save (each is an
@@ -122,16 +127,17 @@ impl FnEmitter<'_> {
         body: &[Stmt],
         streams: &[Stream],
     ) -> Result<(), CodegenError> {
+        let block = self.prefetch_block;
         let n = self.inst(format!("sub i64 {hi}, {lo}"));
-        let blocks = self.inst(format!("sdiv i64 {n}, {BLOCK}"));
-        let whole = self.inst(format!("mul i64 {blocks}, {BLOCK}"));
+        let blocks = self.inst(format!("sdiv i64 {n}, {block}"));
+        let whole = self.inst(format!("mul i64 {blocks}, {block}"));
         let blocked_hi = self.inst(format!("add i64 {lo}, {whole}"));
         // `#` cannot start a LIR-ML name: the block counter shadows nothing.
-        self.stepped_loop("#block", &lo, &blocked_hi, BLOCK, |f, start| {
+        self.stepped_loop("#block", &lo, &blocked_hi, block, |f, start| {
             for stream in streams {
                 f.prefetch(var, start, stream)?;
             }
-            let end = f.inst(format!("add i64 {start}, {BLOCK}"));
+            let end = f.inst(format!("add i64 {start}, {block}"));
             let hint = f.next_hint();
             f.hinted_loop(var, start, &end, hint, body)
         })?;
@@ -148,7 +154,7 @@ impl FnEmitter<'_> {
         let (addr, _) =
             self.with_index(var, &at, |f| f.address_of(&stream.buffer, &stream.index, false))?;
         let rw = u8::from(stream.write);
-        for line in 0..(BLOCK * elem + 63) / 64 {
+        for line in 0..(self.prefetch_block * elem + 63) / 64 {
             let p = if line == 0 {
                 addr.clone()
             } else {

@@ -170,8 +170,8 @@ pub fn build_named(
         what: "the lowering".into(),
         message: e.to_string(),
     })?;
-    let (ir, stages) = codegen::emit_module(&module.kernels)?;
     let target = Target::riscv64(vector);
+    let (ir, stages) = codegen::emit_module(&module.kernels, target.vector_bits())?;
     let object = compile::compile(&ir, &target, Emit::Object)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     // The compiler runs in a scratch directory: a relative `dir` must not resolve there.
