@@ -182,7 +182,7 @@ pub fn expm1f(x: f32) -> f32 {
 /// `x < 0` test (false for NaN); |x| > 87 (or NaN) drops the log1p term.
 pub fn softplusf(x: f32) -> f32 {
     let nax = -x.abs();
-    let cut = !(nax >= -k::SOFTPLUS_CUT);
+    let cut = nax < -k::SOFTPLUS_CUT || nax.is_nan();
     // One max (a NaN passes it, and its log1p term is dropped below).
     let t = if nax < -k::SOFTPLUS_CUT { -k::SOFTPLUS_CUT } else { nax };
     let ts = t.mul_add(k::LOG2E, k::EXP_SHIFTER_1);
