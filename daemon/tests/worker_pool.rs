@@ -146,3 +146,63 @@ fn a_run_on_a_worker_says_what_the_crossing_cost() {
     let ran = local.prepare(&graph, &Assignment::new("cpu")).unwrap().run(&input(0.5)).unwrap();
     assert!(ran.facts.iter().all(|f| !f.key.starts_with("worker.")), "{:?}", ran.facts);
 }
+
+#[test]
+fn ort_in_a_worker_reads_its_inputs_in_place_and_keeps_its_facts_from_run_to_run() {
+    // ORT reads the shared memory where the parent wrote the inputs (bools copied), gives
+    // the in-process outputs, and the facts it repeats every run cross once (later replies
+    // keep them): every run's facts are whole, at every batch.
+    let libraries = xpu_runtime::EngineLibraries::default();
+    let workers = xpu_runtime::worker::Workers {
+        engines: vec!["ort".into()],
+        program: Some(env!("CARGO_BIN_EXE_xpu-worker").into()),
+        max_rss_bytes: 0,
+        inject_faults: false,
+        processes_per_engine: 1,
+        idle_exit: Duration::ZERO,
+        spin: xpu_runtime::worker::DEFAULT_SPIN,
+    };
+    let worker = workers.engine("ort", &libraries);
+    let shared = xpu_runtime::SharedEngines::load(&libraries);
+    let local = shared.get("ort").expect("the ort engine").clone();
+    let graph = xpu_ir::text::parse(
+        r#"graph "g" {
+  %0: f32[N,4] = input "x"
+  %1: bool[N,4] = input "keep"
+  %2: f32[] = constant {value = tensor<f32[]> [2.0]}
+  %3: f32[N,4] = mul(%0, %2)
+  %4: f32[N,4] = where(%1, %3, %0)
+  return "y" = %4
+}"#,
+    )
+    .unwrap();
+    let a = Assignment::new("ort");
+    let mut remote = worker.prepare(&graph, &a).unwrap();
+    let mut here = local.prepare(&graph, &a).unwrap();
+    let stable = |facts: &[xpu_engine::Fact]| -> Vec<(String, String)> {
+        let varying = ["ort.run_us", "ort.session"];
+        facts
+            .iter()
+            .filter(|f| !varying.contains(&f.key.as_str()) && !f.key.starts_with("worker."))
+            .map(|f| (f.key.clone(), f.value.clone()))
+            .collect()
+    };
+    let keys = |facts: &[(String, String)]| facts.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    let mut first: Option<Vec<(String, String)>> = None;
+    for n in [1usize, 3, 3, 64] {
+        let x: Vec<f32> = (0..n * 4).map(|i| i as f32 - 5.5).collect();
+        let keep: Vec<bool> = (0..n * 4).map(|i| i % 3 != 0).collect();
+        let inputs =
+            [Tensor::from_vec(vec![n, 4], x).unwrap(), Tensor::from_vec(vec![n, 4], keep).unwrap()];
+        let got = remote.run(&inputs).unwrap();
+        let want = here.run(&inputs).unwrap();
+        assert_eq!(got.outputs, want.outputs, "batch {n}");
+        // The same facts as in-process (the profiled times aside), and the first run's
+        // facts, times and all, on every later run.
+        let facts = stable(&got.facts);
+        assert_eq!(keys(&facts), keys(&stable(&want.facts)), "batch {n}");
+        assert_eq!(&facts, first.get_or_insert_with(|| facts.clone()), "batch {n}");
+        assert!(got.facts.iter().any(|f| f.key == "ort.run_us"), "{:?}", got.facts);
+        assert!(got.facts.iter().any(|f| f.key == "ort.provider"), "{:?}", got.facts);
+    }
+}

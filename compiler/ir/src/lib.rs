@@ -8,6 +8,7 @@
 //! It knows nothing of engines, policies or HTTP.
 
 pub mod attr;
+pub mod borrowed;
 pub mod dtype;
 pub mod graph;
 pub mod infer;
@@ -22,6 +23,7 @@ pub mod text;
 pub mod verify;
 
 pub use attr::{Attr, AttrKind, Attrs};
+pub use borrowed::BorrowedTensor;
 pub use dtype::DType;
 pub use graph::{Graph, GraphOutput, Node, NodeId, Partition, Value, ValueDef, ValueId};
 pub use infer::InferError;

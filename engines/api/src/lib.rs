@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use xpu_ir::{DType, Graph, NodeId, Op, OpClass, Tensor};
+use xpu_ir::{BorrowedTensor, DType, Graph, NodeId, Op, OpClass, Tensor};
 
 pub use xpu_ir;
 
@@ -515,6 +515,36 @@ pub trait Executable: Send {
             facts: run.facts,
         })
     }
+
+    /// Whether [`run_borrowed`](Executable::run_borrowed) reads borrowed elements where
+    /// they lie. False (the default): it copies them into tensors first, and a caller that
+    /// keeps buffers from run to run (a worker process) does better copying into those.
+    fn reads_borrowed(&self) -> bool {
+        false
+    }
+
+    /// [`run_until`](Executable::run_until) on inputs whose elements the caller lends for
+    /// the run (a worker's shared memory). The default copies them into tensors.
+    fn run_borrowed(
+        &mut self,
+        inputs: &[BorrowedTensor<'_>],
+        stop: &StopToken,
+    ) -> Result<Execution, EngineError> {
+        let tensors = owned_inputs(inputs)?;
+        self.run_until(&tensors, stop)
+    }
+}
+
+/// Copies borrowed inputs into tensors; an input whose bytes are not its dtype's elements
+/// in its shape is refused, named by its position.
+pub fn owned_inputs(inputs: &[BorrowedTensor<'_>]) -> Result<Vec<Tensor>, EngineError> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            b.to_tensor().map_err(|message| EngineError::Input { name: format!("#{i}"), message })
+        })
+        .collect()
 }
 
 /// The message a caught panic carried (`panic!` with a literal or a formatted string), for
@@ -530,6 +560,14 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Checks run-time inputs against a graph's declared inputs: count, dtype, rank, static
 /// dims and consistent binding of symbolic dims. Engines call this before running.
 pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
+    check_input_types(g, inputs.iter().map(|t| (t.dtype(), t.shape())))
+}
+
+/// [`check_inputs`] for inputs known by dtype and shape only (borrowed ones).
+pub fn check_input_types<'a>(
+    g: &Graph,
+    inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+) -> Result<(), EngineError> {
     use xpu_ir::Dim;
     if inputs.len() != g.inputs.len() {
         return Err(EngineError::Other(format!(
@@ -544,29 +582,27 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<(), EngineError> {
         )));
     }
     let mut bound: BTreeMap<&str, usize> = BTreeMap::new();
-    for (&v, t) in g.inputs.iter().zip(inputs) {
+    for (&v, (dtype, shape)) in g.inputs.iter().zip(inputs) {
         let val = g.value(v);
         let name = val.name.clone().unwrap_or_else(|| v.to_string());
         let err = |message: String| EngineError::Input { name: name.clone(), message };
-        if t.dtype() != val.ty.dtype {
-            return Err(err(format!("expected dtype {}, got {}", val.ty.dtype, t.dtype())));
+        if dtype != val.ty.dtype {
+            return Err(err(format!("expected dtype {}, got {dtype}", val.ty.dtype)));
         }
         let Some(dims) = &val.ty.dims else { continue };
-        if dims.len() != t.rank() {
+        if dims.len() != shape.len() {
             return Err(err(format!(
-                "expected shape {}, got rank {} {:?}",
+                "expected shape {}, got rank {} {shape:?}",
                 val.ty,
-                t.rank(),
-                t.shape()
+                shape.len()
             )));
         }
-        for (i, (d, &n)) in dims.iter().zip(t.shape()).enumerate() {
+        for (i, (d, &n)) in dims.iter().zip(shape).enumerate() {
             match d {
                 Dim::Known(k) if *k as usize != n => {
                     return Err(err(format!(
-                        "dim {i} must be {k} (declared {}), got {n} in shape {:?}",
-                        val.ty,
-                        t.shape()
+                        "dim {i} must be {k} (declared {}), got {n} in shape {shape:?}",
+                        val.ty
                     )));
                 }
                 Dim::Sym(s) => {

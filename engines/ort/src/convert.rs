@@ -3,7 +3,7 @@
 
 use ort::session::SessionInputValue;
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, TensorRef, ValueType};
-use xpu_ir::{Tensor, TensorData};
+use xpu_ir::{BorrowedTensor, DType, Tensor, TensorData};
 
 fn shape_of(t: &Tensor) -> Vec<i64> {
     t.shape().iter().map(|&d| d as i64).collect()
@@ -31,6 +31,89 @@ pub fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
         TensorData::U32(v) => view!(v),
         TensorData::U64(v) => view!(v),
         TensorData::Bool(v) => view!(v),
+        TensorData::String(v) => {
+            OrtTensor::from_string_array((shape, &v[..])).map(Into::into).map_err(|e| e.to_string())
+        }
+        TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
+    }
+}
+
+/// A view of `b`'s elements where they lie, when they can be viewed as its dtype (see
+/// [`BorrowedTensor::elements`]); `None` for bool and string elements and misaligned
+/// bytes, which the caller copies into a tensor.
+pub fn borrowed_value<'a>(b: &BorrowedTensor<'a>) -> Option<Result<SessionInputValue<'a>, String>> {
+    let shape: Vec<i64> = b.shape.iter().map(|&d| d as i64).collect();
+    macro_rules! view {
+        ($t:ty) => {
+            b.elements::<$t>().map(|v| {
+                TensorRef::from_array_view((shape, v)).map(Into::into).map_err(|e| e.to_string())
+            })
+        };
+    }
+    match b.dtype {
+        DType::F32 => view!(f32),
+        DType::F64 => view!(f64),
+        DType::F16 => view!(half::f16),
+        DType::BF16 => view!(half::bf16),
+        DType::I8 => view!(i8),
+        DType::I16 => view!(i16),
+        DType::I32 => view!(i32),
+        DType::I64 => view!(i64),
+        DType::U8 => view!(u8),
+        DType::U16 => view!(u16),
+        DType::U32 => view!(u32),
+        DType::U64 => view!(u64),
+        DType::Bool | DType::String | DType::Table => None,
+    }
+}
+
+/// An input ORT can take: a tensor, or one borrowed from a worker's shared memory.
+pub trait OrtInput {
+    fn dtype_and_shape(&self) -> (DType, &[usize]);
+    /// What ORT reads: a view where it can, else an owned copy.
+    fn value(&self) -> Result<SessionInputValue<'_>, String>;
+}
+
+impl OrtInput for Tensor {
+    fn dtype_and_shape(&self) -> (DType, &[usize]) {
+        (self.dtype(), self.shape())
+    }
+    fn value(&self) -> Result<SessionInputValue<'_>, String> {
+        input_value(self)
+    }
+}
+
+impl OrtInput for BorrowedTensor<'_> {
+    fn dtype_and_shape(&self) -> (DType, &[usize]) {
+        (self.dtype, self.shape)
+    }
+    fn value(&self) -> Result<SessionInputValue<'_>, String> {
+        borrowed_value(self).unwrap_or_else(|| owned_value(&self.to_tensor()?))
+    }
+}
+
+/// A value ORT owns, copied from `t` (for borrowed elements no view can take).
+fn owned_value(t: &Tensor) -> Result<SessionInputValue<'static>, String> {
+    let shape = shape_of(t);
+    macro_rules! owned {
+        ($v:expr) => {
+            OrtTensor::from_array((shape, $v.to_vec())).map(Into::into).map_err(|e| e.to_string())
+        };
+    }
+    match t.data() {
+        TensorData::F32(v) => owned!(v),
+        TensorData::F64(v) => owned!(v),
+        TensorData::F16(v) => owned!(v),
+        TensorData::BF16(v) => owned!(v),
+        TensorData::I8(v) => owned!(v),
+        TensorData::I16(v) => owned!(v),
+        TensorData::I32(v) => owned!(v),
+        TensorData::I64(v) => owned!(v),
+        TensorData::U8(v) => owned!(v),
+        TensorData::U16(v) => owned!(v),
+        TensorData::U32(v) => owned!(v),
+        TensorData::U64(v) => owned!(v),
+        TensorData::Bool(v) => owned!(v),
         TensorData::String(v) => {
             OrtTensor::from_string_array((shape, &v[..])).map(Into::into).map_err(|e| e.to_string())
         }

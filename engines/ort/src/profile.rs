@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use xpu_engine::EngineError;
-use xpu_ir::Tensor;
 
 use crate::convert;
 use crate::options::SessionOptions;
@@ -97,7 +96,7 @@ pub(crate) fn run_profiled(
     model: &[u8],
     opts: &SessionOptions,
     prefix: &Path,
-    inputs: &[Tensor],
+    inputs: &[impl convert::OrtInput],
     build: impl Fn(
         &ort::environment::Environment,
         &str,
@@ -107,7 +106,7 @@ pub(crate) fn run_profiled(
     ) -> Result<ort::session::Session, EngineError>,
 ) -> Result<Vec<NodeProfile>, String> {
     let mut session = build(env, name, model, opts, Some(prefix)).map_err(|e| e.to_string())?;
-    let values = inputs.iter().map(convert::input_value).collect::<Result<Vec<_>, _>>()?;
+    let values = inputs.iter().map(|i| i.value()).collect::<Result<Vec<_>, _>>()?;
     session.run(&values[..]).map_err(|e| e.to_string())?;
     let file = session.end_profiling().map_err(|e| e.to_string())?;
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"));

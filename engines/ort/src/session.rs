@@ -11,10 +11,11 @@ use ort::ep::ExecutionProvider;
 use ort::session::{RunOptions, Session};
 use sha2::{Digest, Sha256};
 use xpu_engine::{EngineError, Executable, Execution, Fact, NodeTiming, StopToken};
-use xpu_ir::{Graph, NodeId, Tensor};
+use xpu_ir::{BorrowedTensor, Graph, NodeId, Tensor};
 
+use crate::convert::{self, OrtInput};
 use crate::options::SessionOptions;
-use crate::{convert, profile};
+use crate::profile;
 
 /// The providers this ONNX Runtime build has, among those xpu has kernels for.
 pub(crate) fn available_providers() -> Vec<String> {
@@ -172,9 +173,32 @@ impl Executable for OrtExecutable {
     }
 
     fn run_until(&mut self, inputs: &[Tensor], stop: &StopToken) -> Result<Execution, EngineError> {
+        self.run_inputs(inputs, stop)
+    }
+
+    fn reads_borrowed(&self) -> bool {
+        true
+    }
+
+    fn run_borrowed(
+        &mut self,
+        inputs: &[BorrowedTensor<'_>],
+        stop: &StopToken,
+    ) -> Result<Execution, EngineError> {
+        self.run_inputs(inputs, stop)
+    }
+}
+
+impl OrtExecutable {
+    /// A run on tensors or borrowed elements alike: ORT reads views of both.
+    fn run_inputs<I: OrtInput>(
+        &mut self,
+        inputs: &[I],
+        stop: &StopToken,
+    ) -> Result<Execution, EngineError> {
         stop.check(|| "partition".into())?;
         if let Some(g) = &self.partition {
-            xpu_engine::check_inputs(g, inputs)?;
+            xpu_engine::check_input_types(g, inputs.iter().map(|i| i.dtype_and_shape()))?;
         }
         let session = self.session.clone();
         let mut guard = session.lock().map_err(poisoned)?;
@@ -197,8 +221,7 @@ impl Executable for OrtExecutable {
             .iter()
             .zip(cached.session.inputs())
             .map(|(t, i)| {
-                convert::input_value(t)
-                    .map_err(|m| EngineError::Input { name: i.name().to_string(), message: m })
+                t.value().map_err(|m| EngineError::Input { name: i.name().to_string(), message: m })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let run_options = Arc::new(RunOptions::new().map_err(|e| fail(e.to_string()))?);

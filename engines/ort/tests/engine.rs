@@ -189,3 +189,65 @@ fn strings_and_half_floats_cross_the_boundary() {
     assert_eq!(out.outputs[1].ty(), TensorType::of_shape(DType::F16, &[2]));
     assert_eq!(out.outputs[1].as_slice::<half::f16>().unwrap()[1].to_f32(), 2.0);
 }
+
+#[test]
+fn borrowed_inputs_run_where_they_lie_and_agree_with_owned_ones() {
+    // A worker hands ORT its shared memory: views where the bytes are aligned elements,
+    // copies for bools, strings and misaligned bytes — the same outputs and facts either way.
+    use xpu_ir::BorrowedTensor;
+    let e = engine();
+    let g = parse(
+        r#"graph "g" {
+  %0: f32[N,3] = input "x"
+  %1: bool[N,3] = input "keep"
+  %2: string[2] = input "s"
+  %3: f32[] = constant {value = tensor<f32[]> [0.0]}
+  %4: f32[N,3] = where(%1, %0, %3)
+  %5: string[2] = identity(%2)
+  return "y" = %4, "t" = %5
+}"#,
+    );
+    let x = Tensor::from_vec(vec![2, 3], vec![1.0f32, -2.0, f32::NAN, 4.0, 5.5, -0.0]).unwrap();
+    let keep = Tensor::from_vec(vec![2, 3], vec![true, false, true, true, false, true]).unwrap();
+    let s = Tensor::new(vec![2], xpu_ir::TensorData::String(vec!["ä".into(), "".into()])).unwrap();
+    let owned = [x.clone(), keep.clone(), s.clone()];
+    let mut exe = e.prepare(&g, &Assignment::new("ort")).unwrap();
+    assert!(exe.reads_borrowed());
+    let want = exe.run(&owned).unwrap();
+
+    let bytes: Vec<_> = owned.iter().map(|t| t.data().le_bytes().into_owned()).collect();
+    // The f32 elements once where they lie (aligned), once shifted by a byte (a copy).
+    let mut shifted = vec![0u8; bytes[0].len() + 1];
+    shifted[1..].copy_from_slice(&bytes[0]);
+    for x_bytes in [&bytes[0][..], &shifted[1..]] {
+        let views = [
+            BorrowedTensor { dtype: DType::F32, shape: &[2, 3], bytes: x_bytes },
+            BorrowedTensor { dtype: DType::Bool, shape: &[2, 3], bytes: &bytes[1] },
+            BorrowedTensor { dtype: DType::String, shape: &[2], bytes: &bytes[2] },
+        ];
+        let got = exe.run_borrowed(&views, &StopToken::default()).unwrap();
+        assert_eq!(got.outputs[1], want.outputs[1]);
+        assert_eq!(got.outputs[0].data().le_bytes(), want.outputs[0].data().le_bytes());
+        let stable = |f: &&xpu_engine::Fact| f.key != "ort.run_us" && f.key != "ort.session";
+        assert_eq!(
+            got.facts.iter().filter(stable).collect::<Vec<_>>(),
+            want.facts.iter().filter(stable).collect::<Vec<_>>()
+        );
+    }
+    // Declared types are checked as for tensors; bytes that are not the shape's elements
+    // are refused, named.
+    let wrong = [
+        BorrowedTensor { dtype: DType::F64, shape: &[2, 3], bytes: &[0; 48] },
+        BorrowedTensor { dtype: DType::Bool, shape: &[2, 3], bytes: &bytes[1] },
+        BorrowedTensor { dtype: DType::String, shape: &[2], bytes: &bytes[2] },
+    ];
+    let err = exe.run_borrowed(&wrong, &StopToken::default()).unwrap_err();
+    assert!(matches!(err, EngineError::Input { .. }), "{err}");
+    let short = [
+        BorrowedTensor { dtype: DType::F32, shape: &[2, 3], bytes: &bytes[0][..20] },
+        wrong[1],
+        wrong[2],
+    ];
+    let err = exe.run_borrowed(&short, &StopToken::default()).unwrap_err();
+    assert!(err.to_string().contains("x"), "{err}");
+}

@@ -9,8 +9,8 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use xpu_engine::{Engine, Executable, StopToken};
-use xpu_ir::Tensor;
+use xpu_engine::{Engine, Executable, Fact, StopToken};
+use xpu_ir::{BorrowedTensor, Tensor};
 
 use crate::protocol::{Control, Reply, Request, Slot, WireError, receive, send};
 use crate::shm::{Region, align};
@@ -100,6 +100,8 @@ fn serve(
     let mut reader = BufReader::new(socket.try_clone()?);
     let mut writer = socket;
     let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
+    // Each executable's facts in its last `Ran` reply (the prefix the next reply may keep).
+    let mut facts_sent: HashMap<u64, Vec<Fact>> = HashMap::new();
     // The last run's inputs, by executable: the next run of the same one reads its inputs
     // into their buffers (one executable's, so the worker holds one extra set at most).
     let mut last_inputs: Option<(u64, Vec<Tensor>)> = None;
@@ -136,7 +138,9 @@ fn serve(
                         Some((last, tensors)) if last == id => tensors,
                         _ => Vec::new(),
                     };
-                    let ran = run(exe.as_mut(), &mut region, &inputs, reuse, &stop, inject_faults);
+                    let sent = facts_sent.entry(id).or_default();
+                    let ran =
+                        run(exe.as_mut(), &mut region, &inputs, reuse, sent, &stop, inject_faults);
                     in_flight.end();
                     match ran {
                         Ok((reply, tensors)) => {
@@ -149,6 +153,7 @@ fn serve(
             },
             Request::Release { id } => {
                 executables.remove(&id);
+                facts_sent.remove(&id);
                 last_inputs.take_if(|(last, _)| *last == id);
                 Reply::Released
             }
@@ -235,50 +240,93 @@ fn run(
     region: &mut Region,
     inputs: &[Slot],
     reuse: Vec<Tensor>,
+    facts_sent: &mut Vec<Fact>,
     stop: &StopToken,
     inject_faults: bool,
 ) -> Result<(Reply, Vec<Tensor>), WireError> {
     let io = |e: std::io::Error| WireError::Other(format!("shared memory: {e}"));
     let started = std::time::Instant::now();
-    let mut reuse = reuse.into_iter();
-    let tensors = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, slot)| {
-            region
-                .get_reusing(slot, reuse.next())
-                .map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    drop(reuse);
-    if inject_faults && inject_fault(&tensors) {
-        return Err(WireError::Kernel {
-            node: "(injected)".into(),
-            message: "an injected sticky device error: it poisons this worker process".into(),
-        });
-    }
-    let inputs_read = started.elapsed();
-    let ran = exe.run_until(&tensors, stop).map_err(|e| WireError::from(&e))?;
-    let after_inputs = align(inputs.iter().map(|s| s.offset + s.len).max().unwrap_or(0));
+    let end = inputs.iter().map(|s| s.offset.saturating_add(s.len)).max().unwrap_or(0);
+    region.map_through(end).map_err(io)?;
+    let input_error = |i: usize, e: std::io::Error| WireError::Input {
+        name: format!("#{i}"),
+        message: e.to_string(),
+    };
+    // An engine that reads elements where they lie (ORT) gets the shared memory itself: no
+    // copy, and the buffers of the run before stay unused. Others get tensors, copied into
+    // the last run's buffers where they fit.
+    let (ran, inputs_read, tensors) = if exe.reads_borrowed() {
+        let views = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| region.borrowed(slot).map_err(|e| input_error(i, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if inject_faults && inject_fault(views.iter().filter_map(borrowed_marker)) {
+            return Err(injected_poison());
+        }
+        let inputs_read = started.elapsed();
+        (exe.run_borrowed(&views, stop), inputs_read, Vec::new())
+    } else {
+        let mut reuse = reuse.into_iter();
+        let tensors = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                region
+                    .get_reusing(slot, reuse.next())
+                    .map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(reuse);
+        if inject_faults && inject_fault(tensors.iter().filter_map(tensor_marker)) {
+            return Err(injected_poison());
+        }
+        let inputs_read = started.elapsed();
+        (exe.run_until(&tensors, stop), inputs_read, tensors)
+    };
+    let ran = ran.map_err(|e| WireError::from(&e))?;
+    let after_inputs = align(end);
     let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
+    let facts_kept = facts_sent.iter().zip(&ran.facts).take_while(|(a, b)| a == b).count();
+    let facts = ran.facts[facts_kept..].to_vec();
+    *facts_sent = ran.facts;
     let reply = Reply::Ran {
         outputs,
         timings: ran.timings,
-        facts: ran.facts,
+        facts_kept,
+        facts,
         inputs_read,
         served: started.elapsed(),
     };
     Ok((reply, tensors))
 }
 
-/// Does what an input's marker says (see [`FAULT_MARKERS`]); true when the run is to fail
-/// as a poisoning device error.
-fn inject_fault(inputs: &[Tensor]) -> bool {
-    let marked = inputs.iter().filter_map(|t| match t.as_slice::<f32>() {
+fn injected_poison() -> WireError {
+    WireError::Kernel {
+        node: "(injected)".into(),
+        message: "an injected sticky device error: it poisons this worker process".into(),
+    }
+}
+
+/// An input's first element, where it could be a fault marker (f32 or f64).
+fn tensor_marker(t: &Tensor) -> Option<f32> {
+    match t.as_slice::<f32>() {
         Some(v) => v.first().copied(),
         None => t.as_slice::<f64>()?.first().map(|&v| v as f32),
-    });
-    let fault = marked
+    }
+}
+
+fn borrowed_marker(b: &BorrowedTensor<'_>) -> Option<f32> {
+    match b.elements::<f32>() {
+        Some(v) => v.first().copied(),
+        None => b.elements::<f64>()?.first().map(|&v| v as f32),
+    }
+}
+
+/// Does what the first marked input's marker says (see [`FAULT_MARKERS`]); true when the
+/// run is to fail as a poisoning device error.
+fn inject_fault(firsts: impl Iterator<Item = f32>) -> bool {
+    let fault = firsts
         .filter_map(|first| FAULT_MARKERS.iter().find(|(m, _)| *m == first))
         .map(|(_, fault)| fault)
         .next();

@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use memmap2::MmapMut;
-use xpu_ir::{Tensor, TensorData};
+use xpu_ir::{BorrowedTensor, Tensor, TensorData};
 
 use crate::protocol::Slot;
 
@@ -114,6 +114,21 @@ impl Region {
             at = align(at + len);
         }
         Ok(slots)
+    }
+
+    /// Maps what the other side grew the file to when `end` lies past this side's mapping.
+    pub fn map_through(&mut self, end: usize) -> io::Result<()> {
+        if end > self.mapped() {
+            self.remap()?;
+        }
+        Ok(())
+    }
+
+    /// The tensor a slot describes, borrowed where it lies (after [`Region::map_through`]
+    /// its end).
+    pub fn borrowed<'a>(&'a self, slot: &'a Slot) -> io::Result<BorrowedTensor<'a>> {
+        let bytes = self.bytes(slot.offset, slot.len)?;
+        Ok(BorrowedTensor { dtype: slot.dtype, shape: &slot.shape, bytes })
     }
 
     /// The tensor a slot describes (copied out of the region), mapping what the other side

@@ -737,6 +737,7 @@ impl Engine for WorkerEngine {
             id,
             generation: conn.generation,
             answers: Default::default(),
+            facts: Vec::new(),
         }))
     }
 }
@@ -751,6 +752,8 @@ struct RemoteExecutable {
     generation: u64,
     /// How long its recent runs' replies took to come: when the next one is due.
     answers: crate::wait::RecentAnswers,
+    /// The engine's facts in the last run's reply (a reply keeps a prefix of them).
+    facts: Vec<Fact>,
 }
 
 impl Drop for RemoteExecutable {
@@ -810,6 +813,7 @@ impl Executable for RemoteExecutable {
         if conn.generation != self.generation {
             self.id = inner.prepare_on_worker(self.slot, &mut conn, &self.source, None, stop)?;
             self.generation = conn.generation;
+            self.facts.clear();
         }
         inner.release_dropped(self.slot, &mut conn);
         let slots = write_inputs(&mut conn, inputs)?;
@@ -825,11 +829,22 @@ impl Executable for RemoteExecutable {
                 return Err(inner.crashed(&self.source.key, &self.source.label, cause, stop));
             }
         };
-        let Reply::Ran { outputs, timings, mut facts, inputs_read, served } = reply else {
+        let Reply::Ran { outputs, timings, facts_kept, facts: changed, inputs_read, served } =
+            reply
+        else {
             return Err(EngineError::Other(format!("worker answered {reply:?} to run")));
         };
         let answered = sent.elapsed();
         self.answers.record(answered);
+        if facts_kept > self.facts.len() {
+            return Err(EngineError::Other(format!(
+                "worker kept {facts_kept} facts of the last run, which had {}",
+                self.facts.len()
+            )));
+        }
+        self.facts.truncate(facts_kept);
+        self.facts.extend(changed);
+        let mut facts = self.facts.clone();
         // What isolation cost this call: the worker's share, and the call's time less it
         // (request and reply messages, wake-ups).
         let crossing = answered.saturating_sub(served);
