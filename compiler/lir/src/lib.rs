@@ -15,6 +15,7 @@
 
 mod affine;
 mod dce;
+mod fuse;
 pub mod interp;
 pub mod math;
 mod text;
@@ -22,6 +23,7 @@ mod verify;
 
 pub use affine::{Affine, Var};
 pub use dce::remove_dead_values;
+pub use fuse::fuse_exp_plus_one;
 pub use text::{ParseError, parse};
 pub use verify::{VerifyError, verify};
 
@@ -145,6 +147,10 @@ pub enum UnaryOp {
     Log,
     Log1p,
     Expm1,
+    /// 1 + eˣ, in one sequence with a single scale factor (`math::expp1f`): the
+    /// denominator of sigmoid, SiLU and the tanh form of GELU, a few instructions less than
+    /// `exp` then `add`, which must also get subnormal results and overflow right.
+    Expp1,
     Sqrt,
     Recip,
     Tanh,
@@ -212,7 +218,7 @@ macro_rules! names {
 
 names!(UnaryOp {
     Neg => "neg", Abs => "abs", Not => "not", Exp => "exp", Log => "log", Log1p => "log1p",
-    Expm1 => "expm1", Sqrt => "sqrt", Recip => "recip", Tanh => "tanh", Erf => "erf",
+    Expm1 => "expm1", Expp1 => "expp1", Sqrt => "sqrt", Recip => "recip", Tanh => "tanh", Erf => "erf",
     Softplus => "softplus", Sin => "sin", Cos => "cos", Floor => "floor", Ceil => "ceil", Round => "round",
     Sign => "sign", IsNan => "isnan", IsInf => "isinf",
 });

@@ -29,6 +29,10 @@ pub mod k {
     pub const EXP_SHIFTER: f32 = 12_583_166.0;
     /// The same with one bias (n + 127), for a single scale factor.
     pub const EXP_SHIFTER_1: f32 = 12_583_039.0;
+    /// The same with the bias less one (n + 126): the scale factor 2^(n−1).
+    pub const EXP_SHIFTER_HALF: f32 = 12_583_038.0;
+    /// Below x = −this, eˣ < 2^-43 and 1 + eˣ is 1; 2^(n−1) is normal there.
+    pub const EXPP1_LOW: f32 = 30.0;
     pub const EXP_MIN: f32 = -104.0;
     pub const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
     pub const LOG_P: [f32; 9] = [
@@ -42,9 +46,9 @@ pub mod k {
         -2.499_999_4e-1,
         3.333_333e-1,
     ];
-    pub const TANH_P: [f32; 5] =
-        [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1];
-    pub const TANH_SMALL: f32 = 0.625;
+    /// Below u = −2|x| = −this, tanh |x| is 1 to f32 precision (e^u < 2^-28) and 2^n stays
+    /// normal.
+    pub const TANH_CUT: f32 = 20.0;
     pub const ERF_T: [f32; 7] = [
         7.853_861_4e-5,
         -8.010_193_6e-4,
@@ -101,9 +105,11 @@ pub fn expf(x: f32) -> f32 {
     let x2 = if x1 < k::EXP_MIN { k::EXP_MIN } else { x1 };
     let t = x2.mul_add(k::LOG2E, k::EXP_SHIFTER);
     let n = t - k::EXP_SHIFTER;
-    let y = expm1_reduced(x2, n) + 1.0;
     let (b1, b2) = exp_scale_bits(t.to_bits());
-    y * f32::from_bits(b1) * f32::from_bits(b2)
+    let s1 = f32::from_bits(b1);
+    // (y + 1)·s1 as one fused step: s1 is in [2^-75, 2^64], so (y + 1)·s1 is normal and
+    // rounding it once is rounding y + 1 and scaling exactly — the same bits, one step less.
+    expm1_reduced(x2, n).mul_add(s1, s1) * f32::from_bits(b2)
 }
 
 /// The two scale factors' bits from the shifted sum's bits `m` (low bits n + 254): the
@@ -111,6 +117,19 @@ pub fn expf(x: f32) -> f32 {
 fn exp_scale_bits(m: u32) -> (u32, u32) {
     let b1 = (m << 22) & 0x7f80_0000;
     (b1, (m << 23).wrapping_sub(b1))
+}
+
+/// 1 + eˣ: x held in [−EXPP1_LOW, EXP_MAX] (below, eˣ is under 2^-43 and the sum 1; above,
+/// it overflows as e^89 does), e^x = (y + 1)·2^(n−1)·2 with one normal scale factor
+/// 2^(n−1) (n ≤ 128 at the top, so the halving keeps it normal), and the doubling and the
+/// + 1 as one fused step. A NaN passes the clamps (both comparisons are false).
+pub fn expp1f(x: f32) -> f32 {
+    let x1 = if x > k::EXP_MAX { k::EXP_MAX } else { x };
+    let x2 = if x1 < -k::EXPP1_LOW { -k::EXPP1_LOW } else { x1 };
+    let t = x2.mul_add(k::LOG2E, k::EXP_SHIFTER_HALF);
+    let s = f32::from_bits(t.to_bits() << 23);
+    let e = expm1_reduced(x2, t - k::EXP_SHIFTER_HALF).mul_add(s, s);
+    e.mul_add(2.0, 1.0)
 }
 
 pub fn logf(x: f32) -> f32 {
@@ -135,15 +154,19 @@ pub fn logf(x: f32) -> f32 {
     if x.is_nan() { x } else { r3 }
 }
 
+/// tanh |x| = −(e^u − 1)/(e^u + 1) with u = −2|x|, and x's sign. e^u − 1 is
+/// (y + 1)·2^n − 1 = y·2^n + (2^n − 1) in one fused step, y = e^r − 1 from
+/// [`expm1_reduced`]: near 0, n = 0 and it is y itself, so small |x| keeps its relative
+/// accuracy with no polynomial of its own and no select; u is held above −`TANH_CUT`, where
+/// tanh is 1 to f32 precision and 2^n one normal scale factor. A NaN passes the clamp (the
+/// comparison is false) and comes out a NaN.
 pub fn tanhf(x: f32) -> f32 {
-    let ax = x.abs();
-    let z = x * x;
-    // The sign restored: −0 would come out +0.
-    let ps = (horner(z, &k::TANH_P) * z).mul_add(x, x).copysign(x);
-    let t = expf(ax * 2.0);
-    let r = 1.0 - 2.0 / (t + 1.0);
-    let rl = r.copysign(x);
-    if ax < k::TANH_SMALL { ps } else { rl }
+    let u0 = -2.0 * x.abs();
+    let u = if u0 < -k::TANH_CUT { -k::TANH_CUT } else { u0 };
+    let ts = u.mul_add(k::LOG2E, k::EXP_SHIFTER_1);
+    let s = f32::from_bits(ts.to_bits() << 23);
+    let em1 = expm1_reduced(u, ts - k::EXP_SHIFTER_1).mul_add(s, s - 1.0);
+    (-em1 / (em1 + 2.0)).copysign(x)
 }
 
 pub fn erff(x: f32) -> f32 {
@@ -261,6 +284,12 @@ mod tests {
         check("log (small)", logf, f64::ln, sweep(1e-44, 1e-37, 10_000), 2);
         check("log (near 1)", logf, f64::ln, sweep(0.5, 2.0, 200_000), 2);
         check("tanh", tanhf, f64::tanh, sweep(-12.0, 12.0, 200_000), 4);
+        let expp1 = |x: f64| x.exp() + 1.0;
+        check("expp1", expp1f, expp1, sweep(-40.0, 88.7, 200_000), 2);
+        check("expp1 (near 0)", expp1f, expp1, sweep(-3.0, 3.0, 200_000), 1);
+        check("expp1 (overflow edge)", expp1f, expp1, sweep(88.0, 88.75, 20_000), 2);
+        check("tanh (near 0)", tanhf, f64::tanh, sweep(-0.7, 0.7, 200_000), 4);
+        check("tanh (tiny)", tanhf, f64::tanh, sweep(-1e-5, 1e-5, 20_000), 2);
         check("erf", erff, libm::erf, sweep(-6.0, 6.0, 200_000), 6);
         check("log1p", log1pf, f64::ln_1p, sweep(-0.999, 50.0, 200_000), 4);
         check("expm1", expm1f, f64::exp_m1, sweep(-20.0, 20.0, 200_000), 4);
@@ -296,6 +325,13 @@ mod tests {
         assert_eq!(logf(inf), inf);
         assert!(logf(-1.0).is_nan());
         assert!(logf(f32::NAN).is_nan());
+        assert_eq!(expp1f(inf), inf);
+        assert_eq!(expp1f(89.0), inf);
+        assert_eq!(expp1f(88.72), ((88.72f32 as f64).exp() + 1.0) as f32);
+        assert_eq!(expp1f(-inf), 1.0);
+        assert_eq!(expp1f(-31.0), 1.0);
+        assert_eq!(expp1f(0.0), 2.0);
+        assert_eq!(expp1f(-0.0), 2.0);
         assert_eq!(tanhf(inf), 1.0);
         assert_eq!(tanhf(-inf), -1.0);
         assert_eq!(tanhf(-0.0).to_bits(), (-0.0f32).to_bits());
@@ -310,7 +346,7 @@ mod tests {
         assert_eq!(softplusf(100.0), 100.0);
         assert_eq!(softplusf(-100.0), 0.0, "below e^-87 the log1p term is dropped");
         assert_eq!(softplusf(0.0), std::f32::consts::LN_2);
-        for f in [expf, logf, tanhf, erff, log1pf, expm1f, softplusf] {
+        for f in [expf, logf, tanhf, erff, log1pf, expm1f, softplusf, expp1f] {
             assert!(f(f32::NAN).is_nan());
         }
     }

@@ -652,8 +652,9 @@ impl Lowering<'_> {
         } else {
             "llvm.fused"
         };
-        // Idiom rewrites leave the spelling they replaced behind.
+        // Idiom rewrites and fusions leave the spelling they replaced behind.
         let mut kernel = kernel;
+        xpu_lir::fuse_exp_plus_one(&mut kernel);
         xpu_lir::remove_dead_values(&mut kernel);
         self.steps.push(Step { kernel, implements, buffers: slots, nodes: all });
     }

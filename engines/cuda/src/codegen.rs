@@ -965,6 +965,7 @@ fn unary(op: UnaryOp, t: ScalarType, x: &str) -> Option<(ScalarType, String)> {
                 Log => m("log"),
                 Log1p => m("log1p"),
                 Expm1 => m("expm1"),
+                Expp1 => format!("({} + {})", m("exp"), float_literal(1.0, f32_)),
                 Sqrt => m("sqrt"),
                 Recip => format!("({} / {x})", float_literal(1.0, f32_)),
                 Tanh => m("tanh"),

@@ -106,7 +106,7 @@ impl FnEmitter<'_> {
                 self.inst(format!("select i1 {gt}, {t} {one}, {t} {neg}"))
             }
             Not => return Err(self.err("`not` of a float")),
-            Exp | Log | Log1p | Expm1 | Tanh | Erf | Softplus | Sin | Cos => {
+            Exp | Expp1 | Log | Log1p | Expm1 | Tanh | Erf | Softplus | Sin | Cos => {
                 let f = math::function(op, ty, &mut self.math)
                     .ok_or_else(|| self.err(format!("no function for `{}`", op.name())))?;
                 self.inst(format!("call {t} {f}({t} {x})"))

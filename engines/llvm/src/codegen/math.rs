@@ -24,6 +24,10 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
             Erf => "@erf",
             Log1p => "@log1p",
             Expm1 => "@expm1",
+            Expp1 => {
+                used.insert("xpu.expp1");
+                "@xpu.expp1"
+            }
             Softplus => {
                 used.insert("xpu.softplus");
                 "@xpu.softplus"
@@ -40,6 +44,7 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
         Erf => "xpu.erff",
         Log1p => "xpu.log1pf",
         Expm1 => "xpu.expm1f",
+        Expp1 => "xpu.expp1f",
         Softplus => "xpu.softplusf",
         Sin => return Some("@llvm.sin.f32".into()),
         Cos => return Some("@llvm.cos.f32".into()),
@@ -55,8 +60,8 @@ fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
         return;
     }
     let callees: &[&'static str] = match name {
-        "xpu.tanhf" | "xpu.erff" => &["xpu.expf"],
-        "xpu.expf" | "xpu.softplusf" => &["xpu.expm1_reduced"],
+        "xpu.erff" => &["xpu.expf"],
+        "xpu.expf" | "xpu.softplusf" | "xpu.tanhf" | "xpu.expp1f" => &["xpu.expm1_reduced"],
         "xpu.log1pf" => &["xpu.logf"],
         "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
         _ => &[],
@@ -81,6 +86,8 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
             "xpu.expm1f" => EXPM1F,
             "xpu.softplusf" => SOFTPLUSF,
             "xpu.softplus" => SOFTPLUS,
+            "xpu.expp1f" => EXPP1F,
+            "xpu.expp1" => EXPP1,
             _ => "",
         })));
     }
@@ -140,6 +147,10 @@ fn table(base: &str) -> Option<&'static [f32]> {
     Some(match base {
         "LOG2E" => &[k::LOG2E],
         "SOFTPLUS_CUT" => &[k::SOFTPLUS_CUT],
+        "TANH_CUT" => &[k::TANH_CUT],
+        "EXPP1_LOW" => &[k::EXPP1_LOW],
+        "EXP_MAX" => &[k::EXP_MAX],
+        "EXP_SHIFTER_HALF" => &[k::EXP_SHIFTER_HALF],
         "LN2_HI" => &[k::LN2_HI],
         "LN2_LO" => &[k::LN2_LO],
         "MIN_POSITIVE" => &[f32::MIN_POSITIVE],
@@ -150,7 +161,6 @@ fn table(base: &str) -> Option<&'static [f32]> {
         "EXP_SHIFTER_1" => &[k::EXP_SHIFTER_1],
         "LOG_P" => &k::LOG_P,
         "SOFTPLUS_G" => &k::SOFTPLUS_G,
-        "TANH_P" => &k::TANH_P,
         "ERF_T" => &k::ERF_T,
         "ERF_A" => &k::ERF_A,
         _ => return None,
@@ -234,6 +244,37 @@ entry:
 }
 "#;
 
+/// 1 + e^x as `xpu_lir::math::expp1f`: x clamped to [−EXPP1_LOW, EXP_MAX], one scale
+/// factor 2^(n−1), then (y + 1)·2^(n−1) doubled and 1 added in one FMA.
+const EXPP1F: &str = r#"
+define internal float @xpu.expp1f(float %x) alwaysinline nounwind {
+entry:
+  %hi = fcmp ogt float %x, f(EXP_MAX)
+  %x1 = select i1 %hi, float f(EXP_MAX), float %x
+  %lo = fcmp olt float %x1, f(-EXPP1_LOW)
+  %x2 = select i1 %lo, float f(-EXPP1_LOW), float %x1
+  %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER_HALF))
+  %n = fsub float %t, f(EXP_SHIFTER_HALF)
+  %y = call float @xpu.expm1_reduced(float %x2, float %n)
+  %tb = bitcast float %t to i32
+  %sb = shl i32 %tb, 23
+  %s = bitcast i32 %sb to float
+  %e = call float @llvm.fma.f32(float %y, float %s, float %s)
+  %res = call float @llvm.fma.f32(float %e, float 2.0, float 1.0)
+  ret float %res
+}
+"#;
+
+/// The f64 1 + e^x on libm's exp, as the interpreter computes it.
+const EXPP1: &str = r#"
+define internal double @xpu.expp1(double %x) alwaysinline nounwind {
+entry:
+  %e = call double @llvm.exp.f64(double %x)
+  %res = fadd double %e, 1.0
+  ret double %res
+}
+"#;
+
 /// The f64 softplus on libm's exp and log1p, as `xpu_lir::math::softplus`.
 const SOFTPLUS: &str = r#"
 define internal double @xpu.softplus(double %x) alwaysinline nounwind {
@@ -277,7 +318,6 @@ entry:
   %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER))
   %n = fsub float %t, f(EXP_SHIFTER)
   %y1 = call float @xpu.expm1_reduced(float %x2, float %n)
-  %y = fadd float %y1, 1.0
   %m = bitcast float %t to i32
   %m22 = shl i32 %m, 22
   %b1 = and i32 %m22, 2139095040
@@ -285,7 +325,7 @@ entry:
   %b2 = sub i32 %m23, %b1
   %s1 = bitcast i32 %b1 to float
   %s2 = bitcast i32 %b2 to float
-  %z1 = fmul float %y, %s1
+  %z1 = call float @llvm.fma.f32(float %y1, float %s1, float %s1)
   %z = fmul float %z1, %s2
   ret float %z
 }
@@ -335,24 +375,27 @@ entry:
 }
 "#;
 
-/// tanh x: an odd polynomial below |x| = 0.625, else 1 − 2/(e^{2|x|} + 1) with x's sign.
+/// tanh x as `xpu_lir::math::tanhf`: u = −2|x| held above −TANH_CUT, e^u − 1 as
+/// y·2^n + (2^n − 1) in one FMA, then −(e^u − 1)/(e^u + 1) with x's sign.
 const TANHF: &str = r#"
 define internal float @xpu.tanhf(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
-  %z = fmul float %x, %x
-  %poly = horner float %z, TANH_P
-  %p8 = fmul float %poly, %z
-  %ps0 = call float @llvm.fma.f32(float %p8, float %x, float %x)
-  %ps = call float @llvm.copysign.f32(float %ps0, float %x)
-  %two = fmul float %ax, 2.0
-  %t = call float @xpu.expf(float %two)
-  %t1 = fadd float %t, 1.0
-  %q = fdiv float 2.0, %t1
-  %r = fsub float 1.0, %q
-  %rl = call float @llvm.copysign.f32(float %r, float %x)
-  %small = fcmp olt float %ax, 0.625
-  %res = select i1 %small, float %ps, float %rl
+  %u0 = fmul float %ax, -2.0
+  %low = fcmp olt float %u0, f(-TANH_CUT)
+  %u = select i1 %low, float f(-TANH_CUT), float %u0
+  %ts = call float @llvm.fma.f32(float %u, float f(LOG2E), float f(EXP_SHIFTER_1))
+  %n = fsub float %ts, f(EXP_SHIFTER_1)
+  %y = call float @xpu.expm1_reduced(float %u, float %n)
+  %tb = bitcast float %ts to i32
+  %sb = shl i32 %tb, 23
+  %s = bitcast i32 %sb to float
+  %sm1 = fsub float %s, 1.0
+  %em1 = call float @llvm.fma.f32(float %y, float %s, float %sm1)
+  %nem1 = fneg float %em1
+  %den = fadd float %em1, 2.0
+  %q = fdiv float %nem1, %den
+  %res = call float @llvm.copysign.f32(float %q, float %x)
   ret float %res
 }
 "#;

@@ -77,6 +77,7 @@ fn is_heavy(value: &Expr) -> bool {
                 | U::Log
                 | U::Log1p
                 | U::Expm1
+                | U::Expp1
                 | U::Tanh
                 | U::Softplus
                 | U::Erf
