@@ -13,7 +13,8 @@
 //!   needs them; each serves one request at a time.
 //! - [`serve`] (child side) hosts one engine: prepared executables live there.
 //! - Tensors cross through one shared-memory file per worker (a memfd both sides map and
-//!   either grows), not through the socket, which carries small JSON messages ([`protocol`]).
+//!   either grows), not through the socket, which carries small messages ([`protocol`]); an
+//!   engine that reads elements where they lie (ort) runs on them there.
 //! - Each side watches its socket for a bounded while before blocking where the next
 //!   message is due soon (`WorkerSetup::spin`): a blocked thread's idle vCPU is halted, and
 //!   waking it costs more than the message.

@@ -1,6 +1,7 @@
-//! The messages between a worker and its parent: one JSON message per frame (`u32 LE`
-//! length, then the JSON), requests from the parent, one reply each. Tensor elements are not
-//! in the messages: a [`Slot`] says where in the shared memory they are.
+//! The messages between a worker and its parent: one message per frame (`u32 LE` length,
+//! then the body: postcard after a 0 byte for a run and its reply, JSON for the rest — see
+//! [`Message`]), requests from the parent, one reply each. Tensor elements are not in the
+//! messages: a [`Slot`] says where in the shared memory they are.
 
 use std::io::{Read, Write};
 use std::time::Duration;
