@@ -11,7 +11,7 @@
 //!   worker that does not answer.
 //! - An engine has a pool of workers (`WorkerSetup::processes`), started as concurrent use
 //!   needs them; each serves one request at a time.
-//! - [`serve`] (child side) hosts one engine: prepared executables live there.
+//! - `serve` (child side, [`serve_inherited`]) hosts one engine: prepared executables live there.
 //! - Tensors cross through one shared-memory file per worker (a memfd both sides map and
 //!   either grows), not through the socket, which carries small messages ([`protocol`]); an
 //!   engine that reads elements where they lie (ort) runs on them there.
