@@ -4,7 +4,7 @@
 //! Integer `div`/`rem` stay even when unused: dropping one would drop its division-by-zero
 //! error (a float division has none, and goes like any other value).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::{BinaryOp, Expr, Kernel, Stmt};
 
@@ -19,8 +19,7 @@ pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
         .collect();
     let mut removed = 0;
     loop {
-        let mut used = HashSet::new();
-        uses(&kernel.body, &mut used);
+        let used = reads(&kernel.body);
         let n = prune(&mut kernel.body, &used, &floats);
         if n == 0 {
             return removed;
@@ -29,35 +28,41 @@ pub fn remove_dead_values(kernel: &mut Kernel) -> usize {
     }
 }
 
-fn uses(body: &[Stmt], used: &mut HashSet<String>) {
+/// How many times each value is read (by statements, stores and yields), through nested
+/// loops and reduction bodies.
+pub(crate) fn reads(body: &[Stmt]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    count_reads(body, &mut counts);
+    counts
+}
+
+fn count_reads(body: &[Stmt], counts: &mut HashMap<String, usize>) {
+    fn read(name: &str, counts: &mut HashMap<String, usize>) {
+        *counts.entry(name.to_string()).or_default() += 1;
+    }
     for s in body {
         match s {
-            Stmt::For { body, .. } => uses(body, used),
-            Stmt::Let { value, .. } => expr_uses(value, used),
-            Stmt::Store { value, .. } | Stmt::Yield(value) => {
-                used.insert(value.clone());
-            }
+            Stmt::For { body, .. } => count_reads(body, counts),
+            Stmt::Store { value, .. } | Stmt::Yield(value) => read(value, counts),
+            Stmt::Let { value, .. } => match value {
+                Expr::Const { .. } | Expr::Index(_) | Expr::Load { .. } => {}
+                Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => read(arg, counts),
+                Expr::Binary { lhs, rhs, .. } | Expr::Compare { lhs, rhs, .. } => {
+                    read(lhs, counts);
+                    read(rhs, counts);
+                }
+                Expr::Select { cond, then, otherwise } => {
+                    for v in [cond, then, otherwise] {
+                        read(v, counts);
+                    }
+                }
+                Expr::Reduce { body, .. } => count_reads(body, counts),
+            },
         }
     }
 }
 
-fn expr_uses(e: &Expr, used: &mut HashSet<String>) {
-    match e {
-        Expr::Const { .. } | Expr::Index(_) | Expr::Load { .. } => {}
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => {
-            used.insert(arg.clone());
-        }
-        Expr::Binary { lhs, rhs, .. } | Expr::Compare { lhs, rhs, .. } => {
-            used.extend([lhs.clone(), rhs.clone()]);
-        }
-        Expr::Select { cond, then, otherwise } => {
-            used.extend([cond.clone(), then.clone(), otherwise.clone()]);
-        }
-        Expr::Reduce { body, .. } => uses(body, used),
-    }
-}
-
-fn prune(body: &mut Vec<Stmt>, used: &HashSet<String>, floats: &HashSet<String>) -> usize {
+fn prune(body: &mut Vec<Stmt>, used: &HashMap<String, usize>, floats: &HashSet<String>) -> usize {
     let before = body.len();
     let mut nested = 0;
     body.retain_mut(|s| match s {
@@ -65,7 +70,7 @@ fn prune(body: &mut Vec<Stmt>, used: &HashSet<String>, floats: &HashSet<String>)
             if let Expr::Reduce { body, .. } = value {
                 nested += prune(body, used, floats);
             }
-            used.contains(name)
+            used.contains_key(name)
                 || (matches!(value, Expr::Binary { op: BinaryOp::Div | BinaryOp::Rem, .. })
                     && !floats.contains(name))
         }

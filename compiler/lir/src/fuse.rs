@@ -12,37 +12,10 @@ use crate::{BinaryOp, Expr, Kernel, Literal, Stmt, UnaryOp};
 
 /// Rewrites the kernel's `add(exp(t), 1)`s; returns how many.
 pub fn fuse_exp_plus_one(kernel: &mut Kernel) -> usize {
-    let mut reads = HashMap::new();
-    count_reads(&kernel.body, &mut reads);
+    let reads = crate::dce::reads(&kernel.body);
     let mut ones = HashSet::new();
     float_ones(&kernel.body, &mut ones);
     rewrite(&mut kernel.body, &reads, &ones)
-}
-
-fn count_reads(body: &[Stmt], reads: &mut HashMap<String, usize>) {
-    fn read(reads: &mut HashMap<String, usize>, name: &str) {
-        *reads.entry(name.to_string()).or_default() += 1;
-    }
-    for s in body {
-        match s {
-            Stmt::For { body, .. } => count_reads(body, reads),
-            Stmt::Store { value, .. } | Stmt::Yield(value) => read(reads, value),
-            Stmt::Let { value, .. } => match value {
-                Expr::Const { .. } | Expr::Index(_) | Expr::Load { .. } => {}
-                Expr::Unary { arg, .. } | Expr::Cast { arg, .. } => read(reads, arg),
-                Expr::Binary { lhs, rhs, .. } | Expr::Compare { lhs, rhs, .. } => {
-                    read(reads, lhs);
-                    read(reads, rhs);
-                }
-                Expr::Select { cond, then, otherwise } => {
-                    read(reads, cond);
-                    read(reads, then);
-                    read(reads, otherwise);
-                }
-                Expr::Reduce { body, .. } => count_reads(body, reads),
-            },
-        }
-    }
 }
 
 /// The names of float constants equal to 1 (anywhere: names are unique in a kernel).
