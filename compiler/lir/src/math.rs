@@ -96,6 +96,16 @@ fn expm1_reduced(x: f32, n: f32) -> f32 {
     horner(r, &k::EXP_P).mul_add(r * r, r)
 }
 
+/// e^t·2^b + c with one scale factor: n = round(t·log2 e) from adding `shifter` (whose
+/// bias sets b: 0 with `EXP_SHIFTER_1`, −1 with `EXP_SHIFTER_HALF`), 2^(n+b) read from the
+/// sum's bits, and (y + 1)·2^(n+b) + c as one fused step with y = e^r − 1. For t the caller
+/// holds where 2^(n+b) is normal; c = −0.0 adds nothing, exactly, whatever the sign.
+fn exp_one_factor(t: f32, shifter: f32, c: f32) -> f32 {
+    let ts = t.mul_add(k::LOG2E, shifter);
+    let s = f32::from_bits(ts.to_bits() << 23);
+    expm1_reduced(t, ts - shifter).mul_add(s, s + c)
+}
+
 /// e^x. n = round(x·log2 e) comes from adding a shifter (no float-to-int conversion: a NaN
 /// flows through as a NaN, with nothing undefined on the way), and 2^n is applied as two
 /// factors read from the shifted sum's bits so that subnormal results round once:
@@ -126,10 +136,7 @@ fn exp_scale_bits(m: u32) -> (u32, u32) {
 pub fn expp1f(x: f32) -> f32 {
     let x1 = if x > k::EXP_MAX { k::EXP_MAX } else { x };
     let x2 = if x1 < -k::EXPP1_LOW { -k::EXPP1_LOW } else { x1 };
-    let t = x2.mul_add(k::LOG2E, k::EXP_SHIFTER_HALF);
-    let s = f32::from_bits(t.to_bits() << 23);
-    let e = expm1_reduced(x2, t - k::EXP_SHIFTER_HALF).mul_add(s, s);
-    e.mul_add(2.0, 1.0)
+    exp_one_factor(x2, k::EXP_SHIFTER_HALF, -0.0).mul_add(2.0, 1.0)
 }
 
 pub fn logf(x: f32) -> f32 {
@@ -163,9 +170,7 @@ pub fn logf(x: f32) -> f32 {
 pub fn tanhf(x: f32) -> f32 {
     let u0 = -2.0 * x.abs();
     let u = if u0 < -k::TANH_CUT { -k::TANH_CUT } else { u0 };
-    let ts = u.mul_add(k::LOG2E, k::EXP_SHIFTER_1);
-    let s = f32::from_bits(ts.to_bits() << 23);
-    let em1 = expm1_reduced(u, ts - k::EXP_SHIFTER_1).mul_add(s, s - 1.0);
+    let em1 = exp_one_factor(u, k::EXP_SHIFTER_1, -1.0);
     (-em1 / (em1 + 2.0)).copysign(x)
 }
 
@@ -208,11 +213,9 @@ pub fn softplusf(x: f32) -> f32 {
     let cut = nax < -k::SOFTPLUS_CUT || nax.is_nan();
     // One max (a NaN passes it, and its log1p term is dropped below).
     let t = if nax < -k::SOFTPLUS_CUT { -k::SOFTPLUS_CUT } else { nax };
-    let ts = t.mul_add(k::LOG2E, k::EXP_SHIFTER_1);
-    // (y + 1)·s as one fused step: s = 2^n is normal and e too, so the product is exact
+    // (y + 1)·2^n as one fused step: 2^n is normal and e too, so the product is exact
     // either way and the separate + 1 is saved.
-    let s = f32::from_bits(ts.to_bits() << 23);
-    let e = expm1_reduced(t, ts - k::EXP_SHIFTER_1).mul_add(s, s);
+    let e = exp_one_factor(t, k::EXP_SHIFTER_1, -0.0);
     let l = (horner(e, &k::SOFTPLUS_G) * e).mul_add(e, e);
     let m = if x < 0.0 { 0.0 } else { x };
     m + if cut { 0.0 } else { l }

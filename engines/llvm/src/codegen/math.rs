@@ -61,7 +61,8 @@ fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
     }
     let callees: &[&'static str] = match name {
         "xpu.erff" => &["xpu.expf"],
-        "xpu.expf" | "xpu.softplusf" | "xpu.tanhf" | "xpu.expp1f" => &["xpu.expm1_reduced"],
+        "xpu.expf" | "xpu.exp_one_factor" => &["xpu.expm1_reduced"],
+        "xpu.softplusf" | "xpu.tanhf" | "xpu.expp1f" => &["xpu.exp_one_factor"],
         "xpu.log1pf" => &["xpu.logf"],
         "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
         _ => &[],
@@ -79,6 +80,7 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
         s.push_str(&expand_constants(&expand_horner(match *name {
             "xpu.expf" => EXPF,
             "xpu.expm1_reduced" => EXPM1_REDUCED,
+            "xpu.exp_one_factor" => EXP_ONE_FACTOR,
             "xpu.logf" => LOGF,
             "xpu.tanhf" => TANHF,
             "xpu.erff" => ERFF,
@@ -226,13 +228,7 @@ entry:
   %cut = fcmp ult float %nax, f(-SOFTPLUS_CUT)
   %low = fcmp olt float %nax, f(-SOFTPLUS_CUT)
   %t = select i1 %low, float f(-SOFTPLUS_CUT), float %nax
-  %ts = call float @llvm.fma.f32(float %t, float f(LOG2E), float f(EXP_SHIFTER_1))
-  %n = fsub float %ts, f(EXP_SHIFTER_1)
-  %y = call float @xpu.expm1_reduced(float %t, float %n)
-  %tb = bitcast float %ts to i32
-  %sb = shl i32 %tb, 23
-  %s = bitcast i32 %sb to float
-  %e = call float @llvm.fma.f32(float %y, float %s, float %s)
+  %e = call float @xpu.exp_one_factor(float %t, float f(EXP_SHIFTER_1), float -0.0)
   %g = horner float %e, SOFTPLUS_G
   %q = fmul float %g, %e
   %l = call float @llvm.fma.f32(float %q, float %e, float %e)
@@ -241,6 +237,23 @@ entry:
   %lc = select i1 %cut, float 0.0, float %l
   %res = fadd float %m, %lc
   ret float %res
+}
+"#;
+
+/// e^t·2^b + c as `xpu_lir::math::exp_one_factor`: the shifter's bias sets b, 2^(n+b) comes
+/// from the shifted sum's bits, then (y + 1)·2^(n+b) + c in one FMA.
+const EXP_ONE_FACTOR: &str = r#"
+define internal float @xpu.exp_one_factor(float %t, float %shifter, float %c) alwaysinline nounwind {
+entry:
+  %ts = call float @llvm.fma.f32(float %t, float f(LOG2E), float %shifter)
+  %n = fsub float %ts, %shifter
+  %y = call float @xpu.expm1_reduced(float %t, float %n)
+  %tb = bitcast float %ts to i32
+  %sb = shl i32 %tb, 23
+  %s = bitcast i32 %sb to float
+  %sc = fadd float %s, %c
+  %e = call float @llvm.fma.f32(float %y, float %s, float %sc)
+  ret float %e
 }
 "#;
 
@@ -253,13 +266,7 @@ entry:
   %x1 = select i1 %hi, float f(EXP_MAX), float %x
   %lo = fcmp olt float %x1, f(-EXPP1_LOW)
   %x2 = select i1 %lo, float f(-EXPP1_LOW), float %x1
-  %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER_HALF))
-  %n = fsub float %t, f(EXP_SHIFTER_HALF)
-  %y = call float @xpu.expm1_reduced(float %x2, float %n)
-  %tb = bitcast float %t to i32
-  %sb = shl i32 %tb, 23
-  %s = bitcast i32 %sb to float
-  %e = call float @llvm.fma.f32(float %y, float %s, float %s)
+  %e = call float @xpu.exp_one_factor(float %x2, float f(EXP_SHIFTER_HALF), float -0.0)
   %res = call float @llvm.fma.f32(float %e, float 2.0, float 1.0)
   ret float %res
 }
@@ -384,14 +391,7 @@ entry:
   %u0 = fmul float %ax, -2.0
   %low = fcmp olt float %u0, f(-TANH_CUT)
   %u = select i1 %low, float f(-TANH_CUT), float %u0
-  %ts = call float @llvm.fma.f32(float %u, float f(LOG2E), float f(EXP_SHIFTER_1))
-  %n = fsub float %ts, f(EXP_SHIFTER_1)
-  %y = call float @xpu.expm1_reduced(float %u, float %n)
-  %tb = bitcast float %ts to i32
-  %sb = shl i32 %tb, 23
-  %s = bitcast i32 %sb to float
-  %sm1 = fsub float %s, 1.0
-  %em1 = call float @llvm.fma.f32(float %y, float %s, float %sm1)
+  %em1 = call float @xpu.exp_one_factor(float %u, float f(EXP_SHIFTER_1), float -1.0)
   %nem1 = fneg float %em1
   %den = fadd float %em1, 2.0
   %q = fdiv float %nem1, %den
