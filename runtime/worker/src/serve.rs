@@ -99,9 +99,7 @@ fn serve(
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(socket.try_clone()?);
     let mut writer = socket;
-    let mut executables: HashMap<u64, Box<dyn Executable>> = HashMap::new();
-    // Each executable's facts in its last `Ran` reply (the prefix the next reply may keep).
-    let mut facts_sent: HashMap<u64, Vec<Fact>> = HashMap::new();
+    let mut executables: HashMap<u64, Hosted> = HashMap::new();
     // The last run's inputs, by executable: the next run of the same one reads its inputs
     // into their buffers (one executable's, so the worker holds one extra set at most).
     let mut last_inputs: Option<(u64, Vec<Tensor>)> = None;
@@ -124,7 +122,7 @@ fn serve(
                 Err(e) => Reply::Failed(WireError::Other(format!("partition: {e}"))),
                 Ok(graph) => match engine.prepare(&graph, &assignment) {
                     Ok(exe) => {
-                        executables.insert(id, exe);
+                        executables.insert(id, Hosted { exe, facts_sent: Vec::new() });
                         Reply::Prepared
                     }
                     Err(e) => Reply::Failed((&e).into()),
@@ -132,15 +130,13 @@ fn serve(
             },
             Request::Run { id, run: number, inputs } => match executables.get_mut(&id) {
                 None => Reply::Failed(WireError::Other(format!("no executable {id} here"))),
-                Some(exe) => {
+                Some(hosted) => {
                     let stop = in_flight.start(number);
                     let reuse = match last_inputs.take() {
                         Some((last, tensors)) if last == id => tensors,
                         _ => Vec::new(),
                     };
-                    let sent = facts_sent.entry(id).or_default();
-                    let ran =
-                        run(exe.as_mut(), &mut region, &inputs, reuse, sent, &stop, inject_faults);
+                    let ran = run(hosted, &mut region, &inputs, reuse, &stop, inject_faults);
                     in_flight.end();
                     match ran {
                         Ok((reply, tensors)) => {
@@ -153,7 +149,6 @@ fn serve(
             },
             Request::Release { id } => {
                 executables.remove(&id);
-                facts_sent.remove(&id);
                 last_inputs.take_if(|(last, _)| *last == id);
                 Reply::Released
             }
@@ -170,6 +165,13 @@ fn serve(
         send(&mut writer, &reply)?;
     }
     Ok(())
+}
+
+/// A prepared executable and its facts in its last `Ran` reply (the prefix the next reply
+/// may keep).
+struct Hosted {
+    exe: Box<dyn Executable>,
+    facts_sent: Vec<Fact>,
 }
 
 /// The run in flight (its number) and its stop token, shared with the control thread.
@@ -236,11 +238,10 @@ fn watch_control(control: UnixStream) -> std::io::Result<InFlight> {
 /// Runs `exe` on the inputs in the region (read into `reuse`'s buffers where they fit);
 /// returns the reply and the input tensors, for the next run to reuse.
 fn run(
-    exe: &mut dyn Executable,
+    hosted: &mut Hosted,
     region: &mut Region,
     inputs: &[Slot],
     reuse: Vec<Tensor>,
-    facts_sent: &mut Vec<Fact>,
     stop: &StopToken,
     inject_faults: bool,
 ) -> Result<(Reply, Vec<Tensor>), WireError> {
@@ -248,48 +249,39 @@ fn run(
     let started = std::time::Instant::now();
     let end = inputs.iter().map(|s| s.offset.saturating_add(s.len)).max().unwrap_or(0);
     region.map_through(end).map_err(io)?;
-    let input_error = |i: usize, e: std::io::Error| WireError::Input {
-        name: format!("#{i}"),
-        message: e.to_string(),
-    };
+    let input_error =
+        |i: usize, message: String| WireError::Input { name: format!("#{i}"), message };
+    let views = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| region.borrowed(slot).map_err(|e| input_error(i, e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    if inject_faults && inject_fault(views.iter().filter_map(fault_marker)) {
+        return Err(injected_poison());
+    }
     // An engine that reads elements where they lie (ORT) gets the shared memory itself: no
     // copy, and the buffers of the run before stay unused. Others get tensors, copied into
     // the last run's buffers where they fit.
+    let exe = hosted.exe.as_mut();
     let (ran, inputs_read, tensors) = if exe.reads_borrowed() {
-        let views = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, slot)| region.borrowed(slot).map_err(|e| input_error(i, e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if inject_faults && inject_fault(views.iter().filter_map(borrowed_marker)) {
-            return Err(injected_poison());
-        }
         let inputs_read = started.elapsed();
         (exe.run_borrowed(&views, stop), inputs_read, Vec::new())
     } else {
         let mut reuse = reuse.into_iter();
-        let tensors = inputs
+        let tensors = views
             .iter()
             .enumerate()
-            .map(|(i, slot)| {
-                region
-                    .get_reusing(slot, reuse.next())
-                    .map_err(|m| WireError::Input { name: format!("#{i}"), message: m })
-            })
+            .map(|(i, view)| view.to_tensor_in(reuse.next()).map_err(|m| input_error(i, m)))
             .collect::<Result<Vec<_>, _>>()?;
-        drop(reuse);
-        if inject_faults && inject_fault(tensors.iter().filter_map(tensor_marker)) {
-            return Err(injected_poison());
-        }
         let inputs_read = started.elapsed();
         (exe.run_until(&tensors, stop), inputs_read, tensors)
     };
     let ran = ran.map_err(|e| WireError::from(&e))?;
-    let after_inputs = align(end);
-    let outputs = region.put_all(after_inputs, &ran.outputs).map_err(io)?;
-    let facts_kept = facts_sent.iter().zip(&ran.facts).take_while(|(a, b)| a == b).count();
+    let outputs = region.put_all(align(end), &ran.outputs).map_err(io)?;
+    let sent = &mut hosted.facts_sent;
+    let facts_kept = sent.iter().zip(&ran.facts).take_while(|(a, b)| a == b).count();
     let facts = ran.facts[facts_kept..].to_vec();
-    *facts_sent = ran.facts;
+    *sent = ran.facts;
     let reply = Reply::Ran {
         outputs,
         timings: ran.timings,
@@ -309,14 +301,7 @@ fn injected_poison() -> WireError {
 }
 
 /// An input's first element, where it could be a fault marker (f32 or f64).
-fn tensor_marker(t: &Tensor) -> Option<f32> {
-    match t.as_slice::<f32>() {
-        Some(v) => v.first().copied(),
-        None => t.as_slice::<f64>()?.first().map(|&v| v as f32),
-    }
-}
-
-fn borrowed_marker(b: &BorrowedTensor<'_>) -> Option<f32> {
+fn fault_marker(b: &BorrowedTensor<'_>) -> Option<f32> {
     match b.elements::<f32>() {
         Some(v) => v.first().copied(),
         None => b.elements::<f64>()?.first().map(|&v| v as f32),

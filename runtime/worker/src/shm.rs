@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use memmap2::MmapMut;
-use xpu_ir::{BorrowedTensor, Tensor, TensorData};
+use xpu_ir::{BorrowedTensor, Tensor};
 
 use crate::protocol::Slot;
 
@@ -137,29 +137,18 @@ impl Region {
         self.get_reusing(slot, None)
     }
 
-    /// As [`Region::get`], copied into `reuse`'s elements when it has the slot's dtype and
-    /// shape and nothing else holds them (the same input of the run before: no allocation,
-    /// no page to fault in, no zeroing), else into new ones.
+    /// As [`Region::get`], into `reuse`'s elements where they fit
+    /// ([`BorrowedTensor::to_tensor_in`]).
     pub fn get_reusing(&mut self, slot: &Slot, reuse: Option<Tensor>) -> Result<Tensor, String> {
-        if slot.offset.saturating_add(slot.len) > self.mapped() {
-            self.remap().map_err(|e| e.to_string())?;
-        }
-        let bytes = self.bytes(slot.offset, slot.len).map_err(|e| e.to_string())?;
-        if let Some(mut kept) = reuse
-            && kept.dtype() == slot.dtype
-            && kept.shape() == slot.shape.as_slice()
-            && kept.data_mut().is_some_and(|d| d.copy_from_le_bytes(bytes))
-        {
-            return Ok(kept);
-        }
-        let data = TensorData::from_le_bytes(slot.dtype, bytes)?;
-        Tensor::new(slot.shape.clone(), data).map_err(|e| e.to_string())
+        self.map_through(slot.offset.saturating_add(slot.len)).map_err(|e| e.to_string())?;
+        self.borrowed(slot).map_err(|e| e.to_string())?.to_tensor_in(reuse)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xpu_ir::TensorData;
 
     #[test]
     fn a_slot_is_read_into_the_last_runs_buffer_when_nothing_else_holds_it() {
