@@ -530,21 +530,18 @@ pub trait Executable: Send {
         inputs: &[BorrowedTensor<'_>],
         stop: &StopToken,
     ) -> Result<Execution, EngineError> {
-        let tensors = owned_inputs(inputs)?;
+        // An input whose bytes are not its dtype's elements in its shape is refused, named
+        // by its position.
+        let tensors = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                b.to_tensor()
+                    .map_err(|message| EngineError::Input { name: format!("#{i}"), message })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         self.run_until(&tensors, stop)
     }
-}
-
-/// Copies borrowed inputs into tensors; an input whose bytes are not its dtype's elements
-/// in its shape is refused, named by its position.
-pub fn owned_inputs(inputs: &[BorrowedTensor<'_>]) -> Result<Vec<Tensor>, EngineError> {
-    inputs
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            b.to_tensor().map_err(|message| EngineError::Input { name: format!("#{i}"), message })
-        })
-        .collect()
 }
 
 /// The message a caught panic carried (`panic!` with a literal or a formatted string), for

@@ -5,44 +5,53 @@ use ort::session::SessionInputValue;
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, TensorRef, ValueType};
 use xpu_ir::{BorrowedTensor, DType, Tensor, TensorData};
 
-fn shape_of(t: &Tensor) -> Vec<i64> {
-    t.shape().iter().map(|&d| d as i64).collect()
+fn shape_of(dims: &[usize]) -> Vec<i64> {
+    dims.iter().map(|&d| d as i64).collect()
+}
+
+/// The one dispatch over a tensor's data that views and copies share: `$make!(elements)`
+/// for each element type (`$shape` in scope), strings copied into ORT's own allocator, a
+/// table refused.
+macro_rules! per_element_type {
+    ($t:expr, $shape:ident, $make:ident) => {
+        match $t.data() {
+            TensorData::F32(v) => $make!(v),
+            TensorData::F64(v) => $make!(v),
+            TensorData::F16(v) => $make!(v),
+            TensorData::BF16(v) => $make!(v),
+            TensorData::I8(v) => $make!(v),
+            TensorData::I16(v) => $make!(v),
+            TensorData::I32(v) => $make!(v),
+            TensorData::I64(v) => $make!(v),
+            TensorData::U8(v) => $make!(v),
+            TensorData::U16(v) => $make!(v),
+            TensorData::U32(v) => $make!(v),
+            TensorData::U64(v) => $make!(v),
+            TensorData::Bool(v) => $make!(v),
+            TensorData::String(v) => OrtTensor::from_string_array(($shape, &v[..]))
+                .map(Into::into)
+                .map_err(|e| e.to_string()),
+            TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
+        }
+    };
 }
 
 /// A view of `t` ORT can read.
 pub fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
-    let shape = shape_of(t);
+    let shape = shape_of(t.shape());
     macro_rules! view {
         ($v:expr) => {
             TensorRef::from_array_view((shape, &$v[..])).map(Into::into).map_err(|e| e.to_string())
         };
     }
-    match t.data() {
-        TensorData::F32(v) => view!(v),
-        TensorData::F64(v) => view!(v),
-        TensorData::F16(v) => view!(v),
-        TensorData::BF16(v) => view!(v),
-        TensorData::I8(v) => view!(v),
-        TensorData::I16(v) => view!(v),
-        TensorData::I32(v) => view!(v),
-        TensorData::I64(v) => view!(v),
-        TensorData::U8(v) => view!(v),
-        TensorData::U16(v) => view!(v),
-        TensorData::U32(v) => view!(v),
-        TensorData::U64(v) => view!(v),
-        TensorData::Bool(v) => view!(v),
-        TensorData::String(v) => {
-            OrtTensor::from_string_array((shape, &v[..])).map(Into::into).map_err(|e| e.to_string())
-        }
-        TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
-    }
+    per_element_type!(t, shape, view)
 }
 
 /// A view of `b`'s elements where they lie, when they can be viewed as its dtype (see
 /// [`BorrowedTensor::elements`]); `None` for bool and string elements and misaligned
 /// bytes, which the caller copies into a tensor.
 pub fn borrowed_value<'a>(b: &BorrowedTensor<'a>) -> Option<Result<SessionInputValue<'a>, String>> {
-    let shape: Vec<i64> = b.shape.iter().map(|&d| d as i64).collect();
+    let shape = shape_of(b.shape);
     macro_rules! view {
         ($t:ty) => {
             b.elements::<$t>().map(|v| {
@@ -94,31 +103,13 @@ impl OrtInput for BorrowedTensor<'_> {
 
 /// A value ORT owns, copied from `t` (for borrowed elements no view can take).
 fn owned_value(t: &Tensor) -> Result<SessionInputValue<'static>, String> {
-    let shape = shape_of(t);
+    let shape = shape_of(t.shape());
     macro_rules! owned {
         ($v:expr) => {
             OrtTensor::from_array((shape, $v.to_vec())).map(Into::into).map_err(|e| e.to_string())
         };
     }
-    match t.data() {
-        TensorData::F32(v) => owned!(v),
-        TensorData::F64(v) => owned!(v),
-        TensorData::F16(v) => owned!(v),
-        TensorData::BF16(v) => owned!(v),
-        TensorData::I8(v) => owned!(v),
-        TensorData::I16(v) => owned!(v),
-        TensorData::I32(v) => owned!(v),
-        TensorData::I64(v) => owned!(v),
-        TensorData::U8(v) => owned!(v),
-        TensorData::U16(v) => owned!(v),
-        TensorData::U32(v) => owned!(v),
-        TensorData::U64(v) => owned!(v),
-        TensorData::Bool(v) => owned!(v),
-        TensorData::String(v) => {
-            OrtTensor::from_string_array((shape, &v[..])).map(Into::into).map_err(|e| e.to_string())
-        }
-        TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
-    }
+    per_element_type!(t, shape, owned)
 }
 
 /// Copies an ORT output into an xpu tensor.
