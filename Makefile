@@ -91,7 +91,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 15
 
 test: setup lint
-	cargo test --workspace --all-targets --locked
+	cargo test --workspace --all-targets --locked --no-fail-fast
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
 	fuzz/run.sh $(FUZZ_CI_SECONDS)

@@ -591,13 +591,24 @@ async fn known_fast_waited_jobs_run_on_the_http_thread() {
     assert_eq!(s.job_threads(), [0, 3, 0]);
 }
 
-/// A job of many slow nodes (a few seconds in all on this machine): what cancel and the
-/// timeout stop mid-run. `s` is an input so that nothing is folded at compile time.
-const SLOW: &str = "let s = input(\"s\")\nlet w = randn([384, 384], seed=1) * 0.01\n\
-    let mut x = randn([384, 384], seed=2) + s\nfor i in 0..400 {\n  x = tanh(x @ w)\n}\nprint sum(x)\n";
+/// A job of many slow nodes: what cancel and the timeout stop mid-run. `s` is an input so
+/// that nothing is folded at compile time. `n` sizes its 400 matrix products: at 384 the job
+/// took under a second on CI's machine, the fastest seen; 1024 is about twenty times that.
+fn slow_source(n: usize) -> String {
+    format!(
+        "let s = input(\"s\")\nlet w = randn([{n}, {n}], seed=1) * 0.01\n\
+         let mut x = randn([{n}, {n}], seed=2) + s\nfor i in 0..400 {{\n  x = tanh(x @ w)\n}}\n\
+         print sum(x)\n"
+    )
+}
 
-fn slow_job(wait: bool, policy_toml: Option<&str>) -> Value {
-    let mut j = json!({"program": {"name": "slow.ml", "source": SLOW}, "wait": wait,
+/// The size of a job that runs to its end in a second or a few.
+const SHORT_SLOW: usize = 384;
+/// The size of a job that must still be running seconds after it starts (and is stopped).
+const LONG_SLOW: usize = 1024;
+
+fn slow_job(n: usize, wait: bool, policy_toml: Option<&str>) -> Value {
+    let mut j = json!({"program": {"name": "slow.ml", "source": slow_source(n)}, "wait": wait,
         "inputs": {"s": {"dtype": "f64", "shape": [1], "data": [0.5]}}});
     if let Some(p) = policy_toml {
         j["policy_toml"] = json!(p);
@@ -623,7 +634,8 @@ impl Server {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_running_job_between_nodes() {
     let s = server(true, |c| c.limits.workers = 1);
-    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(false, None))).await;
+    let (status, run) =
+        s.send("POST", "/v1/jobs", None, Some(slow_job(LONG_SLOW, false, None))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     let id = run["run_id"].as_str().unwrap().to_string();
     let running = s.poll(&id, |r| r["status"] != "queued").await;
@@ -645,7 +657,8 @@ async fn cancel_stops_a_running_job_between_nodes() {
 async fn the_policy_timeout_stops_a_run_mid_partition() {
     let s = server(true, |_| {});
     let policy = "[policy]\nname = \"hurried\"\nversion = 1\n\n[execution]\ntimeout = \"50ms\"\n";
-    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(true, Some(policy)))).await;
+    let (status, run) =
+        s.send("POST", "/v1/jobs", None, Some(slow_job(LONG_SLOW, true, Some(policy)))).await;
     assert_eq!(status, StatusCode::OK, "{run}");
     assert_eq!(run["status"], "timed_out", "{run}");
     let error = run["error"].as_str().unwrap();
@@ -667,7 +680,8 @@ async fn an_engine_limit_serializes_its_jobs_without_holding_workers() {
     });
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(false, None))).await;
+        let (status, run) =
+            s.send("POST", "/v1/jobs", None, Some(slow_job(SHORT_SLOW, false, None))).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{run}");
         ids.push(run["run_id"].as_str().unwrap().to_string());
     }
@@ -710,7 +724,8 @@ async fn an_engine_limit_serializes_its_jobs_without_holding_workers() {
 async fn a_wait_ends_at_its_limit_while_the_job_runs_on() {
     let s = server(true, |c| c.limits.wait_timeout_s = 1);
     let start = std::time::Instant::now();
-    let (status, run) = s.send("POST", "/v1/jobs", None, Some(slow_job(true, None))).await;
+    let (status, run) =
+        s.send("POST", "/v1/jobs", None, Some(slow_job(LONG_SLOW, true, None))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     assert_eq!(run["status"], "running", "{run}");
     assert!(start.elapsed() < std::time::Duration::from_secs(3), "{:?}", start.elapsed());
