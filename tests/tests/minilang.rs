@@ -29,9 +29,13 @@ fn run_file(path: &std::path::Path) -> Result<(), String> {
             diags = more;
         }
     }
-    // The data root is wherever the clone lives; the expectations name it `$ROOT`.
-    let mut actual =
-        xpu_minilang::render(&name, &src, &diags).replace(&dir.display().to_string(), "$ROOT");
+    // The data root is wherever the clone lives; the expectations name it `$ROOT`. The roots
+    // are resolved (symbolic links followed), so a clone reached through a link is named by
+    // its real path in the diagnostics.
+    let real = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+    let mut actual = xpu_minilang::render(&name, &src, &diags)
+        .replace(&real.display().to_string(), "$ROOT")
+        .replace(&dir.display().to_string(), "$ROOT");
     if diags.is_empty() {
         actual = "(no diagnostics)\n".into();
     }
