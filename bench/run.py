@@ -89,11 +89,11 @@ def xpu(*args):
     return json.loads(out.stdout)["median_s"]
 
 
-def xpu_pair(a, b, rows, reps, threads):
+def xpu_pair(a, b, rows, reps, threads, env=None):
     """Median times of two SGR-ML programs on the llvm engine, run alternately in one
-    process (`xpu-bench llvm-pair`)."""
+    process (`xpu-bench llvm-pair`); `env` adds to the environment (`XPU_LLVM_HOST_CPU`)."""
     out = subprocess.run([BENCH_BIN, "llvm-pair", a, b, str(rows), str(reps), str(threads)],
-                         check=True, capture_output=True, text=True)
+                         check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
     got = json.loads(out.stdout)
     return got["a_median_s"], got["b_median_s"]
 
@@ -490,6 +490,7 @@ def bench_llvm(rows):
     ratio = sorted(ratios)[len(ratios) // 2]
     print(f"  {'bias + relu (reference, no bar)':<36} {2 * 4 * n * 1024 / t_br / 1e9:6.1f} GB/s   {ratio:5.2f}")
     rows.append(("llvm chain bandwidth / triad", "bias + relu (reference)", "llvm.fused", 2 * 4 * n * 1024 / t_br / 1e9, bw_triad / 1e9, ratio))
+    bench_llvm_held(rows, cases, triad, n)
     whole_ok = bench_whole_chain(rows, cases[0])
     rows_ok = bench_llvm_rows(rows)
     # llvm.gemm against numpy/OpenBLAS: reported (no bar yet).
@@ -549,6 +550,28 @@ def row_cases(rows):
         ("rmsnorm", "rmsnorm_rows.sgr", {"x": x, "gamma": g}, rmsnorm),
         ("log-sum-exp", "logsumexp_rows.sgr", {"x": x}, logsumexp),
     ]
+
+
+def bench_llvm_held(rows, cases, triad, n):
+    """On a host with AVX-512, the bandwidth ratios again with both the chains and the triad
+    held to x86-64-v3 (`XPU_LLVM_HOST_CPU`: AVX2, 256-bit vectors), what a host without
+    AVX-512 but with this one's memory would get: reported, no bar (the bar is the host's
+    own code, above)."""
+    with open("/proc/cpuinfo") as fh:
+        if " avx512f" not in fh.read():
+            return
+    held = {"XPU_LLVM_HOST_CPU": "x86-64-v3"}
+    print("  held to x86-64-v3 (AVX2 code on this host, both sides; reported, no bar):")
+    for name, program, inputs, *_ in cases:
+        nbytes = sum(v.nbytes for v in inputs.values()) + 4 * n * 1024  # inputs + the f32 output
+        ratios = []
+        for _ in range(ROUNDS):
+            t_chain, t_tr = xpu_pair(os.path.join(PROGRAMS, program), triad, n, 20, THREADS, held)
+            ratios.append((nbytes / t_chain) / (3 * 4 * n * 1024 / t_tr))
+        ratios.sort()
+        ratio = ratios[len(ratios) // 2]
+        print(f"  {name:<36} {'':>11}   {ratio:5.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]")
+        rows.append(("llvm chain bandwidth / triad, x86-64-v3 code", name, "llvm.fused", 0.0, 0.0, ratio))
 
 
 def bench_llvm_rows(rows):

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Result, anyhow, bail};
-use xpu_engine_llvm::{Emit, Target, codegen, compile, lower};
+use xpu_engine_llvm::{Emit, codegen, compile, lower};
 use xpu_ir::Dim;
 
 /// What to print for each partition.
@@ -183,7 +183,8 @@ pub fn build_cuda(
 pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
     let (plan, bindings) = planned(program, policy, bind)?;
     let mut printed = 0;
-    let host = Target::host();
+    // What the engine would compile for: `$XPU_LLVM_HOST_CPU` holds it to a level.
+    let host = xpu_engine_llvm::host_target(None).map_err(|e| anyhow!("{e}"))?;
     for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
         let part = plan.graph.partition(&p.nodes);
         let shapes = concrete_shapes(&part.graph, &bindings)?;

@@ -221,6 +221,11 @@ pub struct LlvmSettings {
     /// program and its arguments appended: `["qemu-riscv64"]` (the default, or
     /// `$XPU_RISCV_RUNNER`), or a command that runs it on a board.
     pub riscv_runner: Option<Vec<String>>,
+    /// The instruction set of host kernels: `native` (every feature this machine has), or
+    /// `x86-64-v2`, `x86-64-v3` or `x86-64-v4` (the same code on every machine of a fleet
+    /// that has the level; a level this machine lacks makes the host kernels unavailable).
+    /// Unset: `$XPU_LLVM_HOST_CPU`, else `native`.
+    pub host_cpu: Option<xpu_engine::HostCpu>,
 }
 
 impl Engines {
@@ -266,6 +271,7 @@ impl Engines {
                 data_dir.join(self.llvm.cache_dir.clone().unwrap_or_else(|| "llvm-cache".into())),
             ),
             llvm_riscv_runner: self.llvm.riscv_runner.clone(),
+            llvm_host_cpu: self.llvm.host_cpu,
             cuda_library_dir: self.cuda.library_dir.clone(),
             cuda_cache_dir: Some(
                 data_dir.join(self.cuda.cache_dir.clone().unwrap_or_else(|| "cuda-cache".into())),

@@ -430,6 +430,13 @@ fn dev_mode_is_refused_off_loopback() {
     std::fs::write(&file, "[isolation]\nspin_us = 0\n").unwrap();
     let config = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap();
     assert_eq!(config.isolation.spin_us, 0, "0 turns the spin off");
+    std::fs::write(&file, "[engines.llvm]\nhost_cpu = \"x86-64-v9\"\n").unwrap();
+    let err = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap_err().to_string();
+    assert!(err.contains("host_cpu") && err.contains("x86-64-v9"), "{err}");
+    std::fs::write(&file, "[engines.llvm]\nhost_cpu = \"x86-64-v3\"\n").unwrap();
+    let config = Config::load(Some(&file), &xpud::config::Flags::default()).unwrap();
+    let libraries = config.engines.libraries(std::path::Path::new("var"));
+    assert_eq!(libraries.llvm_host_cpu, Some(xpu_engine::HostCpu::X86_64V3));
 }
 
 fn promtool(args: &[&str], stdin: &str) -> (bool, String) {

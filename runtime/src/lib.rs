@@ -36,6 +36,10 @@ pub struct EngineLibraries {
     /// The command that runs riscv64 programs for the llvm engine's riscv64 device
     /// (`[engines.llvm] riscv_runner`); `None`: `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.
     pub llvm_riscv_runner: Option<Vec<String>>,
+    /// The instruction set of the llvm engine's host code (`[engines.llvm] host_cpu`);
+    /// `None`: `$XPU_LLVM_HOST_CPU`, else `native`.
+    #[serde(default)]
+    pub llvm_host_cpu: Option<xpu_engine::HostCpu>,
     /// Where the cuda engine finds libcuda, NVRTC and ptxas (`[engines.cuda] library_dir`).
     pub cuda_library_dir: Option<PathBuf>,
     /// Where the cuda engine keeps compiled kernels (`[engines.cuda] cache_dir`); `None`:
@@ -86,9 +90,9 @@ impl SharedEngines {
                 .llvm_cache_dir
                 .clone()
                 .or_else(xpu_engine_llvm::LlvmEngine::default_cache_dir);
-            let runner = libraries.llvm_riscv_runner.clone();
+            let (runner, host_cpu) = (libraries.llvm_riscv_runner.clone(), libraries.llvm_host_cpu);
             engines.push(Arc::new(Deferred::new("llvm", move || {
-                Arc::new(xpu_engine_llvm::LlvmEngine::configured(cache, runner))
+                Arc::new(xpu_engine_llvm::LlvmEngine::configured(cache, runner, host_cpu))
             })));
         }
         #[cfg(feature = "cuda")]

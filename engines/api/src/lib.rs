@@ -16,6 +16,7 @@ pub use xpu_ir;
 pub mod catalog;
 pub mod device;
 pub mod dylib;
+pub mod host_cpu;
 pub mod options;
 mod registry;
 mod stop;
@@ -23,6 +24,7 @@ pub mod value;
 
 pub use device::{Device, DeviceId, DeviceKind, HostMemory, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
+pub use host_cpu::HostCpu;
 pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
 pub use stop::{HookGuard, StopReason, StopToken};

@@ -6,6 +6,8 @@
 
 use std::sync::Once;
 
+use xpu_engine::HostCpu;
+
 use inkwell::OptimizationLevel;
 use inkwell::context::Context;
 use inkwell::memory_buffer::MemoryBuffer;
@@ -35,6 +37,39 @@ impl Target {
             features: wide_vectors(TargetMachine::get_host_cpu_features().to_string()),
             abi: None,
         }
+    }
+
+    /// Code for this machine held to `cpu`'s instruction set: [`Target::host`] for
+    /// `native`, else the x86-64 level's generic CPU and exactly its features — refused,
+    /// naming what is missing, where the host lacks any of them (the code would stop on an
+    /// illegal instruction) or is not x86-64.
+    pub fn host_for(cpu: HostCpu) -> Result<Target, String> {
+        Target::host().held_to(cpu)
+    }
+
+    /// This (host) target held to `cpu` ([`Target::host_for`]).
+    fn held_to(self, cpu: HostCpu) -> Result<Target, String> {
+        if cpu == HostCpu::Native {
+            return Ok(self);
+        }
+        if !self.triple.starts_with("x86_64") {
+            return Err(format!(
+                "host_cpu = \"{cpu}\" is an x86-64 level; this host is {}",
+                self.triple
+            ));
+        }
+        let has = |f: &str| self.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
+        let wanted = cpu.x86_features();
+        let missing: Vec<&str> = wanted.iter().copied().filter(|f| !has(f)).collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "host_cpu = \"{cpu}\": this host ({}) lacks {}",
+                self.cpu,
+                missing.join(", ")
+            ));
+        }
+        let features = wanted.iter().map(|f| format!("+{f}")).collect::<Vec<_>>().join(",");
+        Ok(Target { cpu: cpu.name().to_string(), features: wide_vectors(features), ..self })
     }
 
     /// The widest vector the loop vectoriser uses for this target, in bits: 512 on an
@@ -197,5 +232,33 @@ mod tests {
         let host = Target::host();
         let avx512 = host.features.split(',').any(|f| f == "+avx512f");
         assert_eq!(host.vector_bits() == 512, avx512, "{}", host.features);
+    }
+
+    #[test]
+    fn a_host_is_held_to_the_levels_it_has_and_refused_the_others() {
+        let avx2_host = Target {
+            cpu: "znver3".into(),
+            ..target(
+                "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+sahf,+avx,+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave,-avx512f",
+            )
+        };
+        assert_eq!(avx2_host.clone().held_to(HostCpu::Native), Ok(avx2_host.clone()));
+        let v3 = avx2_host.clone().held_to(HostCpu::X86_64V3).unwrap();
+        assert_eq!((v3.cpu.as_str(), v3.vector_bits()), ("x86-64-v3", 256));
+        assert!(!v3.features.contains("avx512"), "{}", v3.features);
+        assert_eq!(avx2_host.clone().held_to(HostCpu::X86_64V2).unwrap().vector_bits(), 128);
+        let e = avx2_host.held_to(HostCpu::X86_64V4).unwrap_err();
+        assert!(e.contains("x86-64-v4") && e.contains("znver3") && e.contains("avx512f"), "{e}");
+        assert!(!e.contains("avx2"), "only what is missing is named: {e}");
+        let e = Target::riscv64(false).held_to(HostCpu::X86_64V3).unwrap_err();
+        assert!(e.contains("riscv64"), "{e}");
+        // The host itself: a level it has gives that level's vector width.
+        let host = Target::host();
+        if let Ok(v4) = host.clone().held_to(HostCpu::X86_64V4) {
+            assert_eq!(v4.vector_bits(), 512);
+        }
+        if let Ok(v3) = host.held_to(HostCpu::X86_64V3) {
+            assert_eq!(v3.vector_bits(), 256);
+        }
     }
 }

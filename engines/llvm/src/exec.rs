@@ -94,6 +94,16 @@ impl LlvmExecutable {
             Fact { node: None, key: "llvm.compile_ms".into(), value: format!("{ms:.1}") },
             Fact {
                 node: None,
+                key: "llvm.target".into(),
+                value: format!(
+                    "{} {} ({}-bit vectors)",
+                    self.cache.target.triple,
+                    self.cache.target.cpu,
+                    self.cache.target.vector_bits()
+                ),
+            },
+            Fact {
+                node: None,
                 key: "llvm.kernels".into(),
                 value: format!("{} for {} node(s)", kernels.len(), self.graph.nodes.len()),
             },

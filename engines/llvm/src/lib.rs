@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, Engine, EngineError,
-    Executable, HostMemory, KernelCaps, OpDtypes, Value,
+    Executable, HostCpu, HostMemory, KernelCaps, OpDtypes, Value,
 };
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
@@ -44,14 +44,22 @@ impl LlvmEngine {
     /// An engine compiling for this machine, caching compiled code under `cache_dir` (no
     /// disk cache when `None`). Unavailable, with the reason, when no linker is found.
     pub fn new(cache_dir: Option<PathBuf>) -> LlvmEngine {
-        LlvmEngine::configured(cache_dir, None)
+        LlvmEngine::configured(cache_dir, None, None)
     }
 
     /// [`new`](Self::new) with the riscv64 runner of [`with_riscv_runner`]
-    /// (Self::with_riscv_runner), each set up once.
-    pub fn configured(cache_dir: Option<PathBuf>, riscv_runner: Option<Vec<String>>) -> LlvmEngine {
-        let state = cache::find_linker().and_then(|linker| {
-            cache::CodeCache::new(Target::host(), cache_dir, linker)
+    /// (Self::with_riscv_runner) and host code held to `host_cpu` (`[engines.llvm]
+    /// host_cpu`; `None`: `$XPU_LLVM_HOST_CPU`, else `native`), each set up once. A level
+    /// this host lacks, or a bad name in the variable, makes the host kernels unavailable,
+    /// with the reason.
+    pub fn configured(
+        cache_dir: Option<PathBuf>,
+        riscv_runner: Option<Vec<String>>,
+        host_cpu: Option<HostCpu>,
+    ) -> LlvmEngine {
+        let state = host_target(host_cpu).and_then(|target| {
+            let linker = cache::find_linker()?;
+            cache::CodeCache::new(target, cache_dir, linker)
                 .map(Arc::new)
                 .map_err(|e| e.to_string())
         });
@@ -76,6 +84,21 @@ impl LlvmEngine {
             .or_else(|| env("HOME").map(|h| h.join(".cache").join("xpu")))
             .map(|d| d.join("llvm"))
     }
+}
+
+/// The host target held to `cpu`, else to `$XPU_LLVM_HOST_CPU`, else the host's all: what
+/// the engine compiles for (and `xpuctl ir lir --emit asm` shows).
+pub fn host_target(cpu: Option<HostCpu>) -> Result<Target, String> {
+    let cpu = match cpu {
+        Some(cpu) => cpu,
+        None => match std::env::var("XPU_LLVM_HOST_CPU") {
+            Ok(name) if !name.trim().is_empty() => {
+                name.parse().map_err(|e| format!("XPU_LLVM_HOST_CPU: {e}"))?
+            }
+            _ => HostCpu::Native,
+        },
+    };
+    Target::host_for(cpu)
 }
 
 /// The riscv64 device run by `runner`, else `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.

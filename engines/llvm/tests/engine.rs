@@ -341,6 +341,53 @@ fn results_are_bit_identical_at_one_and_two_threads() {
     assert_eq!(bits(&one[0]), bits(&two[0]));
 }
 
+/// Host code held to an x86-64 level (`[engines.llvm] host_cpu`) gives the native code's
+/// bits, says which target ran in its facts, and a level this host lacks leaves the host
+/// kernels unavailable with the reason.
+#[test]
+fn host_code_held_to_a_level_gives_the_same_bits_and_says_so() {
+    use xpu_engine::{Availability, HostCpu};
+    let g = parse(
+        "graph \"t\" {\n  %0: f32[64,1024] = input \"x\"\n  %1: f32[64,1024] = softplus(%0)\n  %2: f32[64,1024] = gelu(%1)\n  %3: f32[64,1024] = mul(%2, %0)\n  return \"y\" = %3\n}",
+    );
+    let x = Tensor::from_vec(vec![64, 1024], values(64 * 1024, 31)).unwrap();
+    let bits =
+        |t: &Tensor| t.as_slice::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let native = engine()
+        .prepare(&g, &Assignment::new("llvm"))
+        .unwrap()
+        .run(std::slice::from_ref(&x))
+        .unwrap();
+    let target = |run: &xpu_engine::Execution| {
+        run.facts.iter().find(|f| f.key == "llvm.target").map(|f| f.value.clone()).unwrap()
+    };
+    for level in [HostCpu::X86_64V2, HostCpu::X86_64V3, HostCpu::X86_64V4] {
+        let held = LlvmEngine::configured(None, None, Some(level));
+        let has_level = xpu_engine_llvm::Target::host_for(level);
+        match (held.capabilities().availability, has_level) {
+            (Availability::Available, Ok(t)) => {
+                let run = held
+                    .prepare(&g, &Assignment::new("llvm"))
+                    .unwrap()
+                    .run(std::slice::from_ref(&x))
+                    .unwrap();
+                assert_eq!(bits(&run.outputs[0]), bits(&native.outputs[0]), "{level}");
+                let fact = target(&run);
+                assert!(fact.contains(&format!(" {level} ({}-bit", t.vector_bits())), "{fact}");
+            }
+            (Availability::Unavailable { reason }, Err(why)) => {
+                assert!(
+                    reason.contains(&level.to_string()) && reason.contains("lacks"),
+                    "{reason}"
+                );
+                assert_eq!(reason, why);
+            }
+            (a, t) => panic!("{level}: engine {a:?}, target {t:?}"),
+        }
+    }
+    assert!(target(&native).contains(&xpu_engine_llvm::Target::host().cpu), "{}", target(&native));
+}
+
 #[test]
 fn f16_storage_computes_in_f32_and_rounds_on_store() {
     let g = parse(

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use xpu_engine::HostCpu;
 use xpu_engine_llvm::cache::CodeCache;
 use xpu_engine_llvm::codegen;
 use xpu_engine_llvm::{Target, cache};
@@ -10,8 +11,25 @@ use xpu_lir::interp::{self, Value};
 use xpu_lir::{Kernel, ScalarType};
 
 fn code_cache() -> Arc<CodeCache> {
+    code_cache_for(Target::host())
+}
+
+fn code_cache_for(target: Target) -> Arc<CodeCache> {
     let linker = cache::find_linker().expect("a linker (make setup installs gcc)");
-    Arc::new(CodeCache::new(Target::host(), None, linker).unwrap())
+    Arc::new(CodeCache::new(target, None, linker).unwrap())
+}
+
+/// The host's own code, and where the host has AVX-512, the same kernels held to
+/// `x86-64-v3` too (256-bit vectors, what a host without AVX-512 runs): both must give the
+/// interpreter's bits.
+fn code_caches() -> Vec<Arc<CodeCache>> {
+    let mut caches = vec![code_cache()];
+    if let Ok(avx2) = Target::host_for(HostCpu::X86_64V3)
+        && avx2.vector_bits() != caches[0].target.vector_bits()
+    {
+        caches.push(code_cache_for(avx2));
+    }
+    caches
 }
 
 /// Buffers as raw little-endian bytes of their element type.
@@ -53,7 +71,7 @@ fn from_bytes(elem: ScalarType, bytes: &[u8]) -> Vec<Value> {
 /// Runs `kernel` compiled, one thread, every stage over its whole range.
 fn run_compiled(cache: &CodeCache, kernel: &Kernel, syms: &[i64], buffers: &mut [Vec<Value>]) {
     let emitted =
-        codegen::emit(kernel, Target::host().vector_bits()).unwrap_or_else(|e| panic!("{e}"));
+        codegen::emit(kernel, cache.target.vector_bits()).unwrap_or_else(|e| panic!("{e}"));
     let (code, _, _) = cache.get(&emitted.ir).unwrap_or_else(|e| panic!("{e}\n{}", emitted.ir));
     let mut raw: Vec<Vec<u8>> =
         kernel.buffers.iter().zip(buffers.iter()).map(|(b, v)| to_bytes(b.elem, v)).collect();
@@ -117,22 +135,24 @@ fn check_same_as_interpreter(src: &str, syms: &[i64], inputs: Vec<Vec<Value>>) {
     let module = xpu_lir::parse(src).unwrap_or_else(|e| panic!("{e}"));
     xpu_lir::verify(&module).unwrap();
     let kernel = &module.kernels[0];
-    let cache = code_cache();
     let mut want = inputs.clone();
     interp::run(kernel, syms, &mut want).unwrap();
-    let mut got = inputs;
-    run_compiled(&cache, kernel, syms, &mut got);
-    for (b, (w, g)) in kernel.buffers.iter().zip(want.iter().zip(&got)) {
-        for (i, (x, y)) in w.iter().zip(g).enumerate() {
-            // f64 transcendental functions are the platform libm's (glibc in compiled code,
-            // the libm crate in the interpreter): they may differ in the last bit.
-            let slack = if matches!(x, Value::F64(_)) { 2 } else { 0 };
-            assert!(
-                bits(x).abs_diff(bits(y)) <= slack,
-                "@{} %{}[{i}]: interpreter {x:?}, compiled {y:?}",
-                kernel.name,
-                b.name
-            );
+    for cache in code_caches() {
+        let mut got = inputs.clone();
+        run_compiled(&cache, kernel, syms, &mut got);
+        for (b, (w, g)) in kernel.buffers.iter().zip(want.iter().zip(&got)) {
+            for (i, (x, y)) in w.iter().zip(g).enumerate() {
+                // f64 transcendental functions are the platform libm's (glibc in compiled
+                // code, the libm crate in the interpreter): they may differ in the last bit.
+                let slack = if matches!(x, Value::F64(_)) { 2 } else { 0 };
+                assert!(
+                    bits(x).abs_diff(bits(y)) <= slack,
+                    "@{} %{}[{i}] ({}): interpreter {x:?}, compiled {y:?}",
+                    kernel.name,
+                    b.name,
+                    cache.target.cpu
+                );
+            }
         }
     }
 }
