@@ -59,8 +59,10 @@ pub mod k {
         1.128_379_2,
     ];
     pub const ERF_P: f32 = 0.327_591_1;
-    /// Above this |x| softplus is max(x, 0) to f32 precision; e^−|x| is still normal there.
-    pub const SOFTPLUS_CUT: f32 = 87.0;
+    /// softplus keeps its log1p term while the shifted sum of its e^−|x| (`EXP_SHIFTER_1`
+    /// added) is at least this: n ≥ −125, so 2^n and e^−|x| are normal (|x| up to about
+    /// 86.98; above, softplus is max(x, 0) to f32 precision). A NaN compares false.
+    pub const SOFTPLUS_KEEP_TS: f32 = EXP_SHIFTER_1 - 125.0;
     /// log1p(t) = t + t²·G(t) on t in [0, 1]: G of degree 7 fitted here (minimax of the
     /// error relative to log1p(t), Lawson's iteration on Chebyshev nodes), within 2 ulp of
     /// softplus evaluated as `softplusf` does it (degree 6 gives 5).
@@ -204,21 +206,21 @@ pub fn expm1f(x: f32) -> f32 {
 }
 
 /// ln(1 + eˣ) = max(x, 0) + log1p(e^−|x|). e^−|x| is expf's sequence without its clamps
-/// and special cases (|x| ≤ 87 keeps 2^n normal: one scale factor), and log1p(e) for e in
-/// (0, 1] is e + e²·G(e), one polynomial on [0, 1] (`k::SOFTPLUS_G`) — no exponent to take
-/// apart, no branch, no cancellation, and half logf's work. NaN propagates through the
-/// `x < 0` test (false for NaN); |x| > 87 (or NaN) drops the log1p term.
+/// and special cases, on one scale factor 2^n, and log1p(e) for e in (0, 1] is e + e²·G(e),
+/// one polynomial on [0, 1] (`k::SOFTPLUS_G`) — no exponent to take apart, no branch, no
+/// cancellation, and half logf's work. Where 2^n would not be normal (n < −125, |x| above
+/// about 86.98) or x is NaN, the log1p term is dropped: the test reads the exponential's
+/// own shifted sum, so no clamp comes first and what those lanes computed is never used.
+/// NaN propagates through the `x < 0` test (false for NaN).
 pub fn softplusf(x: f32) -> f32 {
     let nax = -x.abs();
-    let cut = nax < -k::SOFTPLUS_CUT || nax.is_nan();
-    // One max (a NaN passes it, and its log1p term is dropped below).
-    let t = if nax < -k::SOFTPLUS_CUT { -k::SOFTPLUS_CUT } else { nax };
+    let keep = nax.mul_add(k::LOG2E, k::EXP_SHIFTER_1) >= k::SOFTPLUS_KEEP_TS;
     // (y + 1)·2^n as one fused step: 2^n is normal and e too, so the product is exact
     // either way and the separate + 1 is saved.
-    let e = exp_one_factor(t, k::EXP_SHIFTER_1, -0.0);
+    let e = exp_one_factor(nax, k::EXP_SHIFTER_1, -0.0);
     let l = (horner(e, &k::SOFTPLUS_G) * e).mul_add(e, e);
     let m = if x < 0.0 { 0.0 } else { x };
-    m + if cut { 0.0 } else { l }
+    m + if keep { l } else { 0.0 }
 }
 
 /// f64 softplus: the same formula on libm's exp and log1p (what the code generators call).
@@ -348,6 +350,18 @@ mod tests {
         assert_eq!(softplusf(-inf), 0.0);
         assert_eq!(softplusf(100.0), 100.0);
         assert_eq!(softplusf(-100.0), 0.0, "below e^-87 the log1p term is dropped");
+        // Around the cut (n = −125 ↔ |x| ≈ 86.98): below it the term is kept and normal,
+        // above it softplus is max(x, 0); far beyond, what the dropped lanes computed
+        // (garbage exponent bits) never shows.
+        let kept = softplusf(-86.9);
+        assert!(
+            kept.is_normal() && (kept as f64 / f64::from(-86.9f32).exp() - 1.0).abs() < 3e-7,
+            "{kept}"
+        );
+        for x in [87.0f32, 88.0, 88.7, 1e30, f32::MAX] {
+            assert_eq!(softplusf(x), x);
+            assert_eq!(softplusf(-x), 0.0);
+        }
         assert_eq!(softplusf(0.0), std::f32::consts::LN_2);
         for f in [expf, logf, tanhf, erff, log1pf, expm1f, softplusf, expp1f] {
             assert!(f(f32::NAN).is_nan());

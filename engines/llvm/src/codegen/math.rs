@@ -148,7 +148,7 @@ fn table(base: &str) -> Option<&'static [f32]> {
     use xpu_lir::math::k;
     Some(match base {
         "LOG2E" => &[k::LOG2E],
-        "SOFTPLUS_CUT" => &[k::SOFTPLUS_CUT],
+        "SOFTPLUS_KEEP_TS" => &[k::SOFTPLUS_KEEP_TS],
         "TANH_CUT" => &[k::TANH_CUT],
         "EXPP1_LOW" => &[k::EXPP1_LOW],
         "EXP_MAX" => &[k::EXP_MAX],
@@ -219,22 +219,24 @@ pub fn declarations(ir: &str) -> String {
 const LIBM: &[&str] = &["tanh", "erf", "log1p", "expm1"];
 
 /// ln(1 + e^x) as `xpu_lir::math::softplusf` computes it: e^-|x| without expf's clamps (one
-/// scale factor, from a shifter with one bias), log1p of it as e + e²·G(e), max(x, 0) added.
+/// scale factor, from a shifter with one bias), log1p of it as e + e²·G(e) where that scale
+/// factor is normal (else 0), max(x, 0) added.
 const SOFTPLUSF: &str = r#"
 define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
   %nax = fneg float %ax
-  %cut = fcmp ult float %nax, f(-SOFTPLUS_CUT)
-  %low = fcmp olt float %nax, f(-SOFTPLUS_CUT)
-  %t = select i1 %low, float f(-SOFTPLUS_CUT), float %nax
-  %e = call float @xpu.exp_one_factor(float %t, float f(EXP_SHIFTER_1), float -0.0)
+  ; The exponential's own shifted sum (the same FMA, merged with its copy inside): a
+  ; compare LLVM cannot turn back into one on |x|, and no clamp before it.
+  %ts = call float @llvm.fma.f32(float %nax, float f(LOG2E), float f(EXP_SHIFTER_1))
+  %keep = fcmp oge float %ts, f(SOFTPLUS_KEEP_TS)
+  %e = call float @xpu.exp_one_factor(float %nax, float f(EXP_SHIFTER_1), float -0.0)
   %g = horner float %e, SOFTPLUS_G
   %q = fmul float %g, %e
   %l = call float @llvm.fma.f32(float %q, float %e, float %e)
   %neg = fcmp olt float %x, 0.0
   %m = select i1 %neg, float 0.0, float %x
-  %lc = select i1 %cut, float 0.0, float %l
+  %lc = select i1 %keep, float %l, float 0.0
   %res = fadd float %m, %lc
   ret float %res
 }
