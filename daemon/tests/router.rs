@@ -600,7 +600,7 @@ async fn known_fast_waited_jobs_run_on_the_http_thread() {
 
 /// A job of many slow nodes: what cancel and the timeout stop mid-run. `s` is an input so
 /// that nothing is folded at compile time. `n` sizes its 400 matrix products: at 384 the job
-/// took under a second on CI's machine, the fastest seen; 1024 is about twenty times that.
+/// took under a second on CI's machine, the fastest seen; the work grows as n³.
 fn slow_source(n: usize) -> String {
     format!(
         "let s = input(\"s\")\nlet w = randn([{n}, {n}], seed=1) * 0.01\n\
@@ -609,8 +609,9 @@ fn slow_source(n: usize) -> String {
     )
 }
 
-/// The size of a job that runs to its end in a second or a few.
-const SHORT_SLOW: usize = 384;
+/// The size of a job that runs to its end in a few seconds (about 2.3 on CI's machine), long
+/// enough to be seen running by a poll every 10 ms.
+const SHORT_SLOW: usize = 512;
 /// The size of a job that must still be running seconds after it starts (and is stopped).
 const LONG_SLOW: usize = 1024;
 
