@@ -183,8 +183,14 @@ pub fn build_cuda(
 pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit) -> Result<()> {
     let (plan, bindings) = planned(program, policy, bind)?;
     let mut printed = 0;
-    // What the engine would compile for: `$XPU_LLVM_HOST_CPU` holds it to a level.
-    let host = xpu_engine_llvm::host_target(None).map_err(|e| anyhow!("{e}"))?;
+    // What the engine would compile for (`$XPU_LLVM_HOST_CPU` holds it to a level); only
+    // what LLVM makes of the LIR needs it.
+    let host = match emit {
+        LirEmit::Lir => None,
+        LirEmit::LlvmIr | LirEmit::Asm => {
+            Some(xpu_engine_llvm::host_target(None).map_err(|e| anyhow!("{e}"))?)
+        }
+    };
     for p in plan.partitions.iter().filter(|p| p.engine == "llvm") {
         let part = plan.graph.partition(&p.nodes);
         let shapes = concrete_shapes(&part.graph, &bindings)?;
@@ -192,13 +198,13 @@ pub fn run(program: &Path, policy: Option<&str>, bind: &[String], emit: LirEmit)
             .map_err(|e| anyhow!("partition {}: {e}", p.id))?;
         let module = lowered.module();
         println!("; partition {} ({} nodes on llvm)", p.id, p.nodes.len());
-        match emit {
-            LirEmit::Lir => print!("{module}"),
-            LirEmit::LlvmIr | LirEmit::Asm => {
+        match &host {
+            None => print!("{module}"),
+            Some(host) => {
                 let (ir, _) = codegen::emit_module(&module.kernels, host.vector_bits())
                     .map_err(|e| anyhow!("{e}"))?;
                 let what = if emit == LirEmit::Asm { Emit::Asm } else { Emit::OptimizedIr };
-                let out = compile::compile(&ir, &host, what).map_err(|e| anyhow!("{e}"))?;
+                let out = compile::compile(&ir, host, what).map_err(|e| anyhow!("{e}"))?;
                 print!("{}", String::from_utf8_lossy(&out));
             }
         }

@@ -223,7 +223,7 @@ pub struct LlvmSettings {
     pub riscv_runner: Option<Vec<String>>,
     /// The instruction set of host kernels: `native` (every feature this machine has), or
     /// `x86-64-v2`, `x86-64-v3` or `x86-64-v4` (the same code on every machine of a fleet
-    /// that has the level; a level this machine lacks makes the host kernels unavailable).
+    /// that has the level; a level this machine lacks makes the llvm engine unavailable).
     /// Unset: `$XPU_LLVM_HOST_CPU`, else `native`.
     pub host_cpu: Option<xpu_engine::HostCpu>,
 }

@@ -53,20 +53,13 @@ impl Target {
             return Ok(self);
         }
         if !self.triple.starts_with("x86_64") {
-            return Err(format!(
-                "host_cpu = \"{cpu}\" is an x86-64 level; this host is {}",
-                self.triple
-            ));
+            return Err(format!("{cpu} is an x86-64 level; this host is {}", self.triple));
         }
         let has = |f: &str| self.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
         let wanted = cpu.x86_features();
         let missing: Vec<&str> = wanted.iter().copied().filter(|f| !has(f)).collect();
         if !missing.is_empty() {
-            return Err(format!(
-                "host_cpu = \"{cpu}\": this host ({}) lacks {}",
-                self.cpu,
-                missing.join(", ")
-            ));
+            return Err(format!("{cpu}: this host ({}) lacks {}", self.cpu, missing.join(", ")));
         }
         let features = wanted.iter().map(|f| format!("+{f}")).collect::<Vec<_>>().join(",");
         Ok(Target { cpu: cpu.name().to_string(), features: wide_vectors(features), ..self })

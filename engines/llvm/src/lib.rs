@@ -50,8 +50,8 @@ impl LlvmEngine {
     /// [`new`](Self::new) with the riscv64 runner of [`with_riscv_runner`]
     /// (Self::with_riscv_runner) and host code held to `host_cpu` (`[engines.llvm]
     /// host_cpu`; `None`: `$XPU_LLVM_HOST_CPU`, else `native`), each set up once. A level
-    /// this host lacks, or a bad name in the variable, makes the host kernels unavailable,
-    /// with the reason.
+    /// this host lacks, or a bad name in the variable, makes the engine unavailable (its
+    /// riscv64 device too, as a missing linker does), with the reason.
     pub fn configured(
         cache_dir: Option<PathBuf>,
         riscv_runner: Option<Vec<String>>,
@@ -89,16 +89,17 @@ impl LlvmEngine {
 /// The host target held to `cpu`, else to `$XPU_LLVM_HOST_CPU`, else the host's all: what
 /// the engine compiles for (and `xpuctl ir lir --emit asm` shows).
 pub fn host_target(cpu: Option<HostCpu>) -> Result<Target, String> {
-    let cpu = match cpu {
-        Some(cpu) => cpu,
+    let (cpu, from) = match cpu {
+        Some(cpu) => (cpu, "[engines.llvm] host_cpu"),
         None => match std::env::var("XPU_LLVM_HOST_CPU") {
             Ok(name) if !name.trim().is_empty() => {
-                name.parse().map_err(|e| format!("XPU_LLVM_HOST_CPU: {e}"))?
+                let cpu = name.parse().map_err(|e| format!("XPU_LLVM_HOST_CPU: {e}"))?;
+                (cpu, "XPU_LLVM_HOST_CPU")
             }
-            _ => HostCpu::Native,
+            _ => (HostCpu::Native, "host"),
         },
     };
-    Target::host_for(cpu)
+    Target::host_for(cpu).map_err(|e| format!("{from}: {e}"))
 }
 
 /// The riscv64 device run by `runner`, else `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.

@@ -380,12 +380,14 @@ fn host_code_held_to_a_level_gives_the_same_bits_and_says_so() {
                     reason.contains(&level.to_string()) && reason.contains("lacks"),
                     "{reason}"
                 );
-                assert_eq!(reason, why);
+                assert_eq!(reason, format!("[engines.llvm] host_cpu: {why}"));
             }
             (a, t) => panic!("{level}: engine {a:?}, target {t:?}"),
         }
     }
-    assert!(target(&native).contains(&xpu_engine_llvm::Target::host().cpu), "{}", target(&native));
+    // The engine's own default: the host's CPU, or the level `$XPU_LLVM_HOST_CPU` names.
+    let default = xpu_engine_llvm::host_target(None).unwrap();
+    assert!(target(&native).contains(&format!(" {} (", default.cpu)), "{}", target(&native));
 }
 
 #[test]
