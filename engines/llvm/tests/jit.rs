@@ -234,6 +234,27 @@ fn softplus_across_its_cut_matches_the_interpreter() {
     check_same_as_interpreter(&src, &[], inputs);
 }
 
+/// `exp` of a value a `min` with a constant holds at most `EXP_MAX` skips its own upper
+/// clamp (Mish's `min(v, 10)`); a larger constant keeps it. Both give the interpreter's
+/// bits, NaNs and infinities included.
+#[test]
+fn exp_after_a_min_with_a_constant_matches_the_interpreter() {
+    let mut x: Vec<f32> = (0..=2400).map(|i| -120.0 + i as f32 * 0.1).collect();
+    x.extend([88.9, 89.0, 89.1, 1e30, f32::MAX, f32::INFINITY, f32::NEG_INFINITY]);
+    x.extend([f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_1234)]);
+    let n = x.len();
+    let src = format!(
+        "kernel @exp_min(%x: f32[{n}] in, %y: f32[3, {n}] out) {{\n  for %i in 0..{n} {{\n    %a = load %x[%i]\n    %c10 = const 10.0 : f32\n    %m10 = min %a, %c10\n    %e10 = exp %m10\n    store %y[0, %i], %e10\n    %c89 = const 89.0 : f32\n    %m89 = min %a, %c89\n    %e89 = exp %m89\n    store %y[1, %i], %e89\n    %c95 = const 95.0 : f32\n    %m95 = min %a, %c95\n    %e95 = exp %m95\n    store %y[2, %i], %e95\n  }}\n}}\n"
+    );
+    let module = xpu_lir::parse(&src).unwrap();
+    let (ir, _) = codegen::emit_module(&module.kernels, 256).unwrap();
+    // The first two skip the clamp; the third (95 > EXP_MAX) keeps it.
+    assert_eq!(ir.matches("call float @xpu.expf_at_most_max(").count(), 3, "{ir}");
+    assert_eq!(ir.matches("call float @xpu.expf(").count(), 1, "{ir}");
+    let inputs = vec![x.into_iter().map(Value::F32).collect(), vec![Value::F32(0.0); 3 * n]];
+    check_same_as_interpreter(&src, &[], inputs);
+}
+
 /// Every kernel of a file, each on inputs made from its buffer types.
 fn check_file_against_interpreter(path: &str, syms: &[i64]) {
     let src = std::fs::read_to_string(path).unwrap();

@@ -107,8 +107,19 @@ impl FnEmitter<'_> {
             }
             Not => return Err(self.err("`not` of a float")),
             Exp | Expp1 | Log | Log1p | Expm1 | Tanh | Erf | Softplus | Sin | Cos => {
-                let f = math::function(op, ty, &mut self.math)
-                    .ok_or_else(|| self.err(format!("no function for `{}`", op.name())))?;
+                // exp's upper clamp changes nothing for a value already at most EXP_MAX (or
+                // NaN, which passes it): the same bits without it.
+                let capped = op == Exp
+                    && self
+                        .at_most
+                        .get(x)
+                        .is_some_and(|&c| c <= f64::from(xpu_lir::math::k::EXP_MAX));
+                let f = if capped && ty == ScalarType::F32 {
+                    Some(math::expf_at_most_max(&mut self.math))
+                } else {
+                    math::function(op, ty, &mut self.math)
+                }
+                .ok_or_else(|| self.err(format!("no function for `{}`", op.name())))?;
                 self.inst(format!("call {t} {f}({t} {x})"))
             }
         })
@@ -184,9 +195,12 @@ impl FnEmitter<'_> {
         let pred = if max { "olt" } else { "ogt" };
         let take_y = self.inst(format!("fcmp {pred} {t} {x}, {y}"));
         let pick = self.inst(format!("select i1 {take_y}, {t} {y}, {t} {x}"));
-        if is_number_constant(y) {
+        if let Some(c) = number_constant(y) {
             // A NaN x fails the ordered compare and is picked: nothing more to check (LLVM
             // cannot see that the two NaN selects below are then redundant).
+            if !max {
+                self.at_most.insert(pick.clone(), c);
+            }
             return pick;
         }
         let y_nan = self.inst(format!("fcmp uno {t} {y}, {y}"));
@@ -342,10 +356,12 @@ impl FnEmitter<'_> {
 
 /// Whether an operand is a float constant other than NaN (constants are written as the
 /// hex of their f64 bits, [`super::float_lit`]).
-fn is_number_constant(repr: &str) -> bool {
+/// The value of a float constant written as its bits (`float_lit`), unless it is a NaN.
+fn number_constant(repr: &str) -> Option<f64> {
     repr.strip_prefix("0x")
         .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-        .is_some_and(|bits| !f64::from_bits(bits).is_nan())
+        .map(f64::from_bits)
+        .filter(|v| !v.is_nan())
 }
 
 /// The LLVM intrinsic suffix of a float type.

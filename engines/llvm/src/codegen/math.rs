@@ -54,6 +54,13 @@ pub fn function(op: UnaryOp, ty: ScalarType, used: &mut BTreeSet<&'static str>) 
     Some(format!("@{name}"))
 }
 
+/// The f32 `exp` of a value known to be at most `EXP_MAX` or NaN: `exp` without its upper
+/// clamp (the same bits).
+pub fn expf_at_most_max(used: &mut BTreeSet<&'static str>) -> String {
+    use_with_callees("xpu.expf_at_most_max", used);
+    "@xpu.expf_at_most_max".into()
+}
+
 /// Notes routine `name` and every routine it calls, transitively.
 fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
     if !used.insert(name) {
@@ -61,7 +68,8 @@ fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
     }
     let callees: &[&'static str] = match name {
         "xpu.erff" => &["xpu.expf"],
-        "xpu.expf" | "xpu.exp_one_factor" => &["xpu.expm1_reduced"],
+        "xpu.expf" => &["xpu.expf_at_most_max"],
+        "xpu.expf_at_most_max" | "xpu.exp_one_factor" => &["xpu.expm1_reduced"],
         "xpu.softplusf" | "xpu.tanhf" | "xpu.expp1f" => &["xpu.exp_one_factor"],
         "xpu.log1pf" => &["xpu.logf"],
         "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
@@ -79,6 +87,7 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
     for name in used {
         s.push_str(&expand_constants(&expand_horner(match *name {
             "xpu.expf" => EXPF,
+            "xpu.expf_at_most_max" => EXPF_AT_MOST_MAX,
             "xpu.expm1_reduced" => EXPM1_REDUCED,
             "xpu.exp_one_factor" => EXP_ONE_FACTOR,
             "xpu.logf" => LOGF,
@@ -320,8 +329,18 @@ entry:
 const EXPF: &str = r#"
 define internal float @xpu.expf(float %x) alwaysinline nounwind {
 entry:
-  %big = fcmp ogt float %x, 89.0
-  %x1 = select i1 %big, float 89.0, float %x
+  %big = fcmp ogt float %x, f(EXP_MAX)
+  %x1 = select i1 %big, float f(EXP_MAX), float %x
+  %z = call float @xpu.expf_at_most_max(float %x1)
+  ret float %z
+}
+"#;
+
+/// e^x for x at most `EXP_MAX` (or NaN): [`EXPF`] after its upper clamp, called directly
+/// for values a `min` with a constant already holds there.
+const EXPF_AT_MOST_MAX: &str = r#"
+define internal float @xpu.expf_at_most_max(float %x1) alwaysinline nounwind {
+entry:
   %small = fcmp olt float %x1, -104.0
   %x2 = select i1 %small, float -104.0, float %x1
   %t = call float @llvm.fma.f32(float %x2, float f(LOG2E), float f(EXP_SHIFTER))

@@ -229,6 +229,9 @@ pub(crate) struct FnEmitter<'k> {
     hinted_loops: usize,
     /// Elements per strip-mined block of a prefetched loop.
     prefetch_block: i64,
+    /// Float values known to be at most a constant or NaN (a `min` with a number constant):
+    /// an `exp` of one at most `EXP_MAX` skips its own upper clamp (Mish's `min(v, 10)`).
+    pub(crate) at_most: HashMap<String, f64>,
 }
 
 impl<'k> FnEmitter<'k> {
@@ -246,6 +249,7 @@ impl<'k> FnEmitter<'k> {
             loops: HashMap::new(),
             buffers: HashMap::new(),
             math: BTreeSet::new(),
+            at_most: HashMap::new(),
         }
     }
 
