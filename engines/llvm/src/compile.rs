@@ -57,7 +57,12 @@ impl Target {
         }
         let has = |f: &str| self.features.split(',').any(|x| x.strip_prefix('+') == Some(f));
         let wanted = cpu.x86_features();
-        let missing: Vec<&str> = wanted.iter().copied().filter(|f| !has(f)).collect();
+        let mut missing: Vec<&str> = wanted.iter().copied().filter(|f| !has(f)).collect();
+        // LLVM's x86-64-v4 CPU implies 512-bit registers (`evex512`); a host whose AVX-512
+        // stops at 256 bits (AVX10/256) reports `-evex512` and must not get them.
+        if cpu == HostCpu::X86_64V4 && self.features.split(',').any(|f| f == "-evex512") {
+            missing.push("evex512");
+        }
         if !missing.is_empty() {
             return Err(format!("{cpu}: this host ({}) lacks {}", self.cpu, missing.join(", ")));
         }
@@ -227,14 +232,13 @@ mod tests {
         assert_eq!(host.vector_bits() == 512, avx512, "{}", host.features);
     }
 
+    /// What an AVX2 host (x86-64-v3) reports, less anything about AVX-512.
+    const AVX2_HOST: &str = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+sahf,+avx,+avx2,\
+        +bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave";
+
     #[test]
     fn a_host_is_held_to_the_levels_it_has_and_refused_the_others() {
-        let avx2_host = Target {
-            cpu: "znver3".into(),
-            ..target(
-                "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+sahf,+avx,+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave,-avx512f",
-            )
-        };
+        let avx2_host = Target { cpu: "znver3".into(), ..target(&format!("{AVX2_HOST},-avx512f")) };
         assert_eq!(avx2_host.clone().held_to(HostCpu::Native), Ok(avx2_host.clone()));
         let v3 = avx2_host.clone().held_to(HostCpu::X86_64V3).unwrap();
         assert_eq!((v3.cpu.as_str(), v3.vector_bits()), ("x86-64-v3", 256));
@@ -243,6 +247,16 @@ mod tests {
         let e = avx2_host.held_to(HostCpu::X86_64V4).unwrap_err();
         assert!(e.contains("x86-64-v4") && e.contains("znver3") && e.contains("avx512f"), "{e}");
         assert!(!e.contains("avx2"), "only what is missing is named: {e}");
+        // AVX-512 instructions on 256-bit registers only (AVX10/256): no x86-64-v4.
+        let avx10_256 = Target {
+            cpu: "avx10-256".into(),
+            ..target(&format!(
+                "{AVX2_HOST},+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl,-evex512"
+            ))
+        };
+        let e = avx10_256.clone().held_to(HostCpu::X86_64V4).unwrap_err();
+        assert!(e.ends_with("lacks evex512"), "{e}");
+        assert_eq!(avx10_256.held_to(HostCpu::X86_64V3).unwrap().vector_bits(), 256);
         let e = Target::riscv64(false).held_to(HostCpu::X86_64V3).unwrap_err();
         assert!(e.contains("riscv64"), "{e}");
         // The host itself: a level it has gives that level's vector width.
