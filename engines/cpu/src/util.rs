@@ -41,9 +41,6 @@ pub fn checked_numel(shape: &[usize]) -> KResult<usize> {
     }
 }
 
-/// Allocations at least this large ask the kernel for transparent huge pages.
-const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
-
 /// An uninitialised buffer of `n` elements. Large buffers are advised to use transparent
 /// huge pages (as numpy does), which removes most first-touch page faults: on a 36 MB
 /// matmul output that is ~9,000 faults, several percent of the product's time.
@@ -51,7 +48,7 @@ pub fn alloc_uninit<T>(n: usize) -> Vec<std::mem::MaybeUninit<T>> {
     let mut v: Vec<std::mem::MaybeUninit<T>> = Vec::with_capacity(n);
     // SAFETY: MaybeUninit<T> needs no initialisation.
     unsafe { v.set_len(n) };
-    advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<T>());
+    xpu_ir::memory::advise_huge_pages(v.as_ptr().cast(), n * std::mem::size_of::<T>());
     v
 }
 
@@ -62,28 +59,10 @@ pub fn alloc_uninit<T>(n: usize) -> Vec<std::mem::MaybeUninit<T>> {
 pub fn resize_for_overwrite<T: crate::scalar::Scalar>(v: &mut Vec<T>, n: usize) {
     if v.capacity() < n {
         *v = vec![T::zero(); n];
-        advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<T>());
+        xpu_ir::memory::advise_huge_pages(v.as_ptr().cast(), n * std::mem::size_of::<T>());
     } else {
         v.resize(n, T::zero());
     }
-}
-
-fn advise_huge_pages(start: usize, bytes: usize) {
-    #[cfg(target_os = "linux")]
-    if bytes >= HUGE_PAGE_THRESHOLD {
-        const HUGE: usize = 2 << 20;
-        let aligned = start.next_multiple_of(HUGE);
-        let end = (start + bytes) & !(HUGE - 1);
-        if end > aligned {
-            // SAFETY: the range lies inside an allocation of `bytes` bytes at `start`;
-            // MADV_HUGEPAGE is only advice and does not change its contents or validity.
-            unsafe {
-                libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE)
-            };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (start, bytes);
 }
 
 pub fn ints(t: &Tensor, what: &str) -> KResult<Vec<i64>> {

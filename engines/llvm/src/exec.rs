@@ -126,22 +126,12 @@ fn names(kernels: &[xpu_lir::Kernel]) -> String {
 /// zeroed nor faulted in again. A fresh large one is marked for transparent huge pages
 /// before the kernel writes it, so its first write faults in 2 MiB pages, not 4 KiB ones.
 fn fresh_buffer(dtype: xpu_ir::DType, n: usize, written: bool) -> TensorData {
-    const HUGE: usize = 2 << 20;
     let data = match written.then(|| TensorData::with_room(dtype, n)).flatten() {
         Some(room) => room,
         None => TensorData::zeros(dtype, n),
     };
-    let bytes = n * dtype.size_bytes();
-    if bytes >= 4 * HUGE
-        && let Some(p) = data.as_byte_ptr()
-    {
-        let start = (p as usize).next_multiple_of(HUGE);
-        let end = (p as usize + bytes) & !(HUGE - 1);
-        if end > start {
-            // SAFETY: [start, end) lies inside the buffer just allocated; MADV_HUGEPAGE
-            // only changes how its pages are backed, never its contents.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
+    if let Some(p) = data.as_byte_ptr() {
+        xpu_ir::memory::advise_huge_pages(p, n * dtype.size_bytes());
     }
     data
 }

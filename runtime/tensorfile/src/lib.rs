@@ -35,10 +35,60 @@ impl From<csv::Error> for TensorFileError {
 /// Reads a `.npy`, `.pb` or `.csv` file (a table); returns the name stored in a `.pb`, if
 /// any.
 pub fn read(path: &Path) -> Result<(Option<String>, Tensor)> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| TensorFileError(format!("cannot read {}: {e}", path.display())))?;
+    let cannot =
+        |e: std::io::Error| TensorFileError(format!("cannot read {}: {e}", path.display()));
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext == "npy" {
+        let mut file = std::fs::File::open(path).map_err(cannot)?;
+        if let Some(t) = read_plain_npy_file(&mut file).map_err(cannot)? {
+            return Ok((None, t));
+        }
+    }
+    let bytes = std::fs::read(path).map_err(cannot)?;
     read_bytes(&path.display().to_string(), ext, &bytes)
+}
+
+/// A `.npy` file of a plain little-endian numeric dtype, C-ordered, read from its header
+/// straight into the tensor's elements (no copy of the whole file first: half the memory
+/// and page faults on large inputs, which are also advised to use huge pages). `None` for
+/// anything else — another dtype or order, or a header that does not parse — which the
+/// whole-file reader then reads or refuses with its message.
+fn read_plain_npy_file(file: &mut std::fs::File) -> std::io::Result<Option<Tensor>> {
+    use std::io::Read;
+    let file_len = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    let mut head = [0u8; 12].to_vec();
+    if file.read_exact(&mut head).is_err() {
+        return Ok(None);
+    }
+    let header_len = match head[6] {
+        1 => 10 + usize::from(u16::from_le_bytes([head[8], head[9]])),
+        2 | 3 => 12 + u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize,
+        _ => return Ok(None),
+    };
+    // (A header shorter than the 12 bytes read is no header numpy writes: the whole-file
+    // reader refuses it.)
+    if header_len < head.len() || header_len > 12 + NPY_MAX_HEADER || header_len > file_len {
+        return Ok(None);
+    }
+    head.resize(header_len, 0);
+    if file.read_exact(&mut head[12..]).is_err() {
+        return Ok(None);
+    }
+    let Ok(layout) = npy_layout(&head, file_len) else { return Ok(None) };
+    if !cfg!(target_endian = "little") || !matches!(layout.byte_order, '<' | '|') {
+        return Ok(None);
+    }
+    let Some(n) = layout.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) else {
+        return Ok(None);
+    };
+    let mut fill = |buf: &mut [u8]| match buf.len() <= file_len - header_len {
+        true => file.read_exact(buf),
+        false => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    };
+    let Some(data) = plain_elements_of(&layout.code, n, &mut fill) else { return Ok(None) };
+    // A payload shorter than its shape: the whole-file reader says so.
+    let Ok(data) = data else { return Ok(None) };
+    Ok(Tensor::new(layout.shape, data).ok())
 }
 
 /// Reads the bytes of a `.npy` (`ext` "npy"), `.pb` or `.csv` file called `name` (for
@@ -135,16 +185,44 @@ fn check_npy_header(bytes: &[u8]) -> Result<usize> {
     Ok(start + len)
 }
 
-/// The elements of a little-endian payload as a typed vector: one copy, no per-element
-/// decoding. `None` when the payload is too short (npyz then reports it).
-fn plain_le<T: bytemuck::Pod>(payload: &[u8], n: usize) -> Option<Vec<T>> {
-    let bytes = payload.get(..n.checked_mul(std::mem::size_of::<T>())?)?;
+/// `n` elements of a plain little-endian type, their bytes written by `fill` (a copy from a
+/// payload, or a read from a file): no per-element decoding; a large buffer is advised to
+/// use huge pages before it is filled.
+fn plain_le<T: bytemuck::Pod>(
+    n: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<()>,
+) -> std::io::Result<Vec<T>> {
+    n.checked_mul(std::mem::size_of::<T>()).ok_or(std::io::ErrorKind::InvalidData)?;
     let mut v = vec![T::zeroed(); n];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
-    Some(v)
+    xpu_ir::memory::advise_huge_pages(v.as_ptr().cast(), std::mem::size_of_val(v.as_slice()));
+    fill(bytemuck::cast_slice_mut::<T, u8>(&mut v))?;
+    Ok(v)
+}
+
+/// The elements of a plain little-endian numeric dtype `code` (`f4`, `i8`, …), filled by
+/// `fill`; `None` for any other dtype.
+fn plain_elements_of(
+    code: &str,
+    n: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<()>,
+) -> Option<std::io::Result<TensorData>> {
+    Some(match code {
+        "f4" => plain_le(n, fill).map(TensorData::F32),
+        "f8" => plain_le(n, fill).map(TensorData::F64),
+        "i1" => plain_le(n, fill).map(TensorData::I8),
+        "i2" => plain_le(n, fill).map(TensorData::I16),
+        "i4" => plain_le(n, fill).map(TensorData::I32),
+        "i8" => plain_le(n, fill).map(TensorData::I64),
+        "u1" => plain_le(n, fill).map(TensorData::U8),
+        "u2" => plain_le(n, fill).map(TensorData::U16),
+        "u4" => plain_le(n, fill).map(TensorData::U32),
+        "u8" => plain_le(n, fill).map(TensorData::U64),
+        _ => return None,
+    })
 }
 
 /// A C-ordered array of a plain little-endian numeric dtype, read by copying its payload.
+/// `None` for another dtype or byte order, or a payload too short (npyz then reports it).
 fn read_plain_npy(
     payload: &[u8],
     code: &str,
@@ -155,22 +233,32 @@ fn read_plain_npy(
         return None;
     }
     let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
-    Some(match code {
-        "f4" => TensorData::F32(plain_le(payload, n)?),
-        "f8" => TensorData::F64(plain_le(payload, n)?),
-        "i1" => TensorData::I8(plain_le(payload, n)?),
-        "i2" => TensorData::I16(plain_le(payload, n)?),
-        "i4" => TensorData::I32(plain_le(payload, n)?),
-        "i8" => TensorData::I64(plain_le(payload, n)?),
-        "u1" => TensorData::U8(plain_le(payload, n)?),
-        "u2" => TensorData::U16(plain_le(payload, n)?),
-        "u4" => TensorData::U32(plain_le(payload, n)?),
-        "u8" => TensorData::U64(plain_le(payload, n)?),
-        _ => return None,
-    })
+    let mut fill = |buf: &mut [u8]| match payload.get(..buf.len()) {
+        Some(bytes) => {
+            buf.copy_from_slice(bytes);
+            Ok(())
+        }
+        None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    };
+    plain_elements_of(code, n, &mut fill)?.ok()
 }
 
-pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
+/// What a `.npy` header says: where the elements start, their shape and dtype.
+struct NpyLayout<'h> {
+    payload_at: usize,
+    shape: Vec<usize>,
+    /// The dtype as written (`<f4`).
+    type_str: String,
+    /// The dtype less its byte order (`f4`).
+    code: String,
+    byte_order: char,
+    npy: npyz::NpyFile<&'h [u8]>,
+}
+
+/// Parses and checks the header at the start of `bytes` (the whole file, or its header):
+/// C order, a plain dtype, and a shape whose elements fit in `file_len` bytes — refused
+/// before anything is allocated.
+fn npy_layout(bytes: &[u8], file_len: usize) -> Result<NpyLayout<'_>> {
     let payload_at = check_npy_header(bytes)?;
     let npy = npyz::NpyFile::new(bytes)?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
@@ -181,21 +269,26 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
         npyz::DType::Plain(t) => t.to_string(),
         other => bail!("structured dtype {other:?} is not supported"),
     };
-    let code = type_str.trim_start_matches(['<', '>', '|', '=']);
-    // Refuse a header whose shape needs more data than the file holds, before allocating.
+    let code = type_str.trim_start_matches(['<', '>', '|', '=']).to_string();
     let item: usize = match code.as_bytes().first() {
         Some(b'U') => 4 * code[1..].parse::<usize>().unwrap_or(1),
         _ => code[1..].parse().unwrap_or(1),
     };
     let need = shape.iter().try_fold(item, |acc, &d| acc.checked_mul(d));
     match need {
-        Some(n) if n <= bytes.len() => {}
+        Some(n) if n <= file_len => {}
         _ => bail!(
-            "the header's shape {shape:?} of `{type_str}` needs more data than the file's {} bytes",
-            bytes.len()
+            "the header's shape {shape:?} of `{type_str}` needs more data than the file's {file_len} bytes"
         ),
     }
     let byte_order = type_str.chars().next().unwrap_or('=');
+    Ok(NpyLayout { payload_at, shape, type_str, code, byte_order, npy })
+}
+
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
+    let NpyLayout { payload_at, shape, type_str, code, byte_order, npy } =
+        npy_layout(bytes, bytes.len())?;
+    let code = code.as_str();
     if let Some(data) =
         bytes.get(payload_at..).and_then(|p| read_plain_npy(p, code, byte_order, &shape))
     {
@@ -653,6 +746,65 @@ mod tests {
             write_npy(&p, &t).unwrap();
             let (_, back) = read(&p).unwrap();
             assert_eq!(back, t);
+        }
+    }
+
+    /// A `.npy` file read from its header straight into the elements gives what reading
+    /// the whole file gives — the same tensor, or the same error — for every plain dtype, a
+    /// large array (huge-page advice), and the file cut short or damaged anywhere.
+    #[test]
+    fn npy_files_read_in_place_as_the_whole_file_reader_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<f32> = (0..(5 << 20) / 4).map(|i| i as f32 * 0.5).collect();
+        let tensors = vec![
+            Tensor::from_vec(vec![1280, 1024], big).unwrap(),
+            Tensor::from_vec(vec![2, 3], vec![1.5f64, -2.0, 0.0, 1e300, -0.0, 7.0]).unwrap(),
+            Tensor::from_vec(vec![3], vec![-3i8, 4, 127]).unwrap(),
+            Tensor::from_vec(vec![2], vec![7u16, 9]).unwrap(),
+            Tensor::from_vec(vec![2], vec![-7i32, 9]).unwrap(),
+            Tensor::from_vec(vec![], vec![42i64]).unwrap(),
+            Tensor::from_vec(vec![2], vec![1u64 << 40, 3]).unwrap(),
+            Tensor::from_vec(vec![3], vec![true, false, true]).unwrap(),
+            Tensor::from_vec(vec![0, 4], Vec::<f32>::new()).unwrap(),
+        ];
+        let same = |p: &std::path::Path| {
+            let bytes = std::fs::read(p).unwrap();
+            let whole = read_bytes(&p.display().to_string(), "npy", &bytes);
+            let in_place = read(p);
+            assert_eq!(format!("{in_place:?}"), format!("{whole:?}"), "{}", p.display());
+            in_place.is_ok()
+        };
+        for (i, t) in tensors.iter().enumerate() {
+            let p = dir.path().join(format!("{i}.npy"));
+            write_npy(&p, t).unwrap();
+            assert!(same(&p));
+            assert_eq!(&read(&p).unwrap().1, t);
+            let bytes = std::fs::read(&p).unwrap();
+            let damaged = dir.path().join(format!("{i}-damaged.npy"));
+            // Cut short at every length through the header and a few into the payload.
+            for cut in (0..bytes.len().min(200)).chain([bytes.len() - 1]) {
+                std::fs::write(&damaged, &bytes[..cut]).unwrap();
+                same(&damaged);
+            }
+            // Header bytes flipped: version, length, dict contents.
+            for at in [6, 7, 8, 9, 11, 20, 30, 40, 60] {
+                let mut b = bytes.clone();
+                if at < b.len() {
+                    b[at] ^= 0x5a;
+                }
+                std::fs::write(&damaged, &b).unwrap();
+                same(&damaged);
+            }
+        }
+        // Fortran order and big-endian: read the slow way, or refused, as before.
+        let t = Tensor::from_vec(vec![2, 2], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let p = dir.path().join("f.npy");
+        write_npy(&p, &t).unwrap();
+        let b = std::fs::read(&p).unwrap();
+        let text = String::from_utf8_lossy(&b).into_owned();
+        for (from, to) in [("'fortran_order': False", "'fortran_order': True "), ("<f4", ">f4")] {
+            std::fs::write(&p, text.replace(from, to).into_bytes()).unwrap();
+            same(&p);
         }
     }
 
