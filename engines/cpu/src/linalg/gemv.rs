@@ -48,14 +48,18 @@ pub(super) fn gemv_rows(x: Mat<'_, f32>, w: Mat<'_, f32>, k: usize, n: usize, y:
         partials.resize(partials.len().max((bands - 1) * n), 0.0);
         let partials = &mut partials[..(bands - 1) * n];
         let (first, rest) = (crate::team::SendPtr::new(y), crate::team::SendPtr::new(partials));
-        crate::team::for_each(bands, |b| {
-            // SAFETY: band 0 writes `y`, band b > 0 the b−1-th n-long piece of `partials`:
-            // disjoint, and both stay exclusively borrowed until `for_each` returns.
-            let dst = unsafe {
-                let base = if b == 0 { first.at(0) } else { rest.at((b - 1) * n) };
-                std::slice::from_raw_parts_mut(base, n)
-            };
-            band(b, dst);
+        let runs = crate::team::threads().clamp(1, bands);
+        crate::team::for_each(runs, |t| {
+            for b in t * bands / runs..(t + 1) * bands / runs {
+                // SAFETY: band 0 writes `y`, band b > 0 the b−1-th n-long piece of
+                // `partials`: disjoint, and both stay exclusively borrowed until `for_each`
+                // returns.
+                let dst = unsafe {
+                    let base = if b == 0 { first.at(0) } else { rest.at((b - 1) * n) };
+                    std::slice::from_raw_parts_mut(base, n)
+                };
+                band(b, dst);
+            }
         });
         for part in partials.chunks_exact(n) {
             y.iter_mut().zip(part).for_each(|(acc, v)| *acc += v);
