@@ -2,9 +2,12 @@
 //! layer at batch 1. The gemm crate's m = 1 path reads W column by column; this one streams
 //! W's rows once (four at a time, so `y` is loaded and stored a quarter as often), which is
 //! what a memory-bound product wants. A large W is cut into bands of whole rows, each one
-//! contiguous stretch of memory that a team task streams into its own partial `y`; the
-//! partials are then added in band order. (Cutting by columns instead left each task a
-//! 1 KiB piece of every 2 KiB row: 33% slower on the MLP's 784×512 layer.) The bands depend
+//! contiguous stretch of memory streamed into its own partial `y`, and the team's threads
+//! each take one contiguous run of bands (not a band at a time, claimed by whichever thread
+//! comes first), so a core streams the same weights from its own cache call after call:
+//! MLP batch 1 38 → 30 µs on a Xeon. The partials are then added in band order. (Cutting
+//! by columns instead left each task a 1 KiB piece of every 2 KiB row: 33% slower on the
+//! MLP's 784×512 layer.) The bands depend
 //! on the shape alone, and each is summed over its rows in order, so the result does not
 //! depend on the thread count or on the vector width (the same bits on every machine).
 
