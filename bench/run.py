@@ -102,6 +102,13 @@ def xpu_pair(a, b, rows, reps, threads, env=None):
     return got["a_median_s"], got["b_median_s"]
 
 
+def against_triad(program, nbytes, triad, rows, env=None):
+    """One paired round of `program` (moving `nbytes` a run) with the triad over `rows`×1024
+    f32 (3 arrays counted, as STREAM does): (bandwidth ratio, program's time, triad's)."""
+    t_a, t_tr = xpu_pair(program, triad, rows, 20, THREADS, env)
+    return (nbytes / t_a) / (3 * 4 * rows * 1024 / t_tr), t_a, t_tr
+
+
 def mlp_model(path):
     rng = np.random.default_rng(0)
     dims = [784, 512, 512, 10]
@@ -450,13 +457,13 @@ def bench_llvm(rows):
         assert out_ne.dtype == np.float32 and np.allclose(out_np, out_ne, rtol=1e-4, atol=1e-5), name
         best = {"xpu": float("inf"), "numpy": float("inf"), "numexpr": float("inf")}
         nbytes = sum(v.nbytes for v in inputs.values()) + out_np.nbytes
-        against_triad = []
+        ratios = []
         for _ in range(ROUNDS):
             # The chain and the triad run alternately in one process, run by run, so both
             # see the same stretch of this noisy machine: each round gives one ratio of
             # their medians, and the bar is judged on the median round.
-            t_chain, t_tr = xpu_pair(os.path.join(PROGRAMS, program), triad, n, 20, THREADS)
-            against_triad.append((nbytes / t_chain) / (3 * 4 * n * 1024 / t_tr))
+            ratio, t_chain, t_tr = against_triad(os.path.join(PROGRAMS, program), nbytes, triad, n)
+            ratios.append(ratio)
             t_triad = min(t_triad, t_tr)
             best["xpu"] = min(best["xpu"], t_chain)
             best["numpy"] = min(best["numpy"], median_time(lambda: np_fn(*args), 20))
@@ -464,13 +471,13 @@ def bench_llvm(rows):
         # More rounds against the triad only: xpu's time against numpy and numexpr stays the
         # best of the ROUNDS rounds all three had.
         for _ in range(PAIR_ROUNDS - ROUNDS):
-            t_chain, t_tr = xpu_pair(os.path.join(PROGRAMS, program), triad, n, 20, THREADS)
-            against_triad.append((nbytes / t_chain) / (3 * 4 * n * 1024 / t_tr))
+            ratio, _, t_tr = against_triad(os.path.join(PROGRAMS, program), nbytes, triad, n)
+            ratios.append(ratio)
             t_triad = min(t_triad, t_tr)
         r_np, r_ne = best["numpy"] / best["xpu"], best["numexpr"] / best["xpu"]
         vs_np.append(r_np)
         vs_ne.append(r_ne)
-        moved[name] = (nbytes / best["xpu"], sorted(against_triad))
+        moved[name] = (nbytes / best["xpu"], sorted(ratios))
         print(f"{name:<38} {best['xpu'] * 1e3:7.2f}   {best['numpy'] * 1e3:8.2f}   {best['numexpr'] * 1e3:10.2f}   {r_np:6.2f}   {r_ne:8.2f}")
         rows.append(("llvm chain vs numpy", name, "llvm.fused", best["xpu"] * 1e3, best["numpy"] * 1e3, r_np))
         rows.append(("llvm chain vs numexpr", name, "llvm.fused", best["xpu"] * 1e3, best["numexpr"] * 1e3, r_ne))
@@ -494,8 +501,8 @@ def bench_llvm(rows):
                  '  %2: f32[N,1024] = add(%0, %1)\n  %3: f32[N,1024] = relu(%2)\n  return "y" = %3\n}\n')
     ratios, t_br = [], float("inf")
     for _ in range(PAIR_ROUNDS):
-        t_b, t_tr = xpu_pair(bias_relu, triad, n, 20, THREADS)
-        ratios.append((2 * 4 * n * 1024 / t_b) / (3 * 4 * n * 1024 / t_tr))
+        ratio, t_b, _ = against_triad(bias_relu, 2 * 4 * n * 1024, triad, n)
+        ratios.append(ratio)
         t_br = min(t_br, t_b)
     ratio = sorted(ratios)[len(ratios) // 2]
     print(f"  {'bias + relu (reference, no bar)':<36} {2 * 4 * n * 1024 / t_br / 1e9:6.1f} GB/s   {ratio:5.2f}")
@@ -577,11 +584,11 @@ def bench_llvm_held(rows, cases, triad, n):
         ratios = []
         for _ in range(PAIR_ROUNDS):
             try:
-                t_chain, t_tr = xpu_pair(os.path.join(PROGRAMS, program), triad, n, 20, THREADS, held)
+                ratio, _, _ = against_triad(os.path.join(PROGRAMS, program), nbytes, triad, n, held)
             except subprocess.CalledProcessError as e:
                 print(f"  {name:<36} unavailable: {(e.stderr or '').strip()[-200:]}")
                 break
-            ratios.append((nbytes / t_chain) / (3 * 4 * n * 1024 / t_tr))
+            ratios.append(ratio)
         if not ratios:
             continue
         ratios.sort()
