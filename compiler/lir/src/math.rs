@@ -103,7 +103,16 @@ fn expm1_reduced(x: f32, n: f32) -> f32 {
 /// sum's bits, and (y + 1)·2^(n+b) + c as one fused step with y = e^r − 1. For t the caller
 /// holds where 2^(n+b) is normal; c = −0.0 adds nothing, exactly, whatever the sign.
 fn exp_one_factor(t: f32, shifter: f32, c: f32) -> f32 {
-    let ts = t.mul_add(k::LOG2E, shifter);
+    exp_one_factor_at(t, shifted(t, shifter), shifter, c)
+}
+
+/// t·log2 e + `shifter`: the sum whose low bits hold n plus the shifter's bias.
+fn shifted(t: f32, shifter: f32) -> f32 {
+    t.mul_add(k::LOG2E, shifter)
+}
+
+/// [`exp_one_factor`] given its shifted sum `ts` ([`shifted`]), for a caller that tests it.
+fn exp_one_factor_at(t: f32, ts: f32, shifter: f32, c: f32) -> f32 {
     let s = f32::from_bits(ts.to_bits() << 23);
     expm1_reduced(t, ts - shifter).mul_add(s, s + c)
 }
@@ -214,10 +223,11 @@ pub fn expm1f(x: f32) -> f32 {
 /// NaN propagates through the `x < 0` test (false for NaN).
 pub fn softplusf(x: f32) -> f32 {
     let nax = -x.abs();
-    let keep = nax.mul_add(k::LOG2E, k::EXP_SHIFTER_1) >= k::SOFTPLUS_KEEP_TS;
+    let ts = shifted(nax, k::EXP_SHIFTER_1);
+    let keep = ts >= k::SOFTPLUS_KEEP_TS;
     // (y + 1)·2^n as one fused step: 2^n is normal and e too, so the product is exact
     // either way and the separate + 1 is saved.
-    let e = exp_one_factor(nax, k::EXP_SHIFTER_1, -0.0);
+    let e = exp_one_factor_at(nax, ts, k::EXP_SHIFTER_1, -0.0);
     let l = (horner(e, &k::SOFTPLUS_G) * e).mul_add(e, e);
     let m = if x < 0.0 { 0.0 } else { x };
     m + if keep { l } else { 0.0 }

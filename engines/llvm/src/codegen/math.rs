@@ -69,8 +69,10 @@ fn use_with_callees(name: &'static str, used: &mut BTreeSet<&'static str>) {
     let callees: &[&'static str] = match name {
         "xpu.erff" => &["xpu.expf"],
         "xpu.expf" => &["xpu.expf_at_most_max"],
-        "xpu.expf_at_most_max" | "xpu.exp_one_factor" => &["xpu.expm1_reduced"],
-        "xpu.softplusf" | "xpu.tanhf" | "xpu.expp1f" => &["xpu.exp_one_factor"],
+        "xpu.expf_at_most_max" | "xpu.exp_one_factor_at" => &["xpu.expm1_reduced"],
+        "xpu.softplusf" => &["xpu.exp_one_factor_at"],
+        "xpu.tanhf" | "xpu.expp1f" => &["xpu.exp_one_factor"],
+        "xpu.exp_one_factor" => &["xpu.exp_one_factor_at"],
         "xpu.log1pf" => &["xpu.logf"],
         "xpu.expm1f" => &["xpu.expf", "xpu.logf"],
         _ => &[],
@@ -90,6 +92,7 @@ pub fn definitions(used: &BTreeSet<&'static str>) -> String {
             "xpu.expf_at_most_max" => EXPF_AT_MOST_MAX,
             "xpu.expm1_reduced" => EXPM1_REDUCED,
             "xpu.exp_one_factor" => EXP_ONE_FACTOR,
+            "xpu.exp_one_factor_at" => EXP_ONE_FACTOR_AT,
             "xpu.logf" => LOGF,
             "xpu.tanhf" => TANHF,
             "xpu.erff" => ERFF,
@@ -235,11 +238,11 @@ define internal float @xpu.softplusf(float %x) alwaysinline nounwind {
 entry:
   %ax = call float @llvm.fabs.f32(float %x)
   %nax = fneg float %ax
-  ; The exponential's own shifted sum (the same FMA, merged with its copy inside): a
-  ; compare LLVM cannot turn back into one on |x|, and no clamp before it.
+  ; The exponential's own shifted sum, tested: a compare LLVM cannot turn back into one
+  ; on |x|, and no clamp before it.
   %ts = call float @llvm.fma.f32(float %nax, float f(LOG2E), float f(EXP_SHIFTER_1))
   %keep = fcmp oge float %ts, f(SOFTPLUS_KEEP_TS)
-  %e = call float @xpu.exp_one_factor(float %nax, float f(EXP_SHIFTER_1), float -0.0)
+  %e = call float @xpu.exp_one_factor_at(float %nax, float %ts, float f(EXP_SHIFTER_1), float -0.0)
   %g = horner float %e, SOFTPLUS_G
   %q = fmul float %g, %e
   %l = call float @llvm.fma.f32(float %q, float %e, float %e)
@@ -257,6 +260,15 @@ const EXP_ONE_FACTOR: &str = r#"
 define internal float @xpu.exp_one_factor(float %t, float %shifter, float %c) alwaysinline nounwind {
 entry:
   %ts = call float @llvm.fma.f32(float %t, float f(LOG2E), float %shifter)
+  %e = call float @xpu.exp_one_factor_at(float %t, float %ts, float %shifter, float %c)
+  ret float %e
+}
+"#;
+
+/// [`EXP_ONE_FACTOR`] given its shifted sum (for softplus, which tests it).
+const EXP_ONE_FACTOR_AT: &str = r#"
+define internal float @xpu.exp_one_factor_at(float %t, float %ts, float %shifter, float %c) alwaysinline nounwind {
+entry:
   %n = fsub float %ts, %shifter
   %y = call float @xpu.expm1_reduced(float %t, float %n)
   %tb = bitcast float %ts to i32
