@@ -2,6 +2,9 @@
 #
 #   make run     xpud on embedded defaults (dev mode, ./var, port 8080); prints how to submit
 #   make example the seed's example job locally: examples/example.ml on titanic.csv
+#   make build   the optimised (release) binaries users run: `make run`, `make example`,
+#                `make install`, `make bench` and `make soak` all use this one build
+#   make install xpuctl, xpud, xpu-worker (release) and their libraries into PREFIX
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
@@ -39,7 +42,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache prune
+.PHONY: release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache prune
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
@@ -66,10 +69,11 @@ setup-cases: setup-python
 	$(PY) tests/conformance/export_cases.py $(NODE_CASES)
 	$(PY) tests/conformance/legacy_opsets.py .cache/legacy-opsets
 
-# The ort and openvino engines' runtime libraries, from the onnxruntime and openvino wheels,
-# into .deps/ (git-ignored); the engines find them there, or where configuration points.
-setup-engines: setup-python
-	$(PY) engines/fetch_libraries.py .deps
+# The engines' runtime libraries from their wheels into .deps/ (git-ignored): ONNX Runtime,
+# OpenVINO, and the OpenBLAS numpy ships (scipy-openblas32) for `cpu.blas`; the engines find
+# them there, or where configuration points. Only pip is needed, not the test venv.
+setup-engines:
+	$(PYTHON) engines/fetch_libraries.py .deps
 
 # cargo fuzz (from crates.io; it runs on the stable toolchain without a sanitizer).
 CARGO_FUZZ_VERSION := 0.13.2
@@ -82,9 +86,9 @@ lint:
 	cd fuzz && cargo fmt --check && cargo clippy -q --locked --bins -- -D warnings
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 
-# Every cargo command selects the whole workspace with all targets, so features resolve the
-# same way each time and DuckDB's C++ (about 20 minutes on 2 cores) is compiled once per
-# target dir, not once per command.
+# The test build: every test command selects the whole workspace with all targets, so
+# features resolve the same way each time. Its xpuctl/xpud serve `make test`'s own checks
+# (policy check/test, the CI soak); users get the release build below.
 XPUCTL := $(CARGO_TARGET_DIR)/debug/xpuctl
 
 FUZZ_SECONDS ?= 300
@@ -104,42 +108,48 @@ test: setup lint
 # A bounded soak (docs/soak.md) of the release xpud: SOAK_MINUTES (default 5); the report goes
 # to .cache/soak/report.md.
 SOAK_MINUTES ?= 5
-soak: setup
-	cargo build -q --release --locked --workspace --bins
+soak: setup release
 	$(PY) tools/soak/soak.py --minutes $(SOAK_MINUTES)
 
 # Every fuzz target (or FUZZ_TARGETS="npy policy") for FUZZ_SECONDS each.
 fuzz: setup-fuzz
 	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# The test build (as `make test` makes it), whose xpud/xpuctl `make run` and `make example` use:
-# a binaries-only build resolves features differently and would compile much again.
-build: setup-duckdb
-	cargo test -q --workspace --all-targets --locked --no-run
-
 XPUD := $(CARGO_TARGET_DIR)/debug/xpud
+
+# The binaries users run: the release profile (optimised, line tables for backtraces), every
+# binary of the workspace in one build that `make run`, `make example`, `make install`,
+# `make bench` and `make soak` share.
+RELEASE := $(CARGO_TARGET_DIR)/release
+release: setup-duckdb
+	cargo build -q --release --locked --workspace --bins
+
+build: release
+
+# The cpu engine's OpenBLAS and the other engines' libraries come from `make setup`.
+run-deps: setup-apt setup-engines
 
 # The daemon on embedded defaults: --dev (no auth, loopback only), ./var, the example
 # policies, port 8080. It prints how to submit the seed's example job; Ctrl-C drains and stops.
-run: setup-apt build
-	$(XPUD) --dev --listen 127.0.0.1:8080 --data-dir var
+run: run-deps release
+	$(RELEASE)/xpud --dev --listen 127.0.0.1:8080 --data-dir var
 
-# xpuctl, xpud and xpu-worker (the engines' worker processes; the test build's) into $(PREFIX)/bin, DuckDB's library into
-# $(PREFIX)/lib/xpu (where their rpath looks); then `xpuctl` works from any directory when
+# xpuctl, xpud and xpu-worker (the engines' worker processes) from the release build into
+# $(PREFIX)/bin; DuckDB's library and the cpu engine's OpenBLAS into $(PREFIX)/lib/xpu
+# (where their rpath and the engine look); then `xpuctl` works from any directory when
 # $(PREFIX)/bin is on the PATH.
 PREFIX ?= $(HOME)/.local
-install: build
+install: run-deps release
 	install -d $(PREFIX)/bin $(PREFIX)/lib/xpu
-	install -m 755 $(XPUCTL) $(XPUD) $(CARGO_TARGET_DIR)/debug/xpu-worker $(PREFIX)/bin/
-	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so $(PREFIX)/lib/xpu/
-	@echo "installed xpuctl, xpud and xpu-worker in $(PREFIX)/bin"
+	install -m 755 $(RELEASE)/xpuctl $(RELEASE)/xpud $(RELEASE)/xpu-worker $(PREFIX)/bin/
+	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so .deps/openblas/libscipy_openblas.so $(PREFIX)/lib/xpu/
+	@echo "installed xpuctl, xpud and xpu-worker (release build) in $(PREFIX)/bin"
 
 # The seed's example job, run locally without the daemon.
-example: setup-apt build
-	cd examples && $(XPUCTL) run example.ml --out ../out/example
+example: run-deps release
+	cd examples && $(RELEASE)/xpuctl run example.ml --out ../out/example
 
-bench: setup
-	cargo build -q --release --locked --workspace --bins
+bench: setup release
 	$(PY) bench/run.py
 
 bless: setup

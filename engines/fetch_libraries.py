@@ -1,11 +1,13 @@
-"""Fetch the runtime libraries of the ort and openvino engines (run by `make setup`).
+"""Fetch the runtime libraries engines load at run time (run by `make setup`).
 
-The wheels `onnxruntime==1.31.1` and `openvino==2026.4.1` come from the Python registry;
-their shared libraries are extracted into DEPS (git-ignored):
+The wheels `onnxruntime==1.31.1`, `openvino==2026.4.1` and `scipy-openblas32` (the OpenBLAS
+numpy ships, which knows current CPUs) come from the Python registry; their shared
+libraries are extracted into DEPS (git-ignored):
 
   DEPS/onnxruntime/libonnxruntime.so          (-> libonnxruntime.so.1.31.1)
   DEPS/openvino/libopenvino_c.so              (-> libopenvino_c.so.2641, plus the core,
                                                plugins, frontends and TBB it loads)
+  DEPS/openblas/libscipy_openblas.so          (the cpu engine's `cpu.blas`)
 
 Idempotent: a stamp file per library set records the wheel it came from.
 """
@@ -15,14 +17,19 @@ import subprocess
 import sys
 import zipfile
 
+# The cpu engine's OpenBLAS, pinned (its version is an engine fact of every run that uses it).
+OPENBLAS = "scipy-openblas32==0.3.34.481.3"
+
 WHEELS = {
     "onnxruntime": ("onnxruntime==1.31.1", "onnxruntime/capi/", ["libonnxruntime.so.1.31.1", "libonnxruntime_providers_shared.so"]),
     "openvino": ("openvino==2026.4.1", "openvino/libs/", None),  # None: every library in the folder
+    "openblas": (OPENBLAS, "scipy_openblas32/lib/", ["libscipy_openblas.so"]),
 }
 # Unversioned names the engines open (what a linker's -l would find).
 LINKS = {
     "onnxruntime": {"libonnxruntime.so": "libonnxruntime.so.1.31.1"},
     "openvino": {"libopenvino_c.so": "libopenvino_c.so.2641", "libopenvino.so": "libopenvino.so.2641"},
+    "openblas": {},
 }
 
 
@@ -39,9 +46,11 @@ def main(deps):
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", req, "-d", wheels],
             check=True,
         )
-        version = req.split("==")[1]
+        project, version = req.split("==")
+        # Wheel file names spell the project with underscores (scipy_openblas32-0.3…).
+        stem = f"{project.replace('-', '_')}-{version}"
         wheel = next(
-            os.path.join(wheels, f) for f in sorted(os.listdir(wheels)) if f.startswith(f"{name}-{version}") and f.endswith(".whl")
+            os.path.join(wheels, f) for f in sorted(os.listdir(wheels)) if f.startswith(stem) and f.endswith(".whl")
         )
         os.makedirs(out, exist_ok=True)
         with zipfile.ZipFile(wheel) as z:

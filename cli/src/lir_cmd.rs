@@ -36,7 +36,7 @@ fallback = "allow"
 /// Boards `xpuctl build` compiles for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BuildTarget {
-    /// rv64gc, lp64d: a static executable.
+    /// rv64gc or rv64gcv (`--cpu`), lp64d: a static executable.
     Riscv64,
     /// CUDA C++ and PTX (NVRTC) for `--arch`.
     Cuda,
@@ -66,7 +66,7 @@ pub fn build(
     program: &Path,
     policy: Option<&str>,
     bind: &[String],
-    vector: bool,
+    isa: xpu_engine::RiscvCpu,
     output: &Path,
 ) -> Result<()> {
     let (plan, bindings) = planned(program, policy, bind)?;
@@ -87,12 +87,13 @@ pub fn build(
         );
     }
     let shapes = concrete_shapes(&plan.graph, &bindings)?;
-    let manifest = xpu_engine_llvm::riscv::build(&plan.graph, &shapes, output, vector)
+    let manifest = xpu_engine_llvm::riscv::build(&plan.graph, &shapes, output, isa)
         .map_err(|e| anyhow!("{}: {e}", program.display()))?;
     eprintln!(
-        "wrote {} ({} kernel(s), {} {}; run it with {}/run --input NAME=FILE.npy ... --out DIR)",
+        "wrote {} ({} kernel(s), {} {} {}; run it with {}/run --input NAME=FILE.npy ... --out DIR)",
         output.display(),
         manifest.kernels,
+        manifest.isa,
         manifest.triple,
         manifest.abi,
         output.display()

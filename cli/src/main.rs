@@ -129,8 +129,12 @@ enum Command {
         /// Bind a symbolic dim: N=64 (a build is compiled for concrete shapes).
         #[arg(long = "bind")]
         bind: Vec<String>,
-        /// Use the RISC-V vector extension (RVV).
-        #[arg(long)]
+        /// The riscv64 ISA: rv64gc (scalar), or rv64gcv (RVV 1.0: loops vectorised with
+        /// scalable vectors; the program refuses to start on a CPU without V).
+        #[arg(long, default_value = "rv64gc")]
+        cpu: xpu_engine::RiscvCpu,
+        /// The same as `--cpu rv64gcv`.
+        #[arg(long, hide = true)]
         vector: bool,
         /// The GPU architecture of a cuda build (sm_80, sm_90, ...).
         #[arg(long, default_value = "sm_90")]
@@ -569,6 +573,14 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                                 runs.join(" + "),
                                 k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ")
                             );
+                            if k.name == "cpu.blas" {
+                                println!("    {}", k.description);
+                            }
+                            if let Some(why) = &k.degraded {
+                                println!(
+                                    "    degraded (the planner prefers another kernel): {why}"
+                                );
+                            }
                         }
                     }
                 }
@@ -576,9 +588,11 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             Ok(())
         }
         Command::Ir(ir) => ir_command(ir),
-        Command::Build { program, target, policy, bind, vector, arch, output } => match target {
+        Command::Build { program, target, policy, bind, cpu, vector, arch, output } => match target
+        {
             lir_cmd::BuildTarget::Riscv64 => {
-                lir_cmd::build(&program, policy.as_deref(), &bind, vector, &output)
+                let cpu = if vector { xpu_engine::RiscvCpu::Rv64gcv } else { cpu };
+                lir_cmd::build(&program, policy.as_deref(), &bind, cpu, &output)
             }
             lir_cmd::BuildTarget::Cuda => {
                 lir_cmd::build_cuda(&program, policy.as_deref(), &bind, &arch, &output)

@@ -101,12 +101,14 @@ fn run_ir_lir_and_a_riscv64_build_agree() {
     let program = common::repo().join("tests/programs/gelu_chain.sgr");
     let built = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
         .args(["build", &program.display().to_string(), "--target", "riscv64"])
-        .args(["--bind", "N=4", "--vector", "-o", "rvv"])
+        .args(["--bind", "N=4", "--cpu", "rv64gcv", "-o", "rvv"])
         .env("XPU_CACHE_DIR", &cache)
         .current_dir(dir.path())
         .output()
         .unwrap();
     assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let manifest = std::fs::read_to_string(dir.path().join("rvv/manifest.json")).unwrap();
+    assert!(manifest.contains("\"isa\": \"rv64gcv\""), "{manifest}");
     let rvv_out = dir.path().join("rvv-out");
     let run = Command::new(dir.path().join("rvv/run"))
         .arg("--input")
@@ -120,6 +122,16 @@ fn run_ir_lir_and_a_riscv64_build_agree() {
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(data(rvv_out.join("y.npy")), data(host_out.join("y.npy")));
+    // An ISA xpu does not build for is a usage error naming the ones it does.
+    let bad = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["build", &program.display().to_string(), "--target", "riscv64"])
+        .args(["--bind", "N=4", "--cpu", "rv32gc", "-o", "bad"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("rv32gc") && err.contains("known: rv64gc, rv64gcv"), "{err}");
 
     let (code, _, err) = xpuctl(
         &[

@@ -226,8 +226,8 @@ enum Compile {
 /// and run on an HTTP thread (bytes as sent).
 const INLINE_REQUEST_BYTES: usize = 64 << 10;
 
-/// Whether preparing `req` is cheap enough for an HTTP thread: no file to read, a small
-/// program and small inputs (decoding them is the work).
+/// Whether preparing `req` is cheap enough for an HTTP thread: a small program (or a model
+/// file compiled before) and small inputs (decoding them is the work).
 fn light(req: &SubmitJob) -> bool {
     let p = &req.program;
     let program =
@@ -241,7 +241,9 @@ fn light(req: &SubmitJob) -> bool {
                 + i.data.as_ref().map_or(0, |d| d.len() * 8)
         })
         .sum();
-    p.path.is_none() && program <= INLINE_REQUEST_BYTES && inputs <= INLINE_REQUEST_BYTES
+    // A program by path is light when its file is known and compiled (`prepare` with
+    // `Compile::CachedOnly` gives up otherwise, before reading it).
+    program <= INLINE_REQUEST_BYTES && inputs <= INLINE_REQUEST_BYTES
 }
 
 /// Turns a request into a job spec: program compiled, inputs read, policy resolved. With
@@ -260,27 +262,25 @@ fn prepare(
             "program needs exactly one of source, source_base64 or path",
         ));
     }
-    let (name, bytes, file_sha256) = if let Some(path) = &p.path {
-        let file = app.jobs.model_roots.resolve_read(path).map_err(|e| {
-            ApiError::new(StatusCode::FORBIDDEN, "path_outside_roots", format!("program.path: {e}"))
-        })?;
-        let (bytes, sha) = app.jobs.file_digests.read(&file).map_err(|e| {
-            ApiError::bad_request("invalid_program", format!("program.path {path}: {e}"))
-        })?;
-        (p.name.clone().unwrap_or_else(|| path.clone()), bytes, Some(sha))
-    } else {
-        let Some(name) = p.name.clone() else {
+    // The program's name and, for a model named by path, its file (inside the model roots).
+    let (name, file) = match (&p.path, &p.name) {
+        (Some(path), name) => {
+            let file = app.jobs.model_roots.resolve_read(path).map_err(|e| {
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "path_outside_roots",
+                    format!("program.path: {e}"),
+                )
+            })?;
+            (name.clone().unwrap_or_else(|| path.clone()), Some(file))
+        }
+        (None, Some(name)) => (name.clone(), None),
+        (None, None) => {
             return Err(ApiError::bad_request(
                 "invalid_program",
                 "program.name is required with source (its extension gives the language)",
             ));
-        };
-        let bytes = match (&p.source, &p.source_base64) {
-            (Some(s), _) => s.clone().into_bytes(),
-            (_, Some(b)) => decode_b64("program.source_base64", b)?,
-            _ => Vec::new(),
-        };
-        (name, bytes, None)
+        }
     };
     let kind = xpu_runtime::ProgramKind::of(&name).ok_or_else(|| {
         ApiError::bad_request(
@@ -296,21 +296,53 @@ fn prepare(
     }
     let lower_inputs =
         xpu_minilang::lower::Inputs::given(input_names.iter().map(String::as_str).zip(&inputs));
-    let program_sha256 = file_sha256.unwrap_or_else(|| crate::jobs::sha256_hex(&bytes));
-    let compiled = match compile {
-        Compile::CachedOnly => match app.jobs.compiled.get(&name, &program_sha256, &lower_inputs) {
-            Some(c) => c,
-            None => return Ok(None),
-        },
-        Compile::Always => {
-            app.jobs
-                .compiled
-                .get_or_compile(&name, &bytes, &program_sha256, &app.jobs.data_roots, &lower_inputs)
-                .map_err(|e| {
-                    ApiError::unprocessable("invalid_program", "the program does not compile")
-                        .details(serde_json::json!({ "diagnostics": e.to_string() }))
-                })?
-                .0
+    // A model file unchanged since it was hashed and compiled for these inputs before is
+    // neither read, hashed nor compiled again: one `stat` and two cache lookups.
+    let known = match &file {
+        Some(f) if !kind.is_text() => app.jobs.file_digests.known(f).and_then(|sha| {
+            app.jobs.compiled.get(&name, &sha, &lower_inputs).map(|graph| (sha, graph))
+        }),
+        _ => None,
+    };
+    let (bytes, program_sha256, program_file, compiled) = match (known, &file) {
+        (Some((sha, graph)), _) => (Vec::new(), sha, file.clone(), graph),
+        (None, Some(_)) if compile == Compile::CachedOnly => return Ok(None),
+        (None, file) => {
+            let (bytes, sha) = match file {
+                Some(f) => app.jobs.file_digests.read(f).map_err(|e| {
+                    let path = p.path.as_deref().unwrap_or_default();
+                    ApiError::bad_request("invalid_program", format!("program.path {path}: {e}"))
+                })?,
+                None => {
+                    let bytes = match (&p.source, &p.source_base64) {
+                        (Some(s), _) => s.clone().into_bytes(),
+                        (_, Some(b)) => decode_b64("program.source_base64", b)?,
+                        _ => Vec::new(),
+                    };
+                    let sha = crate::jobs::sha256_hex(&bytes);
+                    (bytes, sha)
+                }
+            };
+            let compiled = match compile {
+                Compile::CachedOnly => match app.jobs.compiled.get(&name, &sha, &lower_inputs) {
+                    Some(c) => c,
+                    None => return Ok(None),
+                },
+                Compile::Always => {
+                    app.jobs
+                        .compiled
+                        .get_or_compile(&name, &bytes, &sha, &app.jobs.data_roots, &lower_inputs)
+                        .map_err(|e| {
+                            ApiError::unprocessable(
+                                "invalid_program",
+                                "the program does not compile",
+                            )
+                            .details(serde_json::json!({ "diagnostics": e.to_string() }))
+                        })?
+                        .0
+                }
+            };
+            (bytes, sha, None, compiled)
         }
     };
     let graph = compiled.graph;
@@ -360,6 +392,7 @@ fn prepare(
         program_kind: kind.name(),
         program_text: kind.is_text(),
         program_bytes: bytes,
+        program_file,
         program_sha256,
         graph,
         graph_hash: compiled.hash,

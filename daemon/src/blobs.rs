@@ -53,6 +53,11 @@ impl Blobs {
         }
     }
 
+    /// Whether the bytes of `sha` are kept (by this process, or found on disk).
+    pub fn has(&self, sha: &str, ext: &str) -> bool {
+        is_sha256(sha) && (self.remembers(&format!("{sha}.{ext}")) || self.path(sha, ext).is_file())
+    }
+
     /// Keeps `bytes`, whose SHA-256 is `sha`, unless this process already has.
     pub fn put(&self, sha: &str, ext: &str, bytes: &[u8]) -> std::io::Result<()> {
         if !is_sha256(sha) {

@@ -167,6 +167,10 @@ impl Default for IsolationSettings {
 pub struct CpuSettings {
     /// Default `in-process`: xpu's own kernels.
     pub isolation: Option<Isolation>,
+    /// The OpenBLAS the `cpu.blas` kernel loads (`libscipy_openblas.so` or
+    /// `libopenblas.so`). `XPU_BLAS_LIBRARY` overrides it; unset, numpy's OpenBLAS from
+    /// `make setup` (`.deps/openblas/`) or `make install` (`lib/xpu/`), else the system's.
+    pub blas_library: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -226,6 +230,10 @@ pub struct LlvmSettings {
     /// that has the level; a level this machine lacks makes the llvm engine unavailable).
     /// Unset: `$XPU_LLVM_HOST_CPU`, else `native`.
     pub host_cpu: Option<xpu_engine::HostCpu>,
+    /// The ISA of the riscv64 device's programs: `rv64gc` (scalar) or `rv64gcv` (RVV 1.0
+    /// vectors; the default runner then runs qemu with the vector extension, and a board
+    /// without it refuses the program). Unset: `$XPU_RISCV_CPU`, else `rv64gc`.
+    pub riscv_cpu: Option<xpu_engine::RiscvCpu>,
 }
 
 impl Engines {
@@ -264,6 +272,7 @@ impl Engines {
     pub fn libraries(&self, data_dir: &std::path::Path) -> xpu_runtime::EngineLibraries {
         let cache = self.openvino.cache_dir.clone().unwrap_or_else(|| "openvino-cache".into());
         xpu_runtime::EngineLibraries {
+            blas: self.cpu.blas_library.clone(),
             ort: self.ort.library.clone(),
             openvino_dir: self.openvino.library_dir.clone(),
             openvino_cache_dir: Some(data_dir.join(cache)),
@@ -272,6 +281,7 @@ impl Engines {
             ),
             llvm_riscv_runner: self.llvm.riscv_runner.clone(),
             llvm_host_cpu: self.llvm.host_cpu,
+            llvm_riscv_cpu: self.llvm.riscv_cpu,
             cuda_library_dir: self.cuda.library_dir.clone(),
             cuda_cache_dir: Some(
                 data_dir.join(self.cuda.cache_dir.clone().unwrap_or_else(|| "cuda-cache".into())),
@@ -469,6 +479,7 @@ impl Config {
             format!("policies: {}{}", list(&self.policy_dirs), why("policy_dirs")),
             format!("data roots: {}{}", list(&self.data_roots), why("data_roots")),
             format!("model roots: {}{}", list(&self.model_roots), why("model_roots")),
+            format!("blas: {}", blas_line()),
             format!(
                 "onnx runtime: {}",
                 lib(&libs.ort, "XPU_ORT_LIBRARY", ".deps/onnxruntime/libonnxruntime.so")
@@ -513,5 +524,15 @@ impl Config {
         } else {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         }
+    }
+}
+
+/// The cpu engine's BLAS as loaded (after the engines are, so the configured library is the
+/// one described), and why it is degraded where it is.
+fn blas_line() -> String {
+    let loaded = xpu_engine_cpu::blas_info().unwrap_or_else(|e| e);
+    match xpu_engine_cpu::blas_degraded() {
+        Some(why) => format!("{loaded}; degraded, cpu.gemm preferred: {why}"),
+        None => loaded,
     }
 }

@@ -42,7 +42,12 @@ pub fn now_us() -> i64 {
 pub struct JobSpec {
     pub program_name: String,
     pub program_kind: &'static str,
+    /// Empty when the program is a model file known unchanged and compiled before
+    /// (`program_file`): its bytes were not read for this job.
     pub program_bytes: Vec<u8>,
+    /// The model file whose bytes `program_bytes` leaves unread, read only if the blob
+    /// store lacks them.
+    pub program_file: Option<PathBuf>,
     pub program_sha256: String,
     pub program_text: bool,
     pub graph: Arc<Graph>,
@@ -716,7 +721,22 @@ impl Jobs {
         if !spec.program_text {
             // Content-addressed: a model submitted again and again is written once.
             let ext = program_ext(&spec.program_name);
-            self.blobs.put(&spec.program_sha256, ext, &spec.program_bytes).map_err(io)?;
+            match &spec.program_file {
+                Some(file) if !self.blobs.has(&spec.program_sha256, ext) => {
+                    let bytes = std::fs::read(file).map_err(io)?;
+                    if sha256_hex(&bytes) != spec.program_sha256 {
+                        return Err(SubmitError::Io(format!(
+                            "{} changed while the job was submitted",
+                            file.display()
+                        )));
+                    }
+                    self.blobs.put(&spec.program_sha256, ext, &bytes).map_err(io)?;
+                }
+                Some(_) => {}
+                None => {
+                    self.blobs.put(&spec.program_sha256, ext, &spec.program_bytes).map_err(io)?
+                }
+            }
         }
         if !spec.inputs.is_empty() {
             std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;

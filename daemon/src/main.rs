@@ -1,6 +1,7 @@
 //! `xpud`: serve the API until SIGTERM/SIGINT (then drain), reload policies on SIGHUP.
 //! `xpud token` makes a token and prints the tokens-file entry for it.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -60,6 +61,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a journal, a file or a pipe gets
+        // plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     match run(cli) {
@@ -116,10 +120,12 @@ async fn serve(config: Config) -> Result<()> {
         app.config.workers(),
         if app.config.dev { ", --dev: no authentication" } else { "" }
     );
+    // Once each: to the person at the terminal in --dev mode, else to the log.
     for line in app.config.describe() {
-        tracing::info!("{line}");
         if app.config.dev {
             println!("{line}");
+        } else {
+            tracing::info!("{line}");
         }
     }
     if app.config.dev {

@@ -2,7 +2,7 @@
 //! policies built into the binary (written to `<data dir>/policies`), uses data and model
 //! roots under its data dir, and says at start what it uses.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ fn xpud_starts_in_an_empty_directory() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xpud"))
         .args(["--dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir", "state"])
         .current_dir(cwd.path())
-        .env("XPU_LOG", "warn")
+        .env("XPU_LOG", "info")
         .env_remove("XPU_POLICY_DIRS")
         .env_remove("XPU_DATA_ROOTS")
         .env_remove("XPU_MODEL_ROOTS")
@@ -53,7 +53,11 @@ fn xpud_starts_in_an_empty_directory() {
         .map(|mut r| r.body_mut().read_to_string().unwrap());
     let _ = child.kill();
     let _ = child.wait();
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
     assert!(text.contains("xpud is up"), "xpud did not start:\n{text}");
+    // Its log is not a terminal here: plain text, no colour codes.
+    assert!(log.contains("listening on") && !log.contains('\u{1b}'), "{log:?}");
     let state = cwd.path().join("state");
     assert!(
         text.contains(&format!("policies: {} (built-in default", state.join("policies").display()))
@@ -62,6 +66,11 @@ fn xpud_starts_in_an_empty_directory() {
     );
     assert!(text.contains("data roots: ") && text.contains("data (built-in default"), "{text}");
     assert!(text.contains("onnx runtime: ") && text.contains("openvino: "), "{text}");
+    // The cpu engine's BLAS, as loaded: its release and the core it detected.
+    assert!(text.contains("blas: OpenBLAS 0.") && text.contains(", core "), "{text}");
+    for line in &said {
+        assert_eq!(said.iter().filter(|l| *l == line).count(), 1, "said twice: {line}\n{text}");
+    }
     assert!(state.join("policies/latency-gpu.toml").exists());
     assert!(state.join("data").is_dir() && state.join("models").is_dir());
     let policies = answer.expect("GET /v1/policies");

@@ -26,6 +26,10 @@ pub use xpu_tensorfile as tensors;
 /// variable overrides these; with neither, the engine looks in `.deps/` (`make setup`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineLibraries {
+    /// The cpu engine's OpenBLAS (`[engines.cpu] blas_library`); `None`: `$XPU_BLAS_LIBRARY`,
+    /// else numpy's OpenBLAS from `make setup`/`make install`, else the system's.
+    #[serde(default)]
+    pub blas: Option<PathBuf>,
     pub ort: Option<PathBuf>,
     pub openvino_dir: Option<PathBuf>,
     /// Where OpenVINO keeps compiled models between runs (`[engines.openvino] cache_dir`).
@@ -40,6 +44,10 @@ pub struct EngineLibraries {
     /// `None`: `$XPU_LLVM_HOST_CPU`, else `native`.
     #[serde(default)]
     pub llvm_host_cpu: Option<xpu_engine::HostCpu>,
+    /// The ISA the llvm engine's riscv64 device builds for (`[engines.llvm] riscv_cpu`);
+    /// `None`: `$XPU_RISCV_CPU`, else `rv64gc`.
+    #[serde(default)]
+    pub llvm_riscv_cpu: Option<xpu_engine::RiscvCpu>,
     /// Where the cuda engine finds libcuda, NVRTC and ptxas (`[engines.cuda] library_dir`).
     pub cuda_library_dir: Option<PathBuf>,
     /// Where the cuda engine keeps compiled kernels (`[engines.cuda] cache_dir`); `None`:
@@ -65,6 +73,8 @@ impl SharedEngines {
     /// it when first asked for their capabilities or to prepare, so commands that never plan
     /// never pay for it.
     pub fn load(libraries: &EngineLibraries) -> SharedEngines {
+        // One BLAS per process: a second, different path is not loaded (the first stays).
+        xpu_engine_cpu::configure_blas(libraries.blas.clone());
         let mut engines: Vec<Arc<dyn xpu_engine::Engine>> =
             vec![Arc::new(xpu_engine_cpu::CpuEngine::new())];
         #[cfg(feature = "ort")]
@@ -90,9 +100,15 @@ impl SharedEngines {
                 .llvm_cache_dir
                 .clone()
                 .or_else(xpu_engine_llvm::LlvmEngine::default_cache_dir);
-            let (runner, host_cpu) = (libraries.llvm_riscv_runner.clone(), libraries.llvm_host_cpu);
+            let (runner, host_cpu, riscv_cpu) = (
+                libraries.llvm_riscv_runner.clone(),
+                libraries.llvm_host_cpu,
+                libraries.llvm_riscv_cpu,
+            );
             engines.push(Arc::new(Deferred::new("llvm", move || {
-                Arc::new(xpu_engine_llvm::LlvmEngine::configured(cache, runner, host_cpu))
+                Arc::new(xpu_engine_llvm::LlvmEngine::configured(
+                    cache, runner, host_cpu, riscv_cpu,
+                ))
             })));
         }
         #[cfg(feature = "cuda")]

@@ -542,9 +542,16 @@ impl<'a> Planner<'a> {
                     ));
                 }
             }
-            for &k in &kernels {
-                if !ordered.iter().any(|o| o.name == caps.kernels[k].name) {
-                    ordered.push(&caps.kernels[k]);
+            // The engine's own order, its degraded kernels last (a policy that prefers or
+            // pins one has placed it above already).
+            for degraded in [false, true] {
+                for &k in &kernels {
+                    let kc = &caps.kernels[k];
+                    if kc.degraded.is_some() == degraded
+                        && !ordered.iter().any(|o| o.name == kc.name)
+                    {
+                        ordered.push(kc);
+                    }
                 }
             }
             let mut engine_rejections = missing_preferred;
@@ -668,12 +675,16 @@ impl<'a> Planner<'a> {
                         .or(out.chosen.as_ref())
                         .map(|c| c.0.kernel.clone())
                         .unwrap_or_default();
-                    engine_rejections.push(reject(
-                        ReasonCode::Outranked,
-                        format!("{winner} comes first"),
-                        None,
-                        kname,
-                    ));
+                    // Degraded is the reason only when the winner is this engine's own kernel
+                    // (an earlier engine's pick outranks every kernel here anyway).
+                    let (code, detail) = match &k.degraded {
+                        Some(why) if engine_pick.is_some() && !preferred.contains(&k.name) => (
+                            ReasonCode::KernelDegraded,
+                            format!("{} is degraded here ({why}); {winner} runs instead", k.name),
+                        ),
+                        _ => (ReasonCode::Outranked, format!("{winner} comes first")),
+                    };
+                    engine_rejections.push(reject(code, detail, None, kname));
                     continue;
                 }
                 if precision != f.precision {

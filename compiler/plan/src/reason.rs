@@ -48,6 +48,7 @@ reason_codes! {
     ReuseUnsupported => "`[memory] reuse` asks for buffer reuse and the partition's engine does not execute xpu's memory plan: what it does instead is recorded.",
     FusionSplit => "A fusion group (nodes the `fuse` pass marked to compile as one loop nest) does not run whole on one engine and kernel: its nodes were placed on different engines, kernels or partitions, each by its own decision.",
     SettingUnsupported => "A setting the policy asks of engines (`memory.pool`, `memory.pinned_host`, `precision.accumulate`) that the partition's engine does not honour as asked: what it does instead is recorded.",
+    KernelDegraded => "The kernel runs here below what the machine can do (`cpu.blas` over a BLAS that does not know the CPU): another kernel of the engine was preferred. A policy that names the kernel (`[kernels]`, a rule) still gets it.",
 }
 
 /// `docs/reason-codes.md`, generated so it cannot drift from the code.

@@ -84,6 +84,7 @@ impl Engine for SimEngine {
                 device: Some(DeviceKind::Cuda),
                 operand_dtypes: Vec::new(),
                 op_dtypes: Vec::new(),
+                degraded: None,
             }],
             unavailable_kernels: Default::default(),
         }

@@ -195,6 +195,53 @@ fn pinned_kernels() {
 }
 
 #[test]
+fn a_degraded_kernel_goes_last_unless_the_policy_names_it() {
+    // cpu.blas over a BLAS that does not know the CPU: listed first by the engine, but
+    // degraded, so the planner takes cpu.naive and says why; a pin or a preference still
+    // gets cpu.blas, and an earlier engine's pick is not blamed on the degradation.
+    let inv = INVENTORY.replace(
+        r#"{ name = "cpu.blas", ops = ["matmul"], dtypes = ["f32", "f64"] },"#,
+        r#"{ name = "cpu.blas", ops = ["matmul"], dtypes = ["f32", "f64"], degraded = "OpenBLAS 0.3.21 runs its Prescott kernel" },"#,
+    );
+    assert_ne!(inv, INVENTORY);
+    let cpu_first = "[engines]\norder = [\"cpu\", \"cuda\"]\n";
+    check_with(
+        GRAPH,
+        &inv,
+        cpu_first,
+        "fc",
+        "cpu cpu.naive fp32 | by engines.order[0] | rejected cpu.blas:KernelDegraded cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        &format!("{cpu_first}[kernels]\nmatmul = \"cpu.blas\"\n"),
+        "fc",
+        "cpu cpu.blas fp32 | by kernels.matmul | rejected cpu.naive:KernelNotPinned cuda:KernelNotPinned",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        &format!("{cpu_first}[kernels]\nmatmul = [\"cpu.blas\", \"cpu.naive\"]\n"),
+        "fc",
+        "cpu cpu.blas fp32 | by engines.order[0] + kernels.matmul[0] | rejected cpu.naive:Outranked cuda.cublaslt:DtypeUnsupported cuda.cublas:Outranked",
+    );
+    check_with(
+        GRAPH,
+        &inv,
+        "",
+        "fc",
+        "cuda cuda.cublas fp32 | by inventory order | rejected cuda.cublaslt:DtypeUnsupported cpu.naive:Outranked cpu.blas:Outranked",
+    );
+    let g = xpu_ir::text::parse(GRAPH).unwrap();
+    let (_, ex) = xpu_plan::plan(&g, &policy(cpu_first), &Inventory::from_toml(&inv).unwrap())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let fc = ex.decisions.iter().find(|d| d.name.as_deref() == Some("fc")).unwrap();
+    let why = fc.rejected.iter().find(|r| r.code == ReasonCode::KernelDegraded).unwrap();
+    assert!(why.detail.contains("Prescott") && why.detail.contains("cpu.naive runs instead"));
+}
+
+#[test]
 fn class_pins_cover_only_the_ops_their_kernel_runs() {
     // `binary` pinned to cuda.fused, whose entry runs add (a binary op) but not pow.
     let inv =
@@ -551,6 +598,7 @@ fn every_reason_code_is_exercised_or_documented() {
         "ReuseUnsupported",
         "SettingUnsupported",
         "FusionSplit",
+        "KernelDegraded",
     ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());

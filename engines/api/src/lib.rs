@@ -19,6 +19,7 @@ pub mod dylib;
 pub mod host_cpu;
 pub mod options;
 mod registry;
+pub mod riscv_cpu;
 mod stop;
 pub mod value;
 
@@ -27,6 +28,7 @@ pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use host_cpu::HostCpu;
 pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
+pub use riscv_cpu::RiscvCpu;
 pub use stop::{HookGuard, StopReason, StopToken};
 pub use value::{DeviceBuffer, Value};
 
@@ -98,6 +100,12 @@ pub struct KernelCaps {
     /// entries list. Ops not named take every dtype of `dtypes`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub op_dtypes: Vec<OpDtypes>,
+    /// Why the kernel runs here below what the machine can do (`cpu.blas` over a BLAS that
+    /// does not know the CPU), or `None`. The planner places a node on a degraded kernel
+    /// only when the policy names it or no other kernel of the engine can run the node
+    /// (reason `KernelDegraded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 /// A narrower dtype list for some of a kernel's ops.

@@ -74,8 +74,46 @@ pub fn supported_ops() -> Vec<Op> {
         .collect()
 }
 
-/// Whether this build links OpenBLAS (the `cpu.blas` kernel).
+/// Whether this build has the `cpu.blas` kernel (OpenBLAS, loaded at run time).
 pub const HAS_BLAS: bool = cfg!(feature = "openblas");
+
+/// Sets the OpenBLAS library this process loads when `$XPU_BLAS_LIBRARY` is unset
+/// (`[engines.cpu] blas_library`); `None` keeps the search (numpy's OpenBLAS from
+/// `make setup` or `make install`, then the system's). Only the first call counts: false
+/// when another library was set before.
+pub fn configure_blas(library: Option<std::path::PathBuf>) -> bool {
+    #[cfg(feature = "openblas")]
+    return blas::configure(library);
+    #[cfg(not(feature = "openblas"))]
+    library.is_none()
+}
+
+/// What the OpenBLAS this process loads says of itself (release, detected core, whether it
+/// runs below this CPU), or why none loads. `Err` in a build without the `openblas` feature.
+pub fn blas_info() -> Result<String, String> {
+    #[cfg(feature = "openblas")]
+    return blas::info().map(|i| i.to_string()).map_err(str::to_string);
+    #[cfg(not(feature = "openblas"))]
+    Err("built without the `openblas` feature".into())
+}
+
+/// Why `cpu.blas` runs below this machine (a BLAS that does not know the CPU, or none
+/// loaded), or `None`: the planner then prefers `cpu.gemm` (reason `KernelDegraded`).
+pub fn blas_degraded() -> Option<String> {
+    #[cfg(feature = "openblas")]
+    return match blas::info() {
+        Ok(i) => i.degraded.clone(),
+        Err(e) => Some(format!("{e}: products above the register-tile size run on the gemm crate")),
+    };
+    #[cfg(not(feature = "openblas"))]
+    Some("built without the `openblas` feature".into())
+}
+
+/// Whether unpinned products (constant folding, convolution's GEMM step) take the tuned
+/// `cpu.blas` path: built in and not degraded.
+fn blas_preferred() -> bool {
+    HAS_BLAS && blas_degraded().is_none()
+}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Kernel {
@@ -97,7 +135,7 @@ impl Kernel {
 
     fn default_for(op: Op) -> Kernel {
         match op {
-            Op::MatMul | Op::Gemm if HAS_BLAS => Kernel::Blas,
+            Op::MatMul | Op::Gemm if blas_preferred() => Kernel::Blas,
             Op::MatMul | Op::Gemm => Kernel::Gemm,
             Op::Conv => Kernel::Im2col,
             _ => Kernel::Naive,
@@ -126,7 +164,8 @@ impl Kernel {
         match self {
             Kernel::Naive => MatMulKernel::Naive,
             Kernel::Gemm => MatMulKernel::Gemm,
-            Kernel::Blas | Kernel::Im2col if HAS_BLAS => MatMulKernel::Blas,
+            Kernel::Blas if HAS_BLAS => MatMulKernel::Blas,
+            Kernel::Im2col if blas_preferred() => MatMulKernel::Blas,
             Kernel::Blas | Kernel::Im2col => MatMulKernel::Gemm,
         }
     }
@@ -349,7 +388,11 @@ impl Engine for CpuEngine {
                     classes: vec![],
                     deterministic: true,
                     dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
-                    description: "OpenBLAS SGEMM/DGEMM".into(),
+                    description: match blas_info() {
+                        Ok(info) => format!("tuned products: register tiles, GEMV, {info}"),
+                        Err(e) => format!("tuned products: register tiles, GEMV ({e})"),
+                    },
+                    degraded: blas_degraded(),
                 }),
                 Some(KernelCaps {
                     device: None,
@@ -361,6 +404,7 @@ impl Engine for CpuEngine {
                     deterministic: true,
                     dtypes: floats.clone(),
                     description: "packed GEMM (gemm crate), split over the engine's threads".into(),
+                    degraded: None,
                 }),
                 Some(KernelCaps {
                     device: None,
@@ -372,6 +416,7 @@ impl Engine for CpuEngine {
                     deterministic: true,
                     dtypes: floats,
                     description: "im2col + GEMM convolution".into(),
+                    degraded: None,
                 }),
                 Some(KernelCaps {
                     device: None,
@@ -383,6 +428,7 @@ impl Engine for CpuEngine {
                     deterministic: true,
                     dtypes: all,
                     description: "reference loops for every op".into(),
+                    degraded: None,
                 }),
             ]
             .into_iter()

@@ -113,16 +113,21 @@ pub(crate) fn mm<T: Scalar>(
     // the thread count, and the bits must not depend on it.
     let unpacked = product <= UNPACKED_PRODUCT;
     let c = crate::team::SendPtr::new(c);
-    // SAFETY (every `block` call below): the blocks are disjoint rectangles of the m×n C,
-    // whose slice `covers` checked and which stays exclusively borrowed until `mm` returns;
-    // A's rows and B's columns of each block lie inside the operands `covers` checked.
+    // Every `block` call below gets a disjoint rectangle of the m×n C, whose slice the assert
+    // checked and which stays exclusively borrowed until `mm` returns; A's rows and B's
+    // columns of each block lie inside the operands `covers` checked.
     if parts <= 1 {
+        // SAFETY: one block, the whole C (offset 0, row stride n, m, n > 0): no other thread
+        // touches it; A and B are the full operands the assert checked.
         unsafe { block(kernel, unpacked, m, n, k, a, b, c.at(0), n) };
     } else if n >= parts * 2 * COLUMN_QUANTUM {
         let per = n.div_ceil(parts).next_multiple_of(COLUMN_QUANTUM);
         crate::team::for_each(n.div_ceil(per), |i| {
             let (c0, c1) = (i * per, ((i + 1) * per).min(n));
             let b = Mat { data: &b.data[c0 * b.cs..], ..b };
+            // SAFETY: task i owns columns c0..c1 of every row (c0 < n, so `at(c0)` is inside
+            // C); the column ranges of different tasks are disjoint, and B sliced from column
+            // c0 still covers k×(c1 - c0) because B covered k×n.
             unsafe { block(kernel, unpacked, m, c1 - c0, k, a, b, c.at(c0), n) };
         });
     } else {
@@ -130,6 +135,9 @@ pub(crate) fn mm<T: Scalar>(
         crate::team::for_each(m.div_ceil(per), |i| {
             let (r0, r1) = (i * per, ((i + 1) * per).min(m));
             let a = Mat { data: &a.data[r0 * a.rs..], ..a };
+            // SAFETY: task i owns rows r0..r1 of C (r0 < m, so `at(r0 * n)` is inside C); the
+            // row ranges of different tasks are disjoint, and A sliced from row r0 still
+            // covers (r1 - r0)×k because A covered m×k.
             unsafe { block(kernel, unpacked, r1 - r0, n, k, a, b, c.at(r0 * n), n) };
         });
     }

@@ -178,7 +178,7 @@ impl Team {
 
     fn job(&self, count: usize, f: &(dyn Fn(usize) + Sync)) {
         let shared = &*self.shared;
-        // SAFETY (lifetime erasure): the pointer is only dereferenced for claimed tasks of
+        // SAFETY: (lifetime erasure) the pointer is only dereferenced for claimed tasks of
         // this job, and this function returns only after all `count` of them finished.
         let erased: TaskFn = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), TaskFn>(f) };
         *shared.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(SendTask(erased));
@@ -392,14 +392,16 @@ mod tests {
 
     #[test]
     fn the_first_job_of_a_new_team_is_shared() {
-        // A job published while the worker is still starting must still reach it.
+        // A job published while the worker is still starting must still reach it. Each
+        // task holds its thread long enough (30 ms) that a worker delayed by a loaded
+        // machine still claims the second before the caller is free to.
         for _ in 0..20 {
             let team = Arc::new(Team::new(2).unwrap());
             let ids = Mutex::new(std::collections::HashSet::new());
             with_team(&team, || {
                 for_each(2, |_| {
                     ids.lock().unwrap().insert(std::thread::current().id());
-                    std::thread::sleep(Duration::from_millis(5));
+                    std::thread::sleep(Duration::from_millis(30));
                 })
             });
             assert_eq!(ids.lock().unwrap().len(), 2, "both threads took a task");

@@ -201,6 +201,17 @@ impl Gpu {
         }
         EngineError::Kernel { node: node.to_string(), message }
     }
+
+    /// [`driver_error`](Self::driver_error) for a failed allocation of `bytes` (after its
+    /// retry, [`retry_after_trim`]): an OOM names the bytes asked for.
+    pub fn allocation_error(&self, node: &str, e: DriverError, bytes: u64) -> EngineError {
+        match self.driver_error(node, "allocation", e) {
+            EngineError::OutOfMemory { device, available, reserved, .. } => {
+                EngineError::OutOfMemory { device, requested: bytes, available, reserved }
+            }
+            other => other,
+        }
+    }
 }
 
 /// The device's default memory pool (the one stream-ordered allocations come from).
@@ -231,11 +242,45 @@ fn pool_idle_bytes(ctx: &CudaContext) -> u64 {
     }
 }
 
-/// `bytes` of device memory from `stream`'s pool — every device allocation the engine
-/// makes goes through here; when the device is out of memory, the pool's unused memory is
-/// first handed back to the driver (it keeps every freed block, in chunks that may not fit
-/// this request) and the allocation tried once more, as PyTorch's caching allocator frees
-/// its cache before reporting an OOM.
+/// `alloc`, and when it fails with the driver's out-of-memory, `trim` (handing back memory
+/// the engine holds but does not need) and `alloc` once more — whose error, an OOM again
+/// included, is the answer. Any other error is returned at once, without a trim, and so is
+/// a trim's own error (a failed synchronisation says more than the OOM). Every device
+/// allocation the engine makes outside a graph capture goes through here (as
+/// [`alloc_or_trim`] or [`alloc_zeros_or_trim`]); the callers turn the final OOM into
+/// `EngineError::OutOfMemory` with the bytes asked for, available and held
+/// ([`Gpu::driver_error`]).
+pub(crate) fn retry_after_trim<T>(
+    mut alloc: impl FnMut() -> Result<T, DriverError>,
+    trim: impl FnOnce() -> Result<(), DriverError>,
+) -> Result<T, DriverError> {
+    match alloc() {
+        Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            trim()?;
+            alloc()
+        }
+        other => other,
+    }
+}
+
+/// What the engine can let go of when an allocation meets an OOM: the default pool's unused
+/// memory, handed back to the driver (the pool keeps every freed block, its release
+/// threshold being unbounded, in chunks that may not fit the request) — as PyTorch's
+/// caching allocator empties its cache before reporting an OOM. Arenas, workspaces and
+/// bound inputs are in use by the executables that hold them and stay.
+fn trim_pool(stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+    use cudarc::driver::sys;
+    // Frees in flight on this stream complete first, so the trim can return them.
+    stream.synchronize()?;
+    if let Some(pool) = default_pool(stream.context()) {
+        // SAFETY: trims a pool handle of this context's device; unused memory only.
+        unsafe { sys::cuMemPoolTrimTo(pool, 0) };
+    }
+    Ok(())
+}
+
+/// `bytes` of device memory from `stream`'s pool, the pool trimmed and the allocation
+/// tried once more on an OOM ([`retry_after_trim`]).
 ///
 /// # Safety
 /// The memory is not initialised: the caller writes every byte before reading it (as for
@@ -244,21 +289,19 @@ pub(crate) unsafe fn alloc_or_trim(
     stream: &Arc<CudaStream>,
     bytes: usize,
 ) -> Result<CudaSlice<u8>, DriverError> {
-    use cudarc::driver::sys;
-    // SAFETY: the caller's contract (above).
-    match unsafe { stream.alloc::<u8>(bytes) } {
-        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-            // Frees in flight on this stream complete first, so the trim can return them.
-            stream.synchronize()?;
-            if let Some(pool) = default_pool(stream.context()) {
-                // SAFETY: trims a pool handle of this context's device; unused memory only.
-                unsafe { sys::cuMemPoolTrimTo(pool, 0) };
-            }
-            // SAFETY: the caller's contract (above).
-            unsafe { stream.alloc::<u8>(bytes) }
-        }
-        other => other,
-    }
+    retry_after_trim(
+        // SAFETY: the caller's contract (above).
+        || unsafe { stream.alloc::<u8>(bytes) },
+        || trim_pool(stream),
+    )
+}
+
+/// `bytes` of zeroed device memory, as [`alloc_or_trim`].
+pub(crate) fn alloc_zeros_or_trim(
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+) -> Result<CudaSlice<u8>, DriverError> {
+    retry_after_trim(|| stream.alloc_zeros::<u8>(bytes), || trim_pool(stream))
 }
 
 /// A context of its own for device 0 (not the primary one, which every user of the device
@@ -406,6 +449,9 @@ pub(crate) fn host_tensor(
 /// The engine.
 pub struct CudaEngine {
     gpu: Result<Arc<Gpu>, String>,
+    /// cuBLASLt plans each executable keeps (per product and shape), the least recently
+    /// used dropped past it.
+    plan_cache_entries: usize,
 }
 
 impl CudaEngine {
@@ -429,7 +475,17 @@ impl CudaEngine {
                 held: Default::default(),
             }))
         });
-        CudaEngine { gpu }
+        CudaEngine { gpu, plan_cache_entries: crate::lru_map::DEFAULT_CAPACITY }
+    }
+
+    /// The engine with each executable keeping at most `entries` cuBLASLt plans (one per
+    /// product and set of shapes; at least 1, [`crate::lru_map::DEFAULT_CAPACITY`] unless
+    /// set): past it the least recently used plan is dropped, and made again (cuBLASLt's
+    /// heuristic asked again) if its shapes come back. Facts `cuda.cublaslt_plans` and
+    /// `cuda.cublaslt_plans_evicted` report each executable's cache.
+    pub fn with_plan_cache_entries(mut self, entries: usize) -> CudaEngine {
+        self.plan_cache_entries = entries.max(1);
+        self
     }
 
     /// The default disk cache: `$XPU_CACHE_DIR/cuda`, else `$XDG_CACHE_HOME/xpu/cuda`, else
@@ -548,6 +604,7 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
             device: None,
             operand_dtypes: xpu_lower::OPERAND_DTYPES.to_vec(),
             op_dtypes,
+            degraded: None,
         },
         KernelCaps {
             name: "cuda.naive".into(),
@@ -559,6 +616,7 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
             device: None,
             operand_dtypes: vec![DType::F32, DType::F64],
             op_dtypes: Vec::new(),
+            degraded: None,
         },
     ];
     if cublaslt {
@@ -575,6 +633,7 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
             device: None,
             operand_dtypes: dtypes,
             op_dtypes: Vec::new(),
+            degraded: None,
         });
     }
     out
@@ -672,6 +731,7 @@ impl Engine for CudaEngine {
             assignment,
             products,
             notes,
+            self.plan_cache_entries,
         )?))
     }
 
@@ -705,7 +765,7 @@ impl Engine for CudaEngine {
         let data = if host == HostMemory::Pinned && bytes.len() >= crate::staging::MIN_BYTES {
             // SAFETY: every byte is written by the staged copy below before anyone reads it.
             let data = unsafe { alloc_or_trim(&stream, bytes.len()) }
-                .map_err(|e| gpu.driver_error("upload", "allocation", e))?;
+                .map_err(|e| gpu.allocation_error("upload", e, bytes.len() as u64))?;
             gpu.staged(&ctx, generation, |s| s.upload(&stream, bytes, data.device_ptr(&stream).0))
                 .map_err(|e| gpu.driver_error("upload", "pinned host → device copy", e))?;
             data
@@ -745,5 +805,75 @@ impl Engine for CudaEngine {
                 b.read_into(out).map_err(|e| gpu.driver_error("download", "device → host copy", e))
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::sys::CUresult;
+    use std::cell::Cell;
+
+    /// An allocation answering `answers` in turn (`None`: it succeeds), and the number of
+    /// calls made and trims asked. No driver call is made (nor a `DriverError` formatted,
+    /// which would ask the driver for its message): no GPU needed.
+    fn attempt(
+        answers: &[Option<CUresult>],
+        trim_fails: bool,
+    ) -> (Result<u32, DriverError>, u32, u32) {
+        let (calls, trims) = (Cell::new(0u32), Cell::new(0u32));
+        let result = retry_after_trim(
+            || {
+                let k = calls.get();
+                calls.set(k + 1);
+                match answers[k as usize] {
+                    None => Ok(k),
+                    Some(code) => Err(DriverError(code)),
+                }
+            },
+            || {
+                trims.set(trims.get() + 1);
+                match trim_fails {
+                    true => Err(DriverError(CUresult::CUDA_ERROR_LAUNCH_FAILED)),
+                    false => Ok(()),
+                }
+            },
+        );
+        (result, calls.get(), trims.get())
+    }
+
+    const OOM: Option<CUresult> = Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+
+    #[test]
+    fn an_allocation_out_of_memory_once_is_retried_after_a_trim() {
+        let (result, calls, trims) = attempt(&[OOM, None], false);
+        assert!(matches!(result, Ok(1)), "the second try's allocation");
+        assert_eq!((calls, trims), (2, 1));
+    }
+
+    #[test]
+    fn an_allocation_out_of_memory_twice_is_the_out_of_memory_error() {
+        let (result, calls, trims) = attempt(&[OOM, OOM, None], false);
+        assert!(matches!(result, Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))));
+        assert_eq!((calls, trims), (2, 1), "one retry only");
+    }
+
+    #[test]
+    fn other_allocation_errors_are_neither_trimmed_nor_retried() {
+        let invalid = Some(CUresult::CUDA_ERROR_INVALID_VALUE);
+        let (result, calls, trims) = attempt(&[invalid, None], false);
+        assert!(matches!(result, Err(DriverError(CUresult::CUDA_ERROR_INVALID_VALUE))));
+        assert_eq!((calls, trims), (1, 0));
+        // A success first is the answer, with no trim.
+        let (result, calls, trims) = attempt(&[None, OOM], false);
+        assert!(matches!(result, Ok(0)));
+        assert_eq!((calls, trims), (1, 0));
+    }
+
+    #[test]
+    fn a_failed_trim_is_the_error_and_the_allocation_is_not_retried() {
+        let (result, calls, trims) = attempt(&[OOM, None], true);
+        assert!(matches!(result, Err(DriverError(CUresult::CUDA_ERROR_LAUNCH_FAILED))));
+        assert_eq!((calls, trims), (1, 1));
     }
 }

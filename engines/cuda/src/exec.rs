@@ -346,7 +346,7 @@ impl CudaExecutable {
                 // SAFETY: as for the kept arena: every value is written before it is read.
                 per_run_arena =
                     unsafe { crate::engine::alloc_or_trim(&stream, c.plan.bytes.max(1) as usize) }
-                        .map_err(|e| gpu.driver_error("arena", "allocation", e))?;
+                        .map_err(|e| gpu.allocation_error("arena", e, c.plan.bytes))?;
                 per_run_arena.device_ptr(&stream).0
             }
         };
@@ -358,7 +358,7 @@ impl CudaExecutable {
                     // SAFETY: written by the bind copy below before any kernel reads it.
                     c.bound_inputs.push(Held::new(
                         unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
-                            .map_err(|e| gpu.driver_error("inputs", "allocation", e))?,
+                            .map_err(|e| gpu.allocation_error("inputs", e, bytes as u64))?,
                         &gpu,
                     ));
                 }
@@ -399,7 +399,7 @@ impl CudaExecutable {
                     let bytes = info.bytes();
                     // SAFETY: written by the step that defines the value before the run ends.
                     let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
-                        .map_err(|e| gpu.driver_error("output", "allocation", e))?;
+                        .map_err(|e| gpu.allocation_error("output", e, bytes as u64))?;
                     let b = CudaBuffer {
                         data,
                         dtype: info.dtype,
@@ -689,7 +689,7 @@ fn collect_outputs(
                 let bytes = info.bytes();
                 // SAFETY: filled by the copy right after, ordered on the same stream.
                 let data = unsafe { crate::engine::alloc_or_trim(stream, bytes.max(1)) }
-                    .map_err(|e| gpu.driver_error("output", "allocation", e))?;
+                    .map_err(|e| gpu.allocation_error("output", e, bytes as u64))?;
                 let offset = c.plan.placements[*v].map_or(0, |p| p.offset);
                 // SAFETY: source and destination are live allocations of at least `bytes`.
                 unsafe {

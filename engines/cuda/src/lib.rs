@@ -16,6 +16,7 @@ pub mod engine;
 mod exec;
 pub mod host;
 pub mod image;
+pub mod lru_map;
 pub mod row_cache;
 pub mod rows;
 mod segment;

@@ -18,6 +18,7 @@ use xpu_ir::{Graph, NodeId, Op, Partition, Tensor, ValueId};
 use crate::cublaslt::{self, Activation, Epilogue, GemmPlan, Handle, Mode};
 use crate::engine::{CudaBuffer, DEVICE, Gpu, host_bytes, upload_bytes};
 use crate::exec::{CudaExecutable, check_value_inputs, run_from_host};
+use crate::lru_map::LruMap;
 
 mod whole;
 
@@ -388,8 +389,10 @@ pub(crate) struct SegmentedExecutable {
     gpu: Arc<Gpu>,
     segments: Vec<Segment>,
     deterministic: bool,
-    /// Per product (by matmul node) and shape: the plan.
-    plans: HashMap<(NodeId, cublaslt::Shape), GemmPlan>,
+    /// Per product (by matmul node) and shape: the plan, the least recently used dropped
+    /// (its descriptors destroyed) past the engine's capacity, so a partition fed ever new
+    /// shapes does not keep a plan for each.
+    plans: LruMap<(NodeId, cublaslt::Shape), GemmPlan>,
     state: Option<LibraryState>,
     /// Constants the products read, uploaded once per context generation.
     constants: HashMap<ValueId, (u64, Value)>,
@@ -421,6 +424,7 @@ impl SegmentedExecutable {
         assignment: &Assignment,
         products: Vec<Product>,
         notes: Vec<Fact>,
+        plan_capacity: usize,
     ) -> Result<SegmentedExecutable, EngineError> {
         let pieces = cut(&graph, products);
         // One cuBLASLt call alone gains nothing from a graph: binding its inputs and copying
@@ -451,7 +455,7 @@ impl SegmentedExecutable {
             gpu,
             segments,
             deterministic: assignment.options.determinism == Determinism::Bitwise,
-            plans: HashMap::new(),
+            plans: LruMap::new(plan_capacity),
             state: None,
             constants: HashMap::new(),
             capture: assignment.options.capture,
@@ -511,6 +515,17 @@ impl SegmentedExecutable {
         }));
         self.constants.insert(v, (generation, x.clone()));
         Ok(x)
+    }
+
+    /// The plan cache as facts every run reports: plans held now (`cuda.cublaslt_plans`)
+    /// and plans dropped to stay within the capacity so far (`cuda.cublaslt_plans_evicted`)
+    /// — what a `/metrics` gauge of cache entries can read.
+    fn plan_cache_facts(&self) -> [Fact; 2] {
+        let fact = |key: &str, value: String| Fact { node: None, key: key.into(), value };
+        [
+            fact("cuda.cublaslt_plans", self.plans.len().to_string()),
+            fact("cuda.cublaslt_plans_evicted", self.plans.evictions().to_string()),
+        ]
     }
 
     fn library_stream(&self) -> Result<Arc<CudaStream>, EngineError> {
@@ -624,6 +639,7 @@ impl SegmentedExecutable {
             };
             facts.push(Fact { node: None, key: "cuda.capture".into(), value: how });
         }
+        facts.extend(self.plan_cache_facts());
         // The graph is shared: hold it, not a copy of its outputs, while `value` borrows self.
         let graph = self.graph.clone();
         let outputs = graph
@@ -739,24 +755,32 @@ impl SegmentedExecutable {
             if into.is_some() {
                 return Err(uncapturable("an empty product"));
             }
-            let data = stream.alloc_zeros::<u8>(out_bytes.max(1)).map_err(err("allocation"))?;
+            let data = crate::engine::alloc_zeros_or_trim(&stream, out_bytes.max(1))
+                .map_err(|e| with_request(gpu.driver_error(&label, "allocation", e), out_bytes))?;
             let out = CudaBuffer { data, dtype, shape: out_shape, stream: stream.clone() };
             return Ok((Some(Value::Device(Arc::new(out))), 0, Vec::new()));
         }
         let key = (p.matmul, shape);
-        if into.is_some() && !self.plans.contains_key(&key) {
+        // (A plan evicted since the eager run that made it: the capture gives up, and these
+        // shapes run eagerly with the reason in `cuda.capture`.)
+        if into.is_some() && !self.plans.contains(&key) {
             return Err(uncapturable("choosing an algorithm"));
         }
-        if !self.plans.contains_key(&key) {
+        if !self.plans.contains(&key) {
             let state = self
                 .state
                 .as_ref()
                 .ok_or_else(|| EngineError::Other("cuda: no cuBLASLt state".into()))?;
             let plan = GemmPlan::new(&state.handle, p.mode, shape, p.epilogue, self.deterministic)
                 .map_err(|e| library_error(&label, &e))?;
-            self.plans.insert(key, plan);
+            // A full cache hands back its least recently used plan: dropped here, its
+            // descriptors destroyed.
+            drop(self.plans.insert(key, plan));
         }
-        let plan = &self.plans[&key];
+        let plan = self
+            .plans
+            .get(&key)
+            .ok_or_else(|| EngineError::Other("cuda: the cuBLASLt plan was not kept".into()))?;
         let operand_bytes: u64 = [Some(&ab), Some(&bb), biasb.as_ref(), cb.as_ref()]
             .into_iter()
             .flatten()
@@ -797,8 +821,8 @@ impl SegmentedExecutable {
         }
         let data = match into {
             Some(_) => None,
-            // SAFETY: written by the product below before anyone reads it.
             None => {
+                // SAFETY: written by the product below before anyone reads it.
                 Some(unsafe { crate::engine::alloc_or_trim(&stream, out_bytes.max(1)) }.map_err(
                     |e| with_request(gpu.driver_error(&label, "allocation", e), out_bytes),
                 )?)

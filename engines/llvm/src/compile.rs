@@ -6,7 +6,7 @@
 
 use std::sync::Once;
 
-use xpu_engine::HostCpu;
+use xpu_engine::{HostCpu, RiscvCpu};
 
 use inkwell::OptimizationLevel;
 use inkwell::context::Context;
@@ -84,12 +84,13 @@ impl Target {
         }
     }
 
-    /// A riscv64 Linux board: rv64gc with the lp64d ABI; `vector` adds RVV.
-    pub fn riscv64(vector: bool) -> Target {
+    /// A riscv64 Linux board with `cpu`'s ISA (rv64gc, or rv64gcv with RVV 1.0, whose loops
+    /// LLVM vectorises with scalable vectors) and the lp64d ABI.
+    pub fn riscv64(cpu: RiscvCpu) -> Target {
         Target {
             triple: "riscv64-unknown-linux-gnu".into(),
             cpu: "generic-rv64".into(),
-            features: if vector { "+m,+a,+f,+d,+c,+v" } else { "+m,+a,+f,+d,+c" }.into(),
+            features: cpu.llvm_features().into(),
             abi: Some("lp64d".into()),
         }
     }
@@ -226,7 +227,7 @@ mod tests {
         assert!(!avx2.contains("prefer-256-bit"), "{avx2}");
         assert_eq!(target(&avx2).vector_bits(), 256);
         assert_eq!(target("+sse2,+sse4.2").vector_bits(), 128);
-        assert_eq!(Target::riscv64(true).vector_bits(), 128);
+        assert_eq!(Target::riscv64(RiscvCpu::Rv64gcv).vector_bits(), 128);
         let host = Target::host();
         let avx512 = host.features.split(',').any(|f| f == "+avx512f");
         assert_eq!(host.vector_bits() == 512, avx512, "{}", host.features);
@@ -257,7 +258,7 @@ mod tests {
         let e = avx10_256.clone().held_to(HostCpu::X86_64V4).unwrap_err();
         assert!(e.ends_with("lacks evex512"), "{e}");
         assert_eq!(avx10_256.held_to(HostCpu::X86_64V3).unwrap().vector_bits(), 256);
-        let e = Target::riscv64(false).held_to(HostCpu::X86_64V3).unwrap_err();
+        let e = Target::riscv64(RiscvCpu::Rv64gc).held_to(HostCpu::X86_64V3).unwrap_err();
         assert!(e.contains("riscv64"), "{e}");
         // The host itself: a level it has gives that level's vector width.
         let host = Target::host();

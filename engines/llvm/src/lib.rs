@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use xpu_engine::{
     Assignment, Availability, Capabilities, Device, DeviceBuffer, DeviceId, Engine, EngineError,
-    Executable, HostCpu, HostMemory, KernelCaps, OpDtypes, Value,
+    Executable, HostCpu, HostMemory, KernelCaps, OpDtypes, RiscvCpu, Value,
 };
 use xpu_ir::{DType, Graph, Op, OpClass, Tensor};
 
@@ -44,18 +44,21 @@ impl LlvmEngine {
     /// An engine compiling for this machine, caching compiled code under `cache_dir` (no
     /// disk cache when `None`). Unavailable, with the reason, when no linker is found.
     pub fn new(cache_dir: Option<PathBuf>) -> LlvmEngine {
-        LlvmEngine::configured(cache_dir, None, None)
+        LlvmEngine::configured(cache_dir, None, None, None)
     }
 
     /// [`new`](Self::new) with the riscv64 runner of [`with_riscv_runner`]
     /// (Self::with_riscv_runner) and host code held to `host_cpu` (`[engines.llvm]
     /// host_cpu`; `None`: `$XPU_LLVM_HOST_CPU`, else `native`), each set up once. A level
     /// this host lacks, or a bad name in the variable, makes the engine unavailable (its
-    /// riscv64 device too, as a missing linker does), with the reason.
+    /// riscv64 device too, as a missing linker does), with the reason. The riscv64 device
+    /// builds for `riscv_cpu` (`[engines.llvm] riscv_cpu`; `None`: `$XPU_RISCV_CPU`, else
+    /// `rv64gc`).
     pub fn configured(
         cache_dir: Option<PathBuf>,
         riscv_runner: Option<Vec<String>>,
         host_cpu: Option<HostCpu>,
+        riscv_cpu: Option<RiscvCpu>,
     ) -> LlvmEngine {
         let state = host_target(host_cpu).and_then(|target| {
             let linker = cache::find_linker()?;
@@ -63,7 +66,7 @@ impl LlvmEngine {
                 .map(Arc::new)
                 .map_err(|e| e.to_string())
         });
-        LlvmEngine { state, riscv: riscv_device(riscv_runner) }
+        LlvmEngine { state, riscv: riscv_device(riscv_runner, riscv_cpu) }
     }
 
     /// The command that runs riscv64 programs (`[engines.llvm] riscv_runner`): `None` is
@@ -71,7 +74,8 @@ impl LlvmEngine {
     /// place through a command that runs the program there (`ssh board` with the files
     /// shared, for example).
     pub fn with_riscv_runner(mut self, runner: Option<Vec<String>>) -> LlvmEngine {
-        self.riscv = riscv_device(runner);
+        let isa = self.riscv.as_ref().ok().map(|d| d.isa);
+        self.riscv = riscv_device(runner, isa);
         self
     }
 
@@ -102,8 +106,22 @@ pub fn host_target(cpu: Option<HostCpu>) -> Result<Target, String> {
     Target::host_for(cpu).map_err(|e| format!("{from}: {e}"))
 }
 
-/// The riscv64 device run by `runner`, else `$XPU_RISCV_RUNNER`, else `qemu-riscv64`.
-fn riscv_device(runner: Option<Vec<String>>) -> Result<Arc<riscv::device::RiscvDevice>, String> {
+/// The riscv64 device building for `isa` (else `$XPU_RISCV_CPU`, else rv64gc), run by
+/// `runner`, else `$XPU_RISCV_RUNNER`, else `qemu-riscv64` (with RVV 1.0 enabled for a
+/// vector ISA).
+fn riscv_device(
+    runner: Option<Vec<String>>,
+    isa: Option<RiscvCpu>,
+) -> Result<Arc<riscv::device::RiscvDevice>, String> {
+    let isa = match isa {
+        Some(isa) => isa,
+        None => match std::env::var("XPU_RISCV_CPU") {
+            Ok(name) if !name.trim().is_empty() => {
+                name.parse().map_err(|e| format!("XPU_RISCV_CPU: {e}"))?
+            }
+            _ => RiscvCpu::default(),
+        },
+    };
     let runner = runner
         .or_else(|| {
             std::env::var("XPU_RISCV_RUNNER")
@@ -111,13 +129,19 @@ fn riscv_device(runner: Option<Vec<String>>) -> Result<Arc<riscv::device::RiscvD
                 .map(|r| r.split_whitespace().map(str::to_string).collect())
                 .filter(|r: &Vec<String>| !r.is_empty())
         })
-        .unwrap_or_else(|| vec!["qemu-riscv64".to_string()]);
-    riscv::device::RiscvDevice::new(runner).map(Arc::new)
+        .unwrap_or_else(|| {
+            let mut qemu = vec!["qemu-riscv64".to_string()];
+            if isa.has_vector() {
+                qemu.extend(["-cpu".to_string(), riscv::QEMU_RVV_CPU.to_string()]);
+            }
+            qemu
+        });
+    riscv::device::RiscvDevice::new(runner, isa).map(Arc::new)
 }
 
 /// `llvm.riscv`: what the riscv64 device runs (f32 and f64: no f16 conversions in the
 /// riscv64 runtime, no bf16 .npy form; and the integer and bool ops).
-fn riscv_kernel() -> KernelCaps {
+fn riscv_kernel(isa: RiscvCpu) -> KernelCaps {
     let floats = [DType::F32, DType::F64];
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend(lower::REDUCE_OPS);
@@ -135,10 +159,13 @@ fn riscv_kernel() -> KernelCaps {
         // nothing lands on the riscv64 device unless a policy pins it there.
         dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool],
         deterministic: true,
-        description: "partitions compiled ahead of time for riscv64 (rv64gc, lp64d) and run on the riscv64 device".into(),
+        description: format!(
+            "partitions compiled ahead of time for riscv64 ({isa}, lp64d) and run on the riscv64 device"
+        ),
         device: Some(xpu_engine::DeviceKind::Riscv64),
         operand_dtypes: vec![DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool],
         op_dtypes: narrower,
+        degraded: None,
     }
 }
 
@@ -164,6 +191,7 @@ fn kernels() -> Vec<KernelCaps> {
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
         op_dtypes: Vec::new(),
+        degraded: None,
     };
     let gemm = KernelCaps {
         name: "llvm.gemm".into(),
@@ -176,6 +204,7 @@ fn kernels() -> Vec<KernelCaps> {
         // The row of C accumulates in the output: f16/bf16 would round at every step.
         operand_dtypes: vec![DType::F32, DType::F64],
         op_dtypes: Vec::new(),
+        degraded: None,
     };
     vec![reduce, gemm, KernelCaps {
         name: "llvm.fused".into(),
@@ -187,6 +216,7 @@ fn kernels() -> Vec<KernelCaps> {
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
         op_dtypes: elementwise_dtypes(&FUSED_DTYPES),
+        degraded: None,
     }]
 }
 
@@ -215,7 +245,7 @@ impl Engine for LlvmEngine {
                             name: d.runner.join(" "),
                             memory_bytes: None,
                         });
-                        kernels.push(riscv_kernel());
+                        kernels.push(riscv_kernel(d.isa));
                     }
                     Err(why) => {
                         unavailable.insert("llvm.riscv".to_string(), why.clone());

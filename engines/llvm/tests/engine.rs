@@ -362,7 +362,7 @@ fn host_code_held_to_a_level_gives_the_same_bits_and_says_so() {
         run.facts.iter().find(|f| f.key == "llvm.target").map(|f| f.value.clone()).unwrap()
     };
     for level in [HostCpu::X86_64V2, HostCpu::X86_64V3, HostCpu::X86_64V4] {
-        let held = LlvmEngine::configured(None, None, Some(level));
+        let held = LlvmEngine::configured(None, None, Some(level), None);
         let has_level = xpu_engine_llvm::Target::host_for(level);
         match (held.capabilities().availability, has_level) {
             (Availability::Available, Ok(t)) => {

@@ -50,57 +50,171 @@ fn program(name: &str, rows: usize) -> xpu_ir::Graph {
     xpu_ir::text::parse(&text).unwrap()
 }
 
+/// A program's inputs, generated for its bound shapes.
+fn inputs_of(g: &xpu_ir::Graph) -> Vec<Tensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let shape: Vec<usize> = g
+                .ty(v)
+                .dims
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|d| d.known().unwrap() as usize)
+                .collect();
+            let n = shape.iter().product();
+            Tensor::from_vec(shape, values(n, i as u64 + 7)).unwrap()
+        })
+        .collect()
+}
+
+/// The build's `run` with `inputs` written beside it, through `runner` (`None`: the run
+/// script's default); the outputs' directory and the process's output.
+fn run_build(
+    g: &xpu_ir::Graph,
+    build: &Path,
+    inputs: &[Tensor],
+    runner: Option<&str>,
+) -> (std::path::PathBuf, std::process::Output) {
+    let dir = build.parent().unwrap();
+    let mut cmd = Command::new(build.join("run"));
+    match runner {
+        Some(r) => cmd.env("XPU_RISCV_RUNNER", r),
+        None => cmd.env_remove("XPU_RISCV_RUNNER"),
+    };
+    for (i, t) in inputs.iter().enumerate() {
+        let name = g.value(g.inputs[i]).name.clone().unwrap();
+        let path = dir.join(format!("{name}.npy"));
+        write_npy(&path, t);
+        cmd.arg("--input").arg(format!("{name}={}", path.display()));
+    }
+    let out_dir = tempfile::tempdir_in(dir).unwrap().keep();
+    let out = cmd.arg("--out").arg(&out_dir).output().unwrap();
+    (out_dir, out)
+}
+
+/// qemu with RVV 1.0 at a vector length of `vlen` bits.
+fn qemu_rvv(vlen: u32) -> String {
+    format!("qemu-riscv64 -cpu {},vlen={vlen}", riscv::QEMU_RVV_CPU)
+}
+
 #[test]
 fn builds_run_under_qemu_with_the_host_jits_bits() {
+    use xpu_engine::RiscvCpu;
     for (name, rows) in [("gelu_chain", 3), ("softmax_rows", 5), ("layernorm_rows", 2)] {
         let g = program(name, rows);
-        let inputs: Vec<Tensor> = g
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                let shape: Vec<usize> = g
-                    .ty(v)
-                    .dims
-                    .as_ref()
-                    .unwrap()
-                    .iter()
-                    .map(|d| d.known().unwrap() as usize)
-                    .collect();
-                let n = shape.iter().product();
-                Tensor::from_vec(shape, values(n, i as u64 + 7)).unwrap()
-            })
-            .collect();
-        let dir = tempfile::tempdir().unwrap();
-        let build = dir.path().join("build");
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        let manifest =
-            riscv::build(&g, &shapes, &build, false).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(manifest.triple, "riscv64-unknown-linux-gnu");
-        assert_eq!(manifest.abi, "lp64d");
-        let m: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(build.join("manifest.json")).unwrap())
-                .unwrap();
-        assert_eq!(m["inputs"][0]["name"], g.value(g.inputs[0]).name.clone().unwrap());
-        let mut cmd = Command::new(build.join("run"));
-        for (i, t) in inputs.iter().enumerate() {
-            let name = g.value(g.inputs[i]).name.clone().unwrap();
-            let path = dir.path().join(format!("{name}.npy"));
-            write_npy(&path, t);
-            cmd.arg("--input").arg(format!("{name}={}", path.display()));
-        }
-        let out_dir = dir.path().join("out");
-        let out = cmd.arg("--out").arg(&out_dir).output().unwrap();
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let inputs = inputs_of(&g);
         let mut exe = LlvmEngine::new(None).prepare(&g, &Assignment::new("llvm")).unwrap();
         let host = exe.run(&inputs).unwrap().outputs;
-        let (header, got) = read_npy_f32(&out_dir.join(format!("{}.npy", g.outputs[0].name)));
-        assert!(header.contains("'descr': '<f4'"), "{header}");
         let want = host[0].as_slice::<f32>().unwrap();
-        assert_eq!(got.len(), want.len(), "{name}");
-        for (i, (a, b)) in got.iter().zip(want).enumerate() {
-            assert_eq!(a.to_bits(), b.to_bits(), "{name}[{i}]: riscv64 {a}, host {b}");
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        // The scalar build under qemu's default CPU; the vector build (scalable vectors) at
+        // two vector lengths: the same bits as the host everywhere.
+        let runs = [
+            (RiscvCpu::Rv64gc, None),
+            (RiscvCpu::Rv64gcv, None),
+            (RiscvCpu::Rv64gcv, Some(qemu_rvv(128))),
+            (RiscvCpu::Rv64gcv, Some(qemu_rvv(256))),
+        ];
+        for (isa, runner) in runs {
+            let what = format!("{name} {isa} {}", runner.as_deref().unwrap_or("run's default"));
+            let dir = tempfile::tempdir().unwrap();
+            let build = dir.path().join("build");
+            let manifest =
+                riscv::build(&g, &shapes, &build, isa).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(manifest.triple, "riscv64-unknown-linux-gnu");
+            assert_eq!(manifest.abi, "lp64d");
+            assert_eq!(manifest.isa, isa);
+            let m: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(build.join("manifest.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(m["inputs"][0]["name"], g.value(g.inputs[0]).name.clone().unwrap());
+            assert_eq!(m["isa"], isa.name(), "the manifest records the ISA");
+            let (out_dir, out) = run_build(&g, &build, &inputs, runner.as_deref());
+            assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            let (header, got) = read_npy_f32(&out_dir.join(format!("{}.npy", g.outputs[0].name)));
+            assert!(header.contains("'descr': '<f4'"), "{header}");
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{what}[{i}]: riscv64 {a}, host {b}");
+            }
         }
+    }
+}
+
+#[test]
+fn a_vector_build_on_a_cpu_without_rvv_refuses_to_start_and_says_why() {
+    let g = program("gelu_chain", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    riscv::build(&g, &[vec![2, 1024], vec![1024]], &build, xpu_engine::RiscvCpu::Rv64gcv).unwrap();
+    // A board without the extension: qemu's rv64 CPU with V turned off.
+    let (_, out) = run_build(&g, &build, &inputs_of(&g), Some("qemu-riscv64 -cpu rv64,v=false"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("built for rv64gcv") && err.contains("does not implement it"), "{err}");
+    assert!(err.contains("--cpu rv64gc"), "says how to build for this board: {err}");
+}
+
+/// Instructions the build's kernels (its `xpu_…` functions) execute for one run, counted
+/// by qemu one instruction per translation block: repeatable, whatever the machine's load.
+fn kernel_instructions(build: &Path, g: &xpu_ir::Graph, inputs: &[Tensor], runner: &str) -> u64 {
+    let nm = Command::new("riscv64-linux-gnu-nm")
+        .args(["--defined-only", "--print-size"])
+        .arg(build.join("program"))
+        .output()
+        .expect("riscv64-linux-gnu-nm (binutils-riscv64-linux-gnu, with the cross gcc)");
+    let ranges: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let ok = f.len() == 4 && matches!(f[2], "t" | "T") && f[3].starts_with("xpu");
+            ok.then(|| {
+                let start = u64::from_str_radix(f[0], 16).unwrap();
+                (start, start + u64::from_str_radix(f[1], 16).unwrap())
+            })
+        })
+        .collect();
+    assert!(!ranges.is_empty(), "no kernel symbols in {}", build.display());
+    let log = build.parent().unwrap().join(format!("exec-{}.log", runner.len()));
+    let traced = format!("{runner} -singlestep -d exec,nochain -D {}", log.display());
+    let (_, out) = run_build(g, build, inputs, Some(&traced));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    text.lines()
+        .filter_map(|l| {
+            l.split('[').nth(1)?.split('/').nth(1).map(|pc| u64::from_str_radix(pc, 16))
+        })
+        .filter_map(Result::ok)
+        .filter(|pc| ranges.iter().any(|(a, b)| (*a..*b).contains(pc)))
+        .count() as u64
+}
+
+#[test]
+fn vector_builds_run_the_fused_chains_in_at_least_three_times_fewer_instructions() {
+    use xpu_engine::RiscvCpu;
+    for name in ["gelu_chain", "silu_chain", "mish_chain", "softplus_chain"] {
+        let g = program(name, 4);
+        let inputs = inputs_of(&g);
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let count = |isa: RiscvCpu, runner: &str| {
+            let build = dir.path().join(isa.name());
+            if !build.exists() {
+                riscv::build(&g, &shapes, &build, isa).unwrap();
+            }
+            kernel_instructions(&build, &g, &inputs, runner)
+        };
+        let scalar = count(RiscvCpu::Rv64gc, "qemu-riscv64 -cpu rv64,v=false");
+        let v128 = count(RiscvCpu::Rv64gcv, &qemu_rvv(128));
+        let v256 = count(RiscvCpu::Rv64gcv, &qemu_rvv(256));
+        eprintln!("{name}: scalar {scalar}, vlen=128 {v128}, vlen=256 {v256} instructions");
+        assert!(scalar >= 3 * v128, "{name}: scalar {scalar} vs vector {v128} at vlen=128");
+        assert!(v256 < v128, "{name}: a longer vector runs fewer instructions ({v256} vs {v128})");
     }
 }
 
@@ -109,7 +223,7 @@ fn a_build_refuses_bad_inputs_with_a_message_naming_them() {
     let g = program("gelu_chain", 2);
     let dir = tempfile::tempdir().unwrap();
     let build = dir.path().join("b");
-    riscv::build(&g, &[vec![2, 1024], vec![1024]], &build, false).unwrap();
+    riscv::build(&g, &[vec![2, 1024], vec![1024]], &build, xpu_engine::RiscvCpu::Rv64gc).unwrap();
     let x = dir.path().join("x.npy");
     write_npy(&x, &Tensor::from_vec(vec![3, 1024], vec![0f32; 3072]).unwrap());
     let b = dir.path().join("b.npy");

@@ -260,6 +260,7 @@ impl Engine for OpenVinoEngine {
                 // results do not change run to run.
                 deterministic: *device == "CPU",
                 description: (*description).into(),
+                degraded: None,
             });
         }
         Capabilities {

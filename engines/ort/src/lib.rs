@@ -176,6 +176,7 @@ impl Engine for OrtEngine {
                 dtypes: DType::ALL.iter().copied().filter(|d| *d != DType::Table).collect(),
                 deterministic: *kernel == options::CPU_KERNEL,
                 description: (*description).into(),
+                degraded: None,
             });
         }
         if kernels.iter().any(|k| k.name != options::CPU_KERNEL) {

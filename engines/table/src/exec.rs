@@ -551,7 +551,13 @@ impl TableExec {
         }
         Ok(match n.op {
             Op::ReadCsv if self.holding[nid.index()] == Holding::File => (Step::File, false),
-            Op::ReadCsv | Op::ReadParquet => {
+            Op::ReadCsv => {
+                // Sniffed once here, so the statements that bind it later do not sniff again.
+                let auto = source_sql(n.op, a)?;
+                let source = crate::csv_dialect::pinned(conn, &auto).unwrap_or(auto);
+                (Step::Query(format!("SELECT * FROM {source}")), false)
+            }
+            Op::ReadParquet => {
                 (Step::Query(format!("SELECT * FROM {}", source_sql(n.op, a)?)), false)
             }
             Op::ReadXlsx => {

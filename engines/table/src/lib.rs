@@ -9,6 +9,7 @@
 //! kernel, `table.native` ([`native`]), computes `describe` in Rust, scanning a CSV file
 //! directly when nothing else reads it.
 
+mod csv_dialect;
 mod exec;
 pub mod native;
 mod plot;
@@ -215,6 +216,7 @@ impl Engine for TableEngine {
                     description: "describe in Rust: one parallel scan of a CSV file, \
                                   quantiles by selection"
                         .into(),
+                    degraded: None,
                 },
                 KernelCaps {
                     device: None,
@@ -226,6 +228,7 @@ impl Engine for TableEngine {
                     dtypes: vec![DType::Table],
                     deterministic: true,
                     description: "DuckDB SQL, one in-memory connection per job".into(),
+                    degraded: None,
                 },
             ],
             unavailable_kernels: Default::default(),

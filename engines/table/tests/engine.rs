@@ -433,3 +433,37 @@ fn a_deadline_interrupts_a_running_query() {
     // Generous: the point is that it does not run the whole join (tens of seconds here).
     assert!(took < std::time::Duration::from_secs(10), "stopped after {took:?}");
 }
+
+/// A CSV is sniffed once per read and its view pinned to what the sniffer found: every
+/// file reads with the names, types and rows an auto-detecting read gives (the schema the
+/// program was compiled against), odd ones included — one line without a line ending,
+/// quoted separators, day-first dates, CRLF, a semicolon separator, holes, and a path with
+/// a quote and a comma in its name.
+#[test]
+fn a_pinned_csv_reads_as_an_auto_detecting_read_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = TableEngine::new(vec![dir.path().to_path_buf()]);
+    let cases: Vec<(&str, &str, &str, usize)> = vec![
+        ("header_only", "a,b,c", ",", 0),
+        ("one_row_no_newline", "a,b\n1,2.5", ",", 1),
+        ("quoted", "name,n\n\"x, y\",1\n\"say \"\"hi\"\"\",2\n", ",", 2),
+        ("dates", "when,v\n03/04/2021,1\n25/12/2022,2\n", ",", 2),
+        ("crlf", "a,b\r\n1,x\r\n2,y\r\n", ",", 2),
+        ("semicolons", "a;b\n1;2\n3;4\n", ";", 2),
+        ("holes", "a,b\n1,\nNA,2\n3,4\n", ",", 3),
+        ("it's, odd", "k,v\n1,2\n", ",", 1),
+    ];
+    for (name, text, sep, rows) in cases {
+        let path = dir.path().join(format!("{name}.csv"));
+        std::fs::write(&path, text).unwrap();
+        let attrs = csv_attrs(&path).with("sep", Attr::Str(sep.into()));
+        let schema =
+            engine.source_schema(Op::ReadCsv, &attrs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = run(&engine, &graph(attrs, None)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = out[0].data().as_table().unwrap();
+        let got: Vec<(String, DType)> =
+            t.columns.iter().map(|c| (c.name.clone(), c.data.dtype())).collect();
+        assert_eq!(got, schema, "{name}");
+        assert_eq!(t.rows(), rows, "{name}");
+    }
+}

@@ -118,7 +118,7 @@ impl Tile {
     /// As [`Tile::rows`], with `mr ≤ MR`.
     #[target_feature(enable = "avx512f")]
     unsafe fn run(&self, mr: usize) {
-        // SAFETY (both): forwarded; the row count is `mr`. A tile of at most 16 columns
+        // SAFETY: (both arms) forwarded; the row count is `mr`. A tile of at most 16 columns
         // takes one vector per row, so a narrow column tail does not pay for an empty second.
         unsafe { if self.nr <= 16 { rows_for!(self, 1, mr) } else { rows_for!(self, 2, mr) } }
     }

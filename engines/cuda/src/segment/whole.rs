@@ -140,7 +140,7 @@ impl SegmentedExecutable {
             let bytes = src.size_bytes() as usize;
             // SAFETY: filled by the copy right after, on the same stream.
             let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
-                .map_err(err("allocation"))?;
+                .map_err(|e| gpu.allocation_error("partition", e, bytes as u64))?;
             if bytes > 0 {
                 // SAFETY: both live allocations of at least `bytes`, ordered on the stream.
                 unsafe {
@@ -174,6 +174,7 @@ impl SegmentedExecutable {
             key: "cuda.captures".into(),
             value: self.captures.to_string(),
         });
+        facts.extend(self.plan_cache_facts());
         Ok(Some(Execution { outputs, timings, facts }))
     }
 
@@ -219,7 +220,7 @@ impl SegmentedExecutable {
             let bytes = shape.iter().product::<usize>() * dtype.size_bytes();
             // SAFETY: written (bind copy or the defining segment) before any read.
             let data = unsafe { crate::engine::alloc_or_trim(&stream, bytes.max(1)) }
-                .map_err(err("allocation"))?;
+                .map_err(|e| gpu.allocation_error("partition", e, bytes as u64))?;
             fixed.insert(
                 v,
                 Value::Device(Arc::new(CudaBuffer { data, dtype, shape, stream: stream.clone() })),

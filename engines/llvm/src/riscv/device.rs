@@ -31,6 +31,8 @@ pub struct RiscvDevice {
     next: AtomicU64,
     /// The runner command; the program and its arguments follow.
     pub runner: Vec<String>,
+    /// The ISA its programs are built for.
+    pub isa: xpu_engine::RiscvCpu,
     toolchain: super::Toolchain,
 }
 
@@ -74,7 +76,7 @@ fn device_err(message: impl Into<String>) -> EngineError {
 impl RiscvDevice {
     /// A device run by `runner` (the first word found on `PATH` or a path), its partitions
     /// built with the cross compiler.
-    pub fn new(runner: Vec<String>) -> Result<RiscvDevice, String> {
+    pub fn new(runner: Vec<String>, isa: xpu_engine::RiscvCpu) -> Result<RiscvDevice, String> {
         let toolchain = super::Toolchain::find()?;
         let first = runner.first().ok_or("an empty riscv64 runner command")?;
         let found = Path::new(first).is_file()
@@ -89,7 +91,7 @@ impl RiscvDevice {
             .prefix("xpu-riscv64-")
             .tempdir()
             .map_err(|e| format!("a staging directory: {e}"))?;
-        Ok(RiscvDevice { staging, next: AtomicU64::new(0), runner, toolchain })
+        Ok(RiscvDevice { staging, next: AtomicU64::new(0), runner, isa, toolchain })
     }
 
     fn fresh_path(&self, what: &str) -> PathBuf {
@@ -152,8 +154,9 @@ impl RiscvExecutable {
     fn key(&self, shapes: &[Vec<usize>], structural: &[Option<Vec<i64>>]) -> String {
         use sha2::{Digest, Sha256};
         let text = format!(
-            "{}\n{shapes:?}\n{structural:?}\n{}\n{}\n{}\n{}",
+            "{}\n{shapes:?}\n{structural:?}\n{}\n{}\n{}\n{}\n{}",
             self.graph.content_hash(),
+            self.device.isa,
             crate::cache::CODEGEN_VERSION,
             crate::compile::llvm_version(),
             self.device.toolchain.version(),
@@ -182,7 +185,7 @@ impl RiscvExecutable {
                 shapes,
                 structural,
                 dir,
-                false,
+                self.device.isa,
                 super::Names::Positional,
                 &self.device.toolchain,
             )

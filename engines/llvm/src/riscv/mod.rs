@@ -1,5 +1,5 @@
 //! riscv64 builds: a lowered program compiled ahead of time for `riscv64-unknown-linux-gnu`
-//! (rv64gc, lp64d; RVV optional), linked with a small C runtime (`runtime.c`: .npy in and
+//! (rv64gc, or rv64gcv whose loops use RVV 1.0's scalable vectors; lp64d), linked with a small C runtime (`runtime.c`: .npy in and
 //! out, the kernels called in order) by the riscv64 cross gcc into one static executable.
 //! The directory it is written to holds `program`, `manifest.json` (inputs, outputs,
 //! dtypes, shapes, the code's hash, compiler versions) and `run`, which runs the program
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
+use xpu_engine::RiscvCpu;
 use xpu_ir::{DType, Graph};
 
 use crate::codegen;
@@ -52,6 +53,8 @@ pub struct TensorSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
     pub program: String,
+    /// The ISA the code needs (`rv64gc`, `rv64gcv`): a board must implement it.
+    pub isa: RiscvCpu,
     pub triple: String,
     pub cpu: String,
     pub features: String,
@@ -146,10 +149,10 @@ pub fn build(
     g: &Graph,
     shapes: &[Vec<usize>],
     dir: &Path,
-    vector: bool,
+    isa: RiscvCpu,
 ) -> Result<Manifest, BuildError> {
     let toolchain = Toolchain::find().map_err(BuildError::Toolchain)?;
-    build_named(g, shapes, &vec![None; shapes.len()], dir, vector, Names::Graph, &toolchain)
+    build_named(g, shapes, &vec![None; shapes.len()], dir, isa, Names::Graph, &toolchain)
 }
 
 /// [`build`] with the values of the structural inputs (`lower::structural_inputs`: a
@@ -159,7 +162,7 @@ pub fn build_named(
     shapes: &[Vec<usize>],
     structural: &[Option<Vec<i64>>],
     dir: &Path,
-    vector: bool,
+    isa: RiscvCpu,
     names: Names,
     toolchain: &Toolchain,
 ) -> Result<Manifest, BuildError> {
@@ -170,7 +173,7 @@ pub fn build_named(
         what: "the lowering".into(),
         message: e.to_string(),
     })?;
-    let target = Target::riscv64(vector);
+    let target = Target::riscv64(isa);
     let (ir, stages) = codegen::emit_module(&module.kernels, target.vector_bits())?;
     let object = compile::compile(&ir, &target, Emit::Object)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -214,6 +217,7 @@ pub fn build_named(
         .arg(format!("-DXPU_STEPS={}", program.steps.len()))
         .arg(format!("-DXPU_OUTPUTS={}", outputs.len()))
         .arg(format!("-DXPU_MAX_BUFFERS={max_buffers}"))
+        .arg(format!("-DXPU_RVV={}", u8::from(isa.has_vector())))
         .args(["runtime.c", "program.c", "kernels.o", "-lm", "-o"])
         .arg(&exe)
         .output()
@@ -227,10 +231,11 @@ pub fn build_named(
         )));
     }
     let run = dir.join("run");
-    std::fs::write(&run, run_script(vector)).map_err(io(&run))?;
+    std::fs::write(&run, run_script(isa)).map_err(io(&run))?;
     set_executable(&run)?;
     let manifest = Manifest {
         program: g.name.clone(),
+        isa,
         triple: target.triple.clone(),
         cpu: target.cpu.clone(),
         features: target.features.clone(),
@@ -265,11 +270,16 @@ case "$(uname -m)" in
 esac
 "#;
 
-/// The build's `run` script. A `--vector` build uses RVV 1.0 instructions: under qemu its
-/// default CPU lacks them (SIGILL), so the default runner enables the extension.
-fn run_script(vector: bool) -> String {
-    if vector {
-        RUN_SH.replace("qemu-riscv64}", "qemu-riscv64 -cpu rv64,v=true,vext_spec=v1.0}")
+/// qemu's options for a CPU with RVV 1.0 (qemu 7.2's default riscv64 CPU, Debian 12's, has
+/// none); the vector length is qemu's default, 128 bits, unless `vlen=` is added.
+pub const QEMU_RVV_CPU: &str = "rv64,v=true,vext_spec=v1.0";
+
+/// The build's `run` script. A vector build uses RVV 1.0 instructions, which qemu's default
+/// CPU may lack (7.2's does: the program would refuse to start), so the default runner asks
+/// for a CPU with the extension.
+fn run_script(isa: RiscvCpu) -> String {
+    if isa.has_vector() {
+        RUN_SH.replace("qemu-riscv64}", &format!("qemu-riscv64 -cpu {QEMU_RVV_CPU}}}"))
     } else {
         RUN_SH.to_string()
     }

@@ -6,6 +6,9 @@
  * Everything program-specific (inputs, constants, kernels, outputs) comes from the
  * generated program.c; this file is the same for every build. Errors name the input or
  * file and exit with status 2. */
+/* POSIX signals and sigsetjmp under -std=c11 (the vector probe below). */
+#define _POSIX_C_SOURCE 200809L
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +24,39 @@ static void die(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "\n");
     exit(2);
 }
+
+#if XPU_RVV
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/auxv.h>
+
+static sigjmp_buf probe_jump;
+
+static void probe_illegal(int sig) {
+    (void)sig;
+    siglongjmp(probe_jump, 1);
+}
+
+/* Whether this CPU runs RVV 1.0: the kernel's hwcap says so, or a `vsetvli` executes (some
+ * kernels and emulators do not report V in the hwcap). Kernels built for rv64gcv would
+ * otherwise stop on an illegal instruction somewhere in the middle of a run. */
+static int cpu_has_vector(void) {
+    if (getauxval(AT_HWCAP) & (1UL << ('V' - 'A'))) return 1;
+    struct sigaction probe, old;
+    memset(&probe, 0, sizeof probe);
+    probe.sa_handler = probe_illegal;
+    sigemptyset(&probe.sa_mask);
+    if (sigaction(SIGILL, &probe, &old) != 0) return 0;
+    volatile int ok = 0;
+    if (sigsetjmp(probe_jump, 1) == 0) {
+        /* vsetvli t0, zero, e32, m1, ta, ma (encoded: the runtime is compiled for rv64gc) */
+        __asm__ volatile(".4byte 0x0d0072d7" ::: "t0");
+        ok = 1;
+    }
+    sigaction(SIGILL, &old, NULL);
+    return ok;
+}
+#endif
 
 /* The value of `key` in a .npy header dict, copied into out (at most n bytes). */
 static int header_field(const char *h, const char *key, char *out, size_t n) {
@@ -124,6 +160,12 @@ static void write_npy(const char *dir, const struct xpu_tensor *t, const void *d
 }
 
 int main(int argc, char **argv) {
+#if XPU_RVV
+    if (!cpu_has_vector())
+        die("this program is built for %s (RISC-V vector extension 1.0) and this CPU does not "
+            "implement it%s; build it for rv64gc (xpuctl build --cpu rv64gc) to run here",
+            "rv64gcv", "");
+#endif
     const char *out = NULL;
     const char *paths[XPU_INPUTS + 1] = {0};
     for (int i = 1; i < argc; i++) {
