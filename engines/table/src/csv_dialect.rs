@@ -11,6 +11,7 @@
 //! column name in a user's header cannot reach the statement as SQL.
 
 use duckdb::Connection;
+use xpu_ir::DType;
 
 use crate::sql::lit;
 
@@ -30,6 +31,32 @@ struct Dialect {
     columns: Vec<(String, String)>,
 }
 
+/// The dialect DuckDB's sniffer gives a header-first file with no quote character (no
+/// quoting, no escape, no comment, nothing skipped; the line ending left to DuckDB) and
+/// these numeric columns.
+fn plain_numeric(columns: Vec<(String, DType)>) -> Option<Dialect> {
+    let columns = columns
+        .into_iter()
+        .map(|(name, dtype)| match dtype {
+            DType::I64 => Some((name, "BIGINT".to_string())),
+            DType::F64 => Some((name, "DOUBLE".to_string())),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Dialect {
+        delimiter: ",".into(),
+        quote: String::new(),
+        escape: String::new(),
+        new_line: String::new(),
+        comment: String::new(),
+        skip: 0,
+        header: true,
+        date_format: None,
+        timestamp_format: None,
+        columns,
+    })
+}
+
 /// `sniff_csv` writes an unset character as `(empty)`.
 fn unset_is_empty(s: String) -> String {
     if s == "(empty)" { String::new() } else { s }
@@ -37,10 +64,20 @@ fn unset_is_empty(s: String) -> String {
 
 /// `read_csv(...)` (the auto-detecting source xpu built for the node) with its dialect and
 /// column types pinned, or `None` when the sniffer cannot read the file (the auto-detecting
-/// source then runs and reports the problem where it always has).
-pub fn pinned(conn: &Connection, auto_source: &str) -> Option<String> {
+/// source then runs and reports the problem where it always has). `numeric`: the file's
+/// schema from `native::numeric_schema` where it answers — a header, no quote character,
+/// plain integer and decimal columns, what DuckDB's sniffer finds for such a file — which
+/// spares DuckDB's sniffing pass.
+pub fn pinned(
+    conn: &Connection,
+    auto_source: &str,
+    numeric: Option<Vec<(String, DType)>>,
+) -> Option<String> {
     let args = auto_source.strip_prefix("read_csv(")?.strip_suffix(')')?;
-    let dialect = sniff(conn, args).ok()?;
+    let dialect = match numeric {
+        Some(columns) => plain_numeric(columns)?,
+        None => sniff(conn, args).ok()?,
+    };
     if dialect.columns.is_empty() {
         return None;
     }

@@ -552,9 +552,21 @@ impl TableExec {
         Ok(match n.op {
             Op::ReadCsv if self.holding[nid.index()] == Holding::File => (Step::File, false),
             Op::ReadCsv => {
-                // Sniffed once here, so the statements that bind it later do not sniff again.
+                // Sniffed once here, so the statements that bind it later do not sniff again;
+                // a plainly numeric file by the native sampler, which gives DuckDB's answer
+                // without DuckDB reading the file for it.
                 let auto = source_sql(n.op, a)?;
-                let source = crate::csv_dialect::pinned(conn, &auto).unwrap_or(auto);
+                let numeric = natively_readable(n)
+                    .then(|| {
+                        native::numeric_schema(
+                            a.str("path", ""),
+                            a.str("sep", ",").as_bytes()[0],
+                            a.strs("na_values").unwrap_or(&[]),
+                            &self.roots,
+                        )
+                    })
+                    .flatten();
+                let source = crate::csv_dialect::pinned(conn, &auto, numeric).unwrap_or(auto);
                 (Step::Query(format!("SELECT * FROM {source}")), false)
             }
             Op::ReadParquet => {

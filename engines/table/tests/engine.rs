@@ -452,6 +452,10 @@ fn a_pinned_csv_reads_as_an_auto_detecting_read_does() {
         ("semicolons", "a;b\n1;2\n3;4\n", ";", 2),
         ("holes", "a,b\n1,\nNA,2\n3,4\n", ",", 3),
         ("it's, odd", "k,v\n1,2\n", ",", 1),
+        // Plainly numeric files take the native sampler's schema instead of DuckDB's sniff.
+        ("numeric_crlf", "a,b\r\n1,2.5\r\n3,4\r\n", ",", 2),
+        ("numeric_exponents", "x,y\n1,1e-06\n2,2.5\n", ",", 2),
+        ("numeric_no_newline", "x,y\n1,2", ",", 1),
     ];
     for (name, text, sep, rows) in cases {
         let path = dir.path().join(format!("{name}.csv"));
