@@ -288,6 +288,15 @@ fn prepare(
             format!("{name}: unknown program type (expected .ml, .onnx, .sgr or .json)"),
         )
     })?;
+    // Only a model already hashed can be prepared from the caches: anything else would be
+    // read, so the HTTP thread leaves it (and its inputs, undecoded) to the blocking pool.
+    let known_sha = match &file {
+        Some(f) if !kind.is_text() => app.jobs.file_digests.known(f),
+        _ => None,
+    };
+    if compile == Compile::CachedOnly && file.is_some() && known_sha.is_none() {
+        return Ok(None);
+    }
     let mut inputs = Vec::new();
     let mut input_names = Vec::new();
     for (n, spec) in &req.inputs {
@@ -298,12 +307,9 @@ fn prepare(
         xpu_minilang::lower::Inputs::given(input_names.iter().map(String::as_str).zip(&inputs));
     // A model file unchanged since it was hashed and compiled for these inputs before is
     // neither read, hashed nor compiled again: one `stat` and two cache lookups.
-    let known = match &file {
-        Some(f) if !kind.is_text() => app.jobs.file_digests.known(f).and_then(|sha| {
-            app.jobs.compiled.get(&name, &sha, &lower_inputs).map(|graph| (sha, graph))
-        }),
-        _ => None,
-    };
+    let known = known_sha.and_then(|sha| {
+        app.jobs.compiled.get(&name, &sha, &lower_inputs).map(|graph| (sha, graph))
+    });
     let (bytes, program_sha256, program_file, compiled) = match (known, &file) {
         (Some((sha, graph)), _) => (Vec::new(), sha, file.clone(), graph),
         (None, Some(_)) if compile == Compile::CachedOnly => return Ok(None),

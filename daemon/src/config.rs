@@ -479,7 +479,8 @@ impl Config {
             format!("policies: {}{}", list(&self.policy_dirs), why("policy_dirs")),
             format!("data roots: {}{}", list(&self.data_roots), why("data_roots")),
             format!("model roots: {}{}", list(&self.model_roots), why("model_roots")),
-            format!("blas: {}", blas_line()),
+            // After the engines are loaded, so the configured library is the one described.
+            format!("blas: {}", xpu_engine_cpu::blas_summary()),
             format!(
                 "onnx runtime: {}",
                 lib(&libs.ort, "XPU_ORT_LIBRARY", ".deps/onnxruntime/libonnxruntime.so")
@@ -524,15 +525,5 @@ impl Config {
         } else {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         }
-    }
-}
-
-/// The cpu engine's BLAS as loaded (after the engines are, so the configured library is the
-/// one described), and why it is degraded where it is.
-fn blas_line() -> String {
-    let loaded = xpu_engine_cpu::blas_info().unwrap_or_else(|e| e);
-    match xpu_engine_cpu::blas_degraded() {
-        Some(why) => format!("{loaded}; degraded, cpu.gemm preferred: {why}"),
-        None => loaded,
     }
 }

@@ -109,10 +109,24 @@ pub fn blas_degraded() -> Option<String> {
     Some("built without the `openblas` feature".into())
 }
 
+/// The BLAS as an explanation states it: what it says of itself, and why it is degraded
+/// where it is (the `cpu.blas` fact of a run, xpud's start-up line).
+pub fn blas_summary() -> String {
+    match (blas_info(), blas_degraded()) {
+        (Ok(info), None) => info,
+        (Ok(info), Some(why)) => format!("{info}; degraded: {why}"),
+        (Err(_), Some(why)) | (Err(why), None) => why,
+    }
+}
+
 /// Whether unpinned products (constant folding, convolution's GEMM step) take the tuned
-/// `cpu.blas` path: built in and not degraded.
+/// `cpu.blas` path: built in and not degraded. Asked per product, so it reads the loaded
+/// library's description in place rather than copying the reason out.
 fn blas_preferred() -> bool {
-    HAS_BLAS && blas_degraded().is_none()
+    #[cfg(feature = "openblas")]
+    return blas::info().is_ok_and(|i| i.degraded.is_none());
+    #[cfg(not(feature = "openblas"))]
+    false
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -194,14 +194,7 @@ fn prepared_facts(
     // detected): the same kernel name runs several times slower on a BLAS that does not
     // know the CPU, so the explanation says which one it was.
     if kernels.iter().any(|k| k.matmul() == crate::MatMulKernel::Blas) {
-        let value = match crate::blas_info() {
-            Ok(info) => match crate::blas_degraded() {
-                Some(why) => format!("{info}; degraded: {why}"),
-                None => info,
-            },
-            Err(e) => format!("{e}: large products run on the gemm crate"),
-        };
-        facts.push(Fact { node: None, key: "cpu.blas".into(), value });
+        facts.push(Fact { node: None, key: "cpu.blas".into(), value: crate::blas_summary() });
     }
     facts
 }
