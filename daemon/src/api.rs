@@ -756,6 +756,9 @@ fn replay_sources(
         None => return Err(ApiError::not_found(format!("no finished run {id}"))),
     };
     let dir = app.jobs.run_dir(id);
+    // A run's inputs travel in its journal frame and reach `dir` in the background: wait for
+    // the store to have written out what it holds (a replay is rare; this is milliseconds).
+    app.jobs.store.settle().map_err(ApiError::internal)?;
     // A text program is in the record; a binary one in the blob store.
     let source = app.jobs.store.program_source(id, scope).map_err(ApiError::internal)?;
     let program = match source {

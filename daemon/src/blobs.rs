@@ -1,8 +1,10 @@
 //! Run outputs kept by content: `blobs/<first two hex digits>/<sha256>.<ext>`, named by the
 //! SHA-256 the run's record lists, so the outputs endpoint finds them from the record alone
 //! and identical outputs of many runs are one file. A blob is written to a temporary name
-//! and renamed into place, so a crash never leaves a partial file under a real name; it is
-//! written before the run is journaled, so an acknowledged run's outputs exist.
+//! and renamed into place, so a crash never leaves a partial file under a real name. A
+//! program is put here at submit; a run's new output blobs travel in its journal frame and
+//! the store writes them out ([`xpu_store::KeptFile`]), so an acknowledged run's outputs
+//! exist (in memory, then on disk).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -38,6 +40,24 @@ impl Blobs {
 
     fn path(&self, sha: &str, ext: &str) -> PathBuf {
         self.dir.join(&sha[..2]).join(format!("{sha}.{ext}"))
+    }
+
+    /// Where the blob of `sha` is, relative to the store's directory (this store's `dir`
+    /// is its `blobs/`), as the store's kept files name it.
+    pub fn relative_path(sha: &str, ext: &str) -> std::io::Result<String> {
+        if !is_sha256(sha) || ext.is_empty() || !ext.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(invalid(sha));
+        }
+        Ok(format!("blobs/{}/{sha}.{ext}", &sha[..2]))
+    }
+
+    /// Notes blobs kept through the store (their relative paths) as kept.
+    pub fn remember_kept(&self, paths: &[String]) {
+        for path in paths {
+            if let Some(name) = path.rsplit('/').next() {
+                self.remember(name.to_string());
+            }
+        }
     }
 
     fn remembers(&self, key: &str) -> bool {

@@ -3,18 +3,20 @@
 //!
 //! 1. submit (HTTP handler): the program is compiled (or found in the compile cache) and the
 //!    policy resolved at once, so a job that cannot run is refused with a 4xx and never
-//!    queued; what a replay needs beyond the record (a binary program, the inputs) is kept
-//!    under `runs/<id>/`; a full queue answers 429. A waited job that finds a slot free and
+//!    queued; a binary program (ONNX) is kept in the blob store for replays; a full queue
+//!    answers 429. A waited job that finds a slot free and
 //!    nothing queued runs in place on the request's blocking thread: no hand-off.
 //! 2. a worker plans it (a plan-cache probe when warm); if one of its engines is at its
 //!    `limits.engine_concurrency`, the job is parked without holding the worker and run
 //!    when that engine frees. It runs on a fresh engine registry (the table engine's
 //!    DuckDB connection is per job) under the job's stop token (cancel, timeout), and its
 //!    outputs are kept as blobs named by their SHA-256.
-//! 3. the worker appends the finished run to the store's journal and only then marks it
+//! 3. the worker appends the finished run to the store's journal, with its inputs (for a
+//!    replay) and its new small output blobs in the same frame, and only then marks it
 //!    complete and wakes whoever waits on it: a run reported complete survives a crash of
-//!    the daemon and explains at once (from memory until the store's feeder has committed
-//!    it to DuckDB, in batches, in the background).
+//!    the daemon, explains at once and serves its outputs at once (from memory until the
+//!    store's feeder has written its files and committed it to DuckDB, in batches, in the
+//!    background). No file is created on a job's way through (one `write(2)`, the journal's).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -29,7 +31,7 @@ use xpu_minilang::paths::DataRoots;
 use xpu_plan::{PlanCache, PreparedCache};
 use xpu_policy::Policy;
 use xpu_runtime::Planned;
-use xpu_store::{OutputInfo, RunRecord, RunStatus, RunSummary, Store};
+use xpu_store::{KeptFile, OutputInfo, RunRecord, RunStatus, RunSummary, Store};
 
 use crate::metrics::Metrics;
 use crate::policies::PolicySet;
@@ -83,7 +85,8 @@ pub struct Job {
     pub timings: JobTimings,
 }
 
-/// A job's steps, in nanoseconds: keeping its files at submit, planning (a plan-cache
+/// A job's steps, in nanoseconds: keeping its program at submit (a model not kept before),
+/// planning (a plan-cache
 /// lookup when warm), executing the plan, writing its outputs, journaling the run.
 #[derive(Default)]
 pub struct JobTimings {
@@ -352,7 +355,7 @@ impl Jobs {
         }
         let run_id = ulid::Ulid::new().to_string().to_ascii_lowercase();
         let start = Instant::now();
-        self.keep_job_files(&self.run_dir(&run_id), &spec)?;
+        self.keep_program(&spec)?;
         let files = nanos_since(start);
         let (phase, _) = tokio::sync::watch::channel(Phase::Queued);
         let job = Arc::new(Job {
@@ -404,7 +407,7 @@ impl Jobs {
         }
     }
 
-    /// A job not yet committed.
+    /// A job not yet stored.
     pub fn live(&self, run_id: &str) -> Option<Arc<Job>> {
         self.live.lock().ok()?.get(run_id).cloned()
     }
@@ -431,7 +434,7 @@ impl Jobs {
 
     /// The bytes of a run's output (`ext` npy or csv), by the SHA-256 its record lists.
     pub fn output_bytes(&self, sha256: &str, ext: &str) -> std::io::Result<Vec<u8>> {
-        self.blobs.get(sha256, ext)
+        self.store.read_kept(&crate::blobs::Blobs::relative_path(sha256, ext)?)
     }
 
     /// Stops taking jobs and waits up to `bound` for the queued and running ones to be
@@ -492,10 +495,11 @@ impl Jobs {
         while let Some((job, planned)) = ready.pop() {
             let engines = self.gate.limited(planned.engines());
             self.metrics.running.inc();
-            let record =
+            let (record, files) =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&job, planned)))
                     .unwrap_or_else(|_| {
-                        self.failed(&job, None, "internal error: the job's engine panicked".into())
+                        let error = "internal error: the job's engine panicked".into();
+                        (self.failed(&job, None, error), Vec::new())
                     });
             self.metrics.running.dec();
             if first_run {
@@ -504,7 +508,7 @@ impl Jobs {
                 self.note_run_cost(&job.spec, nanos_since(start));
                 first_run = false;
             }
-            self.finish(&job, record);
+            self.finish_with(&job, record, files);
             let admitted = self.gate.leave(&engines);
             if !admitted.is_empty() {
                 self.metrics.queue_depth.sub(admitted.len() as i64);
@@ -516,6 +520,11 @@ impl Jobs {
 
     /// Stores a finished run and reports it, unless draining ran out of time.
     fn finish(&self, job: &Job, record: RunRecord) {
+        self.finish_with(job, record, Vec::new());
+    }
+
+    /// [`finish`](Jobs::finish) for a run that made output blobs to keep with it.
+    fn finish_with(&self, job: &Job, record: RunRecord, outputs: Vec<KeptFile>) {
         if self.closed.load(Ordering::Acquire) {
             // Draining ran out of time: this run is not stored (nor reported).
             if let Ok(mut live) = self.live.lock() {
@@ -523,7 +532,7 @@ impl Jobs {
             }
             return;
         }
-        self.store_run(job, record);
+        self.store_run(job, record, outputs);
     }
 
     fn base_record(&self, job: &Job, status: RunStatus) -> RunRecord {
@@ -591,7 +600,8 @@ impl Jobs {
         Ok(planned)
     }
 
-    fn run(&self, job: &Job, planned: Planned) -> RunRecord {
+    /// Runs a planned job: its record, and the output blobs it made that are not kept yet.
+    fn run(&self, job: &Job, planned: Planned) -> (RunRecord, Vec<KeptFile>) {
         // Waiting: in the queue, and parked for an engine (planning is not waiting).
         let queue_us = (job.submitted.elapsed().as_nanos() as u64)
             .saturating_sub(job.timings.plan.load(Ordering::Acquire))
@@ -611,6 +621,7 @@ impl Jobs {
             Some(&self.prepared),
         );
         let run_us = start.elapsed().as_micros() as u64;
+        let mut files = Vec::new();
         let mut record = match result {
             Ok(ran) => {
                 job.timings.run.store(ran.run_nanos, Ordering::Release);
@@ -624,7 +635,10 @@ impl Jobs {
                 } else {
                     let start = Instant::now();
                     match self.keep_outputs(&ran.outputs) {
-                        Ok(outputs) => r.outputs = outputs,
+                        Ok((outputs, new)) => {
+                            r.outputs = outputs;
+                            files = new;
+                        }
                         Err(e) => {
                             r.status = RunStatus::Failed;
                             r.error = Some(format!("cannot keep the outputs: {e}"));
@@ -656,34 +670,75 @@ impl Jobs {
         record.started_us = Some(started_us);
         record.run_us = run_us;
         record.finished_us = now_us();
-        record
+        (record, files)
     }
 
     /// Keeps each output (`.npy` for tensors, `.csv` for tables) as a blob named by its
-    /// SHA-256, which the run's record lists.
-    fn keep_outputs(&self, outputs: &[(String, Tensor)]) -> Result<Vec<OutputInfo>, String> {
+    /// SHA-256, which the run's record lists: returns the records' entries and the blobs not
+    /// kept yet, which travel with the run into the store's journal.
+    fn keep_outputs(
+        &self,
+        outputs: &[(String, Tensor)],
+    ) -> Result<(Vec<OutputInfo>, Vec<KeptFile>), String> {
         let mut infos = Vec::new();
+        let mut new = Vec::new();
         for (name, t) in outputs {
             let (bytes, ext) = xpu_runtime::tensors::value_file(t).map_err(|e| e.to_string())?;
             let sha256 = sha256_hex(&bytes);
-            self.blobs.put(&sha256, ext, &bytes).map_err(|e| e.to_string())?;
+            let size = bytes.len() as u64;
+            if !self.blobs.has(&sha256, ext) {
+                let path =
+                    crate::blobs::Blobs::relative_path(&sha256, ext).map_err(|e| e.to_string())?;
+                new.push(KeptFile { path, bytes });
+            }
             infos.push(OutputInfo {
                 name: name.clone(),
                 dtype: t.dtype().name().to_string(),
                 shape: t.shape().to_vec(),
                 sha256,
-                bytes: bytes.len() as u64,
+                bytes: size,
             });
         }
-        Ok(infos)
+        Ok((infos, new))
+    }
+
+    /// What a run keeps beside its record for a replay: its inputs (`.npy` tensors, `.csv`
+    /// tables) under `runs/<id>/inputs/`. A text program is in the record itself
+    /// (`program_source`), a binary one in the blob store.
+    fn input_files(&self, job: &Job) -> Result<Vec<KeptFile>, String> {
+        let s = &job.spec;
+        s.input_names
+            .iter()
+            .zip(&s.inputs)
+            .map(|(name, t)| {
+                let (bytes, ext) =
+                    xpu_runtime::tensors::value_file(t).map_err(|e| e.to_string())?;
+                let file = xpu_runtime::tensors::output_file_name(name);
+                Ok(KeptFile { path: format!("runs/{}/inputs/{file}.{ext}", job.run_id), bytes })
+            })
+            .collect()
     }
 
     /// Journals a finished run, then reports it complete. A run the store cannot take
     /// (its disk is full) is reported failed with the reason, and is not stored.
-    fn store_run(&self, job: &Job, record: RunRecord) {
-        let mut summary = record.summary(0);
+    fn store_run(&self, job: &Job, mut record: RunRecord, outputs: Vec<KeptFile>) {
         let start = Instant::now();
-        let stored = self.store.append(vec![record]);
+        let mut files = match self.input_files(job) {
+            Ok(files) => files,
+            Err(e) => {
+                record.status = RunStatus::Failed;
+                record.error = Some(format!("cannot keep the inputs for a replay: {e}"));
+                Vec::new()
+            }
+        };
+        let new_blobs: Vec<String> = outputs.iter().map(|f| f.path.clone()).collect();
+        files.extend(outputs);
+        let mut summary = record.summary(0);
+        let stored = self.store.append_with_files(vec![(record, files)]);
+        if stored.is_ok() {
+            // Only once journaled: a blob is kept before another run may count on it.
+            self.blobs.remember_kept(&new_blobs);
+        }
         job.timings.store.store(nanos_since(start), Ordering::Release);
         self.metrics.store_write.observe(start.elapsed().as_secs_f64());
         match stored {
@@ -713,10 +768,9 @@ impl Jobs {
         job.phase.send_replace(Phase::Done(Box::new(summary)));
     }
 
-    /// Keeps what a replay needs beyond the run's record: a binary program (ONNX) in the
-    /// blob store, and the inputs (`.npy` tensors, `.csv` tables) under `runs/<id>/`. A text program is in the record itself
-    /// (`program_source`), so a job without inputs writes no file here.
-    fn keep_job_files(&self, run_dir: &Path, spec: &JobSpec) -> Result<(), SubmitError> {
+    /// Keeps a binary program (ONNX) in the blob store for replays, once: a model submitted
+    /// again and again is written the first time only (and a known model file not read).
+    fn keep_program(&self, spec: &JobSpec) -> Result<(), SubmitError> {
         let io = |e: std::io::Error| SubmitError::Io(e.to_string());
         if !spec.program_text {
             // Content-addressed: a model submitted again and again is written once.
@@ -737,15 +791,6 @@ impl Jobs {
                     self.blobs.put(&spec.program_sha256, ext, &spec.program_bytes).map_err(io)?
                 }
             }
-        }
-        if !spec.inputs.is_empty() {
-            std::fs::create_dir_all(run_dir.join("inputs")).map_err(io)?;
-        }
-        for (name, t) in spec.input_names.iter().zip(&spec.inputs) {
-            let (bytes, ext) =
-                xpu_runtime::tensors::value_file(t).map_err(|e| SubmitError::Io(e.to_string()))?;
-            let file = format!("{}.{ext}", xpu_runtime::tensors::output_file_name(name));
-            std::fs::write(run_dir.join("inputs").join(file), bytes).map_err(io)?;
         }
         Ok(())
     }

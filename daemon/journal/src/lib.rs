@@ -6,7 +6,10 @@
 //!
 //! Layout: `<dir>/<first seq, 20 digits>.log` segments; a segment is deleted once every
 //! entry in it is committed. A frame is `len: u32 LE, crc32: u32 LE, payload` with the
-//! payload a JSON [`Entry`]. A torn frame can only be the last one written before a crash
+//! payload a JSON [`Entry`]. An entry may carry files ([`Attachment`]: bytes its owner keeps
+//! beside the record, such as a run's inputs), so that the entry and its files are
+//! acknowledged by the same single write and the owner writes the files out in the
+//! background, once per entry, before it releases the segment. A torn frame can only be the last one written before a crash
 //! (it was never acknowledged) and is cut off at replay; a bad frame anywhere else is
 //! corruption and refuses the open rather than dropping what follows it. Segment bytes are
 //! untrusted input to [`decode_segment`] (fuzzed: `make fuzz`).
@@ -28,6 +31,9 @@ const MAX_FRAME: u32 = 1 << 30;
 pub struct Entry<T> {
     pub seq: u64,
     pub record: T,
+    /// Files the entry carries (none in entries written before attachments existed).
+    #[serde(default)]
+    pub files: Vec<Attachment>,
 }
 
 /// An entry to journal (the same fields as [`Entry`], borrowed).
@@ -35,6 +41,33 @@ pub struct Entry<T> {
 pub struct EntryRef<'a, T> {
     pub seq: u64,
     pub record: &'a T,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub files: &'a [std::sync::Arc<Attachment>],
+}
+
+/// Bytes an entry carries for its owner to keep as a file, under a path relative to the
+/// owner's directory (the journal neither checks nor uses the path). In the frame's JSON
+/// the bytes are base64.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub path: String,
+    #[serde(with = "base64_bytes")]
+    pub bytes: Vec<u8>,
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
 }
 
 /// The journal's directory could not be read or written, or holds a corrupt segment.
@@ -277,4 +310,41 @@ pub fn decode_segment<T: DeserializeOwned>(
         }
     }
     Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn entries_carry_their_files_and_older_frames_still_decode() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut journal, none) = Journal::open::<String>(dir.path(), Durability::Process).unwrap();
+        assert!(none.is_empty());
+        let files = [Arc::new(Attachment { path: "runs/r/x.npy".into(), bytes: vec![0, 255, 7] })];
+        let record = "first".to_string();
+        journal.append(&[EntryRef { seq: 1, record: &record, files: &files }]).unwrap();
+        let second = "second".to_string();
+        journal.append(&[EntryRef { seq: 2, record: &second, files: &[] }]).unwrap();
+        drop(journal);
+        let (_, entries) = Journal::open::<String>(dir.path(), Durability::Process).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].files, [(*files[0]).clone()]);
+        assert!(entries[1].files.is_empty());
+        // A frame written before entries had files (no `files` key) decodes with none.
+        let payload = br#"{"seq":3,"record":"old"}"#;
+        let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        frame.extend_from_slice(payload);
+        let mut out = Vec::new();
+        decode_segment::<String>(&frame, false, &mut out).unwrap();
+        assert_eq!((out[0].seq, out[0].record.as_str(), out[0].files.len()), (3, "old", 0));
+        // Bytes that are not base64 make the frame undecodable (corruption, not a panic).
+        let payload = br#"{"seq":4,"record":"x","files":[{"path":"p","bytes":"%%"}]}"#;
+        let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        frame.extend_from_slice(payload);
+        assert!(decode_segment::<String>(&frame, false, &mut Vec::new()).is_err());
+    }
 }

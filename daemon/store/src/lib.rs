@@ -7,6 +7,7 @@
 //! duplicates. One process owns a store at a time (`store.lock`); `xpud` and `xpuctl admin`
 //! both open it through this crate.
 
+mod files;
 mod index;
 pub mod schema;
 
@@ -22,6 +23,7 @@ use duckdb::{Config, Connection, params};
 use serde::{Deserialize, Serialize};
 use xpu_plan::Explanation;
 
+pub use files::KeptFile;
 pub use index::SearchHit;
 pub use xpu_journal::Durability;
 use xpu_journal::{EntryRef, Journal};
@@ -225,6 +227,16 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 /// for the feeder (memory stays bounded when runs finish faster than DuckDB takes them).
 const MAX_PENDING: u64 = 20_000;
 
+/// Least time between two of the feeder's transactions while runs keep coming (unless a
+/// reader waits for the database, or a full batch is waiting): a DuckDB commit costs about
+/// the same for one run as for hundreds, and the feeder's CPU is taken from the requests on
+/// a small machine. Reads by run id are served from memory meanwhile; lists and SQL settle.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Largest kept file carried in a journal frame; a larger one is written out before its run
+/// is journaled (its write is small beside the work that made it, and memory stays bounded).
+const JOURNALED_FILE_BYTES: usize = 1 << 20;
+
 /// How the store is opened.
 #[derive(Default)]
 pub struct StoreOptions {
@@ -268,6 +280,8 @@ struct Shared {
     /// Appends take this first, then `state`.
     journal: Mutex<Journal>,
     state: Mutex<Pipeline>,
+    /// `fdatasync` kept files before their runs are committed (durability = machine).
+    sync_files: bool,
     /// Signalled when runs are journaled (the feeder wakes) and when they are committed
     /// (readers waiting for the database wake).
     changed: Condvar,
@@ -282,8 +296,14 @@ struct Pipeline {
     /// Journaled but not yet committed, by sequence number.
     pending: BTreeMap<u64, Arc<RunRecord>>,
     by_id: HashMap<String, u64>,
+    /// The files pending runs carry, by sequence number and by path (see [`files`]).
+    files: BTreeMap<u64, Vec<Arc<KeptFile>>>,
+    by_path: HashMap<String, Arc<KeptFile>>,
     journaled: u64,
     committed: u64,
+    /// Readers waiting for the database to take in what is journaled ([`Shared::settle`]):
+    /// the feeder commits at once for them.
+    settling: usize,
     /// The last database error while the feeder retries.
     failing: Option<String>,
 }
@@ -347,13 +367,17 @@ impl Store {
         let (mut journal, entries) =
             Journal::open::<RunRecord>(&dir.join(JOURNAL_DIR), options.durability)?;
         // Runs acknowledged before a crash and not yet in the database; those at or below
-        // `committed` made it in before the journal was released.
-        let replay: Vec<(u64, &RunRecord)> =
-            entries.iter().filter(|e| e.seq > committed).map(|e| (e.seq, &e.record)).collect();
+        // `committed` made it in before the journal was released (their files before them).
+        let sync_files = options.durability == Durability::Machine;
+        let replay: Vec<_> = entries.into_iter().filter(|e| e.seq > committed).collect();
         let replayed = replay.len() as u64;
         for chunk in replay.chunks(DB_BATCH) {
-            write_runs(&mut conn, chunk)?;
-            committed = chunk.last().map_or(committed, |c| c.0);
+            let files: Vec<Arc<KeptFile>> =
+                chunk.iter().flat_map(|e| e.files.iter().cloned().map(Arc::new)).collect();
+            files::write_all(dir, &files, sync_files).map_err(|e| io(dir, e))?;
+            let rows: Vec<(u64, &RunRecord)> = chunk.iter().map(|e| (e.seq, &e.record)).collect();
+            write_runs(&mut conn, &rows)?;
+            committed = chunk.last().map_or(committed, |c| c.seq);
         }
         journal.release(committed, committed + 1, true)?;
         let index = index::SearchIndex::open(&dir.join(INDEX_DIR))?;
@@ -364,6 +388,7 @@ impl Store {
             index,
             journal: Mutex::new(journal),
             state: Mutex::new(Pipeline { journaled: committed, committed, ..Pipeline::default() }),
+            sync_files,
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             on_commit: options.on_commit,
@@ -394,7 +419,37 @@ impl Store {
     /// [`Durability::Machine`], of the machine), reads by run id find them at once, and the
     /// database receives them in the background. On error nothing of the batch is stored.
     pub fn append(&self, runs: Vec<RunRecord>) -> Result<Vec<u64>, StoreError> {
+        self.append_with_files(runs.into_iter().map(|r| (r, Vec::new())).collect())
+    }
+
+    /// [`append`](Store::append), each run with the files it keeps beside its record, under
+    /// paths relative to the store's directory: acknowledged with the run (in its journal
+    /// frame), readable at once through [`read_kept`](Store::read_kept), and written out
+    /// under the store's directory in the background, before the run is committed.
+    pub fn append_with_files(
+        &self,
+        runs: Vec<(RunRecord, Vec<KeptFile>)>,
+    ) -> Result<Vec<u64>, StoreError> {
         let sh = &self.shared;
+        if let Some(bad) = runs.iter().flat_map(|(_, f)| f).find(|f| !files::valid_path(&f.path)) {
+            return Err(io(
+                &sh.dir,
+                format!("kept file `{}` is not a relative path inside the store", bad.path),
+            ));
+        }
+        let (runs, files): (Vec<RunRecord>, Vec<Vec<Arc<KeptFile>>>) =
+            runs.into_iter().map(|(r, f)| (r, f.into_iter().map(Arc::new).collect())).unzip();
+        let mut large: Vec<Arc<KeptFile>> = Vec::new();
+        let files: Vec<Vec<Arc<KeptFile>>> = files
+            .into_iter()
+            .map(|run_files| {
+                let (big, small): (Vec<_>, Vec<_>) =
+                    run_files.into_iter().partition(|f| f.bytes.len() > JOURNALED_FILE_BYTES);
+                large.extend(big);
+                small
+            })
+            .collect();
+        files::write_all(&sh.dir, &large, sh.sync_files).map_err(|e| io(&sh.dir, e))?;
         {
             let state = sh.state.lock().map_err(|_| poisoned("store state"))?;
             let _caught_up = sh
@@ -409,15 +464,22 @@ impl Store {
         let entries: Vec<EntryRef<'_, RunRecord>> = runs
             .iter()
             .enumerate()
-            .map(|(i, record)| EntryRef { seq: first + i as u64, record })
+            .zip(&files)
+            .map(|((i, record), files)| EntryRef { seq: first + i as u64, record, files })
             .collect();
         journal.append(&entries)?;
         drop(entries);
         let mut state = sh.state.lock().map_err(|_| poisoned("store state"))?;
         let seqs: Vec<u64> = (first..first + runs.len() as u64).collect();
-        for (seq, record) in seqs.iter().zip(runs) {
+        for ((seq, record), files) in seqs.iter().zip(runs).zip(files) {
             state.by_id.insert(record.run_id.clone(), *seq);
             state.pending.insert(*seq, Arc::new(record));
+            if !files.is_empty() {
+                for f in &files {
+                    state.by_path.insert(f.path.clone(), f.clone());
+                }
+                state.files.insert(*seq, files);
+            }
         }
         state.journaled = first + seqs.len() as u64 - 1;
         drop(state);
@@ -434,6 +496,28 @@ impl Store {
             .state
             .lock()
             .map_or(true, |s| s.journaled - s.committed >= MAX_PENDING / 2 || s.failing.is_some())
+    }
+
+    /// The bytes of a file a run kept (`path` relative to the store's directory): from
+    /// memory while its run is pending, else from disk.
+    pub fn read_kept(&self, path: &str) -> std::io::Result<Vec<u8>> {
+        if !files::valid_path(path) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("`{path}` is not a relative path inside the store"),
+            ));
+        }
+        let pending = self.shared.state.lock().ok().and_then(|s| s.by_path.get(path).cloned());
+        match pending {
+            Some(file) => Ok(file.bytes.clone()),
+            // The feeder drops a file from memory only once it is on disk.
+            None => std::fs::read(self.shared.dir.join(path)),
+        }
+    }
+
+    /// Whether a file a run kept is pending (in memory, not yet written out).
+    pub fn kept_pending(&self, path: &str) -> bool {
+        self.shared.state.lock().is_ok_and(|s| s.by_path.contains_key(path))
     }
 
     /// Stores finished runs and returns once the database holds them (for callers that read
@@ -738,11 +822,17 @@ impl Store {
 impl Shared {
     /// Waits until the database holds every run up to `target`.
     fn settle(&self, target: u64) -> Result<(), StoreError> {
-        let state = self.state.lock().map_err(|_| poisoned("store state"))?;
-        let (state, waited) = self
+        let mut state = self.state.lock().map_err(|_| poisoned("store state"))?;
+        if state.committed >= target {
+            return Ok(());
+        }
+        state.settling += 1;
+        self.changed.notify_all();
+        let (mut state, waited) = self
             .changed
             .wait_timeout_while(state, SETTLE_LIMIT, |s| s.committed < target)
             .map_err(|_| poisoned("store state"))?;
+        state.settling -= 1;
         if waited.timed_out() && state.committed < target {
             return Err(StoreError::Behind {
                 behind: target - state.committed,
@@ -753,8 +843,8 @@ impl Shared {
         Ok(())
     }
 
-    /// The feeder: commits journaled runs to the database in batches (whatever has piled up
-    /// while the last transaction ran), then releases the journal segments it no longer
+    /// The feeder: writes out the files of journaled runs and commits the runs to the
+    /// database in batches (whatever has piled up while the last transaction ran), then releases the journal segments it no longer
     /// needs. A failed transaction is retried, backing off up to a second: the runs stay in
     /// the journal and in memory, so nothing acknowledged is lost. When the store drops it
     /// catches up before it ends (unless the database keeps failing; the journal is then
@@ -762,25 +852,43 @@ impl Shared {
     fn feed(&self) {
         lower_priority();
         let mut backoff = Duration::from_millis(10);
+        let mut last_commit = Instant::now() - COMMIT_INTERVAL;
         loop {
-            let batch: Vec<(u64, Arc<RunRecord>)> = {
+            let (batch, files): (Vec<(u64, Arc<RunRecord>)>, Vec<Arc<KeptFile>>) = {
                 let Ok(state) = self.state.lock() else { return };
                 let Ok(state) = self.changed.wait_while(state, |s| {
                     s.committed == s.journaled && !self.stop.load(Ordering::Acquire)
                 }) else {
                     return;
                 };
+                // Let runs gather into one transaction, unless someone waits for them.
+                let gather = COMMIT_INTERVAL.saturating_sub(last_commit.elapsed());
+                let Ok((state, _)) = self.changed.wait_timeout_while(state, gather, |s| {
+                    s.journaled - s.committed < DB_BATCH as u64
+                        && s.settling == 0
+                        && !self.stop.load(Ordering::Acquire)
+                }) else {
+                    return;
+                };
                 if state.committed == state.journaled {
                     return; // stopping, and everything is in
                 }
-                state.pending.iter().take(DB_BATCH).map(|(k, v)| (*k, v.clone())).collect()
+                let batch: Vec<_> =
+                    state.pending.iter().take(DB_BATCH).map(|(k, v)| (*k, v.clone())).collect();
+                let last = batch.last().map_or(0, |b| b.0);
+                let files = state.files.range(..=last).flat_map(|(_, f)| f.iter().cloned());
+                (batch, files.collect())
             };
             let rows: Vec<(u64, &RunRecord)> = batch.iter().map(|(k, v)| (*k, &**v)).collect();
             let start = Instant::now();
-            let result = match self.writer.lock() {
-                Ok(mut conn) => write_runs(&mut conn, &rows),
-                Err(_) => Err(poisoned("writer")),
-            };
+            last_commit = start;
+            // Files first: a run in the database has its files on disk.
+            let result = files::write_all(&self.dir, &files, self.sync_files)
+                .map_err(|e| io(&self.dir, format!("writing a run's kept files: {e}")))
+                .and_then(|()| match self.writer.lock() {
+                    Ok(mut conn) => write_runs(&mut conn, &rows),
+                    Err(_) => Err(poisoned("writer")),
+                });
             if let Some(observe) = &self.on_commit {
                 observe(start.elapsed(), rows.len(), result.as_ref().err());
             }
@@ -791,6 +899,13 @@ impl Shared {
                     for (seq, record) in &batch {
                         state.pending.remove(seq);
                         state.by_id.remove(&record.run_id);
+                        state.files.remove(seq);
+                    }
+                    for f in &files {
+                        // Unless a later run keeps the same path (a shared blob), still pending.
+                        if state.by_path.get(&f.path).is_some_and(|p| Arc::ptr_eq(p, f)) {
+                            state.by_path.remove(&f.path);
+                        }
                     }
                     state.committed = last;
                     state.failing = None;

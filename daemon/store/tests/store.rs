@@ -338,3 +338,60 @@ fn machine_durability_syncs_and_stores() {
     assert_eq!(seqs, [1]);
     assert_eq!(store.count().unwrap(), 1);
 }
+
+#[test]
+fn kept_files_ride_with_their_run_and_reach_disk_before_it_is_committed() {
+    use xpu_store::KeptFile;
+    let dir = tempfile::tempdir().unwrap();
+    let kept = |path: &str, bytes: &[u8]| KeptFile { path: path.into(), bytes: bytes.to_vec() };
+    let big = vec![7u8; (1 << 20) + 1];
+    let journal = {
+        let store = Store::open(dir.path()).unwrap();
+        // A path that would leave the store is refused, and nothing of the batch is stored.
+        for bad in ["../escape.npy", "/etc/passwd", "runs/../../x", ""] {
+            let err = store
+                .append_with_files(vec![(
+                    record(0, None, RunStatus::Succeeded),
+                    vec![kept(bad, b"x")],
+                )])
+                .unwrap_err();
+            assert!(err.to_string().contains("not a relative path inside the store"), "{err}");
+        }
+        assert_eq!(store.progress().unwrap().journaled, 0);
+        let files = vec![
+            kept("runs/run-0000/inputs/x.npy", b"input bytes"),
+            kept("blobs/ab/abcd.npy", b"output bytes"),
+            kept("runs/run-0000/inputs/large.npy", &big),
+        ];
+        let seqs =
+            store.append_with_files(vec![(record(0, None, RunStatus::Succeeded), files)]).unwrap();
+        assert_eq!(seqs, [1]);
+        // Readable at once (memory or disk), whatever the feeder has done yet; a large file
+        // is on disk before the append returns.
+        assert_eq!(store.read_kept("runs/run-0000/inputs/x.npy").unwrap(), b"input bytes");
+        assert_eq!(store.read_kept("blobs/ab/abcd.npy").unwrap(), b"output bytes");
+        assert!(dir.path().join("runs/run-0000/inputs/large.npy").is_file());
+        assert_eq!(
+            store.read_kept("../outside").unwrap_err().kind(),
+            std::io::ErrorKind::InvalidInput
+        );
+        store.settle().unwrap();
+        assert!(!store.kept_pending("blobs/ab/abcd.npy"));
+        assert_eq!(std::fs::read(dir.path().join("blobs/ab/abcd.npy")).unwrap(), b"output bytes");
+        std::fs::read(dir.path().join(segment(1))).unwrap()
+    };
+    // The frame carries the small files only; replayed into a fresh store (a crash before
+    // the feeder ran), they are written out at open.
+    let frame = String::from_utf8_lossy(&journal[8..]).into_owned();
+    assert!(frame.contains("\"files\"") && !frame.contains("large.npy"), "{}", &frame[..200]);
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fresh.path().join("journal")).unwrap();
+    std::fs::write(fresh.path().join(segment(1)), &journal).unwrap();
+    let store = Store::open(fresh.path()).unwrap();
+    assert_eq!(store.replayed(), 1);
+    assert_eq!(
+        std::fs::read(fresh.path().join("runs/run-0000/inputs/x.npy")).unwrap(),
+        b"input bytes"
+    );
+    assert_eq!(store.read_kept("blobs/ab/abcd.npy").unwrap(), b"output bytes");
+}

@@ -67,11 +67,13 @@ fn unset_is_empty(s: String) -> String {
 /// source then runs and reports the problem where it always has). `numeric`: the file's
 /// schema from `native::numeric_schema` where it answers — a header, no quote character,
 /// plain integer and decimal columns, what DuckDB's sniffer finds for such a file — which
-/// spares DuckDB's sniffing pass.
+/// spares DuckDB's sniffing pass. `nulls`: the null markers that can occur in the file
+/// (`native::possible_null_markers`), which replace the node's list.
 pub fn pinned(
     conn: &Connection,
     auto_source: &str,
     numeric: Option<Vec<(String, DType)>>,
+    nulls: Option<Vec<String>>,
 ) -> Option<String> {
     let args = auto_source.strip_prefix("read_csv(")?.strip_suffix(')')?;
     let dialect = match numeric {
@@ -115,6 +117,13 @@ pub fn pinned(
     let columns: Vec<String> =
         dialect.columns.iter().map(|(n, t)| format!("{}: {}", lit(n), lit(t))).collect();
     opts.push(format!("columns = {{{}}}", columns.join(", ")));
+    let rest = match nulls {
+        Some(markers) => {
+            let list: Vec<String> = markers.iter().map(|m| lit(m)).collect();
+            format!("{own}nullstr = [{}]", list.join(", "))
+        }
+        None => rest.to_string(),
+    };
     let source = format!("read_csv({path}, {rest}, {})", opts.join(", "));
     // Bound once here (no detection: about a millisecond); a dialect DuckDB will not take
     // back leaves the auto-detecting source in place.

@@ -566,7 +566,16 @@ impl TableExec {
                         )
                     })
                     .flatten();
-                let source = crate::csv_dialect::pinned(conn, &auto, numeric).unwrap_or(auto);
+                // Null markers that cannot occur in the file are left out of DuckDB's list.
+                let nulls = numeric.is_some().then(|| {
+                    native::possible_null_markers(
+                        a.str("path", ""),
+                        a.strs("na_values").unwrap_or(&[]),
+                        &self.roots,
+                    )
+                });
+                let source = crate::csv_dialect::pinned(conn, &auto, numeric, nulls.flatten())
+                    .unwrap_or(auto);
                 (Step::Query(format!("SELECT * FROM {source}")), false)
             }
             Op::ReadParquet => {

@@ -696,12 +696,102 @@ pub fn describe(mut columns: Vec<Values>, stats: &[String], threads: usize) -> T
     Table { columns: out, index: true }
 }
 
+/// Bytes plain numeric CSV text is made of: a null marker made only of these could hide
+/// anywhere, so it is always kept.
+const NUMERIC_TEXT: &[u8] = b"0123456789+-.eE \t\r\n,;|";
+
+/// Of the null markers `na_values` (pandas' list when empty), those that can occur in the
+/// file at `path`: a marker holding a byte that is not in the file cannot. Each marker has a
+/// witness, its first byte that plain numbers do not use (`#`, `N`, `n`, `<` for pandas'
+/// list), and the file is searched for the witnesses (memchr, a few passes at memory speed).
+/// DuckDB compares every field with every marker it is given — with pandas' 19, that is most
+/// of reading a plainly numeric file — so the markers that cannot occur are better left
+/// out; the result is the same. `None` when the file cannot be read.
+pub fn possible_null_markers(
+    path: &str,
+    na_values: &[String],
+    roots: &[PathBuf],
+) -> Option<Vec<String>> {
+    let markers: Vec<String> = if na_values.is_empty() {
+        crate::sql::PANDAS_NA_VALUES.iter().map(|s| s.to_string()).collect()
+    } else {
+        na_values.to_vec()
+    };
+    let witness = |m: &str| m.bytes().find(|b| !NUMERIC_TEXT.contains(b));
+    let mut wanted: Vec<u8> = markers.iter().filter_map(|m| witness(m)).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let confined = crate::confined(path, "file", roots).ok()?;
+    let mut file = std::fs::File::open(confined).ok()?;
+    let mut missing = wanted;
+    let mut chunk = vec![0u8; 4 << 20];
+    while !missing.is_empty() {
+        let n = std::io::Read::read(&mut file, &mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        let found = witnesses_in(&chunk[..n], &missing);
+        missing.retain(|b| !found.contains(b));
+    }
+    Some(markers.into_iter().filter(|m| witness(m).is_none_or(|w| !missing.contains(&w))).collect())
+}
+
+/// Which of the bytes `wanted` occur in `bytes`: memchr over up to three at a time, each
+/// pass resuming after a hit with the bytes not yet found (nothing of them lies before it).
+fn witnesses_in(bytes: &[u8], wanted: &[u8]) -> Vec<u8> {
+    let mut found = Vec::new();
+    for group in wanted.chunks(3) {
+        let mut left = group.to_vec();
+        let mut rest = bytes;
+        while let Some(at) = match left[..] {
+            [a] => memchr::memchr(a, rest),
+            [a, b] => memchr::memchr2(a, b, rest),
+            [a, b, c, ..] => memchr::memchr3(a, b, c, rest),
+            [] => None,
+        } {
+            found.push(rest[at]);
+            left.retain(|&b| b != rest[at]);
+            rest = &rest[at + 1..];
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn stats() -> Vec<String> {
         crate::sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn null_markers_that_cannot_occur_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = [dir.path().canonicalize().unwrap()];
+        let write = |name: &str, text: &str| {
+            std::fs::write(dir.path().join(name), text).unwrap();
+            roots[0].join(name).to_string_lossy().into_owned()
+        };
+        let pandas = |path: &str| possible_null_markers(path, &[], &roots).unwrap();
+        // Plain numbers: only the empty marker can occur.
+        assert_eq!(pandas(&write("n.csv", "k,c1\n1,-1.5e-05\n2,\n")), [""]);
+        // A `nan` cell keeps every marker with an `n` in it (and nothing is lost: DuckDB
+        // still decides per field).
+        let kept = pandas(&write("m.csv", "k,c1\n1,nan\n"));
+        assert!(kept.contains(&"nan".to_string()) && kept.contains(&"null".to_string()));
+        assert!(!kept.contains(&"NA".to_string()) && !kept.contains(&"#N/A".to_string()));
+        // A file larger than one read, with its only `#` at the very end.
+        let mut big = "k,c1\n".to_string() + &"1,2.5\n".repeat(1 << 20);
+        big.push_str("3,#N/A\n");
+        let kept = pandas(&write("big.csv", &big));
+        assert!(kept.contains(&"#N/A".to_string()) && kept.contains(&"1.#IND".to_string()));
+        // The node's own markers, one made of number bytes only (always kept).
+        let own = ["-999".to_string(), "missing".to_string()];
+        let path = write("o.csv", "k\n-999\n");
+        assert_eq!(possible_null_markers(&path, &own, &roots).unwrap(), ["-999"]);
+        // Outside the roots: no answer (the reader reports it).
+        assert!(possible_null_markers("/etc/passwd", &[], &roots).is_none());
     }
 
     #[test]

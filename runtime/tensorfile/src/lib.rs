@@ -3,6 +3,8 @@
 //! tensors printed the way numpy prints them. Every reader takes untrusted bytes: it answers
 //! with an error naming the file and what is wrong, never a panic (fuzzed: `make fuzz`).
 
+mod npy_header;
+
 use std::path::Path;
 
 use half::f16;
@@ -145,8 +147,8 @@ const NPY_MAX_NESTING: usize = 8;
 
 /// Checks a `.npy` header's length and bracket nesting in one linear pass before it reaches
 /// npyz, whose literal parser backtracks (a header of ~1,500 `[` took minutes there);
-/// returns where the payload starts.
-fn check_npy_header(bytes: &[u8]) -> Result<usize> {
+/// returns where the header's text starts and where the payload starts.
+fn check_npy_header(bytes: &[u8]) -> Result<(usize, usize)> {
     let Some(rest) = bytes.strip_prefix(b"\x93NUMPY") else {
         bail!("the file does not start with numpy's magic `\\x93NUMPY`");
     };
@@ -182,7 +184,7 @@ fn check_npy_header(bytes: &[u8]) -> Result<usize> {
             _ => {}
         }
     }
-    Ok(start + len)
+    Ok((start, start + len))
 }
 
 /// `n` elements of a plain little-endian type, their bytes written by `fill` (a copy from a
@@ -252,23 +254,32 @@ struct NpyLayout<'h> {
     /// The dtype less its byte order (`f4`).
     code: String,
     byte_order: char,
-    npy: npyz::NpyFile<&'h [u8]>,
+    /// npyz's reading of the header, when it was needed (not the header numpy writes).
+    npy: Option<npyz::NpyFile<&'h [u8]>>,
 }
 
 /// Parses and checks the header at the start of `bytes` (the whole file, or its header):
 /// C order, a plain dtype, and a shape whose elements fit in `file_len` bytes — refused
 /// before anything is allocated.
 fn npy_layout(bytes: &[u8], file_len: usize) -> Result<NpyLayout<'_>> {
-    let payload_at = check_npy_header(bytes)?;
-    let npy = npyz::NpyFile::new(bytes)?;
-    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
-    if npy.order() == npyz::Order::Fortran {
+    let (header_at, payload_at) = check_npy_header(bytes)?;
+    let canonical =
+        std::str::from_utf8(&bytes[header_at..payload_at]).ok().and_then(npy_header::parse);
+    let (shape, fortran, type_str, npy) = match canonical {
+        Some(h) => (h.shape, h.fortran_order, h.descr.to_string(), None),
+        None => {
+            let npy = npyz::NpyFile::new(bytes)?;
+            let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+            let type_str = match npy.dtype() {
+                npyz::DType::Plain(t) => t.to_string(),
+                other => bail!("structured dtype {other:?} is not supported"),
+            };
+            (shape, npy.order() == npyz::Order::Fortran, type_str, Some(npy))
+        }
+    };
+    if fortran {
         bail!("Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
     }
-    let type_str = match npy.dtype() {
-        npyz::DType::Plain(t) => t.to_string(),
-        other => bail!("structured dtype {other:?} is not supported"),
-    };
     let code = type_str.trim_start_matches(['<', '>', '|', '=']).to_string();
     let item: usize = match code.as_bytes().first() {
         Some(b'U') => 4 * code[1..].parse::<usize>().unwrap_or(1),
@@ -294,6 +305,10 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor> {
     {
         return Tensor::new(shape, data).map_err(|e| TensorFileError(e.to_string()));
     }
+    let npy = match npy {
+        Some(npy) => npy,
+        None => npyz::NpyFile::new(bytes)?,
+    };
     let data = match code {
         "f4" => TensorData::F32(npy.into_vec()?),
         "f8" => TensorData::F64(npy.into_vec()?),
