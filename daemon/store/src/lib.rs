@@ -227,6 +227,13 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 /// for the feeder (memory stays bounded when runs finish faster than DuckDB takes them).
 const MAX_PENDING: u64 = 20_000;
 
+/// The most bytes of kept files held in memory for runs not yet committed: past it appends
+/// wait for the feeder, as past `MAX_PENDING` runs.
+const MAX_PENDING_FILE_BYTES: usize = 256 << 20;
+
+/// Kept-file bytes in memory at which the feeder stops gathering and commits.
+const GATHER_FILE_BYTES: usize = 16 << 20;
+
 /// Least time between two of the feeder's transactions while runs keep coming (unless a
 /// reader waits for the database, or a full batch is waiting): a DuckDB commit costs about
 /// the same for one run as for hundreds, and the feeder's CPU is taken from the requests on
@@ -299,6 +306,8 @@ struct Pipeline {
     /// The files pending runs carry, by sequence number and by path (see [`files`]).
     files: BTreeMap<u64, Vec<Arc<KeptFile>>>,
     by_path: HashMap<String, Arc<KeptFile>>,
+    /// The bytes of `files`.
+    file_bytes: usize,
     journaled: u64,
     committed: u64,
     /// Readers waiting for the database to take in what is journaled ([`Shared::settle`]):
@@ -455,7 +464,9 @@ impl Store {
             let _caught_up = sh
                 .changed
                 .wait_timeout_while(state, SETTLE_LIMIT, |s| {
-                    s.journaled - s.committed >= MAX_PENDING && s.failing.is_none()
+                    (s.journaled - s.committed >= MAX_PENDING
+                        || s.file_bytes >= MAX_PENDING_FILE_BYTES)
+                        && s.failing.is_none()
                 })
                 .map_err(|_| poisoned("store state"))?;
         }
@@ -476,6 +487,7 @@ impl Store {
             state.pending.insert(*seq, Arc::new(record));
             if !files.is_empty() {
                 for f in &files {
+                    state.file_bytes += f.bytes.len();
                     state.by_path.insert(f.path.clone(), f.clone());
                 }
                 state.files.insert(*seq, files);
@@ -492,10 +504,11 @@ impl Store {
     /// to the in-memory bound of runs it has not taken yet, or it is failing. Callers that
     /// must not block (an async thread) go elsewhere then.
     pub fn backlogged(&self) -> bool {
-        self.shared
-            .state
-            .lock()
-            .map_or(true, |s| s.journaled - s.committed >= MAX_PENDING / 2 || s.failing.is_some())
+        self.shared.state.lock().map_or(true, |s| {
+            s.journaled - s.committed >= MAX_PENDING / 2
+                || s.file_bytes >= MAX_PENDING_FILE_BYTES / 2
+                || s.failing.is_some()
+        })
     }
 
     /// The bytes of a file a run kept (`path` relative to the store's directory): from
@@ -865,6 +878,7 @@ impl Shared {
                 let gather = COMMIT_INTERVAL.saturating_sub(last_commit.elapsed());
                 let Ok((state, _)) = self.changed.wait_timeout_while(state, gather, |s| {
                     s.journaled - s.committed < DB_BATCH as u64
+                        && s.file_bytes < GATHER_FILE_BYTES
                         && s.settling == 0
                         && !self.stop.load(Ordering::Acquire)
                 }) else {
@@ -899,7 +913,10 @@ impl Shared {
                     for (seq, record) in &batch {
                         state.pending.remove(seq);
                         state.by_id.remove(&record.run_id);
-                        state.files.remove(seq);
+                        if let Some(filed) = state.files.remove(seq) {
+                            let bytes: usize = filed.iter().map(|f| f.bytes.len()).sum();
+                            state.file_bytes = state.file_bytes.saturating_sub(bytes);
+                        }
                     }
                     for f in &files {
                         // Unless a later run keeps the same path (a shared blob), still pending.
