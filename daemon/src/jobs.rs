@@ -4,8 +4,8 @@
 //! 1. submit (HTTP handler): the program is compiled (or found in the compile cache) and the
 //!    policy resolved at once, so a job that cannot run is refused with a 4xx and never
 //!    queued; a binary program (ONNX) is kept in the blob store for replays; a full queue
-//!    answers 429. A waited job that finds a slot free and
-//!    nothing queued runs in place on the request's blocking thread: no hand-off.
+//!    answers 429. A waited job that finds a slot free and nothing queued runs in place on
+//!    the request's blocking thread: no hand-off.
 //! 2. a worker plans it (a plan-cache probe when warm); if one of its engines is at its
 //!    `limits.engine_concurrency`, the job is parked without holding the worker and run
 //!    when that engine frees. It runs on a fresh engine registry (the table engine's
@@ -86,8 +86,8 @@ pub struct Job {
 }
 
 /// A job's steps, in nanoseconds: keeping its program at submit (a model not kept before),
-/// planning (a plan-cache
-/// lookup when warm), executing the plan, writing its outputs, journaling the run.
+/// planning (a plan-cache lookup when warm), executing the plan, keeping its outputs,
+/// journaling the run.
 #[derive(Default)]
 pub struct JobTimings {
     pub files: AtomicU64,
