@@ -19,6 +19,7 @@ pub struct Metrics {
     pub plan_cache: IntCounterVec,
     pub prepare: IntCounterVec,
     pub prepared_kept: IntGaugeVec,
+    pub engine_plan_cache: IntGaugeVec,
     pub policy_reloads: IntCounterVec,
     pub engine_available: IntGaugeVec,
     pub queue_depth: IntGauge,
@@ -113,6 +114,13 @@ impl Metrics {
                     "The prepared cache now, by what: plans, idle executables, bytes of weights they hold, executables evicted so far.",
                 ),
                 &["what"]
+            )),
+            engine_plan_cache: reg!(IntGaugeVec::new(
+                Opts::new(
+                    "xpu_engine_plan_cache",
+                    "An engine's per-executable plan cache as the last run on it reported it (the cuda engine's cuBLASLt plans), by engine and what: entries held, entries evicted so far.",
+                ),
+                &["engine", "what"]
             )),
             policy_reloads: reg!(IntCounterVec::new(
                 Opts::new("xpu_policy_reloads_total", "Policy set reloads, by result (ok or rejected)."),
@@ -269,6 +277,13 @@ impl Metrics {
         for p in &ex.prepared {
             self.prepare.with_label_values(&[p.engine.as_str(), p.outcome.name()]).inc();
         }
+        for f in &ex.facts {
+            if let Some(what) = plan_cache_fact(&f.key)
+                && let Ok(v) = f.value.parse::<i64>()
+            {
+                self.engine_plan_cache.with_label_values(&[f.engine.as_str(), what]).set(v);
+            }
+        }
     }
 
     /// The prepared cache's sizes, as of a scrape.
@@ -284,8 +299,54 @@ impl Metrics {
     }
 }
 
+/// The `what` label of an engine fact that reports a plan cache's size
+/// (`xpu_engine_plan_cache`), if `key` is one.
+fn plan_cache_fact(key: &str) -> Option<&'static str> {
+    match key {
+        "cuda.cublaslt_plans" => Some("entries"),
+        "cuda.cublaslt_plans_evicted" => Some("evicted"),
+        _ => None,
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_plan_cache_facts_set_the_gauge() {
+        let fact = |key: &str, value: &str| serde_json::json!({"engine": "cuda", "node": null, "key": key, "value": value});
+        let ex: xpu_plan::Explanation = serde_json::from_value(serde_json::json!({
+            "graph_hash": "h", "graph_name": "g",
+            "policy": {"name": "p", "version": 1, "sha256": "s"}, "policy_files": [],
+            "inventory": {"name": "i", "fingerprint": "f"},
+            "decisions": [], "casts": [], "transfers": [],
+            "memory": {"peak_bytes": null, "arena_bytes": 0, "limit_bytes": null},
+            "warnings": [], "errors": [],
+            "facts": [
+                fact("cuda.cublaslt_plans", "256"),
+                fact("cuda.cublaslt_plans_evicted", "17"),
+                fact("cuda.device", "NVIDIA H200"),
+                fact("cuda.cublaslt_plans", "not a number"),
+            ],
+        }))
+        .unwrap();
+        let m = Metrics::new();
+        m.observe_run(&ex);
+        let text = m.render();
+        assert!(
+            text.contains("xpu_engine_plan_cache{engine=\"cuda\",what=\"entries\"} 256"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xpu_engine_plan_cache{engine=\"cuda\",what=\"evicted\"} 17"),
+            "{text}"
+        );
     }
 }
