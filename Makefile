@@ -42,7 +42,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test lint build run install example bench bless fuzz clean-cache prune
+.PHONY: release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
@@ -94,7 +94,7 @@ XPUCTL := $(CARGO_TARGET_DIR)/debug/xpuctl
 FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 15
 
-test: setup lint
+test: setup lint target-owner
 	cargo test --workspace --all-targets --locked --no-fail-fast
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
@@ -104,6 +104,18 @@ test: setup lint
 	  --xpud $(XPUD) --out .cache/soak-ci --no-rss-bar > .cache/soak-ci.log 2>&1 || \
 	  { tail -60 .cache/soak-ci.log; exit 1; }
 	@grep -m1 "^- requests" .cache/soak-ci.log
+
+# Test binaries bake their checkout's path in (`env!("CARGO_MANIFEST_DIR")` finds test data)
+# and cargo's fingerprints leave it out: a target dir last used by a checkout elsewhere can
+# hold binaries that look fresh but read that other checkout's files (or none, once it is
+# gone). When the checkout using the target dir changes, its executables are rebuilt.
+target-owner:
+	@owner="$(CARGO_TARGET_DIR)/.xpu-checkout"; mkdir -p "$(CARGO_TARGET_DIR)"; \
+	if [ -f "$$owner" ] && [ "$$(cat "$$owner")" != "$(CURDIR)" ]; then \
+	  echo "$(CARGO_TARGET_DIR) was last used by $$(cat "$$owner"): its test executables are rebuilt"; \
+	  find "$(CARGO_TARGET_DIR)/debug/deps" -maxdepth 1 -type f -perm -u+x -delete 2>/dev/null || true; \
+	fi; \
+	echo "$(CURDIR)" > "$$owner"
 
 # A bounded soak (docs/soak.md) of the release xpud: SOAK_MINUTES (default 5); the report goes
 # to .cache/soak/report.md.
