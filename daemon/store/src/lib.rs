@@ -493,10 +493,18 @@ impl Store {
                 state.files.insert(*seq, files);
             }
         }
+        // The feeder sleeps until something is pending, then gathers until a batch is full
+        // (or its interval ends, or a reader settles, which wakes it itself): only those
+        // moments need a wake-up, not every run (a futex call and a context switch each).
+        let was_idle = state.journaled == state.committed;
         state.journaled = first + seqs.len() as u64 - 1;
+        let full = state.journaled - state.committed >= DB_BATCH as u64
+            || state.file_bytes >= GATHER_FILE_BYTES;
         drop(state);
         drop(journal);
-        sh.changed.notify_all();
+        if was_idle || full {
+            sh.changed.notify_all();
+        }
         Ok(seqs)
     }
 
