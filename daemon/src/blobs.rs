@@ -73,6 +73,12 @@ impl Blobs {
         }
     }
 
+    /// Whether this process has kept the blob of `sha` (no disk access: a blob it has not
+    /// may still be on disk from before; keeping it again is harmless).
+    pub fn kept_here(&self, sha: &str, ext: &str) -> bool {
+        self.remembers(&format!("{sha}.{ext}"))
+    }
+
     /// Whether the bytes of `sha` are kept (by this process, or found on disk).
     pub fn has(&self, sha: &str, ext: &str) -> bool {
         is_sha256(sha) && (self.remembers(&format!("{sha}.{ext}")) || self.path(sha, ext).is_file())

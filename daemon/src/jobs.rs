@@ -686,7 +686,9 @@ impl Jobs {
             let (bytes, ext) = xpu_runtime::tensors::value_file(t).map_err(|e| e.to_string())?;
             let sha256 = sha256_hex(&bytes);
             let size = bytes.len() as u64;
-            if !self.blobs.has(&sha256, ext) {
+            // Memory only: a new output's `stat` cost more than carrying it in the frame, and
+            // one already on disk from an earlier process is left as it is by the feeder.
+            if !self.blobs.kept_here(&sha256, ext) {
                 let path =
                     crate::blobs::Blobs::relative_path(&sha256, ext).map_err(|e| e.to_string())?;
                 new.push(KeptFile { path, bytes });
