@@ -12,6 +12,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The blob store's directory under the store's, as the store's kept files name it.
+pub const DIR: &str = "blobs";
+
 /// Names remembered as written; past this many the memory is dropped (a blob written again
 /// is only renamed over an identical file).
 const KNOWN_LIMIT: usize = 1 << 20;
@@ -43,12 +46,12 @@ impl Blobs {
     }
 
     /// Where the blob of `sha` is, relative to the store's directory (this store's `dir`
-    /// is its `blobs/`), as the store's kept files name it.
+    /// is its [`DIR`]), as the store's kept files name it.
     pub fn relative_path(sha: &str, ext: &str) -> std::io::Result<String> {
         if !is_sha256(sha) || ext.is_empty() || !ext.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(invalid(sha));
         }
-        Ok(format!("blobs/{}/{sha}.{ext}", &sha[..2]))
+        Ok(format!("{DIR}/{}/{sha}.{ext}", &sha[..2]))
     }
 
     /// Notes blobs kept through the store (their relative paths) as kept.

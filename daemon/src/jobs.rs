@@ -206,7 +206,7 @@ impl Jobs {
         let (queue, rx) = std::sync::mpsc::sync_channel::<Arc<Job>>(capacity);
         let runs_dir = store.dir().join("runs");
         let sync = durability == xpu_store::Durability::Machine;
-        let blobs = crate::blobs::Blobs::new(store.dir().join("blobs"), sync);
+        let blobs = crate::blobs::Blobs::new(store.dir().join(crate::blobs::DIR), sync);
         let inventory = registry(&engines, &data_roots).inventory();
         let workers = workers.max(1);
         let jobs = Arc::new(Jobs {

@@ -446,18 +446,17 @@ impl Store {
                 format!("kept file `{}` is not a relative path inside the store", bad.path),
             ));
         }
-        let (runs, files): (Vec<RunRecord>, Vec<Vec<Arc<KeptFile>>>) =
-            runs.into_iter().map(|(r, f)| (r, f.into_iter().map(Arc::new).collect())).unzip();
+        // Small files ride in the frame; a large one is written out first.
         let mut large: Vec<Arc<KeptFile>> = Vec::new();
-        let files: Vec<Vec<Arc<KeptFile>>> = files
+        let (runs, files): (Vec<RunRecord>, Vec<Vec<Arc<KeptFile>>>) = runs
             .into_iter()
-            .map(|run_files| {
+            .map(|(record, run_files)| {
                 let (big, small): (Vec<_>, Vec<_>) =
                     run_files.into_iter().partition(|f| f.bytes.len() > JOURNALED_FILE_BYTES);
-                large.extend(big);
-                small
+                large.extend(big.into_iter().map(Arc::new));
+                (record, small.into_iter().map(Arc::new).collect())
             })
-            .collect();
+            .unzip();
         files::write_all(&sh.dir, &large, sh.sync_files).map_err(|e| io(&sh.dir, e))?;
         {
             let state = sh.state.lock().map_err(|_| poisoned("store state"))?;
@@ -865,9 +864,10 @@ impl Shared {
     }
 
     /// The feeder: writes out the files of journaled runs and commits the runs to the
-    /// database in batches (whatever has piled up while the last transaction ran), then releases the journal segments it no longer
-    /// needs. A failed transaction is retried, backing off up to a second: the runs stay in
-    /// the journal and in memory, so nothing acknowledged is lost. When the store drops it
+    /// database in batches (whatever has piled up while it gathered, see
+    /// `COMMIT_INTERVAL`), then releases the journal segments it no longer needs. A failed
+    /// transaction is retried, backing off up to a second: the runs stay in the journal
+    /// and in memory, so nothing acknowledged is lost. When the store drops it
     /// catches up before it ends (unless the database keeps failing; the journal is then
     /// replayed at the next open).
     fn feed(&self) {
