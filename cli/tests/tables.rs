@@ -79,6 +79,22 @@ fn write_data(dir: &Path) {
         write!(measures, "{i},{a},{b},{c},{label}\r\n").unwrap();
     }
     std::fs::write(dir.join("measures.csv"), measures).unwrap();
+    // Plainly numeric and over a megabyte: `group_by |> agg` on it runs on table.native
+    // (missing keys, missing values in float and integer columns, a float key).
+    let mut grid = String::from("k,j,f,x,n\n");
+    for _ in 0..40_000 {
+        let k = if rng.unit() < 0.02 { String::new() } else { (rng.next() % 40).to_string() };
+        let j = rng.next() % 3;
+        let f = rng.pick(&["-1.5", "0.25", "2.0", "1e-3"]);
+        let x = match rng.next() % 30 {
+            0 => String::new(),
+            1 => "NA".to_string(),
+            _ => format!("{:.6}", (rng.unit() - 0.3) * 1e3),
+        };
+        let n = if rng.unit() < 0.03 { String::new() } else { (rng.next() % 100_000).to_string() };
+        writeln!(grid, "{k},{j},{f},{x},{n}").unwrap();
+    }
+    std::fs::write(dir.join("grid.csv"), grid).unwrap();
 }
 
 /// (case, MiniLang expression over `people`/`orders`/`extra`, pandas expression, rows in
@@ -118,6 +134,18 @@ const CASES: &[(&str, &str, &str, bool)] = &[
         "group_agg",
         "people |> group_by(\"city\", \"grade\") |> agg(n = count(), age = mean(age), s = std(score), v = var(score), lo = min(score), hi = max(score), med = median(age), total = sum(n), first_age = first(age), names = nunique(name), ages = count(age))",
         "people.groupby(['city', 'grade']).agg(n=('id', 'size'), age=('age', 'mean'), s=('score', 'std'), v=('score', 'var'), lo=('score', 'min'), hi=('score', 'max'), med=('age', 'median'), total=('n', 'sum'), first_age=('age', 'first'), names=('name', 'nunique'), ages=('age', 'count')).reset_index()",
+        true,
+    ),
+    (
+        "group_native",
+        "load_csv(\"grid.csv\") |> group_by(\"k\") |> agg(n = count(), c = count(x), s = sum(x), m = mean(x), sd = std(x), v = var(x), lo = min(n), hi = max(x), t = sum(n))",
+        "grid.groupby('k').agg(n=('x', 'size'), c=('x', 'count'), s=('x', 'sum'), m=('x', 'mean'), sd=('x', 'std'), v=('x', 'var'), lo=('n', 'min'), hi=('x', 'max'), t=('n', 'sum')).reset_index()",
+        true,
+    ),
+    (
+        "group_native_keys",
+        "load_csv(\"grid.csv\") |> group_by(\"j\", \"f\") |> agg(m = mean(x), hi = max(n), c = count(n))",
+        "grid.groupby(['j', 'f']).agg(m=('x', 'mean'), hi=('n', 'max'), c=('n', 'count')).reset_index()",
         true,
     ),
     (
@@ -255,12 +283,12 @@ fn tables_match_pandas() {
         .output()
         .unwrap();
     assert!(out.status.success(), "pandas oracle failed: {}", String::from_utf8_lossy(&out.stderr));
-    // Every case twice: as planned by default (`describe` on table.native) and with
-    // `describe` pinned to DuckDB's SQL, so both kernels answer to pandas.
+    // Every case twice: as planned by default (`describe` and `group_agg` on table.native)
+    // and with both pinned to DuckDB's SQL, so both kernels answer to pandas.
     run_cases(dir.path(), "got_", None);
     std::fs::write(
         dir.path().join("sql.toml"),
-        "[policy]\nname = \"sql-describe\"\n\n[kernels]\ndescribe = \"table.duckdb\"\n",
+        "[policy]\nname = \"sql-describe\"\n\n[kernels]\ndescribe = \"table.duckdb\"\ngroup_agg = \"table.duckdb\"\n",
     )
     .unwrap();
     run_cases(dir.path(), "sql_", Some("sql.toml"));
@@ -335,9 +363,17 @@ fn malformed_table_files_are_reported() {
         ("load_csv(\"missing.csv\")", "missing.csv", "does not exist"),
         ("load_csv(\"late.csv\")", "late.csv", "60002"),
     ];
+    // `stats` of every file; a group-by of the files with an `a` column too (the late bad
+    // row is met by table.native's scan: the file's sample was plainly numeric).
+    let grouped =
+        cases.iter().filter(|(_, file, _)| ["ragged.csv", "late.csv"].contains(file)).map(
+            |&(call, file, detail)| (call, file, detail, "group_by(t, \"a\") |> agg(n = count())"),
+        );
     let mut failures = Vec::new();
-    for (call, file, detail) in cases {
-        std::fs::write(dir.path().join("job.ml"), format!("let t = {call}\nprint stats(t)\n"))
+    for (call, file, detail, then) in
+        cases.iter().map(|&(c, f, d)| (c, f, d, "stats(t)")).chain(grouped)
+    {
+        std::fs::write(dir.path().join("job.ml"), format!("let t = {call}\nprint {then}\n"))
             .unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
             .args(["run", "job.ml", "--out", "out"])
@@ -350,8 +386,57 @@ fn malformed_table_files_are_reported() {
             || !stderr.contains(detail)
             || stderr.contains("internal error")
         {
-            failures.push(format!("{call}: exit {:?}\n{stderr}", out.status.code()));
+            failures.push(format!("{call} |> {then}: exit {:?}\n{stderr}", out.status.code()));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `group_by |> agg` runs on table.native over a plainly numeric file, and where the native
+/// kernel declines (text columns, an aggregate it lacks) DuckDB's statement runs and the
+/// explanation says why; the timings name the kernel that ran.
+#[test]
+fn group_by_kernel_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    write_data(dir.path());
+    let cases = [
+        (
+            "load_csv(\"grid.csv\") |> group_by(\"k\") |> agg(m = mean(x))",
+            "table.native",
+            "in 40 groups",
+        ),
+        (
+            "load_csv(\"people.csv\") |> group_by(\"grade\") |> agg(m = mean(age))",
+            "table.duckdb",
+            "table.native declined (the file is not plainly numeric",
+        ),
+        (
+            "load_csv(\"grid.csv\") |> group_by(\"k\") |> agg(m = median(x))",
+            "table.duckdb",
+            "table.native declined (aggregate `median` is DuckDB's only)",
+        ),
+    ];
+    for (expr, kernel, fact) in cases {
+        std::fs::write(dir.path().join("job.ml"), format!("print {expr}\n")).unwrap();
+        let run = |format: &str| {
+            let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+                .args(["run", "job.ml", "--out", "out", "--explain", "--format", format])
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{expr}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let text = run("text");
+        assert!(text.contains(fact), "{expr}: no {fact:?} in\n{text}");
+        let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+        let ran: Vec<&str> = json["timings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["op"] == "group_agg")
+            .map(|t| t["kernel"].as_str().unwrap())
+            .collect();
+        assert_eq!(ran, [kernel], "{expr}");
+    }
 }

@@ -3,6 +3,7 @@
 //! twice or its order matters, and the results read back into [`Table`]s.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use duckdb::Connection;
@@ -57,6 +58,14 @@ pub struct TableExec {
     kernels: Vec<&'static str>,
     roots: Vec<std::path::PathBuf>,
     threads: usize,
+    /// The schema of each `read_csv` node's file found plainly numeric this run (the native
+    /// group-by scans such files itself).
+    numeric: Mutex<HashMap<NodeId, Vec<(String, DType)>>>,
+}
+
+/// Ops the `table.native` kernel computes.
+fn native_op(op: Op) -> bool {
+    matches!(op, Op::Describe | Op::GroupAgg)
 }
 
 /// A CSV source the native scan can read: a header row and a one-byte separator.
@@ -129,9 +138,9 @@ impl TableExec {
         for nid in g.node_ids() {
             let op = g.node(nid).op;
             kernels.push(match assignment.kernels.get(&nid).map(String::as_str) {
-                Some(NATIVE_KERNEL) if op == Op::Describe => NATIVE_KERNEL,
+                Some(NATIVE_KERNEL) if native_op(op) => NATIVE_KERNEL,
                 Some(KERNEL) => KERNEL,
-                None if op == Op::Describe => NATIVE_KERNEL,
+                None if native_op(op) => NATIVE_KERNEL,
                 None => KERNEL,
                 Some(k) => {
                     return Err(EngineError::Unsupported {
@@ -152,7 +161,9 @@ impl TableExec {
                 if natively_readable(n)
                     && !users.is_empty()
                     && !outputs.contains(&out)
-                    && users.iter().all(|u| kernels[u.index()] == NATIVE_KERNEL)
+                    && users.iter().all(|u| {
+                        kernels[u.index()] == NATIVE_KERNEL && g.node(*u).op == Op::Describe
+                    })
                 {
                     return Holding::File;
                 }
@@ -165,7 +176,16 @@ impl TableExec {
                 }
             })
             .collect();
-        Ok(TableExec { g, conn: None, id, holding, kernels, roots, threads })
+        Ok(TableExec {
+            g,
+            conn: None,
+            id,
+            holding,
+            kernels,
+            roots,
+            threads,
+            numeric: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Whether running needs the DuckDB connection: anything but native nodes over files
@@ -361,6 +381,8 @@ enum Step {
     Value(Tensor),
     /// A file left for the native nodes that read it ([`Holding::File`]).
     File,
+    /// The native kernel declined the node (the reason): DuckDB's statement ran instead.
+    Declined(String, String),
 }
 
 impl Executable for TableExec {
@@ -455,20 +477,29 @@ impl TableExec {
             })?;
             let name = format!("x{}_n{}", self.id, nid.0);
             let holding = self.holding[nid.index()];
+            let declined = match &step {
+                Step::Declined(_, why) => Some(why.clone()),
+                _ => None,
+            };
             let statement = match step {
                 Step::File => {
                     let (rel, how) = self.file_rel(nid);
                     rels.insert(n.outputs[0], rel);
                     how
                 }
-                Step::Query(q) => {
+                Step::Query(q) | Step::Declined(q, _) => {
                     let kind = if holding == Holding::View { "VIEW" } else { "TABLE" };
                     let stmt = format!("CREATE {kind} {} AS {q}", ident(&name));
                     // One prepared statement: an attribute smuggling a `;` cannot run a second.
                     conn.execute(&stmt, []).map_err(fail)?;
                     created.push((name.clone(), holding));
                     rels.insert(n.outputs[0], Rel { name: ident(&name), indexed, file: None });
-                    stmt
+                    match &declined {
+                        Some(why) => {
+                            format!("-- {NATIVE_KERNEL} declined ({why}): DuckDB ran it\n{stmt}")
+                        }
+                        None => stmt,
+                    }
                 }
                 Step::Built(table, how) => {
                     load_table(conn, &name, &table).map_err(fail)?;
@@ -484,9 +515,11 @@ impl TableExec {
             if !statement.is_empty() {
                 facts.push(Fact { node: Some(nid), key: "sql".into(), value: statement });
             }
+            // The kernel that ran: DuckDB's where the native one declined.
+            let kernel = if declined.is_some() { KERNEL } else { self.kernels[nid.index()] };
             timings.push(NodeTiming {
                 node: nid,
-                kernel: self.kernels[nid.index()].into(),
+                kernel: kernel.into(),
                 nanos: start.elapsed().as_nanos() as u64,
             });
         }
@@ -574,6 +607,9 @@ impl TableExec {
                         &self.roots,
                     )
                 });
+                if let (Some(schema), Ok(mut known)) = (&numeric, self.numeric.lock()) {
+                    known.insert(nid, schema.clone());
+                }
                 let source = crate::csv_dialect::pinned(conn, &auto, numeric, nulls.flatten())
                     .unwrap_or(auto);
                 (Step::Query(format!("SELECT * FROM {source}")), false)
@@ -627,6 +663,14 @@ impl TableExec {
                 (Step::Query(q), inherits)
             }
             Op::GroupAgg => {
+                let declined = if self.kernels[nid.index()] == NATIVE_KERNEL {
+                    match self.native_group(nid)? {
+                        Ok((table, how)) => return Ok((Step::Built(table, how), false)),
+                        Err(why) => Some(why),
+                    }
+                } else {
+                    None
+                };
                 let types: HashMap<String, DType> =
                     cols(input())?.into_iter().map(|(n, t)| (n, sql::dtype_of_sql(&t))).collect();
                 let keys: Vec<String> = names("keys").iter().map(|k| ident(k)).collect();
@@ -650,7 +694,10 @@ impl TableExec {
                         keys.join(", ")
                     ));
                 }
-                (Step::Query(q), false)
+                match declined {
+                    Some(why) => (Step::Declined(q, why), false),
+                    None => (Step::Query(q), false),
+                }
             }
             Op::Describe if self.kernels[nid.index()] == NATIVE_KERNEL => {
                 let (table, how) = self.native_describe(conn, nid, &ins[0])?;
@@ -883,6 +930,71 @@ impl TableExec {
         }
         let how = if exprs.is_empty() { "-- no numeric columns".to_string() } else { q };
         Ok((Table { columns, index: true }, how))
+    }
+
+    /// `group_by |> agg` in Rust (`table.native`, [`crate::group`]) when its input is a
+    /// `read_csv` of a plainly numeric file: the file is scanned once for the columns the
+    /// node reads and grouped without DuckDB reading it. `Ok(Err(why))`: the kernel declines
+    /// and DuckDB's statement runs instead.
+    fn native_group(&self, nid: NodeId) -> Result<Result<(Table, String), String>, EngineError> {
+        use crate::group::{Agg, Func, Input, group_agg};
+        let n = self.g.node(nid);
+        let names = |key: &str| n.attrs.strs(key).unwrap_or(&[]);
+        let keys = names("keys");
+        if keys.is_empty() {
+            return Ok(Err("a whole-table aggregate, without keys".into()));
+        }
+        let source = n.input_values().next().and_then(|v| self.g.producer(v));
+        let Some(source) = source.filter(|&s| natively_readable(self.g.node(s))) else {
+            return Ok(Err("its input is not a CSV file read by load_csv".into()));
+        };
+        let schema = self.numeric.lock().ok().and_then(|known| known.get(&source).cloned());
+        let Some(schema) = schema else {
+            return Ok(Err("the file is not plainly numeric: text, quotes or dates in it".into()));
+        };
+        // The columns to scan: the keys, then each aggregated column once.
+        let mut read: Vec<String> = keys.to_vec();
+        let mut aggs = Vec::new();
+        for ((out, func), column) in names("names").iter().zip(names("funcs")).zip(names("columns"))
+        {
+            let Some(f) = Func::parse(func, !column.is_empty()) else {
+                return Ok(Err(format!("aggregate `{func}` is DuckDB's only")));
+            };
+            let column = (!column.is_empty()).then(|| {
+                read.iter().position(|c| c == column).unwrap_or_else(|| {
+                    read.push(column.clone());
+                    read.len() - 1
+                })
+            });
+            aggs.push(Agg { out: out.clone(), func: f, column });
+        }
+        let a = &self.g.node(source).attrs;
+        let file = native::CsvFile {
+            path: a.str("path", ""),
+            sep: a.str("sep", ",").as_bytes()[0],
+            na_values: a.strs("na_values").unwrap_or(&[]),
+        };
+        let (values, scan) =
+            native::scan_csv(&file, &self.roots, native::Wanted::Aligned(&read), self.threads)
+                .map_err(|m| self.err(nid, m))?;
+        let integer = |name: &str| schema.iter().any(|(c, t)| c == name && *t == DType::I64);
+        let inputs: Vec<Input<'_>> = values
+            .iter()
+            .map(|v| Input { name: &v.name, values: &v.values, integer: integer(&v.name) })
+            .collect();
+        let key_at: Vec<usize> = (0..keys.len()).collect();
+        Ok(group_agg(&inputs, &key_at, &aggs).map(|table| {
+            let how = format!(
+                "-- table.native: {} scanned once on {} thread(s) for {} column(s), {} rows \
+                 in {} groups",
+                file.path,
+                scan.threads,
+                read.len(),
+                scan.rows,
+                table.rows()
+            );
+            (table, how)
+        }))
     }
 
     /// pandas `describe()` in Rust (`table.native`) of a CSV file left unbound

@@ -6,11 +6,12 @@
 //! (`allowed_directories`, external access otherwise off, configuration locked). It also
 //! answers schema questions at compile time ([`TableEngine::source_schema`]), with the same
 //! reader, so the columns a program is checked against are the ones it will get. A second
-//! kernel, `table.native` ([`native`]), computes `describe` in Rust, scanning a CSV file
-//! directly when nothing else reads it.
+//! kernel, `table.native`, computes `describe` ([`native`]) and the group-by of a plainly
+//! numeric CSV file ([`group`]) in Rust, scanning the file directly.
 
 mod csv_dialect;
 mod exec;
+pub mod group;
 pub mod native;
 mod plot;
 pub mod sql;
@@ -30,8 +31,11 @@ pub use exec::{load_table, materialize};
 
 /// DuckDB's vectorised SQL engine: every table op.
 pub const KERNEL: &str = "table.duckdb";
-/// `describe` in Rust ([`native`]): a CSV file scanned once in parallel, quantiles by
-/// selection. The engine's first choice for `describe`; a policy may pin `table.duckdb`.
+/// `describe` ([`native`]) and `group_by |> agg` over a plainly numeric CSV file
+/// ([`group`]) in Rust: the file scanned once in parallel. The engine's first choice for
+/// both; a policy may pin `table.duckdb`. A group-by it cannot compute natively (its input is
+/// not such a file, an aggregate it lacks) runs DuckDB's statement, and the run's facts and
+/// timings say so.
 pub const NATIVE_KERNEL: &str = "table.native";
 
 /// The shared job connection. DuckDB's `Connection` is `Send` but not `Sync`.
@@ -209,12 +213,12 @@ impl Engine for TableEngine {
                     operand_dtypes: Vec::new(),
                     op_dtypes: Vec::new(),
                     name: NATIVE_KERNEL.into(),
-                    ops: vec![Op::Describe],
+                    ops: vec![Op::Describe, Op::GroupAgg],
                     classes: vec![],
                     dtypes: vec![DType::Table],
                     deterministic: true,
-                    description: "describe in Rust: one parallel scan of a CSV file, \
-                                  quantiles by selection"
+                    description: "describe, and group_by/agg over a plainly numeric CSV \
+                                  file, in Rust: one parallel scan of the file"
                         .into(),
                     degraded: None,
                 },

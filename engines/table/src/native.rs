@@ -42,6 +42,9 @@ pub enum Wanted<'a> {
     Exactly(&'a [String]),
     /// Every column whose cells are all numbers or missing (pandas' numeric columns).
     Numeric,
+    /// These columns, each of which must hold numbers, missing cells kept as NaN so that
+    /// the columns stay row-aligned (a group-by reads keys and values row by row).
+    Aligned(&'a [String]),
 }
 
 struct Markers {
@@ -112,6 +115,8 @@ struct Sink<'a> {
     /// The file column of each kept column.
     keep: &'a [usize],
     strict: &'a [bool],
+    /// Missing cells are kept, as NaN ([`Wanted::Aligned`]).
+    aligned: bool,
     na: &'a Markers,
     columns: Vec<Option<Vec<f64>>>,
     rows: usize,
@@ -144,6 +149,7 @@ impl Sink<'_> {
             let Some(values) = out.as_mut() else { continue };
             match cell(fields[*col], self.na) {
                 Ok(Some(x)) => values.push(x),
+                Ok(None) if self.aligned => values.push(f64::NAN),
                 Ok(None) => {}
                 Err(()) => {
                     if self.strict[k] && self.bad.is_none() {
@@ -189,16 +195,29 @@ fn decimal_at(s: &[u8], i: &mut usize) -> Option<f64> {
     Some(if negative { -value } else { value })
 }
 
-/// One record of exactly `row.len()` plain decimals starting at `chunk[pos]`, read in one
-/// pass into `row`; returns where the next record starts. `None` — nothing consumed — for
-/// anything else (a blank line, a missing or non-decimal cell, spaces, a ragged row), which
-/// the caller reads the general way.
+/// One record of exactly `row.len()` fields starting at `chunk[pos]`, read in one pass: the
+/// fields `parse` marks as plain decimals into `row`, the others skipped (their values are
+/// not wanted); returns where the next record starts. `None` — nothing consumed — for
+/// anything else (a blank line, a missing or non-decimal cell among those parsed, spaces, a
+/// ragged row), which the caller reads the general way.
 #[inline]
-fn decimal_record(chunk: &[u8], pos: usize, sep: u8, row: &mut [f64]) -> Option<usize> {
+fn decimal_record(
+    chunk: &[u8],
+    pos: usize,
+    sep: u8,
+    row: &mut [f64],
+    parse: &[bool],
+) -> Option<usize> {
     let mut i = pos;
     let last = row.len().checked_sub(1)?;
     for (k, value) in row.iter_mut().enumerate() {
-        *value = decimal_at(chunk, &mut i)?;
+        if parse[k] {
+            *value = decimal_at(chunk, &mut i)?;
+        } else {
+            while i < chunk.len() && !matches!(chunk[i], b'\n' | b'\r') && chunk[i] != sep {
+                i += 1;
+            }
+        }
         match chunk.get(i) {
             Some(&c) if c == sep && k < last => i += 1,
             Some(b'\n') if k == last => return Some(i + 1),
@@ -226,9 +245,13 @@ fn scan_chunk(sink: &mut Sink<'_>, start: usize, end: usize, plain: bool) -> Res
         // without such markers take the one-pass reader.
         let one_pass = !sink.na.numeric;
         let mut row = vec![0.0; sink.width];
+        let mut parse = vec![false; sink.width];
+        for &k in sink.keep {
+            parse[k] = true;
+        }
         let mut pos = 0;
         while pos < chunk.len() {
-            if one_pass && let Some(next) = decimal_record(chunk, pos, sep, &mut row) {
+            if one_pass && let Some(next) = decimal_record(chunk, pos, sep, &mut row, &parse) {
                 sink.push_row(&row);
                 pos = next;
                 continue;
@@ -307,7 +330,7 @@ pub fn scan_csv(
     let body_start = reader.position().byte() as usize;
     let width = header.len();
     let (names, strict): (Vec<String>, Vec<bool>) = match wanted {
-        Wanted::Exactly(cols) => (cols.to_vec(), vec![true; cols.len()]),
+        Wanted::Exactly(cols) | Wanted::Aligned(cols) => (cols.to_vec(), vec![true; cols.len()]),
         Wanted::Numeric => (header.clone(), vec![false; width]),
     };
     let keep: Vec<usize> = names
@@ -320,6 +343,7 @@ pub fn scan_csv(
         })
         .collect::<Result<_, _>>()?;
     let na = Markers::new(file.na_values);
+    let aligned = matches!(wanted, Wanted::Aligned(_));
     let body = &buf[body_start..];
     let threads = threads.max(1);
     let plain = memchr::memchr(b'"', body).is_none();
@@ -351,6 +375,7 @@ pub fn scan_csv(
                         width,
                         keep,
                         strict,
+                        aligned,
                         na,
                         columns: keep
                             .iter()
@@ -425,14 +450,26 @@ fn exponent_shape(d: &[u8]) -> bool {
         && exp.iter().all(u8::is_ascii_digit)
 }
 
-/// Appends the ASCII digits at `d[*i..]` to `mantissa`, two at a time (which halves the
-/// chain of dependent multiply-adds that bounds a digit loop); returns how many it read.
-/// Wrapping arithmetic: a run of more than 15 digits is refused by the caller, whatever the
-/// sum became.
+/// Appends the ASCII digits at `d[*i..]` to `mantissa`; returns how many it read. Eight
+/// bytes at a time where eight remain (SWAR: the digit run's length from one mask, its value
+/// from three multiplies, as simdjson parses eight digits), else two at a time (which halves
+/// the chain of dependent multiply-adds that bounds a digit loop). Wrapping arithmetic: a
+/// run of more than 15 digits is refused by the caller, whatever the sum became.
 #[inline]
 fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
+    const POW10: [u64; 9] =
+        [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
     let start = *i;
     let mut push = |m: u64, digits: u64| *mantissa = mantissa.wrapping_mul(m).wrapping_add(digits);
+    while let Some(bytes) = d.get(*i..*i + 8) {
+        let word = u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+        let (n, value) = leading_digits(word);
+        push(POW10[n], value);
+        *i += n;
+        if n < 8 {
+            return *i - start;
+        }
+    }
     while *i + 1 < d.len() {
         let (a, b) = (d[*i].wrapping_sub(b'0'), d[*i + 1].wrapping_sub(b'0'));
         if a > 9 {
@@ -451,6 +488,28 @@ fn read_digits(d: &[u8], i: &mut usize, mantissa: &mut u64) -> usize {
         *i += 1;
     }
     *i - start
+}
+
+/// How many of the eight bytes of `word` (the first in its low byte) are ASCII digits
+/// before the first that is not, and their value.
+#[inline]
+fn leading_digits(word: u64) -> (usize, u64) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Each byte minus '0': a digit becomes 0..=9; anything below '0' sets its top bit, and
+    // adding 0x76 sets the top bit of anything above 9. Borrows and carries only run towards
+    // later bytes, past the first non-digit, where nothing is read.
+    let x = word.wrapping_sub(ONES * b'0' as u64);
+    let not_digit = (x | x.wrapping_add(ONES * 0x76)) & (ONES * 0x80);
+    let n = (not_digit.trailing_zeros() / 8) as usize;
+    if n == 0 {
+        return (0, 0);
+    }
+    // The run's bytes moved to the top: the bytes below read as leading zeros.
+    let y = x << (8 * (8 - n));
+    let y = y.wrapping_mul(10).wrapping_add(y >> 8);
+    let lo = (y & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32));
+    let hi = ((y >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32));
+    (n, lo.wrapping_add(hi) >> 32)
 }
 
 /// The schema of a CSV file whose every column is plainly numeric, read without DuckDB:
@@ -765,6 +824,98 @@ mod tests {
         crate::sql::DESCRIBE_STATS.iter().map(|s| s.to_string()).collect()
     }
 
+    /// The eight-byte digit reader against a digit-by-digit one, over every digit-run length
+    /// and every byte that can end a run (including UTF-8 lead bytes and what borrows or
+    /// carries in the word arithmetic: '/', ':', NUL, 0xFF).
+    #[test]
+    fn eight_byte_digit_runs_read_as_digit_by_digit() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for n in 0..=8 {
+            for end in (0u8..=255).filter(|b| !b.is_ascii_digit()) {
+                let mut word = [0u8; 8];
+                for b in word.iter_mut().take(n) {
+                    *b = b'0' + (next() % 10) as u8;
+                }
+                if n < 8 {
+                    word[n] = end;
+                    for b in word.iter_mut().skip(n + 1) {
+                        *b = next() as u8;
+                    }
+                }
+                let want: u64 = word[..n].iter().fold(0, |m, d| m * 10 + u64::from(d - b'0'));
+                assert_eq!(leading_digits(u64::from_le_bytes(word)), (n, want), "{word:?}");
+            }
+        }
+        // Through read_digits: runs longer than eight, near the end of the slice.
+        for text in ["123456789012345.5", "12345678", "1234567", "9,", "007.25"] {
+            let (mut i, mut m) = (0, 0u64);
+            let n = read_digits(text.as_bytes(), &mut i, &mut m);
+            let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+            assert_eq!((n, m), (digits.len(), digits.parse().unwrap()), "{text}");
+        }
+    }
+
+    /// Garbage in the aligned scan (bytes drawn from what CSV numbers are made of, long and
+    /// ragged lines): an error naming the file and a line, or columns of one length each.
+    #[test]
+    fn aligned_scans_of_garbage_keep_rows_aligned_or_fail_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = [dir.path().canonicalize().unwrap()];
+        let path = roots[0].join("g.csv").to_string_lossy().into_owned();
+        let alphabet = b"0123456789012345678901234567890123456789,,,,,..--\n\n\r e+NAn\"";
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        let (mut read, mut refused) = (0, 0);
+        for case in 0..400 {
+            let mut text = b"a,b,c\n".to_vec();
+            let len = if case % 50 == 0 { 3 << 20 } else { (case * 37) % 3000 };
+            // Whole lines where the shape is kept.
+            let len = if case % 2 == 1 { len - len % 12 } else { len };
+            for i in 0..len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Odd cases keep the shape (three fields a line) and garble only the cells.
+                let byte = match (case % 2, i % 12) {
+                    (1, 11) => b'\n',
+                    (1, 3 | 7) => b',',
+                    // Every fourth case: cells of digits only, which read.
+                    (1, _) if case % 4 == 1 => b'0' + (seed % 10) as u8,
+                    _ => alphabet[(seed % alphabet.len() as u64) as usize],
+                };
+                let byte = if case % 2 == 1
+                    && !matches!(i % 12, 3 | 7 | 11)
+                    && matches!(byte, b'\n' | b'\r' | b',' | b'"')
+                {
+                    b'7'
+                } else {
+                    byte
+                };
+                text.push(byte);
+            }
+            std::fs::write(&path, &text).unwrap();
+            let file = CsvFile { path: &path, sep: b',', na_values: &[] };
+            let wanted = ["c".to_string(), "a".to_string()];
+            match scan_csv(&file, &roots, Wanted::Aligned(&wanted), 2) {
+                Ok((values, report)) => {
+                    read += 1;
+                    assert_eq!(values.len(), 2);
+                    assert!(values.iter().all(|v| v.values.len() == report.rows), "case {case}");
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(e.starts_with(&path) && e.contains("line "), "case {case}: {e}");
+                }
+            }
+        }
+        assert!(read > 0 && refused > 0, "{read} read, {refused} refused");
+    }
+
     #[test]
     fn null_markers_that_cannot_occur_are_left_out() {
         let dir = tempfile::tempdir().unwrap();
@@ -870,7 +1021,7 @@ mod tests {
         ];
         for (line, want) in lines {
             let mut row = [0.0; 3];
-            let got = decimal_record(line.as_bytes(), 0, b',', &mut row);
+            let got = decimal_record(line.as_bytes(), 0, b',', &mut row, &[true; 3]);
             assert_eq!(got.is_some(), want.is_some(), "{line:?}");
             if let Some(want) = want {
                 assert_eq!(got, Some(line.len()), "{line:?}");
@@ -882,6 +1033,20 @@ mod tests {
                     .collect();
                 assert_eq!(&row[..], &split[..], "{line:?}");
             }
+        }
+        // A skipped field is not read: anything but a separator or a line end may fill it,
+        // and the record still has to have every field.
+        let skip_middle = [true, false, true];
+        for (line, want) in [
+            ("1,x y;z,3\n", Some([1.0, 3.0])),
+            ("1,,3\r\n", Some([1.0, 3.0])),
+            ("1,NA\n", None),
+            ("1,2,3,4\n", None),
+            ("1,a\rb,3\n", None),
+        ] {
+            let mut row = [0.0; 3];
+            let got = decimal_record(line.as_bytes(), 0, b',', &mut row, &skip_middle);
+            assert_eq!(got.map(|_| [row[0], row[2]]), want, "{line:?}");
         }
     }
 
