@@ -113,7 +113,7 @@ pub const ENGINES: &[KnownEngine] = &[
         name: "table",
         feature: "table",
         kernels: &["table.native", "table.duckdb"],
-        description: "DuckDB for table operations; describe natively in Rust",
+        description: "DuckDB for table operations; describe and numeric group-by natively in Rust",
         unhonoured: &[
             ("execution.capture", "DuckDB runs SQL statements; there is nothing to capture"),
             ("memory.reuse", "DuckDB manages its own memory, bounded by memory.limit"),
