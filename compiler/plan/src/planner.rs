@@ -946,7 +946,7 @@ impl<'a> Planner<'a> {
             policy: policy_ref.clone(),
             policy_files: self.policy.files.iter().map(|f| f.display().to_string()).collect(),
             inventory: inventory.clone(),
-            decisions,
+            decisions: decisions.into(),
             casts: Vec::new(),
             transfers: Vec::new(),
             memory: MemorySummary::default(),
@@ -1318,8 +1318,9 @@ impl<'a> Planner<'a> {
                                 );
                             }
                         }
-                        if let Some(p) = primary {
-                            let d = &mut explanation.decisions[id.index()];
+                        if let Some(p) = primary
+                            && let Some(d) = explanation.decisions.get_mut(id.index())
+                        {
                             if let Some(c) = &mut d.chosen {
                                 c.precision =
                                     PrecisionName::of_dtype(p).map(|x| Arc::from(x.name()));

@@ -103,7 +103,13 @@ pub struct Journal {
     durability: Durability,
     /// First sequence numbers of the segments before the open one, oldest first.
     closed: Vec<u64>,
+    /// The frames being written, kept between appends: a run's frame is tens of KB, and a
+    /// fresh buffer would grow to it by reallocating and copying each time.
+    frames: Vec<u8>,
 }
+
+/// What an append's buffer may keep between appends (a larger batch frees it after).
+const KEPT_FRAME_BYTES: usize = 1 << 20;
 
 fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}.log"))
@@ -152,6 +158,7 @@ impl Journal {
             len: 0,
             durability,
             closed: segments,
+            frames: Vec::new(),
         };
         Ok((journal, entries))
     }
@@ -167,7 +174,8 @@ impl Journal {
             self.rotate(head.seq)?;
         }
         let Some(file) = self.file.as_mut() else { return Ok(()) };
-        let mut buf = Vec::with_capacity(512 * entries.len());
+        let mut buf = std::mem::take(&mut self.frames);
+        buf.clear();
         for e in entries {
             let start = buf.len();
             buf.extend_from_slice(&[0; 8]);
@@ -192,6 +200,9 @@ impl Journal {
             return Err(io(&self.dir, e));
         }
         self.len += buf.len() as u64;
+        if buf.capacity() <= KEPT_FRAME_BYTES {
+            self.frames = buf;
+        }
         Ok(())
     }
 

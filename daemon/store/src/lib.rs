@@ -477,7 +477,8 @@ impl Store {
             .zip(&files)
             .map(|((i, record), files)| EntryRef { seq: first + i as u64, record, files })
             .collect();
-        journal.append(&entries)?;
+        // A cached plan's decisions are the same for each of its runs: written once.
+        xpu_plan::model::writing_compact_json(|| journal.append(&entries))?;
         drop(entries);
         let mut state = sh.state.lock().map_err(|_| poisoned("store state"))?;
         let seqs: Vec<u64> = (first..first + runs.len() as u64).collect();
