@@ -607,8 +607,13 @@ impl TableExec {
                         &self.roots,
                     )
                 });
-                if let (Some(schema), Ok(mut known)) = (&numeric, self.numeric.lock()) {
-                    known.insert(nid, schema.clone());
+                // This run's answer: a prepared partition runs again, and the file may have
+                // changed since.
+                if let Ok(mut known) = self.numeric.lock() {
+                    match &numeric {
+                        Some(schema) => known.insert(nid, schema.clone()),
+                        None => known.remove(&nid),
+                    };
                 }
                 let source = crate::csv_dialect::pinned(conn, &auto, numeric, nulls.flatten())
                     .unwrap_or(auto);

@@ -7,8 +7,9 @@
 //! passes), so a group of a million values sums as exactly as pandas' Kahan sum.
 //!
 //! [`group_agg`] declines — the caller runs DuckDB's statement instead, and says why — where
-//! its `f64` cells cannot carry the answer: an integer beyond 2^53, an integer sum beyond
-//! `i64`, or an aggregate it does not compute ([`Func::parse`]).
+//! its `f64` cells cannot carry the answer: a column sampled as integers that holds a
+//! fraction or an integer from 2^53 on further down, an integer sum beyond `i64`, or an
+//! aggregate it does not compute ([`Func::parse`]).
 
 use rustc_hash::FxHashMap;
 use xpu_ir::{Column, ColumnData, Table};
@@ -71,9 +72,15 @@ const DROPPED: u32 = u32::MAX;
 /// Groups `columns` by the columns at `keys` and computes `aggs`; `Err` says why the native
 /// kernel declines (the caller runs DuckDB's statement instead).
 pub fn group_agg(columns: &[Input<'_>], keys: &[usize], aggs: &[Agg]) -> Result<Table, String> {
+    // The schema came from a sample of the file: a row past it may hold a fraction, or an
+    // integer an `f64` rounds (2^53 + 1 reads as 2^53, so 2^53 itself is suspect).
     for c in columns.iter().filter(|c| c.integer) {
-        if c.values.iter().any(|v| v.abs() > EXACT) {
-            return Err(format!("column {:?} holds integers beyond 2^53", c.name));
+        if c.values.iter().any(|v| !v.is_nan() && (v.fract() != 0.0 || v.abs() >= EXACT)) {
+            return Err(format!(
+                "column {:?} was sampled as integers and holds a fraction or an integer from \
+                 2^53 on",
+                c.name
+            ));
         }
     }
     let (gid, firsts) = group_ids(columns, keys);
@@ -365,10 +372,12 @@ mod tests {
         assert_eq!(t.columns[0].data, ColumnData::I64(vec![Some(1), Some(2)]));
         assert_eq!(t.columns[1].data, ColumnData::I64(vec![Some(9), Some(0)]));
         assert_eq!(t.columns[2].data, ColumnData::I64(vec![Some(4), None]));
-        let big = [1e17, 1.0, 2.0];
-        let cols = [input("k", &big, true), input("x", &x, true)];
-        let err = group_agg(&cols, &[0], &aggs).unwrap_err();
-        assert!(err.contains("\"k\"") && err.contains("2^53"), "{err}");
+        for odd in [1e17, 9_007_199_254_740_992.0, 1.5, f64::INFINITY] {
+            let k = [odd, 1.0, 2.0];
+            let cols = [input("k", &k, true), input("x", &x, true)];
+            let err = group_agg(&cols, &[0], &aggs).unwrap_err();
+            assert!(err.contains("\"k\"") && err.contains("2^53"), "{odd}: {err}");
+        }
     }
 
     #[test]
