@@ -937,6 +937,16 @@ impl TableExec {
         Ok((Table { columns, index: true }, how))
     }
 
+    /// The file a natively readable `read_csv` node names, as the native scan takes it.
+    fn csv_file(&self, source: NodeId) -> native::CsvFile<'_> {
+        let a = &self.g.node(source).attrs;
+        native::CsvFile {
+            path: a.str("path", ""),
+            sep: a.str("sep", ",").as_bytes()[0],
+            na_values: a.strs("na_values").unwrap_or(&[]),
+        }
+    }
+
     /// `group_by |> agg` in Rust (`table.native`, [`crate::group`]) when its input is a
     /// `read_csv` of a plainly numeric file: the file is scanned once for the columns the
     /// node reads and grouped without DuckDB reading it. `Ok(Err(why))`: the kernel declines
@@ -973,12 +983,7 @@ impl TableExec {
             });
             aggs.push(Agg { out: out.clone(), func: f, column });
         }
-        let a = &self.g.node(source).attrs;
-        let file = native::CsvFile {
-            path: a.str("path", ""),
-            sep: a.str("sep", ",").as_bytes()[0],
-            na_values: a.strs("na_values").unwrap_or(&[]),
-        };
+        let file = self.csv_file(source);
         let (values, scan) =
             native::scan_csv(&file, &self.roots, native::Wanted::Aligned(&read), self.threads)
                 .map_err(|m| self.err(nid, m))?;
@@ -1011,12 +1016,7 @@ impl TableExec {
     ) -> Result<(Table, String), EngineError> {
         let stats = self.describe_stats(nid)?;
         let src = input.file.ok_or_else(|| self.err(nid, "input is not a file"))?;
-        let a = &self.g.node(src).attrs;
-        let file = native::CsvFile {
-            path: a.str("path", ""),
-            sep: a.str("sep", ",").as_bytes()[0],
-            na_values: a.strs("na_values").unwrap_or(&[]),
-        };
+        let file = self.csv_file(src);
         let wanted = match self.g.node(nid).attrs.strs("columns") {
             Some(c) => native::Wanted::Exactly(c),
             None => native::Wanted::Numeric,

@@ -213,20 +213,25 @@ struct Sums {
 }
 
 impl Sums {
+    fn new(groups: usize) -> Sums {
+        Sums { sum: vec![0.0; groups], compensation: vec![0.0; groups], count: vec![0; groups] }
+    }
+
+    /// The sums of each group's present values.
     fn of(gid: &[u32], values: &[f64], groups: usize) -> Sums {
-        let mut s = Sums {
-            sum: vec![0.0; groups],
-            compensation: vec![0.0; groups],
-            count: vec![0; groups],
-        };
+        let mut s = Sums::new(groups);
         for (g, x) in present(gid, values) {
-            let (sum, c) = (s.sum[g], &mut s.compensation[g]);
-            let t = sum + x;
-            *c += if sum.abs() >= x.abs() { (sum - t) + x } else { (x - t) + sum };
-            s.sum[g] = t;
-            s.count[g] += 1;
+            s.add(g, x);
         }
         s
+    }
+
+    fn add(&mut self, g: usize, x: f64) {
+        let sum = self.sum[g];
+        let t = sum + x;
+        self.compensation[g] += if sum.abs() >= x.abs() { (sum - t) + x } else { (x - t) + sum };
+        self.sum[g] = t;
+        self.count[g] += 1;
     }
 
     fn total(&self, g: usize) -> f64 {
@@ -302,15 +307,10 @@ fn aggregate(func: Func, c: &Input<'_>, gid: &[u32], groups: usize) -> Result<Co
 fn variances(gid: &[u32], v: &[f64], groups: usize) -> Vec<Option<f64>> {
     let s = Sums::of(gid, v, groups);
     let means: Vec<f64> = (0..groups).map(|g| s.mean(g).unwrap_or(0.0)).collect();
-    let mut squares =
-        Sums { sum: vec![0.0; groups], compensation: vec![0.0; groups], count: vec![0; groups] };
+    let mut squares = Sums::new(groups);
     for (g, x) in present(gid, v) {
         let d = x - means[g];
-        let (sum, c) = (squares.sum[g], &mut squares.compensation[g]);
-        let d2 = d * d;
-        let t = sum + d2;
-        *c += if sum >= d2 { (sum - t) + d2 } else { (d2 - t) + sum };
-        squares.sum[g] = t;
+        squares.add(g, d * d);
     }
     (0..groups)
         .map(|g| (s.count[g] > 1).then(|| squares.total(g) / (s.count[g] - 1) as f64))
