@@ -232,6 +232,52 @@ impl Loader {
         self.merge(layers)
     }
 
+    /// `text` (a policy layer, say from keyword arguments, shown as `display`) over `base`,
+    /// merged as `extends = base` would merge it; a key both set to different values is a
+    /// conflict (P0012, naming the key and both places), not a silent override. Built-in
+    /// defaults in `base` are not conflicts.
+    pub fn layer_over(
+        &self,
+        base: &Policy,
+        display: &str,
+        text: &str,
+    ) -> Result<Policy, Diagnostics> {
+        let child = parse_layer(display, None, text)?;
+        let conflicts = layer_conflicts(base, &child);
+        if !conflicts.is_empty() {
+            return Err(Diagnostics(conflicts));
+        }
+        let mut parent_spec = base.spec.clone();
+        parent_spec.tests.clear();
+        let rules = std::mem::take(&mut parent_spec.rules);
+        let parent_text = toml::to_string(&parent_spec).map_err(|e| {
+            Diagnostics(vec![Diagnostic::error(
+                "P0003",
+                Origin::source(base.name().to_string()),
+                format!("cannot restate policy `{}` as TOML: {e}", base.name()),
+            )])
+        })?;
+        parent_spec.rules = rules;
+        let builtin = builtin_origins();
+        let origins = base
+            .origins
+            .iter()
+            .filter(|(k, _)| !builtin.contains_key(*k) || k.starts_with("rule["));
+        let parent = Layer {
+            display: base
+                .files
+                .first()
+                .map_or_else(|| base.name().to_string(), |f| f.display().to_string()),
+            path: None,
+            text: parent_text,
+            spec: parent_spec,
+            origins: origins.map(|(k, o)| (k.clone(), o.clone())).collect(),
+        };
+        let mut merged = self.merge(vec![child, parent])?;
+        merged.files = base.files.clone();
+        Ok(merged)
+    }
+
     fn candidates(&self, parent: &str, dir: Option<&Path>) -> Vec<PathBuf> {
         let file =
             if parent.ends_with(".toml") { parent.to_string() } else { format!("{parent}.toml") };
@@ -370,6 +416,52 @@ impl Loader {
             .collect();
         Ok(policy)
     }
+}
+
+/// Keys `child` sets that `base` set (not by a built-in default) to a different value.
+fn layer_conflicts(base: &Policy, child: &Layer) -> Vec<Diagnostic> {
+    let (Ok(base_json), Ok(child_json)) =
+        (serde_json::to_value(&base.spec), serde_json::to_value(&child.spec))
+    else {
+        return Vec::new();
+    };
+    let at = |json: &serde_json::Value, key: &str| {
+        key.split('.').try_fold(json.clone(), |v, part| v.get(part).cloned())
+    };
+    let builtin = builtin_origins();
+    let mut out = Vec::new();
+    for (key, origin) in &child.origins {
+        if key.starts_with("rule[") || key.starts_with("test[") || key.starts_with("policy.") {
+            continue;
+        }
+        let Some(set_by) = base.origins.get(key) else { continue };
+        if builtin.get(key) == Some(set_by) {
+            continue;
+        }
+        let (theirs, ours) = (at(&base_json, key), at(&child_json, key));
+        // Sections are compared key by key, not whole.
+        if ours.as_ref().is_some_and(serde_json::Value::is_object) {
+            continue;
+        }
+        if theirs.is_some() && theirs != ours {
+            let show = |v: Option<serde_json::Value>| v.map_or("(unset)".into(), |v| v.to_string());
+            out.push(
+                Diagnostic::error(
+                    "P0012",
+                    origin.clone(),
+                    format!(
+                        "`{key}` is {} here and {} in {}: conflicting settings",
+                        show(ours),
+                        show(theirs),
+                        set_by.short()
+                    ),
+                )
+                .with_key(key.clone())
+                .with_help(Some("set it in one place, or to the same value in both".into())),
+            );
+        }
+    }
+    out
 }
 
 /// Where each built-in default is set, parsed once per process.

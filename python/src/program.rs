@@ -1,0 +1,99 @@
+//! MiniLang from Python: a program's source run under a policy, with numpy arrays for its
+//! `input("name")`s, returning what its `print` statements show, in order.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use xpu_ir::shape::{Dim, TensorType};
+use xpu_minilang::lower::{Inputs, PrintItem};
+use xpu_minilang::paths::DataRoots;
+
+use crate::{arrays, errors, policy::PyPolicy};
+
+/// Runs MiniLang `source` (named `name` in diagnostics) with `inputs` (name → array) under
+/// `policy`, reading files inside `roots` (the working directory when empty). Returns the
+/// printed items in order: `("text", str)` or `("value", name, array | {column: array})`.
+/// Raises `ProgramError` with the rendered, located diagnostics when it does not compile.
+#[pyfunction]
+#[pyo3(signature = (source, inputs, policy = None, roots = Vec::new(), name = "<program>.ml"))]
+pub fn run_minilang<'py>(
+    py: Python<'py>,
+    source: &str,
+    inputs: &Bound<'py, PyDict>,
+    policy: Option<&PyPolicy>,
+    roots: Vec<PathBuf>,
+    name: &str,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let roots = if roots.is_empty() {
+        vec![std::env::current_dir().unwrap_or_else(|_| ".".into())]
+    } else {
+        roots
+    };
+    let mut names = Vec::new();
+    let mut tensors = Vec::new();
+    let mut types = std::collections::BTreeMap::new();
+    for (key, value) in inputs.iter() {
+        let key: String = key.extract()?;
+        let t = arrays::to_tensor(py, &key, &value)?;
+        let dims = t.shape().iter().map(|&n| Dim::Known(n as u64)).collect();
+        types.insert(key.clone(), TensorType::new(t.dtype(), dims));
+        names.push(key);
+        tensors.push(t);
+    }
+    let policy = policy.map_or_else(crate::policy::default_policy, |p| p.policy.clone());
+    let file = if name.ends_with(".ml") { name.to_string() } else { format!("{name}.ml") };
+    let compiled = py.detach(|| {
+        let inputs = Inputs { types, ..Default::default() };
+        xpu_runtime::program::compile(
+            &file,
+            source.as_bytes(),
+            &DataRoots::new(roots.clone()),
+            &inputs,
+        )
+    });
+    let compiled = compiled.map_err(|e| errors::plain(py, "ProgramError", e.to_string()))?;
+    // The graph's inputs in its own order, fed by name.
+    let mut ordered = Vec::with_capacity(compiled.graph.inputs.len());
+    for &v in &compiled.graph.inputs {
+        let input = compiled.graph.value(v).name.clone().unwrap_or_default();
+        let Some(i) = names.iter().position(|n| *n == input) else {
+            return Err(errors::plain(py, "InputError", format!("input `{input}` is missing")));
+        };
+        ordered.push(tensors[i].clone());
+    }
+    let graph = Arc::new(compiled.graph);
+    let ran = py.detach(|| {
+        let registry = crate::engines::registry(&roots);
+        xpu_runtime::plan_and_run(&graph, &ordered, &policy, &registry, None)
+    });
+    let ran = ran.map_err(|e| match e {
+        xpu_runtime::RunError::NoPlan { policy, failure } => {
+            errors::plan_error(py, &policy, &failure)
+        }
+        other => errors::plain(py, "RunError", other.to_string()),
+    })?;
+    let mut outputs: Vec<(String, Option<xpu_ir::Tensor>)> =
+        ran.outputs.into_iter().map(|(n, t)| (n, Some(t))).collect();
+    let mut shown = Vec::new();
+    for item in compiled.prints {
+        let entry = match item {
+            PrintItem::Text(text) => ("text", text).into_pyobject(py)?.into_any(),
+            PrintItem::Output(output) => {
+                let slot = outputs.iter_mut().find(|(n, _)| *n == output);
+                let Some(tensor) = slot.and_then(|(_, t)| t.clone()) else {
+                    return Err(errors::plain(
+                        py,
+                        "RunError",
+                        format!("printed value `{output}` was not computed"),
+                    ));
+                };
+                let value = arrays::to_numpy(py, tensor)?;
+                ("value", output, value).into_pyobject(py)?.into_any()
+            }
+        };
+        shown.push(entry);
+    }
+    Ok(shown)
+}

@@ -1,0 +1,358 @@
+//! `xpu._xpu.Session`: one program, planned once under a policy on this process's engines
+//! and prepared once; `run` reuses both (a plan per distinct input shape, from a small
+//! cache) and releases the GIL, so one session serves many threads.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use xpu_engine::{Inventory, Registry, StopToken};
+use xpu_ir::shape::Dim;
+use xpu_ir::{Graph, Tensor};
+use xpu_plan::{Explanation, Keys, PlanCache, PreparedCache};
+use xpu_policy::Policy;
+
+use crate::{arrays, errors, policy::PyPolicy};
+
+/// What a live session holds; shared by the threads running it.
+struct Live {
+    graph: Arc<Graph>,
+    graph_hash: String,
+    registry: Registry,
+    inventory: Inventory,
+    fingerprint: String,
+    policy: Policy,
+    plans: PlanCache,
+    prepared: PreparedCache,
+    /// The plan's explanation made at construction, then each run's (with its timings).
+    planned: Explanation,
+    last: Mutex<Option<Explanation>>,
+}
+
+/// A program planned under a policy and prepared on this process's engines.
+#[pyclass(module = "xpu._xpu", frozen)]
+pub struct Session {
+    live: RwLock<Option<Arc<Live>>>,
+}
+
+/// Reads and verifies a program file (`.onnx`, `.sgr`, `.json`, `.ml`): `ProgramError`
+/// naming the file when it cannot be read, is a directory, or does not load.
+pub fn load_graph(py: Python<'_>, path: &Path) -> PyResult<Graph> {
+    if path.is_dir() {
+        return Err(errors::plain(
+            py,
+            "ProgramError",
+            format!("{}: is a directory, not a model or program file", path.display()),
+        ));
+    }
+    let loaded = py.detach(|| xpu_runtime::program::load(path));
+    loaded.map_err(|e| errors::plain(py, "ProgramError", e.to_string()))
+}
+
+#[pymethods]
+impl Session {
+    /// Loads `program`, plans it under `policy` (the built-in default when `None`) and
+    /// prepares it. Raises `ProgramError`, `EngineUnavailable` or `PlanError`.
+    #[new]
+    #[pyo3(signature = (program, policy = None))]
+    fn new(
+        py: Python<'_>,
+        program: std::path::PathBuf,
+        policy: Option<&PyPolicy>,
+    ) -> PyResult<Session> {
+        let graph = Arc::new(load_graph(py, &program)?);
+        let policy = policy.map_or_else(crate::policy::default_policy, |p| p.policy.clone());
+        let roots: Vec<std::path::PathBuf> =
+            xpu_runtime::program::data_roots_of(&program).roots().to_vec();
+        let live = py.detach(|| Live::open(graph, policy, &roots));
+        let live = live.map_err(|e| e.into_py(py))?;
+        Ok(Session { live: RwLock::new(Some(Arc::new(live))) })
+    }
+
+    /// The graph's inputs: `(name, shape, dtype)`, a shape's dims ints, or strings for
+    /// symbolic dims (`"N"`), or None for unknown ones.
+    fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyList>, String)>> {
+        let live = self.live(py)?;
+        let g = &live.graph;
+        g.inputs.iter().map(|&v| describe(py, g, v, input_name(g, v))).collect()
+    }
+
+    /// The graph's outputs, as [`Session::inputs`].
+    fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyList>, String)>> {
+        let live = self.live(py)?;
+        let g = &live.graph;
+        g.outputs.iter().map(|o| describe(py, g, o.value, o.name.clone())).collect()
+    }
+
+    /// Runs on `feed` (input name → array); returns the outputs in graph order. The GIL is
+    /// released while the engines run.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        feed: &Bound<'py, PyDict>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let live = self.live(py)?;
+        let tensors = live.tensors(py, feed)?;
+        let ran = py.detach(|| live.run(&tensors, &StopToken::default()));
+        let outputs = ran.map_err(|e| e.into_py(py))?;
+        outputs.into_iter().map(|t| arrays::to_numpy(py, t)).collect()
+    }
+
+    /// The explanation as JSON: the last run's (with per-node timings, transfers and engine
+    /// facts) once the session has run, else the plan's.
+    fn explain(&self, py: Python<'_>) -> PyResult<String> {
+        let live = self.live(py)?;
+        let last = live.last.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(last.as_ref().unwrap_or(&live.planned).to_json())
+    }
+
+    /// Whether the last run's explanation exists yet.
+    fn has_run(&self, py: Python<'_>) -> PyResult<bool> {
+        let live = self.live(py)?;
+        Ok(live.last.lock().unwrap_or_else(|p| p.into_inner()).is_some())
+    }
+
+    /// The policy the session plans under.
+    fn policy(&self, py: Python<'_>) -> PyResult<PyPolicy> {
+        Ok(PyPolicy { policy: self.live(py)?.policy.clone() })
+    }
+
+    /// Releases the prepared executables; any later call raises `SessionClosed`.
+    fn close(&self) {
+        self.live.write().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+}
+
+impl Session {
+    fn live(&self, py: Python<'_>) -> PyResult<Arc<Live>> {
+        let guard = self.live.read().unwrap_or_else(|p| p.into_inner());
+        guard.clone().ok_or_else(|| {
+            errors::plain(py, "SessionClosed", "the session is closed (close() was called)".into())
+        })
+    }
+}
+
+/// Why a session could not open or run, turned into a Python exception with the GIL held.
+enum Failure {
+    Plan(String, Box<xpu_plan::PlanFailure>),
+    Run(xpu_runtime::RunError),
+}
+
+impl Failure {
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            Failure::Plan(policy, failure) => errors::plan_error(py, &policy, &failure),
+            Failure::Run(xpu_runtime::RunError::NoPlan { policy, failure }) => {
+                errors::plan_error(py, &policy, &failure)
+            }
+            Failure::Run(xpu_runtime::RunError::Exec(e)) => engine_error(py, &e),
+            Failure::Run(e) => errors::plain(py, "RunError", e.to_string()),
+        }
+    }
+}
+
+fn engine_error(py: Python<'_>, e: &xpu_plan::ExecError) -> PyErr {
+    errors::plain(py, "RunError", format!("run failed: {e}"))
+}
+
+impl Live {
+    fn open(
+        graph: Arc<Graph>,
+        policy: Policy,
+        roots: &[std::path::PathBuf],
+    ) -> Result<Live, Failure> {
+        let registry = crate::engines::registry(roots);
+        let inventory = registry.inventory_for(&graph);
+        let graph_hash = graph.content_hash();
+        let fingerprint = inventory.fingerprint();
+        let plans = PlanCache::new(16);
+        let prepared = PreparedCache::new(16, 4, u64::MAX);
+        let planned = match static_shapes(&graph) {
+            // Every dim known: the plan for the one shape there is, prepared now.
+            Some(shapes) => {
+                let keys = Keys { graph_hash: &graph_hash, inventory_fingerprint: &fingerprint };
+                let (cached, _) = plans
+                    .get_or_plan_keyed(&graph, &policy, &inventory, &shapes, keys)
+                    .map_err(|f| Failure::Plan(policy.name().to_string(), Box::new(f)))?;
+                let exec = prepared
+                    .checkout(&cached.0, &registry)
+                    .map_err(|e| Failure::Run(xpu_runtime::RunError::Prepare(e)))?;
+                prepared.checkin(exec);
+                cached.1.clone()
+            }
+            // Symbolic dims: planned now (so a policy that cannot place the graph fails
+            // here), prepared per shape at its first run.
+            None => {
+                let planned =
+                    xpu_runtime::plan_graph(&graph, &policy, &inventory, &Default::default());
+                planned.map_err(|f| Failure::Plan(policy.name().to_string(), Box::new(f)))?.1
+            }
+        };
+        Ok(Live {
+            graph,
+            graph_hash,
+            registry,
+            inventory,
+            fingerprint,
+            policy,
+            plans,
+            prepared,
+            planned,
+            last: Mutex::new(None),
+        })
+    }
+
+    /// The feed's arrays in graph-input order, each checked against its input's type.
+    fn tensors(&self, py: Python<'_>, feed: &Bound<'_, PyDict>) -> PyResult<Vec<Tensor>> {
+        let g = &self.graph;
+        let names: Vec<String> = g.inputs.iter().map(|&v| input_name(g, v)).collect();
+        for key in feed.keys() {
+            let key: String = key.extract().map_err(|_| {
+                errors::plain(py, "InputError", format!("input names are strings, not {key}"))
+            })?;
+            if !names.contains(&key) {
+                return Err(errors::plain(
+                    py,
+                    "InputError",
+                    format!("no input named `{key}`; the inputs are {}", names.join(", ")),
+                ));
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (name, &v) in names.iter().zip(&g.inputs) {
+            let Some(value) = feed.get_item(name)? else {
+                return Err(errors::plain(py, "InputError", format!("input `{name}` is missing")));
+            };
+            let tensor = arrays::to_tensor(py, name, &value)?;
+            check_type(py, name, &tensor, &g.ty(v).clone())?;
+            out.push(tensor);
+        }
+        Ok(out)
+    }
+
+    fn run(&self, inputs: &[Tensor], stop: &StopToken) -> Result<Vec<Tensor>, Failure> {
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let keys = Keys { graph_hash: &self.graph_hash, inventory_fingerprint: &self.fingerprint };
+        let start = std::time::Instant::now();
+        let (cached, cache_hit) = self
+            .plans
+            .get_or_plan_keyed(&self.graph, &self.policy, &self.inventory, &shapes, keys)
+            .map_err(|f| Failure::Plan(self.policy.name().to_string(), Box::new(f)))?;
+        let planned = xpu_runtime::Planned {
+            plan: cached.0.clone(),
+            explanation: cached.1.clone(),
+            cache_hit,
+            plan_nanos: start.elapsed().as_nanos() as u64,
+        };
+        let ran = xpu_runtime::run_planned(
+            &self.graph,
+            planned,
+            inputs,
+            &self.registry,
+            stop,
+            Some(&self.prepared),
+        )
+        .map_err(Failure::Run)?;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(ran.explanation);
+        Ok(ran.outputs.into_iter().map(|(_, t)| t).collect())
+    }
+}
+
+/// Every input's shape when all dims are known.
+fn static_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
+    g.inputs
+        .iter()
+        .map(|&v| {
+            let dims = g.ty(v).dims.as_ref()?;
+            dims.iter()
+                .map(|d| if let Dim::Known(n) = d { Some(*n as usize) } else { None })
+                .collect()
+        })
+        .collect()
+}
+
+fn input_name(g: &Graph, v: xpu_ir::ValueId) -> String {
+    g.value(v).name.clone().unwrap_or_else(|| format!("input{}", v.index()))
+}
+
+fn describe<'py>(
+    py: Python<'py>,
+    g: &Graph,
+    v: xpu_ir::ValueId,
+    name: String,
+) -> PyResult<(String, Bound<'py, PyList>, String)> {
+    let ty = g.ty(v);
+    let dims: Vec<Bound<'py, PyAny>> = match &ty.dims {
+        Some(dims) => dims
+            .iter()
+            .map(|d| match d {
+                Dim::Known(n) => n.into_pyobject(py).map(|o| o.into_any()).map_err(PyErr::from),
+                Dim::Sym(s) => Ok(s.into_pyobject(py)?.into_any()),
+                Dim::Unknown => Ok(py.None().into_bound(py)),
+            })
+            .collect::<PyResult<_>>()?,
+        None => Vec::new(),
+    };
+    Ok((name, PyList::new(py, dims)?, ty.dtype.name().to_string()))
+}
+
+/// An input's dtype, rank and known dims against its declared type.
+fn check_type(
+    py: Python<'_>,
+    name: &str,
+    t: &Tensor,
+    ty: &xpu_ir::shape::TensorType,
+) -> PyResult<()> {
+    let fail = |message: String| {
+        let attrs = PyDict::new(py);
+        let _ = attrs.set_item("input", name);
+        errors::raise(py, "InputError", format!("input `{name}` {message}"), &attrs)
+    };
+    if t.dtype() != ty.dtype {
+        return Err(fail(format!(
+            "has dtype {}, the model takes {}",
+            t.dtype().name(),
+            ty.dtype.name()
+        )));
+    }
+    let Some(dims) = &ty.dims else { return Ok(()) };
+    if dims.len() != t.rank() {
+        return Err(fail(format!(
+            "has rank {} (shape {:?}), the model takes rank {} ({})",
+            t.rank(),
+            t.shape(),
+            dims.len(),
+            show_dims(dims)
+        )));
+    }
+    for (axis, (d, &n)) in dims.iter().zip(t.shape()).enumerate() {
+        if let Dim::Known(k) = d
+            && *k as usize != n
+        {
+            return Err(fail(format!(
+                "has {n} at axis {axis} (shape {:?}), the model takes {k} there ({})",
+                t.shape(),
+                show_dims(dims)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn show_dims(dims: &[Dim]) -> String {
+    let parts: Vec<String> = dims
+        .iter()
+        .map(|d| match d {
+            Dim::Known(n) => n.to_string(),
+            Dim::Sym(s) => s.clone(),
+            Dim::Unknown => "?".into(),
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}

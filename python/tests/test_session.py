@@ -1,0 +1,225 @@
+"""InferenceSession: outputs against ONNX Runtime, the ONNX Runtime-shaped API, the seed's
+quick start failing or falling back as the policy says, threads, and bad input."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xpu
+
+
+def batch(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 16)).astype(np.float32)
+
+
+@pytest.mark.parametrize("engine", [None, "cpu", "ort", "openvino", "llvm"])
+@pytest.mark.parametrize("n", [1, 5])
+def test_outputs_match_onnxruntime_on_every_engine(mlp: Path, reference, engine: str | None, n: int) -> None:
+    sess = xpu.InferenceSession(mlp, engine=engine, fallback=True if engine == "llvm" else None)
+    x = batch(n)
+    y = sess.run({"x": x})["y"]
+    assert y.shape == (n, 4) and y.dtype == np.float32
+    np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-5)
+    chosen = {d["chosen"]["engine"] for d in sess.explain()["decisions"] if d.get("chosen")}
+    if engine in ("cpu", "ort", "openvino"):
+        assert chosen == {engine}, chosen
+
+
+def test_onnxruntime_shaped_api(mlp: Path) -> None:
+    sess = xpu.InferenceSession(mlp)
+    (x_arg,) = sess.get_inputs()
+    assert (x_arg.name, x_arg.shape, x_arg.type) == ("x", ["N", 16], "tensor(float)")
+    assert [(o.name, o.shape) for o in sess.get_outputs()] == [("y", ["N", 4])]
+    x = batch(3)
+    as_dict = sess.run({"x": x})
+    as_list = sess.run(None, {"x": x})
+    named = sess.run(["y"], {"x": x})
+    assert np.array_equal(as_dict["y"], as_list[0]) and np.array_equal(as_list[0], named[0])
+    with pytest.raises(xpu.InputError, match="no output named 'z'"):
+        sess.run(["z"], {"x": x})
+
+
+def test_explain_and_last_run(mlp: Path) -> None:
+    sess = xpu.InferenceSession(mlp, engine="cpu")
+    assert sess.last_run is None
+    planned = sess.explain()
+    assert planned["policy"]["name"] == "default"
+    assert all(d["chosen"]["engine"] == "cpu" for d in planned["decisions"] if d.get("chosen"))
+    sess.run({"x": batch(2)})
+    last = sess.last_run
+    assert last is not None and last["timings"], last
+    assert {t["engine"] for t in last["timings"]} == {"cpu"}
+
+
+def test_seed_quick_start_without_a_gpu_names_engine_device_and_reason(mlp: Path) -> None:
+    policy = xpu.KernelPolicy(matmul="cublasLt", attention="flash_v2")
+    with pytest.raises(xpu.EngineUnavailable) as caught:
+        xpu.InferenceSession(
+            model=mlp, device="cuda:0", engine="tensorrt", kernel_policy=policy, fp16=True
+        )
+    e = caught.value
+    assert e.device == "cuda", e.device
+    assert e.engine in ("ort", "cuda"), e.engine
+    assert e.reason, "the reason is given"
+    assert "EngineUnavailable" in e.codes or "KernelUnavailable" in e.codes or "Unplaceable" in e.codes
+
+
+def test_seed_npu_form_without_an_npu(mlp_static: Path) -> None:
+    with pytest.raises(xpu.EngineUnavailable) as caught:
+        xpu.InferenceSession(
+            str(mlp_static),
+            device="npu",
+            backend="openvino",
+            exec_policy=xpu.ExecutionPolicy(precision="int8", static_shape=True),
+        )
+    assert caught.value.engine == "openvino" and caught.value.device == "npu"
+
+
+def test_fallback_runs_elsewhere_and_says_so(mlp: Path, reference) -> None:
+    sess = xpu.InferenceSession(mlp, device="cuda", engine="tensorrt", fallback=True)
+    x = batch(2)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-5)
+    decisions = [d for d in sess.explain()["decisions"] if d.get("chosen")]
+    assert all(d["chosen"]["engine"] != "cuda" for d in decisions)
+    rejected = {r["code"] for d in decisions for r in d["rejected"]}
+    assert rejected & {"EngineUnavailable", "KernelUnavailable"}, rejected
+
+
+def test_static_shape_refuses_a_second_shape(mlp: Path) -> None:
+    sess = xpu.InferenceSession(mlp, exec_policy=xpu.ExecutionPolicy(static_shape=True))
+    sess.run({"x": batch(2)})
+    with pytest.raises(xpu.InputError, match="static_shape"):
+        sess.run({"x": batch(3)})
+
+
+def test_one_session_serves_many_threads(mlp: Path) -> None:
+    sess = xpu.InferenceSession(mlp)
+    inputs = [batch(4, seed) for seed in range(8)]
+    expected = [sess.run({"x": x})["y"] for x in inputs]
+    failures: list[str] = []
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            got = sess.run({"x": inputs[i]})["y"]
+            if not np.array_equal(got, expected[i]):
+                failures.append(f"thread {i} got different outputs")
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+
+
+def test_outputs_are_handed_over_without_a_copy(mlp: Path) -> None:
+    y = xpu.InferenceSession(mlp).run({"x": batch(2)})["y"]
+    assert y.flags.owndata is False and y.base is not None, "numpy views the tensor's memory"
+    assert y.flags.c_contiguous and y.flags.writeable
+
+
+def test_non_contiguous_and_list_inputs_read_correctly(mlp: Path, reference) -> None:
+    sess = xpu.InferenceSession(mlp)
+    wide = batch(6)
+    strided = wide[::2]
+    assert not strided.flags.c_contiguous
+    np.testing.assert_allclose(sess.run({"x": strided})["y"], reference(np.ascontiguousarray(strided)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sess.run({"x": wide.tolist()})["y"], reference(wide), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("feed", "pattern"),
+    [
+        ({"z": batch(1)}, "no input named `z`"),
+        ({}, "input `x` is missing"),
+        ({"x": batch(1).astype(np.float64)}, "dtype f64"),
+        ({"x": np.zeros((16,), np.float32)}, "rank 1"),
+        ({"x": np.zeros((2, 15), np.float32)}, "axis 1"),
+        ({"x": np.zeros((0, 16), np.float32)}, None),
+        ({"x": np.array([[object()] * 16], dtype=object)}, "dtype object"),
+        ({"x": batch(2).astype(">f4")}, "byte order"),
+        ({"x": np.float32(1.0)}, "rank 0"),
+        ({"x": "not an array"}, "cannot be read as an array"),
+        ({1: batch(1)}, "input names are strings"),
+    ],
+)
+def test_bad_inputs_raise_input_errors_naming_the_input(mlp: Path, feed, pattern) -> None:
+    sess = xpu.InferenceSession(mlp)
+    if pattern is None:
+        try:
+            sess.run(feed)
+        except xpu.XpuError:
+            pass
+        return
+    with pytest.raises(xpu.InputError, match=pattern):
+        sess.run(feed)
+
+
+def test_bad_models_and_policies(tmp_path: Path, mlp: Path) -> None:
+    with pytest.raises(xpu.ProgramError, match="is a directory"):
+        xpu.InferenceSession(tmp_path)
+    truncated = tmp_path / "cut.onnx"
+    truncated.write_bytes(mlp.read_bytes()[:100])
+    with pytest.raises(xpu.ProgramError, match="cut.onnx"):
+        xpu.InferenceSession(truncated)
+    with pytest.raises(xpu.ProgramError, match="missing.onnx"):
+        xpu.InferenceSession(tmp_path / "missing.onnx")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[policy]\nname = "bad"\n\n[engines]\nordr = ["cpu"]\n')
+    with pytest.raises(xpu.PolicyError) as caught:
+        xpu.InferenceSession(mlp, policy=bad)
+    (d,) = caught.value.diagnostics
+    assert (d["code"], d["line"], d["file"]) == ("P0002", 5, str(bad)), d
+    with pytest.raises(xpu.PolicyError, match="engine `warp` is not one xpu knows"):
+        xpu.InferenceSession(mlp, engine="warp")
+    with pytest.raises(xpu.PolicyError, match="no kernel named `fastest`"):
+        xpu.InferenceSession(mlp, kernel_policy=xpu.KernelPolicy(matmul="fastest"))
+    with pytest.raises(xpu.PolicyError, match="device `tpu"):
+        xpu.InferenceSession(mlp, device="tpu")
+
+
+def test_keyword_arguments_conflicting_with_the_policy_file_are_refused(tmp_path: Path, mlp: Path) -> None:
+    file = tmp_path / "fp32.toml"
+    file.write_text('[policy]\nname = "fp32"\n\n[precision]\ndefault = "fp32"\n')
+    with pytest.raises(xpu.PolicyError) as caught:
+        xpu.InferenceSession(mlp, policy=file, fp16=True)
+    assert caught.value.diagnostics[0]["key"] == "precision.default"
+    assert "fp32.toml:5" in str(caught.value)
+    # The same value in both places, or a key the file leaves alone, merges.
+    same = xpu.InferenceSession(mlp, policy=file, exec_policy=xpu.ExecutionPolicy(precision="fp32"))
+    assert same.policy.name == "fp32"
+    merged = xpu.InferenceSession(mlp, policy=file, engine="cpu")
+    assert merged.policy.to_dict()["engines"]["order"] == ["cpu"]
+    assert merged.policy.to_dict()["precision"]["default"] == "fp32"
+
+
+def test_a_closed_session_says_so(mlp: Path) -> None:
+    sess = xpu.InferenceSession(mlp)
+    sess.close()
+    with pytest.raises(xpu.SessionClosed):
+        sess.run({"x": batch(1)})
+    with pytest.raises(xpu.SessionClosed):
+        sess.explain()
+
+
+def test_random_arrays_and_arguments_never_escape_as_anything_but_xpu_errors(mlp: Path) -> None:
+    rng = np.random.default_rng(11)
+    sess = xpu.InferenceSession(mlp)
+    dtypes = [np.float32, np.float64, np.int64, np.int8, np.bool_, np.float16, np.uint64]
+    for _ in range(300):
+        rank = int(rng.integers(0, 4))
+        shape = tuple(int(rng.integers(0, 20)) for _ in range(rank))
+        value = rng.standard_normal(shape).astype(dtypes[int(rng.integers(len(dtypes)))])
+        if rng.random() < 0.2 and value.ndim:
+            value = value[..., ::2]
+        name = ["x", "y", "", "x" * 300][int(rng.integers(4))]
+        try:
+            out = sess.run({name: value})
+        except xpu.XpuError:
+            continue
+        assert out["y"].shape == (value.shape[0], 4)

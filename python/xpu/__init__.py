@@ -1,0 +1,60 @@
+"""xpu: run ML and data programs under a policy that pins or prefers engine, kernel,
+precision and memory choices, and explains every decision.
+
+>>> import xpu                                                     # doctest: +SKIP
+>>> sess = xpu.InferenceSession("model.onnx", engine="ort")        # doctest: +SKIP
+>>> out = sess.run({"input": x})                                   # doctest: +SKIP
+>>> sess.explain()["decisions"][0]["chosen"]                       # doctest: +SKIP
+
+Importing loads no engine library; engines load when a session or program first needs
+them (docs/python.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import minilang
+from ._xpu import __version__
+from .errors import (
+    EngineUnavailable,
+    InputError,
+    PlanError,
+    PolicyError,
+    ProgramError,
+    RunError,
+    SessionClosed,
+    XpuError,
+)
+from .policy import ExecutionPolicy, KernelPolicy, Policy
+from .session import InferenceSession, NodeArg
+
+
+def inventory() -> dict[str, Any]:
+    """This machine's engines as xpu sees them: each engine, whether it is available (and
+    why not), its kernels, devices and facts (the BLAS core, ONNX Runtime's providers)."""
+    from . import _engines, _xpu
+
+    _engines.ensure()
+    result: dict[str, Any] = json.loads(_xpu.inventory())
+    return result
+
+
+__all__ = [
+    "__version__",
+    "EngineUnavailable",
+    "ExecutionPolicy",
+    "InferenceSession",
+    "InputError",
+    "KernelPolicy",
+    "NodeArg",
+    "PlanError",
+    "Policy",
+    "PolicyError",
+    "ProgramError",
+    "RunError",
+    "SessionClosed",
+    "XpuError",
+    "inventory",
+    "minilang",
+]

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The Python package for `make test`: the test build's native module (built by `cargo test
+# --workspace`, so no second build of the workspace) and DuckDB's library beside the sources
+# in python/xpu, and python/ on the venv's path. Users install the wheel (`make wheel`).
+set -euo pipefail
+target="${CARGO_TARGET_DIR:?}"
+venv="${1:-.venv}"
+cp -f "$target/debug/lib_xpu.so" python/xpu/_xpu.abi3.so
+ln -sf "${DUCKDB_LIB_DIR:?}/libduckdb.so" python/xpu/libduckdb.so
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$(pwd)/python" > "$site/xpu-dev.pth"
