@@ -17,6 +17,7 @@
 #   make soak    a bounded soak of a release xpud on loopback: mixed jobs, cancels, SIGHUPs,
 #                worker kills (SOAK_MINUTES, default 5; docs/soak.md); `make test` runs 30 s
 #                of it on the test build
+#   make wheel   the Python package `xpu` as an abi3 wheel in dist/ (release build; docs/python.md)
 #   make fuzz    every parser's fuzz target for FUZZ_SECONDS each (default 300; docs/fuzzing.md);
 #                `make test` runs each for FUZZ_CI_SECONDS (15) so a parser regression fails CI
 
@@ -42,7 +43,7 @@ NODE_CASES := .cache/onnx-node
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
   libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
 
-.PHONY: release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
+.PHONY: wheel python-test release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
 
 setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
 
@@ -98,12 +99,28 @@ test: setup lint target-owner
 	cargo test --workspace --all-targets --locked --no-fail-fast
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
+	$(MAKE) --no-print-directory python-test
 	fuzz/run.sh $(FUZZ_CI_SECONDS)
 	mkdir -p .cache
 	$(PY) tools/soak/soak.py --minutes 0.5 --warmup 10 --kill-every 10 --hup-every 5 \
 	  --xpud $(XPUD) --out .cache/soak-ci --no-rss-bar > .cache/soak-ci.log 2>&1 || \
 	  { tail -60 .cache/soak-ci.log; exit 1; }
 	@grep -m1 "^- requests" .cache/soak-ci.log
+
+# The Python package's tests (pytest) on the test build's native module: `cargo test
+# --workspace` built it (python/ is a workspace member), tools/python_dev_install.sh puts it
+# beside the package's sources and python/ on the venv's path.
+python-test: setup-python
+	tools/python_dev_install.sh $(VENV)
+	$(PY) -m pytest -q -p no:cacheprovider python/tests
+
+# The wheel users install: release build by maturin, DuckDB's library carried in the package.
+wheel: setup-python setup-duckdb
+	rm -f python/xpu/_xpu*.so python/xpu/libduckdb.so
+	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so python/xpu/libduckdb.so
+	$(PY) -m maturin build --release --locked -m python/Cargo.toml -o dist
+	rm -f python/xpu/libduckdb.so
+	@ls -l dist/*.whl
 
 # Test binaries bake their checkout's path in (`env!("CARGO_MANIFEST_DIR")` finds test data)
 # and cargo's fingerprints leave it out: a target dir last used by a checkout elsewhere can
