@@ -107,11 +107,14 @@ test: setup lint target-owner
 	  { tail -60 .cache/soak-ci.log; exit 1; }
 	@grep -m1 "^- requests" .cache/soak-ci.log
 
-# The Python package's tests (pytest) on the test build's native module: `cargo test
-# --workspace` built it (python/ is a workspace member), tools/python_dev_install.sh puts it
-# beside the package's sources and python/ on the venv's path.
+# The Python package's tests (pytest) on the test profile's native module: built beside
+# `cargo test`'s libraries (same profile and features: only the module and a few crates
+# compile), put beside the package's sources with python/ on the venv's path
+# (tools/python_dev_install.sh); the client's tests start the test build's xpud.
 python-test: setup-python
+	cargo build -q --workspace --lib --locked --profile test
 	tools/python_dev_install.sh $(VENV)
+	cd python && ../$(PY) -m mypy xpu tests
 	$(PY) -m pytest -q -p no:cacheprovider python/tests
 
 # The wheel users install: release build by maturin, DuckDB's library carried in the package.
@@ -147,11 +150,12 @@ fuzz: setup-fuzz
 XPUD := $(CARGO_TARGET_DIR)/debug/xpud
 
 # The binaries users run: the release profile (optimised, line tables for backtraces), every
-# binary of the workspace in one build that `make run`, `make example`, `make install`,
-# `make bench` and `make soak` share.
+# binary of the workspace (and the Python package's native module, which `make bench`
+# measures) in one build that `make run`, `make example`, `make install`, `make bench` and
+# `make soak` share.
 RELEASE := $(CARGO_TARGET_DIR)/release
 release: setup-duckdb
-	cargo build -q --release --locked --workspace --bins
+	cargo build -q --release --locked --workspace --bins --lib
 
 build: release
 

@@ -50,6 +50,7 @@ import contextlib
 import json
 import re
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -255,6 +256,7 @@ def main():
     model_job_ok = bench_prepared(rows, mlp)
     isolation_ok = bench_isolation(rows, mlp)
     bench_pool(rows, mlp)
+    bench_python(rows, mlp)
     with open(os.path.join(OUT, "results.md"), "w") as f:
         f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
         for r in rows:
@@ -282,6 +284,55 @@ def main():
         sys.exit("riscv64 vector builds execute fewer than 3× fewer instructions than scalar ones")
     if not llvm_ok:
         sys.exit("the llvm engine misses a bar (chains ≥ 2× numpy and ≥ numexpr, ≥ 70% of triad bandwidth, whole process ≥ 1.5× numpy, row groups ≥ 2× numpy)")
+
+
+def python_package_dir():
+    """python/xpu with the release build's native module beside it (and DuckDB's library),
+    in a scratch dir: the package as the wheel lays it out, without installing it."""
+    lib = os.path.join(os.path.dirname(BENCH_BIN), "lib_xpu.so")
+    if not os.path.exists(lib):
+        sys.exit(f"{lib} is missing: `make release` builds it")
+    root = os.path.join(OUT, "python-pkg")
+    pkg = os.path.join(root, "xpu")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "python", "xpu"), pkg,
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy(lib, os.path.join(pkg, "_xpu.abi3.so"))
+    os.symlink(os.path.join(os.environ.get("DUCKDB_LIB_DIR", os.path.join(os.path.dirname(os.path.dirname(BENCH_BIN)), "duckdb")), "libduckdb.so"),
+               os.path.join(pkg, "libduckdb.so"))
+    return root
+
+
+def bench_python(rows, mlp):
+    """The Python package (bench/python_side.py in a fresh interpreter, release build):
+    issue bars, reported: import ≤ 150 ms, the ort engine's extra cost per `sess.run` ≤ 5 µs
+    over onnxruntime's Python API at batch 1, the cpu engine through Python ≥ 0.9×
+    onnxruntime at batch 1 and 64, a 256 MiB input's hidden copies < 10% of it."""
+    env = dict(os.environ, PYTHONPATH=python_package_dir())
+    side = os.path.join(ROOT, "bench", "python_side.py")
+    out = subprocess.run([sys.executable, side, mlp, str(THREADS)], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"\nPython package: failed\n{out.stderr[-2000:]}")
+        return False
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    relu = os.path.join(OUT, "relu.onnx")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024, 1024])])
+    save(g, relu)
+    rss = subprocess.run([sys.executable, side, "rss", relu], env=env, capture_output=True, text=True)
+    m = json.loads(rss.stdout.strip().splitlines()[-1]) if rss.returncode == 0 else {"hidden_share": float("nan")}
+    print("\nPython package (release module)            xpu         onnxruntime   figure        bar")
+    print(f"import xpu                                 {r['import_ms']:7.1f} ms                              ≤ 150 ms")
+    print(f"sess.run, ort engine, MLP batch 1          {r['ort_engine_b1_us']:7.1f} µs  {r['onnxruntime_b1_us']:7.1f} µs   +{r['ort_extra_b1_us']:.1f} µs     ≤ +5 µs")
+    for b in (1, 64):
+        print(f"sess.run, cpu engine, MLP batch {b:<2}         {r[f'cpu_engine_b{b}_us']:7.1f} µs  {r[f'onnxruntime_b{b}_us']:7.1f} µs   {r[f'cpu_vs_onnxruntime_b{b}']:.2f}×        ≥ 0.9×")
+    print(f"256 MiB input: peak RSS beyond the output  {m['hidden_share'] * 100:6.1f} % of the input                 < 10 %")
+    rows.append(("python import", "", "xpu", r["import_ms"], 150.0, 150.0 / r["import_ms"]))
+    rows.append(("python sess.run ort", "1", "ort", r["ort_engine_b1_us"], r["onnxruntime_b1_us"], r["onnxruntime_b1_us"] / r["ort_engine_b1_us"]))
+    for b in (1, 64):
+        rows.append(("python sess.run cpu", str(b), "cpu", r[f"cpu_engine_b{b}_us"], r[f"onnxruntime_b{b}_us"], r[f"cpu_vs_onnxruntime_b{b}"]))
+    return True
 
 
 def bench_models(rows, mlp, conv, resnet):

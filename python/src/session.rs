@@ -3,14 +3,19 @@
 //! cache) and releases the GIL, so one session serves many threads.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use xpu_engine::{Inventory, Registry, StopToken};
 use xpu_ir::shape::Dim;
 use xpu_ir::{Graph, Tensor};
-use xpu_plan::{Explanation, Keys, PlanCache, PreparedCache};
+use xpu_plan::{CapturePlan, Explanation, Keys, PlanCache, PreparedCache, RunRecord};
+
+/// A plan and its explanation, as the plan cache shares them.
+type CachedPlan = Arc<(Arc<CapturePlan>, Explanation)>;
 use xpu_policy::Policy;
 
 use crate::{arrays, errors, policy::PyPolicy};
@@ -27,7 +32,11 @@ struct Live {
     prepared: PreparedCache,
     /// The plan's explanation made at construction, then each run's (with its timings).
     planned: Explanation,
-    last: Mutex<Option<Explanation>>,
+    /// The last run's plan (with its explanation) and record, for `explain()`.
+    last: Mutex<Option<(CachedPlan, RunRecord)>>,
+    /// How long the last run took (`u64::MAX` before the first): whether the next is watched
+    /// for Ctrl-C.
+    last_nanos: AtomicU64,
 }
 
 /// A program planned under a policy and prepared on this process's engines.
@@ -52,19 +61,35 @@ pub fn load_graph(py: Python<'_>, path: &Path) -> PyResult<Graph> {
 
 #[pymethods]
 impl Session {
-    /// Loads `program`, plans it under `policy` (the built-in default when `None`) and
-    /// prepares it. Raises `ProgramError`, `EngineUnavailable` or `PlanError`.
+    /// Loads `program` (a file's path, or an ONNX model's bytes), plans it under `policy`
+    /// (the built-in default when `None`) and prepares it. Raises `ProgramError`,
+    /// `EngineUnavailable` or `PlanError`.
     #[new]
     #[pyo3(signature = (program, policy = None))]
     fn new(
         py: Python<'_>,
-        program: std::path::PathBuf,
+        program: &Bound<'_, PyAny>,
         policy: Option<&PyPolicy>,
     ) -> PyResult<Session> {
-        let graph = Arc::new(load_graph(py, &program)?);
+        let (graph, roots) = match program.cast::<pyo3::types::PyBytes>() {
+            Ok(bytes) => {
+                let bytes = bytes.as_bytes();
+                let here = std::env::current_dir().unwrap_or_else(|_| ".".into());
+                let roots = xpu_minilang::paths::DataRoots::new([here]);
+                let loaded = py.detach(|| {
+                    xpu_runtime::program::compile("model.onnx", bytes, &roots, &Default::default())
+                });
+                let graph = loaded.map_err(|e| errors::plain(py, "ProgramError", e.to_string()))?;
+                (graph.graph, roots.roots().to_vec())
+            }
+            Err(_) => {
+                let path: std::path::PathBuf = program.extract()?;
+                let roots = xpu_runtime::program::data_roots_of(&path).roots().to_vec();
+                (load_graph(py, &path)?, roots)
+            }
+        };
+        let graph = Arc::new(graph);
         let policy = policy.map_or_else(crate::policy::default_policy, |p| p.policy.clone());
-        let roots: Vec<std::path::PathBuf> =
-            xpu_runtime::program::data_roots_of(&program).roots().to_vec();
         let live = py.detach(|| Live::open(graph, policy, &roots));
         let live = live.map_err(|e| e.into_py(py))?;
         Ok(Session { live: RwLock::new(Some(Arc::new(live))) })
@@ -94,8 +119,17 @@ impl Session {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let live = self.live(py)?;
         let tensors = live.tensors(py, feed)?;
-        let ran = py.detach(|| live.run(&tensors, &StopToken::default()));
-        let outputs = ran.map_err(|e| e.into_py(py))?;
+        let started = Instant::now();
+        let ran = if live.last_nanos.load(Ordering::Relaxed) < WATCHED_FROM.as_nanos() as u64 {
+            py.detach(|| live.run(&tensors, &StopToken::default()).map_err(Stop::Failed))
+        } else {
+            py.detach(|| watched(&live, &tensors))
+        };
+        live.last_nanos.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let outputs = ran.map_err(|e| match e {
+            Stop::Failed(f) => f.into_py(py),
+            Stop::Interrupted(e) => e,
+        })?;
         outputs.into_iter().map(|t| arrays::to_numpy(py, t)).collect()
     }
 
@@ -104,7 +138,14 @@ impl Session {
     fn explain(&self, py: Python<'_>) -> PyResult<String> {
         let live = self.live(py)?;
         let last = live.last.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(last.as_ref().unwrap_or(&live.planned).to_json())
+        Ok(match last.as_ref() {
+            Some((cached, record)) => {
+                let mut explanation = cached.1.clone();
+                explanation.record_run(record);
+                explanation.to_json()
+            }
+            None => live.planned.to_json(),
+        })
     }
 
     /// Whether the last run's explanation exists yet.
@@ -138,10 +179,63 @@ impl Session {
     }
 }
 
+/// Runs at least this long (the session's last run, or its first) are watched for Ctrl-C;
+/// shorter ones run on the calling thread with nothing added, and a Ctrl-C during one is
+/// raised when it returns, within this bound.
+const WATCHED_FROM: Duration = Duration::from_millis(20);
+
+/// How often a watched run's caller checks for signals (Ctrl-C's `KeyboardInterrupt`).
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+enum Stop {
+    Failed(Failure),
+    /// A signal handler raised (KeyboardInterrupt): the run was stopped.
+    Interrupted(PyErr),
+}
+
+/// Runs on a scoped thread while the caller (Python's main thread, for Ctrl-C) checks for
+/// signals every [`SIGNAL_POLL`]; a handler that raises stops the run (engines stop between
+/// nodes, and interrupt the calls they cannot poll) and its exception is returned.
+fn watched(live: &Live, inputs: &[Tensor]) -> Result<Vec<Tensor>, Stop> {
+    let stop = StopToken::new();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let runner = stop.clone();
+        let thread = scope.spawn(move || {
+            let _ = tx.send(live.run(inputs, &runner));
+        });
+        let mut interrupted: Option<PyErr> = None;
+        let result = loop {
+            match rx.recv_timeout(SIGNAL_POLL) {
+                Ok(result) => break result,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if interrupted.is_none()
+                        && let Err(e) = Python::attach(|py| py.check_signals())
+                    {
+                        stop.cancel();
+                        interrupted = Some(e);
+                    }
+                }
+                // The run's thread panicked: joined below, so the panic is not re-raised
+                // into Python.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(Failure::Lost("the run's thread ended without a result".into()));
+                }
+            }
+        };
+        let _ = thread.join();
+        match interrupted {
+            Some(e) => Err(Stop::Interrupted(e)),
+            None => result.map_err(Stop::Failed),
+        }
+    })
+}
+
 /// Why a session could not open or run, turned into a Python exception with the GIL held.
 enum Failure {
     Plan(String, Box<xpu_plan::PlanFailure>),
     Run(xpu_runtime::RunError),
+    Lost(String),
 }
 
 impl Failure {
@@ -153,6 +247,7 @@ impl Failure {
             }
             Failure::Run(xpu_runtime::RunError::Exec(e)) => engine_error(py, &e),
             Failure::Run(e) => errors::plain(py, "RunError", e.to_string()),
+            Failure::Lost(why) => errors::plain(py, "RunError", why),
         }
     }
 }
@@ -205,6 +300,7 @@ impl Live {
             prepared,
             planned,
             last: Mutex::new(None),
+            last_nanos: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -236,31 +332,27 @@ impl Live {
         Ok(out)
     }
 
+    /// One run: the plan for these shapes from the cache, a prepared GraphExec from the
+    /// pool, the record kept for `explain()` (merged into the plan's explanation only when
+    /// asked: most runs are never explained, and the merge costs more than a small model).
     fn run(&self, inputs: &[Tensor], stop: &StopToken) -> Result<Vec<Tensor>, Failure> {
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
         let keys = Keys { graph_hash: &self.graph_hash, inventory_fingerprint: &self.fingerprint };
-        let start = std::time::Instant::now();
-        let (cached, cache_hit) = self
+        let (cached, _) = self
             .plans
             .get_or_plan_keyed(&self.graph, &self.policy, &self.inventory, &shapes, keys)
             .map_err(|f| Failure::Plan(self.policy.name().to_string(), Box::new(f)))?;
-        let planned = xpu_runtime::Planned {
-            plan: cached.0.clone(),
-            explanation: cached.1.clone(),
-            cache_hit,
-            plan_nanos: start.elapsed().as_nanos() as u64,
-        };
-        let ran = xpu_runtime::run_planned(
-            &self.graph,
-            planned,
-            inputs,
-            &self.registry,
-            stop,
-            Some(&self.prepared),
-        )
-        .map_err(Failure::Run)?;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(ran.explanation);
-        Ok(ran.outputs.into_iter().map(|(_, t)| t).collect())
+        let mut exec = self
+            .prepared
+            .checkout(&cached.0, &self.registry)
+            .map_err(|e| Failure::Run(xpu_runtime::RunError::Prepare(e)))?;
+        let mut record = exec
+            .run_until(inputs, stop)
+            .map_err(|e| Failure::Run(xpu_runtime::RunError::Exec(e)))?;
+        self.prepared.checkin(exec);
+        let outputs = std::mem::take(&mut record.outputs);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((cached, record));
+        Ok(outputs)
     }
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -48,7 +49,7 @@ def mlp_static(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference(mlp: Path):
+def reference(mlp: Path) -> Callable[[np.ndarray], np.ndarray]:
     """ONNX Runtime's outputs for the MLP, the oracle."""
     import onnxruntime as ort
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 
 import xpu
+
+
+Reference = Callable[[np.ndarray], np.ndarray]
 
 
 def batch(n: int, seed: int = 0) -> np.ndarray:
@@ -18,7 +22,7 @@ def batch(n: int, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("engine", [None, "cpu", "ort", "openvino", "llvm"])
 @pytest.mark.parametrize("n", [1, 5])
-def test_outputs_match_onnxruntime_on_every_engine(mlp: Path, reference, engine: str | None, n: int) -> None:
+def test_outputs_match_onnxruntime_on_every_engine(mlp: Path, reference: Reference, engine: str | None, n: int) -> None:
     sess = xpu.InferenceSession(mlp, engine=engine, fallback=True if engine == "llvm" else None)
     x = batch(n)
     y = sess.run({"x": x})["y"]
@@ -79,7 +83,7 @@ def test_seed_npu_form_without_an_npu(mlp_static: Path) -> None:
     assert caught.value.engine == "openvino" and caught.value.device == "npu"
 
 
-def test_fallback_runs_elsewhere_and_says_so(mlp: Path, reference) -> None:
+def test_fallback_runs_elsewhere_and_says_so(mlp: Path, reference: Reference) -> None:
     sess = xpu.InferenceSession(mlp, device="cuda", engine="tensorrt", fallback=True)
     x = batch(2)
     np.testing.assert_allclose(sess.run({"x": x})["y"], reference(x), rtol=1e-4, atol=1e-5)
@@ -123,7 +127,7 @@ def test_outputs_are_handed_over_without_a_copy(mlp: Path) -> None:
     assert y.flags.c_contiguous and y.flags.writeable
 
 
-def test_non_contiguous_and_list_inputs_read_correctly(mlp: Path, reference) -> None:
+def test_non_contiguous_and_list_inputs_read_correctly(mlp: Path, reference: Reference) -> None:
     sess = xpu.InferenceSession(mlp)
     wide = batch(6)
     strided = wide[::2]
@@ -148,7 +152,7 @@ def test_non_contiguous_and_list_inputs_read_correctly(mlp: Path, reference) -> 
         ({1: batch(1)}, "input names are strings"),
     ],
 )
-def test_bad_inputs_raise_input_errors_naming_the_input(mlp: Path, feed, pattern) -> None:
+def test_bad_inputs_raise_input_errors_naming_the_input(mlp: Path, feed: dict[Any, Any], pattern: str | None) -> None:
     sess = xpu.InferenceSession(mlp)
     if pattern is None:
         try:
@@ -214,7 +218,7 @@ def test_random_arrays_and_arguments_never_escape_as_anything_but_xpu_errors(mlp
     for _ in range(300):
         rank = int(rng.integers(0, 4))
         shape = tuple(int(rng.integers(0, 20)) for _ in range(rank))
-        value = rng.standard_normal(shape).astype(dtypes[int(rng.integers(len(dtypes)))])
+        value: np.ndarray = rng.standard_normal(shape).astype(dtypes[int(rng.integers(len(dtypes)))])
         if rng.random() < 0.2 and value.ndim:
             value = value[..., ::2]
         name = ["x", "y", "", "x" * 300][int(rng.integers(4))]
@@ -223,3 +227,41 @@ def test_random_arrays_and_arguments_never_escape_as_anything_but_xpu_errors(mlp
         except xpu.XpuError:
             continue
         assert out["y"].shape == (value.shape[0], 4)
+
+
+def test_ctrl_c_stops_a_long_run_in_bounded_time(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    # 400 chained 512² matmuls (weights shared): seconds of work, stoppable between nodes.
+    n, depth = 512, 400
+    w = numpy_helper.from_array((np.eye(n, dtype=np.float32) * 0.5 + 0.01).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", "w"], [f"h{i + 1}" if i + 1 < depth else "y"]) for i in range(depth)]
+    graph = helper.make_graph(
+        nodes, "long", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "long.onnx"
+    onnx.save(model, str(path))
+    sess = xpu.InferenceSession(path, engine="cpu", kernel_policy=xpu.KernelPolicy(matmul="cpu.gemm"))
+    x = np.ones((n, n), np.float32)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sess.run({"x": x})
+    finally:
+        timer.cancel()
+    interrupted_after = time.monotonic() - started
+    # The whole run, for comparison (not interrupted).
+    started = time.monotonic()
+    sess.run({"x": x})
+    whole = time.monotonic() - started
+    assert interrupted_after < min(2.0, whole / 2), (interrupted_after, whole)

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from . import minilang
-from ._xpu import __version__
+from .client import ApiError, Client, Run
 from .errors import (
     EngineUnavailable,
     InputError,
@@ -33,15 +33,26 @@ from .session import InferenceSession, NodeArg
 def inventory() -> dict[str, Any]:
     """This machine's engines as xpu sees them: each engine, whether it is available (and
     why not), its kernels, devices and facts (the BLAS core, ONNX Runtime's providers)."""
-    from . import _engines, _xpu
+    from . import _engines
 
-    _engines.ensure()
-    result: dict[str, Any] = json.loads(_xpu.inventory())
+    result: dict[str, Any] = json.loads(_engines.native().inventory())
     return result
+
+
+def __getattr__(name: str) -> Any:
+    # The version comes from the native module, loaded only when asked for.
+    if name == "__version__":
+        from . import _engines
+
+        return str(_engines.native().__version__)
+    raise AttributeError(f"module 'xpu' has no attribute {name!r}")
 
 
 __all__ = [
     "__version__",
+    "ApiError",
+    "Client",
+    "Run",
     "EngineUnavailable",
     "ExecutionPolicy",
     "InferenceSession",

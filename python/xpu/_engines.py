@@ -13,9 +13,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-from . import _xpu
+from types import ModuleType
 
-_configured = False
+_native: ModuleType | None = None
 
 
 def _package_dir(name: str) -> Path | None:
@@ -45,10 +45,12 @@ def libraries() -> dict[str, Path | None]:
     }
 
 
-def ensure() -> None:
-    """Hands the libraries found to the native module before its engines load."""
-    global _configured
-    if _configured:
-        return
-    _configured = True
-    _xpu.configure(**libraries())
+def native() -> ModuleType:
+    """The native module, loaded at first use (it links DuckDB and LLVM: ``import xpu``
+    alone loads neither), with the libraries found handed to it before its engines load."""
+    global _native
+    if _native is None:
+        module = importlib.import_module("xpu._xpu")
+        module.configure(**libraries())
+        _native = module
+    return _native

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from . import _engines, _xpu
+from . import _engines
 from .policy import Policy
 
 
@@ -40,9 +40,8 @@ def run(
     working directory). Returns its printed values in order. Raises
     :class:`xpu.ProgramError` with the located, underlined diagnostics when it does not
     compile."""
-    _engines.ensure()
     pol = policy if isinstance(policy, Policy) else Policy.load(policy) if policy is not None else None
-    items = _xpu.run_minilang(
+    items = _engines.native().run_minilang(
         source, dict(inputs or {}), None if pol is None else pol._native, [os.fspath(r) for r in roots]
     )
     out: list[Printed] = []

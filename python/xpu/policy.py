@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import _engines, _xpu
+from . import _engines
 from .errors import PolicyError
 
 PathLike = str | os.PathLike[str]
@@ -30,18 +30,18 @@ class Policy:
     @staticmethod
     def load(path: PathLike) -> "Policy":
         """Loads a policy file (``extends`` parents resolved next to it)."""
-        return Policy(_xpu.Policy.load(os.fspath(path)))
+        return Policy(_engines.native().Policy.load(os.fspath(path)))
 
     @staticmethod
     def from_toml(text: str, name: str = "<string>", base_dir: PathLike | None = None) -> "Policy":
         """A policy from TOML text; ``name`` stands for the file in diagnostics and
         relative ``extends`` resolve against ``base_dir``."""
-        return Policy(_xpu.Policy.from_toml(text, name, None if base_dir is None else os.fspath(base_dir)))
+        return Policy(_engines.native().Policy.from_toml(text, name, None if base_dir is None else os.fspath(base_dir)))
 
     @staticmethod
     def default() -> "Policy":
         """The built-in default policy: every engine of this machine, in its order."""
-        return Policy(_xpu.Policy.default())
+        return Policy(_engines.native().Policy.default())
 
     @property
     def name(self) -> str:
@@ -65,7 +65,6 @@ class Policy:
     def check(self, inventory: PathLike | None = None) -> list[dict[str, Any]]:
         """Checks the policy against an inventory file (``None``: this machine's engines).
         Raises :class:`xpu.PolicyError` on errors; returns the warnings."""
-        _engines.ensure()
         return list(self._native.check(None if inventory is None else os.fspath(inventory)))
 
     def resolve(
@@ -74,7 +73,6 @@ class Policy:
         """The plan a run of ``model`` would make: the explanation as data (every node's
         engine, kernel, precision, the rule that chose it and the rejected candidates with
         reason codes). Raises :class:`xpu.EngineUnavailable` or :class:`xpu.PlanError`."""
-        _engines.ensure()
         text = self._native.resolve(
             os.fspath(model), None if inventory is None else os.fspath(inventory), dict(bind or {})
         )
@@ -142,7 +140,7 @@ _DEVICE_KERNELS: dict[tuple[str, str], str] = {
 def resolve_kernel(name: str) -> str:
     """``cublasLt`` → ``cuda.cublaslt``; a full name (``cpu.gemm``) is kept. Unknown names
     raise :class:`xpu.PolicyError` listing the known kernels."""
-    known = list(_xpu.kernels())
+    known: list[str] = [str(k) for k in _engines.native().kernels()]
     if "." in name:
         if name in known:
             return name

@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence, overload
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from . import _engines, _xpu
+from . import _engines
 from .errors import InputError, PolicyError
 from .policy import ExecutionPolicy, KernelPolicy, Policy, session_layer
 
@@ -35,10 +35,14 @@ _ORT_TYPES = {
 }
 
 
+if TYPE_CHECKING:
+    import numpy as np
+
+# xpu's dtype names → numpy's (for lists and scalars given as inputs).
 _NUMPY_TYPES = {
-    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i8": np.int8, "i16": np.int16,
-    "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
-    "u64": np.uint64, "bool": np.bool_,
+    "f32": "float32", "f64": "float64", "f16": "float16", "i8": "int8", "i16": "int16",
+    "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+    "u64": "uint64", "bool": "bool",
 }
 
 
@@ -78,7 +82,7 @@ class InferenceSession:
 
     def __init__(
         self,
-        model: PathLike,
+        model: PathLike | bytes,
         *,
         policy: PathLike | Policy | None = None,
         device: str | None = None,
@@ -92,13 +96,13 @@ class InferenceSession:
     ) -> None:
         if engine is not None and backend is not None and engine != backend:
             raise PolicyError(f"engine={engine!r} and backend={backend!r} name different engines")
-        _engines.ensure()
         base = policy if isinstance(policy, Policy) else Policy.load(policy) if policy is not None else Policy.default()
         layer = session_layer(device, engine or backend, kernel_policy, exec_policy, fp16, bf16, fallback)
         self._policy = base.layered(layer) if layer.strip() else base
         self._static = exec_policy.static_shape if exec_policy is not None else False
         self._shapes: dict[str, tuple[int, ...]] | None = None
-        self._native = _xpu.Session(os.fspath(model), self._policy._native)
+        program = model if isinstance(model, bytes) else os.fspath(model)
+        self._native = _engines.native().Session(program, self._policy._native)
         self._inputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.inputs()]
         self._outputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.outputs()]
 
@@ -148,6 +152,8 @@ class InferenceSession:
     def _as_array(self, name: Any, value: Any) -> Any:
         """Lists and scalars become arrays of the input's own dtype (as ONNX Runtime's
         Python API would need them spelled); arrays pass as they are."""
+        import numpy as np
+
         if isinstance(value, np.ndarray) or not isinstance(name, str):
             return value
         arg = next((i for i in self._inputs if i.name == name), None)
@@ -158,6 +164,8 @@ class InferenceSession:
             raise InputError(f"input `{name}` cannot be read as an array of {arg.dtype if arg else '?'}: {e}", input=name) from None
 
     def _check_static(self, feed: Mapping[str, Any]) -> None:
+        import numpy as np
+
         shapes = {name: tuple(np.shape(value)) for name, value in feed.items()}
         if self._shapes is None:
             self._shapes = shapes

@@ -78,6 +78,20 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // The log and the REST bodies stand alone (fuzzed without the store or the daemon).
         ("xpu-journal", &[][..]),
         ("xpu-api", &[][..]),
+        // The Python package's native module binds the runtime, as xpuctl does; it adds no
+        // engine or planning of its own.
+        (
+            "xpu-python",
+            &[
+                "xpu-runtime",
+                "xpu-engine",
+                "xpu-engine-table",
+                "xpu-ir",
+                "xpu-minilang",
+                "xpu-plan",
+                "xpu-policy",
+            ][..],
+        ),
         ("xpud", LIBRARIES),
         ("xpuctl", LIBRARIES),
         ("xpu-bench", LIBRARIES),

@@ -1,0 +1,96 @@
+"""The Python package's figures, run in a fresh interpreter by bench/run.py's
+`bench_python` with the release build of the native module on its path: `import xpu` time,
+`sess.run` through the ort engine against onnxruntime's own Python API (paired rounds), the
+cpu engine through Python against onnxruntime at batch 1 and 64, and a 256 MiB input's
+peak-RSS growth. Prints one JSON object."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def import_ms(reps: int = 5) -> float:
+    times = []
+    for _ in range(reps):
+        out = subprocess.run(
+            [sys.executable, "-c", "import time; t = time.perf_counter(); import xpu; print(time.perf_counter() - t)"],
+            capture_output=True, text=True, check=True,
+        )
+        times.append(float(out.stdout) * 1e3)
+    return statistics.median(times)
+
+
+def per_call_us(fn, reps: int) -> float:
+    samples = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples) * 1e6
+
+
+def paired(a, b, rounds: int, reps: int) -> tuple[float, float]:
+    """Medians over rounds of each side's median call, the sides alternating each round."""
+    xs, ys = [], []
+    for _ in range(rounds):
+        xs.append(per_call_us(a, reps))
+        ys.append(per_call_us(b, reps))
+    return statistics.median(xs), statistics.median(ys)
+
+
+def main(mlp: str, threads: int) -> None:
+    import onnxruntime as ort
+
+    import xpu
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    peer = ort.InferenceSession(mlp, so, providers=["CPUExecutionProvider"])
+    result: dict[str, float] = {"import_ms": import_ms()}
+    run_threads = xpu.ExecutionPolicy(threads=threads)
+    via_ort = xpu.InferenceSession(mlp, engine="ort", exec_policy=run_threads)
+    via_cpu = xpu.InferenceSession(mlp, engine="cpu", exec_policy=run_threads)
+    for batch, reps in ((1, 300), (64, 100)):
+        x = np.random.default_rng(2).standard_normal((batch, 784)).astype(np.float32)
+        feed = {"x": x}
+        for _ in range(50):
+            via_ort.run(feed), via_cpu.run(feed), peer.run(None, feed)
+        xo, po = paired(lambda: via_ort.run(feed), lambda: peer.run(None, feed), 7, reps)
+        xc, pc = paired(lambda: via_cpu.run(feed), lambda: peer.run(None, feed), 7, reps)
+        result[f"ort_engine_b{batch}_us"] = xo
+        result[f"onnxruntime_b{batch}_us"] = po
+        result[f"ort_extra_b{batch}_us"] = xo - po
+        result[f"cpu_engine_b{batch}_us"] = xc
+        result[f"cpu_vs_onnxruntime_b{batch}"] = pc / xc
+    print(json.dumps(result))
+
+
+def rss_growth(path: str) -> None:
+    """A 256 MiB float32 input through `y = relu(x)`: peak RSS growth less the output's
+    own size, as a share of the input's."""
+    import xpu
+
+    x = np.random.default_rng(0).standard_normal((64, 1024, 1024)).astype(np.float32)
+    sess = xpu.InferenceSession(path, engine="cpu")
+    sess.run({"x": x[:1]})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    y = sess.run({"x": x})["y"]
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"input_bytes": x.nbytes, "output_bytes": y.nbytes, "peak_growth_bytes": after - before,
+                      "hidden_share": (after - before - y.nbytes) / x.nbytes}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "rss":
+        rss_growth(sys.argv[2])
+    else:
+        main(sys.argv[1], int(sys.argv[2]))
