@@ -234,7 +234,7 @@ impl Loader {
 
     /// `text` (a policy layer, say from keyword arguments, shown as `display`) over `base`,
     /// merged as `extends = base` would merge it; a key both set to different values is a
-    /// conflict (P0012, naming the key and both places), not a silent override. Built-in
+    /// conflict (P0013, naming the key and both places), not a silent override. Built-in
     /// defaults in `base` are not conflicts.
     pub fn layer_over(
         &self,
@@ -259,10 +259,8 @@ impl Loader {
         })?;
         parent_spec.rules = rules;
         let builtin = builtin_origins();
-        let origins = base
-            .origins
-            .iter()
-            .filter(|(k, _)| !builtin.contains_key(*k) || k.starts_with("rule["));
+        // Everything the base's own files (or env, or overrides) set keeps its origin.
+        let origins = base.origins.iter().filter(|(k, o)| builtin.get(*k) != Some(*o));
         let parent = Layer {
             display: base
                 .files
@@ -430,6 +428,7 @@ fn layer_conflicts(base: &Policy, child: &Layer) -> Vec<Diagnostic> {
     };
     let builtin = builtin_origins();
     let mut out = Vec::new();
+    out.extend(catch_all_rule_conflicts(base, child));
     for (key, origin) in &child.origins {
         if key.starts_with("rule[") || key.starts_with("test[") || key.starts_with("policy.") {
             continue;
@@ -447,7 +446,7 @@ fn layer_conflicts(base: &Policy, child: &Layer) -> Vec<Diagnostic> {
             let show = |v: Option<serde_json::Value>| v.map_or("(unset)".into(), |v| v.to_string());
             out.push(
                 Diagnostic::error(
-                    "P0012",
+                    "P0013",
                     origin.clone(),
                     format!(
                         "`{key}` is {} here and {} in {}: conflicting settings",
@@ -458,6 +457,59 @@ fn layer_conflicts(base: &Policy, child: &Layer) -> Vec<Diagnostic> {
                 )
                 .with_key(key.clone())
                 .with_help(Some("set it in one place, or to the same value in both".into())),
+            );
+        }
+    }
+    out
+}
+
+/// A layer's `[[rule]]` that matches every node (`when = {}`, as a device keyword makes)
+/// goes first and so overrides every `[kernels]` pin and `[[rule]]` of the base: each one it
+/// would silently override is a conflict.
+fn catch_all_rule_conflicts(base: &Policy, child: &Layer) -> Vec<Diagnostic> {
+    let builtin = builtin_origins();
+    let mut out = Vec::new();
+    for (i, rule) in child.spec.rules.iter().enumerate() {
+        if rule.when != crate::spec::RuleMatch::default() {
+            continue;
+        }
+        let at = child
+            .origins
+            .get(&format!("rule[{i}]"))
+            .cloned()
+            .unwrap_or_else(|| Origin::source(child.display.clone()));
+        let what = rule.kernel.clone().or_else(|| rule.engine.clone()).unwrap_or_default();
+        let pins = base.spec.kernels.iter().filter(|(op, choice)| {
+            let key = format!("kernels.{op}");
+            base.origins.get(&key).is_some_and(|o| builtin.get(&key) != Some(o))
+                && rule.kernel.as_ref().is_none_or(|k| choice.kernels() != std::slice::from_ref(k))
+        });
+        for (op, _) in pins {
+            let key = format!("kernels.{op}");
+            out.push(
+                Diagnostic::error(
+                    "P0013",
+                    at.clone(),
+                    format!(
+                        "this layer sends every node to `{what}`, overriding `{key}` set in {}: conflicting settings",
+                        base.origin(&key).short()
+                    ),
+                )
+                .with_key(key),
+            );
+        }
+        for (j, _) in base.spec.rules.iter().enumerate() {
+            let key = format!("rule[{j}]");
+            out.push(
+                Diagnostic::error(
+                    "P0013",
+                    at.clone(),
+                    format!(
+                        "this layer sends every node to `{what}` ahead of the policy's {key} (set in {}): conflicting settings",
+                        base.origin(&key).short()
+                    ),
+                )
+                .with_key(key),
             );
         }
     }

@@ -306,9 +306,24 @@ impl fmt::Display for ByteSize {
     }
 }
 
+impl ByteSize {
+    /// The exact form (`"2500MiB"`, `"1029MiB"`, `"123B"`): the largest unit that divides the
+    /// size, so that writing a policy out and reading it back keeps every byte (Display's
+    /// two decimals are for people).
+    pub fn exact(&self) -> String {
+        let units = [(1u64 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        for (m, u) in units {
+            if self.0 >= m && self.0.is_multiple_of(m) {
+                return format!("{}{u}", self.0 / m);
+            }
+        }
+        format!("{}B", self.0)
+    }
+}
+
 impl Serialize for ByteSize {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+        s.serialize_str(&self.exact())
     }
 }
 
@@ -368,7 +383,14 @@ impl DurationText {
 impl fmt::Display for DurationText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms.is_multiple_of(1000) { write!(f, "{}s", ms / 1000) } else { write!(f, "{ms}ms") }
+        if !self.0.subsec_nanos().is_multiple_of(1_000_000) {
+            // Below a millisecond: fractional milliseconds, which read back the same.
+            write!(f, "{}ms", self.0.as_secs_f64() * 1e3)
+        } else if ms.is_multiple_of(1000) {
+            write!(f, "{}s", ms / 1000)
+        } else {
+            write!(f, "{ms}ms")
+        }
     }
 }
 

@@ -24,10 +24,11 @@ pub fn default_policy() -> Policy {
 
 #[pymethods]
 impl PyPolicy {
-    /// Loads a policy file and its `extends` parents.
+    /// Loads a policy file and its `extends` parents, with the `XPU_POLICY__SECTION__KEY`
+    /// environment variables applied as `xpuctl` applies them.
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyPolicy> {
-        let loaded = py.detach(|| Loader::new().load(&path));
+        let loaded = py.detach(|| Loader::new().with_process_env().load(&path));
         loaded.map(|policy| PyPolicy { policy }).map_err(|d| errors::policy_error(py, &d))
     }
 

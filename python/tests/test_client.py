@@ -94,3 +94,8 @@ def test_a_server_that_is_down_is_reported_not_hung() -> None:
     with pytest.raises(xpu.ApiError) as caught:
         xpu.Client(f"http://127.0.0.1:{port}", timeout=5).run("x")
     assert caught.value.code == "unreachable" and time.monotonic() - started < 10
+
+
+def test_a_missing_program_file_is_named_not_sent_as_source() -> None:
+    with pytest.raises(FileNotFoundError, match="nope.ml"):
+        xpu.Client("http://127.0.0.1:9").submit("nope.ml")

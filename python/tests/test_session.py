@@ -148,7 +148,7 @@ def test_non_contiguous_and_list_inputs_read_correctly(mlp: Path, reference: Ref
         ({"x": np.array([[object()] * 16], dtype=object)}, "dtype object"),
         ({"x": batch(2).astype(">f4")}, "byte order"),
         ({"x": np.float32(1.0)}, "rank 0"),
-        ({"x": "not an array"}, "cannot be read as an array"),
+        ({"x": "not an array"}, "which xpu does not take"),
         ({1: batch(1)}, "input names are strings"),
     ],
 )
@@ -265,3 +265,18 @@ def test_ctrl_c_stops_a_long_run_in_bounded_time(tmp_path: Path) -> None:
     sess.run({"x": x})
     whole = time.monotonic() - started
     assert interrupted_after < min(2.0, whole / 2), (interrupted_after, whole)
+
+
+def test_keyword_arguments_that_cannot_apply_are_refused(mlp: Path) -> None:
+    with pytest.raises(xpu.PolicyError, match="choose one precision"):
+        xpu.InferenceSession(mlp, fp16=True, bf16=True)
+    with pytest.raises(xpu.PolicyError, match="no kernel for device `cuda`"):
+        xpu.InferenceSession(mlp, engine="openvino", device="cuda")
+    with pytest.raises(xpu.PolicyError, match="runs on cuda devices"):
+        xpu.InferenceSession(mlp, engine="tensorrt", device="npu")
+    # An NPU named alone means OpenVINO's NPU plugin, which this machine lacks.
+    with pytest.raises(xpu.EngineUnavailable) as caught:
+        xpu.InferenceSession(mlp, device="npu")
+    assert (caught.value.engine, caught.value.device) == ("openvino", "npu")
+    # fallback alone sets [engines] fallback.
+    assert xpu.InferenceSession(mlp, fallback=False).policy.to_dict()["engines"]["fallback"] == "deny"

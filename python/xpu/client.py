@@ -103,8 +103,14 @@ class Client:
                 raise ApiError(f"{e.code} {err.get('code')}: {err.get('message')}", e.code, err.get("code", ""), err.get("details")) from None
             except (ValueError, AttributeError):
                 raise ApiError(f"{e.code}: {raw[:200]!r}", e.code, "http_error") from None
+        except TimeoutError:
+            # The request may have been taken (a submitted job keeps running): not retried.
+            raise ApiError(f"{self.server} did not answer within {self.timeout} s", 0, "timeout") from None
         except (urllib.error.URLError, OSError) as e:
-            raise ApiError(f"cannot reach {self.server}: {getattr(e, 'reason', e)}", 0, "unreachable") from None
+            reason = getattr(e, "reason", e)
+            if isinstance(reason, TimeoutError):
+                raise ApiError(f"{self.server} did not answer within {self.timeout} s", 0, "timeout") from None
+            raise ApiError(f"cannot reach {self.server}: {reason}", 0, "unreachable") from None
 
     def _json(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None) -> Any:
         raw, _ = self._request(method, path, body, query)
@@ -132,11 +138,14 @@ class Client:
         spec: dict[str, Any] = {}
         if isinstance(program, bytes):
             spec = {"name": name or "model.onnx", "source_base64": base64.b64encode(program).decode()}
-        elif isinstance(program, os.PathLike) or (isinstance(program, str) and "\n" not in program and os.path.isfile(program)):
+        elif isinstance(program, os.PathLike) or (isinstance(program, str) and _looks_like_path(program)):
             path = os.fspath(program)
-            raw = open(path, "rb").read()
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: no such program file")
+            with open(path, "rb") as f:
+                raw = f.read()
             spec = {"name": name or os.path.basename(path)}
-            if path.endswith(".onnx"):
+            if path.lower().endswith(".onnx"):
                 spec["source_base64"] = base64.b64encode(raw).decode()
             else:
                 spec["source"] = raw.decode()
@@ -145,7 +154,7 @@ class Client:
         body: dict[str, Any] = {"program": spec, "wait": wait}
         if inputs:
             body["inputs"] = {k: _input_spec(k, v) for k, v in inputs.items()}
-        if isinstance(policy, str) and policy.lstrip().startswith("["):
+        if isinstance(policy, str) and ("\n" in policy or "=" in policy or policy.lstrip().startswith("[")):
             body["policy_toml"] = policy
         elif isinstance(policy, str):
             body["policy"] = policy
@@ -156,11 +165,11 @@ class Client:
         return self._run(self._json("POST", "/v1/jobs", body))
 
     def run(self, run_id: str) -> Run:
-        return self._run(self._json("GET", f"/v1/runs/{urllib.parse.quote(run_id)}"))
+        return self._run(self._json("GET", f"/v1/runs/{_quote(run_id)}"))
 
     def explain(self, run_id: str) -> dict[str, Any]:
         """The run's stored explanation (the same JSON as ``xpuctl explain --format json``)."""
-        result: dict[str, Any] = self._json("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/explain")
+        result: dict[str, Any] = self._json("GET", f"/v1/runs/{_quote(run_id)}/explain")
         return result
 
     def search(self, query: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -175,12 +184,12 @@ class Client:
         return [self._run(r) for r in page["runs"]]
 
     def cancel(self, run_id: str) -> Run:
-        return self._run(self._json("POST", f"/v1/runs/{urllib.parse.quote(run_id)}/cancel"))
+        return self._run(self._json("POST", f"/v1/runs/{_quote(run_id)}/cancel"))
 
     def _output(self, run_id: str, spec: Mapping[str, Any]) -> Any:
         import numpy as np
 
-        raw, kind = self._request("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/outputs/{urllib.parse.quote(spec['name'])}")
+        raw, kind = self._request("GET", f"/v1/runs/{_quote(run_id)}/outputs/{_quote(spec['name'])}")
         if spec.get("dtype") == "table" or "csv" in kind:
             try:
                 import pandas as pd
@@ -189,6 +198,18 @@ class Client:
             except ImportError:
                 return raw.decode()
         return np.load(io.BytesIO(raw), allow_pickle=False)
+
+
+_PROGRAM_EXTENSIONS = (".ml", ".onnx", ".sgr", ".json")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A string that names a program file rather than holding MiniLang source."""
+    return "\n" not in text and (os.path.isfile(text) or text.lower().endswith(_PROGRAM_EXTENSIONS))
+
+
+def _quote(part: str) -> str:
+    return urllib.parse.quote(part, safe="")
 
 
 def _input_spec(name: str, value: Any) -> dict[str, str]:

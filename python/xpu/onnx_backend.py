@@ -87,12 +87,14 @@ class XpuBackend(_Backend):
     def run_node(cls, node: Any, inputs: Sequence[Any], device: str = "CPU", outputs_info: Any = None, **kwargs: Any) -> tuple[Any, ...]:
         """One node as a model of its own (inputs typed from the arrays given)."""
         import numpy as np
-        from onnx import helper, numpy_helper  # noqa: F401
+        from onnx import helper
 
+        # Optional inputs left out are named "": they take no array.
+        names = [name for name in node.input if name]
         arrays = [np.asarray(x) for x in inputs]
         graph_inputs = [
             helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for name, a in zip(node.input, arrays)
+            for name, a in zip(names, arrays)
         ]
         graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output]
         graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)

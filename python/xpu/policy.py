@@ -104,8 +104,8 @@ class KernelPolicy:
 class ExecutionPolicy:
     """How a session executes: ``precision`` (fp32, fp16, bf16, tf32, int8) the float nodes
     run at, ``static_shape`` (the first run's shapes are the only ones accepted),
-    ``threads`` per engine, ``capture`` ("none" or "graph"), ``determinism``
-    ("none", "tolerance", "bitwise") and ``timeout`` ("30s")."""
+    ``threads`` per engine, ``capture`` ("eager" or "graph"), ``determinism``
+    ("off", "tolerance", "bitwise") and ``timeout`` ("30s", "500ms")."""
 
     precision: str | None = None
     static_shape: bool = False
@@ -187,6 +187,9 @@ def session_layer(
         xpu_engine, implied = _ENGINE_ALIASES[engine.lower()]
     elif kind == "cuda":
         xpu_engine = "cuda"
+    elif kind in ("gpu", "npu"):
+        # OpenVINO is the engine with GPU and NPU plugins.
+        xpu_engine = "openvino"
     if xpu_engine is not None:
         engines: dict[str, Any] = {"order": [xpu_engine]}
         if fallback:
@@ -196,12 +199,22 @@ def session_layer(
             engines["fallback"] = "deny"
         sections["engines"] = engines
         kernel = implied or (_DEVICE_KERNELS.get((xpu_engine, kind)) if kind else None)
+        if kind is not None and kernel is None and not (xpu_engine == "cuda" and kind == "cuda") and not (
+            xpu_engine in ("cpu", "llvm") and kind == "cpu"
+        ):
+            raise PolicyError(f"engine `{engine or xpu_engine}` has no kernel for device `{device}`")
+        if implied is not None and kind is not None and kind != "cuda":
+            raise PolicyError(f"engine `{engine}` runs on cuda devices, not `{device}`")
         # A rule pins every node to the kernel; with fallback allowed the engine order alone
         # says where to go first (a rule would leave no other candidate).
         if kernel is not None and not fallback:
             rules.append({"name": f"device {device or kernel} (keyword arguments)", "engine": xpu_engine, "kernel": kernel})
     elif kind == "cpu":
         sections["engines"] = {"deny": ["cuda"]}
+    if fallback is not None and "engines" not in sections:
+        sections["engines"] = {"fallback": "allow" if fallback else "deny"}
+    elif fallback is not None and "fallback" not in sections["engines"]:
+        sections["engines"]["fallback"] = "allow" if fallback else "deny"
     if index not in (None, 0):
         raise PolicyError(f"device `{device}`: xpu places work on device 0 of a kind; pin other devices in the inventory")
     if kernel_policy is not None and kernel_policy.kernels:
@@ -219,6 +232,8 @@ def session_layer(
                     owner = k.split(".", 1)[0]
                     if owner not in order:
                         order.insert(1, owner) if fallback else order.append(owner)
+    if fp16 and bf16:
+        raise PolicyError("fp16=True and bf16=True: choose one precision")
     precision = "fp16" if fp16 else "bf16" if bf16 else None
     if exec_policy is not None and exec_policy.precision is not None:
         if precision is not None and precision != exec_policy.precision:

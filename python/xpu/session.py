@@ -105,6 +105,10 @@ class InferenceSession:
         self._native = _engines.native().Session(program, self._policy._native)
         self._inputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.inputs()]
         self._outputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.outputs()]
+        self._output_names = [o.name for o in self._outputs]
+        import numpy as np
+
+        self._ndarray = np.ndarray
 
     @property
     def policy(self) -> Policy:
@@ -125,10 +129,12 @@ class InferenceSession:
     @overload
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]) -> list[np.ndarray]: ...
 
-    def run(self, output_names: Any = None, input_feed: Any = None) -> Any:
+    def run(self, output_names: Any = None, input_feed: Any = None, run_options: Any = None) -> Any:
         """``run(feed)`` returns ``{output name: array}``; ``run(output_names, feed)`` (ONNX
         Runtime's form; ``None`` for every output) returns a list in ``output_names`` order.
-        The GIL is released while the engines run; one session serves many threads."""
+        ``run_options`` (ONNX Runtime's ``RunOptions``) is accepted so such calls work
+        unchanged; its settings (log level, tags) do not apply to xpu's engines. The GIL is
+        released while the engines run; one session serves many threads."""
         if input_feed is None and isinstance(output_names, Mapping):
             feed, wanted, as_dict = output_names, None, True
         else:
@@ -137,16 +143,19 @@ class InferenceSession:
             raise InputError("the input feed must be a mapping of input name to array")
         if self._static:
             self._check_static(feed)
-        values = self._native.run({k: self._as_array(k, v) for k, v in feed.items()})
-        names = [o.name for o in self._outputs]
+        ndarray = self._ndarray
+        arrays = {k: v if type(v) is ndarray else self._as_array(k, v) for k, v in feed.items()}
+        values = self._native.run(arrays)
         if as_dict:
-            return dict(zip(names, values))
+            return dict(zip(self._output_names, values))
         if wanted is None:
             return list(values)
-        by_name = dict(zip(names, values))
+        by_name = dict(zip(self._output_names, values))
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise InputError(f"no output named {', '.join(map(repr, missing))}; the outputs are {', '.join(names)}")
+            raise InputError(
+                f"no output named {', '.join(map(repr, missing))}; the outputs are {', '.join(self._output_names)}"
+            )
         return [by_name[n] for n in wanted]
 
     def _as_array(self, name: Any, value: Any) -> Any:
@@ -159,8 +168,23 @@ class InferenceSession:
         arg = next((i for i in self._inputs if i.name == name), None)
         dtype = _NUMPY_TYPES.get(arg.dtype) if arg is not None else None
         try:
-            return np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError) as e:
+            array = np.asarray(value)
+            if dtype is None or array.dtype == dtype:
+                return array
+            # Lists and scalars of Python numbers take the input's dtype: any number for a
+            # float input, integers that keep their values for an integer input. Anything
+            # else (an array-like with a dtype of its own included) stays as it is and is
+            # refused by its dtype, as a numpy array of another dtype is.
+            if array.dtype.kind in "biuf" and not hasattr(value, "dtype"):
+                target = np.dtype(dtype)
+                if target.kind == "f":
+                    return array.astype(target)
+                if target.kind in "iu" and array.dtype.kind in "biu":
+                    converted = array.astype(target)
+                    if np.array_equal(converted, array):
+                        return converted
+            return array
+        except (TypeError, ValueError, OverflowError) as e:
             raise InputError(f"input `{name}` cannot be read as an array of {arg.dtype if arg else '?'}: {e}", input=name) from None
 
     def _check_static(self, feed: Mapping[str, Any]) -> None:
