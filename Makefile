@@ -121,7 +121,7 @@ python-test: setup-python
 wheel: setup-python setup-duckdb
 	rm -f python/xpu/_xpu*.so python/xpu/libduckdb.so
 	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so python/xpu/libduckdb.so
-	$(PY) -m maturin build --release --locked -m python/Cargo.toml -o dist
+	$(PY) -m maturin build --release --strip --locked -m python/Cargo.toml -o dist
 	rm -f python/xpu/libduckdb.so
 	@ls -l dist/*.whl
 
