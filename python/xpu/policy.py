@@ -105,7 +105,9 @@ class ExecutionPolicy:
     """How a session executes: ``precision`` (fp32, fp16, bf16, tf32, int8) the float nodes
     run at, ``static_shape`` (the first run's shapes are the only ones accepted),
     ``threads`` per engine, ``capture`` ("eager" or "graph"), ``determinism``
-    ("off", "tolerance", "bitwise") and ``timeout`` ("30s", "500ms")."""
+    ("off", "tolerance", "bitwise"), ``timeout`` ("30s", "500ms") and ``performance``
+    ("latency": OpenVINO's latency hint, and ONNX Runtime's threads spin between runs as
+    onnxruntime's own Python default does; "throughput")."""
 
     precision: str | None = None
     static_shape: bool = False
@@ -113,6 +115,7 @@ class ExecutionPolicy:
     capture: str | None = None
     determinism: str | None = None
     timeout: str | None = None
+    performance: str | None = None
 
 
 # Engine names as people say them → (xpu engine, kernel it implies, or None).
@@ -249,6 +252,7 @@ def session_layer(
                 ("capture", exec_policy.capture),
                 ("determinism", exec_policy.determinism),
                 ("timeout", exec_policy.timeout),
+                ("performance", exec_policy.performance),
             )
             if v is not None
         }

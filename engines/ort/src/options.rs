@@ -5,7 +5,7 @@
 
 use ort::ep::{self, ArenaExtendStrategy, ExecutionProviderDispatch};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use xpu_engine::options::{Determinism, Fallback, GraphOptimization, Pool};
+use xpu_engine::options::{Determinism, Fallback, GraphOptimization, PerformanceHint, Pool};
 use xpu_engine::{Assignment, DeviceKind, EngineError, PrecisionName};
 
 pub const CPU_KERNEL: &str = "ort.cpu";
@@ -41,7 +41,10 @@ pub struct SessionOptions {
     pub deterministic: bool,
     /// execution.threads → intra-op threads (inter-op is 1: ORT runs nodes in sequence).
     pub intra_threads: Option<usize>,
-    /// Off unless the policy asks: spinning threads would take the daemon's cores.
+    /// `execution.performance = "latency"` set explicitly: ORT's intra-op threads spin
+    /// between runs (onnxruntime's own default), so a call does not wait for sleeping
+    /// threads to wake; unset or `throughput`, they sleep, leaving a shared host's cores to
+    /// other work.
     pub spinning: bool,
     pub optimization: Optimization,
     /// engines.fallback = "deny": nodes the provider cannot take fail the session instead
@@ -135,7 +138,7 @@ impl SessionOptions {
             arena_same_as_requested: o.memory_pool == Pool::Caching,
             deterministic: o.determinism == Determinism::Bitwise,
             intra_threads: o.threads.map(|t| t as usize),
-            spinning: false,
+            spinning: o.performance == Some(PerformanceHint::Latency),
             optimization: o.graph_optimization.map_or(Optimization::All, Optimization::of),
             disable_cpu_fallback: o.fallback == Fallback::Deny,
         })

@@ -91,6 +91,21 @@ fn policy_options_shape_the_session() {
     assert!(o.deterministic && !o.arena && !o.spinning);
     assert_eq!(o.optimization.name(), "basic");
     assert!(o.disable_cpu_fallback);
+    // Latency asked for explicitly: ORT's threads spin between runs, as its Python default.
+    let mut latency = Assignment::new("ort");
+    latency.options.performance = Some(xpu_engine::options::PerformanceHint::Latency);
+    let o =
+        xpu_engine_ort::SessionOptions::from_assignment(&latency, &["CPUExecutionProvider".into()])
+            .unwrap();
+    assert!(o.spinning);
+    let mut throughput = Assignment::new("ort");
+    throughput.options.performance = Some(xpu_engine::options::PerformanceHint::Throughput);
+    let o = xpu_engine_ort::SessionOptions::from_assignment(
+        &throughput,
+        &["CPUExecutionProvider".into()],
+    )
+    .unwrap();
+    assert!(!o.spinning);
     // A kernel whose provider this build lacks is unavailable, with the reason.
     let mut cuda = Assignment::new("ort");
     cuda.kernels.insert(xpu_ir::NodeId(0), "ort.cuda".into());
