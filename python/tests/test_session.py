@@ -280,3 +280,37 @@ def test_keyword_arguments_that_cannot_apply_are_refused(mlp: Path) -> None:
     assert (caught.value.engine, caught.value.device) == ("openvino", "npu")
     # fallback alone sets [engines] fallback.
     assert xpu.InferenceSession(mlp, fallback=False).policy.to_dict()["engines"]["fallback"] == "deny"
+
+
+class _Producer:
+    """A DLPack producer that is not a numpy array (as a torch CPU tensor would be)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_producers_in_and_numpy_out(mlp: Path, reference: Reference) -> None:
+    sess = xpu.InferenceSession(mlp)
+    x = batch(3)
+    y = sess.run({"x": _Producer(x)})["y"]
+    np.testing.assert_allclose(y, reference(x), rtol=1e-4, atol=1e-5)
+    # Outputs are DLPack producers too, and xpu.from_dlpack views without a copy.
+    assert y.__dlpack_device__() == (1, 0)
+    view = xpu.from_dlpack(_Producer(y))
+    assert np.shares_memory(view, y)
+
+
+class _OnAnotherDevice(_Producer):
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise BufferError("the tensor lives on cuda:0")
+
+
+def test_a_dlpack_producer_off_the_host_is_named(mlp: Path) -> None:
+    with pytest.raises(xpu.InputError, match="cannot be read through DLPack"):
+        xpu.InferenceSession(mlp).run({"x": _OnAnotherDevice(batch(1))})

@@ -30,6 +30,15 @@ from .policy import ExecutionPolicy, KernelPolicy, Policy
 from .session import InferenceSession, NodeArg
 
 
+def from_dlpack(x: Any) -> Any:
+    """A DLPack producer (a torch or cupy tensor on the CPU, a numpy array) as a numpy array
+    over the same memory, for use as an input; outputs are numpy arrays, which are DLPack
+    producers themselves (``torch.from_dlpack(output)``)."""
+    import numpy as np
+
+    return np.from_dlpack(x)
+
+
 def inventory() -> dict[str, Any]:
     """This machine's engines as xpu sees them: each engine, whether it is available (and
     why not), its kernels, devices and facts (the BLAS core, ONNX Runtime's providers)."""
@@ -55,6 +64,7 @@ __all__ = [
     "Run",
     "EngineUnavailable",
     "ExecutionPolicy",
+    "from_dlpack",
     "InferenceSession",
     "InputError",
     "KernelPolicy",

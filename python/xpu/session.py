@@ -165,6 +165,16 @@ class InferenceSession:
 
         if isinstance(value, np.ndarray) or not isinstance(name, str):
             return value
+        if hasattr(value, "__dlpack__"):
+            # A DLPack producer (torch, cupy, jax …): viewed through numpy without a copy
+            # when it lives in host memory.
+            try:
+                return np.from_dlpack(value)
+            except (BufferError, RuntimeError, TypeError, ValueError) as e:
+                raise InputError(
+                    f"input `{name}` cannot be read through DLPack: {e} (xpu takes host memory: move it to the CPU first)",
+                    input=name,
+                ) from None
         arg = next((i for i in self._inputs if i.name == name), None)
         dtype = _NUMPY_TYPES.get(arg.dtype) if arg is not None else None
         try:
