@@ -12,10 +12,7 @@ use pyo3::types::{PyDict, PyList};
 use xpu_engine::{Inventory, Registry, StopToken};
 use xpu_ir::shape::Dim;
 use xpu_ir::{Graph, Tensor};
-use xpu_plan::{CapturePlan, Explanation, Keys, PlanCache, PreparedCache, RunRecord};
-
-/// A plan and its explanation, as the plan cache shares them.
-type CachedPlan = Arc<(Arc<CapturePlan>, Explanation)>;
+use xpu_plan::{CachedPlan, Explanation, Keys, PlanCache, PreparedCache, RunRecord};
 use xpu_policy::Policy;
 
 use crate::{arrays, errors, policy::PyPolicy};
@@ -23,6 +20,8 @@ use crate::{arrays, errors, policy::PyPolicy};
 /// What a live session holds; shared by the threads running it.
 struct Live {
     graph: Arc<Graph>,
+    /// The graph's input names, in order (what a feed is keyed by).
+    input_names: Vec<String>,
     graph_hash: String,
     registry: Registry,
     inventory: Inventory,
@@ -123,8 +122,8 @@ impl Session {
         let tensors = live.tensors(py, feed)?;
         let started = Instant::now();
         // New shapes may plan and prepare inside this call: watched, whatever the last run took.
-        let same_shapes =
-            live.last_shapes.swap(shapes_key(&tensors), Ordering::Relaxed) == shapes_key(&tensors);
+        let shapes = shapes_key(&tensors);
+        let same_shapes = live.last_shapes.swap(shapes, Ordering::Relaxed) == shapes;
         let quick = live.last_nanos.load(Ordering::Relaxed) < WATCHED_FROM.as_nanos() as u64;
         let ran = if same_shapes && quick {
             py.detach(|| live.run(&tensors, &StopToken::default()).map_err(Stop::Failed))
@@ -251,15 +250,10 @@ impl Failure {
             Failure::Run(xpu_runtime::RunError::NoPlan { policy, failure }) => {
                 errors::plan_error(py, &policy, &failure)
             }
-            Failure::Run(xpu_runtime::RunError::Exec(e)) => engine_error(py, &e),
             Failure::Run(e) => errors::plain(py, "RunError", e.to_string()),
             Failure::Lost(why) => errors::plain(py, "RunError", why),
         }
     }
-}
-
-fn engine_error(py: Python<'_>, e: &xpu_plan::ExecError) -> PyErr {
-    errors::plain(py, "RunError", format!("run failed: {e}"))
 }
 
 impl Live {
@@ -295,8 +289,10 @@ impl Live {
                 planned.map_err(|f| Failure::Plan(policy.name().to_string(), Box::new(f)))?.1
             }
         };
+        let input_names = graph.inputs.iter().map(|&v| input_name(&graph, v)).collect();
         Ok(Live {
             graph,
+            input_names,
             graph_hash,
             registry,
             inventory,
@@ -313,8 +309,7 @@ impl Live {
 
     /// The feed's arrays in graph-input order, each checked against its input's type.
     fn tensors(&self, py: Python<'_>, feed: &Bound<'_, PyDict>) -> PyResult<Vec<Tensor>> {
-        let g = &self.graph;
-        let names: Vec<String> = g.inputs.iter().map(|&v| input_name(g, v)).collect();
+        let (g, names) = (&self.graph, &self.input_names);
         for key in feed.keys() {
             let key: String = key.extract().map_err(|_| {
                 errors::plain(py, "InputError", format!("input names are strings, not {key}"))
@@ -333,7 +328,7 @@ impl Live {
                 return Err(errors::plain(py, "InputError", format!("input `{name}` is missing")));
             };
             let tensor = arrays::to_tensor(py, name, &value)?;
-            check_type(py, name, &tensor, &g.ty(v).clone())?;
+            check_type(py, name, &tensor, g.ty(v))?;
             out.push(tensor);
         }
         Ok(out)
@@ -349,14 +344,9 @@ impl Live {
             .plans
             .get_or_plan_keyed(&self.graph, &self.policy, &self.inventory, &shapes, keys)
             .map_err(|f| Failure::Plan(self.policy.name().to_string(), Box::new(f)))?;
-        let mut exec = self
-            .prepared
-            .checkout(&cached.0, &self.registry)
-            .map_err(|e| Failure::Run(xpu_runtime::RunError::Prepare(e)))?;
-        let mut record = exec
-            .run_until(inputs, stop)
-            .map_err(|e| Failure::Run(xpu_runtime::RunError::Exec(e)))?;
-        self.prepared.checkin(exec);
+        let mut record =
+            xpu_runtime::run_record(&cached.0, inputs, &self.registry, stop, Some(&self.prepared))
+                .map_err(Failure::Run)?;
         let outputs = std::mem::take(&mut record.outputs);
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((cached, record));
         Ok(outputs)

@@ -153,7 +153,7 @@ class Client:
             spec = {"name": name or "job.ml", "source": str(program)}
         body: dict[str, Any] = {"program": spec, "wait": wait}
         if inputs:
-            body["inputs"] = {k: _input_spec(k, v) for k, v in inputs.items()}
+            body["inputs"] = {k: _input_spec(v) for k, v in inputs.items()}
         if isinstance(policy, str) and ("\n" in policy or "=" in policy or policy.lstrip().startswith("[")):
             body["policy_toml"] = policy
         elif isinstance(policy, str):
@@ -212,7 +212,7 @@ def _quote(part: str) -> str:
     return urllib.parse.quote(part, safe="")
 
 
-def _input_spec(name: str, value: Any) -> dict[str, str]:
+def _input_spec(value: Any) -> dict[str, str]:
     import numpy as np
 
     if hasattr(value, "to_csv"):

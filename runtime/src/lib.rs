@@ -446,6 +446,29 @@ pub fn run_plan(
     run_planned(graph, planned, inputs, registry, &StopToken::default(), None)
 }
 
+/// Runs `plan` until it ends or `stop` stops it, on a GraphExec from `prepared` when given
+/// (given back after a successful run), else prepared for this run alone: the run's record,
+/// outputs included, not yet merged into an explanation (callers that rarely explain a run,
+/// such as the Python package's sessions, merge it only when asked).
+pub fn run_record(
+    plan: &Arc<CapturePlan>,
+    inputs: &[Tensor],
+    registry: &Registry,
+    stop: &StopToken,
+    prepared: Option<&PreparedCache>,
+) -> Result<xpu_plan::RunRecord, RunError> {
+    let mut exec = match prepared {
+        Some(cache) => cache.checkout(plan, registry),
+        None => GraphExec::new(plan.clone(), registry),
+    }
+    .map_err(RunError::Prepare)?;
+    let record = exec.run_until(inputs, stop).map_err(RunError::Exec)?;
+    if let Some(cache) = prepared {
+        cache.checkin(exec);
+    }
+    Ok(record)
+}
+
 /// Runs a plan from [`plan_job`] until it ends or `stop` stops it, on a GraphExec from
 /// `prepared` when given (reused if one of this plan is idle there, and given back after a
 /// successful run), else prepared for this run alone.
@@ -458,17 +481,9 @@ pub fn run_planned(
     prepared: Option<&PreparedCache>,
 ) -> Result<Ran, RunError> {
     let Planned { plan, mut explanation, cache_hit, plan_nanos } = planned;
-    let mut exec = match prepared {
-        Some(cache) => cache.checkout(&plan, registry),
-        None => GraphExec::new(plan.clone(), registry),
-    }
-    .map_err(RunError::Prepare)?;
-    let run_start = std::time::Instant::now();
-    let record = exec.run_until(inputs, stop).map_err(RunError::Exec)?;
-    let run_nanos = run_start.elapsed().as_nanos() as u64;
-    if let Some(cache) = prepared {
-        cache.checkin(exec);
-    }
+    let record = run_record(&plan, inputs, registry, stop, prepared)?;
+    // The run alone, as GraphExec timed it (a prepare for this run is not in it).
+    let run_nanos = record.wall_nanos;
     explanation.record_run(&record);
     let outputs = graph.outputs.iter().map(|o| o.name.clone()).zip(record.outputs).collect();
     Ok(Ran { outputs, explanation, plan, cache_hit, plan_nanos, run_nanos })

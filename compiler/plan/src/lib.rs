@@ -14,7 +14,7 @@ pub mod prepared;
 pub mod reason;
 pub mod render;
 
-pub use cache::{Keys, PlanCache, PlanKey, bind_symbols};
+pub use cache::{CachedPlan, Keys, PlanCache, PlanKey, bind_symbols};
 pub use exec::{ExecError, GraphExec, RunRecord};
 pub use frozen::PlanFileError;
 pub use model::{
