@@ -112,17 +112,20 @@ test: setup lint target-owner
 # compile), put beside the package's sources with python/ on the venv's path
 # (tools/python_dev_install.sh); the client's tests start the test build's xpud.
 python-test: setup-python
-	cargo build -q --workspace --lib --locked --profile test
+	cargo build -q --workspace --lib --bins --locked --profile test
 	tools/python_dev_install.sh $(VENV)
 	cd python && ../$(PY) -m mypy xpu tests
 	$(PY) -m pytest -q -p no:cacheprovider python/tests
 
-# The wheel users install: release build by maturin, DuckDB's library carried in the package.
+# The wheel users install: release build by maturin, DuckDB's library and the worker program
+# the llvm engine runs in (release, stripped) carried in the package.
 wheel: setup-python setup-duckdb
-	rm -f python/xpu/_xpu*.so python/xpu/libduckdb.so
+	rm -f python/xpu/_xpu*.so python/xpu/libduckdb.so python/xpu/xpu-worker
+	cargo build -q --release -p xpud --bin xpu-worker --locked
 	install -m 644 $(DUCKDB_LIB_DIR)/libduckdb.so python/xpu/libduckdb.so
+	install -m 755 -s $(CARGO_TARGET_DIR)/release/xpu-worker python/xpu/xpu-worker
 	$(PY) -m maturin build --release --strip --locked -m python/Cargo.toml -o dist
-	rm -f python/xpu/libduckdb.so
+	rm -f python/xpu/libduckdb.so python/xpu/xpu-worker
 	@ls -l dist/*.whl
 
 # Test binaries bake their checkout's path in (`env!("CARGO_MANIFEST_DIR")` finds test data)

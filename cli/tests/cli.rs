@@ -215,6 +215,23 @@ fn table_inputs_are_csv_files_typed_by_their_columns() {
     assert!(stderr.contains("people.csv") && stderr.contains("line: 3"), "{stderr}");
 }
 
+/// Every MiniLang example shipped in examples/ compiles (`xpuctl check`): what a user
+/// opens first must not fail.
+#[test]
+fn every_minilang_example_checks() {
+    let dir = repo().join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "ml") {
+            let (code, out, err) = xpuctl(&["check", &path.display().to_string()]);
+            assert_eq!(code, 0, "{}: {out}{err}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "{checked} examples");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     assert_eq!(xpuctl(&[]).0, 2);

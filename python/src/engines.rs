@@ -1,7 +1,10 @@
 //! The engines of the Python process: loaded once, when the first session or program asks,
 //! from the libraries the package found (`xpu._engines`: the `onnxruntime` and `openvino`
 //! wheels when installed, numpy's OpenBLAS from `scipy-openblas32`); each engine whose
-//! library is missing stays in the inventory as unavailable, with its reason.
+//! library is missing stays in the inventory as unavailable, with its reason. The llvm
+//! engine runs in the worker program the package carries (`xpu/xpu-worker`, which links
+//! LLVM 19; the module does not), as xpud runs it: without the system's LLVM its worker
+//! cannot start, and the engine is unavailable with the loader's words.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -10,20 +13,24 @@ use pyo3::prelude::*;
 use xpu_engine::Registry;
 use xpu_runtime::{EngineLibraries, SharedEngines};
 
-static LIBRARIES: Mutex<Option<EngineLibraries>> = Mutex::new(None);
+/// What `configure` was told: the engines' libraries and the worker program.
+static LIBRARIES: Mutex<Option<(EngineLibraries, Option<PathBuf>)>> = Mutex::new(None);
 static SHARED: OnceLock<SharedEngines> = OnceLock::new();
 
 /// Where the engines' runtime libraries are (`None`: the engine's own default search, its
 /// environment variable first). Takes effect if called before the first session; returns
 /// whether it did (the engines of a running process are never swapped).
+/// `worker` is the `xpu-worker` program the llvm engine runs in (`None`:
+/// `$XPU_WORKER_PROGRAM`, else none, and the engine is unavailable saying so).
 #[pyfunction]
-#[pyo3(signature = (*, blas=None, ort=None, openvino_dir=None, cuda_library_dir=None, cache_dir=None))]
+#[pyo3(signature = (*, blas=None, ort=None, openvino_dir=None, cuda_library_dir=None, cache_dir=None, worker=None))]
 pub fn configure(
     blas: Option<PathBuf>,
     ort: Option<PathBuf>,
     openvino_dir: Option<PathBuf>,
     cuda_library_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    worker: Option<PathBuf>,
 ) -> bool {
     if SHARED.get().is_some() {
         return false;
@@ -38,14 +45,23 @@ pub fn configure(
         openvino_cache_dir: cache_dir.map(|d| d.join("openvino")),
         ..EngineLibraries::default()
     };
-    *LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()) = Some(libraries);
+    *LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()) = Some((libraries, worker));
     true
 }
 
 fn shared() -> &'static SharedEngines {
     SHARED.get_or_init(|| {
-        let libraries = LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        SharedEngines::load(&libraries.unwrap_or_default())
+        let (libraries, worker) =
+            LIBRARIES.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
+        let program = worker
+            .or_else(|| std::env::var_os("XPU_WORKER_PROGRAM").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("xpu-worker (not found beside the package)"));
+        let workers = xpu_runtime::worker::Workers {
+            engines: vec!["llvm".into()],
+            program: Some(program),
+            ..xpu_runtime::worker::Workers::native()
+        };
+        SharedEngines::load_isolated(&libraries, &workers)
     })
 }
 

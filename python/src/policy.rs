@@ -136,6 +136,16 @@ impl PyPolicy {
         }
     }
 
+    /// Runs the policy's `[[test]]` blocks as `xpuctl policy test` does (programs and
+    /// inventories relative to the policy file; to the working directory for a policy
+    /// from text without `base_dir`): `(file, name, failures)` per test, `failures` empty
+    /// when it passed.
+    fn test(&self, py: Python<'_>) -> Vec<(String, String, Vec<String>)> {
+        let file = self.policy.files.first().cloned().unwrap_or_else(|| PathBuf::from("<string>"));
+        let outcomes = py.detach(|| xpu_runtime::policy_tests::run(&self.policy, &file));
+        outcomes.into_iter().map(|o| (o.file.display().to_string(), o.name, o.failures)).collect()
+    }
+
     fn __repr__(&self) -> String {
         match self.policy.files.first() {
             Some(f) => format!("<xpu.Policy {} from {}>", self.policy.name(), show(f)),

@@ -14,7 +14,8 @@ use crate::{arrays, errors, policy::PyPolicy};
 
 /// Runs MiniLang `source` (named `name` in diagnostics) with `inputs` (name → array) under
 /// `policy`, reading files inside `roots` (the working directory when empty). Returns the
-/// printed items in order: `("text", str)` or `("value", name, array | {column: array})`.
+/// printed items in order: `("text", str)` or `("value", name, array | {column: array})`,
+/// then each chart a `plot` drew: `("plot", name, path, bytes)`.
 /// Raises `ProgramError` with the rendered, located diagnostics when it does not compile.
 #[pyfunction]
 #[pyo3(signature = (source, inputs, policy = None, roots = Vec::new(), name = "<program>.ml"))]
@@ -95,5 +96,38 @@ pub fn run_minilang<'py>(
         };
         shown.push(entry);
     }
+    // `write_npy` targets (resolved inside the data roots when the program was lowered).
+    for (output, path) in &compiled.writes {
+        if let Some((_, Some(tensor))) = outputs.iter().find(|(n, _)| n == output) {
+            xpu_runtime::tensors::write_npy(path, tensor)
+                .map_err(|e| errors::plain(py, "RunError", format!("{e:#}")))?;
+        }
+    }
+    // The charts `plot` drew (outputs `plot_N`, each its node's `path`), after the printed
+    // values: their files' bytes.
+    for (output, path) in plot_paths(&graph) {
+        let bytes = std::fs::read(&path).map_err(|e| {
+            errors::plain(py, "RunError", format!("cannot read the chart {}: {e}", path.display()))
+        })?;
+        let bytes = pyo3::types::PyBytes::new(py, &bytes);
+        let entry = ("plot", output, path.display().to_string(), bytes);
+        shown.push(entry.into_pyobject(py)?.into_any());
+    }
     Ok(shown)
+}
+
+/// The graph's `plot` outputs in order, with the file each writes.
+fn plot_paths(graph: &xpu_ir::Graph) -> Vec<(String, PathBuf)> {
+    graph
+        .outputs
+        .iter()
+        .filter_map(|out| {
+            let xpu_ir::ValueDef::Node { node, .. } = graph.value(out.value).def else {
+                return None;
+            };
+            let node = graph.node(node);
+            (node.op == xpu_ir::Op::Plot)
+                .then(|| (out.name.clone(), PathBuf::from(node.attrs.str("path", ""))))
+        })
+        .collect()
 }

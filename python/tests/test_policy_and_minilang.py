@@ -36,6 +36,63 @@ def test_resolve_returns_the_plan_as_data_and_fails_as_policy_test_says(mlp: Pat
     assert "KernelNotPinned" in str(caught.value) or caught.value.codes
 
 
+def _xpuctl() -> Path:
+    import os
+
+    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "xpuctl"
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.toml") if "[[test]]" in p.read_text()))
+def test_policy_test_agrees_with_xpuctl_policy_test(example: str) -> None:
+    import json
+    import subprocess
+
+    report = xpu.Policy.load(EXAMPLES / example).test()
+    cli = subprocess.run(
+        [str(_xpuctl()), "policy", "test", str(EXAMPLES / example), "--format", "json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    expected = json.loads(cli.stdout)
+    assert [(r.name, r.ok, list(r.failures)) for r in report] == [
+        (t["name"], t["ok"], t["failures"]) for t in expected["tests"]
+    ]
+    assert (report.passed, report.failed) == (expected["passed"], expected["failed"])
+    assert report.ok == (cli.returncode == 0) and len(report) > 0
+
+
+def test_policy_test_reports_what_did_not_hold(tmp_path: Path) -> None:
+    program = ROOT / "tests" / "programs" / "mlp.sgr"
+    text = f"""
+[policy]
+name = "t"
+[engines]
+order = ["cpu"]
+[[test]]
+name = "matmuls on cpu"
+program = "{program}"
+inventory = "{INVENTORIES / 'cpu-x86.toml'}"
+bind = {{ N = 4 }}
+expect = [{{ op = "matmul", engine = "cpu" }}]
+[[test]]
+name = "wrongly expects cuda"
+program = "{program}"
+inventory = "{INVENTORIES / 'cpu-x86.toml'}"
+bind = {{ N = 4 }}
+expect = [{{ op = "matmul", engine = "cuda" }}]
+[[test]]
+name = "missing program"
+program = "nowhere.sgr"
+inventory = "{INVENTORIES / 'cpu-x86.toml'}"
+"""
+    report = xpu.Policy.from_toml(text, name="t.toml", base_dir=tmp_path).test()
+    assert [r.name for r in report] == ["matmuls on cpu", "wrongly expects cuda", "missing program"]
+    first, second, third = report.results
+    assert first.ok and not second.ok and not third.ok and not report.ok
+    assert all("expected cuda" in f for f in second.failures) and second.failures
+    assert "nowhere.sgr" in third.failures[0] and str(tmp_path) in third.failures[0]
+    assert str(report).splitlines()[-1] == "1 passed, 2 failed"
+
+
 def test_policy_errors_are_located() -> None:
     with pytest.raises(xpu.PolicyError) as caught:
         xpu.Policy.from_toml('[policy]\nname = "x"\n[precision]\ndefault = "fp12"\n', name="inline.toml")
@@ -54,12 +111,35 @@ def test_policy_errors_are_located() -> None:
 def test_minilang_prints_tensors_and_tables(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")  # pandas is in the test venv: this never skips there
     (tmp_path / "people.csv").write_text("name,age,score\nada,36,1.5\nalan,41,\nbob,29,3.0\n")
-    source = 'let t = load_csv("people.csv")\nprint stats(t, ["mean"])\nlet x = input("x")\nprint x * 2\n'
+    source = (
+        'let t = load_csv("people.csv")\nprint stats(t, ["mean"])\nlet x = input("x")\nprint x * 2\n'
+        'write_npy(x + 1, "plus_one.npy")\n'
+    )
     shown = xpu.minilang.run(source, inputs={"x": np.arange(4, dtype=np.float32)}, roots=[tmp_path])
+    np.testing.assert_array_equal(np.load(tmp_path / "plus_one.npy"), np.arange(4, dtype=np.float32) + 1)
     values = [p.value for p in shown if p.text is None]
     table, doubled = values[-2], values[-1]
     assert isinstance(table, pd.DataFrame), type(table)
     np.testing.assert_array_equal(doubled, np.arange(4, dtype=np.float32) * 2)
+
+
+def test_minilang_plots_come_back_as_pictures_a_notebook_shows(tmp_path: Path) -> None:
+    (tmp_path / "people.csv").write_text("age,fare\n" + "".join(f"{20 + i},{i * 1.5}\n" for i in range(30)))
+    source = (
+        'let t = load_csv("people.csv")\n'
+        'plot(t, x = "age", y = "fare", kind = "scatter", out = "fares.png", title = "Fare")\n'
+        'print head(t, 2)\n'
+        'plot(t, y = "age", kind = "hist", out = "ages.svg")\n'
+    )
+    shown = xpu.minilang.run(source, roots=[tmp_path])
+    plots = [p for p in shown if isinstance(p.value, xpu.minilang.Plot)]
+    assert [Path(p.value.path).name for p in plots] == ["fares.png", "ages.svg"]
+    png, svg = plots[0].value, plots[1].value
+    assert png.format == "png" and png.data.startswith(b"\x89PNG\r\n\x1a\n")
+    assert png._repr_png_() == (tmp_path / "fares.png").read_bytes() and png._repr_svg_() is None
+    assert svg.format == "svg" and "<svg" in (svg._repr_svg_() or "") and svg._repr_png_() is None
+    # The printed value still comes first, in order.
+    assert shown[0].text is None and not isinstance(shown[0].value, xpu.minilang.Plot)
 
 
 def test_minilang_diagnostics_are_located_and_underlined() -> None:

@@ -26,7 +26,7 @@ from .errors import (
     SessionClosed,
     XpuError,
 )
-from .policy import ExecutionPolicy, KernelPolicy, Policy
+from .policy import ExecutionPolicy, KernelPolicy, Policy, PolicyTestReport, PolicyTestResult
 from .session import InferenceSession, NodeArg
 
 
@@ -71,6 +71,8 @@ __all__ = [
     "NodeArg",
     "PlanError",
     "Policy",
+    "PolicyTestReport",
+    "PolicyTestResult",
     "PolicyError",
     "ProgramError",
     "RunError",

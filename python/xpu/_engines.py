@@ -33,6 +33,15 @@ def _first(pattern: str, exclude: str = "") -> Path | None:
     return Path(found[0]) if found else None
 
 
+def worker_program() -> Path | None:
+    """The ``xpu-worker`` program the llvm engine runs in: ``$XPU_WORKER_PROGRAM``, else the
+    one the package carries beside its module (``None``: neither)."""
+    if os.environ.get("XPU_WORKER_PROGRAM"):
+        return Path(os.environ["XPU_WORKER_PROGRAM"])
+    beside = Path(__file__).resolve().parent / "xpu-worker"
+    return beside if beside.exists() else None
+
+
 def libraries() -> dict[str, Path | None]:
     """Where each engine's library is, as found now (``None``: not installed)."""
     ort = _package_dir("onnxruntime")
@@ -46,11 +55,11 @@ def libraries() -> dict[str, Path | None]:
 
 
 def native() -> ModuleType:
-    """The native module, loaded at first use (it links DuckDB and LLVM: ``import xpu``
-    alone loads neither), with the libraries found handed to it before its engines load."""
+    """The native module, loaded at first use (it links DuckDB: ``import xpu`` alone does
+    not load it), with the libraries found handed to it before its engines load."""
     global _native
     if _native is None:
         module = importlib.import_module("xpu._xpu")
-        module.configure(**libraries())
+        module.configure(**libraries(), worker=worker_program())
         _native = module
     return _native

@@ -1,6 +1,7 @@
 """MiniLang from notebooks: run a program's source and get what it prints as Python
 values — tensors as numpy arrays, tables as ``pandas.DataFrame`` when pandas is installed
-(else a dict of numpy columns)."""
+(else a dict of numpy columns) — and the charts its ``plot`` statements draw, which a
+notebook shows inline."""
 
 from __future__ import annotations
 
@@ -21,6 +22,25 @@ class Printed:
     text: str | None = None
 
 
+@dataclass(frozen=True)
+class Plot:
+    """A chart a program's ``plot`` drew: the file it wrote (``path``) and its bytes
+    (``data``: PNG or SVG, as ``format`` says). IPython and Jupyter show it inline."""
+
+    path: str
+    data: bytes
+
+    @property
+    def format(self) -> str:
+        return "svg" if self.path.lower().endswith(".svg") else "png"
+
+    def _repr_png_(self) -> bytes | None:
+        return self.data if self.format == "png" else None
+
+    def _repr_svg_(self) -> str | None:
+        return self.data.decode("utf-8") if self.format == "svg" else None
+
+
 def _table(columns: dict[str, Any]) -> Any:
     try:
         import pandas as pd
@@ -37,7 +57,8 @@ def run(
 ) -> list[Printed]:
     """Runs MiniLang ``source`` with ``inputs`` (name → array) for its ``input("name")``s,
     under ``policy`` (default: built-in), reading files inside ``roots`` (default: the
-    working directory). Returns its printed values in order. Raises
+    working directory). Returns its printed values in order, then a :class:`Plot` for each
+    chart a ``plot`` drew (``name`` ``plot_N``, the file also written). Raises
     :class:`xpu.ProgramError` with the located, underlined diagnostics when it does not
     compile."""
     pol = policy if isinstance(policy, Policy) else Policy.load(policy) if policy is not None else None
@@ -48,6 +69,8 @@ def run(
     for item in items:
         if item[0] == "text":
             out.append(Printed(None, item[1], text=item[1]))
+        elif item[0] == "plot":
+            out.append(Printed(item[1], Plot(item[2], bytes(item[3]))))
         else:
             value = item[2]
             out.append(Printed(item[1], _table(value) if isinstance(value, dict) else value))

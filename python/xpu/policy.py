@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import _engines
 from .errors import PolicyError
@@ -79,6 +79,17 @@ class Policy:
         result: dict[str, Any] = json.loads(text)
         return result
 
+    def test(self) -> "PolicyTestReport":
+        """Runs the policy's ``[[test]]`` blocks as ``xpuctl policy test`` does: each test's
+        program planned on its inventory and its expectations checked (placements, no
+        fallback, transfers, peak memory, an expected failure code). Programs and
+        inventories are relative to the policy file (to the working directory for a policy
+        from text without ``base_dir``). Nothing runs; a failing test does not raise:
+        ``report.ok`` says whether all passed."""
+        return PolicyTestReport(
+            [PolicyTestResult(name, file, tuple(failures)) for file, name, failures in self._native.test()]
+        )
+
     def layered(self, toml_text: str, name: str = "<keyword arguments>") -> "Policy":
         """``toml_text`` over this policy, merged as ``extends`` would; a key set to two
         different values raises :class:`xpu.PolicyError` naming it."""
@@ -86,6 +97,58 @@ class Policy:
 
     def __repr__(self) -> str:
         return str(self._native.__repr__())
+
+
+@dataclass(frozen=True)
+class PolicyTestResult:
+    """One ``[[test]]`` block's result: what did not hold (``failures``; empty: passed)."""
+
+    name: str
+    file: str
+    failures: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def __str__(self) -> str:
+        head = f"{'PASS' if self.ok else 'FAIL'} {self.file} {self.name}"
+        return "\n    ".join([head, *self.failures])
+
+
+@dataclass(frozen=True)
+class PolicyTestReport:
+    """The results of :meth:`Policy.test`, in the policy's order; prints as
+    ``xpuctl policy test`` does."""
+
+    results: list[PolicyTestResult]
+
+    @property
+    def passed(self) -> int:
+        return sum(r.ok for r in self.results)
+
+    @property
+    def failed(self) -> int:
+        return len(self.results) - self.passed
+
+    @property
+    def ok(self) -> bool:
+        """No test failed (as ``xpuctl policy test``'s exit status: a policy without tests
+        passes, and prints that it has none)."""
+        return self.failed == 0
+
+    def __iter__(self) -> Iterator[PolicyTestResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __str__(self) -> str:
+        lines = [str(r) for r in self.results] or ["no [[test]] blocks found"]
+        return "\n".join([*lines, f"{self.passed} passed, {self.failed} failed"])
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
 //! return the outputs with the explanation of the run. Also the tensor and table file
 //! formats jobs read and write (re-exported from `xpu-tensorfile`). No I/O beyond the program's own files; no printing.
 
+pub mod policy_tests;
 pub mod program;
 pub mod worker;
 
@@ -129,12 +130,21 @@ impl SharedEngines {
     }
 
     /// [`load`](SharedEngines::load), with the engines `workers` names run in supervised
-    /// worker processes instead of this one (docs/daemon.md, "Isolation").
+    /// worker processes instead of this one (docs/daemon.md, "Isolation"), including those
+    /// this build does not link.
     pub fn load_isolated(libraries: &EngineLibraries, workers: &worker::Workers) -> SharedEngines {
         let mut shared = SharedEngines::load(libraries);
         for e in &mut shared.engines {
             if workers.engines.iter().any(|n| n == e.name()) {
                 *e = Arc::new(workers.engine(e.name(), libraries));
+            }
+        }
+        // An engine this build leaves out (the Python module is built without LLVM) runs
+        // only in the worker program, which has it; a worker that cannot start makes it
+        // unavailable with the reason.
+        for name in &workers.engines {
+            if shared.get(name).is_none() && name != "table" {
+                shared.engines.push(Arc::new(workers.engine(name, libraries)));
             }
         }
         shared

@@ -180,7 +180,10 @@ pub fn check(op: Op, attrs: &Attrs) -> Result<(), String> {
             path("path")?;
             one_of("kind", "line", PLOT_KINDS)?;
             text("title")?;
-            column("x")?;
+            // No `x` (empty): a histogram's bins, or the row number for the others.
+            if !attrs.str("x", "").is_empty() {
+                column("x")?;
+            }
             columns("y")
         }
         Op::Head | Op::Distinct | Op::ConcatTables => Ok(()),
@@ -274,6 +277,13 @@ mod tests {
             Err("`sep` = \"';\" must be one character (not a control character other than tab)"),
         );
         check_attrs(Op::ReadCsv, &[("path", s(""))], Err("`path`: a path is required"));
+        let plot = |x: &str| [("path", s("a.png")), ("kind", s("hist")), ("x", s(x))];
+        check_attrs(Op::Plot, &plot(""), Ok(()));
+        check_attrs(
+            Op::Plot,
+            &plot("a\nb"),
+            Err("`x`: column name \"a\\nb\" holds the control character '\\n'"),
+        );
         check_attrs(
             Op::TableToTensor,
             &[("rows", s("n) --"))],

@@ -117,6 +117,57 @@ struct Worker {
     /// It said it exits after its last reply (`Reply::Retiring`: its engine is poisoned
     /// for the process); replaced before the next request, counted as cause `poisoned`.
     retiring: bool,
+    /// The worker's stderr, passed on to this process's and its last lines kept: what a
+    /// worker that could not start said (the loader's missing library) is its reason.
+    stderr: StderrTail,
+}
+
+/// A worker's stderr forwarded line by line to this process's stderr by a thread of its
+/// own, the last [`StderrTail::KEEP`] bytes kept.
+struct StderrTail {
+    kept: Arc<Mutex<std::collections::VecDeque<u8>>>,
+    forwarder: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StderrTail {
+    const KEEP: usize = 2048;
+
+    fn forward(from: Option<std::process::ChildStderr>) -> StderrTail {
+        use std::io::{BufRead, Write};
+        let kept = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let forwarder = from.and_then(|pipe| {
+            let kept = kept.clone();
+            std::thread::Builder::new()
+                .name("xpu-worker-stderr".into())
+                .spawn(move || {
+                    let mut lines = std::io::BufReader::new(pipe);
+                    let mut line = Vec::new();
+                    while matches!(lines.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                        let _ = std::io::stderr().write_all(&line);
+                        if let Ok(mut k) = kept.lock() {
+                            k.extend(&line);
+                            let excess = k.len().saturating_sub(StderrTail::KEEP);
+                            k.drain(..excess);
+                        }
+                        line.clear();
+                    }
+                })
+                .ok()
+        });
+        StderrTail { kept, forwarder }
+    }
+
+    /// What the worker wrote last, once it has exited (the forwarder has read to the end),
+    /// as one line; empty if it wrote nothing.
+    fn last_words(&mut self) -> String {
+        if let Some(f) = self.forwarder.take() {
+            let _ = f.join();
+        }
+        let kept = self.kept.lock().map(|k| k.iter().copied().collect::<Vec<u8>>());
+        let text = String::from_utf8_lossy(&kept.unwrap_or_default()).into_owned();
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    }
 }
 
 impl Drop for Worker {
@@ -337,7 +388,9 @@ impl Inner {
             engine: self.name.clone(),
             reason: format!("its worker process cannot start: {reason}"),
         };
-        let mut worker = self.spawn().map_err(|e| unavailable(e.to_string()))?;
+        let mut worker = self
+            .spawn()
+            .map_err(|e| unavailable(format!("{}: {e}", self.setup.program.display())))?;
         worker.reader.get_ref().set_read_timeout(Some(START_TIMEOUT)).ok();
         let hello = send(&mut worker.writer, &Request::Hello)
             .and_then(|()| receive::<Reply>(&mut worker.reader));
@@ -353,9 +406,11 @@ impl Inner {
             Ok(None) | Err(_) => {
                 drop(worker.writer.shutdown(std::net::Shutdown::Both));
                 let status = worker.child.wait().ok();
+                let said = worker.stderr.last_words();
+                let said = if said.is_empty() { said } else { format!(": {said}") };
                 return Err(unavailable(match status {
-                    Some(s) => format!("it ended ({})", describe(s)),
-                    None => "no answer".into(),
+                    Some(s) => format!("it ended ({}){said}", describe(s)),
+                    None => format!("no answer{said}"),
                 }));
             }
         };
@@ -393,7 +448,8 @@ impl Inner {
         }
         // The worker's stdout is not the user's: engines that print go to stderr.
         cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?));
+            .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?))
+            .stderr(Stdio::piped());
         let fds = [
             (region.raw_fd(), SHM_FD),
             (child_end.as_raw_fd(), SOCKET_FD),
@@ -422,8 +478,9 @@ impl Inner {
                 Ok(())
             });
         }
-        let child = spawn_on_keeper(cmd)?;
+        let mut child = spawn_on_keeper(cmd)?;
         drop((child_end, child_control));
+        let stderr = StderrTail::forward(child.stderr.take());
         let pid = child.id() as libc::pid_t;
         let statm = std::fs::File::open(format!("/proc/{pid}/statm")).ok();
         Ok(Worker {
@@ -435,6 +492,7 @@ impl Inner {
             region,
             statm,
             retiring: false,
+            stderr,
         })
     }
 
