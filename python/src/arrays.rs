@@ -1,8 +1,12 @@
-//! Numpy arrays in and out. An input of a supported dtype in native byte order is read from
-//! the array's own buffer (copied once into the run's tensor; a non-contiguous one is
-//! gathered in the same single copy); outputs are handed to numpy without a copy: the
-//! tensor's vector becomes the array's memory. Tables (MiniLang) become a dict of column
-//! arrays that the Python side turns into a DataFrame.
+//! Numpy arrays in and out. An input of a plain numeric dtype in native byte order that is
+//! C-contiguous and aligned is lent to the run — read where it lies, no copy — when it is
+//! read-only (numpy's `writeable` flag off), when the caller opted in for writable arrays
+//! (`borrow_inputs=True`: it promises not to change them during a run), or when xpu made
+//! the array itself (`numpy.asarray` of a list); every other input is copied once (a
+//! non-contiguous one gathered in that copy), and why is returned for the run's facts.
+//! Outputs are handed to numpy without a copy: the tensor's vector becomes the array's
+//! memory. Tables (MiniLang) become `ArrowTable`s ([`crate::tables`]), which the Python
+//! side turns into DataFrames.
 
 use numpy::{
     Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
@@ -14,18 +18,26 @@ use xpu_ir::{Tensor, TensorData};
 
 use crate::errors;
 
-/// A numpy array (or anything `numpy.asarray` takes) as a tensor for input `name`.
-pub fn to_tensor(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let array = match value.cast::<PyUntypedArray>() {
-        Ok(a) => a.clone(),
+/// A numpy array (or anything `numpy.asarray` takes) as a tensor for input `name`: lent
+/// where the rules above allow (`borrow_writable`: writable arrays too), else copied, with
+/// the reason for the copy.
+pub fn to_tensor(
+    py: Python<'_>,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    borrow_writable: bool,
+) -> PyResult<(Tensor, Option<String>)> {
+    let (array, ours) = match value.cast::<PyUntypedArray>() {
+        Ok(a) => (a.clone(), false),
         Err(_) => {
             let np = py.import("numpy")?;
             let converted = np
                 .call_method1("asarray", (value,))
                 .map_err(|e| input_error(py, name, format!("cannot be read as an array: {e}")))?;
-            converted.cast_into::<PyUntypedArray>().map_err(|_| {
+            let converted = converted.cast_into::<PyUntypedArray>().map_err(|_| {
                 input_error(py, name, "numpy.asarray did not return an array".to_string())
-            })?
+            })?;
+            (converted, true)
         }
     };
     let dtype = array.dtype();
@@ -38,20 +50,41 @@ pub fn to_tensor(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResu
             ),
         ));
     }
+    let writable_kept = !ours && !borrow_writable && is_writeable(&array);
     macro_rules! read_as {
         ($($t:ty => $variant:ident),* $(,)?) => {
             $(
                 if dtype.is_equiv_to(&numpy::dtype::<$t>(py)) {
                     let typed = array.cast::<PyArrayDyn<$t>>()?;
-                    return Ok(read_typed(typed, |v| TensorData::$variant(v)));
+                    let aligned = (typed.data() as usize).is_multiple_of(align_of::<$t>());
+                    if !array.is_c_contiguous() || !aligned {
+                        // numpy's own copy, C-ordered and aligned, is ours: lent.
+                        let why = if aligned { "not C-contiguous" } else { "not aligned for its dtype" };
+                        let copy = typed.call_method1("copy", ("C",))?;
+                        let copy = copy.cast::<PyArrayDyn<$t>>()?;
+                        let lent = lent(copy).expect("numpy's copy is C-contiguous and aligned");
+                        return Ok((lent, Some(why.into())));
+                    }
+                    if writable_kept {
+                        let why = "writable (read-only arrays are read in place; borrow_inputs=True lends writable ones)";
+                        return Ok((read_typed(typed, |v| TensorData::$variant(v)), Some(why.into())));
+                    }
+                    let lent = lent(typed).expect("checked: C-contiguous and aligned");
+                    return Ok((lent, None));
                 }
             )*
         };
     }
     read_as!(
         f32 => F32, f64 => F64, half::f16 => F16, i8 => I8, i16 => I16, i32 => I32,
-        i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64, bool => Bool,
+        i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
     );
+    if dtype.is_equiv_to(&numpy::dtype::<bool>(py)) {
+        // A bool byte other than 0 or 1 (a view of other bytes) is no `bool`: always copied.
+        let typed = array.cast::<PyArrayDyn<bool>>()?;
+        let copy = read_typed(typed, TensorData::Bool);
+        return Ok((copy, Some("bool elements are always copied".into())));
+    }
     Err(input_error(
         py,
         name,
@@ -61,7 +94,30 @@ pub fn to_tensor(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResu
     ))
 }
 
-/// The array's elements in C order, in one copy, as a tensor of its shape.
+/// Whether numpy lets the array be written (its `writeable` flag).
+fn is_writeable(array: &Bound<'_, PyUntypedArray>) -> bool {
+    // SAFETY: `array` is a live numpy array (checked by the cast that made it) and the GIL
+    // is held; reading its flags field is what numpy's own PyArray_FLAGS does.
+    let flags =
+        unsafe { (*numpy::npyffi::objects::_PyArray_GET_ITEM_DATA(array.as_array_ptr())).flags };
+    flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0
+}
+
+/// A C-contiguous array's elements lent to a tensor, the array itself kept alive by it;
+/// `None` when `Tensor::lend` refuses (misaligned memory, which callers check first).
+fn lent<T: Element + xpu_ir::Element>(array: &Bound<'_, PyArrayDyn<T>>) -> Option<Tensor> {
+    let shape = array.shape().to_vec();
+    let ptr = array.data().cast_const().cast::<u8>();
+    let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(array.clone().unbind());
+    // SAFETY: the array is C-contiguous, so `ptr` holds numel elements of T; the tensor
+    // holds a reference to the array (`owner`), so its memory lives as long as the tensor
+    // (numpy cannot resize an array others refer to). It stays unchanged: the array is
+    // read-only, ours alone (converted from a list), or the caller promised not to write it
+    // during the run (`borrow_inputs=True`).
+    unsafe { Tensor::lend(shape, <T as xpu_ir::Element>::DTYPE, ptr, owner) }
+}
+
+/// The elements of an aligned array in C order, in one copy, as a tensor of its shape.
 fn read_typed<T: Element + Copy>(
     array: &Bound<'_, PyArrayDyn<T>>,
     wrap: impl FnOnce(Vec<T>) -> TensorData,
@@ -114,7 +170,7 @@ pub fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyA
             np.call_method1("array", (list, "object"))?.call_method1("reshape", (shape,))?
         }
         TensorData::Table(tables) => match tables.into_iter().next() {
-            Some(t) => table_columns(py, &t)?.into_any(),
+            Some(t) => Bound::new(py, crate::tables::ArrowTable::new(t)?)?.into_any(),
             None => PyDict::new(py).into_any(),
         },
     })

@@ -3,7 +3,8 @@
 //! once under a policy on this process's engines and runs it with the GIL released; a
 //! [`policy::PyPolicy`] is a policy loaded, merged and checked by the same loader as
 //! `xpuctl policy check`; [`program::run_minilang`] runs a MiniLang program and returns what
-//! it prints. Numpy arrays cross through [`arrays`]; failures become the Python exceptions
+//! it prints. Numpy arrays cross through [`arrays`], tables through Arrow's C stream
+//! interface ([`tables`]); failures become the Python exceptions
 //! of `xpu.errors` ([`errors`]), each with the name of what is wrong. The Python side
 //! (`python/xpu`) maps keyword arguments onto policies and shapes the public API.
 
@@ -13,6 +14,7 @@ mod errors;
 mod policy;
 mod program;
 mod session;
+mod tables;
 
 use pyo3::prelude::*;
 
@@ -21,6 +23,7 @@ use pyo3::prelude::*;
 fn _xpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::Session>()?;
     m.add_class::<policy::PyPolicy>()?;
+    m.add_class::<tables::ArrowTable>()?;
     m.add_function(wrap_pyfunction!(program::run_minilang, m)?)?;
     m.add_function(wrap_pyfunction!(engines::configure, m)?)?;
     m.add_function(wrap_pyfunction!(engines::inventory, m)?)?;

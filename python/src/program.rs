@@ -37,7 +37,7 @@ pub fn run_minilang<'py>(
     let mut types = std::collections::BTreeMap::new();
     for (key, value) in inputs.iter() {
         let key: String = key.extract()?;
-        let t = arrays::to_tensor(py, &key, &value)?;
+        let (t, _) = arrays::to_tensor(py, &key, &value, false)?;
         let dims = t.shape().iter().map(|&n| Dim::Known(n as u64)).collect();
         types.insert(key.clone(), TensorType::new(t.dtype(), dims));
         names.push(key);

@@ -38,6 +38,9 @@ struct Live {
     last_nanos: AtomicU64,
     /// [`shapes_key`] of the last run's inputs.
     last_shapes: AtomicU64,
+    /// Writable arrays are lent too (the caller promised not to change them during a run);
+    /// by default only read-only ones are.
+    borrow_writable: bool,
 }
 
 /// A program planned under a policy and prepared on this process's engines.
@@ -66,11 +69,12 @@ impl Session {
     /// (the built-in default when `None`) and prepares it. Raises `ProgramError`,
     /// `EngineUnavailable` or `PlanError`.
     #[new]
-    #[pyo3(signature = (program, policy = None))]
+    #[pyo3(signature = (program, policy = None, borrow_inputs = false))]
     fn new(
         py: Python<'_>,
         program: &Bound<'_, PyAny>,
         policy: Option<&PyPolicy>,
+        borrow_inputs: bool,
     ) -> PyResult<Session> {
         let (graph, roots) = match program.cast::<pyo3::types::PyBytes>() {
             Ok(bytes) => {
@@ -91,7 +95,7 @@ impl Session {
         };
         let graph = Arc::new(graph);
         let policy = policy.map_or_else(crate::policy::default_policy, |p| p.policy.clone());
-        let live = py.detach(|| Live::open(graph, policy, &roots));
+        let live = py.detach(|| Live::open(graph, policy, &roots, borrow_inputs));
         let live = live.map_err(|e| e.into_py(py))?;
         Ok(Session { live: RwLock::new(Some(Arc::new(live))) })
     }
@@ -119,16 +123,16 @@ impl Session {
         feed: &Bound<'py, PyDict>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let live = self.live(py)?;
-        let tensors = live.tensors(py, feed)?;
+        let (tensors, copied) = live.tensors(py, feed)?;
         let started = Instant::now();
         // New shapes may plan and prepare inside this call: watched, whatever the last run took.
         let shapes = shapes_key(&tensors);
         let same_shapes = live.last_shapes.swap(shapes, Ordering::Relaxed) == shapes;
         let quick = live.last_nanos.load(Ordering::Relaxed) < WATCHED_FROM.as_nanos() as u64;
         let ran = if same_shapes && quick {
-            py.detach(|| live.run(&tensors, &StopToken::default()).map_err(Stop::Failed))
+            py.detach(|| live.run(&tensors, &copied, &StopToken::default()).map_err(Stop::Failed))
         } else {
-            py.detach(|| watched(&live, &tensors))
+            py.detach(|| watched(&live, &tensors, &copied))
         };
         live.last_nanos.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let outputs = ran.map_err(|e| match e {
@@ -201,13 +205,13 @@ enum Stop {
 /// Runs on a scoped thread while the caller (Python's main thread, for Ctrl-C) checks for
 /// signals every [`SIGNAL_POLL`]; a handler that raises stops the run (engines stop between
 /// nodes, and interrupt the calls they cannot poll) and its exception is returned.
-fn watched(live: &Live, inputs: &[Tensor]) -> Result<Vec<Tensor>, Stop> {
+fn watched(live: &Live, inputs: &[Tensor], copied: &[String]) -> Result<Vec<Tensor>, Stop> {
     let stop = StopToken::new();
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel();
         let runner = stop.clone();
         let thread = scope.spawn(move || {
-            let _ = tx.send(live.run(inputs, &runner));
+            let _ = tx.send(live.run(inputs, copied, &runner));
         });
         let mut interrupted: Option<PyErr> = None;
         let result = loop {
@@ -261,6 +265,7 @@ impl Live {
         graph: Arc<Graph>,
         policy: Policy,
         roots: &[std::path::PathBuf],
+        borrow_writable: bool,
     ) -> Result<Live, Failure> {
         let registry = crate::engines::registry(roots);
         let inventory = registry.inventory_for(&graph);
@@ -304,11 +309,17 @@ impl Live {
             last: Mutex::new(None),
             last_nanos: AtomicU64::new(u64::MAX),
             last_shapes: AtomicU64::new(0),
+            borrow_writable,
         })
     }
 
-    /// The feed's arrays in graph-input order, each checked against its input's type.
-    fn tensors(&self, py: Python<'_>, feed: &Bound<'_, PyDict>) -> PyResult<Vec<Tensor>> {
+    /// The feed as the graph's input tensors, in its order, each lent where numpy's rules
+    /// allow (docs/python.md, "Arrays"), with why the others were copied.
+    fn tensors(
+        &self,
+        py: Python<'_>,
+        feed: &Bound<'_, PyDict>,
+    ) -> PyResult<(Vec<Tensor>, Vec<String>)> {
         let (g, names) = (&self.graph, &self.input_names);
         for key in feed.keys() {
             let key: String = key.extract().map_err(|_| {
@@ -323,21 +334,30 @@ impl Live {
             }
         }
         let mut out = Vec::with_capacity(names.len());
+        let mut copied = Vec::new();
         for (name, &v) in names.iter().zip(&g.inputs) {
             let Some(value) = feed.get_item(name)? else {
                 return Err(errors::plain(py, "InputError", format!("input `{name}` is missing")));
             };
-            let tensor = arrays::to_tensor(py, name, &value)?;
+            let (tensor, copy) = arrays::to_tensor(py, name, &value, self.borrow_writable)?;
             check_type(py, name, &tensor, g.ty(v))?;
+            if let Some(why) = copy {
+                copied.push(format!("{name}: {why}"));
+            }
             out.push(tensor);
         }
-        Ok(out)
+        Ok((out, copied))
     }
 
     /// One run: the plan for these shapes from the cache, a prepared GraphExec from the
     /// pool, the record kept for `explain()` (merged into the plan's explanation only when
     /// asked: most runs are never explained, and the merge costs more than a small model).
-    fn run(&self, inputs: &[Tensor], stop: &StopToken) -> Result<Vec<Tensor>, Failure> {
+    fn run(
+        &self,
+        inputs: &[Tensor],
+        copied: &[String],
+        stop: &StopToken,
+    ) -> Result<Vec<Tensor>, Failure> {
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
         let keys = Keys { graph_hash: &self.graph_hash, inventory_fingerprint: &self.fingerprint };
         let (cached, _) = self
@@ -348,6 +368,13 @@ impl Live {
             xpu_runtime::run_record(&cached.0, inputs, &self.registry, stop, Some(&self.prepared))
                 .map_err(Failure::Run)?;
         let outputs = std::mem::take(&mut record.outputs);
+        // Inputs read where they lie need no word; a copy is a run fact (the explanation's).
+        record.facts.extend(copied.iter().map(|c| xpu_plan::model::EngineFact {
+            engine: "python".into(),
+            node: None,
+            key: "input.copied".into(),
+            value: c.clone(),
+        }));
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((cached, record));
         Ok(outputs)
     }

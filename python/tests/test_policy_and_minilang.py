@@ -123,6 +123,34 @@ def test_minilang_prints_tensors_and_tables(tmp_path: Path) -> None:
     np.testing.assert_array_equal(doubled, np.arange(4, dtype=np.float32) * 2)
 
 
+def test_minilang_tables_cross_through_the_arrow_c_stream_interface(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pa = pytest.importorskip("pyarrow")  # in the test venv (requirements.txt): never skips there
+    pd = pytest.importorskip("pandas")
+    (tmp_path / "people.csv").write_text("name,age,score,ok\nada,36,1.5,true\nalan,,2.5,false\n,29,,\n")
+    source = 'let t = load_csv("people.csv")\nprint t\n'
+    native = xpu._engines.native().run_minilang(source, {}, None, [str(tmp_path)])
+    table = native[0][2]
+    assert table.num_rows == 3 and table.column_names == ["name", "age", "score", "ok"]
+    arrow = pa.table(table)  # through __arrow_c_stream__: nulls stay nulls, types stay typed
+    assert arrow.column("name").to_pylist() == ["ada", "alan", None]
+    assert arrow.column("age").to_pylist() == [36, None, 29] and arrow.schema.field("age").type == pa.int64()
+    assert arrow.column("score").to_pylist() == [1.5, 2.5, None]
+    assert arrow.column("ok").to_pylist() == [True, False, None]
+    assert pa.schema(table) == arrow.schema  # __arrow_c_schema__
+    # The same table as a DataFrame with pyarrow and without it: equal values.
+    with_arrow = xpu.minilang.run(source, roots=[tmp_path])[0].value
+    monkeypatch.setattr(xpu.minilang, "_pyarrow", lambda: None)
+    without = xpu.minilang.run(source, roots=[tmp_path])[0].value
+    assert isinstance(with_arrow, pd.DataFrame) and isinstance(without, pd.DataFrame)
+    assert list(with_arrow.columns) == list(without.columns) == ["name", "age", "score", "ok"]
+    for c in ["age", "score"]:
+        np.testing.assert_array_equal(with_arrow[c].to_numpy(dtype=float), without[c].to_numpy(dtype=float))
+    assert with_arrow["name"].isna().tolist() == without["name"].isna().tolist() == [False, False, True]
+    # A stream nobody consumed is released with its capsule (no leak, no crash).
+    for _ in range(100):
+        table.__arrow_c_stream__()
+
+
 def test_minilang_plots_come_back_as_pictures_a_notebook_shows(tmp_path: Path) -> None:
     (tmp_path / "people.csv").write_text("age,fare\n" + "".join(f"{20 + i},{i * 1.5}\n" for i in range(30)))
     source = (

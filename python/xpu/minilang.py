@@ -1,6 +1,7 @@
 """MiniLang from notebooks: run a program's source and get what it prints as Python
 values — tensors as numpy arrays, tables as ``pandas.DataFrame`` when pandas is installed
-(else a dict of numpy columns) — and the charts its ``plot`` statements draw, which a
+(read through the Arrow C stream interface when pyarrow is too; else a dict of numpy
+columns) — and the charts its ``plot`` statements draw, which a
 notebook shows inline."""
 
 from __future__ import annotations
@@ -41,12 +42,27 @@ class Plot:
         return self.data.decode("utf-8") if self.format == "svg" else None
 
 
-def _table(columns: dict[str, Any]) -> Any:
+def _table(table: Any) -> Any:
+    """A printed table (an ``ArrowTable``, Arrow's C stream protocol): a DataFrame read
+    through Arrow when pyarrow is installed, else one built from numpy columns; without
+    pandas, the dict of numpy columns."""
     try:
         import pandas as pd
     except ImportError:
-        return columns
-    return pd.DataFrame(columns)
+        return table.columns()
+    pa = _pyarrow()
+    if pa is None:
+        return pd.DataFrame(table.columns())
+    return pa.table(table).to_pandas()
+
+
+def _pyarrow() -> Any:
+    """pyarrow when installed, else ``None``."""
+    try:
+        import pyarrow
+    except ImportError:
+        return None
+    return pyarrow
 
 
 def run(
@@ -73,5 +89,5 @@ def run(
             out.append(Printed(item[1], Plot(item[2], bytes(item[3]))))
         else:
             value = item[2]
-            out.append(Printed(item[1], _table(value) if isinstance(value, dict) else value))
+            out.append(Printed(item[1], _table(value) if hasattr(value, "__arrow_c_stream__") else value))
     return out

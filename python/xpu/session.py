@@ -75,6 +75,10 @@ class InferenceSession:
       :class:`xpu.ExecutionPolicy`; ``fp16``/``bf16``: the precision float nodes run at.
     - ``fallback``: ``True`` lets nodes the chosen engine cannot run go to other engines
       (and the explanation says so); ``False`` forbids it; ``None`` keeps the policy's.
+    - ``borrow_inputs``: read writable numpy inputs in place too (the caller promises not to
+      change an array while a run reads it). Read-only, C-contiguous, aligned arrays of a
+      numeric dtype are always read in place; other inputs are copied once, and
+      ``explain()``'s run facts (``input.copied``) say which and why.
 
     A policy that needs what this machine lacks raises :class:`xpu.EngineUnavailable`
     naming the engine, device and reason, at construction.
@@ -93,6 +97,7 @@ class InferenceSession:
         fp16: bool = False,
         bf16: bool = False,
         fallback: bool | None = None,
+        borrow_inputs: bool = False,
     ) -> None:
         if engine is not None and backend is not None and engine != backend:
             raise PolicyError(f"engine={engine!r} and backend={backend!r} name different engines")
@@ -102,7 +107,7 @@ class InferenceSession:
         self._static = exec_policy.static_shape if exec_policy is not None else False
         self._shapes: dict[str, tuple[int, ...]] | None = None
         program = model if isinstance(model, bytes) else os.fspath(model)
-        self._native = _engines.native().Session(program, self._policy._native)
+        self._native = _engines.native().Session(program, self._policy._native, borrow_inputs)
         self._inputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.inputs()]
         self._outputs = [NodeArg(n, list(s), _ORT_TYPES.get(d, d), d) for n, s, d in self._native.outputs()]
         self._output_names = [o.name for o in self._outputs]

@@ -450,11 +450,59 @@ impl TensorData {
 ///
 /// The elements are shared (`Arc`): cloning a tensor, a graph holding it as a constant, or
 /// a partition cut from that graph never copies them. They are immutable while shared;
-/// [`into_parts`](Tensor::into_parts) copies only when another holder remains.
+/// [`into_parts`](Tensor::into_parts) copies only when another holder remains. They are
+/// this process's own, or lent by another owner ([`Tensor::lend`]: a numpy array's buffer)
+/// and read where they lie.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     shape: Vec<usize>,
-    data: Arc<TensorData>,
+    data: Storage,
+}
+
+#[derive(Clone, Debug)]
+enum Storage {
+    Owned(Arc<TensorData>),
+    Lent(Arc<Lent>),
+}
+
+/// Elements another owner lends: read where they lie through [`Tensor::as_slice`],
+/// [`Tensor::element_bytes`] and [`Tensor::le_bytes`], never written; copied into
+/// [`TensorData`] once, on first need, for code that matches on [`Tensor::data`].
+struct Lent {
+    dtype: DType,
+    ptr: *const u8,
+    len_bytes: usize,
+    /// Keeps the memory alive (and unchanged: the lender's promise) while any tensor
+    /// shares it.
+    _owner: Box<dyn std::any::Any + Send + Sync>,
+    copy: std::sync::OnceLock<TensorData>,
+}
+
+// SAFETY: the lent bytes are only read, and `Tensor::lend`'s caller promised they stay
+// valid and unchanged while the owner lives; the owner is Send + Sync itself.
+unsafe impl Send for Lent {}
+// SAFETY: as for Send: shared access only reads the bytes (`copy` is a OnceLock).
+unsafe impl Sync for Lent {}
+
+impl fmt::Debug for Lent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lent({} bytes of {})", self.len_bytes, self.dtype)
+    }
+}
+
+impl Lent {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `Tensor::lend`'s contract: `ptr` holds `len_bytes` initialised bytes
+        // that live and stay unchanged as long as `_owner`, which `self` holds.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len_bytes) }
+    }
+
+    fn data(&self) -> &TensorData {
+        self.copy.get_or_init(|| {
+            TensorData::from_le_bytes(self.dtype, self.bytes())
+                .expect("lent elements are whole elements of a plain dtype (checked by lend)")
+        })
+    }
 }
 
 /// Element-wise equality, short-cut for tensors sharing one buffer (comparing a graph with
@@ -462,7 +510,8 @@ pub struct Tensor {
 impl PartialEq for Tensor {
     fn eq(&self, other: &Tensor) -> bool {
         self.shape == other.shape
-            && (Arc::ptr_eq(&self.data, &other.data) || self.data == other.data)
+            && (self.shares_data_with(other)
+                || (self.dtype() == other.dtype() && self.le_bytes() == other.le_bytes()))
     }
 }
 
@@ -482,7 +531,37 @@ impl Tensor {
         if need != Some(data.len()) {
             return Err(ShapeMismatch { shape, len: data.len(), need });
         }
-        Ok(Tensor { shape, data: Arc::new(data) })
+        Ok(Tensor { shape, data: Storage::Owned(Arc::new(data)) })
+    }
+
+    /// A tensor over elements another owner lends (a numpy array's buffer), read where they
+    /// lie: `ptr` holds the shape's element count of `dtype` (a plain numeric dtype, not
+    /// bool, string or table), aligned for it, little-endian. `None` when the dtype,
+    /// alignment or size does not allow it (the caller copies instead).
+    ///
+    /// # Safety
+    /// The bytes must stay valid and unchanged for as long as `owner` lives; the tensor
+    /// (and every clone, every value an engine derives by sharing it) keeps `owner` alive.
+    pub unsafe fn lend(
+        shape: Vec<usize>,
+        dtype: DType,
+        ptr: *const u8,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Option<Tensor> {
+        let plain = dtype.is_float() || dtype.is_int();
+        let n = crate::shape::checked_numel(&shape)?;
+        let len_bytes = n.checked_mul(dtype.size_bytes())?;
+        let aligned = (ptr as usize).is_multiple_of(dtype.size_bytes().max(1));
+        if !plain || !aligned || ptr.is_null() || cfg!(target_endian = "big") {
+            return None;
+        }
+        let lent = Lent { dtype, ptr, len_bytes, _owner: owner, copy: Default::default() };
+        Some(Tensor { shape, data: Storage::Lent(Arc::new(lent)) })
+    }
+
+    /// Whether the elements are lent by another owner ([`Tensor::lend`]).
+    pub fn is_lent(&self) -> bool {
+        matches!(self.data, Storage::Lent(_))
     }
 
     pub fn from_vec<T: Element>(shape: Vec<usize>, v: Vec<T>) -> Result<Tensor, ShapeMismatch> {
@@ -490,12 +569,12 @@ impl Tensor {
     }
 
     pub fn scalar<T: Element>(v: T) -> Tensor {
-        Tensor { shape: vec![], data: Arc::new(T::wrap(vec![v])) }
+        Tensor { shape: vec![], data: Storage::Owned(Arc::new(T::wrap(vec![v]))) }
     }
 
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
         let n = shape.iter().product();
-        Tensor { shape, data: Arc::new(TensorData::zeros(dtype, n)) }
+        Tensor { shape, data: Storage::Owned(Arc::new(TensorData::zeros(dtype, n))) }
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -503,45 +582,102 @@ impl Tensor {
     }
 
     pub fn dtype(&self) -> DType {
-        self.data.dtype()
-    }
-
-    pub fn data(&self) -> &TensorData {
-        &self.data
-    }
-
-    /// The shape and the elements, copied only if another tensor still shares them.
-    pub fn into_parts(self) -> (Vec<usize>, TensorData) {
-        (self.shape, Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone()))
-    }
-
-    /// The shape and the elements when no other tensor shares them; the tensor back
-    /// otherwise. Lets an executor reuse a dead value's buffer without copying it.
-    pub fn try_into_parts(self) -> Result<(Vec<usize>, TensorData), Tensor> {
-        match Arc::try_unwrap(self.data) {
-            Ok(data) => Ok((self.shape, data)),
-            Err(data) => Err(Tensor { shape: self.shape, data }),
+        match &self.data {
+            Storage::Owned(d) => d.dtype(),
+            Storage::Lent(l) => l.dtype,
         }
     }
 
-    /// The elements for writing in place, when no other tensor shares them.
+    /// The elements to match on. A lent tensor's are copied here once, on first call:
+    /// code that only reads them goes through [`as_slice`](Tensor::as_slice),
+    /// [`element_bytes`](Tensor::element_bytes) or [`le_bytes`](Tensor::le_bytes).
+    pub fn data(&self) -> &TensorData {
+        match &self.data {
+            Storage::Owned(d) => d,
+            Storage::Lent(l) => l.data(),
+        }
+    }
+
+    /// The shape and the elements, copied only if another tensor still shares them (or
+    /// another owner lends them).
+    pub fn into_parts(self) -> (Vec<usize>, TensorData) {
+        match self.data {
+            Storage::Owned(d) => {
+                (self.shape, Arc::try_unwrap(d).unwrap_or_else(|shared| (*shared).clone()))
+            }
+            Storage::Lent(l) => (self.shape, l.data().clone()),
+        }
+    }
+
+    /// The shape and the elements when no other tensor shares them; the tensor back
+    /// otherwise (and for lent elements). Lets an executor reuse a dead value's buffer
+    /// without copying it.
+    pub fn try_into_parts(self) -> Result<(Vec<usize>, TensorData), Tensor> {
+        match self.data {
+            Storage::Owned(d) => match Arc::try_unwrap(d) {
+                Ok(data) => Ok((self.shape, data)),
+                Err(d) => Err(Tensor { shape: self.shape, data: Storage::Owned(d) }),
+            },
+            lent @ Storage::Lent(_) => Err(Tensor { shape: self.shape, data: lent }),
+        }
+    }
+
+    /// The elements for writing in place, when no other tensor shares them (never for lent
+    /// elements).
     pub fn data_mut(&mut self) -> Option<&mut TensorData> {
-        Arc::get_mut(&mut self.data)
+        match &mut self.data {
+            Storage::Owned(d) => Arc::get_mut(d),
+            Storage::Lent(_) => None,
+        }
     }
 
     /// Identity of the element buffer: equal for tensors that share one (see
     /// [`shares_data_with`](Tensor::shares_data_with)). Only meaningful while both live.
     pub fn storage_id(&self) -> usize {
-        Arc::as_ptr(&self.data) as usize
+        match &self.data {
+            Storage::Owned(d) => Arc::as_ptr(d) as usize,
+            Storage::Lent(l) => Arc::as_ptr(l) as *const u8 as usize,
+        }
     }
 
     /// Whether the two tensors share one element buffer (no copy was made between them).
     pub fn shares_data_with(&self, other: &Tensor) -> bool {
-        Arc::ptr_eq(&self.data, &other.data)
+        match (&self.data, &other.data) {
+            (Storage::Owned(a), Storage::Owned(b)) => Arc::ptr_eq(a, b),
+            (Storage::Lent(a), Storage::Lent(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// The elements' bytes where they lie (little-endian, as the host is), for the plain
+    /// numeric and bool dtypes; `None` for strings and tables. No copy, lent or not.
+    pub fn element_bytes(&self) -> Option<&[u8]> {
+        match &self.data {
+            Storage::Owned(d) => {
+                let p = d.as_byte_ptr()?;
+                // SAFETY: `p` is the first byte of `d`'s element vector, which holds
+                // len × size_bytes initialised bytes (plain dtypes have no padding) and
+                // lives as long as `self`.
+                Some(unsafe { std::slice::from_raw_parts(p, d.len() * d.dtype().size_bytes()) })
+            }
+            Storage::Lent(l) => Some(l.bytes()),
+        }
+    }
+
+    /// The elements as little-endian bytes: borrowed where they lie for plain dtypes,
+    /// encoded for strings.
+    pub fn le_bytes(&self) -> Cow<'_, [u8]> {
+        match &self.data {
+            Storage::Owned(d) => d.le_bytes(),
+            Storage::Lent(l) => Cow::Borrowed(l.bytes()),
+        }
     }
 
     pub fn numel(&self) -> usize {
-        self.data.len()
+        match &self.data {
+            Storage::Owned(d) => d.len(),
+            Storage::Lent(l) => l.len_bytes / l.dtype.size_bytes().max(1),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -558,21 +694,33 @@ impl Tensor {
 
     /// The elements as a typed slice, if the dtype is `T`.
     pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
-        T::slice(&self.data)
+        match &self.data {
+            Storage::Owned(d) => T::slice(d),
+            Storage::Lent(l) if T::DTYPE == l.dtype => {
+                // SAFETY: `lend` admitted only plain numeric dtypes, aligned for their
+                // element type, whose every bit pattern is a value; `T` is that type (its
+                // DTYPE matches), and the bytes hold `numel` of them for as long as `l`.
+                Some(unsafe {
+                    std::slice::from_raw_parts(l.ptr.cast::<T>(), l.len_bytes / size_of::<T>())
+                })
+            }
+            Storage::Lent(_) => None,
+        }
     }
 
     /// Same data, new shape (element counts must agree).
     pub fn reshaped(self, shape: Vec<usize>) -> Result<Tensor, ShapeMismatch> {
         let need = crate::shape::checked_numel(&shape);
-        if need != Some(self.data.len()) {
-            return Err(ShapeMismatch { shape, len: self.data.len(), need });
+        let len = self.numel();
+        if need != Some(len) {
+            return Err(ShapeMismatch { shape, len, need });
         }
         Ok(Tensor { shape, data: self.data })
     }
 
     /// Integer view of an int tensor (shape operands: axes, pads, sizes).
     pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
-        match &*self.data {
+        match self.data() {
             TensorData::I64(v) => Some(v.clone()),
             TensorData::I32(v) => Some(v.iter().map(|&x| x as i64).collect()),
             TensorData::I16(v) => Some(v.iter().map(|&x| x as i64).collect()),
@@ -586,7 +734,8 @@ impl Tensor {
     }
 
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        (0..self.numel()).map(|i| self.data.get_f64(i)).collect()
+        let data = self.data();
+        (0..self.numel()).map(|i| data.get_f64(i)).collect()
     }
 
     /// Stable content hash (dtype, shape, bytes) used by CSE and caches.
@@ -614,7 +763,7 @@ impl Tensor {
         for d in &self.shape {
             h.update((*d as u64).to_le_bytes());
         }
-        h.update(self.data.to_le_bytes());
+        h.update(self.le_bytes());
         h.finalize().into()
     }
 }
@@ -633,7 +782,7 @@ struct TensorRepr {
 
 impl Serialize for Tensor {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let repr = match &*self.data {
+        let repr = match self.data() {
             TensorData::String(v) => TensorRepr {
                 dtype: DType::String,
                 shape: self.shape.clone(),
@@ -643,7 +792,7 @@ impl Serialize for Tensor {
             d => TensorRepr {
                 dtype: d.dtype(),
                 shape: self.shape.clone(),
-                data_b64: Some(base64::engine::general_purpose::STANDARD.encode(d.to_le_bytes())),
+                data_b64: Some(base64::engine::general_purpose::STANDARD.encode(self.le_bytes())),
                 strings: None,
             },
         };

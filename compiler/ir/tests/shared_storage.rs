@@ -2,7 +2,7 @@
 //! a constant's elements; taking a tensor apart copies only when another holder remains.
 
 use xpu_ir::text::parse;
-use xpu_ir::{NodeId, Tensor};
+use xpu_ir::{DType, NodeId, Tensor};
 
 const GRAPH: &str = r#"graph "t" {
   %0: f32[2,2] = input "x"
@@ -40,4 +40,54 @@ fn taking_a_tensor_apart_copies_only_when_shared() {
     assert_eq!(data, *t.data(), "a shared buffer is copied out, the original stays");
     let (_, data) = t.into_parts();
     assert_eq!(data.len(), 3);
+}
+
+/// Elements lent by another owner (as the Python package lends a numpy array's buffer):
+/// read where they lie, never written, copied only for code that matches on `data()`.
+#[test]
+fn lent_elements_are_read_where_they_lie() {
+    let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+    let owned = Tensor::from_vec(vec![3, 4], values.clone()).unwrap();
+    let buffer = Box::new(values);
+    let ptr = buffer.as_ptr().cast::<u8>();
+    // SAFETY: `buffer` holds 12 aligned f32s and is moved into the tensor as its owner,
+    // unchanged while it lives.
+    let lent = unsafe { Tensor::lend(vec![3, 4], DType::F32, ptr, buffer) }.unwrap();
+    assert!(lent.is_lent() && !owned.is_lent());
+    assert_eq!(lent.as_slice::<f32>().unwrap().as_ptr().cast::<u8>(), ptr, "no copy");
+    assert_eq!(lent.element_bytes().unwrap().as_ptr(), ptr);
+    assert!(lent.as_slice::<f64>().is_none());
+    assert_eq!((lent.dtype(), lent.shape(), lent.numel()), (DType::F32, &[3, 4][..], 12));
+    assert_eq!(lent, owned);
+    assert_eq!(lent.content_hash(), owned.content_hash());
+    assert_eq!(serde_json::to_string(&lent).unwrap(), serde_json::to_string(&owned).unwrap());
+    // A clone shares the lent storage; writing or taking it over copies instead.
+    let mut clone = lent.clone();
+    assert!(clone.shares_data_with(&lent) && clone.data_mut().is_none());
+    let back = clone.try_into_parts().unwrap_err();
+    assert!(back.shares_data_with(&lent));
+    assert_eq!(lent.data(), owned.data(), "matching on data() sees a copy");
+    assert_eq!(
+        lent.clone().reshaped(vec![12]).unwrap().as_slice::<f32>().unwrap().as_ptr().cast(),
+        ptr
+    );
+    assert_eq!(lent.to_f64_vec()[3], 1.5);
+}
+
+#[test]
+fn lending_refuses_what_cannot_be_read_in_place() {
+    let bytes: Box<[u64]> = vec![0u64; 4].into_boxed_slice();
+    let base = bytes.as_ptr().cast::<u8>();
+    let lend = |dtype, offset: usize| {
+        // SAFETY: the 32 bytes behind `base` outlive the call (the tensor is dropped at
+        // once); each case reads at most 8 elements within them.
+        unsafe { Tensor::lend(vec![2], dtype, base.add(offset), Box::new(())) }
+    };
+    assert!(lend(DType::F32, 1).is_none(), "misaligned");
+    assert!(lend(DType::Bool, 0).is_none(), "bool bytes may not be 0 or 1");
+    assert!(lend(DType::String, 0).is_none());
+    assert!(lend(DType::F32, 4).is_some() && lend(DType::U8, 3).is_some());
+    // SAFETY: a null pointer is refused before anything is read.
+    assert!(unsafe { Tensor::lend(vec![0], DType::F32, std::ptr::null(), Box::new(())) }.is_none());
+    drop(bytes);
 }

@@ -417,14 +417,10 @@ impl DeviceBuffer for CudaBuffer {
 
 /// The bytes of a tensor the kernels can take (numbers and bools), else an error naming it.
 pub(crate) fn host_bytes<'t>(t: &'t Tensor, what: &str) -> Result<&'t [u8], EngineError> {
-    let data = t.data();
-    let p = data.as_byte_ptr().ok_or_else(|| EngineError::Input {
+    t.element_bytes().ok_or_else(|| EngineError::Input {
         name: what.to_string(),
         message: format!("dtype {} has no device form", t.dtype()),
-    })?;
-    // SAFETY: `p` is the first byte of the tensor's element vector, which holds
-    // len × size_bytes initialised bytes and lives as long as `t`.
-    Ok(unsafe { std::slice::from_raw_parts(p, data.len() * t.dtype().size_bytes()) })
+    })
 }
 
 /// A host tensor of `dtype` and `shape` whose bytes `fill` writes.

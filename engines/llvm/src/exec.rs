@@ -183,14 +183,17 @@ impl Executable for LlvmExecutable {
             stop.check(|| self.graph.node(step.nodes[step.nodes.len() - 1]).label(step.nodes[0]))?;
             let mut ptrs = Vec::with_capacity(step.buffers.len());
             for slot in &step.buffers {
-                let data = match slot {
-                    Slot::Input(i) => inputs[*i].data(),
-                    Slot::Constant(t) => t.data(),
-                    Slot::Computed(v) => &values[*v],
+                // Inputs and constants where they lie (a lent input too).
+                let (p, dtype) = match slot {
+                    Slot::Input(i) => {
+                        (inputs[*i].element_bytes().map(<[u8]>::as_ptr), inputs[*i].dtype())
+                    }
+                    Slot::Constant(t) => (t.element_bytes().map(<[u8]>::as_ptr), t.dtype()),
+                    Slot::Computed(v) => (values[*v].as_byte_ptr(), values[*v].dtype()),
                 };
-                let p = data.as_byte_ptr().ok_or_else(|| EngineError::Kernel {
+                let p = p.ok_or_else(|| EngineError::Kernel {
                     node: "llvm".into(),
-                    message: format!("a buffer of dtype {}", data.dtype()),
+                    message: format!("a buffer of dtype {dtype}"),
                 })?;
                 ptrs.push(p as *mut u8);
             }

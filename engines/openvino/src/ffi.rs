@@ -434,9 +434,12 @@ impl HostTensor {
         }
         // OpenVINO wants a non-null pointer even for an empty tensor.
         let mut dummy = [0u8; 8];
-        let data: *mut c_void = match t.data() {
-            d if d.is_empty() => dummy.as_mut_ptr().cast(),
-            d => xpu_ir::with_data!(d, v => v.as_ptr() as *mut c_void),
+        // The elements where they lie (lent ones too); strings and tables through their
+        // vectors.
+        let data: *mut c_void = match (t.numel(), t.element_bytes()) {
+            (0, _) => dummy.as_mut_ptr().cast(),
+            (_, Some(bytes)) => bytes.as_ptr() as *mut c_void,
+            (_, None) => xpu_ir::with_data!(t.data(), v => v.as_ptr() as *mut c_void),
         };
         let mut p = ptr::null_mut();
         // SAFETY: `shape` holds `rank` readable dims (OpenVINO's array, or none for a scalar)

@@ -36,8 +36,15 @@ macro_rules! per_element_type {
     };
 }
 
-/// A view of `t` ORT can read.
+/// A view of `t` ORT can read (lent elements where they lie, too).
 pub fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
+    if t.is_lent()
+        && let Some(bytes) = t.element_bytes()
+        && let Some(view) =
+            borrowed_value(&BorrowedTensor { dtype: t.dtype(), shape: t.shape(), bytes })
+    {
+        return view;
+    }
     let shape = shape_of(t.shape());
     macro_rules! view {
         ($v:expr) => {

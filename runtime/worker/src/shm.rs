@@ -106,7 +106,7 @@ impl Region {
     pub fn put_all(&mut self, mut at: usize, tensors: &[Tensor]) -> io::Result<Vec<Slot>> {
         let mut slots = Vec::with_capacity(tensors.len());
         for t in tensors {
-            let bytes = t.data().le_bytes();
+            let bytes = t.le_bytes();
             self.reserve(at + bytes.len())?;
             self.bytes_mut(at, bytes.len())?.copy_from_slice(&bytes);
             let len = bytes.len();

@@ -452,7 +452,7 @@ fn program_c(
     let _ = writeln!(c, "const struct xpu_output xpu_outputs[] = {{{}}};\n", pad(&table));
     let mut table = Vec::new();
     for (i, t) in consts.iter().enumerate() {
-        let bytes = t.data().to_le_bytes();
+        let bytes = t.le_bytes();
         let body: Vec<String> = bytes.iter().map(|b| b.to_string()).collect();
         let _ = writeln!(
             c,

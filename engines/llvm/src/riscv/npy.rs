@@ -21,7 +21,7 @@ pub fn encode(t: &Tensor) -> Result<Vec<u8>, String> {
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
     out.extend((header.len() as u16).to_le_bytes());
     out.extend(header.as_bytes());
-    out.extend(t.data().to_le_bytes());
+    out.extend_from_slice(&t.le_bytes());
     Ok(out)
 }
 
