@@ -1,9 +1,11 @@
 //! Numpy arrays in and out. An input of a plain numeric dtype in native byte order that is
-//! C-contiguous and aligned is lent to the run — read where it lies, no copy — when it is
-//! read-only (numpy's `writeable` flag off), when the caller opted in for writable arrays
-//! (`borrow_inputs=True`: it promises not to change them during a run), or when xpu made
-//! the array itself (`numpy.asarray` of a list); every other input is copied once (a
-//! non-contiguous one gathered in that copy), and why is returned for the run's facts.
+//! C-contiguous and aligned is lent to the run — read where it lies, no copy — when its
+//! memory cannot change during the run: it is read-only (numpy's `writeable` flag off) and
+//! so is every array it views, down to memory numpy owns or a `bytes` object; or xpu made
+//! it (`numpy.asarray` of a list); or the caller opted in (`borrow_inputs=True`: it
+//! promises not to change the array during a run). Every other input is copied once (a
+//! non-contiguous or misaligned one by numpy, whose copy is then lent), and why is
+//! returned for the run's facts.
 //! Outputs are handed to numpy without a copy: the tensor's vector becomes the array's
 //! memory. Tables (MiniLang) become `ArrowTable`s ([`crate::tables`]), which the Python
 //! side turns into DataFrames.
@@ -37,7 +39,10 @@ pub fn to_tensor(
             let converted = converted.cast_into::<PyUntypedArray>().map_err(|_| {
                 input_error(py, name, "numpy.asarray did not return an array".to_string())
             })?;
-            (converted, true)
+            // Ours only if numpy made new memory (a list's numbers); an object with
+            // `__array__` or the buffer protocol may be a view of the caller's memory.
+            let ours = flags(&converted) & numpy::npyffi::NPY_ARRAY_OWNDATA != 0;
+            (converted, ours)
         }
     };
     let dtype = array.dtype();
@@ -50,7 +55,7 @@ pub fn to_tensor(
             ),
         ));
     }
-    let writable_kept = !ours && !borrow_writable && is_writeable(&array);
+    let kept = if ours || borrow_writable { None } else { why_not_lent(&array)? };
     macro_rules! read_as {
         ($($t:ty => $variant:ident),* $(,)?) => {
             $(
@@ -58,15 +63,20 @@ pub fn to_tensor(
                     let typed = array.cast::<PyArrayDyn<$t>>()?;
                     let aligned = (typed.data() as usize).is_multiple_of(align_of::<$t>());
                     if !array.is_c_contiguous() || !aligned {
-                        // numpy's own copy, C-ordered and aligned, is ours: lent.
+                        // A new base-class array, C-ordered and aligned, is ours: lent.
                         let why = if aligned { "not C-contiguous" } else { "not aligned for its dtype" };
-                        let copy = typed.call_method1("copy", ("C",))?;
+                        let np = py.import("numpy")?;
+                        let kwargs = PyDict::new(py);
+                        kwargs.set_item("order", "C")?;
+                        kwargs.set_item("copy", true)?;
+                        let copy = np.call_method("array", (typed,), Some(&kwargs))?;
                         let copy = copy.cast::<PyArrayDyn<$t>>()?;
-                        let lent = lent(copy).expect("numpy's copy is C-contiguous and aligned");
-                        return Ok((lent, Some(why.into())));
+                        return match lent(copy) {
+                            Some(lent) => Ok((lent, Some(why.into()))),
+                            None => Err(input_error(py, name, format!("is {why}, and numpy's copy of it is too"))),
+                        };
                     }
-                    if writable_kept {
-                        let why = "writable (read-only arrays are read in place; borrow_inputs=True lends writable ones)";
+                    if let Some(why) = kept {
                         return Ok((read_typed(typed, |v| TensorData::$variant(v)), Some(why.into())));
                     }
                     let lent = lent(typed).expect("checked: C-contiguous and aligned");
@@ -80,9 +90,14 @@ pub fn to_tensor(
         i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
     );
     if dtype.is_equiv_to(&numpy::dtype::<bool>(py)) {
-        // A bool byte other than 0 or 1 (a view of other bytes) is no `bool`: always copied.
-        let typed = array.cast::<PyArrayDyn<bool>>()?;
-        let copy = read_typed(typed, TensorData::Bool);
+        // A bool byte other than 0 or 1 (a view of other bytes) is no `bool`: read as bytes
+        // and always copied.
+        let bytes = array.call_method1("view", (numpy::dtype::<u8>(py),))?;
+        let bytes = bytes.cast::<PyArrayDyn<u8>>()?;
+        let shape = bytes.shape().to_vec();
+        let readonly = bytes.readonly();
+        let copy: Vec<bool> = readonly.as_array().iter().map(|&b| b != 0).collect();
+        let copy = Tensor::new(shape, TensorData::Bool(copy)).expect("numpy's shape");
         return Ok((copy, Some("bool elements are always copied".into())));
     }
     Err(input_error(
@@ -94,18 +109,46 @@ pub fn to_tensor(
     ))
 }
 
-/// Whether numpy lets the array be written (its `writeable` flag).
-fn is_writeable(array: &Bound<'_, PyUntypedArray>) -> bool {
+/// numpy's flags of the array (`writeable`, `owndata` …).
+fn flags(array: &Bound<'_, PyUntypedArray>) -> i32 {
     // SAFETY: `array` is a live numpy array (checked by the cast that made it) and the GIL
     // is held; reading its flags field is what numpy's own PyArray_FLAGS does.
-    let flags =
-        unsafe { (*numpy::npyffi::objects::_PyArray_GET_ITEM_DATA(array.as_array_ptr())).flags };
-    flags & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0
+    unsafe { (*numpy::npyffi::objects::_PyArray_GET_ITEM_DATA(array.as_array_ptr())).flags }
+}
+
+/// Why the array's memory may change during a run (so it is copied), or `None` when it
+/// cannot: the array is read-only and so is every array it views, down to memory numpy
+/// owns or an immutable `bytes` object. A read-only view of a writable array, of a DLPack
+/// producer (a torch tensor) or of another object's buffer may change under it.
+fn why_not_lent(array: &Bound<'_, PyUntypedArray>) -> PyResult<Option<&'static str>> {
+    const WRITABLE: &str =
+        "writable (read-only arrays are read in place; borrow_inputs=True lends writable ones)";
+    const VIEW: &str = "a read-only view of memory that may change (borrow_inputs=True lends it)";
+    if flags(array) & numpy::npyffi::NPY_ARRAY_WRITEABLE != 0 {
+        return Ok(Some(WRITABLE));
+    }
+    let mut base = array.getattr("base")?;
+    // Views of views: bounded, as numpy collapses most chains to one level.
+    for _ in 0..64 {
+        if base.is_none() || base.is_exact_instance_of::<pyo3::types::PyBytes>() {
+            return Ok(None);
+        }
+        match base.cast::<PyUntypedArray>() {
+            Ok(a) if flags(a) & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 => {
+                base = a.getattr("base")?;
+            }
+            _ => return Ok(Some(VIEW)),
+        }
+    }
+    Ok(Some(VIEW))
 }
 
 /// A C-contiguous array's elements lent to a tensor, the array itself kept alive by it;
 /// `None` when `Tensor::lend` refuses (misaligned memory, which callers check first).
 fn lent<T: Element + xpu_ir::Element>(array: &Bound<'_, PyArrayDyn<T>>) -> Option<Tensor> {
+    if !array.is_c_contiguous() {
+        return None;
+    }
     let shape = array.shape().to_vec();
     let ptr = array.data().cast_const().cast::<u8>();
     let owner: Box<dyn std::any::Any + Send + Sync> = Box::new(array.clone().unbind());

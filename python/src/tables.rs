@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, RecordBatchIterator, StringArray,
+    ArrayRef, BooleanArray, Float64Array, Int64Array, LargeStringArray, RecordBatch,
+    RecordBatchIterator,
 };
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::ffi::FFI_ArrowSchema;
@@ -81,7 +82,7 @@ impl ArrowTable {
     }
 }
 
-/// The table as one Arrow record batch: float64, int64, bool and utf8 columns, nullable,
+/// The table as one Arrow record batch: float64, int64, bool and large-utf8 columns, nullable,
 /// missing values as nulls.
 fn record_batch(table: &Table) -> Result<RecordBatch, arrow::error::ArrowError> {
     let mut fields = Vec::with_capacity(table.columns.len());
@@ -92,7 +93,9 @@ fn record_batch(table: &Table) -> Result<RecordBatch, arrow::error::ArrowError> 
             ColumnData::I64(v) => (DataType::Int64, Arc::new(Int64Array::from(v.clone()))),
             ColumnData::Bool(v) => (DataType::Boolean, Arc::new(BooleanArray::from(v.clone()))),
             ColumnData::String(v) => {
-                (DataType::Utf8, Arc::new(v.iter().map(Option::as_deref).collect::<StringArray>()))
+                // 64-bit offsets: a column of more than 2 GiB of text is still one array.
+                let strings = v.iter().map(Option::as_deref).collect::<LargeStringArray>();
+                (DataType::LargeUtf8, Arc::new(strings))
             }
         };
         fields.push(Field::new(&column.name, dtype, true));

@@ -42,7 +42,14 @@ def _xpuctl() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "xpuctl"
 
 
-@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.toml") if "[[test]]" in p.read_text()))
+WITH_TESTS = sorted(p.name for p in EXAMPLES.glob("*.toml") if "[[test]]" in p.read_text())
+
+
+def test_example_policies_have_tests() -> None:
+    assert len(WITH_TESTS) >= 5, WITH_TESTS
+
+
+@pytest.mark.parametrize("example", WITH_TESTS)
 def test_policy_test_agrees_with_xpuctl_policy_test(example: str) -> None:
     import json
     import subprocess
@@ -146,9 +153,12 @@ def test_minilang_tables_cross_through_the_arrow_c_stream_interface(tmp_path: Pa
     for c in ["age", "score"]:
         np.testing.assert_array_equal(with_arrow[c].to_numpy(dtype=float), without[c].to_numpy(dtype=float))
     assert with_arrow["name"].isna().tolist() == without["name"].isna().tolist() == [False, False, True]
-    # A stream nobody consumed is released with its capsule (no leak, no crash).
+    # A stream nobody consumed is released with its capsule; a consumed one is not
+    # released twice (neither crashes).
     for _ in range(100):
         table.__arrow_c_stream__()
+    for _ in range(10):
+        assert pa.RecordBatchReader.from_stream(table).read_all().num_rows == 3
 
 
 def test_minilang_plots_come_back_as_pictures_a_notebook_shows(tmp_path: Path) -> None:

@@ -346,17 +346,21 @@ def test_read_only_inputs_are_read_in_place_and_copies_are_facts(
     assert _copied_facts(lending) == []
 
 
-def test_a_lent_input_outlives_its_last_python_reference(mlp: Path, reference: Reference) -> None:
-    # The run holds the array: dropping the caller's name mid-flight frees nothing early.
+def test_a_lent_input_is_released_after_the_run(mlp: Path, reference: Reference) -> None:
+    # The run holds a reference to a lent array while it reads it, and none after.
     import gc
+    import weakref
 
     sess = xpu.InferenceSession(mlp)
     x = batch(64, seed=9)
     expected = reference(x)
     x.setflags(write=False)
+    held = weakref.ref(x)
     y = sess.run({"x": x})["y"]
+    assert _copied_facts(sess) == []
     del x
     gc.collect()
+    assert held() is None, "the session keeps no reference to a lent input"
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
     # Unaligned memory (a view at an odd byte offset) is copied, not lent.
     raw = np.zeros(4 * 16 * 4 + 1, np.uint8)
@@ -365,6 +369,28 @@ def test_a_lent_input_outlives_its_last_python_reference(mlp: Path, reference: R
     odd.setflags(write=False)
     np.testing.assert_allclose(sess.run({"x": odd})["y"], reference(np.array(odd)), rtol=1e-4, atol=1e-5)
     assert "aligned" in _copied_facts(sess)[0]
+
+
+def test_read_only_views_of_memory_that_may_change_are_copied(mlp: Path, reference: Reference) -> None:
+    sess = xpu.InferenceSession(mlp)
+    base = batch(4, seed=6)
+    view = base.view()
+    view.setflags(write=False)  # read-only, but `base` can still be written
+    np.testing.assert_allclose(sess.run({"x": view})["y"], reference(base), rtol=1e-4, atol=1e-5)
+    assert "may change" in _copied_facts(sess)[0]
+    # A read-only view of a read-only array, or of bytes: lent.
+    base.setflags(write=False)
+    sess.run({"x": view})
+    assert _copied_facts(sess) == []
+    frozen = np.frombuffer(base.tobytes(), np.float32).reshape(4, 16)
+    np.testing.assert_allclose(sess.run({"x": frozen})["y"], reference(base), rtol=1e-4, atol=1e-5)
+    assert _copied_facts(sess) == []
+    # A DLPack producer's memory belongs to the producer: copied unless borrowed.
+    sess.run({"x": _Producer(batch(4, seed=7))})
+    assert _copied_facts(sess) != []
+    # Lists become arrays no one else holds: read in place.
+    sess.run({"x": batch(2, seed=8).tolist()})
+    assert _copied_facts(sess) == []
 
 
 _RSS_PROBE = r"""

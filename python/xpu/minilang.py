@@ -51,9 +51,12 @@ def _table(table: Any) -> Any:
     except ImportError:
         return table.columns()
     pa = _pyarrow()
-    if pa is None:
-        return pd.DataFrame(table.columns())
-    return pa.table(table).to_pandas()
+    if pa is not None:
+        try:
+            return pa.table(table).to_pandas()
+        except TypeError:  # a pyarrow without Arrow's stream protocol (before 15)
+            pass
+    return pd.DataFrame(table.columns())
 
 
 def _pyarrow() -> Any:

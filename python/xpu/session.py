@@ -183,7 +183,7 @@ class InferenceSession:
         arg = next((i for i in self._inputs if i.name == name), None)
         dtype = _NUMPY_TYPES.get(arg.dtype) if arg is not None else None
         try:
-            array = np.asarray(value)
+            array = self._converted(value)
             if dtype is None or array.dtype == dtype:
                 return array
             # Lists and scalars of Python numbers take the input's dtype: any number for a
@@ -193,14 +193,28 @@ class InferenceSession:
             if array.dtype.kind in "biuf" and not hasattr(value, "dtype"):
                 target = np.dtype(dtype)
                 if target.kind == "f":
-                    return array.astype(target)
+                    return self._frozen(array.astype(target))
                 if target.kind in "iu" and array.dtype.kind in "biu":
                     converted = array.astype(target)
                     if np.array_equal(converted, array):
-                        return converted
+                        return self._frozen(converted)
             return array
         except (TypeError, ValueError, OverflowError) as e:
             raise InputError(f"input `{name}` cannot be read as an array of {arg.dtype if arg else '?'}: {e}", input=name) from None
+
+    @staticmethod
+    def _converted(value: Any) -> Any:
+        """``numpy.asarray(value)``; an array numpy made from Python numbers is no one
+        else's, so it is marked read-only and read in place."""
+        import numpy as np
+
+        array = np.asarray(value)
+        return InferenceSession._frozen(array) if array.flags.owndata and not hasattr(value, "__array__") else array
+
+    @staticmethod
+    def _frozen(array: Any) -> Any:
+        array.flags.writeable = False
+        return array
 
     def _check_static(self, feed: Mapping[str, Any]) -> None:
         import numpy as np

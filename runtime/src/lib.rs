@@ -142,9 +142,14 @@ impl SharedEngines {
         // An engine this build leaves out (the Python module is built without LLVM) runs
         // only in the worker program, which has it; a worker that cannot start makes it
         // unavailable with the reason.
+        // It takes its usual place in the order (the inventory's and the default policy's).
+        const ORDER: [&str; 5] = ["cpu", "ort", "openvino", "llvm", "cuda"];
+        let rank = |name: &str| ORDER.iter().position(|n| *n == name).unwrap_or(ORDER.len());
         for name in &workers.engines {
             if shared.get(name).is_none() && name != "table" {
-                shared.engines.push(Arc::new(workers.engine(name, libraries)));
+                let at = shared.engines.iter().position(|e| rank(e.name()) > rank(name));
+                let engine: Arc<dyn xpu_engine::Engine> = Arc::new(workers.engine(name, libraries));
+                shared.engines.insert(at.unwrap_or(shared.engines.len()), engine);
             }
         }
         shared

@@ -498,10 +498,24 @@ impl Lent {
     }
 
     fn data(&self) -> &TensorData {
-        self.copy.get_or_init(|| {
-            TensorData::from_le_bytes(self.dtype, self.bytes())
-                .expect("lent elements are whole elements of a plain dtype (checked by lend)")
-        })
+        self.copy.get_or_init(|| self.copied())
+    }
+
+    fn copied(&self) -> TensorData {
+        TensorData::from_le_bytes(self.dtype, self.bytes())
+            .expect("lent elements are whole elements of a plain dtype (checked by lend)")
+    }
+
+    /// The elements as an owned vector: the copy already made when this is the last
+    /// holder and one was, else one copy.
+    fn into_data(self: Arc<Lent>) -> TensorData {
+        match Arc::try_unwrap(self) {
+            Ok(mut lent) => lent.copy.take().unwrap_or_else(|| lent.copied()),
+            Err(shared) => match shared.copy.get() {
+                Some(copy) => copy.clone(),
+                None => shared.copied(),
+            },
+        }
     }
 }
 
@@ -509,9 +523,18 @@ impl Lent {
 /// its rewritten copy does not walk the weights the copy shares).
 impl PartialEq for Tensor {
     fn eq(&self, other: &Tensor) -> bool {
-        self.shape == other.shape
-            && (self.shares_data_with(other)
-                || (self.dtype() == other.dtype() && self.le_bytes() == other.le_bytes()))
+        if self.shape != other.shape {
+            return false;
+        }
+        if self.shares_data_with(other) {
+            return true;
+        }
+        match (&self.data, &other.data) {
+            (Storage::Owned(a), Storage::Owned(b)) => a == b,
+            // Lent elements are plain numbers: compared as `data()` would be, without
+            // copying them (NaN ≠ NaN, 0.0 = -0.0).
+            _ => self.dtype() == other.dtype() && self.elements_eq(other),
+        }
     }
 }
 
@@ -557,6 +580,28 @@ impl Tensor {
         }
         let lent = Lent { dtype, ptr, len_bytes, _owner: owner, copy: Default::default() };
         Some(Tensor { shape, data: Storage::Lent(Arc::new(lent)) })
+    }
+
+    /// Element-wise equality of two tensors of one plain dtype, read where they lie.
+    fn elements_eq(&self, other: &Tensor) -> bool {
+        fn eq<T: Element>(a: &Tensor, b: &Tensor) -> bool {
+            a.as_slice::<T>() == b.as_slice::<T>()
+        }
+        match self.dtype() {
+            DType::F32 => eq::<f32>(self, other),
+            DType::F64 => eq::<f64>(self, other),
+            DType::F16 => eq::<f16>(self, other),
+            DType::BF16 => eq::<bf16>(self, other),
+            DType::I8 => eq::<i8>(self, other),
+            DType::I16 => eq::<i16>(self, other),
+            DType::I32 => eq::<i32>(self, other),
+            DType::I64 => eq::<i64>(self, other),
+            DType::U8 => eq::<u8>(self, other),
+            DType::U16 => eq::<u16>(self, other),
+            DType::U32 => eq::<u32>(self, other),
+            DType::U64 => eq::<u64>(self, other),
+            _ => self.data() == other.data(),
+        }
     }
 
     /// Whether the elements are lent by another owner ([`Tensor::lend`]).
@@ -605,7 +650,7 @@ impl Tensor {
             Storage::Owned(d) => {
                 (self.shape, Arc::try_unwrap(d).unwrap_or_else(|shared| (*shared).clone()))
             }
-            Storage::Lent(l) => (self.shape, l.data().clone()),
+            Storage::Lent(l) => (self.shape, l.into_data()),
         }
     }
 
@@ -782,15 +827,15 @@ struct TensorRepr {
 
 impl Serialize for Tensor {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let repr = match self.data() {
-            TensorData::String(v) => TensorRepr {
+        let repr = match self.dtype() {
+            DType::String => TensorRepr {
                 dtype: DType::String,
                 shape: self.shape.clone(),
                 data_b64: None,
-                strings: Some(v.clone()),
+                strings: self.as_slice::<String>().map(<[String]>::to_vec),
             },
-            d => TensorRepr {
-                dtype: d.dtype(),
+            dtype => TensorRepr {
+                dtype,
                 shape: self.shape.clone(),
                 data_b64: Some(base64::engine::general_purpose::STANDARD.encode(self.le_bytes())),
                 strings: None,

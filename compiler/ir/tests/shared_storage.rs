@@ -91,3 +91,35 @@ fn lending_refuses_what_cannot_be_read_in_place() {
     assert!(unsafe { Tensor::lend(vec![0], DType::F32, std::ptr::null(), Box::new(())) }.is_none());
     drop(bytes);
 }
+
+/// A lent tensor's owner lives exactly as long as the last tensor sharing its elements, and
+/// equality is element-wise whatever the storage (NaN unequal, -0.0 equal to 0.0).
+#[test]
+fn lent_owner_lives_as_long_as_the_last_sharer() {
+    struct Owner(Vec<f32>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let owner = Box::new(Owner(vec![f32::NAN, -0.0, 1.0], dropped.clone()));
+    let ptr = owner.0.as_ptr().cast::<u8>();
+    // SAFETY: the owner's vector (3 aligned f32s) moves with the box into the tensor and is
+    // never changed.
+    let lent = unsafe { Tensor::lend(vec![3], DType::F32, ptr, owner) }.unwrap();
+    let clone = lent.clone().reshaped(vec![1, 3]).unwrap();
+    drop(lent);
+    assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst), "a clone still shares it");
+    let nan_free = Tensor::from_vec(vec![1, 3], vec![f32::NAN, 0.0, 1.0]).unwrap();
+    assert_ne!(clone, nan_free, "NaN is unequal to NaN, as for owned tensors");
+    let (_, data) = clone.into_parts();
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "taken apart: the owner went");
+    assert_eq!(data.len(), 3);
+    let a = Tensor::from_vec(vec![2], vec![-0.0f32, 1.0]).unwrap();
+    let keep = Box::new(vec![0.0f32, 1.0]);
+    let p = keep.as_ptr().cast::<u8>();
+    // SAFETY: `keep` moves into the tensor as its owner, unchanged.
+    let b = unsafe { Tensor::lend(vec![2], DType::F32, p, keep) }.unwrap();
+    assert_eq!(a, b, "-0.0 equals 0.0 element-wise");
+}

@@ -126,7 +126,8 @@ struct Worker {
 /// own, the last [`StderrTail::KEEP`] bytes kept.
 struct StderrTail {
     kept: Arc<Mutex<std::collections::VecDeque<u8>>>,
-    forwarder: Option<std::thread::JoinHandle<()>>,
+    /// Says the forwarder read to the end (the pipe closed).
+    done: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl StderrTail {
@@ -135,6 +136,7 @@ impl StderrTail {
     fn forward(from: Option<std::process::ChildStderr>) -> StderrTail {
         use std::io::{BufRead, Write};
         let kept = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        let (tx, done) = std::sync::mpsc::channel();
         let forwarder = from.and_then(|pipe| {
             let kept = kept.clone();
             std::thread::Builder::new()
@@ -151,17 +153,19 @@ impl StderrTail {
                         }
                         line.clear();
                     }
+                    let _ = tx.send(());
                 })
                 .ok()
         });
-        StderrTail { kept, forwarder }
+        StderrTail { kept, done: forwarder.map(|_| done) }
     }
 
-    /// What the worker wrote last, once it has exited (the forwarder has read to the end),
-    /// as one line; empty if it wrote nothing.
+    /// What the worker wrote last, as one line (empty if nothing), once it has exited: the
+    /// forwarder is given a moment to read to the end, not waited for (a process the
+    /// worker started may hold the pipe open).
     fn last_words(&mut self) -> String {
-        if let Some(f) = self.forwarder.take() {
-            let _ = f.join();
+        if let Some(done) = self.done.take() {
+            let _ = done.recv_timeout(Duration::from_millis(500));
         }
         let kept = self.kept.lock().map(|k| k.iter().copied().collect::<Vec<u8>>());
         let text = String::from_utf8_lossy(&kept.unwrap_or_default()).into_owned();
@@ -405,7 +409,7 @@ impl Inner {
             Ok(Some(other)) => return Err(unavailable(format!("answered {other:?} to hello"))),
             Ok(None) | Err(_) => {
                 drop(worker.writer.shutdown(std::net::Shutdown::Both));
-                let status = worker.child.wait().ok();
+                let status = ended_or_killed(&mut worker.child);
                 let said = worker.stderr.last_words();
                 let said = if said.is_empty() { said } else { format!(": {said}") };
                 return Err(unavailable(match status {
@@ -446,6 +450,9 @@ impl Inner {
         if !self.setup.spin.is_zero() {
             cmd.arg("--spin-us").arg(self.setup.spin.as_micros().to_string());
         }
+        // Its own process group: a terminal's Ctrl-C is for the parent (which stops the run
+        // through the control socket), not a signal that kills the worker mid-run.
+        cmd.process_group(0);
         // The worker's stdout is not the user's: engines that print go to stderr.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(std::io::stderr().as_fd().try_clone_to_owned()?))
@@ -690,6 +697,21 @@ fn spawn_on_keeper(cmd: Command) -> std::io::Result<Child> {
         .send((cmd, tx))
         .map_err(|_| std::io::Error::other("the worker keeper thread is gone"))?;
     rx.recv().map_err(|_| std::io::Error::other("the worker keeper thread is gone"))?
+}
+
+/// The exit status of a worker that stopped answering at start: the one it exits with
+/// within a moment (a loader error, a crash), else it is killed.
+fn ended_or_killed(child: &mut Child) -> Option<ExitStatus> {
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    child.wait().ok()
 }
 
 /// A signal or exit status the way the metrics and errors name it.
