@@ -322,10 +322,12 @@ impl Live {
     ) -> PyResult<(Vec<Tensor>, Vec<String>)> {
         let (g, names) = (&self.graph, &self.input_names);
         for key in feed.keys() {
-            let key: String = key.extract().map_err(|_| {
+            let key = key.cast_into::<pyo3::types::PyString>().map_err(|e| {
+                let key = e.into_inner();
                 errors::plain(py, "InputError", format!("input names are strings, not {key}"))
             })?;
-            if !names.contains(&key) {
+            let key = key.to_cow()?;
+            if !names.iter().any(|n| *n == *key) {
                 return Err(errors::plain(
                     py,
                     "InputError",
