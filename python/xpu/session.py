@@ -142,9 +142,8 @@ class InferenceSession:
         released while the engines run; one session serves many threads."""
         # The common call, `run({name: ndarray})`, takes the shortest path: its feed goes to
         # the native run as it is (a per-call cost users of small models feel).
-        if input_feed is None and type(output_names) is dict:
-            feed, wanted, as_dict = output_names, None, True
-        elif input_feed is None and isinstance(output_names, Mapping):
+        feed: Any
+        if input_feed is None and isinstance(output_names, Mapping):
             feed, wanted, as_dict = output_names, None, True
         else:
             feed, wanted, as_dict = input_feed, output_names, False
