@@ -109,8 +109,9 @@ test: setup lint target-owner
 
 # The Python package's tests (pytest) on the test profile's native module: built beside
 # `cargo test`'s libraries (same profile and features: only the module and a few crates
-# compile), put beside the package's sources with python/ on the venv's path
-# (tools/python_dev_install.sh); the client's tests start the test build's xpud.
+# compile), put beside the package's sources with python/ on the venv's path together with
+# the test build's xpu-worker, which the llvm engine runs in (tools/python_dev_install.sh);
+# the client's tests start the test build's xpud.
 python-test: setup-python
 	cargo build -q --workspace --lib --bins --locked --profile test
 	tools/python_dev_install.sh $(VENV)
