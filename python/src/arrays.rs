@@ -117,8 +117,8 @@ fn flags(array: &Bound<'_, PyUntypedArray>) -> i32 {
 }
 
 /// Why the array's memory may change during a run (so it is copied), or `None` when it
-/// cannot: the array is read-only and so is every array it views, down to memory numpy
-/// owns or an immutable `bytes` object. A read-only view of a writable array, of a DLPack
+/// cannot: the array is read-only and so is every array it views (or that array is held
+/// by the view alone), down to memory numpy owns or an immutable `bytes` object. A read-only view of a writable array, of a DLPack
 /// producer (a torch tensor) or of another object's buffer may change under it.
 fn why_not_lent(array: &Bound<'_, PyUntypedArray>) -> PyResult<Option<&'static str>> {
     const WRITABLE: &str =
@@ -134,7 +134,9 @@ fn why_not_lent(array: &Bound<'_, PyUntypedArray>) -> PyResult<Option<&'static s
             return Ok(None);
         }
         match base.cast::<PyUntypedArray>() {
-            Ok(a) if flags(a) & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 => {
+            // A writable array that only the view holds (the view's reference and this
+            // handle: `np.load`'s result reshaped, say) is nobody else's to write.
+            Ok(a) if flags(a) & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 || a.get_refcnt() <= 2 => {
                 base = a.getattr("base")?;
             }
             _ => return Ok(Some(VIEW)),

@@ -378,6 +378,13 @@ def test_read_only_views_of_memory_that_may_change_are_copied(mlp: Path, referen
     view.setflags(write=False)  # read-only, but `base` can still be written
     np.testing.assert_allclose(sess.run({"x": view})["y"], reference(base), rtol=1e-4, atol=1e-5)
     assert "may change" in _copied_facts(sess)[0]
+    # A read-only view of an array no one else holds (np.load's result is a reshaped
+    # view of one): lent.
+    loaded = np.ascontiguousarray(batch(64, seed=10)).reshape(-1).reshape(64, 16)
+    loaded.setflags(write=False)
+    assert loaded.base is not None and loaded.base.flags.writeable
+    sess.run({"x": loaded})
+    assert _copied_facts(sess) == []
     # A read-only view of a read-only array, or of bytes: lent.
     base.setflags(write=False)
     sess.run({"x": view})
