@@ -136,13 +136,20 @@ fn why_not_lent(array: &Bound<'_, PyUntypedArray>) -> PyResult<Option<&'static s
         match base.cast::<PyUntypedArray>() {
             // A writable array that only the view holds (the view's reference and this
             // handle: `np.load`'s result reshaped, say) is nobody else's to write.
-            Ok(a) if flags(a) & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 || a.get_refcnt() <= 2 => {
+            Ok(a) if flags(a) & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 || references(a) <= 2 => {
                 base = a.getattr("base")?;
             }
             _ => return Ok(Some(VIEW)),
         }
     }
     Ok(Some(VIEW))
+}
+
+/// How many references the array has (ours included).
+fn references(array: &Bound<'_, PyUntypedArray>) -> isize {
+    // SAFETY: `array` is a live object and the GIL is held: reading its reference count is
+    // what `sys.getrefcount` does.
+    unsafe { pyo3::ffi::Py_REFCNT(array.as_ptr()) }
 }
 
 /// A C-contiguous array's elements lent to a tensor, the array itself kept alive by it;
