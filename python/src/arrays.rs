@@ -196,7 +196,8 @@ fn input_error(py: Python<'_>, name: &str, message: String) -> PyErr {
 pub fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyAny>> {
     let (shape, data) = match tensor.try_into_parts() {
         Ok(parts) => parts,
-        Err(shared) => (shared.shape().to_vec(), shared.data().clone()),
+        // Shared (or lent) elements: one copy, not a cached copy cloned.
+        Err(shared) => shared.into_parts(),
     };
     macro_rules! owned {
         ($v:expr) => {
