@@ -140,6 +140,79 @@ fn dependency_direction() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// The floors of the source tree, bottom first: a crate's directory says which floor it is
+/// on, and a crate may depend only on crates of its own floor or below — so a directory
+/// tells a reader what a crate may import, and no arrow runs back up.
+const FLOORS: &[(&str, &[&str])] = &[
+    // Front ends and IRs: the IR and what is built on it, nothing that runs or decides.
+    ("compiler", &["compiler/"]),
+    // The engine API and the engines.
+    ("engines", &["engines/"]),
+    // The policy format: op names, dtypes and kernels of the engine catalogue.
+    ("policies", &["policies"]),
+    // The planner and GraphExec: policies and engines in, plans and runs out.
+    ("plan", &["plan"]),
+    // Processes that run plans: the runtime, its file formats and worker processes.
+    ("runtime", &["runtime"]),
+    // What users run: the daemon and its stores, the CLI, the Python package, tools.
+    ("top", &["daemon", "cli", "python", "bench", "tests", "tools/", "fuzz"]),
+];
+
+fn floor_of(dir: &str) -> Option<usize> {
+    FLOORS.iter().position(|(_, prefixes)| {
+        prefixes.iter().any(|p| {
+            dir == p.trim_end_matches('/')
+                || dir.starts_with(&format!("{}/", p.trim_end_matches('/')))
+        })
+    })
+}
+
+#[test]
+fn crates_sit_on_the_floor_their_imports_say() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(xpu_tests::repo_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = xpu_tests::repo_root().canonicalize().unwrap();
+    let mut floor: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap().to_string();
+        let manifest = std::path::Path::new(p["manifest_path"].as_str().unwrap());
+        let dir =
+            manifest.parent().unwrap().strip_prefix(&root).unwrap().to_string_lossy().to_string();
+        match floor_of(&dir) {
+            Some(f) => {
+                floor.insert(name, (f, dir));
+            }
+            None => problems
+                .push(format!("{name} ({dir}) is on no floor of tests/tests/architecture.rs")),
+        }
+    }
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let Some((own, dir)) = floor.get(name) else { continue };
+        for d in p["dependencies"].as_array().unwrap() {
+            let dep = d["name"].as_str().unwrap();
+            if d["kind"].as_str() == Some("dev") {
+                continue;
+            }
+            if let Some((theirs, their_dir)) = floor.get(dep)
+                && theirs > own
+            {
+                problems.push(format!(
+                    "{name} ({dir}, floor {}) depends on {dep} ({their_dir}, floor {}): an arrow up",
+                    FLOORS[*own].0, FLOORS[*theirs].0
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 #[test]
 fn heavy_native_dependencies_stay_out_of_the_core() {
     // DuckDB and other C++-heavy crates belong only in the crates that need them.
@@ -147,7 +220,7 @@ fn heavy_native_dependencies_stay_out_of_the_core() {
     for core in [
         "compiler/ir/Cargo.toml",
         "compiler/onnx/Cargo.toml",
-        "compiler/plan/Cargo.toml",
+        "plan/Cargo.toml",
         "engines/api/Cargo.toml",
         "policies/Cargo.toml",
     ] {

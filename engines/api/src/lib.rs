@@ -5,6 +5,7 @@
 //! precision, device, options; never a policy), and runs it, reporting outputs, per-node
 //! timings and facts back.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -376,10 +377,20 @@ pub enum EngineError {
     /// A device value was asked of an engine that keeps none on that device (it computes on
     /// the host, or the buffer is another engine's).
     #[error("{engine} keeps no values on {device}: cannot {what}")]
-    NoDevice { engine: String, device: DeviceId, what: &'static str },
+    NoDevice { engine: String, device: DeviceId, what: Cow<'static, str> },
     /// An assignment option the engine cannot take.
     #[error("{engine}: option {key} = {value:?}: {expected}")]
-    InvalidOption { engine: &'static str, key: &'static str, value: String, expected: &'static str },
+    InvalidOption {
+        engine: Cow<'static, str>,
+        key: Cow<'static, str>,
+        value: String,
+        expected: Cow<'static, str>,
+    },
+    /// A step that cannot be recorded into a device graph was met while capturing one (a
+    /// library call that allocates, a host synchronisation): the engine runs the partition
+    /// uncaptured instead, and says so.
+    #[error("{engine}: {node}: {what} inside a graph capture")]
+    Uncapturable { engine: String, node: String, what: String },
     /// The engine's worker process died while it ran `node` (a signal, an abort, an exit):
     /// only the jobs on that worker fail; the next use starts a new one.
     #[error("{node}: engine {engine} crashed ({cause}); its worker is restarted")]
@@ -405,6 +416,7 @@ impl EngineError {
             EngineError::OutOfMemory { .. } => "out_of_memory",
             EngineError::InvalidOption { .. } => "invalid_option",
             EngineError::NoDevice { .. } => "no_device",
+            EngineError::Uncapturable { .. } => "uncapturable",
             EngineError::Crashed { .. } => "engine_crashed",
             EngineError::Quarantined { .. } => "quarantined",
             EngineError::Other(_) => "other",
@@ -456,7 +468,7 @@ pub trait Engine: Send + Sync {
         Err(EngineError::NoDevice {
             engine: self.name().to_string(),
             device,
-            what: "upload a value to it",
+            what: "upload a value to it".into(),
         })
     }
 
@@ -470,7 +482,7 @@ pub trait Engine: Send + Sync {
         Err(EngineError::NoDevice {
             engine: self.name().to_string(),
             device: buffer.device(),
-            what: "download a value from it",
+            what: "download a value from it".into(),
         })
     }
 
@@ -513,7 +525,7 @@ pub trait Executable: Send {
                     return Err(EngineError::NoDevice {
                         engine: b.engine().to_string(),
                         device: b.device(),
-                        what: "hand its buffer to a partition that computes on the host",
+                        what: "hand its buffer to a partition that computes on the host".into(),
                     });
                 }
             }

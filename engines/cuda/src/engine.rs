@@ -752,7 +752,7 @@ impl Engine for CudaEngine {
             return Err(EngineError::NoDevice {
                 engine: "cuda".into(),
                 device,
-                what: "upload a value to it",
+                what: "upload a value to it".into(),
             });
         }
         let (ctx, generation) = gpu.context()?;
@@ -784,7 +784,7 @@ impl Engine for CudaEngine {
             buffer.as_any().downcast_ref::<CudaBuffer>().ok_or_else(|| EngineError::NoDevice {
                 engine: "cuda".into(),
                 device: buffer.device(),
-                what: "download a buffer of another engine",
+                what: "download a buffer of another engine".into(),
             })?;
         host_tensor(b.dtype, &b.shape, |out| {
             if host == HostMemory::Pinned && out.len() >= crate::staging::MIN_BYTES {

@@ -282,7 +282,7 @@ impl CudaExecutable {
                 .ok_or_else(|| EngineError::NoDevice {
                     engine: "cuda".into(),
                     device: v.device(),
-                    what: "take an input that is not on cuda:0 (the plan lacks a transfer)",
+                    what: "take an input that is not on cuda:0 (the plan lacks a transfer)".into(),
                 })?;
             if b.stream.context().cu_ctx() != stream.context().cu_ctx() {
                 return Err(EngineError::Input {

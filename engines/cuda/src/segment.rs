@@ -671,8 +671,10 @@ impl SegmentedExecutable {
             Some((s, _)) => s.clone(),
             None => self.library_stream()?,
         };
-        let uncapturable = |what: &str| {
-            EngineError::Other(format!("cuda: {label}: {what} inside a graph capture"))
+        let uncapturable = |what: &str| EngineError::Uncapturable {
+            engine: "cuda".into(),
+            node: label.clone(),
+            what: what.into(),
         };
         let buf = |v: &Value,
                    what: &str|
@@ -681,7 +683,8 @@ impl SegmentedExecutable {
                 return Err(EngineError::NoDevice {
                     engine: "cuda".into(),
                     device: v.device(),
-                    what: "take a host value as a cuBLASLt operand (the plan lacks a transfer)",
+                    what: "take a host value as a cuBLASLt operand (the plan lacks a transfer)"
+                        .into(),
                 });
             };
             let cb = b.as_any().downcast_ref::<CudaBuffer>().ok_or_else(|| EngineError::Input {

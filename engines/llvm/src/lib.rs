@@ -317,7 +317,7 @@ impl Engine for LlvmEngine {
             _ => Err(EngineError::NoDevice {
                 engine: "llvm".into(),
                 device,
-                what: "upload a value to it",
+                what: "upload a value to it".into(),
             }),
         }
     }
@@ -332,7 +332,7 @@ impl Engine for LlvmEngine {
             _ => Err(EngineError::NoDevice {
                 engine: "llvm".into(),
                 device: buffer.device(),
-                what: "download a value from it",
+                what: "download a value from it".into(),
             }),
         }
     }

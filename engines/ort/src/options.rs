@@ -121,10 +121,10 @@ impl SessionOptions {
         let device_id = match a.device.kind {
             DeviceKind::Cuda => {
                 i32::try_from(a.device.ordinal).map_err(|_| EngineError::InvalidOption {
-                    engine: "ort",
-                    key: "device",
+                    engine: "ort".into(),
+                    key: "device".into(),
                     value: a.device.to_string(),
-                    expected: "a CUDA device ordinal ORT can address",
+                    expected: "a CUDA device ordinal ORT can address".into(),
                 })?
             }
             _ => 0,

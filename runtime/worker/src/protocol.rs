@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use xpu_engine::{Assignment, Capabilities, EngineError, Fact, NodeTiming};
+use xpu_engine::{Assignment, Capabilities, DeviceId, EngineError, Fact, NodeTiming, StopReason};
 use xpu_ir::{DType, OpClass};
 
 /// Largest message accepted (a partition's JSON with its constants is the largest).
@@ -80,7 +80,9 @@ pub struct Slot {
     pub len: usize,
 }
 
-/// An [`EngineError`] as it crosses the socket (its `&'static str` fields as strings).
+/// An [`EngineError`] as it crosses the socket: every variant arrives as itself (its
+/// `&'static str` fields as strings). The conversions match without a wildcard, so a new
+/// `EngineError` variant does not compile until the wire carries it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WireError {
     Unavailable {
@@ -105,10 +107,43 @@ pub enum WireError {
         needed: u64,
         limit: u64,
     },
-    /// The run stopped at a [`Control::Stop`] before `node`; why it was stopped (cancel or
-    /// deadline) the parent knows.
+    OutOfMemory {
+        device: DeviceId,
+        requested: u64,
+        available: u64,
+        reserved: u64,
+    },
+    NoDevice {
+        engine: String,
+        device: DeviceId,
+        what: String,
+    },
+    InvalidOption {
+        engine: String,
+        key: String,
+        value: String,
+        expected: String,
+    },
+    Uncapturable {
+        engine: String,
+        node: String,
+        what: String,
+    },
+    Crashed {
+        engine: String,
+        node: String,
+        cause: String,
+    },
+    Quarantined {
+        engine: String,
+        node: String,
+        crashes: u32,
+    },
+    /// The run stopped at a [`Control::Stop`] before `node`; the parent replaces the reason
+    /// with its own stop token's (supervise.rs), which knows whether it cancelled.
     Stopped {
         node: String,
+        deadline: bool,
     },
     Other(String),
 }
@@ -127,8 +162,33 @@ impl From<&EngineError> for WireError {
             EngineError::MemoryLimit { what, needed, limit } => {
                 WireError::MemoryLimit { what, needed, limit }
             }
-            EngineError::Stopped { node, .. } => WireError::Stopped { node },
-            other => WireError::Other(other.to_string()),
+            EngineError::OutOfMemory { device, requested, available, reserved } => {
+                WireError::OutOfMemory { device, requested, available, reserved }
+            }
+            EngineError::NoDevice { engine, device, what } => {
+                WireError::NoDevice { engine, device, what: what.into_owned() }
+            }
+            EngineError::InvalidOption { engine, key, value, expected } => {
+                WireError::InvalidOption {
+                    engine: engine.into_owned(),
+                    key: key.into_owned(),
+                    value,
+                    expected: expected.into_owned(),
+                }
+            }
+            EngineError::Uncapturable { engine, node, what } => {
+                WireError::Uncapturable { engine, node, what }
+            }
+            EngineError::Crashed { engine, node, cause } => {
+                WireError::Crashed { engine, node, cause }
+            }
+            EngineError::Quarantined { engine, node, crashes } => {
+                WireError::Quarantined { engine, node, crashes }
+            }
+            EngineError::Stopped { node, reason } => {
+                WireError::Stopped { node, deadline: reason == StopReason::DeadlinePassed }
+            }
+            EngineError::Other(m) => WireError::Other(m),
         }
     }
 }
@@ -147,10 +207,33 @@ impl From<WireError> for EngineError {
             WireError::MemoryLimit { what, needed, limit } => {
                 EngineError::MemoryLimit { what, needed, limit }
             }
-            // The parent replaces the reason with its own stop token's (supervise.rs).
-            WireError::Stopped { node } => {
-                EngineError::Stopped { node, reason: xpu_engine::StopReason::Cancelled }
+            WireError::OutOfMemory { device, requested, available, reserved } => {
+                EngineError::OutOfMemory { device, requested, available, reserved }
             }
+            WireError::NoDevice { engine, device, what } => {
+                EngineError::NoDevice { engine, device, what: what.into() }
+            }
+            WireError::InvalidOption { engine, key, value, expected } => {
+                EngineError::InvalidOption {
+                    engine: engine.into(),
+                    key: key.into(),
+                    value,
+                    expected: expected.into(),
+                }
+            }
+            WireError::Uncapturable { engine, node, what } => {
+                EngineError::Uncapturable { engine, node, what }
+            }
+            WireError::Crashed { engine, node, cause } => {
+                EngineError::Crashed { engine, node, cause }
+            }
+            WireError::Quarantined { engine, node, crashes } => {
+                EngineError::Quarantined { engine, node, crashes }
+            }
+            WireError::Stopped { node, deadline } => EngineError::Stopped {
+                node,
+                reason: if deadline { StopReason::DeadlinePassed } else { StopReason::Cancelled },
+            },
             WireError::Other(m) => EngineError::Other(m),
         }
     }
@@ -269,6 +352,49 @@ mod tests {
     }
 
     #[test]
+    fn every_engine_error_crosses_the_socket_as_itself() {
+        let cuda: DeviceId = "cuda:1".parse().unwrap();
+        let errors = [
+            EngineError::Unavailable { engine: "ort".into(), reason: "no library".into() },
+            EngineError::Unsupported { engine: "cpu".into(), node: "n1".into(), what: "x".into() },
+            EngineError::Input { name: "a".into(), message: "rank".into() },
+            EngineError::Kernel { node: "n2".into(), message: "nan".into() },
+            EngineError::Stopped { node: "n3".into(), reason: StopReason::Cancelled },
+            EngineError::Stopped { node: "n3".into(), reason: StopReason::DeadlinePassed },
+            EngineError::MemoryLimit { what: "arena".into(), needed: 9, limit: 8 },
+            EngineError::OutOfMemory { device: cuda, requested: 5, available: 4, reserved: 3 },
+            EngineError::NoDevice { engine: "llvm".into(), device: cuda, what: "upload".into() },
+            EngineError::InvalidOption {
+                engine: "cpu".into(),
+                key: "threads".into(),
+                value: "0".into(),
+                expected: "a positive thread count".into(),
+            },
+            EngineError::Uncapturable {
+                engine: "cuda".into(),
+                node: "matmul n4".into(),
+                what: "allocating a workspace".into(),
+            },
+            EngineError::Crashed {
+                engine: "ort".into(),
+                node: "n5".into(),
+                cause: "SIGSEGV".into(),
+            },
+            EngineError::Quarantined { engine: "ort".into(), node: "n6".into(), crashes: 3 },
+            EngineError::Other("anything else".into()),
+        ];
+        for e in errors {
+            let frame = frame_of(&Reply::Failed(WireError::from(&e)));
+            let Some(Reply::Failed(w)) = receive::<Reply>(&mut &frame[..]).unwrap() else {
+                panic!("a failure reply");
+            };
+            let back = EngineError::from(w);
+            assert_eq!(back, e);
+            assert_eq!(back.code(), e.code());
+        }
+    }
+
+    #[test]
     fn runs_and_their_replies_go_compact_and_everything_else_as_json() {
         let run = Request::Run {
             id: 7,
@@ -280,7 +406,10 @@ mod tests {
             (frame_of(&ran()), true),
             (frame_of(&Request::Hello), false),
             (frame_of(&Request::Release { id: 3 }), false),
-            (frame_of(&Reply::Failed(WireError::Stopped { node: "n1".into() })), false),
+            (
+                frame_of(&Reply::Failed(WireError::Stopped { node: "n1".into(), deadline: false })),
+                false,
+            ),
             (frame_of(&Control::Stop { run: 9 }), false),
         ] {
             assert_eq!(

@@ -536,7 +536,7 @@ impl Inner {
             other => other,
         };
         match answered {
-            Ok(Some(Reply::Failed(WireError::Stopped { node }))) => {
+            Ok(Some(Reply::Failed(WireError::Stopped { node, .. }))) => {
                 let reason = stop.reason().unwrap_or(StopReason::Cancelled);
                 Err(Failure::Engine(EngineError::Stopped { node, reason }))
             }

@@ -247,10 +247,10 @@ fn thread_pool(threads: Option<u32>) -> Result<Option<Arc<crate::team::Team>>, E
     match threads {
         None => Ok(None),
         Some(0) => Err(EngineError::InvalidOption {
-            engine: "cpu",
-            key: "threads",
+            engine: "cpu".into(),
+            key: "threads".into(),
             value: "0".into(),
-            expected: "a positive thread count",
+            expected: "a positive thread count".into(),
         }),
         Some(n) => {
             let team = crate::team::Team::new(n as usize)

@@ -289,7 +289,7 @@ impl SegmentedExecutable {
         let why = match queued {
             Ok(Ok(())) => None,
             Ok(Err(why)) => Some(why),
-            Err(EngineError::Other(why)) if why.contains("inside a graph capture") => Some(why),
+            Err(e @ EngineError::Uncapturable { .. }) => Some(e.to_string()),
             Err(e) => return Err(e),
         };
         let graph = ended.map_err(err("end capture"))?;

@@ -54,7 +54,7 @@ reason_codes! {
 /// `docs/reason-codes.md`, generated so it cannot drift from the code.
 pub fn reference_markdown() -> String {
     let mut s = String::from(
-        "# Reason codes\n\n<!-- generated from compiler/plan/src/reason.rs; XPU_BLESS=1 cargo test -p xpu-tests regenerates -->\n\n\
+        "# Reason codes\n\n<!-- generated from plan/src/reason.rs; XPU_BLESS=1 cargo test -p xpu-tests regenerates -->\n\n\
          Every candidate the planner rejects, every fallback and every plan failure carries one of\n\
          these codes, with a detail sentence and the policy location (`file:line`) that caused it.\n\
          The names are stable: stored explanations, `[[test]] expect_error` and CI scripts rely on them.\n\n\

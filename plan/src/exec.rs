@@ -450,7 +450,7 @@ impl ValueTable {
                 error: EngineError::NoDevice {
                     engine: buffer.engine().to_string(),
                     device: from,
-                    what: "download a buffer of an engine this plan does not run",
+                    what: "download a buffer of an engine this plan does not run".into(),
                 },
             }
         })?;
