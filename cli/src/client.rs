@@ -452,7 +452,7 @@ pub fn explain(
         let choice = |d: Option<&xpu_plan::Decision>| {
             d.and_then(|d| d.chosen.as_ref())
                 .map(|c| {
-                    format!("{}/{}/{}", c.engine, c.kernel, c.precision.as_deref().unwrap_or("-"))
+                    format!("{}/{}/{}", c.engine, c.kernel, c.precision.map_or("-", |p| p.name()))
                 })
                 .unwrap_or_else(|| "-".into())
         };

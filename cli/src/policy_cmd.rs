@@ -459,7 +459,7 @@ pub fn diff(
     let mut changes = Vec::new();
     let mut total = 0;
     let describe = |d: &xpu_plan::Decision| match &d.chosen {
-        Some(c) => format!("{}/{}/{}", c.engine, c.kernel, c.precision.as_deref().unwrap_or("-")),
+        Some(c) => format!("{}/{}/{}", c.engine, c.kernel, c.precision.map_or("-", |p| p.name())),
         None => "UNPLACED".to_string(),
     };
     for prog in programs {

@@ -266,9 +266,9 @@ impl Metrics {
             }
             if let (Some(p), Some(c)) = (&d.precision_from, &d.chosen)
                 && p.key.as_ref() != "graph dtype"
-                && let Some(prec) = &c.precision
+                && let Some(prec) = c.precision
             {
-                self.precision_overrides.with_label_values(&[prec, &p.key]).inc();
+                self.precision_overrides.with_label_values(&[prec.name(), &p.key]).inc();
             }
         }
         for t in &ex.transfers_done {

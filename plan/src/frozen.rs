@@ -197,11 +197,6 @@ fn check_placements(plan: &CapturePlan, source: &Graph) -> Result<(), PlanFileEr
                 ),
             ));
         }
-        if let Some(prec) = &p.precision
-            && xpu_engine::PrecisionName::from_name(prec).is_none()
-        {
-            return Err(bad(field("precision"), format!("{prec:?} is not a precision")));
-        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xpu_engine::options::{Capture, Determinism};
-use xpu_engine::{Assignment, DeviceId, TransferDirection};
+use xpu_engine::{Assignment, DeviceId, PrecisionName, TransferDirection};
 use xpu_ir::{Graph, NodeId, ValueId};
 
 use crate::reason::ReasonCode;
@@ -39,7 +39,7 @@ pub struct Placement {
     pub engine: Arc<str>,
     pub kernel: Arc<str>,
     /// Precision the node computes at (`None` for non-float nodes).
-    pub precision: Option<Arc<str>>,
+    pub precision: Option<PrecisionName>,
     pub device: DeviceId,
     pub partition: usize,
 }
@@ -137,7 +137,7 @@ impl CapturePlan {
 pub struct Rejection {
     pub engine: String,
     pub kernel: Option<String>,
-    pub precision: Option<String>,
+    pub precision: Option<PrecisionName>,
     pub code: ReasonCode,
     pub detail: String,
     /// The policy key behind the rejection (`engines.deny`, `kernels.matmul`, `rule[2]`),
@@ -151,7 +151,7 @@ pub struct Choice {
     // Shared strings: a plan holds one choice per node in several places.
     pub engine: Arc<str>,
     pub kernel: Arc<str>,
-    pub precision: Option<Arc<str>>,
+    pub precision: Option<PrecisionName>,
     pub device: DeviceId,
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::model::Explanation;
+use crate::model::{Decision, Explanation};
 
 fn short(h: &str) -> &str {
     &h[..h.len().min(12)]
@@ -20,7 +20,7 @@ pub fn decision_sentence(d: &crate::model::Decision) -> String {
             d.op,
             c.engine,
             c.kernel,
-            c.precision.as_deref().map(|p| format!(" at {p}")).unwrap_or_default()
+            c.precision.map(|p| format!(" at {p}")).unwrap_or_default()
         ),
         None => format!("node {}{name} ({}) could not be placed", d.node, d.op),
     };
@@ -43,6 +43,16 @@ pub fn decision_sentence(d: &crate::model::Decision) -> String {
 /// Renders the plan table; with `why`, every rejected candidate under its node.
 pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     let mut s = String::new();
+    write_header(&mut s, ex);
+    write_decisions(&mut s, ex, why);
+    write_missing_kernels(&mut s, ex);
+    write_plan_notes(&mut s, ex);
+    write_run(&mut s, ex);
+    s
+}
+
+/// The graph, policy and inventory the plan is of, and the passes run before planning.
+fn write_header(s: &mut String, ex: &Explanation) {
     let _ = writeln!(
         s,
         "graph {:?} ({}) · policy {} v{} ({}) · inventory {} ({})",
@@ -59,6 +69,11 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             ex.passes.iter().map(|p| format!("{} ({})", p.pass, p.summary)).collect();
         let _ = writeln!(s, "passes: {}", passes.join(", "));
     }
+}
+
+/// One table row per node (constants counted, unless `why`), with `why` the precision's
+/// source and every rejected candidate under it.
+fn write_decisions(s: &mut String, ex: &Explanation, why: bool) {
     let header = ["node", "op", "engine", "kernel", "precision", "rule"];
     let mut rows: Vec<[String; 6]> = Vec::new();
     let mut details: Vec<Vec<String>> = Vec::new();
@@ -68,53 +83,8 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             constants += 1;
             continue;
         }
-        let name = match &d.name {
-            Some(n) => format!("{} {n}", d.node),
-            None => d.node.to_string(),
-        };
-        let (engine, kernel, precision) = match &d.chosen {
-            Some(c) => (
-                c.engine.to_string(),
-                c.kernel.to_string(),
-                c.precision.as_deref().unwrap_or("-").to_string(),
-            ),
-            None => ("UNPLACED".into(), "-".into(), "-".into()),
-        };
-        let mut rule = match &d.rule {
-            Some(r) => match &r.at {
-                Some(at) => format!("{} ({at})", r.key),
-                None => r.key.to_string(),
-            },
-            None => "-".into(),
-        };
-        if let Some(f) = &d.fallback {
-            rule = format!("{rule}; fallback from {}: {}", f.from, f.code.name());
-        }
-        rows.push([name, d.op.to_string(), engine, kernel, precision, rule]);
-        let mut lines = Vec::new();
-        if why {
-            if let Some(p) = &d.precision_from {
-                lines.push(format!(
-                    "precision from {}{}",
-                    p.key,
-                    p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
-                ));
-            }
-            for r in d.rejected.iter() {
-                let what = match &r.kernel {
-                    Some(k) => k.clone(),
-                    None => r.engine.clone(),
-                };
-                let at = match (&r.key, &r.at) {
-                    (Some(k), Some(a)) => format!(" ({k}, {a})"),
-                    (Some(k), None) => format!(" ({k})"),
-                    (None, Some(a)) => format!(" ({a})"),
-                    (None, None) => String::new(),
-                };
-                lines.push(format!("rejected {what}: {} — {}{at}", r.code.name(), r.detail));
-            }
-        }
-        details.push(lines);
+        rows.push(decision_row(d));
+        details.push(if why { decision_details(d) } else { Vec::new() });
     }
     let mut widths = header.map(str::len);
     for r in &rows {
@@ -143,8 +113,62 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
     if constants > 0 {
         let _ = writeln!(s, "({constants} constants are embedded in their consumers' partitions)");
     }
-    // Kernels the policy asked for that this machine lacks, once each, with what ran instead
-    // (the per-node detail is under --why).
+}
+
+fn decision_row(d: &Decision) -> [String; 6] {
+    let name = match &d.name {
+        Some(n) => format!("{} {n}", d.node),
+        None => d.node.to_string(),
+    };
+    let (engine, kernel, precision) = match &d.chosen {
+        Some(c) => (
+            c.engine.to_string(),
+            c.kernel.to_string(),
+            c.precision.map_or("-", |p| p.name()).to_string(),
+        ),
+        None => ("UNPLACED".into(), "-".into(), "-".into()),
+    };
+    let mut rule = match &d.rule {
+        Some(r) => match &r.at {
+            Some(at) => format!("{} ({at})", r.key),
+            None => r.key.to_string(),
+        },
+        None => "-".into(),
+    };
+    if let Some(f) = &d.fallback {
+        rule = format!("{rule}; fallback from {}: {}", f.from, f.code.name());
+    }
+    [name, d.op.to_string(), engine, kernel, precision, rule]
+}
+
+fn decision_details(d: &Decision) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(p) = &d.precision_from {
+        lines.push(format!(
+            "precision from {}{}",
+            p.key,
+            p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
+        ));
+    }
+    for r in d.rejected.iter() {
+        let what = match &r.kernel {
+            Some(k) => k.clone(),
+            None => r.engine.clone(),
+        };
+        let at = match (&r.key, &r.at) {
+            (Some(k), Some(a)) => format!(" ({k}, {a})"),
+            (Some(k), None) => format!(" ({k})"),
+            (None, Some(a)) => format!(" ({a})"),
+            (None, None) => String::new(),
+        };
+        lines.push(format!("rejected {what}: {} — {}{at}", r.code.name(), r.detail));
+    }
+    lines
+}
+
+/// Kernels the policy asked for that this machine lacks, once each, with what ran instead
+/// (the per-node detail is under --why).
+fn write_missing_kernels(s: &mut String, ex: &Explanation) {
     let mut missing: Vec<(String, String, Vec<String>)> = Vec::new();
     for d in &ex.decisions {
         for r in d.rejected.iter().filter(|r| r.code == crate::ReasonCode::KernelUnavailable) {
@@ -165,6 +189,10 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             if nodes.len() > 6 { format!(", … ({} nodes)", nodes.len()) } else { String::new() };
         let _ = writeln!(s, "not used: {detail}; instead {}{more}", shown.join(", "));
     }
+}
+
+/// Casts, fusion groups, transfers, memory, fallbacks and the plan's notes.
+fn write_plan_notes(s: &mut String, ex: &Explanation) {
     for c in &ex.casts {
         let target = match c.for_node {
             Some(n) => format!("for {n}"),
@@ -225,6 +253,10 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             let _ = writeln!(s, "{label} {}: {}{at}", n.code.name(), n.message);
         }
     }
+}
+
+/// What a run measured: engine facts, prepare outcomes, transfers performed and timings.
+fn write_run(s: &mut String, ex: &Explanation) {
     for f in &ex.facts {
         let node = f.node.map(|n| format!(" {n}")).unwrap_or_default();
         let _ = writeln!(s, "fact {}{node}: {} = {}", f.engine, f.key, f.value);
@@ -260,5 +292,4 @@ pub fn explanation_text(ex: &Explanation, why: bool) -> String {
             total as f64 / 1e6
         );
     }
-    s
 }

@@ -88,7 +88,11 @@ fn hand_edited_plans_are_refused_by_field() {
             "plan.placements[1].kernel: \"cpu.magic\"",
         ),
         ("/plan/placements/1/op", "relu".into(), "plan.placements[1].op"),
-        ("/plan/placements/1/precision", "fp7".into(), "plan.placements[1].precision: \"fp7\""),
+        (
+            "/plan/placements/1/precision",
+            "fp7".into(),
+            "plan.placements[1].precision: unknown variant `fp7`",
+        ),
         ("/plan/partitions/0/id", 3.into(), "plan.partitions[0].id"),
         ("/plan/partitions/0/device", "cuda:0".into(), "plan.partitions[0].nodes[0]"),
         (

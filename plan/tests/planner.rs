@@ -50,7 +50,7 @@ fn policy(fragment: &str) -> Policy {
 
 fn render(d: &Decision) -> String {
     let mut s = match &d.chosen {
-        Some(c) => format!("{} {} {}", c.engine, c.kernel, c.precision.as_deref().unwrap_or("-")),
+        Some(c) => format!("{} {} {}", c.engine, c.kernel, c.precision.map_or("-", |p| p.name())),
         None => "UNPLACED".into(),
     };
     if let Some(r) = &d.rule {

@@ -1,16 +1,21 @@
 //! Policies as code: the TOML policy format ([`spec`]), layered loading with figment and
 //! per-key origins ([`load`]), structural and inventory validation with located
 //! diagnostics ([`validate`], [`diag`]), choosing a policy for a job by its labels
-//! ([`select`]), and the policy JSON Schema. The planner (xpu-plan) consumes a loaded
-//! [`Policy`]; engines never see one.
+//! ([`select`]), and the policy JSON Schema. The loader also resolves every policy once
+//! into the typed form the planner (xpu-plan) reads ([`resolved`]: ops, classes, dtypes,
+//! kernels and cited keys); engines never see a policy.
 
 pub mod diag;
 pub mod load;
+pub mod resolved;
 pub mod spec;
 pub mod validate;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use load::{Loader, Policy};
+pub use resolved::{
+    Cited, KernelPick, KernelSelection, Key, OpSet, ResolvedPolicy, ResolvedRule, Selector,
+};
 pub use spec::PolicySpec;
 
 use std::collections::BTreeMap;

@@ -8,20 +8,23 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::resolved::ResolvedPolicy;
 use crate::spec::PolicySpec;
 use crate::validate;
 
 /// The built-in defaults layer.
 pub const BUILTIN_DEFAULTS: &str = include_str!("../builtin/defaults.toml");
 
-/// A loaded, merged and structurally valid policy.
-#[derive(Clone, Debug, PartialEq)]
+/// A loaded, merged and structurally valid policy. Only the loader makes one: its typed
+/// form ([`Policy::resolved`]) is computed there, from `spec` and `origins` as loaded.
+#[derive(Clone, Debug)]
 pub struct Policy {
     pub spec: PolicySpec,
     /// Effective key (`engines.order`, `kernels.matmul`, `rule[0]`, `rule[0].engine`) →
@@ -33,9 +36,26 @@ pub struct Policy {
     pub sha256: String,
     /// Non-fatal findings of the structural check.
     pub warnings: Vec<Diagnostic>,
+    resolved: Arc<ResolvedPolicy>,
+}
+
+// The resolved form follows from `spec` and `origins`, so it takes no part in equality.
+impl PartialEq for Policy {
+    fn eq(&self, other: &Policy) -> bool {
+        self.spec == other.spec
+            && self.origins == other.origins
+            && self.files == other.files
+            && self.sha256 == other.sha256
+            && self.warnings == other.warnings
+    }
 }
 
 impl Policy {
+    /// The policy in the typed form the planner reads.
+    pub fn resolved(&self) -> &ResolvedPolicy {
+        &self.resolved
+    }
+
     pub fn name(&self) -> &str {
         &self.spec.policy.name
     }
@@ -400,6 +420,7 @@ impl Loader {
             origins,
             files: layers.iter().filter_map(|l| l.path.clone()).collect(),
             warnings: Vec::new(),
+            resolved: Arc::default(),
         };
         let diags = validate::structural(&policy);
         let (errors, warnings): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.is_error());
@@ -407,6 +428,7 @@ impl Loader {
             return Err(Diagnostics(errors));
         }
         policy.warnings = warnings;
+        policy.resolved = Arc::new(ResolvedPolicy::of(&policy));
         use sha2::{Digest, Sha256};
         policy.sha256 = Sha256::digest(policy.to_json().as_bytes())
             .iter()

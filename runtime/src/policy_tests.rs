@@ -105,11 +105,11 @@ fn run_one(policy: &Policy, file: &Path, i: usize) -> Vec<String> {
                 failures.push(format!("{label}: kernel {}, expected {k}", c.kernel));
             }
             if let Some(p) = e.precision
-                && c.precision.as_deref() != Some(p.name())
+                && c.precision != Some(p)
             {
                 failures.push(format!(
                     "{label}: precision {}, expected {p}",
-                    c.precision.as_deref().unwrap_or("-")
+                    c.precision.map_or("-", |p| p.name())
                 ));
             }
         }

@@ -133,6 +133,46 @@ pub fn kernels() -> impl Iterator<Item = &'static str> {
     ENGINES.iter().flat_map(|e| e.kernels.iter().copied())
 }
 
+/// A kernel's name as a policy gives it (`cpu.blas`, `ort.cuda`): resolved once from the
+/// policy's text, compared with inventory entries by name, and knowing its engine (the part
+/// before the first dot) without splitting again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KernelId {
+    name: std::sync::Arc<str>,
+    engine_len: usize,
+}
+
+impl KernelId {
+    pub fn new(name: &str) -> KernelId {
+        KernelId { name: name.into(), engine_len: engine_of(name).len() }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The shared name (a plan's choices hold it without a copy).
+    pub fn shared(&self) -> &std::sync::Arc<str> {
+        &self.name
+    }
+
+    /// The engine the kernel belongs to (`cuda.cublaslt` → `cuda`).
+    pub fn engine(&self) -> &str {
+        &self.name[..self.engine_len]
+    }
+
+    /// The kind of device the catalogue says it runs on ([`kernel_device`]).
+    pub fn device_kind(&self) -> Option<crate::DeviceKind> {
+        kernel_device(&self.name)
+    }
+}
+
+impl std::fmt::Display for KernelId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 /// The engine a kernel name belongs to (`cuda.cublaslt` → `cuda`).
 pub fn engine_of(kernel: &str) -> &str {
     kernel.split_once('.').map(|(e, _)| e).unwrap_or(kernel)

@@ -5,9 +5,9 @@
 //! precision, device, options; never a policy), and runs it, reporting outputs, per-node
 //! timings and facts back.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use xpu_ir::{BorrowedTensor, DType, Graph, NodeId, Op, OpClass, Tensor};
@@ -24,6 +24,7 @@ pub mod riscv_cpu;
 mod stop;
 pub mod value;
 
+pub use catalog::KernelId;
 pub use device::{Device, DeviceId, DeviceKind, HostMemory, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use host_cpu::HostCpu;
@@ -377,15 +378,10 @@ pub enum EngineError {
     /// A device value was asked of an engine that keeps none on that device (it computes on
     /// the host, or the buffer is another engine's).
     #[error("{engine} keeps no values on {device}: cannot {what}")]
-    NoDevice { engine: String, device: DeviceId, what: Cow<'static, str> },
+    NoDevice { engine: String, device: DeviceId, what: Arc<str> },
     /// An assignment option the engine cannot take.
     #[error("{engine}: option {key} = {value:?}: {expected}")]
-    InvalidOption {
-        engine: Cow<'static, str>,
-        key: Cow<'static, str>,
-        value: String,
-        expected: Cow<'static, str>,
-    },
+    InvalidOption { engine: Arc<str>, key: Arc<str>, value: String, expected: Arc<str> },
     /// A step that cannot be recorded into a device graph was met while capturing one (a
     /// library call that allocates, a host synchronisation): the engine runs the partition
     /// uncaptured instead, and says so.

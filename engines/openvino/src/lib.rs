@@ -510,7 +510,7 @@ impl Executable for OpenVinoExecutable {
         }
         // The plugin may compute in another precision than the hint asked (f16 on a CPU
         // without fp16 arithmetic runs bf16): say so, with the layers that did.
-        let asked = self.opts.precision.as_str();
+        let asked = self.opts.precision.hint();
         let ran_other: Vec<&str> = layers
             .iter()
             .filter(|l| l.executed)

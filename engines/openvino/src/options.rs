@@ -22,7 +22,7 @@ pub struct CompileOptions {
     pub device: String,
     /// INFERENCE_PRECISION_HINT: `f32` unless the plan lowers precision. Always explicit:
     /// the CPU plugin would otherwise compute in bf16 on CPUs with AMX or AVX-512 BF16.
-    pub precision: String,
+    pub precision: InferencePrecision,
     /// PERFORMANCE_HINT: `LATENCY` or `THROUGHPUT`.
     pub performance: String,
     /// EXECUTION_MODE_HINT: `ACCURACY` when the policy asks for determinism, else
@@ -32,6 +32,35 @@ pub struct CompileOptions {
     pub threads: Option<u32>,
     /// AUTO's ENABLE_STARTUP_FALLBACK / ENABLE_RUNTIME_FALLBACK (engines.fallback).
     pub fallback: bool,
+}
+
+/// The element types OpenVINO's INFERENCE_PRECISION_HINT takes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InferencePrecision {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl InferencePrecision {
+    /// The plan's precision as the hint: fp16 and bf16 as themselves, everything else f32
+    /// (tf32 and int8 are modes OpenVINO's hint does not take).
+    pub fn of(p: Option<PrecisionName>) -> InferencePrecision {
+        match p {
+            Some(PrecisionName::Fp16) => InferencePrecision::F16,
+            Some(PrecisionName::Bf16) => InferencePrecision::Bf16,
+            _ => InferencePrecision::F32,
+        }
+    }
+
+    /// The property's value as OpenVINO spells it.
+    pub fn hint(self) -> &'static str {
+        match self {
+            InferencePrecision::F32 => "f32",
+            InferencePrecision::F16 => "f16",
+            InferencePrecision::Bf16 => "bf16",
+        }
+    }
 }
 
 fn device_of(kernel: &str) -> Option<&'static str> {
@@ -86,12 +115,7 @@ impl CompileOptions {
             }
         }
         let o = &a.options;
-        let precision = match a.precision {
-            Some(PrecisionName::Fp16) => "f16",
-            Some(PrecisionName::Bf16) => "bf16",
-            _ => "f32",
-        }
-        .to_string();
+        let precision = InferencePrecision::of(a.precision);
         Ok(CompileOptions {
             kernel,
             device,
@@ -127,7 +151,7 @@ impl CompileOptions {
         let mut out = Vec::new();
         for d in real {
             let mut set = |k: &str, v: String| out.push((d.clone(), k.to_string(), v));
-            set("INFERENCE_PRECISION_HINT", self.precision.clone());
+            set("INFERENCE_PRECISION_HINT", self.precision.hint().into());
             set("PERFORMANCE_HINT", self.performance.clone());
             set("EXECUTION_MODE_HINT", self.execution_mode.clone());
             if let Some(t) = self.threads.filter(|_| d == "CPU") {
@@ -147,7 +171,7 @@ impl CompileOptions {
     pub fn describe(&self) -> Vec<(String, String)> {
         let mut v = vec![
             ("kernel".to_string(), self.kernel.clone()),
-            ("INFERENCE_PRECISION_HINT".into(), self.precision.clone()),
+            ("INFERENCE_PRECISION_HINT".into(), self.precision.hint().into()),
             ("PERFORMANCE_HINT".into(), self.performance.clone()),
             ("EXECUTION_MODE_HINT".into(), self.execution_mode.clone()),
             (

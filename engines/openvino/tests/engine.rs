@@ -71,7 +71,7 @@ fn policy_options_become_hints() {
     a.options.determinism = xpu_engine::options::Determinism::Bitwise;
     a.options.performance = Some(xpu_engine::options::PerformanceHint::Throughput);
     let o = CompileOptions::from_assignment(&a, &devices).unwrap();
-    assert_eq!((o.device.as_str(), o.precision.as_str()), ("CPU", "f16"));
+    assert_eq!((o.device.as_str(), o.precision.hint()), ("CPU", "f16"));
     assert_eq!(o.execution_mode, "ACCURACY");
     assert_eq!(o.performance, "THROUGHPUT");
     // Several devices in one partition: HETERO, NPU first.

@@ -166,14 +166,14 @@ impl From<&EngineError> for WireError {
                 WireError::OutOfMemory { device, requested, available, reserved }
             }
             EngineError::NoDevice { engine, device, what } => {
-                WireError::NoDevice { engine, device, what: what.into_owned() }
+                WireError::NoDevice { engine, device, what: what.to_string() }
             }
             EngineError::InvalidOption { engine, key, value, expected } => {
                 WireError::InvalidOption {
-                    engine: engine.into_owned(),
-                    key: key.into_owned(),
+                    engine: engine.to_string(),
+                    key: key.to_string(),
                     value,
-                    expected: expected.into_owned(),
+                    expected: expected.to_string(),
                 }
             }
             EngineError::Uncapturable { engine, node, what } => {
