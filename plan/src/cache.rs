@@ -20,6 +20,9 @@ pub struct PlanKey {
     pub policy_sha256: String,
     pub input_shapes: Vec<Vec<usize>>,
     pub inventory_fingerprint: String,
+    /// The digest of the evidence the policy reads (`[measured] lock`), if any: the same
+    /// policy with other evidence plans anew.
+    pub evidence: Option<Arc<str>>,
 }
 
 /// Binds each symbolic dim of the graph's inputs to its size in `shapes`.
@@ -118,6 +121,7 @@ impl PlanCache {
             policy_sha256: policy.sha256.clone(),
             input_shapes: input_shapes.to_vec(),
             inventory_fingerprint: keys.inventory_fingerprint.to_string(),
+            evidence: policy.resolved().evidence.as_ref().map(|e| e.sha256.clone()),
         };
         let now = self.tick.fetch_add(1, Ordering::Relaxed);
         if let Some(entry) = self.entries.lock().expect("cache lock").get_mut(&key) {

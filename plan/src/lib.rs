@@ -5,6 +5,7 @@
 //! explanation; [`PlanCache`] reuses plans while their inputs stay the same.
 
 pub mod cache;
+pub mod evidence;
 pub mod exec;
 pub mod frozen;
 pub mod model;

@@ -124,6 +124,9 @@ pub struct CapturePlan {
     pub casts: Vec<CastPlan>,
     pub memory: MemorySummary,
     pub execution: ExecutionSettings,
+    /// The evidence measured choices read: part of what the plan depends on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidenceRef>,
 }
 
 impl CapturePlan {
@@ -290,6 +293,28 @@ pub struct Decision {
     pub fallback: Option<FallbackNote>,
     /// Shared between nodes with identical candidate walks (most nodes of a model).
     pub rejected: std::sync::Arc<Vec<Rejection>>,
+    /// For a node its policy chooses by measurement: what the evidence said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredNote>,
+}
+
+/// What the evidence said about a node whose policy chooses by measurement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeasuredNote {
+    /// `None`: the evidence decided (the decision's rule names the figures); else why the
+    /// static order decided.
+    pub code: Option<ReasonCode>,
+    pub detail: String,
+}
+
+/// The evidence a plan's measured choices read: the lock and its digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceRef {
+    pub lock: String,
+    pub sha256: String,
+    /// Why the evidence was not used for any node (unreadable, another machine), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused: Option<String>,
 }
 
 /// A plan-level finding (budget, memory, unplaceable nodes).
@@ -404,6 +429,9 @@ pub struct Explanation {
     /// Each fusion group: where it went whole, or why it was split.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupDecision>,
+    /// The evidence measured choices read (`choose = "measured"`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<EvidenceRef>,
 }
 
 /// What the planner did with one fusion group (nodes the `fuse` pass marked to compile as
@@ -489,6 +517,7 @@ mod tests {
             precision_from: None,
             fallback: None,
             rejected: Arc::new(Vec::new()),
+            measured: None,
         }
     }
 

@@ -49,6 +49,10 @@ reason_codes! {
     FusionSplit => "A fusion group (nodes the `fuse` pass marked to compile as one loop nest) does not run whole on one engine and kernel: its nodes were placed on different engines, kernels or partitions, each by its own decision.",
     SettingUnsupported => "A setting the policy asks of engines (`memory.pool`, `memory.pinned_host`, `precision.accumulate`) that the partition's engine does not honour as asked: what it does instead is recorded.",
     KernelDegraded => "The kernel runs here below what the machine can do (`cpu.blas` over a BLAS that does not know the CPU): another kernel of the engine was preferred. A policy that names the kernel (`[kernels]`, a rule) still gets it.",
+    MeasuredSlower => "`choose = \"measured\"`: the candidate could run the node and comes first in the static order, but the evidence (`[measured] lock`) measured another allowed candidate faster.",
+    EvidenceMissing => "`choose = \"measured\"` and the evidence has no figures for the node's signature (another shape, op or attributes than measured): the static order decided.",
+    EvidenceThin => "`choose = \"measured\"` and the measured winner has fewer timed runs than `[measured] min_samples`: the static order decided.",
+    EvidenceNotApplicable => "`choose = \"measured\"` and the evidence cannot decide here: the lock is unreadable, was measured on another machine or engine version, or its winner is not a candidate the policy allows for the node. The static order decided.",
 }
 
 /// `docs/reason-codes.md`, generated so it cannot drift from the code.

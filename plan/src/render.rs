@@ -64,6 +64,10 @@ fn write_header(s: &mut String, ex: &Explanation) {
         if ex.inventory.name.is_empty() { "-" } else { &ex.inventory.name },
         ex.inventory.fingerprint
     );
+    if let Some(e) = &ex.evidence {
+        let unused = e.unused.as_ref().map(|w| format!(", not used: {w}")).unwrap_or_default();
+        let _ = writeln!(s, "evidence: lock {} ({}){unused}", e.lock, e.sha256);
+    }
     if !ex.passes.is_empty() {
         let passes: Vec<String> =
             ex.passes.iter().map(|p| format!("{} ({})", p.pass, p.summary)).collect();
@@ -149,6 +153,12 @@ fn decision_details(d: &Decision) -> Vec<String> {
             p.key,
             p.at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
         ));
+    }
+    if let Some(m) = &d.measured {
+        let how = m
+            .code
+            .map_or("decided".to_string(), |c| format!("{} (the static order decided)", c.name()));
+        lines.push(format!("evidence: {how} — {}", m.detail));
     }
     for r in d.rejected.iter() {
         let what = match &r.kernel {

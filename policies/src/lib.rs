@@ -7,12 +7,14 @@
 
 pub mod diag;
 pub mod load;
+pub mod lock;
 pub mod resolved;
 pub mod spec;
 pub mod validate;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use load::{Loader, Policy};
+pub use lock::{Evidence, LockError, LockFile};
 pub use resolved::{
     Cited, KernelPick, KernelSelection, Key, OpSet, ResolvedPolicy, ResolvedRule, Selector,
 };

@@ -15,6 +15,7 @@ use figment::providers::{Format, Serialized, Toml};
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::lock::{Evidence, LockError, LockFile};
 use crate::resolved::ResolvedPolicy;
 use crate::spec::PolicySpec;
 use crate::validate;
@@ -54,6 +55,14 @@ impl Policy {
     /// The policy in the typed form the planner reads.
     pub fn resolved(&self) -> &ResolvedPolicy {
         &self.resolved
+    }
+
+    /// This policy reading `evidence` instead of the lock its file names (`xpuctl tune`
+    /// plans candidates under evidence it makes up itself).
+    pub fn with_evidence(&self, evidence: Evidence) -> Policy {
+        let mut p = self.clone();
+        p.resolved = Arc::new(ResolvedPolicy::of(&p, Some(Arc::new(evidence))));
+        p
     }
 
     pub fn name(&self) -> &str {
@@ -323,6 +332,48 @@ impl Loader {
         self.candidates(parent, dir).into_iter().find(|p| p.is_file() && allowed(p))
     }
 
+    /// The lock `[measured] lock` names, relative to the file that sets the key, read
+    /// within the policy directories when the loader is confined. A lock that cannot be
+    /// read or parsed is evidence with the reason, never a failed load.
+    fn evidence(&self, policy: &Policy) -> Option<Evidence> {
+        let name = policy.spec.measured.lock.as_deref()?;
+        let origin = policy.origin("measured.lock");
+        let base = Path::new(&origin.file).parent().unwrap_or(Path::new(""));
+        let path =
+            if Path::new(name).is_absolute() { PathBuf::from(name) } else { base.join(name) };
+        let unreadable = |message: String| {
+            Evidence::unreadable(name, LockError { file: name.into(), location: None, message })
+        };
+        if let Some(dirs) = &self.confine_to {
+            let inside = path.canonicalize().is_ok_and(|c| dirs.iter().any(|d| c.starts_with(d)));
+            if !inside {
+                return Some(unreadable(format!(
+                    "{} is not a file inside the policy directories",
+                    path.display()
+                )));
+            }
+        }
+        let bytes = match std::fs::metadata(&path) {
+            Ok(m) if m.len() > crate::lock::MAX_LOCK_BYTES as u64 => {
+                return Some(unreadable(format!("{} bytes, over the limit", m.len())));
+            }
+            Ok(_) => match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) => return Some(unreadable(format!("cannot read {}: {e}", path.display()))),
+            },
+            Err(e) => return Some(unreadable(format!("cannot read {}: {e}", path.display()))),
+        };
+        let parsed = match std::str::from_utf8(&bytes) {
+            Ok(text) => LockFile::parse(&path.display().to_string(), text),
+            Err(e) => Err(LockError {
+                file: path.display().to_string(),
+                location: None,
+                message: format!("not UTF-8 text: {e}"),
+            }),
+        };
+        Some(Evidence::new(name, &bytes, parsed))
+    }
+
     fn merge(&self, layers: Vec<Layer>) -> Result<Policy, Diagnostics> {
         let mut fig = Figment::from(Toml::string(BUILTIN_DEFAULTS));
         let mut origins: BTreeMap<String, Origin> = builtin_origins().clone();
@@ -428,7 +479,17 @@ impl Loader {
             return Err(Diagnostics(errors));
         }
         policy.warnings = warnings;
-        policy.resolved = Arc::new(ResolvedPolicy::of(&policy));
+        let evidence = self.evidence(&policy);
+        if let Some(Err(e)) = evidence.as_ref().map(|e| &e.lock) {
+            let at = policy.origin("measured.lock");
+            let warning = Diagnostic::warning(
+                "P0015",
+                at,
+                format!("the lock is not used (the static order decides): {e}"),
+            );
+            policy.warnings.push(warning.with_key("measured.lock"));
+        }
+        policy.resolved = Arc::new(ResolvedPolicy::of(&policy, evidence.map(Arc::new)));
         use sha2::{Digest, Sha256};
         policy.sha256 = Sha256::digest(policy.to_json().as_bytes())
             .iter()

@@ -16,7 +16,8 @@ use xpu_engine::KernelId;
 use xpu_ir::{DType, Op, OpClass};
 
 use crate::load::Policy;
-use crate::spec::{Determinism, Fallback, KernelChoice, PrecisionName, Rule, RuleMatch};
+use crate::lock::Evidence;
+use crate::spec::{Choose, Determinism, Fallback, KernelChoice, PrecisionName, Rule, RuleMatch};
 
 /// A policy key and where it is set (`file:line`), as an explanation cites it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,10 +49,13 @@ pub enum Key {
     MemoryPool,
     MemoryReuse,
     PinnedHost,
+    EnginesChoose,
+    MeasuredLock,
+    MeasuredMinSamples,
 }
 
 impl Key {
-    pub const ALL: [Key; 14] = [
+    pub const ALL: [Key; 17] = [
         Key::EnginesOrder,
         Key::EnginesDeny,
         Key::EnginesFallback,
@@ -66,6 +70,9 @@ impl Key {
         Key::MemoryPool,
         Key::MemoryReuse,
         Key::PinnedHost,
+        Key::EnginesChoose,
+        Key::MeasuredLock,
+        Key::MeasuredMinSamples,
     ];
 
     /// The key as a policy file spells it.
@@ -85,6 +92,9 @@ impl Key {
             Key::MemoryPool => "memory.pool",
             Key::MemoryReuse => "memory.reuse",
             Key::PinnedHost => "memory.pinned_host",
+            Key::EnginesChoose => "engines.choose",
+            Key::MeasuredLock => "measured.lock",
+            Key::MeasuredMinSamples => "measured.min_samples",
         }
     }
 }
@@ -170,6 +180,7 @@ pub struct ResolvedRule {
     pub engine: Option<Arc<str>>,
     pub kernel: Option<KernelId>,
     pub precision: Option<PrecisionName>,
+    pub choose: Option<Choose>,
 }
 
 impl ResolvedRule {
@@ -188,6 +199,7 @@ impl ResolvedRule {
             engine: r.engine.as_deref().map(Arc::from),
             kernel: r.kernel.as_deref().map(KernelId::new),
             precision: r.precision,
+            choose: r.choose,
         }
     }
 
@@ -227,13 +239,18 @@ pub struct ResolvedPolicy {
     pub default_precision: Option<PrecisionName>,
     pub keep_fp32: OpSet,
     pub rules: Vec<ResolvedRule>,
+    /// `[engines] choose`; a rule's `choose` overrides it for its nodes.
+    pub choose: Choose,
+    /// The lock `[measured] lock` names, as read when the policy was loaded.
+    pub evidence: Option<Arc<Evidence>>,
+    pub min_samples: u32,
     kernels_by_op: HashMap<Op, KernelSelection>,
     kernels_by_class: HashMap<OpClass, KernelSelection>,
     sites: HashMap<Key, Cited>,
 }
 
 impl ResolvedPolicy {
-    pub(crate) fn of(policy: &Policy) -> ResolvedPolicy {
+    pub(crate) fn of(policy: &Policy, evidence: Option<Arc<Evidence>>) -> ResolvedPolicy {
         let spec = &policy.spec;
         let mut kernels_by_op = HashMap::new();
         let mut kernels_by_class = HashMap::new();
@@ -268,6 +285,9 @@ impl ResolvedPolicy {
                 .enumerate()
                 .map(|(i, r)| ResolvedRule::of(policy, i, r))
                 .collect(),
+            choose: spec.engines.choose,
+            evidence,
+            min_samples: spec.measured.min_samples,
             kernels_by_op,
             kernels_by_class,
             sites: Key::ALL.into_iter().map(|k| (k, Cited::of(policy, k.name()))).collect(),
@@ -293,6 +313,17 @@ impl ResolvedPolicy {
     /// The `[kernels]` entry for an op: its own name first, then its class.
     pub fn kernels_for(&self, op: Op) -> Option<&KernelSelection> {
         self.kernels_by_op.get(&op).or_else(|| self.kernels_by_class.get(&op.class()))
+    }
+
+    /// How nodes a rule (or none) matches are chosen.
+    pub fn choose_for(&self, rule: Option<&ResolvedRule>) -> Choose {
+        rule.and_then(|r| r.choose).unwrap_or(self.choose)
+    }
+
+    /// Whether any node may be chosen by measurement.
+    pub fn measures(&self) -> bool {
+        self.choose == Choose::Measured
+            || self.rules.iter().any(|r| r.choose == Some(Choose::Measured))
     }
 
     pub fn is_denied(&self, engine: &str) -> bool {

@@ -24,6 +24,9 @@ pub struct PolicySpec {
     pub precision: Precision,
     pub memory: Memory,
     pub execution: Execution,
+    /// Where measured choices (`choose = "measured"`) come from.
+    #[serde(skip_serializing_if = "Measured::is_unset")]
+    pub measured: Measured,
     /// Node-level overrides; the first matching rule wins.
     #[serde(rename = "rule", skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<Rule>,
@@ -74,6 +77,54 @@ pub struct Engines {
     pub fallback: Fallback,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_budget: Option<FallbackBudget>,
+    /// How a node's engine and kernel are chosen among the candidates the policy allows:
+    /// `static` (the order above) or `measured` (the fastest by the evidence of
+    /// `[measured]`; pins, denials, precision limits and fallback rules stay absolute).
+    #[serde(skip_serializing_if = "Choose::is_static")]
+    pub choose: Choose,
+}
+
+/// How a node's candidate is chosen.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Choose {
+    /// The first candidate in the policy's order.
+    #[default]
+    Static,
+    /// The allowed candidate with the lowest measured median; the order where evidence is
+    /// missing or too thin (the explanation says which).
+    Measured,
+}
+
+impl Choose {
+    pub fn is_static(&self) -> bool {
+        *self == Choose::Static
+    }
+}
+
+/// `[measured]`: the evidence measured choices read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Measured {
+    /// A lock file written by `xpuctl tune` (`P.lock.toml`), relative to the policy file
+    /// that sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+    /// Fewest timed runs behind a measured winner before it may decide; thinner evidence
+    /// leaves the node to the static order.
+    pub min_samples: u32,
+}
+
+impl Default for Measured {
+    fn default() -> Measured {
+        Measured { lock: None, min_samples: 3 }
+    }
+}
+
+impl Measured {
+    pub fn is_unset(&self) -> bool {
+        *self == Measured::default()
+    }
 }
 
 /// How much of a graph may fall back before the plan fails or warns.
@@ -189,6 +240,9 @@ pub struct Rule {
     pub kernel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<PrecisionName>,
+    /// `choose` for the nodes this rule matches (over `[engines] choose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choose: Option<Choose>,
 }
 
 /// What a rule matches; every given condition must hold.

@@ -10,7 +10,7 @@ use xpu_ir::{DType, Op, OpClass};
 
 use crate::diag::{Diagnostic, did_you_mean};
 use crate::load::Policy;
-use crate::spec::{Fallback, PrecisionName};
+use crate::spec::{Choose, Fallback, PrecisionName};
 
 fn engine_names() -> impl Iterator<Item = &'static str> {
     catalog::ENGINES.iter().map(|e| e.name)
@@ -290,11 +290,11 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
                 did_you_mean(d, DType::ALL.iter().map(|d| d.name())),
             );
         }
-        if r.engine.is_none() && r.kernel.is_none() && r.precision.is_none() {
+        if r.engine.is_none() && r.kernel.is_none() && r.precision.is_none() && r.choose.is_none() {
             c.error(
                 "P0010",
                 &key,
-                "the rule sets nothing (give engine, kernel or precision)".into(),
+                "the rule sets nothing (give engine, kernel, precision or choose)".into(),
                 None,
             );
         }
@@ -375,7 +375,38 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
             }
         }
     }
+    measured_choice(&mut c);
     c.out
+}
+
+/// `choose = "measured"` needs evidence, and evidence needs something that chooses by it.
+fn measured_choice(c: &mut Checker) {
+    let spec = &c.policy.spec;
+    let rule_measures = spec.rules.iter().position(|r| r.choose == Some(Choose::Measured));
+    let measures = spec.engines.choose == Choose::Measured || rule_measures.is_some();
+    let key = match rule_measures {
+        Some(i) if spec.engines.choose != Choose::Measured => format!("rule[{i}].choose"),
+        _ => "engines.choose".to_string(),
+    };
+    if measures && spec.measured.lock.is_none() {
+        let at = c.policy.origin(&key);
+        let d = Diagnostic::warning(
+            "P0014",
+            at,
+            "choose = \"measured\" has no evidence: the static order decides every node",
+        );
+        let help = "write a lock with `xpuctl tune PROGRAM --policy P` and set [measured] lock";
+        c.out.push(d.with_key(key).with_help(Some(help.into())));
+    }
+    if !measures && spec.measured.lock.is_some() {
+        let at = c.policy.origin("measured.lock");
+        let d = Diagnostic::warning(
+            "P0014",
+            at,
+            "[measured] lock is read by nothing: no `choose = \"measured\"`",
+        );
+        c.out.push(d.with_key("measured.lock"));
+    }
 }
 
 /// Every leaf key path of the policy format (`engines.order`, …), for `overridable`.
@@ -489,6 +520,22 @@ pub fn contextual(policy: &Policy, inventory: &Inventory, inventory_name: &str) 
         if !any {
             out.push(Diagnostic::warning("P0107", policy.origin("precision.default"), format!("no available engine of inventory {inventory_name} has a kernel for precision {p}")).with_key("precision.default"));
         }
+    }
+    // A lock measured on another machine (or with other engine versions) is not applied.
+    if let Some(e) = &policy.resolved().evidence
+        && let Some(why) = e.mismatch(inventory)
+    {
+        let at = policy.origin("measured.lock");
+        let message = format!(
+            "lock {} does not match inventory {inventory_name}: {why}; its choices are not used",
+            e.source
+        );
+        let help = "run `xpuctl tune` on this machine to measure again";
+        out.push(
+            Diagnostic::warning("P0108", at, message)
+                .with_key("measured.lock")
+                .with_help(Some(help.into())),
+        );
     }
     out
 }

@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod device;
 pub mod dylib;
 pub mod host_cpu;
+pub mod machine;
 pub mod options;
 mod registry;
 pub mod riscv_cpu;
@@ -28,6 +29,7 @@ pub use catalog::KernelId;
 pub use device::{Device, DeviceId, DeviceKind, HostMemory, TransferDirection};
 pub use dylib::{Loaded, LoadedOnce, find_upwards};
 pub use host_cpu::HostCpu;
+pub use machine::HostMachine;
 pub use options::{EngineOptions, PrecisionName};
 pub use registry::Registry;
 pub use riscv_cpu::RiscvCpu;
@@ -217,6 +219,9 @@ pub struct Inventory {
     pub description: String,
     #[serde(default)]
     pub engines: Vec<Capabilities>,
+    /// The host's CPU (live inventories; a declared one may say which machine it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostMachine>,
     /// What the file should change to stay loadable (old device forms), for the reader.
     #[serde(skip)]
     pub notes: Vec<String>,

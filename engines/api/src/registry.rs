@@ -110,6 +110,7 @@ impl Registry {
             name: "live".into(),
             description: "the engines of this process".into(),
             engines,
+            host: Some(crate::HostMachine::this().clone()),
             notes: Vec::new(),
         }
     }

@@ -8,6 +8,7 @@ use xpu_ir::passes::value_bytes;
 use xpu_ir::{DType, Graph, NodeId, Op};
 use xpu_policy::ResolvedRule;
 
+use super::measured::MeasureAsk;
 use super::{Planner, cite};
 use crate::model::RuleRef;
 
@@ -35,6 +36,8 @@ pub(super) struct NodeFacts {
     pub operands: u32,
     pub flops: Option<u64>,
     pub working_bytes: Option<u64>,
+    /// What the node asks of the evidence (its policy chooses by measurement).
+    pub measure: Option<MeasureAsk>,
 }
 
 impl NodeFacts {
@@ -67,6 +70,7 @@ impl<'a> Planner<'a> {
             operands: operand_bits(g, id),
             flops,
             working_bytes,
+            measure: if n.op == Op::Constant { None } else { self.measure_ask(id, rule) },
         };
         (facts, rule)
     }

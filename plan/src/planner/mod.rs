@@ -18,6 +18,7 @@
 mod budget;
 mod constants;
 mod facts;
+mod measured;
 mod memory;
 mod partition;
 mod retype;
@@ -36,6 +37,7 @@ use xpu_policy::{Cited, Policy, ResolvedPolicy};
 use crate::model::*;
 use crate::reason::ReasonCode;
 
+use measured::{EvidenceState, MeasureAsk};
 use walk::{Walk, WalkKey};
 
 /// A plan that cannot be made: the errors, and the explanation of every decision so far.
@@ -114,6 +116,8 @@ struct Planner<'a> {
     kernels_by_op: HashMap<(usize, Op), Vec<usize>>,
     cast_reasons: HashMap<DType, Arc<str>>,
     walks: HashMap<WalkKey, Walk>,
+    /// The evidence measured choices read.
+    evidence: EvidenceState<'a>,
 }
 
 /// What placing every node gave: per node its decision, its choice and its precision.
@@ -152,6 +156,10 @@ impl<'a> Planner<'a> {
             kernels_by_op: HashMap::new(),
             cast_reasons: HashMap::new(),
             walks: HashMap::new(),
+            evidence: EvidenceState::of(
+                resolved.evidence.as_deref().filter(|_| resolved.measures()),
+                inventory,
+            ),
         }
     }
 
@@ -211,6 +219,7 @@ impl<'a> Planner<'a> {
             casts,
             memory,
             execution: self.execution_settings(),
+            evidence: explanation.evidence.clone(),
         };
         Ok((plan, explanation))
     }
@@ -240,6 +249,7 @@ impl<'a> Planner<'a> {
                 precision_from: facts.source.map(|s| self.precision_ref(s)),
                 fallback: None,
                 rejected: Default::default(),
+                measured: None,
             };
             if n.op == Op::Constant {
                 placing.decisions.push(d);
@@ -253,6 +263,11 @@ impl<'a> Planner<'a> {
             d.rule = w.rule;
             d.fallback = w.fallback;
             d.rejected = w.rejected;
+            d.measured = match &facts.measure {
+                Some(MeasureAsk::Entry(_)) => w.measured,
+                Some(ask) => self.measure_note(ask),
+                None => None,
+            };
             match w.chosen {
                 Some((c, ei)) => {
                     d.chosen = Some(c.clone());
@@ -299,6 +314,7 @@ impl<'a> Planner<'a> {
             facts: Vec::new(),
             passes: Vec::new(),
             groups: Vec::new(),
+            evidence: self.evidence.reference(),
         }
     }
 }

@@ -13,8 +13,9 @@ use xpu_policy::spec::Fallback;
 use xpu_policy::{Cited, KernelPick, Key, ResolvedRule};
 
 use super::facts::{NodeFacts, operand_dtypes};
+use super::measured::MeasureAsk;
 use super::{Placed, Planner, cite};
-use crate::model::{Choice, FallbackNote, Rejection, RuleRef};
+use crate::model::{Choice, FallbackNote, MeasuredNote, Rejection, RuleRef};
 use crate::reason::ReasonCode;
 
 /// The outcome of a node's walk.
@@ -27,6 +28,8 @@ pub(super) struct Walk {
     pub rule: Option<RuleRef>,
     pub fallback: Option<FallbackNote>,
     pub rejected: Arc<Vec<Rejection>>,
+    /// What the evidence said, for a node with a lock entry.
+    pub measured: Option<MeasuredNote>,
 }
 
 /// Everything a candidate walk depends on: nodes with equal keys get equal walks.
@@ -38,6 +41,8 @@ pub(super) struct WalkKey {
     operands: u32,
     alternates: bool,
     rule: Option<usize>,
+    /// The lock entry of the node's signature (measured choice).
+    measure: Option<usize>,
     /// Bit d: the node's tensors fit the memory of device d (devices of all engines in
     /// inventory order).
     fits: u64,
@@ -50,21 +55,21 @@ struct Pin<'p> {
 }
 
 /// What stays fixed over one node's walk.
-struct Ask<'p> {
+pub(super) struct Ask<'p> {
     f: &'p NodeFacts,
     rule: Option<&'p ResolvedRule>,
     pin: Option<Pin<'p>>,
     preferred: &'p [KernelId],
     preferred_site: Option<&'p Cited>,
     /// The rule's engine, the pinned kernel's, `table` for table ops, else the order.
-    first_choice: Vec<Arc<str>>,
+    pub first_choice: Vec<Arc<str>>,
     table_op: bool,
     /// A kernel lacking the default precision may run the node at another allowed one.
     other_precisions: bool,
 }
 
 impl Ask<'_> {
-    fn reject(
+    pub(super) fn reject(
         &self,
         engine: &str,
         code: ReasonCode,
@@ -86,13 +91,13 @@ impl Ask<'_> {
 
 /// The walk so far.
 #[derive(Default)]
-struct Progress {
-    chosen: Option<Placed>,
-    precision: Option<PrecisionName>,
+pub(super) struct Progress {
+    pub chosen: Option<Placed>,
+    pub precision: Option<PrecisionName>,
     precision_note: Option<RuleRef>,
-    rule: Option<RuleRef>,
-    fallback: Option<FallbackNote>,
-    rejected: Vec<Rejection>,
+    pub rule: Option<RuleRef>,
+    pub fallback: Option<FallbackNote>,
+    pub rejected: Vec<Rejection>,
     /// Why the first choice was not taken: the first engine-level rejection.
     first_rejection: Option<(ReasonCode, String)>,
 }
@@ -107,9 +112,9 @@ impl Progress {
 }
 
 /// A kernel that can run the node: at what precision, on which device.
-struct Fit {
-    precision: Option<PrecisionName>,
-    device: DeviceId,
+pub(super) struct Fit {
+    pub precision: Option<PrecisionName>,
+    pub device: DeviceId,
 }
 
 impl<'a> Planner<'a> {
@@ -122,6 +127,10 @@ impl<'a> Planner<'a> {
             operands: f.operands,
             alternates: f.alternates(),
             rule: rule.map(|r| r.index),
+            measure: match f.measure {
+                Some(MeasureAsk::Entry(i)) => Some(i),
+                _ => None,
+            },
             fits: self.fits(f),
         };
         if let Some(w) = self.walks.get(&key) {
@@ -166,6 +175,10 @@ impl<'a> Planner<'a> {
             }
             // Later engines are still enumerated, so the explanation lists them.
         }
+        let measured = match f.measure {
+            Some(MeasureAsk::Entry(i)) => self.apply_measured(&ask, i, &mut st),
+            _ => None,
+        };
         Walk {
             chosen: st.chosen,
             precision: st.precision,
@@ -173,6 +186,7 @@ impl<'a> Planner<'a> {
             rule: st.rule,
             fallback: st.fallback,
             rejected: Arc::new(st.rejected),
+            measured,
         }
     }
 
@@ -369,7 +383,7 @@ impl<'a> Planner<'a> {
 
     /// Whether kernel `k` can run the node, and how; else the rejection. A kernel that runs
     /// the node at another precision than asked leaves a note in `notes` first.
-    fn fit(
+    pub(super) fn fit(
         &self,
         ask: &Ask,
         e: &str,
