@@ -40,6 +40,7 @@ seed tensor_pb $(ls .cache/onnx-node/*/0/*.pb 2>/dev/null | head -200)
 seed csv_table examples/*.csv tests/minilang/*.csv
 seed policy policies/examples/*.toml policies/builtin/*.toml
 seed inventory policies/inventories/*.toml
+seed lock_file fuzz/seeds/lock_file/*.toml
 seed sgr_json fuzz/seeds/sgr_json/*
 seed frozen_plan fuzz/seeds/frozen_plan/*
 seed journal fuzz/seeds/journal/*

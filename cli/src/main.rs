@@ -7,6 +7,7 @@ mod lir_cmd;
 mod policy_cmd;
 mod program;
 mod repl;
+mod tune_cmd;
 
 use xpu_runtime::tensors;
 
@@ -154,6 +155,43 @@ enum Command {
     /// Policies in CI: check, test, resolve, diff.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Measure every candidate the policy allows per node on this machine and write the
+    /// winners to a lock file beside the policy (P.lock.toml), for `choose = "measured"`.
+    Tune {
+        program: PathBuf,
+        /// The policy file (the lock is written beside it).
+        #[arg(long)]
+        policy: String,
+        /// An input: NAME=PATH; float inputs of known shape not given are generated.
+        #[arg(long = "input", short = 'i')]
+        inputs: Vec<String>,
+        /// Timed runs per plan (after --warmup runs), twice: per candidate, then side by side.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+        #[arg(long, default_value_t = 3)]
+        warmup: u32,
+        /// Where to write the lock (default: beside the policy, P.lock.toml).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Run every engine in this process instead of in worker processes as xpud does.
+        #[arg(long)]
+        in_process: bool,
+        /// Measure and report, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Per node of a program: its candidates under the policy and the figures the policy's
+    /// evidence ([measured] lock) has for them.
+    Evidence {
+        program: PathBuf,
+        #[arg(long)]
+        policy: String,
+        /// Symbol bindings NAME=SIZE for shapes the program leaves open.
+        #[arg(long = "bind")]
+        bind: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// MiniLang interactively: statements accumulate, bare expressions print their value.
     Repl,
     /// Submit a job to xpud (a progress spinner while --wait waits).
@@ -465,6 +503,21 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             format,
             isolate,
         ),
+        Command::Tune { program, policy, inputs, runs, warmup, out, in_process, dry_run } => {
+            tune_cmd::tune(&tune_cmd::TuneArgs {
+                program: &program,
+                policy: &policy,
+                inputs: &inputs,
+                runs,
+                warmup,
+                out: out.as_deref(),
+                in_process,
+                dry_run,
+            })
+        }
+        Command::Evidence { program, policy, bind, format } => {
+            tune_cmd::evidence(&program, &policy, &bind, format == Format::Json)
+        }
         Command::Policy(cmd) => {
             let ok = match cmd {
                 PolicyCommand::Check { paths, inventory, format } => {
@@ -754,7 +807,7 @@ pub(crate) fn read_inputs(args: &[String]) -> Result<BTreeMap<String, (String, T
 }
 
 /// Binds the read inputs to the graph's inputs by name, in the graph's order.
-fn bind_inputs(
+pub(crate) fn bind_inputs(
     g: &xpu_ir::Graph,
     mut read: BTreeMap<String, (String, Tensor)>,
 ) -> Result<Vec<Tensor>> {

@@ -425,6 +425,9 @@ fn resolve_json(ex: &Explanation, ok: bool) -> serde_json::Value {
                 "rejected": d.rejected.iter().map(|r| serde_json::json!({
                     "engine": r.engine, "kernel": r.kernel, "code": r.code.name(), "detail": r.detail, "key": r.key, "at": r.at,
                 })).collect::<Vec<_>>(),
+                "measured": d.measured.as_ref().map(|m| serde_json::json!({
+                    "code": m.code.map(|c| c.name()), "detail": m.detail,
+                })),
             })
         })
         .collect();
@@ -434,6 +437,7 @@ fn resolve_json(ex: &Explanation, ok: bool) -> serde_json::Value {
         "graph_hash": ex.graph_hash,
         "policy": ex.policy,
         "inventory": ex.inventory,
+        "evidence": ex.evidence,
         "nodes": nodes,
         "casts": ex.casts,
         "transfers": ex.transfers,

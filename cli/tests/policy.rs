@@ -598,3 +598,79 @@ fn the_tensor_example_runs() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("[[0.220442 0.263288 0.354519 0.161751]"), "{out}");
 }
+
+/// `xpuctl tune` measures the candidates, writes a lock beside the policy, and a policy
+/// choosing by measurement plans with it: `evidence` and `policy resolve` name the figures;
+/// `policy check` against another machine's inventory says the lock does not hold there.
+#[test]
+fn tune_writes_a_lock_that_measured_choice_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let policy = d.join("p.toml");
+    std::fs::write(
+        &policy,
+        "[policy]\nname = \"cpu-first\"\n[engines]\norder = [\"cpu\", \"llvm\"]\n",
+    )
+    .unwrap();
+    let x = d.join("x.npy");
+    write_npy_f32(&x, &[8, 16], &vec![0.5; 128]);
+    let mlp = repo().join("examples/mlp.onnx");
+    let (p, m, xs) =
+        (policy.display().to_string(), mlp.display().to_string(), format!("x={}", x.display()));
+    let (code, out, err) = xpuctl(&[
+        "tune",
+        &m,
+        "--policy",
+        &p,
+        "-i",
+        &xs,
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--in-process",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("only cpu") && out.contains("only llvm") && out.contains("(locked)"),
+        "{out}"
+    );
+    let lock_path = d.join("p.lock.toml");
+    let text = std::fs::read_to_string(&lock_path).unwrap();
+    let lock = xpu_policy::LockFile::parse("p.lock.toml", &text).unwrap();
+    assert_eq!(lock.nodes.len(), 6, "{text}");
+    assert!(lock.plans.iter().any(|p| p.name.ends_with("(locked)")));
+    // A policy that chooses by measurement reads it.
+    std::fs::write(
+        &policy,
+        "[policy]\nname = \"cpu-first\"\n[engines]\norder = [\"cpu\", \"llvm\"]\nchoose = \"measured\"\n[measured]\nlock = \"p.lock.toml\"\nmin_samples = 1\n",
+    )
+    .unwrap();
+    let (code, out, err) = xpuctl(&["evidence", &m, "--policy", &p, "--bind", "N=8"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("evidence: lock p.lock.toml ("), "{out}");
+    assert!(out.contains("measured: ") && out.contains("candidates: "), "{out}");
+    let (code, out, err) =
+        xpuctl(&["policy", "resolve", "--policy", &p, &m, "--bind", "N=8", "--format", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["evidence"]["lock"], "p.lock.toml", "{out}");
+    let rules: Vec<&str> =
+        v["nodes"].as_array().unwrap().iter().filter_map(|d| d["rule"].as_str()).collect();
+    assert!(rules.iter().filter(|r| r.starts_with("measured: ")).count() >= 4, "{rules:?}");
+    // Another machine's inventory: the lock is not used, and check says why.
+    let (code, out, _) =
+        xpuctl(&["policy", "check", &p, "--inventory", "policies/inventories/cpu-x86.toml"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("warning[P0108]") && out.contains("its choices are not used"), "{out}");
+    // A broken lock: the policy still loads, with a located warning, and plans statically.
+    std::fs::write(&lock_path, &text[..text.len() / 3]).unwrap();
+    let (code, out, err) = xpuctl(&["policy", "resolve", "--policy", &p, &m, "--bind", "N=8"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("warning[P0015]") || out.contains("not used"), "{out}{err}");
+    assert!(!out.contains("measured: "), "{out}");
+    // Bad arguments.
+    let (code, _, err) = xpuctl(&["tune", &m, "--policy", &p, "--runs", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--runs"), "{err}");
+}

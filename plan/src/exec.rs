@@ -61,6 +61,9 @@ pub struct RunRecord {
     pub facts: Vec<EngineFact>,
     /// Per partition: prepared for this run (the GraphExec's first) or reused.
     pub prepared: Vec<PartitionPrepared>,
+    /// Per partition in plan order: its engine's run, as GraphExec timed it (inputs moved
+    /// in not included). What a partition costs beyond its nodes' own times.
+    pub partition_nanos: Vec<u64>,
     pub wall_nanos: u64,
 }
 
@@ -243,6 +246,7 @@ impl GraphExec {
                     prepare_nanos: p.prepare_nanos,
                 })
                 .collect(),
+            partition_nanos: Vec::with_capacity(self.parts.len()),
             wall_nanos: 0,
         };
         let stopped = |reason: StopReason, partition: usize, at: String| match reason {
@@ -258,6 +262,7 @@ impl GraphExec {
             for &v in &p.inputs {
                 args.push(values.argument(v, p, &engines, &mut record.transfers)?);
             }
+            let began = Instant::now();
             let exec = p.exe.run_values(&args, stop).map_err(|error| match error {
                 EngineError::Stopped { node, reason } => {
                     stopped(reason, p.partition, format!("before node {node}"))
@@ -266,6 +271,7 @@ impl GraphExec {
                     ExecError::Engine { partition: p.partition, engine: p.engine.clone(), error }
                 }
             })?;
+            record.partition_nanos.push(began.elapsed().as_nanos() as u64);
             drop(args);
             for (&v, out) in p.outputs.iter().zip(exec.outputs) {
                 values.set(v, out);

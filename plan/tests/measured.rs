@@ -240,7 +240,7 @@ fn broken_locks_are_refused_with_their_line_and_planning_goes_on() {
         ),
         ("[[[[".to_string(), "p.lock.toml:1:"),
         ("x".repeat(100_000), "p.lock.toml:"),
-        (format!("{}", "a = [".repeat(5000)), "p.lock.toml:"),
+        ("a = [".repeat(5000), "p.lock.toml:"),
     ];
     for (text, says) in cases {
         let dir = tempfile::tempdir().unwrap();

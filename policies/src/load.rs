@@ -57,11 +57,14 @@ impl Policy {
         &self.resolved
     }
 
-    /// This policy reading `evidence` instead of the lock its file names (`xpuctl tune`
-    /// plans candidates under evidence it makes up itself).
-    pub fn with_evidence(&self, evidence: Evidence) -> Policy {
+    /// This policy choosing by measurement (`[engines] choose = "measured"`; a rule's own
+    /// `choose` still holds for its nodes) and reading `evidence` instead of the lock its
+    /// file names: how `xpuctl tune` plans each candidate under evidence it writes itself.
+    pub fn choosing_by(&self, evidence: Evidence) -> Policy {
         let mut p = self.clone();
-        p.resolved = Arc::new(ResolvedPolicy::of(&p, Some(Arc::new(evidence))));
+        let mut resolved = ResolvedPolicy::of(&p, Some(Arc::new(evidence)));
+        resolved.choose = crate::spec::Choose::Measured;
+        p.resolved = Arc::new(resolved);
         p
     }
 

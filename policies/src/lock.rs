@@ -137,6 +137,12 @@ impl LockFile {
                 ),
             ));
         }
+        for (i, p) in lock.plans.iter().enumerate() {
+            if ![p.median_us, p.p90_us].iter().all(|t| t.is_finite() && *t >= 0.0) {
+                let at = find_nth_line(text, "median_us", i);
+                return Err(err(at, format!("plan[{i}]: times must be finite and ≥ 0")));
+            }
+        }
         let mut seen = HashMap::new();
         for (i, n) in lock.nodes.iter().enumerate() {
             let at = find_nth_line(text, "signature", i);
