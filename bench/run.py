@@ -250,6 +250,7 @@ def main():
         plan_ok = plan_ok and ratio >= 1.0
         print(f"{policy:<14} on {inventory:<12} {best * 1e3:9.3f}            {ratio:5.2f}")
         rows.append(("plan 1000 nodes", policy, inventory, best * 1e3, 1.0, ratio))
+    measured_ok = bench_measured(rows, mlp, conv)
     whole_ok = bench_whole_matmul(rows)
     tables_ok = bench_tables(rows)
     daemon_ok = bench_daemon(rows)
@@ -280,10 +281,107 @@ def main():
         sys.exit("the ort engine in a worker process adds more than 50 µs per call at batch 1 or 5% at batch 64")
     if not model_job_ok:
         sys.exit("xpud's overhead on a model job it knows (the MLP by path, batch 1) is over 150 µs")
+    if not measured_ok:
+        sys.exit("measured planning misses a bar (tuned plan ≤ 1.05× the best single-engine policy, better than each on the mixed model, planning with evidence ≤ 1.2× the static planner)")
     if not riscv_ok:
         sys.exit("riscv64 vector builds execute fewer than 3× fewer instructions than scalar ones")
     if not llvm_ok:
         sys.exit("the llvm engine misses a bar (chains ≥ 2× numpy and ≥ numexpr, ≥ 70% of triad bandwidth, whole process ≥ 1.5× numpy, row groups ≥ 2× numpy)")
+
+
+def mixed_model(path):
+    """A model where engines win on different nodes: a 512×1024·1024×1024 product (a BLAS's
+    job) followed by a chain of eight elementwise ops over its result (one fused loop for
+    the llvm engine, eight passes elsewhere)."""
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((1024, 1024)).astype(np.float32) / 32, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="proj")]
+    ops = ["Tanh", "Exp", "Sigmoid", "Neg", "Abs", "Sqrt", "Tanh", "Sigmoid"]
+    for i, op in enumerate(ops):
+        nodes.append(helper.make_node(op, [f"h{i}"], [f"h{i + 1}"], name=f"chain{i}"))
+    graph = helper.make_graph(
+        nodes, "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
+        [helper.make_tensor_value_info(f"h{len(ops)}", TensorProto.FLOAT, ["N", 1024])],
+        [w])
+    save(graph, path)
+
+
+def bench_measured(rows, mlp, conv):
+    """Measured planning. For each model: `xpuctl tune` (release, engines in worker
+    processes as xpud runs them) writes a lock for a policy that allows every engine; then
+    each single-engine policy (the engine first, cpu for what it cannot run) and the policy
+    choosing by measurement from that lock are run side by side (`xpu-bench policy-run`,
+    alternating, same process). Bars: the measured plan ≤ 1.05× the best single-engine
+    policy on every model, and faster than every one on the mixed model; planning a
+    1,000-node graph with evidence ≤ 1.2× the static planner."""
+    import tempfile
+    ok = True
+    mixed = os.path.join(OUT, "mixed.onnx")
+    mixed_model(mixed)
+    print("\nmeasured plan vs single-engine policies   batch   measured ms   best single ms (engine)   ratio (bar)")
+    cases = (("mlp", mlp, (784,), 64), ("convnet", conv, (1, 28, 28), 8), ("mixed", mixed, (1024,), 512))
+    for name, path, shape, batch in cases:
+        with tempfile.TemporaryDirectory() as d:
+            x = os.path.join(d, "x.npy")
+            np.save(x, np.random.default_rng(2).standard_normal((batch, *shape)).astype(np.float32))
+            engines = ["cpu", "ort", "openvino", "llvm"]
+            policies = {}
+            for e in engines:
+                order = [e] if e == "cpu" else [e, "cpu"]
+                policies[f"only {e}"] = write_policy(d, f"only-{e}", f'[engines]\norder = {json.dumps(order)}\n')
+            tuned = write_policy(d, "tuned", '[engines]\norder = ["cpu", "ort", "openvino", "llvm"]\n')
+            subprocess.run([XPUCTL, "tune", path, "--policy", tuned, "-i", f"x={x}", "--runs", "7"],
+                           check=True, capture_output=True, text=True, cwd=d)
+            with open(tuned, "a") as f:
+                f.write('choose = "measured"\n[measured]\nlock = "tuned.lock.toml"\n')
+            policies["measured"] = tuned
+            times = policy_run(path, x, policies)
+        single = {k: v for k, v in times.items() if k != "measured"}
+        best = min(single, key=single.get)
+        ratio = times["measured"] / single[best]
+        good = ratio <= 1.05 and (name != "mixed" or ratio < 1.0)
+        ok = ok and good
+        bar = "< 1.0" if name == "mixed" else "≤ 1.05"
+        print(f"{name:<40} {batch:5}   {times['measured'] * 1e3:10.3f}   {single[best] * 1e3:10.3f} ({best:<13})  {ratio:5.2f} ({bar}){'' if good else '  MISSED'}")
+        for k, v in sorted(times.items()):
+            print(f"    {k:<14} {v * 1e3:10.3f} ms")
+        rows.append((f"measured plan {name}", str(batch), best, times["measured"] * 1e3, single[best] * 1e3, single[best] / times["measured"]))
+    print("\nplanning with evidence, 1,000 nodes   static ms   measured ms   ratio (bar ≤ 1.2)")
+    for policy, inventory in (("cpu-only", "cpu-x86"), ("latency-gpu", "h100")):
+        out = subprocess.run([BENCH_BIN, "plan-measured", "1000",
+                              os.path.join(ROOT, "policies/examples", policy + ".toml"),
+                              os.path.join(ROOT, "policies/inventories", inventory + ".toml"), "300"],
+                             check=True, capture_output=True, text=True)
+        got = json.loads(out.stdout)
+        ratio = got["measured_median_s"] / got["static_median_s"]
+        good = ratio <= 1.2
+        ok = ok and good
+        print(f"{policy:<14} on {inventory:<12} {got['static_median_s'] * 1e3:9.3f}   {got['measured_median_s'] * 1e3:9.3f}     {ratio:5.2f}  ({got['changed']} decisions moved){'' if good else '  MISSED'}")
+        rows.append(("plan 1000 nodes with evidence", policy, inventory, got["measured_median_s"] * 1e3, got["static_median_s"] * 1e3, ratio))
+    return ok
+
+
+def write_policy(d, name, body):
+    path = os.path.join(d, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write(f'[policy]\nname = "{name}"\n{body}')
+    return path
+
+
+def policy_run(program, x, policies):
+    """Median seconds per run of `program` under each policy (name → file), planned once,
+    prepared once, run alternately in one xpu-bench process with engines in worker
+    processes as xpud runs them."""
+    names = list(policies)
+    args = [BENCH_BIN, "policy-run", program, x, "20"] + [policies[n] for n in names]
+    best = {n: float("inf") for n in names}
+    for _ in range(ROUNDS):
+        out = subprocess.run(args, check=True, capture_output=True, text=True)
+        got = json.loads(out.stdout)["medians_s"]
+        for n, t in zip(names, got):
+            best[n] = min(best[n], t)
+    return best
 
 
 def python_package_dir():

@@ -142,6 +142,143 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
     Ok(g)
 }
 
+/// A program (input `x` from a .npy file) under each policy: planned and prepared once on
+/// the live inventory with engines in worker processes (as xpud runs them), warmed, then
+/// REPS rounds running each plan once in turn. Prints each policy's median seconds.
+fn policy_run(args: &[String]) -> Result<()> {
+    let program = std::path::Path::new(args.get(2).context("policy-run PROGRAM")?);
+    let x =
+        xpu_runtime::tensors::read(std::path::Path::new(args.get(3).context("policy-run X.npy")?))?
+            .1;
+    let reps: usize = args.get(4).context("policy-run REPS")?.parse()?;
+    let g = std::sync::Arc::new(xpu_runtime::program::load(program)?);
+    let roots = xpu_runtime::program::data_roots_of(program);
+    let registry = xpu_runtime::isolated_registry_for(roots.roots());
+    let inputs = vec![x];
+    let mut execs = Vec::new();
+    for path in &args[5..] {
+        let policy = xpu_policy::Loader::new()
+            .load(std::path::Path::new(path))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let inventory = registry.inventory_for(&g);
+        let planned = xpu_runtime::plan_job(&g, &inputs, &policy, &inventory, None, None)
+            .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        let mut exec = xpu_plan::GraphExec::new(planned.plan, &registry)?;
+        let warm_until = Instant::now() + std::time::Duration::from_millis(200);
+        while Instant::now() < warm_until {
+            exec.run(&inputs)?;
+        }
+        execs.push((exec, Vec::with_capacity(reps)));
+    }
+    for _ in 0..reps {
+        for (exec, times) in execs.iter_mut() {
+            let t = Instant::now();
+            exec.run(&inputs)?;
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let medians: Vec<f64> = execs
+        .iter_mut()
+        .map(|(_, t)| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    println!("{}", serde_json::json!({"medians_s": medians, "reps": reps}));
+    Ok(())
+}
+
+/// Planning a layered graph with evidence against planning it without, alternately: the
+/// same graph and policy, the second choosing by measurement from a lock with figures for
+/// every node signature (the winner the static order's runner-up where there is one, so
+/// the measured plan differs). Prints both medians and how many decisions changed.
+fn plan_measured(args: &[String]) -> Result<()> {
+    use xpu_policy::lock::{Evidence, Figure, LOCK_VERSION, LockFile, Machine, NodeChoice};
+    let nodes: usize = args.get(2).context("plan-measured NODES")?.parse()?;
+    let policy = xpu_policy::Loader::new()
+        .load(std::path::Path::new(args.get(3).context("plan-measured POLICY")?))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let inventory = xpu_policy::load_inventory(std::path::Path::new(
+        args.get(4).context("plan-measured INVENTORY")?,
+    ))
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let reps: usize = args.get(5).map(|s| s.parse()).transpose()?.unwrap_or(200);
+    let g = std::sync::Arc::new(layered_graph(nodes)?);
+    let hash = g.content_hash();
+    let bindings = std::collections::BTreeMap::from([("N".to_string(), 8)]);
+    let plan = |p: &xpu_policy::Policy| {
+        xpu_plan::plan_shared(&g, &hash, p, &inventory, &bindings, None)
+            .map_err(|e| anyhow::anyhow!("the benchmark graph does not plan: {e}"))
+    };
+    let (_, ex) = plan(&policy)?;
+    let pipeline = xpu_plan::passes::pipeline(policy.spec.execution.graph_optimization);
+    let optimised =
+        xpu_plan::passes::optimize(&g, pipeline, None).0.unwrap_or_else(|| (*g).clone());
+    let mut lock = LockFile {
+        version: LOCK_VERSION,
+        program: g.name.clone(),
+        graph_sha256: hash.clone(),
+        policy: policy.name().to_string(),
+        runs: 10,
+        machine: Machine::default(),
+        plans: Vec::new(),
+        nodes: Vec::new(),
+    };
+    for d in ex.decisions.iter() {
+        let Some(c) = &d.chosen else { continue };
+        let sig = xpu_plan::evidence::node_signature(&optimised, d.node, &bindings);
+        if d.op == "constant" || lock.nodes.iter().any(|n| n.signature == sig) {
+            continue;
+        }
+        let runner = d.rejected.iter().find(|r| r.code == xpu_plan::ReasonCode::Outranked);
+        let (engine, kernel) =
+            match runner.and_then(|r| r.kernel.clone().map(|k| (r.engine.clone(), k))) {
+                Some(ek) => ek,
+                None => (c.engine.to_string(), c.kernel.to_string()),
+            };
+        let figure = |engine: String, kernel: String, us| Figure {
+            engine,
+            kernel,
+            median_us: us,
+            samples: 10,
+        };
+        lock.nodes.push(NodeChoice {
+            signature: sig,
+            label: d.op.to_string(),
+            op: d.op.to_string(),
+            operands: String::new(),
+            winner: figure(engine, kernel, 1.0),
+            runner_up: Some(figure(c.engine.to_string(), c.kernel.to_string(), 2.0)),
+        });
+    }
+    let measured = policy.choosing_by(Evidence::new("bench.lock.toml", b"", Ok(lock)));
+    let (_, mex) = plan(&measured)?;
+    let changed = ex
+        .decisions
+        .iter()
+        .zip(mex.decisions.iter())
+        .filter(|(a, b)| {
+            a.chosen.as_ref().map(|c| &c.kernel) != b.chosen.as_ref().map(|c| &c.kernel)
+        })
+        .count();
+    let (mut plain, mut with) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for _ in 0..reps {
+        for (p, times) in [(&policy, &mut plain), (&measured, &mut with)] {
+            let t = Instant::now();
+            let planned = plan(p);
+            times.push(t.elapsed().as_secs_f64());
+            drop(planned);
+        }
+    }
+    plain.sort_by(f64::total_cmp);
+    with.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        serde_json::json!({"static_median_s": plain[reps / 2], "measured_median_s": with[reps / 2], "reps": reps, "changed": changed})
+    );
+    Ok(())
+}
+
 /// An SGR-ML program and pseudo-random inputs for it, its symbolic dims bound to ROWS.
 fn sgr_program(path: &str, rows: Option<&String>) -> Result<(Graph, Vec<Tensor>)> {
     let rows: usize = rows.context("ROWS")?.parse()?;
@@ -350,8 +487,16 @@ fn main() -> Result<()> {
             times.sort_by(f64::total_cmp);
             (times[times.len() / 2], times[0], reps)
         }
+        Some("plan-measured") => {
+            plan_measured(&args)?;
+            return Ok(());
+        }
+        Some("policy-run") => {
+            policy_run(&args)?;
+            return Ok(());
+        }
         _ => bail!(
-            "usage: xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS | xpu-bench llvm-pair A.sgr B.sgr ROWS REPS THREADS | xpu-bench llvm-compile PATH.sgr ROWS DIR"
+            "usage: xpu-bench plan-measured NODES POLICY INVENTORY REPS | xpu-bench policy-run PROGRAM X.npy REPS POLICY... | xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS | xpu-bench llvm-pair A.sgr B.sgr ROWS REPS THREADS | xpu-bench llvm-compile PATH.sgr ROWS DIR"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

@@ -22,7 +22,7 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 .with_context(|| format!("cannot list {}", p.display()))?
                 .flatten()
                 .map(|e| e.path())
-                .filter(|f| f.extension().is_some_and(|e| e == "toml"))
+                .filter(|f| xpu_policy::lock::is_policy_file(f))
                 .collect();
             files.sort();
             out.extend(files);
@@ -494,12 +494,23 @@ pub fn diff(
             }
         }
     }
+    // The evidence each reads (a lock `xpuctl tune` rewrote moves measured choices).
+    let lock = |p: &xpu_policy::Policy| {
+        p.resolved().evidence.as_ref().map(|e| format!("{} ({})", e.source, e.sha256))
+    };
+    let (old_lock, new_lock) = (lock(&old_p), lock(&new_p));
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"nodes": total, "changes": changes}))?
-        );
+        let doc = serde_json::json!({
+            "nodes": total,
+            "changes": changes,
+            "evidence": { "old": old_lock, "new": new_lock },
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
+        if old_lock != new_lock {
+            let show = |l: &Option<String>| l.clone().unwrap_or_else(|| "none".into());
+            println!("evidence: {} -> {}", show(&old_lock), show(&new_lock));
+        }
         for c in &changes {
             if let Some(err) = c.get("error") {
                 println!(

@@ -61,10 +61,14 @@ struct Variant {
 }
 
 pub fn tune(a: &TuneArgs) -> Result<()> {
-    if a.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
     let policy = crate::policy_cmd::load_policy(Some(a.policy), &[])?;
+    let least = policy.spec.measured.min_samples.max(1);
+    if a.runs < least {
+        bail!(
+            "--runs {} is below what the policy's winners need ([measured] min_samples = {least}): the lock would never decide",
+            a.runs
+        );
+    }
     let lock_path = match a.out {
         Some(p) => p.to_path_buf(),
         None => lock_path_for(&policy)?,
@@ -284,7 +288,8 @@ fn empty_lock(machine: &Machine, g: &Graph, policy: &Policy, runs: u32) -> LockF
     }
 }
 
-/// A lock that sends every node that can go to `engine` there.
+/// A lock that sends every node that can go to `engine` there. Its figures are made up:
+/// they only steer the plan `tune` measures next (as many samples as any policy asks).
 fn single_engine_lock(
     units: &[Unit],
     engine: &str,
@@ -295,11 +300,17 @@ fn single_engine_lock(
 ) -> LockFile {
     let picks: Vec<Option<usize>> =
         units.iter().map(|u| u.candidates.iter().position(|(e, _)| e == engine)).collect();
-    lock_of(units, &picks, &HashMap::new(), machine, g, policy, runs)
+    let mut lock = lock_of(units, &picks, &HashMap::new(), machine, g, policy, runs);
+    for n in &mut lock.nodes {
+        n.winner.samples = u32::MAX;
+    }
+    lock
 }
 
-/// A lock of the picked candidate per unit (`None`: no entry), with their figures. Units
-/// that share a signature get the candidate most of them picked.
+/// A lock of the picked candidate per unit (`None`: no entry), with their figures (a
+/// candidate never timed: 0 samples, which no `min_samples` lets decide). Units that share
+/// a signature get the (engine, kernel) most of them picked; its figures are those of the
+/// first unit that has it.
 fn lock_of(
     units: &[Unit],
     picks: &[Option<usize>],
@@ -310,44 +321,45 @@ fn lock_of(
     runs: u32,
 ) -> LockFile {
     let mut lock = empty_lock(machine, g, policy, runs);
-    let mut votes: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
-    for (i, (u, pick)) in units.iter().zip(picks).enumerate() {
-        if let Some(c) = pick {
-            votes.entry(&u.signature).or_default().push((i, *c));
+    // Per signature: each picked (engine, kernel), how many units picked it, in order.
+    let mut votes: BTreeMap<&str, Vec<(&(String, String), usize)>> = BTreeMap::new();
+    for (u, pick) in units.iter().zip(picks) {
+        if let Some(c) = pick.and_then(|c| u.candidates.get(c)) {
+            let v = votes.entry(&u.signature).or_default();
+            match v.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, n)) => *n += 1,
+                None => v.push((c, 1)),
+            }
         }
     }
-    let figure = |u: &Unit, c: usize| {
-        let (e, k) = &u.candidates[c];
-        let (us, n) = times.get(&(u.node, k.clone())).copied().unwrap_or((0.0, runs.max(1)));
-        Figure { engine: e.clone(), kernel: k.clone(), median_us: us, samples: n.max(1) }
+    let figure = |u: &Unit, (e, k): &(String, String)| {
+        let (us, n) = times.get(&(u.node, k.clone())).copied().unwrap_or((0.0, 0));
+        Figure { engine: e.clone(), kernel: k.clone(), median_us: us, samples: n }
     };
     for u in units {
         let Some(v) = votes.remove(u.signature.as_str()) else { continue };
-        let mut count: BTreeMap<usize, usize> = BTreeMap::new();
-        for (_, c) in &v {
-            *count.entry(*c).or_default() += 1;
-        }
-        let winner = count
+        // The most picked; the first picked among equals.
+        let most = v.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        let Some(&(winner, _)) = v.iter().find(|(_, n)| *n == most) else { continue };
+        let holder = units
             .iter()
-            .max_by_key(|(c, n)| (**n, std::cmp::Reverse(**c)))
-            .map(|(c, _)| *c)
-            .unwrap_or(0);
+            .find(|o| o.signature == u.signature && o.candidates.contains(winner))
+            .unwrap_or(u);
         // A node an engine computes inside another's time (a fused epilogue reports 0 ns)
         // has no figure of its own to compare.
-        let timed =
-            |c: usize| times.get(&(u.node, u.candidates[c].1.clone())).is_some_and(|t| t.0 > 0.0);
-        let runner_up =
-            (0..u.candidates.len()).filter(|&c| c != winner && timed(c)).min_by(|&x, &y| {
-                let t = |c: usize| times[&(u.node, u.candidates[c].1.clone())].0;
-                t(x).total_cmp(&t(y))
-            });
+        let time = |c: &(String, String)| times.get(&(holder.node, c.1.clone())).map(|t| t.0);
+        let runner_up = holder
+            .candidates
+            .iter()
+            .filter(|c| *c != winner && time(c).is_some_and(|t| t > 0.0))
+            .min_by(|x, y| time(x).unwrap_or(0.0).total_cmp(&time(y).unwrap_or(0.0)));
         lock.nodes.push(NodeChoice {
             signature: u.signature.clone(),
             label: u.label.clone(),
             op: u.op.to_string(),
             operands: u.operands.clone(),
-            winner: figure(u, winner),
-            runner_up: runner_up.map(|c| figure(u, c)),
+            winner: figure(holder, winner),
+            runner_up: runner_up.map(|c| figure(holder, c)),
         });
     }
     lock

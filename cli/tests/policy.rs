@@ -625,7 +625,7 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
         "-i",
         &xs,
         "--runs",
-        "2",
+        "3",
         "--warmup",
         "1",
         "--in-process",
@@ -640,6 +640,10 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
     let lock = xpu_policy::LockFile::parse("p.lock.toml", &text).unwrap();
     assert_eq!(lock.nodes.len(), 6, "{text}");
     assert!(lock.plans.iter().any(|p| p.name.ends_with("(locked)")));
+    // A directory of policies holds their locks too: scans take the policies only.
+    let (code, out, err) = xpuctl(&["policy", "check", &d.display().to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("p.toml: ok") && !out.contains("p.lock.toml"), "{out}");
     // A policy that chooses by measurement reads it.
     std::fs::write(
         &policy,

@@ -61,7 +61,7 @@ impl PolicySet {
             let mut files: Vec<PathBuf> = entries
                 .flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                .filter(|p| xpu_policy::lock::is_policy_file(p))
                 .collect();
             files.sort();
             for f in files {

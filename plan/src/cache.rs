@@ -121,7 +121,12 @@ impl PlanCache {
             policy_sha256: policy.sha256.clone(),
             input_shapes: input_shapes.to_vec(),
             inventory_fingerprint: keys.inventory_fingerprint.to_string(),
-            evidence: policy.resolved().evidence.as_ref().map(|e| e.sha256.clone()),
+            evidence: policy
+                .resolved()
+                .evidence
+                .as_ref()
+                .filter(|_| policy.resolved().measures())
+                .map(|e| e.sha256.clone()),
         };
         let now = self.tick.fetch_add(1, Ordering::Relaxed);
         if let Some(entry) = self.entries.lock().expect("cache lock").get_mut(&key) {

@@ -5,45 +5,88 @@
 //! evidence records them once and is not applied on another machine.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-use sha2::{Digest, Sha256};
 use xpu_ir::{Dim, Graph, NodeId, ValueId};
 
 /// Dims up to this size are kept exactly; larger ones are rounded up to a power of two.
 const EXACT_DIMS: u64 = 16;
 
-/// The signature of node `id`: 16 hex digits.
+/// The signature of node `id`: 16 hex digits of a 64-bit FNV-1a hash (a fixed, documented
+/// function: signatures written into lock files stay valid across builds and machines).
+/// Cheap enough to take for every node of every plan (no allocation but an op's
+/// attributes, written as JSON when it has any).
 pub fn node_signature(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -> String {
     let n = g.node(id);
-    let mut h = Sha256::new();
-    h.update(n.op.name().as_bytes());
-    h.update(b"\0");
-    h.update(serde_json::to_vec(&n.attrs).unwrap_or_default());
+    let mut h = Fnv::new();
+    h.bytes(n.op.name().as_bytes());
+    if !n.attrs.0.is_empty() {
+        h.bytes(&serde_json::to_vec(&n.attrs).unwrap_or_default());
+    }
     for v in n.input_values() {
-        h.update(b"\0in ");
-        h.update(operand(g, v, bindings, true).as_bytes());
+        h.byte(b'i');
+        operand_hash(&mut h, g, v, bindings);
     }
     for &v in &n.outputs {
-        h.update(b"\0out ");
-        h.update(g.ty(v).dtype.name().as_bytes());
+        h.byte(b'o');
+        h.bytes(g.ty(v).dtype.name().as_bytes());
     }
-    h.finalize().iter().take(8).fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    format!("{:016x}", h.0)
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn byte(&mut self, b: u8) {
+        self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.byte(b);
+        }
+        self.byte(0xff);
+    }
+}
+
+/// An operand's dtype and bucketed dims (unknown: `?`; an unbound symbol: its name).
+fn operand_hash(h: &mut Fnv, g: &Graph, v: ValueId, bindings: &BTreeMap<String, u64>) {
+    let ty = g.ty(v);
+    h.bytes(ty.dtype.name().as_bytes());
+    let Some(dims) = &ty.dims else {
+        h.byte(b'?');
+        return;
+    };
+    for d in dims {
+        match d {
+            Dim::Known(n) => h.bytes(&bucket(*n).to_le_bytes()),
+            Dim::Sym(s) => match bindings.get(s) {
+                Some(n) => h.bytes(&bucket(*n).to_le_bytes()),
+                None => h.bytes(s.as_bytes()),
+            },
+            Dim::Unknown => h.byte(b'?'),
+        }
+    }
+}
+
+fn bucket(n: u64) -> u64 {
+    if n > EXACT_DIMS { n.checked_next_power_of_two().unwrap_or(u64::MAX) } else { n }
 }
 
 /// The node's operands as a reader sees them (`f32[1,784] f32[784,512] -> f32[1,512]`),
 /// shapes as bound, not bucketed.
 pub fn operands(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -> String {
     let n = g.node(id);
-    let ins: Vec<String> = n.input_values().map(|v| operand(g, v, bindings, false)).collect();
-    let outs: Vec<String> = n.outputs.iter().map(|&v| operand(g, v, bindings, false)).collect();
+    let ins: Vec<String> = n.input_values().map(|v| operand(g, v, bindings)).collect();
+    let outs: Vec<String> = n.outputs.iter().map(|&v| operand(g, v, bindings)).collect();
     format!("{} -> {}", ins.join(" "), outs.join(" "))
 }
 
-fn operand(g: &Graph, v: ValueId, bindings: &BTreeMap<String, u64>, bucketed: bool) -> String {
+fn operand(g: &Graph, v: ValueId, bindings: &BTreeMap<String, u64>) -> String {
     let ty = g.ty(v);
     let dims = match &ty.dims {
         None => "?".to_string(),
@@ -51,10 +94,8 @@ fn operand(g: &Graph, v: ValueId, bindings: &BTreeMap<String, u64>, bucketed: bo
             let d: Vec<String> = dims
                 .iter()
                 .map(|d| match d {
-                    Dim::Known(n) => size(*n, bucketed),
-                    Dim::Sym(s) => {
-                        bindings.get(s).map_or_else(|| s.clone(), |n| size(*n, bucketed))
-                    }
+                    Dim::Known(n) => n.to_string(),
+                    Dim::Sym(s) => bindings.get(s).map_or_else(|| s.clone(), |n| n.to_string()),
                     Dim::Unknown => "?".into(),
                 })
                 .collect();
@@ -62,8 +103,4 @@ fn operand(g: &Graph, v: ValueId, bindings: &BTreeMap<String, u64>, bucketed: bo
         }
     };
     format!("{}{dims}", ty.dtype.name())
-}
-
-fn size(n: u64, bucketed: bool) -> String {
-    if bucketed && n > EXACT_DIMS { n.next_power_of_two().to_string() } else { n.to_string() }
 }

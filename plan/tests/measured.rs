@@ -131,7 +131,14 @@ fn the_measured_winner_replaces_the_static_choice_and_says_why() {
     assert_eq!(slower.kernel.as_deref(), Some("ort.cpu"));
     assert!(slower.detail.contains("ort.cpu median 9.5 µs over 5"), "{}", slower.detail);
     assert_eq!(fc.measured.as_ref().unwrap().code, None);
-    assert!(fc.fallback.is_none(), "a measured choice among allowed candidates is no fallback");
+    // Off the first choice (ort, the inventory's first engine): counted as a fallback.
+    let fb = fc.fallback.as_ref().unwrap();
+    assert_eq!((fb.from.as_str(), fb.code), ("ort", ReasonCode::MeasuredSlower));
+    assert!(
+        fc.precision_from.as_ref().is_some_and(|p| &*p.key == "graph dtype"),
+        "{:?}",
+        fc.precision_from
+    );
     // The add has no figures: the static order, with the reason.
     let add = node(&ex, "fc.bias");
     assert_eq!(kernel(add), "ort.cpu");

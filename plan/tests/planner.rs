@@ -599,6 +599,11 @@ fn every_reason_code_is_exercised_or_documented() {
         "SettingUnsupported",
         "FusionSplit",
         "KernelDegraded",
+        // tests/measured.rs
+        "MeasuredSlower",
+        "EvidenceMissing",
+        "EvidenceThin",
+        "EvidenceNotApplicable",
     ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());

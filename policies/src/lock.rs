@@ -20,6 +20,14 @@ pub const LOCK_VERSION: u32 = 1;
 /// Where a lock file can be read from at most (bytes): a lock has a few lines per node.
 pub const MAX_LOCK_BYTES: usize = 16 << 20;
 
+/// Whether `path` names a policy file: `*.toml` but not a lock (`*.lock.toml`), which
+/// lives beside its policy. Directory scans (xpud's policy directories, `xpuctl policy
+/// check DIR`, label selection) take only these.
+pub fn is_policy_file(path: &std::path::Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.ends_with(".toml") && !name.ends_with(".lock.toml")
+}
+
 /// A lock file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -266,7 +274,11 @@ impl Evidence {
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)

@@ -13,7 +13,7 @@ use xpu_policy::{Key, ResolvedRule};
 use super::walk::Ask;
 use super::{Placed, Planner};
 use crate::evidence::node_signature;
-use crate::model::{Choice, EvidenceRef, MeasuredNote, Rejection, RuleRef};
+use crate::model::{Choice, EvidenceRef, FallbackNote, MeasuredNote, Rejection, RuleRef};
 use crate::reason::ReasonCode;
 
 /// The evidence of a plan, as the planner found it.
@@ -159,9 +159,28 @@ impl<'a> Planner<'a> {
             None,
             Some(&chosen.kernel),
         ));
-        if first == Some(&*pick.0.engine) {
-            st.fallback = None;
-        }
+        // Off the first choice is a fallback, whatever moved it there: the fallback budget
+        // counts it and the table shows it.
+        st.fallback = match first {
+            Some(f0) if f0 != &*pick.0.engine => st.fallback.take().or_else(|| {
+                Some(FallbackNote {
+                    from: f0.to_string(),
+                    code: ReasonCode::MeasuredSlower,
+                    detail: format!("{} measured faster", node.winner.kernel),
+                })
+            }),
+            _ => None,
+        };
+        // The precision, and why when the winner runs the node at another than asked.
+        st.precision_note = (pick.0.precision != ask.f.precision).then(|| RuleRef {
+            key: format!(
+                "precision.allow ({} runs {})",
+                pick.0.kernel,
+                pick.0.precision.map_or("-", |p| p.name())
+            )
+            .into(),
+            at: Some(self.resolved.site(Key::PrecisionAllow).at.clone()),
+        });
         st.precision = pick.0.precision;
         st.chosen = Some(pick);
         st.rule = Some(self.measured_rule(node, &evidence));

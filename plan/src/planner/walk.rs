@@ -56,7 +56,7 @@ struct Pin<'p> {
 
 /// What stays fixed over one node's walk.
 pub(super) struct Ask<'p> {
-    f: &'p NodeFacts,
+    pub f: &'p NodeFacts,
     rule: Option<&'p ResolvedRule>,
     pin: Option<Pin<'p>>,
     preferred: &'p [KernelId],
@@ -94,7 +94,7 @@ impl Ask<'_> {
 pub(super) struct Progress {
     pub chosen: Option<Placed>,
     pub precision: Option<PrecisionName>,
-    precision_note: Option<RuleRef>,
+    pub precision_note: Option<RuleRef>,
     pub rule: Option<RuleRef>,
     pub fallback: Option<FallbackNote>,
     pub rejected: Vec<Rejection>,

@@ -143,6 +143,7 @@ pub enum WireError {
     /// with its own stop token's (supervise.rs), which knows whether it cancelled.
     Stopped {
         node: String,
+        #[serde(default)]
         deadline: bool,
     },
     Other(String),
