@@ -348,7 +348,7 @@ def bench_measured(rows, mlp, conv):
             print(f"    {k:<14} {v * 1e3:10.3f} ms")
         rows.append((f"measured plan {name}", str(batch), best, times["measured"] * 1e3, single[best] * 1e3, single[best] / times["measured"]))
     print("\nplanning with evidence, 1,000 nodes   static ms   measured ms   ratio (bar ≤ 1.2)")
-    for policy, inventory in (("cpu-only", "cpu-x86"), ("latency-gpu", "h100")):
+    for policy, inventory in (("cpu-only", "cpu-x86"), ("latency-gpu", "h100"), ("npu-openvino", "npu-laptop")):
         out = subprocess.run([BENCH_BIN, "plan-measured", "1000",
                               os.path.join(ROOT, "policies/examples", policy + ".toml"),
                               os.path.join(ROOT, "policies/inventories", inventory + ".toml"), "300"],

@@ -6,21 +6,26 @@
 
 use std::collections::BTreeMap;
 
-use xpu_ir::{Dim, Graph, NodeId, ValueId};
+use xpu_ir::{Attr, Dim, Graph, NodeId, ValueId};
 
 /// Dims up to this size are kept exactly; larger ones are rounded up to a power of two.
 const EXACT_DIMS: u64 = 16;
 
 /// The signature of node `id`: 16 hex digits of a 64-bit FNV-1a hash (a fixed, documented
 /// function: signatures written into lock files stay valid across builds and machines).
-/// Cheap enough to take for every node of every plan (no allocation but an op's
-/// attributes, written as JSON when it has any).
+/// Cheap enough to take for every node of every plan.
 pub fn node_signature(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -> String {
+    format!("{:016x}", signature_bits(g, id, bindings))
+}
+
+/// [`node_signature`] as its 64 bits (what the planner looks up, no allocation).
+pub fn signature_bits(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -> u64 {
     let n = g.node(id);
     let mut h = Fnv::new();
     h.bytes(n.op.name().as_bytes());
-    if !n.attrs.0.is_empty() {
-        h.bytes(&serde_json::to_vec(&n.attrs).unwrap_or_default());
+    for (key, value) in &n.attrs.0 {
+        h.bytes(key.as_bytes());
+        attr_hash(&mut h, value);
     }
     for v in n.input_values() {
         h.byte(b'i');
@@ -30,7 +35,23 @@ pub fn node_signature(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -
         h.byte(b'o');
         h.bytes(g.ty(v).dtype.name().as_bytes());
     }
-    format!("{:016x}", h.0)
+    h.0
+}
+
+/// An attribute's value: numbers by their bits, names by their text; a tensor or a row
+/// expression (rare outside constants and table ops) by its JSON form.
+fn attr_hash(h: &mut Fnv, a: &Attr) {
+    match a {
+        Attr::Int(i) => h.bytes(&i.to_le_bytes()),
+        Attr::Float(f) => h.bytes(&f.to_bits().to_le_bytes()),
+        Attr::Str(s) => h.bytes(s.as_bytes()),
+        Attr::Ints(v) => v.iter().for_each(|i| h.bytes(&i.to_le_bytes())),
+        Attr::Floats(v) => v.iter().for_each(|f| h.bytes(&f.to_bits().to_le_bytes())),
+        Attr::Strs(v) => v.iter().for_each(|s| h.bytes(s.as_bytes())),
+        Attr::DType(d) => h.bytes(d.name().as_bytes()),
+        Attr::Tensor(_) | Attr::Row(_) => h.bytes(&serde_json::to_vec(a).unwrap_or_default()),
+    }
+    h.byte(b';');
 }
 
 /// 64-bit FNV-1a.

@@ -206,7 +206,7 @@ pub struct Evidence {
     /// SHA-256 of the lock's bytes (first 16 hex digits): plans made with it say which.
     pub sha256: Arc<str>,
     pub lock: Result<Arc<LockFile>, LockError>,
-    by_signature: HashMap<String, usize>,
+    by_signature: HashMap<u64, usize>,
 }
 
 impl Evidence {
@@ -215,7 +215,12 @@ impl Evidence {
         let sha256: String =
             Sha256::digest(bytes).iter().take(8).map(|b| format!("{b:02x}")).collect();
         let by_signature = match &lock {
-            Ok(l) => l.nodes.iter().enumerate().map(|(i, n)| (n.signature.clone(), i)).collect(),
+            Ok(l) => l
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| u64::from_str_radix(&n.signature, 16).ok().map(|s| (s, i)))
+                .collect(),
             Err(_) => HashMap::new(),
         };
         Evidence {
@@ -266,10 +271,15 @@ impl Evidence {
         None
     }
 
-    /// The measured choice for a node signature.
+    /// The measured choice for a node signature (16 hex digits).
     pub fn node(&self, signature: &str) -> Option<(usize, &NodeChoice)> {
+        self.node_bits(u64::from_str_radix(signature, 16).ok()?)
+    }
+
+    /// [`Evidence::node`] by the signature's 64 bits.
+    pub fn node_bits(&self, signature: u64) -> Option<(usize, &NodeChoice)> {
         let lock = self.lock.as_ref().ok()?;
-        self.by_signature.get(signature).map(|&i| (i, &lock.nodes[i]))
+        self.by_signature.get(&signature).map(|&i| (i, &lock.nodes[i]))
     }
 }
 

@@ -12,7 +12,7 @@ use xpu_policy::{Key, ResolvedRule};
 
 use super::walk::Ask;
 use super::{Placed, Planner};
-use crate::evidence::node_signature;
+use crate::evidence::signature_bits;
 use crate::model::{Choice, EvidenceRef, FallbackNote, MeasuredNote, Rejection, RuleRef};
 use crate::reason::ReasonCode;
 
@@ -31,7 +31,7 @@ pub(super) enum MeasureAsk {
     /// The lock's entry for the node's signature.
     Entry(usize),
     /// No entry for this signature.
-    Missing(String),
+    Missing(u64),
     /// No usable evidence at all.
     NoEvidence,
 }
@@ -73,8 +73,8 @@ impl<'a> Planner<'a> {
         }
         Some(match &self.evidence {
             EvidenceState::Usable(e) => {
-                let signature = node_signature(self.graph, id, self.bindings);
-                match e.node(&signature) {
+                let signature = signature_bits(self.graph, id, self.bindings);
+                match e.node_bits(signature) {
                     Some((i, _)) => MeasureAsk::Entry(i),
                     None => MeasureAsk::Missing(signature),
                 }
@@ -89,7 +89,7 @@ impl<'a> Planner<'a> {
             (MeasureAsk::Entry(_), _) => return None,
             (MeasureAsk::Missing(sig), EvidenceState::Usable(e)) => (
                 ReasonCode::EvidenceMissing,
-                format!("lock {} has no figures for signature {sig}", e.source),
+                format!("lock {} has no figures for signature {sig:016x}", e.source),
             ),
             (_, EvidenceState::Unused(e, why)) => {
                 (ReasonCode::EvidenceNotApplicable, format!("lock {}: {why}", e.source))
