@@ -63,6 +63,9 @@ struct Variant {
     walls: Vec<u64>,
     /// (source node, kernel) → its times.
     nodes: HashMap<(NodeId, String), Vec<u64>>,
+    /// Planned node → the times its engine reported for it in any run, warm-up included
+    /// (ONNX Runtime and OpenVINO report them on their first, profiled run only).
+    profiled: HashMap<NodeId, Vec<u64>>,
 }
 
 pub fn tune(a: &TuneArgs) -> Result<()> {
@@ -384,14 +387,25 @@ fn lock_of(
 fn variant(name: String, plan: Arc<CapturePlan>, registry: &Registry) -> Result<Variant> {
     let exec = GraphExec::new(plan.clone(), registry)
         .with_context(|| format!("plan {name:?}: cannot prepare"))?;
-    Ok(Variant { name, plan, exec, walls: Vec::new(), nodes: HashMap::new() })
+    Ok(Variant {
+        name,
+        plan,
+        exec,
+        walls: Vec::new(),
+        nodes: HashMap::new(),
+        profiled: HashMap::new(),
+    })
 }
 
 /// Warm-up, then `runs` rounds running every variant once, in turn.
 fn measure(variants: &mut [Variant], inputs: &[Tensor], warmup: u32, runs: u32) -> Result<()> {
     for v in variants.iter_mut() {
         for _ in 0..warmup {
-            v.exec.run(inputs).with_context(|| format!("plan {:?}: run failed", v.name))?;
+            let record =
+                v.exec.run(inputs).with_context(|| format!("plan {:?}: run failed", v.name))?;
+            for t in &record.timings {
+                v.profiled.entry(t.node).or_default().push(t.nanos);
+            }
         }
     }
     for _ in 0..runs {
@@ -407,12 +421,15 @@ fn measure(variants: &mut [Variant], inputs: &[Tensor], warmup: u32, runs: u32) 
 
 /// A run's time per (source node, kernel): what the engine reported per node, and for the
 /// nodes of a partition it reported nothing for (ONNX Runtime after its first, profiled
-/// run), an equal share of the partition's time beyond the reported nodes'.
+/// run) the partition's time beyond the reported nodes', split in proportion to what the
+/// engine reported for them when it did (else equally).
 fn record_nodes(v: &mut Variant, record: &xpu_plan::RunRecord) {
     let mut reported: HashMap<NodeId, u64> = HashMap::new();
     for t in &record.timings {
         *reported.entry(t.node).or_default() += t.nanos;
+        v.profiled.entry(t.node).or_default().push(t.nanos);
     }
+    let weight = |n: &NodeId| v.profiled.get(n).map(|t| median(&mut t.clone()).max(1.0));
     for (part, &nanos) in v.plan.partitions.iter().zip(&record.partition_nanos) {
         let placed = |n: &NodeId| {
             let p = &v.plan.placements[n.index()];
@@ -425,14 +442,25 @@ fn record_nodes(v: &mut Variant, record: &xpu_plan::RunRecord) {
             .copied()
             .filter(|n| !reported.contains_key(n) && v.plan.graph.node(*n).op != Op::Constant)
             .collect();
-        let share = nanos.saturating_sub(known) / silent.len().max(1) as u64;
+        let rest = nanos.saturating_sub(known) as f64;
+        let weights: Option<Vec<f64>> = silent.iter().map(weight).collect();
+        let total: f64 = weights.iter().flatten().sum();
+        let mut times: Vec<(NodeId, u64)> = Vec::new();
         for n in &part.nodes {
             let t = match reported.get(n) {
                 Some(&t) => t,
-                None if silent.contains(n) => share,
-                None => continue,
+                None => match silent.iter().position(|s| s == n) {
+                    Some(i) => match &weights {
+                        Some(w) if total > 0.0 => (rest * w[i] / total) as u64,
+                        _ => (rest / silent.len() as f64) as u64,
+                    },
+                    None => continue,
+                },
             };
-            if let Some(key) = placed(n) {
+            times.push((*n, t));
+        }
+        for (n, t) in times {
+            if let Some(key) = placed(&n) {
                 v.nodes.entry(key).or_default().push(t);
             }
         }
