@@ -92,10 +92,7 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
     let inventory = registry.inventory_for_engines(&g, policy.engines_it_may_place_on().as_ref());
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     let bindings = xpu_plan::bind_symbols(&g, &shapes);
-    let eval = xpu_runtime::fold_evaluator();
-    let pipeline = xpu_plan::passes::pipeline(policy.spec.execution.graph_optimization);
-    let optimised = xpu_plan::passes::optimize(&g, pipeline, Some(eval.as_ref())).0;
-    let optimised = optimised.map(Arc::new).unwrap_or_else(|| g.clone());
+    let optimised = optimised(&g, &policy);
     let (_, static_ex) = plan(&g, &policy, &inventory, &bindings)?;
     let units = units(&optimised, &static_ex, &bindings);
     let engines = engines_of(&units);
@@ -220,6 +217,15 @@ fn tune_inputs(g: &Graph, args: &[String]) -> Result<Vec<Tensor>> {
         read.insert(name, ("generated".into(), t));
     }
     crate::bind_inputs(g, read)
+}
+
+/// The program as the planner sees it: after the pass pipeline the policy asks for (the
+/// graph decisions and signatures refer to).
+fn optimised(g: &Arc<Graph>, policy: &Policy) -> Arc<Graph> {
+    let eval = xpu_runtime::fold_evaluator();
+    let pipeline = xpu_plan::passes::pipeline(policy.spec.execution.graph_optimization);
+    let rewritten = xpu_plan::passes::optimize(g, pipeline, Some(eval.as_ref())).0;
+    rewritten.map(Arc::new).unwrap_or_else(|| g.clone())
 }
 
 fn plan(
@@ -598,10 +604,7 @@ pub fn evidence(program: &Path, policy: &str, bind: &[String], json: bool) -> Re
     let roots = xpu_runtime::program::data_roots_of(program);
     let registry = xpu_runtime::registry_for(roots.roots());
     let inventory = registry.inventory_for_engines(&g, policy.engines_it_may_place_on().as_ref());
-    let eval = xpu_runtime::fold_evaluator();
-    let pipeline = xpu_plan::passes::pipeline(policy.spec.execution.graph_optimization);
-    let optimised = xpu_plan::passes::optimize(&g, pipeline, Some(eval.as_ref())).0;
-    let optimised = optimised.map(Arc::new).unwrap_or_else(|| g.clone());
+    let optimised = optimised(&g, &policy);
     let (_, ex) = plan(&g, &policy, &inventory, &bindings)?;
     let lock = policy.resolved().evidence.clone();
     let mut rows = Vec::new();
