@@ -249,6 +249,7 @@ fn plan_measured(args: &[String]) -> Result<()> {
             operands: String::new(),
             winner: figure(engine, kernel, 1.0),
             runner_up: Some(figure(c.engine.to_string(), c.kernel.to_string(), 2.0)),
+            also: Vec::new(),
         });
     }
     let mut measured = policy.choosing_by(Evidence::new("bench.lock.toml", b"", Ok(lock.clone())));

@@ -181,11 +181,15 @@ enum Command {
         dry_run: bool,
     },
     /// Per node of a program: its candidates under the policy and the figures the policy's
-    /// evidence ([measured] lock) has for them.
+    /// evidence ([measured] lock, or with --from-server xpud's store) has for them.
     Evidence {
         program: PathBuf,
         #[arg(long)]
         policy: String,
+        /// Read the figures xpud's store holds (every run it stored on its machine: samples,
+        /// median, p90, last run) instead of the policy's lock; --server or XPU_SERVER.
+        #[arg(long)]
+        from_server: bool,
         /// Symbol bindings NAME=SIZE for shapes the program leaves open.
         #[arg(long = "bind")]
         bind: Vec<String>,
@@ -515,8 +519,9 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
                 dry_run,
             })
         }
-        Command::Evidence { program, policy, bind, format } => {
-            tune_cmd::evidence(&program, &policy, &bind, format == Format::Json)
+        Command::Evidence { program, policy, from_server, bind, format } => {
+            let client = if from_server { Some(connect()?) } else { None };
+            tune_cmd::evidence(&program, &policy, &bind, client.as_ref(), format == Format::Json)
         }
         Command::Policy(cmd) => {
             let ok = match cmd {

@@ -25,7 +25,8 @@ use xpu_plan::evidence::{node_signature, operands};
 use xpu_plan::{CapturePlan, Explanation, GraphExec, ReasonCode};
 use xpu_policy::Policy;
 use xpu_policy::lock::{
-    Evidence, Figure, LOCK_VERSION, LockFile, Machine, NodeChoice, PlanFigure, micros,
+    Evidence, Figure, LOCK_VERSION, LockFile, Machine, NodeChoice, PlanFigure, SignatureFigure,
+    micros,
 };
 
 /// How much faster than the policy's static plan another plan must run, side by side, to
@@ -102,7 +103,7 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
             engines.join("")
         );
     }
-    let machine = machine_of(&inventory);
+    let machine = Machine::of(&inventory);
     let mut variants = Vec::new();
     for e in &engines {
         let lock = single_engine_lock(&units, e, &machine, &g, &policy, a.runs);
@@ -284,18 +285,6 @@ fn engines_of(units: &[Unit]) -> Vec<String> {
     engines
 }
 
-/// This machine as a lock records it: the inventory's host and available engine versions.
-fn machine_of(inventory: &Inventory) -> Machine {
-    let host = inventory.host.clone().unwrap_or_default();
-    let engines = inventory
-        .engines
-        .iter()
-        .filter(|c| c.availability.is_available())
-        .map(|c| (c.engine.clone(), c.version.clone()))
-        .collect();
-    Machine { cpu: host.cpu, features: host.features, engines }
-}
-
 fn evidence_of(lock: &LockFile) -> Evidence {
     Evidence::new("(tune)", lock.to_toml().as_bytes(), Ok(lock.clone()))
 }
@@ -385,6 +374,7 @@ fn lock_of(
             operands: u.operands.clone(),
             winner: figure(holder, winner),
             runner_up: runner_up.map(|c| figure(holder, c)),
+            also: Vec::new(),
         });
     }
     lock
@@ -594,7 +584,13 @@ fn report(lock: &LockFile, units: &[Unit]) {
 
 /// `xpuctl evidence PROGRAM --policy P`: per node, its candidates under the policy and the
 /// figures the policy's lock has for its signature, and what the plan made of them.
-pub fn evidence(program: &Path, policy: &str, bind: &[String], json: bool) -> Result<()> {
+pub fn evidence(
+    program: &Path,
+    policy: &str,
+    bind: &[String],
+    server: Option<&crate::client::Client>,
+    json: bool,
+) -> Result<()> {
     let policy = crate::policy_cmd::load_policy(Some(policy), &[])?;
     for w in &policy.warnings {
         eprintln!("{w}");
@@ -605,12 +601,30 @@ pub fn evidence(program: &Path, policy: &str, bind: &[String], json: bool) -> Re
     let registry = xpu_runtime::registry_for(roots.roots());
     let inventory = registry.inventory_for_engines(&g, policy.engines_it_may_place_on().as_ref());
     let optimised = optimised(&g, &policy);
+    let (mut policy, mut notes) = (policy, Vec::new());
+    let mut stored: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    if let Some(client) = server {
+        let (_, ex) = plan(&g, &policy, &inventory, &bindings)?;
+        let sigs: Vec<String> =
+            units(&optimised, &ex, &bindings).into_iter().map(|u| u.signature).collect();
+        let (machine, figures) = store_evidence(client, &sigs, &mut stored)?;
+        let here = Machine::of(&inventory);
+        if machine == here.fingerprint() {
+            policy = policy.with_evidence(Arc::new(Evidence::from_store("store", here, figures)));
+        } else {
+            notes.push(format!(
+                "xpud's machine ({machine}) is not this one ({}): its figures are shown, the plan is this machine's without them",
+                here.fingerprint()
+            ));
+        }
+    }
     let (_, ex) = plan(&g, &policy, &inventory, &bindings)?;
     let lock = policy.resolved().evidence.clone();
     let mut rows = Vec::new();
     for u in units(&optimised, &ex, &bindings) {
         let d = &ex.decisions[u.node.index()];
         let entry = lock.as_ref().and_then(|e| e.node(&u.signature)).map(|(_, n)| n.clone());
+        let store_rows = stored.get(&u.signature).cloned().unwrap_or_default();
         rows.push(serde_json::json!({
             "node": u.label,
             "op": u.op,
@@ -625,16 +639,20 @@ pub fn evidence(program: &Path, policy: &str, bind: &[String], json: bool) -> Re
                 "code": m.code.map(|c| c.name()),
                 "detail": m.detail,
             })),
+            "store": server.map(|_| store_rows),
         }));
     }
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
     if json {
-        let doc = serde_json::json!({ "evidence": ex.evidence, "nodes": rows });
+        let doc = serde_json::json!({ "evidence": ex.evidence, "nodes": rows, "notes": notes });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     match &ex.evidence {
         Some(e) => println!(
-            "evidence: lock {} ({}){}",
+            "evidence: {} ({}){}",
             e.lock,
             e.sha256,
             e.unused.as_ref().map(|w| format!(", not used: {w}")).unwrap_or_default()
@@ -658,9 +676,48 @@ pub fn evidence(program: &Path, policy: &str, bind: &[String], json: bool) -> Re
             let runner = r["runner_up"].as_str().map(|x| format!(" vs {x}")).unwrap_or_default();
             println!("    measured: {}{runner}", s("winner"));
         }
+        for f in r["store"].as_array().into_iter().flatten() {
+            println!(
+                "    store: {} median {} p90 {} over {} run(s)",
+                f["kernel"].as_str().unwrap_or("-"),
+                micros(f["median_us"].as_f64().unwrap_or(0.0)),
+                micros(f["p90_us"].as_f64().unwrap_or(0.0)),
+                f["samples"].as_u64().unwrap_or(0)
+            );
+        }
         if let Some(code) = r["evidence"]["code"].as_str() {
             println!("    {code}: {}", r["evidence"]["detail"].as_str().unwrap_or(""));
         }
     }
     Ok(())
+}
+
+/// The figures xpud's store holds for `signatures`: its machine's fingerprint, the figures
+/// as evidence, and per signature the rows as it sent them (for printing).
+fn store_evidence(
+    client: &crate::client::Client,
+    signatures: &[String],
+    rows_by_signature: &mut BTreeMap<String, Vec<serde_json::Value>>,
+) -> Result<(String, Vec<SignatureFigure>)> {
+    let mut distinct: Vec<&String> = signatures.iter().collect();
+    distinct.sort();
+    distinct.dedup();
+    let list = distinct.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+    let doc = client.get_query("/v1/evidence", &[("signatures", list)])?;
+    let machine = doc["machine"].as_str().unwrap_or_default().to_string();
+    let mut figures = Vec::new();
+    for r in doc["rows"].as_array().into_iter().flatten() {
+        let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+        rows_by_signature.entry(text("signature")).or_default().push(r.clone());
+        figures.push(SignatureFigure {
+            signature: text("signature"),
+            figure: Figure {
+                engine: text("engine"),
+                kernel: text("kernel"),
+                median_us: r["median_us"].as_f64().unwrap_or(0.0),
+                samples: r["samples"].as_u64().unwrap_or(0).min(u64::from(u32::MAX)) as u32,
+            },
+        });
+    }
+    Ok((machine, figures))
 }

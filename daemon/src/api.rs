@@ -983,6 +983,64 @@ pub async fn search(
     ))
 }
 
+/// Most signatures one evidence query names.
+const MAX_EVIDENCE_SIGNATURES: usize = 10_000;
+
+#[utoipa::path(get, path = "/v1/evidence", tag = "runs", params(EvidenceQuery),
+    responses((status = 200, body = EvidenceDto), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn evidence(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<EvidenceQuery>,
+) -> ApiResult<Json<EvidenceDto>> {
+    caller.require(&app, Scope::Read)?;
+    let signatures = match q.signatures.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(list) => {
+            let sigs: Vec<String> =
+                list.split(',').map(|s| s.trim().to_ascii_lowercase()).collect();
+            if sigs.len() > MAX_EVIDENCE_SIGNATURES {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("signatures: {} named, at most {MAX_EVIDENCE_SIGNATURES}", sigs.len()),
+                ));
+            }
+            if let Some(bad) =
+                sigs.iter().find(|s| s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                let shown: String = bad.chars().take(40).collect();
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("signatures: {shown:?} is not 16 hex digits"),
+                ));
+            }
+            Some(sigs)
+        }
+    };
+    let machine = app.jobs.machine_fingerprint().to_string();
+    let m = machine.clone();
+    let app2 = app.clone();
+    let rows =
+        tokio::task::spawn_blocking(move || app2.jobs.store.evidence(&m, signatures.as_deref()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+    let rows = rows
+        .into_iter()
+        .map(|r| EvidenceRowDto {
+            signature: r.signature,
+            engine: r.engine,
+            kernel: r.kernel,
+            samples: r.samples,
+            median_us: r.median_us,
+            p90_us: r.p90_us,
+            last_seen_us: r.last_seen_us,
+        })
+        .collect();
+    Ok(Json(EvidenceDto { machine, rows }))
+}
+
 #[utoipa::path(post, path = "/v1/sql", tag = "admin", request_body = SqlRequest,
     responses((status = 200, body = SqlResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -1098,7 +1156,7 @@ impl utoipa::Modify for ErrorResponses {
 #[openapi(
     info(title = "xpud", description = "The xpu daemon: jobs planned under policies, run, stored and explained."),
     paths(submit, list_runs, get_run, explain, output, cancel, replay, dry_run, list_policies,
-        get_policy, validate_policy, engines, search, sql, healthz, readyz, metrics),
+        get_policy, validate_policy, engines, search, evidence, sql, healthz, readyz, metrics),
     modifiers(&BearerAuth, &ErrorResponses),
     tags((name = "jobs"), (name = "runs"), (name = "plans"), (name = "policies"), (name = "engines"),
         (name = "admin"), (name = "health"))
@@ -1127,6 +1185,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/policies/{name}", get(get_policy))
         .route("/v1/engines", get(engines))
         .route("/v1/search", get(search))
+        .route("/v1/evidence", get(evidence))
         .route("/v1/sql", post(sql))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -33,6 +33,9 @@ pub struct Config {
     /// How engine worker processes start and are kept (`[engines.<name>] isolation` says
     /// which engines run in one).
     pub isolation: IsolationSettings,
+    /// Online tuning: plans of policies that choose by measurement read the store's
+    /// evidence, and a share of runs explores.
+    pub tuning: TuningSettings,
     /// The keys whose built-in default was replaced by a data-dir path at load (no checkout
     /// in the working directory); not a setting.
     #[serde(skip)]
@@ -56,6 +59,27 @@ pub struct StoreSettings {
 impl Default for StoreSettings {
     fn default() -> Self {
         StoreSettings { durability: xpu_store::Durability::default(), memory_limit_mb: 256 }
+    }
+}
+
+/// `[tuning]`: what a policy with `choose = "measured"` and no lock reads in xpud.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TuningSettings {
+    /// Plan such policies with the evidence of the runs this store holds for this machine
+    /// (off: the static order decides them, as everywhere without a lock).
+    pub online: bool,
+    /// The share of those runs that may explore candidates with thin evidence (0–1; the
+    /// policy's `[measured] explore_runs` bounds each node signature's exploring runs).
+    pub explore_share: f64,
+    /// How often the evidence is read again from the store, seconds (plans made with it
+    /// are cached under its digest until then).
+    pub refresh_s: u64,
+}
+
+impl Default for TuningSettings {
+    fn default() -> Self {
+        TuningSettings { online: false, explore_share: 0.05, refresh_s: 30 }
     }
 }
 
@@ -305,6 +329,7 @@ impl Default for Config {
             store: StoreSettings::default(),
             engines: Engines::default(),
             isolation: IsolationSettings::default(),
+            tuning: TuningSettings::default(),
             settled: Vec::new(),
         }
     }
@@ -378,6 +403,8 @@ pub enum ConfigError {
     SpinTooLong(u64),
     #[error("cannot prepare {0}")]
     Prepare(String),
+    #[error("tuning.{key}: {message}")]
+    Tuning { key: &'static str, message: String },
 }
 
 impl Config {
@@ -503,6 +530,16 @@ impl Config {
         }
         if self.isolation.spin_us > MAX_SPIN_US {
             return Err(ConfigError::SpinTooLong(self.isolation.spin_us));
+        }
+        let share = self.tuning.explore_share;
+        if !(0.0..=1.0).contains(&share) {
+            let message =
+                format!("{share} is not a share of runs between 0 and 1 (0.05: one in 20)");
+            return Err(ConfigError::Tuning { key: "explore_share", message });
+        }
+        if self.tuning.refresh_s == 0 || self.tuning.refresh_s > 86_400 {
+            let message = format!("{} must be 1 to 86400 seconds", self.tuning.refresh_s);
+            return Err(ConfigError::Tuning { key: "refresh_s", message });
         }
         for (engine, &limit) in &self.limits.engine_concurrency {
             let bad =

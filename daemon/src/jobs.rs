@@ -166,6 +166,8 @@ pub struct Jobs {
     /// fingerprint: computed once, so a warm plan lookup hashes nothing.
     inventory: Inventory,
     inventory_fingerprint: String,
+    /// Online tuning: the store's evidence for policies that choose by measurement.
+    tuning: crate::tuning::Tuning,
     gate: crate::gate::Gate<Admitted>,
     live: Mutex<HashMap<String, Arc<Job>>>,
     queue: SyncSender<Arc<Job>>,
@@ -200,6 +202,7 @@ impl Jobs {
         limits: &crate::config::Limits,
         durability: xpu_store::Durability,
         engines: xpu_runtime::SharedEngines,
+        tuning: &crate::config::TuningSettings,
     ) -> Arc<Jobs> {
         let capacity = limits.queue_capacity;
         let inline_run = Duration::from_micros(limits.inline_run_us);
@@ -222,6 +225,7 @@ impl Jobs {
             blobs,
             engines,
             inventory_fingerprint: inventory.fingerprint(),
+            tuning: crate::tuning::Tuning::new(tuning.clone(), &inventory),
             inventory,
             gate: crate::gate::Gate::new(workers, limits.engine_concurrency.clone()),
             prepared: PreparedCache::new(limits.prepared_plans, workers, limits.prepared_bytes),
@@ -284,6 +288,11 @@ impl Jobs {
             graph_hash: &spec.graph_hash,
             inventory_fingerprint: &self.inventory_fingerprint,
         }
+    }
+
+    /// This machine's fingerprint: what the store files run timings under.
+    pub fn machine_fingerprint(&self) -> &str {
+        self.tuning.fingerprint()
     }
 
     pub fn policies(&self) -> Arc<PolicySet> {
@@ -560,6 +569,7 @@ impl Jobs {
             outputs: Vec::new(),
             explanation: None,
             environment: environment(),
+            machine: Some(self.tuning.fingerprint().to_string()),
         }
     }
 
@@ -580,10 +590,11 @@ impl Jobs {
     fn plan(&self, job: &Job) -> Result<Planned, Box<RunRecord>> {
         let s = &job.spec;
         let keys = self.plan_keys(s);
+        let policy = self.tuning.policy_for(&s.policy, &self.store, &self.metrics);
         let planned = xpu_runtime::plan_job(
             &s.graph,
             &s.inputs,
-            &s.policy,
+            &policy,
             &self.inventory,
             Some(&self.cache),
             Some(keys),
@@ -597,6 +608,7 @@ impl Jobs {
             .with_label_values(&[if planned.cache_hit { "hit" } else { "miss" }])
             .inc();
         job.timings.plan.store(planned.plan_nanos, Ordering::Release);
+        self.tuning.observe(&planned.explanation, &self.metrics);
         Ok(planned)
     }
 

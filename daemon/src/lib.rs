@@ -17,6 +17,7 @@ pub mod gate;
 pub mod jobs;
 pub mod metrics;
 pub mod policies;
+pub mod tuning;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -97,6 +98,7 @@ impl App {
             &config.limits,
             config.store.durability,
             engines,
+            &config.tuning,
         );
         for e in &jobs.inventory().engines {
             metrics

@@ -2,8 +2,8 @@
 //! `docs/metrics.md`; `promtool check metrics` runs over the exposition in the tests).
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -40,6 +40,10 @@ pub struct Metrics {
     pub workers_alive: IntGaugeVec,
     pub workers_retired: IntCounterVec,
     pub worker_crashed_jobs: IntCounterVec,
+    pub tuning_explorations: IntCounter,
+    pub tuning_choice_changes: IntCounter,
+    pub tuning_saved: Counter,
+    pub tuning_signatures: IntGauge,
 }
 
 /// Buckets for durations from 10 µs to ~100 s.
@@ -170,6 +174,22 @@ impl Metrics {
             http_requests: reg!(IntCounterVec::new(
                 Opts::new("xpu_http_requests_total", "HTTP requests answered, by route and status class."),
                 &["route", "class"]
+            )),
+            tuning_explorations: reg!(IntCounter::new(
+                "xpu_tuning_explorations_total",
+                "Runs planned with at least one node exploring a candidate with thin evidence ([tuning] online)."
+            )),
+            tuning_choice_changes: reg!(IntCounter::new(
+                "xpu_tuning_choice_changes_total",
+                "Node signatures whose fastest measured candidate changed when the evidence was read again."
+            )),
+            tuning_saved: reg!(Counter::new(
+                "xpu_tuning_estimated_saved_seconds_total",
+                "Estimated time measured choices saved: per run, the measured medians of the static choices they replaced minus their own."
+            )),
+            tuning_signatures: reg!(IntGauge::new(
+                "xpu_tuning_evidence_signatures",
+                "Node signatures in the evidence online tuning last read from the store."
             )),
             server_overhead: reg!(Histogram::with_opts(
                 HistogramOpts::new(

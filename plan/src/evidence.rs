@@ -8,6 +8,42 @@ use std::collections::BTreeMap;
 
 use xpu_ir::{Attr, Dim, Graph, NodeId, ValueId};
 
+/// A node signature's 64 bits, written as 16 hex digits (in JSON too: a number that
+/// large does not survive JavaScript).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Signature(pub u64);
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for Signature {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Signature, String> {
+        if s.len() != 16 {
+            return Err(format!("signature {s:?} is not 16 hex digits"));
+        }
+        u64::from_str_radix(s, 16)
+            .map(Signature)
+            .map_err(|_| format!("signature {s:?} is not 16 hex digits"))
+    }
+}
+
+impl serde::Serialize for Signature {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Signature {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Signature, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Dims up to this size are kept exactly; larger ones are rounded up to a power of two.
 const EXACT_DIMS: u64 = 16;
 

@@ -276,6 +276,7 @@ impl GraphExec {
             for (&v, out) in p.outputs.iter().zip(exec.outputs) {
                 values.set(v, out);
             }
+            let reported = record.timings.len();
             for t in exec.timings {
                 if let Some(Some(node)) = p.sources.get(t.node.index()) {
                     record.timings.push(NodeTime {
@@ -283,8 +284,15 @@ impl GraphExec {
                         engine: p.engine.clone(),
                         kernel: t.kernel,
                         nanos: t.nanos,
+                        signature: self.plan.placements[node.index()].signature,
                     });
                 }
+            }
+            if record.timings.len() == reported {
+                // An engine that times only the whole partition (ONNX Runtime and OpenVINO
+                // past a first, profiled run): a partition of one timed node is that node.
+                let nanos = record.partition_nanos.last().copied().unwrap_or(0);
+                record.timings.extend(sole_node_time(&self.plan, p, nanos));
             }
             for f in exec.facts {
                 let node = f.node.and_then(|n| p.sources.get(n.index()).copied().flatten());
@@ -306,6 +314,25 @@ impl GraphExec {
         record.wall_nanos = start.elapsed().as_nanos() as u64;
         Ok(record)
     }
+}
+
+/// The time of a partition whose engine reported none per node, as its one timed node's
+/// (constants are not timed); `None` for a partition of several.
+fn sole_node_time(plan: &CapturePlan, p: &Prepared, nanos: u64) -> Option<NodeTime> {
+    let mut timed =
+        p.sources.iter().flatten().filter(|n| plan.graph.node(**n).op != xpu_ir::Op::Constant);
+    let node = *timed.next()?;
+    if timed.next().is_some() {
+        return None;
+    }
+    let placed = &plan.placements[node.index()];
+    Some(NodeTime {
+        node,
+        engine: p.engine.clone(),
+        kernel: placed.kernel.to_string(),
+        nanos,
+        signature: placed.signature,
+    })
 }
 
 /// The values of one run, by planned-graph value id: where each lives now, and the host

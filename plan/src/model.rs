@@ -35,6 +35,10 @@ pub struct Placement {
     pub node: NodeId,
     /// The node it came from in the source graph (`None` for inserted casts).
     pub source: Option<NodeId>,
+    /// The source node's signature ([`crate::evidence`]): what its measured times are
+    /// filed under. `None` for casts and constants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::evidence::Signature>,
     pub op: String,
     pub engine: Arc<str>,
     pub kernel: Arc<str>,
@@ -305,6 +309,10 @@ pub struct MeasuredNote {
     /// static order decided.
     pub code: Option<ReasonCode>,
     pub detail: String,
+    /// What the measured choice saves per run, nanoseconds: the static choice's measured
+    /// median minus the chosen one's (when both were measured and they differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_nanos: Option<u64>,
 }
 
 /// The evidence a plan's measured choices read: the lock and its digest.
@@ -332,6 +340,9 @@ pub struct NodeTime {
     pub engine: String,
     pub kernel: String,
     pub nanos: u64,
+    /// The node's signature (what a store's evidence files the time under).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::evidence::Signature>,
 }
 
 /// A transfer a run performed, with the bytes it really moved.

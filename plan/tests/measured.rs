@@ -80,6 +80,7 @@ fn lock(samples: u32) -> LockFile {
             operands: String::new(),
             winner: figure("cpu.blas", 4.0, samples),
             runner_up: Some(figure("ort.cpu", 9.5, samples)),
+            also: Vec::new(),
         }],
     }
 }
@@ -181,7 +182,7 @@ fn the_static_order_decides_without_a_measured_choice_or_with_thin_evidence() {
     );
     // choose = measured without a lock: a warning, the static order, the reason per node.
     let p = policy_with(dir.path(), "[engines]\nchoose = \"measured\"\n", None);
-    assert!(p.warnings.iter().any(|w| w.code == "P0014" && w.message.contains("no evidence")));
+    assert!(p.warnings.iter().any(|w| w.code == "P0014" && w.message.contains("no lock")));
     assert_eq!(kernel(node(&plan(&p, INVENTORY), "fc")), "ort.cpu");
 }
 
@@ -316,5 +317,115 @@ fn mutated_locks_never_panic() {
         if let Ok(text) = std::str::from_utf8(&bytes) {
             let _ = LockFile::parse("m.lock.toml", text);
         }
+    }
+}
+
+/// Evidence as a daemon's store gives it: per candidate of the matmul `fc`, its figures.
+fn store_evidence(figures: &[(&str, f64, u32)]) -> xpu_policy::lock::Evidence {
+    let g = graph();
+    let fc = g.node_ids().find(|&id| g.node(id).name.as_deref() == Some("fc")).unwrap();
+    let signature = node_signature(&g, fc, &BTreeMap::new());
+    let figures = figures
+        .iter()
+        .map(|&(k, us, n)| xpu_policy::lock::SignatureFigure {
+            signature: signature.clone(),
+            figure: figure(k, us, n),
+        })
+        .collect();
+    xpu_policy::lock::Evidence::from_store("store", lock(1).machine, figures)
+}
+
+fn with_store(p: &Policy, e: xpu_policy::lock::Evidence) -> Policy {
+    p.with_evidence(std::sync::Arc::new(e))
+}
+
+const STORE: &str = "[engines]\nchoose = \"measured\"\n";
+
+#[test]
+fn store_evidence_chooses_the_fastest_candidate_the_policy_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = policy_with(dir.path(), STORE, None);
+    // cuda.gemm is fastest but no candidate here; cpu.blas is the fastest allowed.
+    let e = store_evidence(&[("cuda.gemm", 1.0, 50), ("cpu.blas", 5.0, 10), ("ort.cpu", 12.0, 10)]);
+    let digest = e.sha256.to_string();
+    let ex = plan(&with_store(&p, e), INVENTORY);
+    let fc = node(&ex, "fc");
+    assert_eq!(kernel(fc), "cpu.blas");
+    let rule = &fc.rule.as_ref().unwrap().key;
+    assert!(rule.starts_with("measured: cpu.blas 5.0 µs over 10 run(s) vs cuda.gemm"), "{rule}");
+    assert!(rule.ends_with(&format!("store ({digest})")), "{rule}");
+    let m = fc.measured.as_ref().unwrap();
+    assert_eq!((m.code, m.saved_nanos), (None, Some(7000)));
+    assert_eq!(ex.evidence.as_ref().unwrap().sha256, digest);
+    // Every figure thin: the static order, and why.
+    let thin = store_evidence(&[("cpu.blas", 5.0, 2), ("ort.cpu", 12.0, 2)]);
+    let fc = node(&plan(&with_store(&p, thin), INVENTORY), "fc").clone();
+    assert_eq!(kernel(&fc), "ort.cpu");
+    let m = fc.measured.unwrap();
+    assert_eq!(m.code, Some(ReasonCode::EvidenceThin));
+    assert!(m.detail.contains("cpu.blas has 2 timed run(s)"), "{}", m.detail);
+    // Not the same figures twice in a row: the digest follows the figures.
+    let a = store_evidence(&[("cpu.blas", 5.0, 10)]);
+    let b = store_evidence(&[("cpu.blas", 5.5, 10)]);
+    assert_ne!(a.sha256, b.sha256);
+    assert_eq!(a.sha256, store_evidence(&[("cpu.blas", 5.0, 10)]).sha256);
+}
+
+#[test]
+fn exploring_plans_try_thin_candidates_within_the_policy_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = policy_with(dir.path(), STORE, None);
+    let explored = |p: &Policy, figures: &[(&str, f64, u32)]| {
+        let e = store_evidence(figures).exploring();
+        assert!(e.sha256.ends_with("+explore"));
+        node(&plan(&with_store(p, e), INVENTORY), "fc").clone()
+    };
+    // ort.cpu well measured, cpu.blas never: an exploring plan runs cpu.blas, says so.
+    let fc = explored(&p, &[("ort.cpu", 12.0, 10)]);
+    assert_eq!(kernel(&fc), "cpu.blas");
+    let m = fc.measured.as_ref().unwrap();
+    assert_eq!(m.code, Some(ReasonCode::Exploring));
+    assert!(m.detail.contains("exploring cpu.blas: 0 of [measured] min_samples 3"), "{}", m.detail);
+    let set_aside = fc.rejected.iter().find(|r| r.code == ReasonCode::Exploring).unwrap();
+    assert_eq!(set_aside.kernel.as_deref(), Some("ort.cpu"));
+    assert!(fc.rule.as_ref().unwrap().key.starts_with("explore: exploring cpu.blas"));
+    // The plan that does not explore keeps the measured choice.
+    let e = store_evidence(&[("ort.cpu", 12.0, 10)]);
+    let fc = node(&plan(&with_store(&p, e), INVENTORY), "fc").clone();
+    assert_eq!((kernel(&fc), fc.measured.as_ref().unwrap().code), ("ort.cpu", None));
+    // A signature with no figures at all: explored too.
+    let other = xpu_policy::lock::Evidence::from_store("store", lock(1).machine, Vec::new());
+    let ex = plan(&with_store(&p, other.exploring()), INVENTORY);
+    assert_eq!(node(&ex, "fc").measured.as_ref().unwrap().code, Some(ReasonCode::Exploring));
+    // Measured max_slowdown times slower than the best: not explored again; the next is.
+    let fc = explored(&p, &[("ort.cpu", 12.0, 10), ("cpu.blas", 100.0, 1)]);
+    assert_eq!(kernel(&fc), "cpu.naive");
+    // The budget spent (explore_runs = 2, two explored runs stored): no more exploring.
+    let tight = policy_with(dir.path(), &format!("{STORE}[measured]\nexplore_runs = 2\n"), None);
+    let fc = explored(&tight, &[("ort.cpu", 12.0, 10), ("cpu.blas", 13.0, 2)]);
+    assert_eq!((kernel(&fc), fc.measured.as_ref().unwrap().code), ("ort.cpu", None));
+    // A run that asks for determinism never explores; nor does explore_runs = 0.
+    for fragment in ["[execution]\ndeterminism = \"bitwise\"\n", "[measured]\nexplore_runs = 0\n"] {
+        let p = policy_with(dir.path(), &format!("{STORE}{fragment}"), None);
+        let fc = explored(&p, &[("ort.cpu", 12.0, 10)]);
+        assert_eq!(kernel(&fc), "ort.cpu", "{fragment}");
+        assert_ne!(fc.measured.unwrap().code, Some(ReasonCode::Exploring), "{fragment}");
+    }
+}
+
+#[test]
+fn measured_settings_out_of_range_are_refused_where_they_are_set() {
+    let dir = tempfile::tempdir().unwrap();
+    for (fragment, key) in [
+        ("[measured]\nmax_slowdown = 0.5\n", "max_slowdown"),
+        ("[measured]\nmax_slowdown = nan\n", "max_slowdown"),
+        ("[measured]\nmin_samples = 0\n", "min_samples"),
+        ("[measured]\nexplore_runs = 4000000000\n", "explore_runs"),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, format!("[policy]\nname = \"t\"\n{STORE}{fragment}")).unwrap();
+        let err = Loader::new().load(&path).expect_err(fragment).to_string();
+        assert!(err.contains("P0010") && err.contains(key), "{fragment}: {err}");
+        assert!(err.contains("bad.toml:"), "{err}");
     }
 }

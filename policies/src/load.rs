@@ -68,6 +68,16 @@ impl Policy {
         p
     }
 
+    /// This policy reading `evidence` (a daemon's store) where its own file names no lock;
+    /// what chooses by measurement is unchanged.
+    pub fn with_evidence(&self, evidence: Arc<Evidence>) -> Policy {
+        let mut p = self.clone();
+        let mut resolved = (*self.resolved).clone();
+        resolved.evidence = Some(evidence);
+        p.resolved = Arc::new(resolved);
+        p
+    }
+
     pub fn name(&self) -> &str {
         &self.spec.policy.name
     }

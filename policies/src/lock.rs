@@ -62,6 +62,41 @@ pub struct Machine {
     pub engines: BTreeMap<String, String>,
 }
 
+impl Machine {
+    /// This machine as the inventory describes it: its host and the versions of the
+    /// engines available on it.
+    pub fn of(inventory: &xpu_engine::Inventory) -> Machine {
+        let host = inventory.host.clone().unwrap_or_default();
+        let engines = inventory
+            .engines
+            .iter()
+            .filter(|c| c.availability.is_available())
+            .map(|c| (c.engine.clone(), c.version.clone()))
+            .collect();
+        Machine { cpu: host.cpu, features: host.features, engines }
+    }
+
+    /// 16 hex digits of SHA-256 over the CPU model, its features and the engine versions:
+    /// what the store files every run's timings under, so figures from one machine (or
+    /// one version of an engine) never decide on another.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.cpu.as_bytes());
+        for f in &self.features {
+            h.update([0]);
+            h.update(f.as_bytes());
+        }
+        for (engine, version) in &self.engines {
+            h.update([1]);
+            h.update(engine.as_bytes());
+            h.update([2]);
+            h.update(version.as_bytes());
+        }
+        h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// One whole-model plan `tune` ran.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +124,29 @@ pub struct NodeChoice {
     pub winner: Figure,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_up: Option<Figure>,
+    /// The other candidates measured, fastest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Figure>,
+}
+
+impl NodeChoice {
+    /// Every candidate measured for the signature, fastest first.
+    pub fn figures(&self) -> impl Iterator<Item = &Figure> {
+        std::iter::once(&self.winner).chain(&self.runner_up).chain(&self.also)
+    }
+
+    /// The figure of `kernel`, if it was measured.
+    pub fn figure(&self, kernel: &str) -> Option<&Figure> {
+        self.figures().find(|f| f.kernel == kernel)
+    }
+}
+
+/// Per-signature figures of one candidate, as a store aggregates them from its runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignatureFigure {
+    /// 16 hex digits.
+    pub signature: String,
+    pub figure: Figure,
 }
 
 /// A candidate's measured time on one node.
@@ -163,8 +221,10 @@ impl LockFile {
             if let Some(first) = seen.insert(n.signature.as_str(), i) {
                 return Err(err(at, format!("node[{i}] repeats the signature of node[{first}]")));
             }
+            let also = n.also.iter().map(|r| ("also.", r));
             for (what, f) in std::iter::once(("", &n.winner))
                 .chain(n.runner_up.iter().map(|r| ("runner_up.", r)))
+                .chain(also)
             {
                 if !(f.median_us.is_finite() && f.median_us >= 0.0) {
                     return Err(err(
@@ -207,6 +267,11 @@ pub struct Evidence {
     pub sha256: Arc<str>,
     pub lock: Result<Arc<LockFile>, LockError>,
     by_signature: HashMap<u64, usize>,
+    /// Whether plans made with it may explore candidates the evidence is thin on (a
+    /// daemon's store, on the runs its `[tuning]` share lets explore; never a lock).
+    pub explore: bool,
+    /// Aggregated from a store's runs rather than read from a lock.
+    pub from_store: bool,
 }
 
 impl Evidence {
@@ -228,7 +293,66 @@ impl Evidence {
             sha256: sha256.into(),
             lock: lock.map(Arc::new),
             by_signature,
+            explore: false,
+            from_store: false,
         }
+    }
+
+    /// Evidence from a store's figures for `machine`: per signature every candidate
+    /// measured, fastest first (ties by kernel name, so the same figures make the same
+    /// evidence). Named `source` (`store`), its digest that of the figures.
+    pub fn from_store(source: &str, machine: Machine, figures: Vec<SignatureFigure>) -> Evidence {
+        let mut by_sig: BTreeMap<String, Vec<Figure>> = BTreeMap::new();
+        for f in figures {
+            by_sig.entry(f.signature).or_default().push(f.figure);
+        }
+        let nodes = by_sig
+            .into_iter()
+            .map(|(signature, mut figs)| {
+                figs.sort_by(|a, b| {
+                    a.median_us.total_cmp(&b.median_us).then_with(|| a.kernel.cmp(&b.kernel))
+                });
+                let mut figs = figs.into_iter();
+                let winner = figs.next().expect("a signature has a figure");
+                NodeChoice {
+                    signature,
+                    label: String::new(),
+                    op: String::new(),
+                    operands: String::new(),
+                    winner,
+                    runner_up: figs.next(),
+                    also: figs.collect(),
+                }
+            })
+            .collect();
+        let lock = LockFile {
+            version: LOCK_VERSION,
+            program: "(every program)".into(),
+            graph_sha256: String::new(),
+            policy: "(every policy)".into(),
+            runs: 0,
+            machine,
+            plans: Vec::new(),
+            nodes,
+        };
+        let text = toml::to_string(&lock).unwrap_or_default();
+        let mut e = Evidence::new(source, text.as_bytes(), Ok(lock));
+        e.from_store = true;
+        e
+    }
+
+    /// How explanations name it: `lock P.lock.toml`, or `store` (a daemon's runs).
+    pub fn describe(&self) -> String {
+        if self.from_store { "store".into() } else { format!("lock {}", self.source) }
+    }
+
+    /// The same evidence, for plans that may explore: its digest says so (plans made
+    /// either way are cached apart).
+    pub fn exploring(&self) -> Evidence {
+        let mut e = self.clone();
+        e.explore = true;
+        e.sha256 = format!("{}+explore", self.sha256).into();
+        e
     }
 
     /// A lock that could not be read at all (missing, unreadable, outside the data roots).

@@ -52,10 +52,12 @@ pub enum Key {
     EnginesChoose,
     MeasuredLock,
     MeasuredMinSamples,
+    MeasuredExploreRuns,
+    MeasuredMaxSlowdown,
 }
 
 impl Key {
-    pub const ALL: [Key; 17] = [
+    pub const ALL: [Key; 19] = [
         Key::EnginesOrder,
         Key::EnginesDeny,
         Key::EnginesFallback,
@@ -73,6 +75,8 @@ impl Key {
         Key::EnginesChoose,
         Key::MeasuredLock,
         Key::MeasuredMinSamples,
+        Key::MeasuredExploreRuns,
+        Key::MeasuredMaxSlowdown,
     ];
 
     /// The key as a policy file spells it.
@@ -95,6 +99,8 @@ impl Key {
             Key::EnginesChoose => "engines.choose",
             Key::MeasuredLock => "measured.lock",
             Key::MeasuredMinSamples => "measured.min_samples",
+            Key::MeasuredExploreRuns => "measured.explore_runs",
+            Key::MeasuredMaxSlowdown => "measured.max_slowdown",
         }
     }
 }
@@ -244,6 +250,10 @@ pub struct ResolvedPolicy {
     /// The lock `[measured] lock` names, as read when the policy was loaded.
     pub evidence: Option<Arc<Evidence>>,
     pub min_samples: u32,
+    /// `[measured] explore_runs`, 0 where the policy asks for determinism (a run that must
+    /// repeat itself never tries another candidate).
+    pub explore_runs: u32,
+    pub max_slowdown: f64,
     kernels_by_op: HashMap<Op, KernelSelection>,
     kernels_by_class: HashMap<OpClass, KernelSelection>,
     sites: HashMap<Key, Cited>,
@@ -288,6 +298,11 @@ impl ResolvedPolicy {
             choose: spec.engines.choose,
             evidence,
             min_samples: spec.measured.min_samples,
+            explore_runs: match spec.execution.determinism {
+                Determinism::Off => spec.measured.explore_runs,
+                _ => 0,
+            },
+            max_slowdown: spec.measured.max_slowdown,
             kernels_by_op,
             kernels_by_class,
             sites: Key::ALL.into_iter().map(|k| (k, Cited::of(policy, k.name()))).collect(),

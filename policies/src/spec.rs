@@ -102,8 +102,8 @@ impl Choose {
     }
 }
 
-/// `[measured]`: the evidence measured choices read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// `[measured]`: the evidence measured choices read, and how much exploring it may cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Measured {
     /// A lock file written by `xpuctl tune` (`P.lock.toml`), relative to the policy file
@@ -113,11 +113,18 @@ pub struct Measured {
     /// Fewest timed runs behind a measured winner before it may decide; thinner evidence
     /// leaves the node to the static order.
     pub min_samples: u32,
+    /// Where the evidence is a daemon's store (`[tuning] online` in xpud, no lock): the
+    /// most timed runs, per node signature, that candidates other than the best measured
+    /// may take while their evidence is thinner than `min_samples`. 0: never explore.
+    pub explore_runs: u32,
+    /// A candidate already measured slower than this many times the best one's median is
+    /// not explored further.
+    pub max_slowdown: f64,
 }
 
 impl Default for Measured {
     fn default() -> Measured {
-        Measured { lock: None, min_samples: 3 }
+        Measured { lock: None, min_samples: 3, explore_runs: 8, max_slowdown: 1.5 }
     }
 }
 

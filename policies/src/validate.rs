@@ -379,6 +379,9 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
     c.out
 }
 
+/// The most `[measured] explore_runs` a policy may set.
+const MAX_EXPLORE_RUNS: u32 = 100_000;
+
 /// `choose = "measured"` needs evidence, and evidence needs something that chooses by it.
 fn measured_choice(c: &mut Checker) {
     let spec = &c.policy.spec;
@@ -388,12 +391,30 @@ fn measured_choice(c: &mut Checker) {
         Some(i) if spec.engines.choose != Choose::Measured => format!("rule[{i}].choose"),
         _ => "engines.choose".to_string(),
     };
+    let m = &spec.measured;
+    if m.min_samples == 0 {
+        let msg = "min_samples must be at least 1 (a measured winner needs a timed run)";
+        c.error("P0010", "measured.min_samples", msg.into(), None);
+    }
+    if !(m.max_slowdown.is_finite() && m.max_slowdown >= 1.0) {
+        let msg = format!("max_slowdown = {} must be a finite ratio ≥ 1.0", m.max_slowdown);
+        c.error(
+            "P0010",
+            "measured.max_slowdown",
+            msg,
+            Some("1.5: stop exploring a candidate measured 1.5× slower than the best".into()),
+        );
+    }
+    if m.explore_runs > MAX_EXPLORE_RUNS {
+        let msg = format!("explore_runs = {} is over {MAX_EXPLORE_RUNS}", m.explore_runs);
+        c.error("P0010", "measured.explore_runs", msg, None);
+    }
     if measures && spec.measured.lock.is_none() {
         let at = c.policy.origin(&key);
         let d = Diagnostic::warning(
             "P0014",
             at,
-            "choose = \"measured\" has no evidence: the static order decides every node",
+            "choose = \"measured\" has no lock: only a daemon tuning online (xpud [tuning] online = true) gives it evidence; elsewhere the static order decides every node",
         );
         let help = "write a lock with `xpuctl tune PROGRAM --policy P` and set [measured] lock";
         c.out.push(d.with_key(key).with_help(Some(help.into())));

@@ -137,6 +137,34 @@ pub struct SearchQuery {
     pub limit: Option<usize>,
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EvidenceQuery {
+    /// Node signatures (16 hex digits each), comma-separated; none: every signature.
+    pub signatures: Option<String>,
+}
+
+/// The evidence this daemon's store holds for its machine.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EvidenceDto {
+    /// The machine's fingerprint (CPU model, features, engine versions).
+    pub machine: String,
+    pub rows: Vec<EvidenceRowDto>,
+}
+
+/// One candidate's figures on one node signature.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EvidenceRowDto {
+    pub signature: String,
+    pub engine: String,
+    pub kernel: String,
+    pub samples: u64,
+    pub median_us: f64,
+    pub p90_us: f64,
+    /// Microseconds since the Unix epoch.
+    pub last_seen_us: i64,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SearchHitDto {
     pub run_id: String,

@@ -126,6 +126,23 @@ pub struct RunRecord {
     pub outputs: Vec<OutputInfo>,
     pub explanation: Option<Explanation>,
     pub environment: Vec<(String, String)>,
+    /// The machine's fingerprint (`Machine::fingerprint`: CPU, features, engine
+    /// versions): the store's evidence is kept per machine.
+    #[serde(default)]
+    pub machine: Option<String>,
+}
+
+/// One candidate's figures on one node signature, over a machine's stored runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceRow {
+    pub signature: String,
+    pub engine: String,
+    pub kernel: String,
+    pub samples: u64,
+    pub median_us: f64,
+    pub p90_us: f64,
+    /// Microseconds since the Unix epoch.
+    pub last_seen_us: i64,
 }
 
 /// A stored run without its explanation: what lists and status calls show.
@@ -815,6 +832,44 @@ impl Store {
     /// A read-only SQL query (admins): one statement that reads (SELECT, WITH, FROM,
     /// DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), run in a transaction that is rolled back, on a
     /// database that cannot reach files. At most `limit` rows come back.
+    /// The evidence of the runs stored for `machine` (a fingerprint): per node signature
+    /// and candidate its timed runs, median, p90 and last run; only `signatures` when
+    /// given. Every run committed so far is counted.
+    pub fn evidence(
+        &self,
+        machine: &str,
+        signatures: Option<&[String]>,
+    ) -> Result<Vec<EvidenceRow>, StoreError> {
+        self.settle()?;
+        self.with_reader(|c| {
+            let mut sql = String::from(
+                "SELECT signature, engine, kernel, samples, median_us, p90_us, \
+                 epoch_us(last_seen) FROM evidence WHERE machine = ?",
+            );
+            let mut args: Vec<DuckValue> = vec![DuckValue::Text(machine.to_string())];
+            if let Some(sigs) = signatures {
+                // One text parameter split in SQL (the driver binds no lists); a name with
+                // a comma in it matches nothing, as it names no signature.
+                sql.push_str(" AND list_contains(string_split(?, ','), signature)");
+                args.push(DuckValue::Text(sigs.join(",")));
+            }
+            sql.push_str(" ORDER BY signature, median_us, kernel");
+            let mut stmt = c.prepare(&sql)?;
+            let rows = stmt.query_map(duckdb::params_from_iter(args), |r| {
+                Ok(EvidenceRow {
+                    signature: r.get(0)?,
+                    engine: r.get(1)?,
+                    kernel: r.get(2)?,
+                    samples: r.get::<_, i64>(3)? as u64,
+                    median_us: r.get(4)?,
+                    p90_us: r.get(5)?,
+                    last_seen_us: r.get(6)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
     pub fn sql(&self, query: &str, limit: usize) -> Result<SqlResult, StoreError> {
         let first = query
             .trim_start()
@@ -1022,6 +1077,7 @@ fn write_runs(conn: &mut Connection, runs: &[(u64, &RunRecord)]) -> Result<(), S
                 opt_text(r.error.as_deref()),
                 DuckValue::Text(outputs),
                 opt_text(explanation.as_deref()),
+                opt_text(r.machine.as_deref()),
             ];
             app_runs.append_row(duckdb::appender_params_from_iter(row))?;
             for (k, v) in &r.environment {
@@ -1089,7 +1145,8 @@ fn write_runs(conn: &mut Connection, runs: &[(u64, &RunRecord)]) -> Result<(), S
                     t.node.0 as i64,
                     t.engine,
                     t.kernel,
-                    t.nanos as i64
+                    t.nanos as i64,
+                    t.signature.map(|s| s.to_string()),
                 ])?;
             }
             for f in &ex.facts {

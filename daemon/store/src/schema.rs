@@ -8,10 +8,11 @@ use duckdb::Connection;
 use crate::StoreError;
 
 /// The migrations, oldest first. Never edit one that has shipped: append a new one.
-pub const MIGRATIONS: &[(u32, &str, &str)] = &[(
-    1,
-    "runs, labels, decisions, candidates, transfers, timings, facts, environment",
-    r#"
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "runs, labels, decisions, candidates, transfers, timings, facts, environment",
+        r#"
 CREATE TABLE runs (
     seq            BIGINT PRIMARY KEY,   -- commit order, 1, 2, …; the search index follows it
     run_id         VARCHAR NOT NULL UNIQUE,
@@ -99,7 +100,25 @@ CREATE TABLE environment (
     value  VARCHAR NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        "evidence: each run's machine fingerprint, each timing's node signature, the evidence view",
+        r#"
+ALTER TABLE runs ADD COLUMN machine VARCHAR;      -- machine fingerprint: CPU, features, engine versions
+ALTER TABLE timings ADD COLUMN signature VARCHAR; -- the node's signature (16 hex digits)
+CREATE VIEW evidence AS
+SELECT r.machine, t.signature, t.engine, t.kernel,
+       count(*)                                   AS samples,
+       median(t.nanos::DOUBLE) / 1000.0           AS median_us,
+       quantile_cont(t.nanos::DOUBLE, 0.9) / 1000.0 AS p90_us,
+       max(r.finished_at)                         AS last_seen
+FROM timings t JOIN runs r ON r.run_id = t.run_id
+WHERE r.status = 'succeeded' AND r.machine IS NOT NULL AND t.signature IS NOT NULL
+GROUP BY r.machine, t.signature, t.engine, t.kernel;
+"#,
+    ),
+];
 
 /// The newest schema version this build writes.
 pub fn current_version() -> u32 {

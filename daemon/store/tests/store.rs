@@ -69,6 +69,7 @@ fn record(i: usize, tenant: Option<&str>, status: RunStatus) -> RunRecord {
         }],
         explanation: Some(explanation()),
         environment: vec![("xpu".into(), "0.1.0".into())],
+        machine: None,
     }
 }
 
@@ -394,4 +395,69 @@ fn kept_files_ride_with_their_run_and_reach_disk_before_it_is_committed() {
         b"input bytes"
     );
     assert_eq!(store.read_kept("blobs/ab/abcd.npy").unwrap(), b"output bytes");
+}
+
+/// A run on `machine` whose explanation timed the matmul (`sig`) with `kernel` in `micros`.
+fn timed(
+    i: usize,
+    machine: &str,
+    status: RunStatus,
+    sig: Option<u64>,
+    kernel: &str,
+    micros: u64,
+) -> RunRecord {
+    let mut r = record(i, None, status);
+    r.machine = Some(machine.to_string());
+    let ex = r.explanation.as_mut().unwrap();
+    ex.timings = vec![xpu_plan::model::NodeTime {
+        node: xpu_ir::NodeId(2),
+        engine: xpu_engine::catalog::engine_of(kernel).to_string(),
+        kernel: kernel.to_string(),
+        nanos: micros * 1000,
+        signature: sig.map(xpu_plan::evidence::Signature),
+    }];
+    r
+}
+
+#[test]
+fn evidence_is_every_succeeded_timed_run_per_machine_signature_and_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (a, b) = (0xaaaa_0000_0000_0001_u64, 0xbbbb_0000_0000_0002_u64);
+    let mut runs = Vec::new();
+    for (i, us) in [30, 10, 50, 20, 40].into_iter().enumerate() {
+        runs.push(timed(i, "m1", RunStatus::Succeeded, Some(a), "cpu.blas", us));
+    }
+    runs.push(timed(5, "m1", RunStatus::Succeeded, Some(a), "cpu.gemm", 7));
+    runs.push(timed(6, "m1", RunStatus::Failed, Some(a), "cpu.gemm", 1)); // failed: not evidence
+    runs.push(timed(7, "m2", RunStatus::Succeeded, Some(a), "cpu.gemm", 1)); // another machine
+    runs.push(timed(8, "m1", RunStatus::Succeeded, None, "cpu.gemm", 1)); // no signature
+    runs.push(timed(9, "m1", RunStatus::Succeeded, Some(b), "ort.cpu", 3));
+    let mut legacy = record(10, None, RunStatus::Succeeded); // no machine (older xpud)
+    legacy.machine = None;
+    runs.push(legacy);
+    store.append(runs).unwrap();
+    let rows = store.evidence("m1", None).unwrap();
+    let got: Vec<(String, &str, u64, f64, f64)> = rows
+        .iter()
+        .map(|r| (r.signature.clone(), r.kernel.as_str(), r.samples, r.median_us, r.p90_us))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (format!("{a:016x}"), "cpu.gemm", 1, 7.0, 7.0),
+            (format!("{a:016x}"), "cpu.blas", 5, 30.0, 46.0),
+            (format!("{b:016x}"), "ort.cpu", 1, 3.0, 3.0),
+        ]
+    );
+    assert!(rows.iter().all(|r| r.last_seen_us >= 1_700_000_000_000_900), "{rows:?}");
+    // Only the signatures asked for; a name no run has is no row; another machine's own.
+    let only_b = store.evidence("m1", Some(&[format!("{b:016x}"), "0123456789abcdef".into()]));
+    assert_eq!(only_b.unwrap().len(), 1);
+    assert_eq!(store.evidence("m2", None).unwrap().len(), 1);
+    assert!(store.evidence("'; DROP TABLE runs; --", None).unwrap().is_empty());
+    // The same figures are a view anyone with SQL can read.
+    let q =
+        store.sql("SELECT kernel, samples FROM evidence WHERE machine = 'm1' ORDER BY kernel", 10);
+    assert_eq!(q.unwrap().rows.len(), 3);
 }

@@ -6,7 +6,7 @@
 //! policy does not allow, the static order decides and the decision says why.
 
 use xpu_ir::NodeId;
-use xpu_policy::lock::{Evidence, micros};
+use xpu_policy::lock::{Evidence, Figure, NodeChoice, micros};
 use xpu_policy::spec::{Choose, Fallback};
 use xpu_policy::{Key, ResolvedRule};
 
@@ -83,95 +83,243 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// What the walk gives the evidence: the signature's entry, or none on a plan that
+    /// explores (every candidate is unmeasured there); `None`: the walk is static.
+    pub(super) fn measure_key(&self, ask: Option<&MeasureAsk>) -> Option<Option<usize>> {
+        match (ask?, &self.evidence) {
+            (MeasureAsk::Entry(i), _) => Some(Some(*i)),
+            (MeasureAsk::Missing(_), EvidenceState::Usable(e)) if e.explore => Some(None),
+            _ => None,
+        }
+    }
+
     /// The note for a node whose evidence did not reach its walk.
     pub(super) fn measure_note(&self, ask: &MeasureAsk) -> Option<MeasuredNote> {
         let (code, detail) = match (ask, &self.evidence) {
             (MeasureAsk::Entry(_), _) => return None,
             (MeasureAsk::Missing(sig), EvidenceState::Usable(e)) => (
                 ReasonCode::EvidenceMissing,
-                format!("lock {} has no figures for signature {sig:016x}", e.source),
+                format!("{} has no figures for signature {sig:016x}", e.describe()),
             ),
             (_, EvidenceState::Unused(e, why)) => {
-                (ReasonCode::EvidenceNotApplicable, format!("lock {}: {why}", e.source))
+                (ReasonCode::EvidenceNotApplicable, format!("{}: {why}", e.describe()))
             }
-            _ => (ReasonCode::EvidenceMissing, "no [measured] lock".to_string()),
+            _ => (
+                ReasonCode::EvidenceMissing,
+                "no [measured] lock, and no store evidence".to_string(),
+            ),
         };
-        Some(MeasuredNote { code: Some(code), detail })
+        Some(MeasuredNote { code: Some(code), detail, saved_nanos: None })
     }
 
-    /// After the static walk: the lock's winner for the node, if the policy allows it,
-    /// replaces the static choice. Returns what the evidence said.
+    /// After the static walk: the fastest measured candidate the policy allows for the
+    /// node (`entry`: its signature's figures) replaces the static choice; on an exploring
+    /// plan, a candidate with thin evidence runs instead. Returns what the evidence said.
     pub(super) fn apply_measured(
         &self,
         ask: &Ask,
-        entry: usize,
+        entry: Option<usize>,
         st: &mut super::walk::Progress,
     ) -> Option<MeasuredNote> {
         let EvidenceState::Usable(e) = &self.evidence else { return None };
         let lock = e.lock.as_ref().ok()?;
-        let node = &lock.nodes[entry];
+        let node = entry.map(|i| &lock.nodes[i]);
         let (chosen, _) = st.chosen.clone()?;
-        let not_here = |detail: String| {
-            Some(MeasuredNote { code: Some(ReasonCode::EvidenceNotApplicable), detail })
-        };
-        if node.winner.samples < self.resolved.min_samples {
+        let allowed = self.allowed(ask, st, &chosen);
+        let min = self.resolved.min_samples;
+        let best = node.and_then(|n| {
+            n.figures().find(|f| f.samples >= min && allowed.iter().any(|a| **a == *f.kernel))
+        });
+        let evidence = format!("{} ({})", e.describe(), e.sha256);
+        if e.explore
+            && let Some(kernel) = self.to_explore(&allowed, node, best)
+        {
+            let samples = node.and_then(|n| n.figure(kernel)).map_or(0, |f| f.samples);
             let detail = format!(
-                "{} has {} timed run(s); [measured] min_samples is {}",
-                node.winner.kernel, node.winner.samples, self.resolved.min_samples
+                "exploring {kernel}: {samples} of [measured] min_samples {min} timed run(s)"
             );
-            return Some(MeasuredNote { code: Some(ReasonCode::EvidenceThin), detail });
+            if *chosen.kernel != *kernel {
+                self.take(ask, st, &chosen, kernel, ReasonCode::Exploring, &detail)?;
+            }
+            st.rule = Some(RuleRef {
+                key: format!("explore: {detail}; {evidence}").into(),
+                at: Some(self.resolved.site(Key::MeasuredExploreRuns).at.clone()),
+            });
+            return Some(MeasuredNote {
+                code: Some(ReasonCode::Exploring),
+                detail,
+                saved_nanos: None,
+            });
         }
-        let evidence = format!("lock {} ({})", e.source, e.sha256);
-        if *chosen.kernel == *node.winner.kernel {
-            st.rule = Some(self.measured_rule(node, &evidence));
-            return Some(MeasuredNote { code: None, detail: format!("{}", node.winner) });
+        let node = node?;
+        if allowed.len() == 1 {
+            let detail = self.sole_candidate(ask, st, &allowed[0], &node.winner.kernel);
+            let code = Some(ReasonCode::EvidenceNotApplicable);
+            return Some(MeasuredNote { code, detail, saved_nanos: None });
         }
-        let Some(pos) = st.rejected.iter().position(|r| {
-            r.kernel.as_deref() == Some(node.winner.kernel.as_str())
+        let Some(best) = best else {
+            let detail = match node.figures().find(|f| allowed.iter().any(|a| **a == *f.kernel)) {
+                Some(f) => format!(
+                    "{} has {} timed run(s); [measured] min_samples is {min}",
+                    f.kernel, f.samples
+                ),
+                None => {
+                    return Some(MeasuredNote {
+                        code: Some(ReasonCode::EvidenceNotApplicable),
+                        detail: format!(
+                            "the measured winner {} is not a candidate the policy allows for this node",
+                            node.winner.kernel
+                        ),
+                        saved_nanos: None,
+                    });
+                }
+            };
+            return Some(MeasuredNote {
+                code: Some(ReasonCode::EvidenceThin),
+                detail,
+                saved_nanos: None,
+            });
+        };
+        let mut saved_nanos = None;
+        if *chosen.kernel != *best.kernel {
+            saved_nanos = node
+                .figure(&chosen.kernel)
+                .filter(|f| f.samples >= min && f.median_us > best.median_us)
+                .map(|f| ((f.median_us - best.median_us) * 1000.0) as u64);
+            let slower = match node.figure(&chosen.kernel) {
+                Some(r) => format!("{r}"),
+                None => format!("{} (not measured faster)", chosen.kernel),
+            };
+            let detail = format!("measured slower: {slower}; {best} runs instead");
+            self.take(ask, st, &chosen, &best.kernel, ReasonCode::MeasuredSlower, &detail)?;
+        }
+        st.rule = Some(self.measured_rule(node, best, &evidence));
+        Some(MeasuredNote { code: None, detail: format!("{best}"), saved_nanos })
+    }
+
+    /// Why the evidence had nothing to choose among: the policy allows `only` here.
+    fn sole_candidate(
+        &self,
+        ask: &Ask,
+        st: &super::walk::Progress,
+        only: &str,
+        winner: &str,
+    ) -> String {
+        let could_run = st.rejected.iter().any(|r| {
+            r.kernel.as_deref() == Some(winner)
                 && matches!(r.code, ReasonCode::Outranked | ReasonCode::KernelDegraded)
-        }) else {
-            return not_here(format!(
-                "the measured winner {} is not a candidate the policy allows for this node",
-                node.winner.kernel
-            ));
-        };
-        let first = ask.first_choice.first().map(|f| &**f);
-        if self.resolved.fallback == Fallback::Deny && first != Some(node.winner.engine.as_str()) {
-            return not_here(format!(
-                "the measured winner {} would be a fallback from {} and engines.fallback = \"deny\"",
-                node.winner.kernel,
-                first.unwrap_or_default()
-            ));
+        });
+        if could_run && self.resolved.fallback == Fallback::Deny {
+            let first = ask.first_choice.first().map_or("", |f| &**f);
+            format!(
+                "the measured winner {winner} would be a fallback from {first} and engines.fallback = \"deny\""
+            )
+        } else if winner != only {
+            format!(
+                "the measured winner {winner} is not a candidate the policy allows for this node"
+            )
+        } else {
+            format!("{only} is the only candidate the policy allows for this node")
         }
-        let Some(pick) = self.refit(ask, &node.winner.engine, &node.winner.kernel) else {
-            return not_here(format!("{} cannot run the node here", node.winner.kernel));
+    }
+
+    /// The kernels the policy allows for the node: the static choice, and those outranked
+    /// only by the order (or degraded) — on the first engine only when fallback is denied.
+    fn allowed(
+        &self,
+        ask: &Ask,
+        st: &super::walk::Progress,
+        chosen: &Choice,
+    ) -> Vec<std::sync::Arc<str>> {
+        let first = ask.first_choice.first().map(|f| &**f);
+        let deny = self.resolved.fallback == Fallback::Deny;
+        let mut out = vec![chosen.kernel.clone()];
+        for r in &st.rejected {
+            if !matches!(r.code, ReasonCode::Outranked | ReasonCode::KernelDegraded) {
+                continue;
+            }
+            if deny && first != Some(r.engine.as_str()) {
+                continue;
+            }
+            if let Some(k) = &r.kernel
+                && !out.iter().any(|o| **o == **k)
+            {
+                out.push(k.as_str().into());
+            }
+        }
+        out
+    }
+
+    /// The candidate an exploring plan runs: the first allowed one (other than the one the
+    /// evidence or the order picks) thinner than `min_samples`, not already measured
+    /// `max_slowdown` times slower than the best, while the signature's explored runs are
+    /// within `explore_runs`.
+    fn to_explore<'k>(
+        &self,
+        allowed: &'k [std::sync::Arc<str>],
+        node: Option<&NodeChoice>,
+        best: Option<&Figure>,
+    ) -> Option<&'k str> {
+        let r = self.resolved;
+        let figure = |k: &str| node.and_then(|n| n.figure(k));
+        let exploit = best.map_or(&*allowed[0], |b| b.kernel.as_str());
+        let explored: u64 = allowed
+            .iter()
+            .filter(|k| ***k != *exploit)
+            .filter_map(|k| figure(k))
+            .map(|f| u64::from(f.samples))
+            .sum();
+        if r.explore_runs == 0 || explored >= u64::from(r.explore_runs) {
+            return None;
+        }
+        let too_slow =
+            |f: &Figure| best.is_some_and(|b| f.median_us > r.max_slowdown * b.median_us);
+        let thin = |k: &str| match figure(k) {
+            None => true,
+            Some(f) => f.samples < r.min_samples && !too_slow(f),
         };
+        allowed.iter().map(|k| &**k).filter(|k| *k != exploit).find(|k| thin(k))
+    }
+
+    /// Runs `kernel` instead of the static choice `chosen`, which is rejected with `code`
+    /// and `detail`; `None` when the kernel cannot run the node here after all.
+    fn take(
+        &self,
+        ask: &Ask,
+        st: &mut super::walk::Progress,
+        chosen: &Choice,
+        kernel: &str,
+        code: ReasonCode,
+        detail: &str,
+    ) -> Option<()> {
+        let engine = xpu_engine::catalog::engine_of(kernel);
+        let pick = self.refit(ask, engine, kernel)?;
+        let pos = st.rejected.iter().position(|r| r.kernel.as_deref() == Some(kernel))?;
         st.rejected.remove(pos);
-        let slower = match &node.runner_up {
-            Some(r) if r.kernel == *chosen.kernel => format!("{r}"),
-            _ => format!("{} (not measured faster)", chosen.kernel),
-        };
-        let detail = format!("measured slower: {slower}; {} runs instead", node.winner);
         st.rejected.push(ask.reject(
             &chosen.engine,
-            ReasonCode::MeasuredSlower,
-            detail,
+            code,
+            detail.to_string(),
             None,
             Some(&chosen.kernel),
         ));
         // Off the first choice is a fallback, whatever moved it there: the fallback budget
         // counts it and the table shows it.
+        let first = ask.first_choice.first().map(|f| &**f);
         st.fallback = match first {
             Some(f0) if f0 != &*pick.0.engine => st.fallback.take().or_else(|| {
                 Some(FallbackNote {
                     from: f0.to_string(),
-                    code: ReasonCode::MeasuredSlower,
-                    detail: format!("{} measured faster", node.winner.kernel),
+                    code,
+                    detail: match code {
+                        ReasonCode::Exploring => format!("exploring {kernel}"),
+                        _ => format!("{kernel} measured faster"),
+                    },
                 })
             }),
             _ => None,
         };
-        // The precision, and why when the winner runs the node at another than asked.
+        // The precision, and why when the candidate runs the node at another than asked.
         st.precision_note = (pick.0.precision != ask.f.precision).then(|| RuleRef {
             key: format!(
                 "precision.allow ({} runs {})",
@@ -183,21 +331,20 @@ impl<'a> Planner<'a> {
         });
         st.precision = pick.0.precision;
         st.chosen = Some(pick);
-        st.rule = Some(self.measured_rule(node, &evidence));
-        Some(MeasuredNote { code: None, detail: format!("{}", node.winner) })
+        Some(())
     }
 
     /// The decision's rule for a measured choice: the figures and the lock.
-    fn measured_rule(&self, node: &xpu_policy::lock::NodeChoice, evidence: &str) -> RuleRef {
-        let versus = match &node.runner_up {
+    fn measured_rule(&self, node: &NodeChoice, best: &Figure, evidence: &str) -> RuleRef {
+        let versus = match node.figures().find(|f| f.kernel != best.kernel) {
             Some(r) => format!(" vs {} {} over {}", r.kernel, micros(r.median_us), r.samples),
             None => String::new(),
         };
         let key = format!(
             "measured: {} {} over {} run(s){versus}; {evidence}",
-            node.winner.kernel,
-            micros(node.winner.median_us),
-            node.winner.samples
+            best.kernel,
+            micros(best.median_us),
+            best.samples
         );
         RuleRef { key: key.into(), at: Some(self.resolved.site(Key::MeasuredLock).at.clone()) }
     }

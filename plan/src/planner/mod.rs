@@ -265,7 +265,7 @@ impl<'a> Planner<'a> {
             d.rejected = w.rejected;
             d.measured = match &facts.measure {
                 Some(MeasureAsk::Entry(_)) => w.measured,
-                Some(ask) => self.measure_note(ask),
+                Some(ask) => w.measured.or_else(|| self.measure_note(ask)),
                 None => None,
             };
             match w.chosen {

@@ -3,6 +3,7 @@
 //! consecutive nodes on one (engine, device), and each fusion group reported whole or
 //! split.
 
+use crate::evidence::signature_bits;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -111,9 +112,16 @@ impl Planner<'_> {
             .node_ids()
             .map(|pid| {
                 let (c, _) = &placed[pid.index()];
+                let source = source_of[pid.index()];
+                // What the store files this node's timings under (constants are not timed).
+                let signature =
+                    source.filter(|s| self.graph.node(*s).op != xpu_ir::Op::Constant).map(|s| {
+                        crate::evidence::Signature(signature_bits(self.graph, s, self.bindings))
+                    });
                 Placement {
                     node: pid,
-                    source: source_of[pid.index()],
+                    source,
+                    signature,
                     op: planned.node(pid).op.name().into(),
                     engine: c.engine.clone(),
                     kernel: c.kernel.clone(),

@@ -13,7 +13,6 @@ use xpu_policy::spec::Fallback;
 use xpu_policy::{Cited, KernelPick, Key, ResolvedRule};
 
 use super::facts::{NodeFacts, operand_dtypes};
-use super::measured::MeasureAsk;
 use super::{Placed, Planner, cite};
 use crate::model::{Choice, FallbackNote, MeasuredNote, Rejection, RuleRef};
 use crate::reason::ReasonCode;
@@ -41,8 +40,9 @@ pub(super) struct WalkKey {
     operands: u32,
     alternates: bool,
     rule: Option<usize>,
-    /// The lock entry of the node's signature (measured choice).
-    measure: Option<usize>,
+    /// The evidence's entry for the node's signature (measured choice; `Some(None)`: no
+    /// entry, on a plan that explores).
+    measure: Option<Option<usize>>,
     /// Bit d: the node's tensors fit the memory of device d (devices of all engines in
     /// inventory order).
     fits: u64,
@@ -127,10 +127,7 @@ impl<'a> Planner<'a> {
             operands: f.operands,
             alternates: f.alternates(),
             rule: rule.map(|r| r.index),
-            measure: match f.measure {
-                Some(MeasureAsk::Entry(i)) => Some(i),
-                _ => None,
-            },
+            measure: self.measure_key(f.measure.as_ref()),
             fits: self.fits(f),
         };
         if let Some(w) = self.walks.get(&key) {
@@ -175,9 +172,9 @@ impl<'a> Planner<'a> {
             }
             // Later engines are still enumerated, so the explanation lists them.
         }
-        let measured = match f.measure {
-            Some(MeasureAsk::Entry(i)) => self.apply_measured(&ask, i, &mut st),
-            _ => None,
+        let measured = match self.measure_key(f.measure.as_ref()) {
+            Some(entry) => self.apply_measured(&ask, entry, &mut st),
+            None => None,
         };
         Walk {
             chosen: st.chosen,
