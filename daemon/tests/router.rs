@@ -781,3 +781,93 @@ async fn a_stuck_store_never_stalls_health_or_metrics() {
         assert_eq!(body["runs"].as_array().map(Vec::len), Some(2), "{body}");
     }
 }
+
+/// Online tuning closes the loop: a run planned to explore times another allowed kernel,
+/// the store files the time under the node's signature (`GET /v1/evidence`), and once the
+/// evidence is read again a plan that does not explore chooses by it, naming the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_tuning_explores_stores_evidence_and_then_chooses_by_it() {
+    let s = server(true, |c| {
+        c.tuning.online = true;
+        c.tuning.explore_share = 0.5; // runs 1, 3, … explore; 2, 4, … do not
+        c.tuning.refresh_s = 1;
+    });
+    let policy = "[policy]\nname = \"tuned\"\n[engines]\norder = [\"cpu\"]\nchoose = \"measured\"\n\
+                  [measured]\nmin_samples = 1\n";
+    let program = "let a = input(\"a\")\nlet w = [[1.0, -2.0], [0.5, 1.0]]\nprint relu(a @ w)\n";
+    let submit = |_: ()| {
+        let mut j = job(program, true);
+        j["inputs"] = json!({"a": {"dtype": "f64", "shape": [3, 2], "data": [1, 2, 3, 4, 5, 6]}});
+        j["policy_toml"] = json!(policy);
+        j
+    };
+    let matmul = |ex: &Value| -> Value {
+        ex["decisions"].as_array().unwrap().iter().find(|d| d["op"] == "matmul").unwrap().clone()
+    };
+    let (status, run) = s.send("POST", "/v1/jobs", None, Some(submit(()))).await;
+    assert_eq!((status, &run["status"]), (StatusCode::OK, &json!("succeeded")), "{run}");
+    let id = run["run_id"].as_str().unwrap();
+    let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
+    let d = matmul(&ex);
+    assert_eq!(d["measured"]["code"], "Exploring", "{d}");
+    let explored = d["chosen"]["kernel"].as_str().unwrap().to_string();
+    assert_ne!(explored, "cpu.blas", "the static choice is not what exploring runs");
+    assert!(ex["evidence"]["sha256"].as_str().unwrap().ends_with("+explore"), "{ex}");
+    let timing = ex["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kernel"] == explored.as_str())
+        .unwrap_or_else(|| panic!("no timing of {explored}: {ex}"))
+        .clone();
+    let sig = timing["signature"].as_str().unwrap();
+    let (status, ev) = s.send("GET", &format!("/v1/evidence?signatures={sig}"), None, None).await;
+    assert_eq!(status, StatusCode::OK, "{ev}");
+    let rows = ev["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["kernel"] == explored.as_str() && r["samples"] == 1), "{ev}");
+    // Bad signatures are a 400 naming them.
+    let (status, body) = s.send("GET", "/v1/evidence?signatures=zz", None, None).await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_query");
+    // Run 2 does not explore: the static choice runs (and is timed) until compared.
+    let run_matmul = |ex: &Value| matmul(ex)["chosen"]["kernel"].as_str().unwrap().to_string();
+    let mut kernels = vec![explored.clone()];
+    for _ in 0..3 {
+        let (_, run) = s.send("POST", "/v1/jobs", None, Some(submit(()))).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let id = run["run_id"].as_str().unwrap();
+        let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
+        kernels.push(run_matmul(&ex));
+        // The evidence is read again after refresh_s.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    // Run 2 the static choice; run 3 explores the last candidate: every one measured.
+    assert_eq!(kernels[1], "cpu.blas", "{kernels:?}");
+    let (_, ev) = s.send("GET", &format!("/v1/evidence?signatures={sig}"), None, None).await;
+    let rows = ev["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "every cpu kernel of the matmul measured: {ev}");
+    let fastest = rows
+        .iter()
+        .min_by(|a, b| {
+            a["median_us"].as_f64().unwrap().total_cmp(&b["median_us"].as_f64().unwrap())
+        })
+        .unwrap()["kernel"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Run 5 does not explore: it chooses the fastest by the store's evidence, and says so.
+    let (_, run) = s.send("POST", "/v1/jobs", None, Some(submit(()))).await;
+    let id = run["run_id"].as_str().unwrap();
+    let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
+    let d = matmul(&ex);
+    assert_eq!(d["chosen"]["kernel"], fastest.as_str(), "{d}\n{ev}");
+    assert!(d["measured"]["code"].is_null(), "{d}");
+    let rule = d["rule"]["key"].as_str().unwrap();
+    assert!(
+        rule.starts_with(&format!("measured: {fastest}")) && rule.contains("store ("),
+        "{rule}"
+    );
+    let (_, m) = s.send("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap();
+    assert!(m.contains("xpu_tuning_explorations_total 2"), "{m}");
+    assert!(!m.contains("xpu_tuning_evidence_signatures 0"), "{m}");
+}

@@ -132,7 +132,7 @@ impl<'a> Planner<'a> {
         });
         let evidence = format!("{} ({})", e.describe(), e.sha256);
         if e.explore
-            && let Some(kernel) = self.to_explore(&allowed, node, best)
+            && let Some(kernel) = self.to_explore(ask, &chosen, &allowed, node, best)
         {
             let samples = node.and_then(|n| n.figure(kernel)).map_or(0, |f| f.samples);
             let detail = format!(
@@ -180,6 +180,20 @@ impl<'a> Planner<'a> {
                 saved_nanos: None,
             });
         };
+        // A store's figures come from what ran: the static choice is compared before it
+        // is replaced (a lock's `tune` measured every candidate side by side).
+        let static_runs = node.figure(&chosen.kernel).map_or(0, |f| f.samples);
+        if e.from_store && *chosen.kernel != *best.kernel && static_runs < min {
+            let detail = format!(
+                "the static choice {} has {static_runs} timed run(s) of [measured] min_samples {min}: not yet compared with {best}",
+                chosen.kernel
+            );
+            return Some(MeasuredNote {
+                code: Some(ReasonCode::EvidenceThin),
+                detail,
+                saved_nanos: None,
+            });
+        }
         let mut saved_nanos = None;
         if *chosen.kernel != *best.kernel {
             saved_nanos = node
@@ -252,10 +266,13 @@ impl<'a> Planner<'a> {
 
     /// The candidate an exploring plan runs: the first allowed one (other than the one the
     /// evidence or the order picks) thinner than `min_samples`, not already measured
-    /// `max_slowdown` times slower than the best, while the signature's explored runs are
-    /// within `explore_runs`.
+    /// `max_slowdown` times slower than the best, on the static choice's device (a node's
+    /// own time does not show what moving it to another device costs), while the
+    /// signature's explored runs are within `explore_runs`.
     fn to_explore<'k>(
         &self,
+        ask: &Ask,
+        chosen: &Choice,
         allowed: &'k [std::sync::Arc<str>],
         node: Option<&NodeChoice>,
         best: Option<&Figure>,
@@ -278,7 +295,11 @@ impl<'a> Planner<'a> {
             None => true,
             Some(f) => f.samples < r.min_samples && !too_slow(f),
         };
-        allowed.iter().map(|k| &**k).filter(|k| *k != exploit).find(|k| thin(k))
+        let same_device = |k: &str| {
+            self.refit(ask, xpu_engine::catalog::engine_of(k), k)
+                .is_some_and(|(c, _)| c.device == chosen.device)
+        };
+        allowed.iter().map(|k| &**k).filter(|k| *k != exploit).find(|k| thin(k) && same_device(k))
     }
 
     /// Runs `kernel` instead of the static choice `chosen`, which is rejected with `code`
