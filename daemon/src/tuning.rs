@@ -80,7 +80,7 @@ impl Tuning {
             return policy.clone();
         }
         let n = self.planned.fetch_add(1, Ordering::Relaxed);
-        let explore = policy.resolved().explore_runs > 0 && self.period > 0 && n % self.period == 0;
+        let explore = policy.resolved().explore_runs > 0 && self.period > 0 && n.is_multiple_of(self.period);
         let Ok(mut guard) = self.snapshot.lock() else { return policy.clone() };
         let stale = guard
             .as_ref()
