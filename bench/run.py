@@ -250,7 +250,7 @@ def main():
         plan_ok = plan_ok and ratio >= 1.0
         print(f"{policy:<14} on {inventory:<12} {best * 1e3:9.3f}            {ratio:5.2f}")
         rows.append(("plan 1000 nodes", policy, inventory, best * 1e3, 1.0, ratio))
-    measured_ok = bench_measured(rows, mlp, conv)
+    measured_ok = bench_measured(rows, mlp, conv, resnet)
     whole_ok = bench_whole_matmul(rows)
     tables_ok = bench_tables(rows)
     daemon_ok = bench_daemon(rows)
@@ -307,8 +307,28 @@ def mixed_model(path):
     save(graph, path)
 
 
-def bench_measured(rows, mlp, conv):
-    """Measured planning. For each model: `xpuctl tune` (release, engines in worker
+def gelu_chain_model(path, rows):
+    """The llvm engine's GELU chain (tanh form) written out op by op as ONNX, the bias a
+    constant: one fused loop for llvm, nine passes for an engine that does not fuse."""
+    rng = np.random.default_rng(7)
+    b = numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "b")
+    consts = [numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in
+              (("three", 3.0), ("c", 0.044715), ("r", 0.7978845608028654), ("one", 1.0), ("h", 0.5))]
+    steps = [("Add", ["x", "b"], "v"), ("Pow", ["v", "three"], "t0"), ("Mul", ["t0", "c"], "t1"),
+             ("Add", ["v", "t1"], "t2"), ("Mul", ["t2", "r"], "t3"), ("Tanh", ["t3"], "t4"),
+             ("Add", ["t4", "one"], "t5"), ("Mul", ["v", "t5"], "t6"), ("Mul", ["t6", "h"], "y")]
+    nodes = [helper.make_node(op, ins, [out], name=out) for op, ins, out in steps]
+    graph = helper.make_graph(
+        nodes, "gelu_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+        [b] + consts)
+    save(graph, path)
+
+
+def bench_measured(rows, mlp, conv, resnet):
+    """Measured planning. For each model (the MLP, the conv net, the GELU chain, the
+    ResNet-50-shaped model and the mixed model): `xpuctl tune` (release, engines in worker
     processes as xpud runs them) writes a lock for a policy that allows every engine; then
     each single-engine policy (the engine first, cpu for what it cannot run) and the policy
     choosing by measurement from that lock are run side by side (`xpu-bench policy-run`,
@@ -319,8 +339,12 @@ def bench_measured(rows, mlp, conv):
     ok = True
     mixed = os.path.join(OUT, "mixed.onnx")
     mixed_model(mixed)
+    gelu = os.path.join(OUT, "gelu_chain.onnx")
+    gelu_chain_model(gelu, 4096)
     print("\nmeasured plan vs single-engine policies   batch   measured ms   best single ms (engine)   ratio (bar)")
-    cases = (("mlp", mlp, (784,), 64), ("convnet", conv, (1, 28, 28), 8), ("mixed", mixed, (1024,), 512))
+    cases = (("mlp", mlp, (784,), 64), ("convnet", conv, (1, 28, 28), 8),
+             ("gelu chain", gelu, (1024,), 4096), ("resnet50", resnet, (3, 224, 224), 1),
+             ("mixed", mixed, (1024,), 512))
     for name, path, shape, batch in cases:
         with tempfile.TemporaryDirectory() as d:
             x = os.path.join(d, "x.npy")

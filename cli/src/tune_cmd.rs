@@ -603,12 +603,17 @@ pub fn evidence(
     let optimised = optimised(&g, &policy);
     let (mut policy, mut notes) = (policy, Vec::new());
     let mut stored: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
-    if let Some(client) = server {
+    if server.is_some() && policy.spec.measured.lock.is_some() {
+        notes.push("the policy names a lock, which xpud reads instead of its store".into());
+    }
+    if let Some(client) = server.filter(|_| policy.spec.measured.lock.is_none()) {
         let (_, ex) = plan(&g, &policy, &inventory, &bindings)?;
         let sigs: Vec<String> =
             units(&optimised, &ex, &bindings).into_iter().map(|u| u.signature).collect();
         let (machine, figures) = store_evidence(client, &sigs, &mut stored)?;
-        let here = Machine::of(&inventory);
+        // The machine as xpud fingerprints it: every engine of this build, not only those
+        // the program could use.
+        let here = Machine::of(&registry.inventory());
         if machine == here.fingerprint() {
             policy = policy.with_evidence(Arc::new(Evidence::from_store("store", here, figures)));
         } else {

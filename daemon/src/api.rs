@@ -869,9 +869,10 @@ pub async fn dry_run(
     tokio::task::spawn_blocking(move || {
         let spec = prepare_compiled(&app2, &caller, &req)?;
         let shapes: Vec<Vec<usize>> = spec.inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let policy = app2.jobs.showing_policy(&spec.policy);
         let (explanation, ok) = match app2.jobs.cache.get_or_plan_keyed(
             &spec.graph,
-            &spec.policy,
+            &policy,
             app2.jobs.inventory(),
             &shapes,
             app2.jobs.plan_keys(&spec),
@@ -984,10 +985,10 @@ pub async fn search(
 }
 
 /// Most signatures one evidence query names.
-const MAX_EVIDENCE_SIGNATURES: usize = 10_000;
+const MAX_EVIDENCE_SIGNATURES: usize = 2_000;
 
 #[utoipa::path(get, path = "/v1/evidence", tag = "runs", params(EvidenceQuery),
-    responses((status = 200, body = EvidenceDto), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = EvidenceDto), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn evidence(
     State(app): State<Arc<App>>,
@@ -995,6 +996,18 @@ pub async fn evidence(
     ApiQuery(q): ApiQuery<EvidenceQuery>,
 ) -> ApiResult<Json<EvidenceDto>> {
     caller.require(&app, Scope::Read)?;
+    // The figures come from every tenant's runs: for callers who see every tenant.
+    if caller.0.tenant.is_some() {
+        app.metrics.rejected.with_label_values(&["forbidden"]).inc();
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "token `{}` is a tenant's; the store's evidence covers every tenant's runs",
+                caller.0.name
+            ),
+        ));
+    }
     let signatures = match q.signatures.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(list) => {

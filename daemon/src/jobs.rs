@@ -247,6 +247,22 @@ impl Jobs {
                 .spawn(move || jobs.work(&rx))
                 .expect("spawn worker");
         }
+        if jobs.tuning.online() {
+            let j = Arc::downgrade(&jobs);
+            std::thread::Builder::new()
+                .name("xpud-tuning".into())
+                .spawn(move || {
+                    xpu_store::lower_priority();
+                    // The store's evidence read again every refresh_s, off every job's path.
+                    while let Some(jobs) = j.upgrade() {
+                        let every = jobs.tuning.refresh_every();
+                        jobs.tuning.refresh(&jobs.store, &jobs.metrics);
+                        drop(jobs);
+                        std::thread::sleep(every);
+                    }
+                })
+                .expect("spawn tuning");
+        }
         let j = Arc::downgrade(&jobs);
         std::thread::Builder::new()
             .name("xpud-index".into())
@@ -288,6 +304,12 @@ impl Jobs {
             graph_hash: &spec.graph_hash,
             inventory_fingerprint: &self.inventory_fingerprint,
         }
+    }
+
+    /// The policy a dry run of `policy` is planned under (online tuning: the store's
+    /// evidence, as a run that does not explore gets it).
+    pub fn showing_policy(&self, policy: &Arc<Policy>) -> Arc<Policy> {
+        self.tuning.showing(policy)
     }
 
     /// This machine's fingerprint: what the store files run timings under.
@@ -590,16 +612,26 @@ impl Jobs {
     fn plan(&self, job: &Job) -> Result<Planned, Box<RunRecord>> {
         let s = &job.spec;
         let keys = self.plan_keys(s);
-        let policy = self.tuning.policy_for(&s.policy, &self.store, &self.metrics);
-        let planned = xpu_runtime::plan_job(
-            &s.graph,
-            &s.inputs,
-            &policy,
-            &self.inventory,
-            Some(&self.cache),
-            Some(keys),
-        )
-        .map_err(|e| {
+        let tuning = self.tuning.planning(&s.policy, &s.graph_hash);
+        let plan_under = |policy: &Policy| {
+            xpu_runtime::plan_job(
+                &s.graph,
+                &s.inputs,
+                policy,
+                &self.inventory,
+                Some(&self.cache),
+                Some(keys),
+            )
+        };
+        let mut planned = plan_under(&tuning.policy);
+        // An exploring plan that cannot be made (a fallback budget it exceeds) leaves the
+        // run to the plan that does not explore.
+        if planned.is_err()
+            && let Some(exploit) = &tuning.exploit
+        {
+            planned = plan_under(exploit);
+        }
+        let planned = planned.map_err(|e| {
             let ex = e.explanation().cloned();
             Box::new(self.failed(job, ex, e.to_string()))
         })?;

@@ -1,16 +1,19 @@
-//! Online tuning (`[tuning] online = true`): a policy that chooses by measurement and names
-//! no lock is planned with the evidence of the runs this store holds for this machine — per
-//! node signature and candidate, the median of every stored timed run, read again every
-//! `refresh_s` — and a share of its runs (`explore_share`) is planned to explore candidates
-//! whose evidence is thinner than the policy's `min_samples`. The evidence snapshot's digest
-//! is part of each plan's cache key, so the same evidence always gives the same plan; a
-//! policy with a lock keeps its lock (reviewed in git) and never explores.
+//! Online tuning (`[tuning] online = true`): a policy that chooses by measurement, names no
+//! lock and asks for no determinism is planned with the evidence of the runs this store
+//! holds for this machine — per node signature and candidate, the median of every stored
+//! timed run — and a share of its runs (`explore_share`) is planned to explore a candidate
+//! whose evidence is thinner than the policy's `min_samples`.
+//!
+//! The evidence is read by a thread of its own every `refresh_s`, never on a job's path; a
+//! new snapshot replaces the old one only when what plans depend on changed (its digest,
+//! `Evidence::from_store`), so plans and prepared executables are not made again for every
+//! run stored. Within one snapshot a (policy, graph) explores on at most `min_samples`
+//! runs: the exploring plan is the same until the next read, which sees what it measured.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, RwLock};
 
+use xpu_engine::options::Determinism;
 use xpu_plan::{Explanation, ReasonCode};
 use xpu_policy::Policy;
 use xpu_policy::lock::{Evidence, Figure, Machine, SignatureFigure};
@@ -19,27 +22,54 @@ use xpu_store::Store;
 use crate::config::TuningSettings;
 use crate::metrics::Metrics;
 
-/// The evidence online tuning last read, and the policies planned with it.
+/// The evidence online tuning read last, and what was planned with it.
 struct Snapshot {
-    read_at: Instant,
     exploit: Arc<Evidence>,
     explore: Arc<Evidence>,
     /// Per signature, the fastest candidate's kernel (to count changes between reads).
     fastest: HashMap<String, String>,
     /// Per (policy digest, exploring): the policy reading this evidence.
-    policies: HashMap<(String, bool), Arc<Policy>>,
+    policies: Mutex<HashMap<(String, bool), Arc<Policy>>>,
+    /// Per (policy digest, graph hash): the exploring runs handed out with this evidence.
+    explored: Mutex<HashMap<(String, Arc<str>), u32>>,
 }
 
-/// Most policies kept per snapshot; past it the map starts over.
-const POLICIES_KEPT: usize = 1024;
+/// Most entries each of a snapshot's maps keeps; past it the map starts over.
+const KEPT: usize = 4096;
+
+impl Snapshot {
+    fn of(exploit: Evidence) -> Snapshot {
+        let fastest = exploit
+            .lock
+            .as_ref()
+            .map(|l| {
+                l.nodes.iter().map(|n| (n.signature.clone(), n.winner.kernel.clone())).collect()
+            })
+            .unwrap_or_default();
+        Snapshot {
+            explore: Arc::new(exploit.exploring()),
+            exploit: Arc::new(exploit),
+            fastest,
+            policies: Mutex::new(HashMap::new()),
+            explored: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The policy a job is planned under, and the one to fall back to if an exploring plan
+/// cannot be made.
+pub struct Planning {
+    pub policy: Arc<Policy>,
+    pub exploit: Option<Arc<Policy>>,
+}
 
 pub struct Tuning {
     settings: TuningSettings,
     machine: Machine,
     fingerprint: String,
-    snapshot: Mutex<Option<Snapshot>>,
-    /// Runs planned with store evidence so far: every `period`-th one explores.
-    planned: AtomicU64,
+    snapshot: RwLock<Arc<Snapshot>>,
+    /// Per policy digest, runs planned with store evidence so far: every `period`-th explores.
+    runs: Mutex<HashMap<String, u64>>,
     period: u64,
 }
 
@@ -49,14 +79,23 @@ impl Tuning {
         let fingerprint = machine.fingerprint();
         let share = settings.explore_share;
         let period = if share > 0.0 { (1.0 / share).round().max(1.0) as u64 } else { 0 };
+        let empty = Evidence::from_store("store", machine.clone(), Vec::new());
         Tuning {
             settings,
             machine,
             fingerprint,
-            snapshot: Mutex::new(None),
-            planned: AtomicU64::new(0),
+            snapshot: RwLock::new(Arc::new(Snapshot::of(empty))),
+            runs: Mutex::new(HashMap::new()),
             period,
         }
+    }
+
+    pub fn online(&self) -> bool {
+        self.settings.online
+    }
+
+    pub fn refresh_every(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.settings.refresh_s)
     }
 
     /// This machine's fingerprint, filed with every stored run.
@@ -64,57 +103,92 @@ impl Tuning {
         &self.fingerprint
     }
 
-    /// The policy a job is planned under: `policy` itself, or — tuning online, the policy
-    /// choosing by measurement without a lock — the policy reading the store's evidence,
-    /// on an exploring plan for one run in `1 / explore_share`.
-    pub fn policy_for(
-        &self,
-        policy: &Arc<Policy>,
-        store: &Store,
-        metrics: &Metrics,
-    ) -> Arc<Policy> {
-        if !self.settings.online
-            || !policy.resolved().measures()
-            || policy.spec.measured.lock.is_some()
-        {
+    fn current(&self) -> Arc<Snapshot> {
+        self.snapshot.read().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Whether `policy` is planned with the store's evidence here.
+    fn reads_store(&self, policy: &Policy) -> bool {
+        self.settings.online
+            && policy.resolved().measures()
+            && policy.spec.measured.lock.is_none()
+            && policy.spec.execution.determinism == Determinism::Off
+    }
+
+    /// The policy a job of `graph` is planned under: `policy` itself, or — tuning online —
+    /// the policy reading the store's evidence, exploring on one run in
+    /// `1 / explore_share` while this evidence has explored fewer than `min_samples` runs
+    /// of the graph.
+    pub fn planning(&self, policy: &Arc<Policy>, graph: &Arc<str>) -> Planning {
+        if !self.reads_store(policy) {
+            return Planning { policy: policy.clone(), exploit: None };
+        }
+        let snap = self.current();
+        let exploit = self.with(&snap, policy, false);
+        if !self.may_explore(&snap, policy, graph) {
+            return Planning { policy: exploit, exploit: None };
+        }
+        Planning { policy: self.with(&snap, policy, true), exploit: Some(exploit) }
+    }
+
+    /// The policy a dry run shows: what a run that does not explore gets.
+    pub fn showing(&self, policy: &Arc<Policy>) -> Arc<Policy> {
+        if !self.reads_store(policy) {
             return policy.clone();
         }
-        let n = self.planned.fetch_add(1, Ordering::Relaxed);
-        let explore = policy.resolved().explore_runs > 0 && self.period > 0 && n.is_multiple_of(self.period);
-        let Ok(mut guard) = self.snapshot.lock() else { return policy.clone() };
-        let stale = guard
-            .as_ref()
-            .is_none_or(|s| s.read_at.elapsed() >= Duration::from_secs(self.settings.refresh_s));
-        if stale {
-            match self.read(store, guard.as_ref(), metrics) {
-                Ok(fresh) => *guard = Some(fresh),
-                Err(e) => {
-                    tracing::warn!("online tuning: cannot read the store's evidence: {e}");
-                    if guard.is_none() {
-                        return policy.clone();
-                    }
-                }
-            }
+        self.with(&self.current(), policy, false)
+    }
+
+    fn may_explore(&self, snap: &Snapshot, policy: &Policy, graph: &Arc<str>) -> bool {
+        if policy.resolved().explore_runs == 0 || self.period == 0 {
+            return false;
         }
-        let Some(snap) = guard.as_mut() else { return policy.clone() };
-        if snap.policies.len() >= POLICIES_KEPT {
-            snap.policies.clear();
+        let Ok(mut runs) = self.runs.lock() else { return false };
+        if runs.len() >= KEPT {
+            runs.clear();
         }
+        let n = runs.entry(policy.sha256.clone()).or_insert(0);
+        let turn = n.is_multiple_of(self.period);
+        *n += 1;
+        if !turn {
+            return false;
+        }
+        let Ok(mut explored) = snap.explored.lock() else { return false };
+        if explored.len() >= KEPT {
+            explored.clear();
+        }
+        let done = explored.entry((policy.sha256.clone(), graph.clone())).or_insert(0);
+        if *done >= policy.resolved().min_samples {
+            return false;
+        }
+        *done += 1;
+        true
+    }
+
+    fn with(&self, snap: &Snapshot, policy: &Arc<Policy>, explore: bool) -> Arc<Policy> {
         let evidence = if explore { &snap.explore } else { &snap.exploit };
-        snap.policies
+        let Ok(mut policies) = snap.policies.lock() else {
+            return Arc::new(policy.with_evidence(evidence.clone()));
+        };
+        if policies.len() >= KEPT {
+            policies.clear();
+        }
+        policies
             .entry((policy.sha256.clone(), explore))
             .or_insert_with(|| Arc::new(policy.with_evidence(evidence.clone())))
             .clone()
     }
 
-    /// Reads the evidence again; counts the signatures whose fastest candidate changed.
-    fn read(
-        &self,
-        store: &Store,
-        last: Option<&Snapshot>,
-        metrics: &Metrics,
-    ) -> Result<Snapshot, xpu_store::StoreError> {
-        let rows = store.evidence(&self.fingerprint, None)?;
+    /// Reads the evidence again (the refresh thread's work): a new snapshot when what plans
+    /// depend on changed; counts the signatures whose fastest candidate changed.
+    pub fn refresh(&self, store: &Store, metrics: &Metrics) {
+        let rows = match store.evidence(&self.fingerprint, None) {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!("online tuning: cannot read the store's evidence: {e}");
+                return;
+            }
+        };
         let figures: Vec<SignatureFigure> = rows
             .into_iter()
             .map(|r| SignatureFigure {
@@ -127,30 +201,22 @@ impl Tuning {
                 },
             })
             .collect();
-        let exploit = Evidence::from_store("store", self.machine.clone(), figures);
-        let fastest: HashMap<String, String> = exploit
-            .lock
-            .as_ref()
-            .map(|l| {
-                l.nodes.iter().map(|n| (n.signature.clone(), n.winner.kernel.clone())).collect()
-            })
-            .unwrap_or_default();
-        if let Some(last) = last {
-            let changed = fastest
-                .iter()
-                .filter(|(sig, k)| last.fastest.get(*sig).is_some_and(|old| old != *k))
-                .count();
-            metrics.tuning_choice_changes.inc_by(changed as u64);
+        let fresh = Evidence::from_store("store", self.machine.clone(), figures);
+        let last = self.current();
+        if fresh.sha256 == last.exploit.sha256 {
+            return;
         }
-        metrics.tuning_signatures.set(fastest.len() as i64);
-        let explore = Arc::new(exploit.exploring());
-        Ok(Snapshot {
-            read_at: Instant::now(),
-            exploit: Arc::new(exploit),
-            explore,
-            fastest,
-            policies: HashMap::new(),
-        })
+        let fresh = Snapshot::of(fresh);
+        let changed = fresh
+            .fastest
+            .iter()
+            .filter(|(sig, k)| last.fastest.get(*sig).is_some_and(|old| old != *k))
+            .count();
+        metrics.tuning_choice_changes.inc_by(changed as u64);
+        metrics.tuning_signatures.set(fresh.fastest.len() as i64);
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = Arc::new(fresh);
+        }
     }
 
     /// Counts what a run's plan did with the evidence: an exploring run, and the time its

@@ -828,6 +828,12 @@ async fn online_tuning_explores_stores_evidence_and_then_chooses_by_it() {
     // Bad signatures are a 400 naming them.
     let (status, body) = s.send("GET", "/v1/evidence?signatures=zz", None, None).await;
     assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_query");
+    let long = format!("/v1/evidence?signatures={}", vec!["0123456789abcdef"; 2_001].join(","));
+    let (status, body) = s.send("GET", &long, None, None).await;
+    assert!(
+        status == StatusCode::BAD_REQUEST || status == StatusCode::URI_TOO_LONG,
+        "{status} {body}"
+    );
     // Run 2 does not explore: the static choice runs (and is timed) until compared.
     let run_matmul = |ex: &Value| matmul(ex)["chosen"]["kernel"].as_str().unwrap().to_string();
     let mut kernels = vec![explored.clone()];
@@ -837,8 +843,8 @@ async fn online_tuning_explores_stores_evidence_and_then_chooses_by_it() {
         let id = run["run_id"].as_str().unwrap();
         let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
         kernels.push(run_matmul(&ex));
-        // The evidence is read again after refresh_s.
-        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        // The evidence is read again every refresh_s: two of them hold a read after this run.
+        tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     }
     // Run 2 the static choice; run 3 explores the last candidate: every one measured.
     assert_eq!(kernels[1], "cpu.blas", "{kernels:?}");
@@ -854,7 +860,8 @@ async fn online_tuning_explores_stores_evidence_and_then_chooses_by_it() {
         .as_str()
         .unwrap()
         .to_string();
-    // Run 5 does not explore: it chooses the fastest by the store's evidence, and says so.
+    // Run 5 (an exploring turn, with nothing left thin) chooses the fastest by the store's
+    // evidence, and says so.
     let (_, run) = s.send("POST", "/v1/jobs", None, Some(submit(()))).await;
     let id = run["run_id"].as_str().unwrap();
     let (_, ex) = s.send("GET", &format!("/v1/runs/{id}/explain"), None, None).await;
@@ -870,4 +877,16 @@ async fn online_tuning_explores_stores_evidence_and_then_chooses_by_it() {
     let m = m.as_str().unwrap();
     assert!(m.contains("xpu_tuning_explorations_total 2"), "{m}");
     assert!(!m.contains("xpu_tuning_evidence_signatures 0"), "{m}");
+}
+
+/// The store's evidence spans every tenant's runs: a tenant's token may not read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_is_for_tokens_that_see_every_tenant() {
+    let s = server(false, |_| {});
+    let (status, body) = s.send("GET", "/v1/evidence", Some(ACME), None).await;
+    assert_error(status, &body, StatusCode::FORBIDDEN, "forbidden");
+    let (status, body) = s.send("GET", "/v1/evidence", Some(ADMIN), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["machine"].as_str().map(str::len), Some(16), "{body}");
+    assert_eq!(body["rows"], json!([]), "{body}");
 }

@@ -279,12 +279,17 @@ impl GraphExec {
             let reported = record.timings.len();
             for t in exec.timings {
                 if let Some(Some(node)) = p.sources.get(t.node.index()) {
+                    let placed = &self.plan.placements[node.index()];
+                    // Evidence only of the planned kernel's own time: not a node timed
+                    // inside another's (a fused epilogue's 0 ns) or under another name (a
+                    // captured CUDA graph's share).
+                    let own = t.nanos > 0 && *placed.kernel == *t.kernel;
                     record.timings.push(NodeTime {
                         node: *node,
                         engine: p.engine.clone(),
+                        signature: placed.signature.filter(|_| own),
                         kernel: t.kernel,
                         nanos: t.nanos,
-                        signature: self.plan.placements[node.index()].signature,
                     });
                 }
             }

@@ -364,11 +364,17 @@ fn store_evidence_chooses_the_fastest_candidate_the_policy_allows() {
     let m = fc.measured.unwrap();
     assert_eq!(m.code, Some(ReasonCode::EvidenceThin));
     assert!(m.detail.contains("cpu.blas has 2 timed run(s)"), "{}", m.detail);
-    // Not the same figures twice in a row: the digest follows the figures.
-    let a = store_evidence(&[("cpu.blas", 5.0, 10)]);
-    let b = store_evidence(&[("cpu.blas", 5.5, 10)]);
-    assert_ne!(a.sha256, b.sha256);
-    assert_eq!(a.sha256, store_evidence(&[("cpu.blas", 5.0, 10)]).sha256);
+    // The digest follows what a plan can depend on: the order, sample counts (up to 100),
+    // each median's distance from the best in 10 % steps; not every new run's jitter.
+    let digest = |f: &[(&str, f64, u32)]| store_evidence(f).sha256.to_string();
+    let a = digest(&[("cpu.blas", 5.0, 10), ("ort.cpu", 12.0, 10)]);
+    assert_eq!(a, digest(&[("cpu.blas", 5.0, 10), ("ort.cpu", 12.0, 10)]));
+    assert_eq!(a, digest(&[("cpu.blas", 5.1, 10), ("ort.cpu", 12.2, 10)]));
+    assert_ne!(a, digest(&[("cpu.blas", 5.0, 11), ("ort.cpu", 12.0, 10)]));
+    assert_ne!(a, digest(&[("cpu.blas", 5.0, 10), ("ort.cpu", 20.0, 10)]));
+    assert_ne!(a, digest(&[("cpu.blas", 13.0, 10), ("ort.cpu", 12.0, 10)]));
+    let many = digest(&[("cpu.blas", 5.0, 100), ("ort.cpu", 12.0, 100)]);
+    assert_eq!(many, digest(&[("cpu.blas", 5.0, 5000), ("ort.cpu", 12.0, 100)]));
 }
 
 #[test]
@@ -397,6 +403,10 @@ fn exploring_plans_try_thin_candidates_within_the_policy_budget() {
     let other = xpu_policy::lock::Evidence::from_store("store", lock(1).machine, Vec::new());
     let ex = plan(&with_store(&p, other.exploring()), INVENTORY);
     assert_eq!(node(&ex, "fc").measured.as_ref().unwrap().code, Some(ReasonCode::Exploring));
+    // One signature explores per plan: the add, unmeasured too, keeps its static choice.
+    let add = node(&ex, "fc.bias");
+    assert_eq!(kernel(add), "ort.cpu");
+    assert_eq!(add.measured.as_ref().unwrap().code, Some(ReasonCode::EvidenceMissing));
     // Measured max_slowdown times slower than the best: not explored again; the next is.
     let fc = explored(&p, &[("ort.cpu", 12.0, 10), ("cpu.blas", 100.0, 1)]);
     assert_eq!(kernel(&fc), "cpu.naive");
@@ -420,7 +430,8 @@ fn measured_settings_out_of_range_are_refused_where_they_are_set() {
         ("[measured]\nmax_slowdown = 0.5\n", "max_slowdown"),
         ("[measured]\nmax_slowdown = nan\n", "max_slowdown"),
         ("[measured]\nmin_samples = 0\n", "min_samples"),
-        ("[measured]\nexplore_runs = 4000000000\n", "explore_runs"),
+        ("[measured]\nexplore_runs = 101\n", "explore_runs"),
+        ("[measured]\nmin_samples = 101\n", "min_samples"),
     ] {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, format!("[policy]\nname = \"t\"\n{STORE}{fragment}")).unwrap();

@@ -335,8 +335,9 @@ impl Evidence {
             plans: Vec::new(),
             nodes,
         };
-        let text = toml::to_string(&lock).unwrap_or_default();
-        let mut e = Evidence::new(source, text.as_bytes(), Ok(lock));
+        let digest = material_digest(&lock.nodes);
+        let mut e = Evidence::new(source, b"", Ok(lock));
+        e.sha256 = digest.into();
         e.from_store = true;
         e
     }
@@ -405,6 +406,33 @@ impl Evidence {
         let lock = self.lock.as_ref().ok()?;
         self.by_signature.get(&signature).map(|&i| (i, &lock.nodes[i]))
     }
+}
+
+/// Sample counts at or past this are alike to a store's digest: `[measured] min_samples`
+/// and `explore_runs` stop at it.
+pub const SAMPLES_DIGESTED: u32 = 100;
+
+/// What a plan can depend on in a store's figures, hashed: per signature the candidates
+/// in order, their sample counts up to [`SAMPLES_DIGESTED`] and each median's distance
+/// from the fastest in 10 % steps (what `max_slowdown` compares). Figures that move
+/// within these keep the digest, so plans and prepared executables are not made again
+/// for every new run.
+fn material_digest(nodes: &[NodeChoice]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for n in nodes {
+        h.update(n.signature.as_bytes());
+        let best = n.winner.median_us.max(1e-3);
+        for f in n.figures() {
+            let steps = ((f.median_us.max(1e-3) / best).ln() / 1.1f64.ln()).round() as i64;
+            h.update([0]);
+            h.update(f.kernel.as_bytes());
+            h.update(f.samples.min(SAMPLES_DIGESTED).to_le_bytes());
+            h.update(steps.to_le_bytes());
+        }
+        h.update([1]);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {

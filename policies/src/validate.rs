@@ -379,9 +379,6 @@ pub fn structural(policy: &Policy) -> Vec<Diagnostic> {
     c.out
 }
 
-/// The most `[measured] explore_runs` a policy may set.
-const MAX_EXPLORE_RUNS: u32 = 100_000;
-
 /// `choose = "measured"` needs evidence, and evidence needs something that chooses by it.
 fn measured_choice(c: &mut Checker) {
     let spec = &c.policy.spec;
@@ -392,9 +389,13 @@ fn measured_choice(c: &mut Checker) {
         _ => "engines.choose".to_string(),
     };
     let m = &spec.measured;
-    if m.min_samples == 0 {
-        let msg = "min_samples must be at least 1 (a measured winner needs a timed run)";
-        c.error("P0010", "measured.min_samples", msg.into(), None);
+    let most = crate::lock::SAMPLES_DIGESTED;
+    if m.min_samples == 0 || m.min_samples > most {
+        let msg = format!(
+            "min_samples = {} must be 1 to {most} (a measured winner needs a timed run)",
+            m.min_samples
+        );
+        c.error("P0010", "measured.min_samples", msg, None);
     }
     if !(m.max_slowdown.is_finite() && m.max_slowdown >= 1.0) {
         let msg = format!("max_slowdown = {} must be a finite ratio ≥ 1.0", m.max_slowdown);
@@ -405,8 +406,8 @@ fn measured_choice(c: &mut Checker) {
             Some("1.5: stop exploring a candidate measured 1.5× slower than the best".into()),
         );
     }
-    if m.explore_runs > MAX_EXPLORE_RUNS {
-        let msg = format!("explore_runs = {} is over {MAX_EXPLORE_RUNS}", m.explore_runs);
+    if m.explore_runs > most {
+        let msg = format!("explore_runs = {} is over {most}", m.explore_runs);
         c.error("P0010", "measured.explore_runs", msg, None);
     }
     if measures && spec.measured.lock.is_none() {

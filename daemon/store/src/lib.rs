@@ -829,9 +829,6 @@ impl Store {
         })
     }
 
-    /// A read-only SQL query (admins): one statement that reads (SELECT, WITH, FROM,
-    /// DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), run in a transaction that is rolled back, on a
-    /// database that cannot reach files. At most `limit` rows come back.
     /// The evidence of the runs stored for `machine` (a fingerprint): per node signature
     /// and candidate its timed runs, median, p90 and last run; only `signatures` when
     /// given. Every run committed so far is counted.
@@ -870,6 +867,9 @@ impl Store {
         })
     }
 
+    /// A read-only SQL query (admins): one statement that reads (SELECT, WITH, FROM,
+    /// DESCRIBE, SHOW, SUMMARIZE, EXPLAIN), run in a transaction that is rolled back, on a
+    /// database that cannot reach files. At most `limit` rows come back.
     pub fn sql(&self, query: &str, limit: usize) -> Result<SqlResult, StoreError> {
         let first = query
             .trim_start()

@@ -28,8 +28,8 @@ pub(super) enum EvidenceState<'a> {
 /// What a node whose policy chooses by measurement asks of the evidence.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) enum MeasureAsk {
-    /// The lock's entry for the node's signature.
-    Entry(usize),
+    /// The evidence's entry for the node's signature (and the signature).
+    Entry(usize, u64),
     /// No entry for this signature.
     Missing(u64),
     /// No usable evidence at all.
@@ -75,7 +75,7 @@ impl<'a> Planner<'a> {
             EvidenceState::Usable(e) => {
                 let signature = signature_bits(self.graph, id, self.bindings);
                 match e.node_bits(signature) {
-                    Some((i, _)) => MeasureAsk::Entry(i),
+                    Some((i, _)) => MeasureAsk::Entry(i, signature),
                     None => MeasureAsk::Missing(signature),
                 }
             }
@@ -85,10 +85,10 @@ impl<'a> Planner<'a> {
 
     /// What the walk gives the evidence: the signature's entry, or none on a plan that
     /// explores (every candidate is unmeasured there); `None`: the walk is static.
-    pub(super) fn measure_key(&self, ask: Option<&MeasureAsk>) -> Option<Option<usize>> {
+    pub(super) fn measure_key(&self, ask: Option<&MeasureAsk>) -> Option<(Option<usize>, u64)> {
         match (ask?, &self.evidence) {
-            (MeasureAsk::Entry(i), _) => Some(Some(*i)),
-            (MeasureAsk::Missing(_), EvidenceState::Usable(e)) if e.explore => Some(None),
+            (MeasureAsk::Entry(i, sig), _) => Some((Some(*i), *sig)),
+            (MeasureAsk::Missing(sig), EvidenceState::Usable(e)) if e.explore => Some((None, *sig)),
             _ => None,
         }
     }
@@ -96,7 +96,7 @@ impl<'a> Planner<'a> {
     /// The note for a node whose evidence did not reach its walk.
     pub(super) fn measure_note(&self, ask: &MeasureAsk) -> Option<MeasuredNote> {
         let (code, detail) = match (ask, &self.evidence) {
-            (MeasureAsk::Entry(_), _) => return None,
+            (MeasureAsk::Entry(..), _) => return None,
             (MeasureAsk::Missing(sig), EvidenceState::Usable(e)) => (
                 ReasonCode::EvidenceMissing,
                 format!("{} has no figures for signature {sig:016x}", e.describe()),
@@ -119,6 +119,7 @@ impl<'a> Planner<'a> {
         &self,
         ask: &Ask,
         entry: Option<usize>,
+        signature: u64,
         st: &mut super::walk::Progress,
     ) -> Option<MeasuredNote> {
         let EvidenceState::Usable(e) = &self.evidence else { return None };
@@ -132,52 +133,32 @@ impl<'a> Planner<'a> {
         });
         let evidence = format!("{} ({})", e.describe(), e.sha256);
         if e.explore
-            && let Some(kernel) = self.to_explore(ask, &chosen, &allowed, node, best)
+            && let Some(note) =
+                self.explore(ask, st, (&chosen, &allowed), node, best, signature, &evidence)
         {
-            let samples = node.and_then(|n| n.figure(kernel)).map_or(0, |f| f.samples);
-            let detail = format!(
-                "exploring {kernel}: {samples} of [measured] min_samples {min} timed run(s)"
-            );
-            if *chosen.kernel != *kernel {
-                self.take(ask, st, &chosen, kernel, ReasonCode::Exploring, &detail)?;
-            }
-            st.rule = Some(RuleRef {
-                key: format!("explore: {detail}; {evidence}").into(),
-                at: Some(self.resolved.site(Key::MeasuredExploreRuns).at.clone()),
-            });
-            return Some(MeasuredNote {
-                code: Some(ReasonCode::Exploring),
-                detail,
-                saved_nanos: None,
-            });
+            return Some(note);
         }
         let node = node?;
         if allowed.len() == 1 {
             let detail = self.sole_candidate(ask, st, &allowed[0], &node.winner.kernel);
-            let code = Some(ReasonCode::EvidenceNotApplicable);
-            return Some(MeasuredNote { code, detail, saved_nanos: None });
+            return Some(note(ReasonCode::EvidenceNotApplicable, detail));
         }
         let Some(best) = best else {
-            let detail = match node.figures().find(|f| allowed.iter().any(|a| **a == *f.kernel)) {
-                Some(f) => format!(
-                    "{} has {} timed run(s); [measured] min_samples is {min}",
-                    f.kernel, f.samples
+            return Some(match node.figures().find(|f| allowed.iter().any(|a| **a == *f.kernel)) {
+                Some(f) => note(
+                    ReasonCode::EvidenceThin,
+                    format!(
+                        "{} has {} timed run(s); [measured] min_samples is {min}",
+                        f.kernel, f.samples
+                    ),
                 ),
-                None => {
-                    return Some(MeasuredNote {
-                        code: Some(ReasonCode::EvidenceNotApplicable),
-                        detail: format!(
-                            "the measured winner {} is not a candidate the policy allows for this node",
-                            node.winner.kernel
-                        ),
-                        saved_nanos: None,
-                    });
-                }
-            };
-            return Some(MeasuredNote {
-                code: Some(ReasonCode::EvidenceThin),
-                detail,
-                saved_nanos: None,
+                None => note(
+                    ReasonCode::EvidenceNotApplicable,
+                    format!(
+                        "the measured winner {} is not a candidate the policy allows for this node",
+                        node.winner.kernel
+                    ),
+                ),
             });
         };
         // A store's figures come from what ran: the static choice is compared before it
@@ -188,27 +169,62 @@ impl<'a> Planner<'a> {
                 "the static choice {} has {static_runs} timed run(s) of [measured] min_samples {min}: not yet compared with {best}",
                 chosen.kernel
             );
-            return Some(MeasuredNote {
-                code: Some(ReasonCode::EvidenceThin),
-                detail,
-                saved_nanos: None,
-            });
+            return Some(note(ReasonCode::EvidenceThin, detail));
         }
         let mut saved_nanos = None;
         if *chosen.kernel != *best.kernel {
-            saved_nanos = node
-                .figure(&chosen.kernel)
+            let slower = node.figure(&chosen.kernel);
+            saved_nanos = slower
                 .filter(|f| f.samples >= min && f.median_us > best.median_us)
                 .map(|f| ((f.median_us - best.median_us) * 1000.0) as u64);
-            let slower = match node.figure(&chosen.kernel) {
+            let slower = match slower {
                 Some(r) => format!("{r}"),
                 None => format!("{} (not measured faster)", chosen.kernel),
             };
             let detail = format!("measured slower: {slower}; {best} runs instead");
-            self.take(ask, st, &chosen, &best.kernel, ReasonCode::MeasuredSlower, &detail)?;
+            if self
+                .take(ask, st, &chosen, &best.kernel, ReasonCode::MeasuredSlower, &detail)
+                .is_none()
+            {
+                let detail = format!("{} cannot run the node here", best.kernel);
+                return Some(note(ReasonCode::EvidenceNotApplicable, detail));
+            }
         }
         st.rule = Some(self.measured_rule(node, best, &evidence));
         Some(MeasuredNote { code: None, detail: format!("{best}"), saved_nanos })
+    }
+
+    /// On an exploring plan: runs the candidate [`to_explore`](Self::to_explore) names, if
+    /// this plan explores nothing of another signature yet (one per plan: what an
+    /// exploring run costs stays that of one node).
+    #[allow(clippy::too_many_arguments)]
+    fn explore(
+        &self,
+        ask: &Ask,
+        st: &mut super::walk::Progress,
+        (chosen, allowed): (&Choice, &[std::sync::Arc<str>]),
+        node: Option<&NodeChoice>,
+        best: Option<&Figure>,
+        signature: u64,
+        evidence: &str,
+    ) -> Option<MeasuredNote> {
+        if self.exploring.get().is_some_and(|s| s != signature) {
+            return None;
+        }
+        let kernel = self.to_explore(ask, chosen, allowed, node, best)?;
+        let min = self.resolved.min_samples;
+        let samples = node.and_then(|n| n.figure(kernel)).map_or(0, |f| f.samples);
+        let detail =
+            format!("exploring {kernel}: {samples} of [measured] min_samples {min} timed run(s)");
+        if *chosen.kernel != *kernel {
+            self.take(ask, st, chosen, kernel, ReasonCode::Exploring, &detail)?;
+        }
+        self.exploring.set(Some(signature));
+        st.rule = Some(RuleRef {
+            key: format!("explore: {detail}; {evidence}").into(),
+            at: Some(self.resolved.site(Key::MeasuredExploreRuns).at.clone()),
+        });
+        Some(note(ReasonCode::Exploring, detail))
     }
 
     /// Why the evidence had nothing to choose among: the policy allows `only` here.
@@ -280,9 +296,10 @@ impl<'a> Planner<'a> {
         let r = self.resolved;
         let figure = |k: &str| node.and_then(|n| n.figure(k));
         let exploit = best.map_or(&*allowed[0], |b| b.kernel.as_str());
+        // Runs of candidates neither the order nor the evidence picks came from exploring.
         let explored: u64 = allowed
             .iter()
-            .filter(|k| ***k != *exploit)
+            .filter(|k| ***k != *exploit && ***k != *chosen.kernel)
             .filter_map(|k| figure(k))
             .map(|f| u64::from(f.samples))
             .sum();
@@ -385,4 +402,9 @@ impl<'a> Planner<'a> {
         };
         Some((choice, ei))
     }
+}
+
+/// What the evidence said, when the static order decided (or a run explored).
+fn note(code: ReasonCode, detail: String) -> MeasuredNote {
+    MeasuredNote { code: Some(code), detail, saved_nanos: None }
 }

@@ -118,6 +118,8 @@ struct Planner<'a> {
     walks: HashMap<WalkKey, Walk>,
     /// The evidence measured choices read.
     evidence: EvidenceState<'a>,
+    /// The signature an exploring plan explores (one per plan).
+    exploring: std::cell::Cell<Option<u64>>,
 }
 
 /// What placing every node gave: per node its decision, its choice and its precision.
@@ -160,6 +162,7 @@ impl<'a> Planner<'a> {
                 resolved.evidence.as_deref().filter(|_| resolved.measures()),
                 inventory,
             ),
+            exploring: std::cell::Cell::new(None),
         }
     }
 
@@ -264,7 +267,7 @@ impl<'a> Planner<'a> {
             d.fallback = w.fallback;
             d.rejected = w.rejected;
             d.measured = match &facts.measure {
-                Some(MeasureAsk::Entry(_)) => w.measured,
+                Some(MeasureAsk::Entry(..)) => w.measured,
                 Some(ask) => w.measured.or_else(|| self.measure_note(ask)),
                 None => None,
             };

@@ -40,9 +40,9 @@ pub(super) struct WalkKey {
     operands: u32,
     alternates: bool,
     rule: Option<usize>,
-    /// The evidence's entry for the node's signature (measured choice; `Some(None)`: no
-    /// entry, on a plan that explores).
-    measure: Option<Option<usize>>,
+    /// The evidence's entry for the node's signature, and the signature (measured choice;
+    /// no entry: on a plan that explores).
+    measure: Option<(Option<usize>, u64)>,
     /// Bit d: the node's tensors fit the memory of device d (devices of all engines in
     /// inventory order).
     fits: u64,
@@ -173,7 +173,7 @@ impl<'a> Planner<'a> {
             // Later engines are still enumerated, so the explanation lists them.
         }
         let measured = match self.measure_key(f.measure.as_ref()) {
-            Some(entry) => self.apply_measured(&ask, entry, &mut st),
+            Some((entry, signature)) => self.apply_measured(&ask, entry, signature, &mut st),
             None => None,
         };
         Walk {
