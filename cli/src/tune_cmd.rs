@@ -657,9 +657,8 @@ pub fn evidence(
     }
     match &ex.evidence {
         Some(e) => println!(
-            "evidence: {} ({}){}",
-            e.lock,
-            e.sha256,
+            "evidence: {}{}",
+            e.describe(),
             e.unused.as_ref().map(|w| format!(", not used: {w}")).unwrap_or_default()
         ),
         None => println!(

@@ -318,11 +318,26 @@ pub struct MeasuredNote {
 /// The evidence a plan's measured choices read: the lock and its digest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvidenceRef {
+    /// The lock file as the policy names it; `store` for a daemon's store evidence.
     pub lock: String,
     pub sha256: String,
+    /// Aggregated from a daemon's stored runs (online tuning), not read from a lock.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_store: bool,
     /// Why the evidence was not used for any node (unreadable, another machine), if so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unused: Option<String>,
+}
+
+impl EvidenceRef {
+    /// How explanations name it: `lock P.lock.toml (digest)` or `store (digest)`.
+    pub fn describe(&self) -> String {
+        if self.from_store {
+            format!("store ({})", self.sha256)
+        } else {
+            format!("lock {} ({})", self.lock, self.sha256)
+        }
+    }
 }
 
 /// A plan-level finding (budget, memory, unplaceable nodes).

@@ -66,7 +66,7 @@ fn write_header(s: &mut String, ex: &Explanation) {
     );
     if let Some(e) = &ex.evidence {
         let unused = e.unused.as_ref().map(|w| format!(", not used: {w}")).unwrap_or_default();
-        let _ = writeln!(s, "evidence: lock {} ({}){unused}", e.lock, e.sha256);
+        let _ = writeln!(s, "evidence: {}{unused}", e.describe());
     }
     if !ex.passes.is_empty() {
         let passes: Vec<String> =

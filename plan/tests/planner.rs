@@ -604,6 +604,7 @@ fn every_reason_code_is_exercised_or_documented() {
         "EvidenceMissing",
         "EvidenceThin",
         "EvidenceNotApplicable",
+        "Exploring",
     ];
     for c in ReasonCode::ALL {
         assert!(covered.contains(&c.name()), "reason code {} has no planner test", c.name());

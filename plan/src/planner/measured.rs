@@ -57,7 +57,12 @@ impl<'a> EvidenceState<'a> {
             EvidenceState::Unused(e, why) => (e, Some(why.clone())),
             EvidenceState::Usable(e) => (e, None),
         };
-        Some(EvidenceRef { lock: e.source.to_string(), sha256: e.sha256.to_string(), unused })
+        Some(EvidenceRef {
+            lock: e.source.to_string(),
+            sha256: e.sha256.to_string(),
+            from_store: e.from_store,
+            unused,
+        })
     }
 }
 
