@@ -635,7 +635,7 @@ pub fn evidence(
             "op": u.op,
             "signature": u.signature,
             "operands": u.operands,
-            "candidates": u.candidates.iter().map(|(_, k)| k).collect::<Vec<_>>(),
+            "candidates": allowed_kernels(d),
             "chosen": d.chosen.as_ref().map(|c| c.kernel.to_string()),
             "rule": d.rule.as_ref().map(|r| r.key.to_string()),
             "winner": entry.as_ref().map(|n| n.winner.to_string()),
@@ -724,4 +724,26 @@ fn store_evidence(
         });
     }
     Ok((machine, figures))
+}
+
+/// Every kernel the policy allows for a decided node, the chosen one first: those the walk
+/// set aside only by the order, by measurement or to explore — kernels of one engine too
+/// (what measured choice compares; `tune` measures one kernel per engine).
+fn allowed_kernels(d: &xpu_plan::Decision) -> Vec<String> {
+    let mut out: Vec<String> = d.chosen.iter().map(|c| c.kernel.to_string()).collect();
+    for r in d.rejected.iter() {
+        let allowed = matches!(
+            r.code,
+            ReasonCode::Outranked
+                | ReasonCode::KernelDegraded
+                | ReasonCode::MeasuredSlower
+                | ReasonCode::Exploring
+        );
+        if let (true, Some(k)) = (allowed, &r.kernel)
+            && !out.contains(k)
+        {
+            out.push(k.clone());
+        }
+    }
+    out
 }

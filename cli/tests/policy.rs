@@ -654,6 +654,9 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("evidence: lock p.lock.toml ("), "{out}");
     assert!(out.contains("measured: ") && out.contains("candidates: "), "{out}");
+    // Kernels of one engine are candidates too (what measured choice compares).
+    let matmul = out.lines().find(|l| l.contains("candidates: ") && l.contains("gemm")).unwrap();
+    assert!(matmul.contains("cpu.gemm") && matmul.contains("cpu.naive"), "{out}");
     let (code, out, err) =
         xpuctl(&["policy", "resolve", "--policy", &p, &m, "--bind", "N=8", "--format", "json"]);
     assert_eq!(code, 0, "{out}{err}");
