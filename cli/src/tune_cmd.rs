@@ -607,9 +607,12 @@ pub fn evidence(
         notes.push("the policy names a lock, which xpud reads instead of its store".into());
     }
     if let Some(client) = server.filter(|_| policy.spec.measured.lock.is_none()) {
-        let (_, ex) = plan(&g, &policy, &inventory, &bindings)?;
-        let sigs: Vec<String> =
-            units(&optimised, &ex, &bindings).into_iter().map(|u| u.signature).collect();
+        // Every node's signature, from the graph the plan is made of (no plan needed).
+        let sigs: Vec<String> = optimised
+            .node_ids()
+            .filter(|&id| optimised.node(id).op != Op::Constant)
+            .map(|id| node_signature(&optimised, id, &bindings))
+            .collect();
         let (machine, figures) = store_evidence(client, &sigs, &mut stored)?;
         // The machine as xpud fingerprints it: every engine of this build, not only those
         // the program could use.

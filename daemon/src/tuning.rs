@@ -26,8 +26,6 @@ use crate::metrics::Metrics;
 struct Snapshot {
     exploit: Arc<Evidence>,
     explore: Arc<Evidence>,
-    /// Per signature, the fastest candidate's kernel (to count changes between reads).
-    fastest: HashMap<String, String>,
     /// Per (policy digest, exploring): the policy reading this evidence.
     policies: Mutex<HashMap<(String, bool), Arc<Policy>>>,
     /// Per (policy digest, graph hash): the exploring runs handed out with this evidence.
@@ -39,17 +37,9 @@ const KEPT: usize = 4096;
 
 impl Snapshot {
     fn of(exploit: Evidence) -> Snapshot {
-        let fastest = exploit
-            .lock
-            .as_ref()
-            .map(|l| {
-                l.nodes.iter().map(|n| (n.signature.clone(), n.winner.kernel.clone())).collect()
-            })
-            .unwrap_or_default();
         Snapshot {
             explore: Arc::new(exploit.exploring()),
             exploit: Arc::new(exploit),
-            fastest,
             policies: Mutex::new(HashMap::new()),
             explored: Mutex::new(HashMap::new()),
         }
@@ -207,13 +197,11 @@ impl Tuning {
             return;
         }
         let fresh = Snapshot::of(fresh);
-        let changed = fresh
-            .fastest
-            .iter()
-            .filter(|(sig, k)| last.fastest.get(*sig).is_some_and(|old| old != *k))
-            .count();
+        let (before, now) = (fastest(&last.exploit), fastest(&fresh.exploit));
+        let changed =
+            now.iter().filter(|(sig, k)| before.get(*sig).is_some_and(|old| old != *k)).count();
         metrics.tuning_choice_changes.inc_by(changed as u64);
-        metrics.tuning_signatures.set(fresh.fastest.len() as i64);
+        metrics.tuning_signatures.set(now.len() as i64);
         if let Ok(mut s) = self.snapshot.write() {
             *s = Arc::new(fresh);
         }
@@ -240,4 +228,10 @@ impl Tuning {
             metrics.tuning_saved.inc_by(saved as f64 * 1e-9);
         }
     }
+}
+
+/// Per signature, the fastest candidate's kernel.
+fn fastest(e: &Evidence) -> HashMap<&str, &str> {
+    let nodes = e.lock.as_ref().map(|l| l.nodes.as_slice()).unwrap_or_default();
+    nodes.iter().map(|n| (n.signature.as_str(), n.winner.kernel.as_str())).collect()
 }

@@ -48,6 +48,9 @@ struct Prepared {
     outputs: Vec<ValueId>,
     /// Partition-local node → planned-graph node.
     sources: Vec<Option<NodeId>>,
+    /// The partition's one timed (non-constant) node, if it has exactly one: a run whose
+    /// engine reports no per-node times gives it the partition's time.
+    sole_timed: Option<NodeId>,
     exe: Box<dyn Executable>,
     prepare_nanos: u64,
 }
@@ -152,6 +155,7 @@ impl GraphExec {
                 device_memory: !p.device.is_host() && engine.device_memory(p.device),
                 inputs,
                 outputs,
+                sole_timed: sole_timed(&plan.graph, &sources),
                 sources,
                 exe,
                 prepare_nanos,
@@ -297,7 +301,16 @@ impl GraphExec {
                 // An engine that times only the whole partition (ONNX Runtime and OpenVINO
                 // past a first, profiled run): a partition of one timed node is that node.
                 let nanos = record.partition_nanos.last().copied().unwrap_or(0);
-                record.timings.extend(sole_node_time(&self.plan, p, nanos));
+                if let Some(node) = p.sole_timed {
+                    let placed = &self.plan.placements[node.index()];
+                    record.timings.push(NodeTime {
+                        node,
+                        engine: p.engine.clone(),
+                        kernel: placed.kernel.to_string(),
+                        nanos,
+                        signature: placed.signature,
+                    });
+                }
             }
             for f in exec.facts {
                 let node = f.node.and_then(|n| p.sources.get(n.index()).copied().flatten());
@@ -321,23 +334,11 @@ impl GraphExec {
     }
 }
 
-/// The time of a partition whose engine reported none per node, as its one timed node's
-/// (constants are not timed); `None` for a partition of several.
-fn sole_node_time(plan: &CapturePlan, p: &Prepared, nanos: u64) -> Option<NodeTime> {
-    let mut timed =
-        p.sources.iter().flatten().filter(|n| plan.graph.node(**n).op != xpu_ir::Op::Constant);
+/// A partition's one timed node (constants are not timed); `None` for several or none.
+fn sole_timed(g: &xpu_ir::Graph, sources: &[Option<NodeId>]) -> Option<NodeId> {
+    let mut timed = sources.iter().flatten().filter(|n| g.node(**n).op != xpu_ir::Op::Constant);
     let node = *timed.next()?;
-    if timed.next().is_some() {
-        return None;
-    }
-    let placed = &plan.placements[node.index()];
-    Some(NodeTime {
-        node,
-        engine: p.engine.clone(),
-        kernel: placed.kernel.to_string(),
-        nanos,
-        signature: placed.signature,
-    })
+    timed.next().is_none().then_some(node)
 }
 
 /// The values of one run, by planned-graph value id: where each lives now, and the host
