@@ -290,20 +290,31 @@ def main():
 
 
 def mixed_model(path):
-    """A model where engines win on different nodes: a 512×1024·1024×1024 product (a BLAS's
-    job) followed by a chain of eight elementwise ops over its result (one fused loop for
-    the llvm engine, eight passes elsewhere)."""
+    """A model where engines win on different nodes: three GELU layers (tanh form) written
+    out op by op over x + b, 27 elementwise ops (one fused loop for the llvm engine, passes
+    or fused kernels elsewhere), then a 512×1024·1024×1024 product (a BLAS's job, in-process
+    for the cpu engine; the llvm engine's own product is several times slower)."""
     rng = np.random.default_rng(7)
     w = numpy_helper.from_array(rng.standard_normal((1024, 1024)).astype(np.float32) / 32, "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="proj")]
-    ops = ["Tanh", "Exp", "Sigmoid", "Neg", "Abs", "Sqrt", "Tanh", "Sigmoid"]
-    for i, op in enumerate(ops):
-        nodes.append(helper.make_node(op, [f"h{i}"], [f"h{i + 1}"], name=f"chain{i}"))
+    b = numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), "b")
+    consts = [numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in
+              (("three", 3.0), ("c", 0.044715), ("r", 0.7978845608028654), ("one", 1.0), ("h", 0.5))]
+    steps, cur = [], "x"
+    for i in range(3):
+        s = f"_{i}"
+        steps += [("Add", [cur, "b"], "v" + s), ("Pow", ["v" + s, "three"], "t0" + s),
+                  ("Mul", ["t0" + s, "c"], "t1" + s), ("Add", ["v" + s, "t1" + s], "t2" + s),
+                  ("Mul", ["t2" + s, "r"], "t3" + s), ("Tanh", ["t3" + s], "t4" + s),
+                  ("Add", ["t4" + s, "one"], "t5" + s), ("Mul", ["v" + s, "t5" + s], "t6" + s),
+                  ("Mul", ["t6" + s, "h"], "g" + s)]
+        cur = "g" + s
+    steps.append(("MatMul", [cur, "w"], "y"))
+    nodes = [helper.make_node(op, ins, [out], name=out) for op, ins, out in steps]
     graph = helper.make_graph(
         nodes, "mixed",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
-        [helper.make_tensor_value_info(f"h{len(ops)}", TensorProto.FLOAT, ["N", 1024])],
-        [w])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+        [w, b] + consts)
     save(graph, path)
 
 

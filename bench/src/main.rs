@@ -144,7 +144,8 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
 
 /// A program (input `x` from a .npy file) under each policy: planned and prepared once on
 /// the live inventory with engines in worker processes (as xpud runs them), warmed, then
-/// REPS rounds running each plan once in turn. Prints each policy's median seconds.
+/// REPS timed runs of each plan in five rounds of blocks. Prints each policy's median
+/// seconds.
 fn policy_run(args: &[String]) -> Result<()> {
     let program = std::path::Path::new(args.get(2).context("policy-run PROGRAM")?);
     let x =
@@ -170,11 +171,17 @@ fn policy_run(args: &[String]) -> Result<()> {
         }
         execs.push((exec, Vec::with_capacity(reps)));
     }
-    for _ in 0..reps {
+    // Rounds of blocks, as `xpuctl tune` measures: one untimed run first lets the previous
+    // plan's engine threads (still spinning on a host with few cores) go idle.
+    let rounds = reps.clamp(1, 5);
+    for _ in 0..rounds {
         for (exec, times) in execs.iter_mut() {
-            let t = Instant::now();
             exec.run(&inputs)?;
-            times.push(t.elapsed().as_secs_f64());
+            for _ in 0..reps.div_ceil(rounds) {
+                let t = Instant::now();
+                exec.run(&inputs)?;
+                times.push(t.elapsed().as_secs_f64());
+            }
         }
     }
     let medians: Vec<f64> = execs

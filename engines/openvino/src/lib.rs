@@ -318,9 +318,14 @@ impl Engine for OpenVinoEngine {
     }
 }
 
-/// The partition node a layer name came from (`xpu_n3`, or a fused `xpu_n3/...`).
-fn node_of(layer: &str) -> Option<NodeId> {
-    let at = layer.find("xpu_n")? + "xpu_n".len();
+/// The partition node a layer name came from (`xpu_n3`, or a fused `xpu_n3/...`); a layer
+/// that computes a partition output takes that output's name, so it maps to the output's
+/// producer.
+fn node_of(layer: &str, partition: &Graph) -> Option<NodeId> {
+    let Some(at) = layer.find("xpu_n").map(|at| at + "xpu_n".len()) else {
+        let out = partition.outputs.iter().find(|o| o.name == layer)?;
+        return partition.producer(out.value);
+    };
     let digits: String = layer[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok().map(NodeId)
 }
@@ -486,7 +491,7 @@ impl Executable for OpenVinoExecutable {
         let mut timings = Vec::new();
         let layers = self.entry.layers.lock().map(|l| l.clone()).unwrap_or_default();
         for l in layers.iter().filter(|l| l.executed || l.name.is_empty()) {
-            let node = if self.partition.is_some() { node_of(&l.name) } else { None };
+            let node = self.partition.as_ref().and_then(|p| node_of(&l.name, p));
             facts.push(Fact {
                 node,
                 key: "openvino.layer".into(),
