@@ -144,18 +144,20 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
 
 /// A program (input `x` from a .npy file) under each policy: planned and prepared once on
 /// the live inventory with engines in worker processes (as xpud runs them), warmed, then
-/// REPS timed runs of each plan in five rounds of blocks. Prints each policy's median
-/// seconds.
+/// REPS timed runs of each plan in five rounds of blocks (as `xpuctl tune`). Prints each policy's median
+/// seconds and each round's median.
 fn policy_run(args: &[String]) -> Result<()> {
     let program = std::path::Path::new(args.get(2).context("policy-run PROGRAM")?);
-    let x =
-        xpu_runtime::tensors::read(std::path::Path::new(args.get(3).context("policy-run X.npy")?))?
-            .1;
+    // `-`: a program without inputs (a tables job reading its files).
+    let x = match args.get(3).context("policy-run X.npy")?.as_str() {
+        "-" => None,
+        path => Some(xpu_runtime::tensors::read(std::path::Path::new(path))?.1),
+    };
     let reps: usize = args.get(4).context("policy-run REPS")?.parse()?;
     let g = std::sync::Arc::new(xpu_runtime::program::load(program)?);
     let roots = xpu_runtime::program::data_roots_of(program);
     let registry = xpu_runtime::isolated_registry_for(roots.roots());
-    let inputs = vec![x];
+    let inputs: Vec<_> = x.into_iter().collect();
     let mut execs = Vec::new();
     for path in &args[5..] {
         let policy = xpu_policy::Loader::new()
@@ -169,30 +171,40 @@ fn policy_run(args: &[String]) -> Result<()> {
         while Instant::now() < warm_until {
             exec.run(&inputs)?;
         }
-        execs.push((exec, Vec::with_capacity(reps)));
+        execs.push((exec, Vec::with_capacity(reps), Vec::new()));
     }
-    // Rounds of blocks, as `xpuctl tune` measures: one untimed run first lets the previous
+    // Rounds of blocks, as `xpuctl tune` measures: untimed runs first let the previous
     // plan's engine threads (still spinning on a host with few cores) go idle.
     let rounds = reps.clamp(1, 5);
-    for _ in 0..rounds {
-        for (exec, times) in execs.iter_mut() {
+    let n = execs.len();
+    for round in 0..rounds {
+        // Each round starts one plan later; untimed runs for 20 ms before each block.
+        for i in (0..n).map(|k| (k + round) % n) {
+            let (exec, times, round_medians) = &mut execs[i];
+            let settle = Instant::now();
             exec.run(&inputs)?;
+            while settle.elapsed() < std::time::Duration::from_millis(20) {
+                exec.run(&inputs)?;
+            }
+            let mut block = Vec::with_capacity(reps.div_ceil(rounds));
             for _ in 0..reps.div_ceil(rounds) {
                 let t = Instant::now();
                 exec.run(&inputs)?;
-                times.push(t.elapsed().as_secs_f64());
+                block.push(t.elapsed().as_secs_f64());
             }
+            round_medians.push(median_of(&mut block));
+            times.extend(block);
         }
     }
-    let medians: Vec<f64> = execs
-        .iter_mut()
-        .map(|(_, t)| {
-            t.sort_by(f64::total_cmp);
-            t[t.len() / 2]
-        })
-        .collect();
-    println!("{}", serde_json::json!({"medians_s": medians, "reps": reps}));
+    let medians: Vec<f64> = execs.iter_mut().map(|(_, t, _)| median_of(t)).collect();
+    let per_round: Vec<&Vec<f64>> = execs.iter().map(|(_, _, r)| r).collect();
+    println!("{}", serde_json::json!({"medians_s": medians, "rounds_s": per_round, "reps": reps}));
     Ok(())
+}
+
+fn median_of(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Planning a layered graph with evidence against planning it without, alternately: the
@@ -515,7 +527,7 @@ fn main() -> Result<()> {
             return Ok(());
         }
         _ => bail!(
-            "usage: xpu-bench plan-measured NODES POLICY INVENTORY REPS | xpu-bench policy-run PROGRAM X.npy REPS POLICY... | xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS | xpu-bench llvm-pair A.sgr B.sgr ROWS REPS THREADS | xpu-bench llvm-compile PATH.sgr ROWS DIR"
+            "usage: xpu-bench plan-measured NODES POLICY INVENTORY REPS | xpu-bench policy-run PROGRAM X.npy|- REPS POLICY... | xpu-bench matmul N [REPS [KERNEL]] | xpu-bench model PATH.onnx BATCH [REPS [KERNEL]] | xpu-bench ort|openvino PATH.onnx BATCH REPS THREADS | xpu-bench plan NODES POLICY INVENTORY [REPS] | xpu-bench llvm PATH.sgr ROWS REPS THREADS | xpu-bench llvm-pair A.sgr B.sgr ROWS REPS THREADS | xpu-bench llvm-compile PATH.sgr ROWS DIR"
         ),
     };
     println!("{}", serde_json::json!({"median_s": median, "min_s": min, "reps": reps}));

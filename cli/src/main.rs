@@ -179,6 +179,10 @@ enum Command {
         /// Measure and report, write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// How much faster (percent, round by round) than the policy's static plan another
+        /// plan must run to be locked instead: below it the lock confirms the static choices.
+        #[arg(long, default_value_t = 3.0, value_parser = parse_gain)]
+        min_gain: f64,
     },
     /// Per node of a program: its candidates under the policy and the figures the policy's
     /// evidence ([measured] lock, or with --from-server xpud's store) has for them.
@@ -507,18 +511,27 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             format,
             isolate,
         ),
-        Command::Tune { program, policy, inputs, runs, warmup, out, in_process, dry_run } => {
-            tune_cmd::tune(&tune_cmd::TuneArgs {
-                program: &program,
-                policy: &policy,
-                inputs: &inputs,
-                runs,
-                warmup,
-                out: out.as_deref(),
-                in_process,
-                dry_run,
-            })
-        }
+        Command::Tune {
+            program,
+            policy,
+            inputs,
+            runs,
+            warmup,
+            out,
+            in_process,
+            dry_run,
+            min_gain,
+        } => tune_cmd::tune(&tune_cmd::TuneArgs {
+            program: &program,
+            policy: &policy,
+            inputs: &inputs,
+            runs,
+            warmup,
+            out: out.as_deref(),
+            in_process,
+            dry_run,
+            min_gain: min_gain / 100.0,
+        }),
         Command::Evidence { program, policy, from_server, bind, format } => {
             let client = if from_server { Some(connect()?) } else { None };
             tune_cmd::evidence(&program, &policy, &bind, client.as_ref(), format == Format::Json)
@@ -993,4 +1006,13 @@ fn run(
         }
     }
     Ok(())
+}
+
+/// `--min-gain`: a percentage in [0, 100).
+fn parse_gain(text: &str) -> Result<f64, String> {
+    let v: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.0..100.0).contains(&v) {
+        return Err(format!("{v} is not a percentage in [0, 100)"));
+    }
+    Ok(v)
 }

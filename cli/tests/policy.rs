@@ -635,11 +635,23 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
         out.contains("only cpu") && out.contains("only llvm") && out.contains("(locked)"),
         "{out}"
     );
+    // Every kernel is measured, those of one engine too; the locked plan node by node.
+    assert!(out.contains("only cpu.gemm") && out.contains("only cpu.naive"), "{out}");
+    assert!(out.contains("locked plan: n1 "), "{out}");
+    // The riscv64 device runs under qemu here: its times would be the emulator's.
+    assert!(err.contains("llvm.riscv is not measured: its riscv64 device is emulated"), "{err}");
     let lock_path = d.join("p.lock.toml");
     let text = std::fs::read_to_string(&lock_path).unwrap();
     let lock = xpu_policy::LockFile::parse("p.lock.toml", &text).unwrap();
     assert_eq!(lock.nodes.len(), 6, "{text}");
     assert!(lock.plans.iter().any(|p| p.name.ends_with("(locked)")));
+    // A product's entry has every measured candidate: winner, runner-up and the rest.
+    let matmul = lock.nodes.iter().find(|n| n.op == "matmul").unwrap();
+    let kernels: Vec<&str> = matmul.figures().map(|f| f.kernel.as_str()).collect();
+    for k in ["cpu.blas", "cpu.gemm", "llvm.gemm"] {
+        assert!(kernels.contains(&k), "{kernels:?}");
+    }
+    assert!(!kernels.contains(&"llvm.riscv"), "{kernels:?}");
     // A directory of policies holds their locks too: scans take the policies only.
     let (code, out, err) = xpuctl(&["policy", "check", &d.display().to_string()]);
     assert_eq!(code, 0, "{out}{err}");
@@ -680,4 +692,7 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
     let (code, _, err) = xpuctl(&["tune", &m, "--policy", &p, "--runs", "0"]);
     assert_ne!(code, 0);
     assert!(err.contains("--runs"), "{err}");
+    let (code, _, err) = xpuctl(&["tune", &m, "--policy", &p, "--min-gain", "100"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a percentage"), "{err}");
 }

@@ -1,12 +1,12 @@
 //! Running whole-model plans side by side and reading node times out of their runs.
 //!
 //! Plans run in rounds of blocks: each round runs every plan a few times in a row, after
-//! one untimed run. On a host with few cores, an engine's threads keep spinning for a
-//! while after its run (OpenBLAS, rayon, OpenVINO's TBB); a plan timed right after
-//! another engine's run pays for that engine's spinning, so strict alternation measures
-//! the order of the plans as much as the plans. The untimed run absorbs it. Each round's
-//! median is kept so plans can be compared round by round (paired), which cancels the
-//! drift of a shared machine.
+//! untimed runs for 20 ms, each round starting one plan later. On a host with
+//! few cores, an engine's threads keep spinning for a while after its run (the cpu
+//! engine's team, rayon, OpenVINO's TBB); a plan timed right after another engine's run
+//! pays for that engine's spinning, so strict alternation measures the order of the plans
+//! as much as the plans. The untimed runs absorb it. Each round's median is kept so plans
+//! can be compared round by round (paired), which cancels the drift of a shared machine.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +20,11 @@ use xpu_policy::lock::PlanFigure;
 /// Most rounds a measurement is split into.
 const ROUNDS: u32 = 5;
 
-/// A plan this many times slower than the fastest on its warm-up is out of the race: its
-/// warm-up runs are its figures (a naive kernel's plan need not run fifty times to lose).
+/// How long a plan runs untimed before each block.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A plan this many times slower than the fastest on its second warm-up run is out of the
+/// race: that run is its figure (a naive kernel's plan need not run fifty times to lose).
 const RACE: f64 = 4.0;
 
 /// A whole-model plan under test and what its runs measured.
@@ -33,7 +36,8 @@ pub(super) struct Variant {
     /// Per unit, the candidate the plan was steered to (`None`: the static choice).
     pub picks: Vec<Option<usize>>,
     plan: Arc<CapturePlan>,
-    exec: GraphExec,
+    /// `None` once retired (its executables released in the workers).
+    exec: Option<GraphExec>,
     walls: Vec<u64>,
     /// The median wall time of each round's block.
     rounds: Vec<f64>,
@@ -57,8 +61,11 @@ impl Variant {
     }
 
     fn run(&mut self, inputs: &[Tensor]) -> Result<RunRecord> {
-        let record =
-            self.exec.run(inputs).with_context(|| format!("plan {:?}: run failed", self.name()))?;
+        let result = match self.exec.as_mut() {
+            Some(exec) => exec.run(inputs),
+            None => anyhow::bail!("plan {:?} was retired", self.name()),
+        };
+        let record = result.with_context(|| format!("plan {:?}: run failed", self.name()))?;
         for t in &record.timings {
             self.profiled.entry(t.node).or_default().push(t.nanos);
         }
@@ -115,7 +122,7 @@ impl<'r> Variants<'r> {
             engine,
             picks,
             plan,
-            exec,
+            exec: Some(exec),
             walls: Vec::new(),
             rounds: Vec::new(),
             nodes: HashMap::new(),
@@ -131,14 +138,25 @@ impl<'r> Variants<'r> {
         Variant::key(&self.list[i].plan) == Variant::key(plan)
     }
 
+    /// Retires every plan but `keep`: out of the race, its figures kept, its executables
+    /// released (an engine's threads for a plan that lost no longer weigh on the others).
+    pub fn retire_all_but(&mut self, keep: &[usize]) {
+        for (i, v) in self.list.iter_mut().enumerate() {
+            if !keep.contains(&i) {
+                v.out = true;
+                v.exec = None;
+            }
+        }
+    }
+
     /// Puts `i` back in the race (the plans every comparison needs).
     pub fn keep(&mut self, i: usize) {
         self.list[i].out = false;
     }
 
     /// Warms every plan not yet warmed (at least two runs each, in turn: the first
-    /// profiles and compiles), racing them after each of the two when `race` (a plan out
-    /// of the race keeps that run as its figure), then runs `runs` timed runs of every plan
+    /// profiles and compiles, so it says nothing of speed), racing them on the second when
+    /// `race` (a plan out of the race keeps that run as its figure), then runs `runs` timed runs of every plan
     /// in the race, in rounds of blocks. Earlier walls and rounds are dropped; node times
     /// accumulate.
     pub fn measure(&mut self, inputs: &[Tensor], warmup: u32, runs: u32, race: bool) -> Result<()> {
@@ -155,7 +173,7 @@ impl<'r> Variants<'r> {
                 }
             }
             let fastest = ran.iter().map(|(_, r)| r.wall_nanos).min().unwrap_or(0) as f64;
-            for (i, record) in ran.iter().filter(|_| race && pass < 2) {
+            for (i, record) in ran.iter().filter(|_| race && pass == 1) {
                 if record.wall_nanos as f64 > RACE * fastest {
                     // Out: this run is its figure.
                     let v = &mut self.list[*i];
@@ -171,9 +189,15 @@ impl<'r> Variants<'r> {
         }
         let rounds = runs.clamp(1, ROUNDS);
         let per = runs.div_ceil(rounds);
-        for _ in 0..rounds {
-            for v in self.list.iter_mut().filter(|v| !v.out) {
-                v.run(inputs)?;
+        let n = self.list.len();
+        for round in 0..rounds as usize {
+            // Each round starts one plan later: no plan always follows the same one.
+            for i in (0..n).map(|k| (k + round) % n) {
+                let v = &mut self.list[i];
+                if v.out {
+                    continue;
+                }
+                settle(v, inputs)?;
                 let mut block = Vec::with_capacity(per as usize);
                 for _ in 0..per {
                     let record = v.run(inputs)?;
@@ -237,6 +261,17 @@ impl<'r> Variants<'r> {
         }
         out
     }
+}
+
+/// Untimed runs of `v` for at least [`SETTLE`] (one at least): the previous plan's engine
+/// threads go idle, this plan's wake up.
+fn settle(v: &mut Variant, inputs: &[Tensor]) -> Result<()> {
+    let start = std::time::Instant::now();
+    v.run(inputs)?;
+    while start.elapsed() < SETTLE {
+        v.run(inputs)?;
+    }
+    Ok(())
 }
 
 /// A run's time per (source node, kernel): what the engine reported per node, and for the

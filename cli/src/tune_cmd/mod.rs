@@ -9,10 +9,12 @@
 //! per partition; a plan several times slower than the fastest drops out after its
 //! warm-up. A dynamic programme over the nodes in order then picks per node the candidate
 //! that minimises the nodes' times plus a partition's cost at every change of engine.
-//! That plan, the others and the policy's static plan run side by side once more, and are
-//! compared round by round with the static plan: the one that beats it by more than the
-//! noise (5 %) the most is locked; otherwise the lock confirms the static choices. A lock
-//! never encodes a plan measured slower than one it was compared with.
+//! That plan, its neighbours (each of its stretches moved to another engine), the others
+//! and the policy's static plan run side by side once more; the plans within 25 % of the
+//! fastest then run again alone (the others' executables released) as the finals,
+//! compared round by round: the fastest is locked if it beats the static plan by more
+//! than `--min-gain` (3 %); otherwise the lock confirms the static choices. A lock never
+//! encodes a plan measured slower than one it was compared with.
 
 mod choose;
 mod evidence;
@@ -35,9 +37,8 @@ use choose::{
 pub use evidence::evidence;
 use measure::Variants;
 
-/// How much faster than the policy's static plan another plan must run, side by side, to
-/// be locked instead.
-const NOISE: f64 = 0.05;
+/// How close to the fastest plan (a ratio) a plan must be to run in the finals.
+const FINALS: f64 = 1.25;
 
 /// What `tune` was asked.
 pub struct TuneArgs<'a> {
@@ -49,6 +50,9 @@ pub struct TuneArgs<'a> {
     pub out: Option<&'a Path>,
     pub in_process: bool,
     pub dry_run: bool,
+    /// How much faster than the policy's static plan (a fraction) another plan must run,
+    /// round by round, to be locked instead.
+    pub min_gain: f64,
 }
 
 pub fn tune(a: &TuneArgs) -> Result<()> {
@@ -119,11 +123,26 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
     // than the noise between side-by-side runs here: the lock then confirms the static
     // choices, and a re-run does not flip between plans a few percent apart.
     // The fastest: each plan against the fastest so far, round by round.
-    let fastest = (0..set.list.len())
-        .reduce(|best, i| if set.relative(i, best) < 1.0 { i } else { best })
-        .expect("a plan was measured");
-    let best =
-        if set.relative(fastest, static_at) * (1.0 + NOISE) < 1.0 { fastest } else { static_at };
+    let fastest_of = |set: &Variants| {
+        (0..set.list.len())
+            .reduce(|best, i| if set.relative(i, best) < 1.0 { i } else { best })
+            .expect("a plan was measured")
+    };
+    // The finals: the plans within FINALS of the fastest, and the static plan, measured
+    // again alone — every other plan's executables released first, so the engine threads
+    // of plans that lost do not weigh on those compared.
+    let leader = fastest_of(&set);
+    let finalists: Vec<usize> = (0..set.list.len())
+        .filter(|&i| i == static_at || set.relative(i, leader) < FINALS)
+        .collect();
+    set.retire_all_but(&finalists);
+    set.measure(&inputs, a.warmup, a.runs, false)?;
+    let fastest = fastest_of(&set);
+    let best = if set.relative(fastest, static_at) * (1.0 + a.min_gain) < 1.0 {
+        fastest
+    } else {
+        static_at
+    };
     let times = set.node_times();
     let picks = if best == static_at { &static_picks } else { &set.list[best].picks };
     let mut lock = lock_of(&units, picks, &times, &machine, &g, &policy, a.runs);
