@@ -71,6 +71,8 @@ PAIR_ROUNDS = max(ROUNDS, int(os.environ.get("XPU_BENCH_PAIR_ROUNDS", 7)))
 BENCH_BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "xpu-bench")
 XPUCTL = os.path.join(os.path.dirname(BENCH_BIN), "xpuctl")
 TABLE_ROWS = int(os.environ.get("XPU_BENCH_TABLE_ROWS", 1_000_000))
+# Processes per policy comparison in bench_measured (each measures every policy in rounds).
+POLICY_PROCESSES = int(os.environ.get("XPU_BENCH_POLICY_PROCESSES", 5))
 
 
 def median_time(fn, reps):
@@ -343,9 +345,10 @@ def bench_measured(rows, mlp, conv, resnet):
     processes as xpud runs them) writes a lock for a policy that allows every engine; then
     each single-engine policy (the engine first, cpu for what it cannot run) and the policy
     choosing by measurement from that lock are run side by side (`xpu-bench policy-run`:
-    rounds of blocks in one process, five processes), the ratio taken round by round
+    rounds of blocks in one process, in five processes), the ratio taken round by round
     against the best single-engine policy. Bars: the measured plan ≤ 1.05× the best single-engine
-    policy on every model, and faster than every one on the mixed model; planning a
+    policy on every model (the tables group-by job compares the table engine's two
+    kernels), and faster than every one on the mixed model; planning a
     1,000-node graph with evidence ≤ 1.2× the static planner."""
     import tempfile
     ok = True
@@ -415,16 +418,17 @@ def write_policy(d, name, body):
     return path
 
 
-def policy_run(program, x, policies, rounds=None, processes=5):
+def policy_run(program, x, policies, rounds=None):
     """Median seconds per run of `program` under each policy (name → file), planned once,
     prepared once, run in rounds of blocks in one xpu-bench process with engines in worker
-    processes as xpud runs them; the median of `processes` processes (a process whose
-    engine threads landed luckily or badly on this shared host's cores is one of five). `rounds`, when given, collects
+    processes as xpud runs them; the median over POLICY_PROCESSES processes (a process
+    whose engine threads landed luckily or badly on this shared host's cores is one of
+    several). `rounds`, when given, collects
     each policy's per-round medians (name → list) for paired comparisons."""
     names = list(policies)
     args = [BENCH_BIN, "policy-run", program, x, "30"] + [policies[n] for n in names]
     medians = {n: [] for n in names}
-    for _ in range(processes):
+    for _ in range(POLICY_PROCESSES):
         out = subprocess.run(args, check=True, capture_output=True, text=True)
         got = json.loads(out.stdout)
         for n, t, r in zip(names, got["medians_s"], got["rounds_s"]):

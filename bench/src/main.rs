@@ -144,7 +144,8 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
 
 /// A program (input `x` from a .npy file) under each policy: planned and prepared once on
 /// the live inventory with engines in worker processes (as xpud runs them), warmed, then
-/// REPS timed runs of each plan in five rounds of blocks (as `xpuctl tune`). Prints each policy's median
+/// REPS timed runs of each plan (rounded up to whole rounds) in up to five rounds of blocks
+/// (as `xpuctl tune`). Prints each policy's median
 /// seconds and each round's median.
 fn policy_run(args: &[String]) -> Result<()> {
     let program = std::path::Path::new(args.get(2).context("policy-run PROGRAM")?);
@@ -154,6 +155,7 @@ fn policy_run(args: &[String]) -> Result<()> {
         path => Some(xpu_runtime::tensors::read(std::path::Path::new(path))?.1),
     };
     let reps: usize = args.get(4).context("policy-run REPS")?.parse()?;
+    anyhow::ensure!(reps > 0, "policy-run REPS must be at least 1");
     let g = std::sync::Arc::new(xpu_runtime::program::load(program)?);
     let roots = xpu_runtime::program::data_roots_of(program);
     let registry = xpu_runtime::isolated_registry_for(roots.roots());

@@ -165,7 +165,8 @@ enum Command {
         /// An input: NAME=PATH; float inputs of known shape not given are generated.
         #[arg(long = "input", short = 'i')]
         inputs: Vec<String>,
-        /// Timed runs per plan (after --warmup runs), twice: per candidate, then side by side.
+        /// Timed runs per plan in each measurement (after --warmup runs; rounded up to whole
+        /// rounds of up to five): the candidates, all plans side by side, then the finals.
         #[arg(long, default_value_t = 10)]
         runs: u32,
         #[arg(long, default_value_t = 3)]

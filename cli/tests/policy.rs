@@ -638,8 +638,13 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
     // Every kernel is measured, those of one engine too; the locked plan node by node.
     assert!(out.contains("only cpu.gemm") && out.contains("only cpu.naive"), "{out}");
     assert!(out.contains("locked plan: n1 "), "{out}");
-    // The riscv64 device runs under qemu here: its times would be the emulator's.
-    assert!(err.contains("llvm.riscv is not measured: its riscv64 device is emulated"), "{err}");
+    // Where the riscv64 device runs under qemu, its times would be the emulator's.
+    let (_, engines, _) = xpuctl(&["engines"]);
+    assert_eq!(
+        err.contains("llvm.riscv is not measured: its riscv64 device is emulated"),
+        engines.contains("(qemu-riscv64"),
+        "{err}\n{engines}"
+    );
     let lock_path = d.join("p.lock.toml");
     let text = std::fs::read_to_string(&lock_path).unwrap();
     let lock = xpu_policy::LockFile::parse("p.lock.toml", &text).unwrap();

@@ -35,7 +35,8 @@ pub(super) struct Steering {
 
 /// Each placed node's allowed candidates: its choice, then every kernel the walk set
 /// aside only by the order (or by earlier measurements). Kernels on a device this machine
-/// only emulates are left out, with a note: their times would be the emulator's.
+/// only emulates are left out, with a note (their times would be the emulator's), unless
+/// the static choice is one.
 pub(super) fn units(
     g: &Graph,
     ex: &Explanation,
@@ -52,7 +53,9 @@ pub(super) fn units(
         let mut candidates = Vec::new();
         for kernel in allowed_kernels(d) {
             let engine = kernel.split('.').next().unwrap_or_default().to_string();
-            if let Some(why) = emulated(inventory, &engine, &kernel) {
+            // The static choice stays, wherever it runs: it is the plan compared against.
+            let emulated = (*kernel != *c.kernel).then(|| emulated(inventory, &engine, &kernel));
+            if let Some(why) = emulated.flatten() {
                 let note = format!("{kernel} is not measured: {why}");
                 if !notes.contains(&note) {
                     notes.push(note);
@@ -86,7 +89,14 @@ fn emulated(inventory: &Inventory, engine: &str, kernel: &str) -> Option<String>
     }
     let on: Vec<&str> =
         caps.devices.iter().filter(|d| d.id.kind == kind).map(|d| d.name.as_str()).collect();
-    (!on.is_empty() && on.iter().all(|n| n.starts_with("qemu")))
+    // The runner's program: `qemu-riscv64 -cpu …` or `/usr/bin/qemu-riscv64`.
+    let qemu = |n: &str| {
+        let program = n.split_whitespace().next().unwrap_or_default();
+        std::path::Path::new(program)
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().starts_with("qemu"))
+    };
+    (!on.is_empty() && on.iter().all(|n| qemu(n)))
         .then(|| format!("its {kind} device is emulated here ({})", on.join(", ")))
 }
 
@@ -171,11 +181,7 @@ pub(super) fn neighbours(
             let (a, b) = (&units[from].label, &units[to].label);
             let first = |l: &String| l.split_whitespace().next().unwrap_or_default().to_string();
             let span = if from == to { first(a) } else { format!("{}..{}", first(a), first(b)) };
-            out.push(Steering {
-                name: format!("measured, {span} on {e}"),
-                engine: e.clone(),
-                picks: moved,
-            });
+            out.push(Steering { name: format!("{span} on {e}"), engine: e.clone(), picks: moved });
         }
     }
     out.truncate(NEIGHBOURS);

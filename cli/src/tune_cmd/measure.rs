@@ -20,6 +20,9 @@ use xpu_policy::lock::PlanFigure;
 /// Most rounds a measurement is split into.
 const ROUNDS: u32 = 5;
 
+/// Most per-node times kept per node to weigh partitions' shares by.
+const PROFILED: usize = 32;
+
 /// How long a plan runs untimed before each block.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -47,8 +50,10 @@ pub(super) struct Variant {
     /// (ONNX Runtime and OpenVINO report them on their first, profiled run only).
     profiled: HashMap<NodeId, Vec<u64>>,
     warmed: bool,
-    /// Out of the race (see [`RACE`]).
+    /// Out of the race (see [`RACE`]), or not in the finals.
     out: bool,
+    /// Why its figures are not from the last measurement, for the report.
+    note: Option<&'static str>,
 }
 
 impl Variant {
@@ -67,7 +72,11 @@ impl Variant {
         };
         let record = result.with_context(|| format!("plan {:?}: run failed", self.name()))?;
         for t in &record.timings {
-            self.profiled.entry(t.node).or_default().push(t.nanos);
+            // Enough to weigh a node by; engines that time every run would grow it forever.
+            let seen = self.profiled.entry(t.node).or_default();
+            if seen.len() < PROFILED {
+                seen.push(t.nanos);
+            }
         }
         Ok(record)
     }
@@ -77,7 +86,10 @@ impl Variant {
         let median_us = median(&mut walls) / 1000.0;
         let p90 = walls.get((walls.len() * 9).div_ceil(10).saturating_sub(1)).copied().unwrap_or(0);
         PlanFigure {
-            name: self.name(),
+            name: match self.note {
+                Some(note) => format!("{} ({note})", self.name()),
+                None => self.name(),
+            },
             median_us,
             p90_us: p90 as f64 / 1000.0,
             partitions: self.partitions() as u32,
@@ -129,8 +141,14 @@ impl<'r> Variants<'r> {
             profiled: HashMap::new(),
             warmed: false,
             out: false,
+            note: None,
         });
         Ok(self.list.len() - 1)
+    }
+
+    /// The fastest plan's median (µs) so far.
+    pub fn fastest_median_us(&self) -> f64 {
+        self.list.iter().map(|v| v.figure().median_us).fold(f64::INFINITY, f64::min)
     }
 
     /// Whether `plan` makes the same placements as plan `i`.
@@ -145,6 +163,7 @@ impl<'r> Variants<'r> {
             if !keep.contains(&i) {
                 v.out = true;
                 v.exec = None;
+                v.note.get_or_insert("not in the finals");
             }
         }
     }
@@ -152,6 +171,7 @@ impl<'r> Variants<'r> {
     /// Puts `i` back in the race (the plans every comparison needs).
     pub fn keep(&mut self, i: usize) {
         self.list[i].out = false;
+        self.list[i].note = None;
     }
 
     /// Warms every plan not yet warmed (at least two runs each, in turn: the first
@@ -178,6 +198,7 @@ impl<'r> Variants<'r> {
                     // Out: this run is its figure.
                     let v = &mut self.list[*i];
                     v.out = true;
+                    v.note = Some("raced out");
                     v.walls.push(record.wall_nanos);
                     v.rounds.push(record.wall_nanos as f64);
                     record_nodes(v, record);

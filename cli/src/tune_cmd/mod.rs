@@ -37,6 +37,10 @@ use choose::{
 pub use evidence::evidence;
 use measure::Variants;
 
+/// The least cost of a change of engine in the coarse programme, as a fraction of the
+/// fastest plan's time.
+const COARSE: f64 = 0.1;
+
 /// How close to the fastest plan (a ratio) a plan must be to run in the finals.
 const FINALS: f64 = 1.25;
 
@@ -80,7 +84,7 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     let bindings = xpu_plan::bind_symbols(&g, &shapes);
     let optimised = optimised(&g, &policy);
-    let (_, static_ex) = plan(&g, &policy, &inventory, &bindings)?;
+    let (static_plan, static_ex) = plan(&g, &policy, &inventory, &bindings)?;
     let (units, notes) = units(&optimised, &static_ex, &bindings, &inventory);
     for n in &notes {
         eprintln!("note: {n}");
@@ -100,49 +104,31 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
     }
     set.measure(&inputs, a.warmup, a.runs, true)?;
     let times = set.node_times();
-    let picks = cheapest_assignment(&units, &times, &set.partition_costs(&times));
-    let measured_lock = lock_of(&units, &picks, &times, &machine, &g, &policy, a.runs);
-    let measured_at =
-        set.add("measured".into(), None, picks.clone(), plan_with(&measured_lock)?)?;
-    // Node times do not add up across engines (a fused layer's time, a worker's transfers
-    // at a partition boundary): the programme's plan and its neighbours — each of its
-    // stretches on another engine — are all measured, and the runs decide.
-    for n in neighbours(&units, &picks, &times) {
-        let lock = steering_lock(&units, &n.picks, &machine, &g, &policy);
-        let at = set.add(n.name, None, n.picks, plan_with(&lock)?)?;
-        set.keep(at);
+    let costs = set.partition_costs(&times);
+    // A coarse programme too: every change of engine costs at least a tenth of the fastest
+    // plan's time (a worker's round trip, fusion lost at the cut), so it keeps long
+    // stretches where node times that do not add up would scatter the fine one's.
+    let floor = set.fastest_median_us() * COARSE;
+    let coarse = costs.iter().map(|(e, c)| (e.clone(), c.max(floor))).collect();
+    let mut kept = Vec::new();
+    for (name, costs) in [("measured", &costs), ("measured coarsely", &coarse)] {
+        let picks = cheapest_assignment(&units, &times, costs);
+        let lock = lock_of(&units, &picks, &times, &machine, &g, &policy, a.runs);
+        kept.push(set.add(name.into(), None, picks.clone(), plan_with(&lock)?)?);
+        // Node times do not add up across engines: the programme's plan and its
+        // neighbours — each of its stretches on another engine — are all measured, and
+        // the runs decide.
+        for n in neighbours(&units, &picks, &times) {
+            let lock = steering_lock(&units, &n.picks, &machine, &g, &policy);
+            kept.push(set.add(format!("{name}, {}", n.name), None, n.picks, plan_with(&lock)?)?);
+        }
     }
     let static_picks: Vec<Option<usize>> = units.iter().map(|_| Some(0)).collect();
-    let (p, _) = plan(&g, &policy, &inventory, &bindings)?;
-    let static_at = set.add("static".into(), None, static_picks.clone(), p)?;
-    set.keep(measured_at);
-    set.keep(static_at);
-    // Every plan in the race again, side by side, the new ones with them.
-    set.measure(&inputs, a.warmup, a.runs, false)?;
-    // The policy's own order stands unless another plan beats it, round by round, by more
-    // than the noise between side-by-side runs here: the lock then confirms the static
-    // choices, and a re-run does not flip between plans a few percent apart.
-    // The fastest: each plan against the fastest so far, round by round.
-    let fastest_of = |set: &Variants| {
-        (0..set.list.len())
-            .reduce(|best, i| if set.relative(i, best) < 1.0 { i } else { best })
-            .expect("a plan was measured")
-    };
-    // The finals: the plans within FINALS of the fastest, and the static plan, measured
-    // again alone — every other plan's executables released first, so the engine threads
-    // of plans that lost do not weigh on those compared.
-    let leader = fastest_of(&set);
-    let finalists: Vec<usize> = (0..set.list.len())
-        .filter(|&i| i == static_at || set.relative(i, leader) < FINALS)
-        .collect();
-    set.retire_all_but(&finalists);
-    set.measure(&inputs, a.warmup, a.runs, false)?;
-    let fastest = fastest_of(&set);
-    let best = if set.relative(fastest, static_at) * (1.0 + a.min_gain) < 1.0 {
-        fastest
-    } else {
-        static_at
-    };
+    let static_at = set.add("static".into(), None, static_picks.clone(), static_plan)?;
+    for i in kept.into_iter().chain([static_at]) {
+        set.keep(i);
+    }
+    let best = decide(&mut set, static_at, &inputs, a)?;
     let times = set.node_times();
     let picks = if best == static_at { &static_picks } else { &set.list[best].picks };
     let mut lock = lock_of(&units, picks, &times, &machine, &g, &policy, a.runs);
@@ -175,6 +161,37 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Which plan to lock: every plan in the race measured again side by side, then the
+/// finals — the plans within [`FINALS`] of the fastest and the static plan, alone, every
+/// other plan's executables released first (the engine threads of plans that lost do not
+/// weigh on those compared). The fastest finalist, round by round, is locked if it beat
+/// the static plan in both measurements, in the finals by more than `--min-gain`;
+/// otherwise the static plan is, and a re-run does not flip between plans a few percent
+/// apart.
+fn decide(set: &mut Variants, static_at: usize, inputs: &[Tensor], a: &TuneArgs) -> Result<usize> {
+    set.measure(inputs, a.warmup, a.runs, false)?;
+    let fastest_of = |set: &Variants, among: &[usize]| {
+        among
+            .iter()
+            .copied()
+            .reduce(|best, i| if set.relative(i, best) < 1.0 { i } else { best })
+            .unwrap_or(static_at)
+    };
+    let all: Vec<usize> = (0..set.list.len()).collect();
+    let leader = fastest_of(set, &all);
+    let finalists: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&i| i == static_at || set.relative(i, leader) < FINALS)
+        .collect();
+    let before: Vec<f64> = all.iter().map(|&i| set.relative(i, static_at)).collect();
+    set.retire_all_but(&finalists);
+    set.measure(inputs, a.warmup, a.runs, false)?;
+    let fastest = fastest_of(set, &finalists);
+    let gain = set.relative(fastest, static_at) * (1.0 + a.min_gain) < 1.0;
+    Ok(if gain && before[fastest] < 1.0 { fastest } else { static_at })
 }
 
 /// `P.toml` → `P.lock.toml` beside it.
