@@ -145,8 +145,7 @@ fn layered_graph(nodes: usize) -> Result<Graph> {
 /// A program (input `x` from a .npy file) under each policy: planned and prepared once on
 /// the live inventory with engines in worker processes (as xpud runs them), warmed, then
 /// REPS timed runs of each plan (rounded up to whole rounds) in up to five rounds of blocks
-/// (as `xpuctl tune`). Prints each policy's median
-/// seconds and each round's median.
+/// (as `xpuctl tune`). Prints each policy's median seconds and each round's median.
 fn policy_run(args: &[String]) -> Result<()> {
     let program = std::path::Path::new(args.get(2).context("policy-run PROGRAM")?);
     // `-`: a program without inputs (a tables job reading its files).

@@ -26,6 +26,30 @@ pub(super) struct Unit {
     pub candidates: Vec<(String, String)>,
 }
 
+impl Unit {
+    /// The node's short name (`n34`), the first word of its label.
+    pub fn short(&self) -> &str {
+        self.label.split_whitespace().next().unwrap_or_default()
+    }
+}
+
+/// Units `from..=to` as the report names them: `n1` or `n1..n32`.
+pub(super) fn span(units: &[Unit], from: usize, to: usize) -> String {
+    match from == to {
+        true => units[from].short().to_string(),
+        false => format!("{}..{}", units[from].short(), units[to].short()),
+    }
+}
+
+/// The (engine, kernel) unit `i` is steered to, if any.
+pub(super) fn picked<'u>(
+    units: &'u [Unit],
+    picks: &[Option<usize>],
+    i: usize,
+) -> Option<&'u (String, String)> {
+    picks[i].and_then(|p| units[i].candidates.get(p))
+}
+
 /// A plan to measure: the candidate each unit is steered to.
 pub(super) struct Steering {
     pub name: String,
@@ -52,7 +76,7 @@ pub(super) fn units(
         }
         let mut candidates = Vec::new();
         for kernel in allowed_kernels(d) {
-            let engine = kernel.split('.').next().unwrap_or_default().to_string();
+            let engine = xpu_engine::catalog::engine_of(&kernel).to_string();
             // The static choice stays, wherever it runs: it is the plan compared against.
             let emulated = (*kernel != *c.kernel).then(|| emulated(inventory, &engine, &kernel));
             if let Some(why) = emulated.flatten() {
@@ -144,12 +168,11 @@ pub(super) fn neighbours(
     picks: &[Option<usize>],
     times: &HashMap<(NodeId, String), (f64, u32)>,
 ) -> Vec<Steering> {
-    let engine_of = |i: usize| picks[i].and_then(|p| units[i].candidates.get(p)).map(|c| &c.0);
+    let engine_of = |i: usize| picked(units, picks, i).map(|c| &c.0);
     // (first unit, last unit, µs) of each stretch.
     let mut stretches: Vec<(usize, usize, f64)> = Vec::new();
     for i in 0..units.len() {
-        let t = picks[i]
-            .and_then(|p| units[i].candidates.get(p))
+        let t = picked(units, picks, i)
             .and_then(|(_, k)| times.get(&(units[i].node, k.clone())))
             .map_or(0.0, |t| t.0);
         match stretches.last_mut() {
@@ -178,10 +201,8 @@ pub(super) fn neighbours(
                     moved[i] = Some(p);
                 }
             }
-            let (a, b) = (&units[from].label, &units[to].label);
-            let first = |l: &String| l.split_whitespace().next().unwrap_or_default().to_string();
-            let span = if from == to { first(a) } else { format!("{}..{}", first(a), first(b)) };
-            out.push(Steering { name: format!("{span} on {e}"), engine: e.clone(), picks: moved });
+            let name = format!("{} on {e}", span(units, from, to));
+            out.push(Steering { name, engine: e.clone(), picks: moved });
         }
     }
     out.truncate(NEIGHBOURS);

@@ -20,6 +20,9 @@ use xpu_policy::lock::PlanFigure;
 /// Most rounds a measurement is split into.
 const ROUNDS: u32 = 5;
 
+/// Per placement: engine, kernel, partition.
+type PlanKey = Vec<(Arc<str>, Arc<str>, usize)>;
+
 /// Most per-node times kept per node to weigh partitions' shares by.
 const PROFILED: usize = 32;
 
@@ -39,6 +42,8 @@ pub(super) struct Variant {
     /// Per unit, the candidate the plan was steered to (`None`: the static choice).
     pub picks: Vec<Option<usize>>,
     plan: Arc<CapturePlan>,
+    /// Which placements the plan makes ([`Variant::key`]).
+    key: PlanKey,
     /// `None` once retired (its executables released in the workers).
     exec: Option<GraphExec>,
     walls: Vec<u64>,
@@ -97,7 +102,7 @@ impl Variant {
     }
 
     /// Which placements the plan makes: equal keys, equal plans.
-    fn key(plan: &CapturePlan) -> Vec<(Arc<str>, Arc<str>, usize)> {
+    fn key(plan: &CapturePlan) -> PlanKey {
         plan.placements.iter().map(|p| (p.engine.clone(), p.kernel.clone(), p.partition)).collect()
     }
 }
@@ -123,7 +128,7 @@ impl<'r> Variants<'r> {
         plan: Arc<CapturePlan>,
     ) -> Result<usize> {
         let key = Variant::key(&plan);
-        if let Some(i) = self.list.iter().position(|v| Variant::key(&v.plan) == key) {
+        if let Some(i) = self.list.iter().position(|v| v.key == key) {
             self.list[i].names.push(name);
             return Ok(i);
         }
@@ -134,6 +139,7 @@ impl<'r> Variants<'r> {
             engine,
             picks,
             plan,
+            key,
             exec: Some(exec),
             walls: Vec::new(),
             rounds: Vec::new(),
@@ -153,7 +159,7 @@ impl<'r> Variants<'r> {
 
     /// Whether `plan` makes the same placements as plan `i`.
     pub fn plans_as(&self, i: usize, plan: &CapturePlan) -> bool {
-        Variant::key(&self.list[i].plan) == Variant::key(plan)
+        self.list[i].key == Variant::key(plan)
     }
 
     /// Retires every plan but `keep`: out of the race, its figures kept, its executables

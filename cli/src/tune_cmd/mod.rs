@@ -32,7 +32,8 @@ use xpu_policy::Policy;
 use xpu_policy::lock::{LockFile, Machine, micros};
 
 use choose::{
-    Unit, cheapest_assignment, evidence_of, lock_of, neighbours, steering_lock, steerings, units,
+    Unit, cheapest_assignment, evidence_of, lock_of, neighbours, picked, span, steering_lock,
+    steerings, units,
 };
 pub use evidence::evidence;
 use measure::Variants;
@@ -271,22 +272,17 @@ fn plan(
 
 /// A plan's picks as runs of units on one kernel: `n1 openvino.cpu; n3..n16 llvm.fused`.
 fn runs_of(units: &[Unit], picks: &[Option<usize>]) -> String {
-    let mut runs: Vec<(String, String, String)> = Vec::new();
-    for (u, p) in units.iter().zip(picks) {
-        let kernel = match p.and_then(|p| u.candidates.get(p)) {
-            Some((_, k)) => k.clone(),
-            None => "(static)".to_string(),
-        };
-        let first = u.label.split_whitespace().next().unwrap_or_default().to_string();
+    // (first unit, last unit, kernel) of each run.
+    let mut runs: Vec<(usize, usize, &str)> = Vec::new();
+    for i in 0..units.len() {
+        let kernel = picked(units, picks, i).map_or("(static)", |(_, k)| k.as_str());
         match runs.last_mut() {
-            Some((_, last, k)) if *k == kernel => *last = first,
-            _ => runs.push((first.clone(), first, kernel)),
+            Some((_, last, k)) if *k == kernel => *last = i,
+            _ => runs.push((i, i, kernel)),
         }
     }
-    let text: Vec<String> = runs
-        .iter()
-        .map(|(a, b, k)| if a == b { format!("{a} {k}") } else { format!("{a}..{b} {k}") })
-        .collect();
+    let text: Vec<String> =
+        runs.iter().map(|&(a, b, k)| format!("{} {k}", span(units, a, b))).collect();
     text.join("; ")
 }
 
