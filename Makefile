@@ -8,8 +8,9 @@
 #   make test    setup, format and lint checks, every test (conformance included)
 #   make bench   xpu side by side with numpy and onnxruntime
 #   make setup   Debian packages, the Python venv with the test oracles, exported test cases
-#                (ONNX's node suite, and old-opset models with onnxruntime's outputs), and
-#                the ort/openvino engines' runtime libraries (.deps/)
+#                (ONNX's node suite, and old-opset models with onnxruntime's outputs),
+#                the ort/openvino engines' runtime libraries (.deps/), and llama.cpp's
+#                server for `xpuctl ask`'s tests (built once into ~/.cache/xpu-llama)
 #   make gpu-check-binary / gpu-check   the cuda engine's check on a GPU machine (build here,
 #                run there: docs/engines.md)
 #   make prune   drop stale build output from the persistent target dir (.ci/run past 30 GB)
@@ -18,6 +19,8 @@
 #                worker kills (SOAK_MINUTES, default 5; docs/soak.md); `make test` runs 30 s
 #                of it on the test build
 #   make wheel   the Python package `xpu` as an abi3 wheel in dist/ (release build; docs/python.md)
+#   make ask-eval ENDPOINT=URL MODEL=NAME   `xpuctl ask`'s evaluation set (tests/ask) against
+#                a model you serve: execution accuracy with feedback off and on (docs/ask.md)
 #   make fuzz    every parser's fuzz target for FUZZ_SECONDS each (default 300; docs/fuzzing.md);
 #                `make test` runs each for FUZZ_CI_SECONDS (15) so a parser regression fails CI
 
@@ -30,6 +33,9 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/xpu-target
 # binaries find it through their $ORIGIN-relative rpath (.cargo/config.toml).
 export DUCKDB_LIB_DIR ?= $(CARGO_TARGET_DIR)/duckdb
 export CARGO_TERM_COLOR ?= never
+# llama.cpp's server and grammar validator for `xpuctl ask`'s tests, built once per machine
+# (tools/fetch_llama.py); the tests find them here.
+export XPU_LLAMA_DIR ?= $(HOME)/.cache/xpu-llama
 
 PYTHON ?= python3
 VENV := .venv
@@ -40,12 +46,13 @@ NODE_CASES := .cache/onnx-node
 # LLVM 19 for the llvm engine's JIT (inkwell links it; clang-19 is not needed), and the
 # riscv64 cross toolchain plus qemu-user for `llvm.riscv` and `xpuctl build --target riscv64`;
 # g++ builds the cuda engine's generated kernels for the host (its GPU-free emulation).
+# cmake builds llama.cpp's server for `xpuctl ask`'s tests (tools/fetch_llama.py).
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
-  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++
+  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++ cmake
 
-.PHONY: wheel python-test release run-deps soak gpu-check gpu-check-binary setup setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
+.PHONY: ask-eval wheel python-test release run-deps soak gpu-check gpu-check-binary setup setup-llama setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
 
-setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz
+setup: setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz setup-llama
 
 setup-apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -75,6 +82,9 @@ setup-cases: setup-python
 # them there, or where configuration points. Only pip is needed, not the test venv.
 setup-engines:
 	$(PYTHON) engines/fetch_libraries.py .deps
+
+setup-llama: setup-apt
+	$(PYTHON) tools/fetch_llama.py $(XPU_LLAMA_DIR)
 
 # cargo fuzz (from crates.io; it runs on the stable toolchain without a sanitizer).
 CARGO_FUZZ_VERSION := 0.13.2
@@ -185,6 +195,12 @@ install: run-deps release
 # The seed's example job, run locally without the daemon.
 example: run-deps release
 	cd examples && $(RELEASE)/xpuctl run example.ml --out ../out/example
+
+ask-eval: setup-python release
+	@test -n "$(ENDPOINT)" -a -n "$(MODEL)" || { echo "usage: make ask-eval ENDPOINT=http://HOST:PORT/v1 MODEL=NAME"; exit 2; }
+	mkdir -p .cache
+	$(PY) tools/ask_eval.py --xpuctl $(CARGO_TARGET_DIR)/release/xpuctl --endpoint "$(ENDPOINT)" \
+	  --model "$(MODEL)" --out .cache/ask-eval.json
 
 bench: setup release
 	$(PY) bench/run.py

@@ -26,6 +26,7 @@ const LIBRARIES: &[&str] = &[
     "xpu-journal",
     "xpu-store",
     "xpu-api",
+    "xpu-assistant",
 ];
 
 /// Crate -> the workspace crates it may depend on (normal and build dependencies).
@@ -78,6 +79,9 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // The log and the REST bodies stand alone (fuzzed without the store or the daemon).
         ("xpu-journal", &[][..]),
         ("xpu-api", &[][..]),
+        // The ask loop knows MiniLang and an HTTP endpoint; lowering and running the
+        // programs it judges are its callers' (a `Judge`).
+        ("xpu-assistant", &["xpu-minilang"][..]),
         // The Python package's native module binds the runtime, as xpuctl does; it adds no
         // engine or planning of its own.
         (

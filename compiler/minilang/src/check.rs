@@ -9,78 +9,7 @@ use crate::Span;
 use crate::ast::*;
 use crate::diag::{Diagnostic, did_you_mean};
 
-/// Table functions whose arguments are evaluated (lowered by `lower/tables.rs`), and the
-/// aggregates, which are valid only inside `agg`.
-pub const TABLE_FUNCTIONS: &[&str] = &[
-    "load_csv",
-    "load_xlsx",
-    "load_parquet",
-    "write_csv",
-    "write_parquet",
-    "select",
-    "group_by",
-    "stats",
-    "pivot",
-    "join",
-    "sort",
-    "head",
-    "distinct",
-    "value_counts",
-    "columns",
-    "tensor",
-    "plot",
-    "count",
-    "median",
-    "first",
-    "nunique",
-    "var",
-    "std",
-];
-
-/// Tensor, model, file and compile-time functions.
-pub const TENSOR_FUNCTIONS: &[&str] = &[
-    "concat",
-    "sum",
-    "mean",
-    "min",
-    "max",
-    "zeros",
-    "ones",
-    "full",
-    "arange",
-    "randn",
-    "reshape",
-    "transpose",
-    "softmax",
-    "relu",
-    "gelu",
-    "tanh",
-    "sigmoid",
-    "exp",
-    "log",
-    "sqrt",
-    "abs",
-    "where",
-    "cast",
-    "shape",
-    "len",
-    "write_npy",
-    "input",
-    "model",
-];
-
-/// Every function MiniLang provides (docs/minilang.md lists them).
-fn builtins() -> impl Iterator<Item = &'static str> {
-    TABLE_FUNCTIONS.iter().chain(COLUMN_SCOPED).chain(TENSOR_FUNCTIONS).copied()
-}
-
-/// Whether `name` is a function MiniLang provides.
-pub fn is_builtin(name: &str) -> bool {
-    builtins().any(|b| b == name)
-}
-
-/// Calls whose arguments after the table may name columns bare.
-pub const COLUMN_SCOPED: &[&str] = &["filter", "with_column", "agg"];
+pub use crate::builtins::{is_builtin, is_column_scoped};
 
 #[derive(Clone, Debug)]
 struct Binding {
@@ -145,7 +74,7 @@ impl Checker {
 
     fn visible_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self.scopes.iter().flat_map(|s| s.keys().cloned()).collect();
-        v.extend(builtins().map(str::to_string));
+        v.extend(crate::builtins::names().map(str::to_string));
         v
     }
 
@@ -289,8 +218,7 @@ impl Checker {
                 let unknown_callee = callee_name
                     .as_deref()
                     .is_some_and(|n| self.lookup(n).is_none() && !is_builtin(n));
-                let scoped = unknown_callee
-                    || callee_name.as_deref().is_some_and(|n| COLUMN_SCOPED.contains(&n));
+                let scoped = unknown_callee || callee_name.as_deref().is_some_and(is_column_scoped);
                 for (i, a) in args.iter().enumerate() {
                     // The table (first positional argument) is an ordinary expression.
                     let columns = scoped && (unknown_callee || i > 0 || a.name.is_some());

@@ -1,11 +1,13 @@
-//! MiniLang, the xpu job language: [`lexer`] (logos), [`parser`] (never fails: the tree plus
+//! MiniLang, the xpu job language: [`builtins`] (the one table of its functions), [`lexer`] (logos), [`parser`] (never fails: the tree plus
 //! every diagnostic, recovering at statement boundaries), [`check`] (names, mutability,
 //! recursion) and [`diag`] (codes, spans, codespan-reporting rendering). Lowering to SGR-ML,
 //! tables and the REPL build on this tree (docs/minilang.md).
 
 pub mod ast;
+pub mod builtins;
 pub mod check;
 pub mod diag;
+pub mod grammar;
 pub mod lexer;
 pub mod lower;
 pub mod parser;

@@ -624,7 +624,7 @@ impl<'p> Lowerer<'p> {
             Some(Val::Func(id)) => return self.call_user(id, name, args, span),
             Some(Val::Model(id)) => return self.call_model(id, args, span),
             Some(_) => {}
-            None if crate::check::COLUMN_SCOPED.contains(&name.as_str()) => {
+            None if crate::builtins::is_column_scoped(name) => {
                 return self.call_column_scoped(name, args, span);
             }
             None => {}

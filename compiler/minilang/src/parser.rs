@@ -767,8 +767,9 @@ impl Parser {
             return Expr { kind: ExprKind::Error, span: start };
         };
         let mut end = then.span;
+        // `else` may open the next line, on a line or inside brackets alike.
         let otherwise = match self.next_line_starts_with(&Tok::Else) {
-            Some(i) if self.depth == 0 || same(&self.toks[self.pos].0, &Tok::Else) => {
+            Some(i) => {
                 self.pos = i + 1;
                 if self.at(&Tok::If) {
                     let nested = self.if_expr();

@@ -163,6 +163,8 @@ fn statements() {
     );
     check("let s = \"tab\\there \\\"q\\\"\"", r#"(let s "tab\there \"q\"")"#);
     check("print null == true", "(print (== null true))");
+    // Inside brackets newlines are whitespace: `else` may start the next line there too.
+    check("print f(if a { 1 }\n  else { 2 })", "(print (f (if a {1} {2})))");
 }
 
 #[test]

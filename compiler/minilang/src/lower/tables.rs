@@ -14,7 +14,6 @@ use xpu_ir::{Attr, Attrs, DType, Op, ValueId};
 use super::{Builtin, Lowerer, R, Val, err, kind};
 use crate::Span;
 use crate::ast::*;
-use crate::check::TABLE_FUNCTIONS;
 use crate::diag::did_you_mean;
 
 /// Column names and types of a table value. `open` when columns depend on the data (the
@@ -703,7 +702,7 @@ impl Builtin<'_, '_> {
 
     /// Table functions; `None` when `self.name` is not one.
     pub(super) fn run_table(&mut self) -> Option<R<Val>> {
-        TABLE_FUNCTIONS.contains(&self.name).then(|| self.table_call())
+        crate::builtins::is_table_call(self.name).then(|| self.table_call())
     }
 
     fn table_call(&mut self) -> R<Val> {

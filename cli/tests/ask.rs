@@ -1,0 +1,410 @@
+//! `xpuctl ask` against a local stand-in that speaks the OpenAI chat-completions protocol
+//! with scripted replies: the feedback loop (diagnostics back to the model until a program
+//! passes), the dry run on a sample, the limits, and the protocol's edge cases (429 with
+//! Retry-After, 5xx, a refused grammar, a reply cut off at max_tokens, a body that is not
+//! UTF-8, an endpoint that is down). `ask_llama.rs` runs the real llama.cpp server.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// One scripted answer of the stand-in.
+#[derive(Clone)]
+struct Scripted {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+    delay: Duration,
+}
+
+fn reply(content: &str) -> Scripted {
+    reply_full(content, "stop", 100, 20)
+}
+
+fn reply_full(content: &str, finish: &str, prompt_tokens: u64, completion_tokens: u64) -> Scripted {
+    let body = json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+    });
+    Scripted {
+        status: 200,
+        headers: vec![],
+        body: body.to_string().into_bytes(),
+        delay: Duration::ZERO,
+    }
+}
+
+fn status(code: u16, body: &str) -> Scripted {
+    Scripted {
+        status: code,
+        headers: vec![],
+        body: body.as_bytes().to_vec(),
+        delay: Duration::ZERO,
+    }
+}
+
+/// A stand-in chat-completions server: answers in script order (the last one repeats) and
+/// records every request (headers and JSON body).
+struct StandIn {
+    url: String,
+    requests: Arc<Mutex<Vec<(Vec<String>, Value)>>>,
+}
+
+impl StandIn {
+    fn start(script: Vec<Scripted>) -> StandIn {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for (i, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut headers = Vec::new();
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    headers.push(line.trim_end().to_string());
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                seen.lock()
+                    .unwrap()
+                    .push((headers, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                let s = script[i.min(script.len() - 1)].clone();
+                std::thread::sleep(s.delay);
+                let mut head = format!(
+                    "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    s.status,
+                    s.body.len()
+                );
+                for (k, v) in &s.headers {
+                    head.push_str(&format!("{k}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&s.body);
+            }
+        });
+        StandIn { url, requests }
+    }
+
+    fn requests(&self) -> Vec<(Vec<String>, Value)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A working directory with a small table.
+fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("people.csv"),
+        "Name,City,Age,Fare\nAnna,Oslo,34,71.5\nBo,Lund,19,8.0\nCleo,Oslo,52,30.25\nDag,Bergen,41,12.0\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// Runs `xpuctl ask` in `dir` with no XPU_ASK_* from the environment.
+fn ask(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir)
+        .arg("ask")
+        .args(args)
+        .env_remove("XPU_ASK_ENDPOINT")
+        .env_remove("XPU_ASK_MODEL")
+        .env_remove("XPU_ASK_API_KEY_ENV")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ask_json(dir: &Path, server: &StandIn, extra: &[&str]) -> (i32, Value, String) {
+    let mut args = vec!["--endpoint", &server.url, "--model", "stand-in", "--format", "json"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = ask(dir, &args);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (code, v, err)
+}
+
+#[test]
+fn without_an_endpoint_ask_says_how_to_configure_one() {
+    let dir = workdir();
+    let (code, _, err) = ask(dir.path(), &["how many people live in Oslo?"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--endpoint")
+            && err.contains("XPU_ASK_ENDPOINT")
+            && err.contains("[assistant]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn diagnostics_go_back_until_the_program_runs() {
+    let dir = workdir();
+    let server = StandIn::start(vec![
+        reply("print load_csv(\"people.csv\") |> filter(Agee > 30)"),
+        // Prose and a fence, as an endpoint without the grammar answers.
+        reply(
+            "Here it is:\n```minilang\nprint load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n```\n",
+        ),
+    ]);
+    let (code, v, err) =
+        ask_json(dir.path(), &server, &["people over 30", "--data", "people.csv", "--run"]);
+    assert_eq!(code, 0, "{v:#}\n{err}");
+    assert_eq!(v["outcome"], "accepted");
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    let first = &attempts[0]["verdict"]["findings"][0];
+    assert_eq!(
+        (first["stage"].as_str(), first["code"].as_str()),
+        (Some("check"), Some("E0208")),
+        "{first}"
+    );
+    assert!(attempts[1]["verdict"]["dry_run"].as_str().unwrap().contains("Cleo"), "{v:#}");
+    assert!(v["program"].as_str().unwrap().starts_with("print load_csv"));
+    // The accepted program ran on the full data.
+    let run = v["run"]["stdout"].to_string();
+    assert!(run.contains("Anna") && run.contains("Dag") && !run.contains("Bo\""), "{run}");
+
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    let system = reqs[0].1["messages"][0]["content"].as_str().unwrap();
+    // The reference comes from the builtin table, the schema from the table engine's reader,
+    // and the sample rows from the file.
+    assert!(system.contains("load_csv(path: string"), "{system}");
+    assert!(
+        system.contains(
+            "\"people.csv\" (table) columns: Name: string, City: string, Age: i64, Fare: f64"
+        ),
+        "{system}"
+    );
+    assert!(
+        system.contains("Anna | Oslo | 34 | 71.5") && !system.contains("Dag"),
+        "send_rows is 3: {system}"
+    );
+    assert!(reqs[0].1["grammar"].as_str().unwrap().contains("root ::= program"));
+    // The second request carries the first reply and its diagnostics, did-you-mean included.
+    let msgs = reqs[1].1["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    let feedback = msgs[3]["content"].as_str().unwrap();
+    assert!(feedback.contains("E0208") && feedback.contains("Age"), "{feedback}");
+}
+
+#[test]
+fn a_dry_run_past_its_limit_is_killed_and_reported() {
+    let dir = workdir();
+    std::fs::write(dir.path().join("ask.toml"), "[assistant]\ndry_run_s = 0.3\nmax_attempts = 1\n")
+        .unwrap();
+    // Lowers fine, but the product takes seconds: the dry run is stopped.
+    let slow = "let a = randn([3000, 3000], seed=1)\nprint sum(a @ a @ a @ a)";
+    let server = StandIn::start(vec![reply(slow)]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["something slow", "--config", "ask.toml"]);
+    assert_eq!(code, 1);
+    assert_eq!(v["outcome"], "out_of_attempts");
+    let f = &v["attempts"][0]["verdict"]["findings"][0];
+    assert_eq!(
+        (f["stage"].as_str(), f["code"].as_str()),
+        (Some("dry_run"), Some("timeout")),
+        "{v:#}"
+    );
+}
+
+#[test]
+fn limits_end_the_loop_with_a_clear_outcome() {
+    let dir = workdir();
+    // Attempts: always wrong.
+    let server = StandIn::start(vec![reply("print nosuch")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--max-attempts", "2"]);
+    assert_eq!((code, v["outcome"].as_str()), (1, Some("out_of_attempts")));
+    assert_eq!(v["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(server.requests().len(), 2);
+    // Tokens: one reply spends more than the budget leaves for another.
+    std::fs::write(dir.path().join("ask.toml"), "[assistant]\ntoken_budget = 3000\n").unwrap();
+    let server = StandIn::start(vec![reply_full("print nosuch", "stop", 2500, 100)]);
+    let (_, v, _) = ask_json(dir.path(), &server, &["q", "--config", "ask.toml"]);
+    assert_eq!(v["outcome"], "out_of_tokens", "{v:#}");
+    assert_eq!((v["attempts"].as_array().unwrap().len(), v["tokens"].as_u64()), (1, Some(2600)));
+    // Time: a request slower than its timeout.
+    std::fs::write(dir.path().join("ask.toml"), "[assistant]\ntimeout_s = 0.3\n").unwrap();
+    let mut slow = reply("print 1");
+    slow.delay = Duration::from_millis(1500);
+    let server = StandIn::start(vec![slow]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--config", "ask.toml"]);
+    assert_eq!((code, v["outcome"].as_str()), (1, Some("endpoint_failed")));
+    assert!(v["error"].as_str().unwrap().contains("timed out"), "{v:#}");
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_retried_then_reported() {
+    let dir = workdir();
+    let mut limited = status(429, "{\"error\": {\"message\": \"slow down\"}}");
+    limited.headers.push(("Retry-After", "0.1".into()));
+    let server = StandIn::start(vec![limited, reply("print 1 + 1")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["attempts"][0]["requests"], 2);
+    assert_eq!(v["attempts"][0]["verdict"]["dry_run"].as_str().map(str::trim), Some("2"));
+
+    let server = StandIn::start(vec![status(503, "{\"error\": {\"message\": \"loading model\"}}")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert_eq!((code, v["outcome"].as_str()), (1, Some("endpoint_failed")));
+    let error = v["error"].as_str().unwrap();
+    assert!(
+        error.contains("503") && error.contains("loading model") && error.contains("3 request"),
+        "{error}"
+    );
+}
+
+#[test]
+fn protocol_edge_cases_are_named() {
+    let dir = workdir();
+    // A reply cut off at max_tokens is a failed attempt that says so.
+    let server = StandIn::start(vec![
+        reply_full("print load_csv(\"peo", "length", 10, 512),
+        reply("print 2"),
+    ]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert_eq!(code, 0);
+    assert_eq!(v["attempts"][0]["verdict"]["findings"][0]["code"], "cut_off");
+    let feedback = server.requests()[1].1["messages"][3]["content"].as_str().unwrap().to_string();
+    assert!(feedback.contains("cut off"), "{feedback}");
+    // A body that is not UTF-8.
+    let server = StandIn::start(vec![Scripted {
+        status: 200,
+        headers: vec![],
+        body: vec![b'{', 0xff, 0xfe],
+        delay: Duration::ZERO,
+    }]);
+    let (_, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert!(v["error"].as_str().unwrap().contains("not UTF-8"), "{v:#}");
+    // An endpoint that refuses the grammar field is asked again without it.
+    let server = StandIn::start(vec![
+        status(
+            400,
+            "{\"error\": {\"message\": \"Unrecognized request argument supplied: grammar\"}}",
+        ),
+        reply("print 3"),
+    ]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["grammar_used"], false);
+    let reqs = server.requests();
+    assert!(reqs[0].1.get("grammar").is_some() && reqs[1].1.get("grammar").is_none());
+    // --grammar always does not fall back.
+    let server =
+        StandIn::start(vec![status(400, "{\"error\": {\"message\": \"unknown field grammar\"}}")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--grammar", "always"]);
+    assert_eq!((code, v["outcome"].as_str()), (1, Some("endpoint_failed")), "{v:#}");
+    // An endpoint that is down.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let (code, out, err) = ask(dir.path(), &["q", "--endpoint", &url, "--model", "m"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("endpoint failed") && out.contains(&format!("127.0.0.1:{port}")), "{out}");
+}
+
+#[test]
+fn the_api_key_is_sent_and_never_written() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("ask.toml"),
+        "[assistant]\napi_key_env = \"XPU_TEST_ASK_KEY\"\n",
+    )
+    .unwrap();
+    let server = StandIn::start(vec![reply("print 1")]);
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir.path())
+        .args([
+            "ask",
+            "q",
+            "--config",
+            "ask.toml",
+            "--endpoint",
+            &server.url,
+            "--model",
+            "m",
+            "--save",
+            "answer.json",
+        ])
+        .env("XPU_TEST_ASK_KEY", "sk-very-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let headers = &server.requests()[0].0;
+    assert!(
+        headers.iter().any(|h| h.eq_ignore_ascii_case("authorization: Bearer sk-very-secret")),
+        "{headers:?}"
+    );
+    let saved = std::fs::read_to_string(dir.path().join("answer.json")).unwrap();
+    assert!(
+        !saved.contains("sk-very-secret")
+            && !String::from_utf8_lossy(&out.stdout).contains("sk-very-secret")
+    );
+    // A variable that is not set is a configuration error naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir.path())
+        .args(["ask", "q", "--config", "ask.toml", "--endpoint", &server.url, "--model", "m"])
+        .env_remove("XPU_TEST_ASK_KEY")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("XPU_TEST_ASK_KEY is not set"));
+}
+
+#[test]
+fn bad_configuration_names_the_field() {
+    let dir = workdir();
+    for (toml, want) in [
+        ("[assistant]\nmax_attempts = 0\n", "max_attempts"),
+        ("[assistant]\nendpoint = \"ftp://x\"\n", "endpoint"),
+        ("[assistant]\nmax_tokens = 1\n", "max_tokens"),
+        ("[assistant]\nno_such_key = 1\n", "no_such_key"),
+        ("[assistant\n", "ask.toml"),
+    ] {
+        std::fs::write(dir.path().join("ask.toml"), toml).unwrap();
+        let (code, _, err) = ask(
+            dir.path(),
+            &["q", "--config", "ask.toml", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m"],
+        );
+        assert!(code != 0 && err.contains(want), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn grammar_and_reference_come_from_the_language() {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_xpuctl")).args(["minilang", "grammar"]).output().unwrap();
+    let gbnf = String::from_utf8(out.stdout).unwrap();
+    assert!(gbnf.contains("root ::= program") && gbnf.contains("stmt ::="));
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["minilang", "grammar", "--format", "lark"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains("program:"));
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .args(["minilang", "reference"])
+        .output()
+        .unwrap();
+    let reference = String::from_utf8(out.stdout).unwrap();
+    // Every builtin of the checker's table, with its signature and example.
+    for b in xpu_minilang::builtins::BUILTINS {
+        assert!(reference.contains(&format!("- {}: {}", b.signature(), b.summary)), "{}", b.name);
+    }
+}

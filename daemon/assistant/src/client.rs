@@ -1,0 +1,209 @@
+//! One chat-completions request to an OpenAI-compatible endpoint, with the protocol's edge
+//! cases turned into typed outcomes: 429 and 5xx retried as Retry-After says (within the
+//! ask's time), a refused `grammar` field detected, a reply cut off at `max_tokens`
+//! marked, a body that is not UTF-8 or not the expected JSON named as such.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::AskError;
+use crate::config::AssistantConfig;
+
+/// One message of the conversation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Message {
+        Message { role: "system".into(), content: content.into() }
+    }
+
+    pub fn user(content: impl Into<String>) -> Message {
+        Message { role: "user".into(), content: content.into() }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message { role: "assistant".into(), content: content.into() }
+    }
+}
+
+/// What the endpoint answered.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub text: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// `length` when the reply was cut off at `max_tokens`.
+    pub finish_reason: String,
+    pub latency: Duration,
+    /// Whether the request carried the grammar and the endpoint took it.
+    pub grammar_sent: bool,
+    /// Requests made for this reply (retries after 429/5xx included).
+    pub requests: u32,
+}
+
+/// A chat-completions client for one endpoint and model.
+pub struct ChatClient {
+    agent: ureq::Agent,
+    url: String,
+    model: String,
+    key: Option<String>,
+    max_tokens: u32,
+    temperature: f64,
+    retries: u32,
+}
+
+impl ChatClient {
+    pub fn new(cfg: &AssistantConfig) -> Result<ChatClient, AskError> {
+        let (endpoint, model) = cfg.target()?;
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(cfg.timeout()))
+            .build()
+            .into();
+        Ok(ChatClient {
+            agent,
+            url: format!("{endpoint}/chat/completions"),
+            model: model.to_string(),
+            key: cfg.api_key()?,
+            max_tokens: cfg.max_tokens,
+            temperature: cfg.temperature,
+            retries: cfg.retries,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Asks for the next message; `grammar` is sent as llama.cpp's `grammar` field.
+    /// `deadline` bounds the waits between retries.
+    pub fn complete(
+        &self,
+        messages: &[Message],
+        grammar: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Reply, AskError> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": false,
+        });
+        if let Some(g) = grammar {
+            body["grammar"] = json!(g);
+        }
+        let payload = serde_json::to_vec(&body).expect("a JSON value serialises");
+        let start = Instant::now();
+        let mut requests = 0;
+        loop {
+            requests += 1;
+            let (status, retry_after, bytes) = self.post(&payload)?;
+            if status == 429 || status >= 500 {
+                let wait = retry_after.unwrap_or(Duration::from_millis(500 * u64::from(requests)));
+                if requests > self.retries || Instant::now() + wait > deadline {
+                    return Err(AskError::Endpoint(format!(
+                        "{}: {status} {} after {requests} request(s)",
+                        self.url,
+                        excerpt(&bytes)
+                    )));
+                }
+                std::thread::sleep(wait);
+                continue;
+            }
+            if status >= 400 {
+                let text = excerpt(&bytes);
+                if status == 400 && grammar.is_some() && text.to_lowercase().contains("grammar") {
+                    return Err(AskError::GrammarRefused(format!("{status} {text}")));
+                }
+                return Err(AskError::Endpoint(format!("{}: {status} {text}", self.url)));
+            }
+            let mut reply = self.parse(&bytes)?;
+            reply.latency = start.elapsed();
+            reply.grammar_sent = grammar.is_some();
+            reply.requests = requests;
+            return Ok(reply);
+        }
+    }
+
+    fn post(&self, payload: &[u8]) -> Result<(u16, Option<Duration>, Vec<u8>), AskError> {
+        let mut req = self.agent.post(&self.url).header("Content-Type", "application/json");
+        if let Some(k) = &self.key {
+            req = req.header("Authorization", &format!("Bearer {k}"));
+        }
+        let mut resp = req.send(payload).map_err(|e| match e {
+            ureq::Error::Timeout(_) => AskError::Endpoint(format!("{}: timed out", self.url)),
+            other => AskError::Endpoint(format!("{}: {other}", self.url)),
+        })?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(600.0)));
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(16 << 20)
+            .read_to_vec()
+            .map_err(|e| AskError::Endpoint(format!("{}: reading the reply: {e}", self.url)))?;
+        Ok((status, retry_after, bytes))
+    }
+
+    fn parse(&self, bytes: &[u8]) -> Result<Reply, AskError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            AskError::Endpoint(format!(
+                "{}: the reply is not UTF-8 (invalid byte at {})",
+                self.url,
+                e.valid_up_to()
+            ))
+        })?;
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            AskError::Endpoint(format!(
+                "{}: the reply is not JSON ({e}): {}",
+                self.url,
+                excerpt(bytes)
+            ))
+        })?;
+        let choice = &v["choices"][0];
+        let Some(content) = choice["message"]["content"].as_str() else {
+            return Err(AskError::Endpoint(format!(
+                "{}: the reply has no choices[0].message.content: {}",
+                self.url,
+                excerpt(bytes)
+            )));
+        };
+        Ok(Reply {
+            text: content.to_string(),
+            prompt_tokens: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+            finish_reason: choice["finish_reason"].as_str().unwrap_or("").to_string(),
+            latency: Duration::ZERO,
+            grammar_sent: false,
+            requests: 0,
+        })
+    }
+}
+
+/// The start of a body, for messages: the server's `error.message` when it has one.
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        if let Some(m) = v["error"]["message"].as_str().or(v["error"].as_str()) {
+            return m.chars().take(300).collect();
+        }
+    }
+    text.chars().take(300).collect()
+}
