@@ -688,7 +688,8 @@ fn tune_writes_a_lock_that_measured_choice_reads() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("warning[P0108]") && out.contains("its choices are not used"), "{out}");
     // A broken lock: the policy still loads, with a located warning, and plans statically.
-    std::fs::write(&lock_path, &text[..text.len() / 3]).unwrap();
+    // (A cut alone can land between two tables and still be TOML: end on a broken line.)
+    std::fs::write(&lock_path, format!("{}\n[[broken\n", &text[..text.len() / 3])).unwrap();
     let (code, out, err) = xpuctl(&["policy", "resolve", "--policy", &p, &m, "--bind", "N=8"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("warning[P0015]") || out.contains("not used"), "{out}{err}");
