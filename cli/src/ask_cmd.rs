@@ -273,8 +273,7 @@ fn wait_until(
 
 fn read_capped(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned();
-    text
+    String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned()
 }
 
 impl Judge for DryRun {

@@ -1045,8 +1045,10 @@ fn run(
                     println!("{name}: {}  -> {}", tensors::summary(t), path.display());
                 }
             }
+            // A program computed at compile time has no node and so no engine to name.
+            let on = if engines.is_empty() { String::new() } else { format!(" on {engines}") };
             println!(
-                "ran {} nodes on {engines} in {:.3} ms (policy {policy_name})",
+                "ran {} nodes{on} in {:.3} ms (policy {policy_name})",
                 g.nodes.len(),
                 wall.as_secs_f64() * 1e3,
             );

@@ -200,10 +200,10 @@ impl ChatClient {
 /// The start of a body, for messages: the server's `error.message` when it has one.
 fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    if let Ok(v) = serde_json::from_str::<Value>(&text) {
-        if let Some(m) = v["error"]["message"].as_str().or(v["error"].as_str()) {
-            return m.chars().take(300).collect();
-        }
+    if let Ok(v) = serde_json::from_str::<Value>(&text)
+        && let Some(m) = v["error"]["message"].as_str().or(v["error"].as_str())
+    {
+        return m.chars().take(300).collect();
     }
     text.chars().take(300).collect()
 }
