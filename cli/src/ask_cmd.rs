@@ -316,25 +316,36 @@ fn run_answer(judge: &DryRun, program: &str, format: Format) -> Result<serde_jso
     }))
 }
 
+/// One line per attempt: what became of it and what it cost.
+fn attempt_lines(answer: &Answer) -> Vec<String> {
+    answer
+        .attempts
+        .iter()
+        .map(|a| {
+            let what = match a.verdict.findings.first() {
+                None => "passed (parse, check, dry run)".to_string(),
+                Some(f) => format!(
+                    "{} failed: {} {}{}",
+                    stage_name(f.stage),
+                    f.code,
+                    f.message.lines().next().unwrap_or(""),
+                    f.line.map(|l| format!(" (line {l})")).unwrap_or_default()
+                ),
+            };
+            format!(
+                "attempt {}: {what} — {} tokens, {:.1} s{}",
+                a.n,
+                a.prompt_tokens + a.completion_tokens,
+                a.latency_ms as f64 / 1e3,
+                if a.grammar_sent { ", grammar" } else { "" }
+            )
+        })
+        .collect()
+}
+
 fn print_answer(answer: &Answer, run: Option<&serde_json::Value>) {
-    for a in &answer.attempts {
-        let what = match a.verdict.findings.first() {
-            None => "passed (parse, check, dry run)".to_string(),
-            Some(f) => format!(
-                "{} failed: {} {}{}",
-                stage_name(f.stage),
-                f.code,
-                f.message.lines().next().unwrap_or(""),
-                f.line.map(|l| format!(" (line {l})")).unwrap_or_default()
-            ),
-        };
-        println!(
-            "attempt {}: {what} — {} tokens, {:.1} s{}",
-            a.n,
-            a.prompt_tokens + a.completion_tokens,
-            a.latency_ms as f64 / 1e3,
-            if a.grammar_sent { ", grammar" } else { "" }
-        );
+    for line in attempt_lines(answer) {
+        println!("{line}");
     }
     match &answer.program {
         Some(p) => println!("\n{}", p.trim_end()),
@@ -379,6 +390,68 @@ fn outcome_name(o: Outcome) -> &'static str {
         Outcome::OutOfTime => "out of time",
         Outcome::EndpointFailed => "endpoint failed",
     }
+}
+
+/// `:ask QUESTION` in the REPL: the data files the session's program names (inside the
+/// working directory) go into the prompt; the endpoint comes from `XPU_ASK_*`. Writes the
+/// attempts to `out` and answers the accepted program, which the REPL then runs as input.
+pub fn ask_in_repl(
+    question: &str,
+    session: &str,
+    out: &mut impl std::io::Write,
+) -> Result<Option<String>> {
+    let cfg = AssistantConfig::default().with_env();
+    if let Err(e) = cfg.target() {
+        writeln!(out, "{e}")?;
+        return Ok(None);
+    }
+    let cwd = std::env::current_dir().context("the working directory")?;
+    let data: Vec<PathBuf> = files_named(session)
+        .into_iter()
+        .filter(|p| describe(&cwd, p, 0).is_ok_and(|d| d.kind == "table"))
+        .collect();
+    let files =
+        data.iter().map(|p| describe(&cwd, p, cfg.send_rows)).collect::<Result<Vec<_>>>()?;
+    let judge = DryRun {
+        exe: std::env::current_exe().context("finding xpuctl itself")?,
+        cwd,
+        data,
+        policy: None,
+        rows: cfg.dry_run_rows,
+        limit: Duration::from_secs_f64(cfg.dry_run_s),
+    };
+    let request = xpu_assistant::Request { question, data: &files, examples: &[] };
+    let answer = xpu_assistant::ask(&cfg, &request, &judge)?;
+    for line in attempt_lines(&answer) {
+        writeln!(out, "{line}")?;
+    }
+    if answer.program.is_none() {
+        writeln!(
+            out,
+            "no program: {}",
+            answer.error.as_deref().unwrap_or("the limits were reached")
+        )?;
+    }
+    Ok(answer.program)
+}
+
+/// The string literals of a program that look like table files (`.csv`, `.xlsx`,
+/// `.parquet`), in order, each once.
+fn files_named(src: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (tok, _) in xpu_minilang::lexer::lex(src) {
+        let xpu_minilang::lexer::Tok::Str(raw) = tok else { continue };
+        let text = raw.trim_matches('"');
+        let p = PathBuf::from(text);
+        let is_table = p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| ["csv", "xlsx", "parquet"].contains(&e.to_ascii_lowercase().as_str()));
+        if is_table && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// `xpuctl minilang grammar|reference`.

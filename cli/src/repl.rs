@@ -1,7 +1,7 @@
 //! `xpuctl repl`: MiniLang interactively. Accepted lines accumulate into one program; each new
 //! input is checked and lowered together with them, run, and only its own prints are shown
 //! (a bare expression prints its value). Input continues over several lines while brackets
-//! or braces are open. Commands: `:ir`, `:type EXPR`, `:help`, `:quit`. Line editing and
+//! or braces are open. Commands: `:ir`, `:type EXPR`, `:ask QUESTION`, `:help`, `:quit`. Line editing and
 //! history come from rustyline on a terminal; piped input is read line by line.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -12,6 +12,8 @@ use xpu_minilang::lower::{Lowered, PrintItem};
 const HELP: &str = "MiniLang REPL. Statements accumulate; a bare expression prints its value.
   :ir          the SGR-ML graph of the session
   :type EXPR   the type of an expression (tensor dtype and shape, or a compile-time value)
+  :ask Q       a program for the question from the LLM of XPU_ASK_ENDPOINT / XPU_ASK_MODEL
+               (docs/ask.md), checked and dry-run on the files the session reads, then run
   :help        this text
   :quit        leave (also Ctrl-D)";
 
@@ -92,6 +94,24 @@ impl Session {
                 Err(e) => write!(out, "{e}")?,
             }
             return Ok(());
+        }
+        if let Some(question) = trimmed.strip_prefix(":ask") {
+            let question = question.trim();
+            if question.is_empty() {
+                writeln!(out, "usage: :ask QUESTION")?;
+                return Ok(());
+            }
+            match crate::ask_cmd::ask_in_repl(question, &self.accepted, out) {
+                Ok(Some(program)) => {
+                    writeln!(out, "{}", program.trim_end())?;
+                    return self.input(&program, out);
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    writeln!(out, "error: {e:#}")?;
+                    return Ok(());
+                }
+            }
         }
         if trimmed == ":help" {
             writeln!(out, "{HELP}")?;

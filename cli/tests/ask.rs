@@ -297,6 +297,30 @@ fn protocol_edge_cases_are_named() {
     }]);
     let (_, v, _) = ask_json(dir.path(), &server, &["q"]);
     assert!(v["error"].as_str().unwrap().contains("not UTF-8"), "{v:#}");
+    // Garbage bodies: deeply nested, not JSON, JSON without the answer, over 16 MiB.
+    for (body, want) in [
+        ("[".repeat(100_000).into_bytes(), "not JSON"),
+        (b"<html>busy</html>".to_vec(), "not JSON"),
+        (b"{\"choices\": []}".to_vec(), "no choices[0].message.content"),
+        (vec![b' '; 17 << 20], "reading the reply"),
+    ] {
+        let server = StandIn::start(vec![Scripted {
+            status: 200,
+            headers: vec![],
+            body,
+            delay: Duration::ZERO,
+        }]);
+        let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+        assert_eq!((code, v["outcome"].as_str()), (1, Some("endpoint_failed")), "{want}");
+        assert!(v["error"].as_str().unwrap().contains(want), "{want}: {}", v["error"]);
+    }
+    // A megabyte of nonsense as the program: diagnostics, bounded, and the loop goes on.
+    let nonsense: String =
+        (0..200_000).map(|i| ["let", "(", "]", "x", "\"", "|>", "\n"][i % 7]).collect();
+    let server = StandIn::start(vec![reply(&nonsense), reply("print 4")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
+    assert_eq!(code, 0, "{}", v["error"]);
+    assert!(v["attempts"][0]["verdict"]["findings"].as_array().unwrap().len() <= 50);
     // An endpoint that refuses the grammar field is asked again without it.
     let server = StandIn::start(vec![
         status(
@@ -409,4 +433,34 @@ fn grammar_and_reference_come_from_the_language() {
     for b in xpu_minilang::builtins::BUILTINS {
         assert!(reference.contains(&format!("- {}: {}", b.signature(), b.summary)), "{}", b.name);
     }
+}
+
+#[test]
+fn repl_ask_uses_the_sessions_files_and_runs_the_answer() {
+    let dir = workdir();
+    let server = StandIn::start(vec![reply(
+        "print load_csv(\"people.csv\") |> filter(City == \"Oslo\") |> agg(n = count())",
+    )]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir.path())
+        .arg("repl")
+        .env("XPU_ASK_ENDPOINT", &server.url)
+        .env("XPU_ASK_MODEL", "stand-in")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"let t = load_csv(\"people.csv\")\n:ask how many people live in Oslo?\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("attempt 1: passed"), "{text}");
+    assert!(text.contains("filter(City == \"Oslo\")"), "the program is shown: {text}");
+    assert!(text.lines().any(|l| l.trim_end().ends_with(" 2")), "and run in the session: {text}");
+    let system = server.requests()[0].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("\"people.csv\" (table) columns: Name"), "{system}");
 }
