@@ -33,7 +33,7 @@ struct Cli {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     Text,
     Json,
 }
@@ -309,38 +309,7 @@ enum Command {
     /// xpu parses, checks and dry-runs it on a sample of the data and feeds every problem
     /// back until it passes (docs/ask.md). Exit 0 with a program, 1 without, 2 when no
     /// endpoint is configured.
-    Ask {
-        question: String,
-        /// A data file the question is about (CSV, XLSX, Parquet; inside the working
-        /// directory): its columns and first rows go into the prompt.
-        #[arg(long = "data", short = 'd')]
-        data: Vec<PathBuf>,
-        /// The policy the dry run and `--run` use.
-        #[arg(long)]
-        policy: Option<String>,
-        /// Run the accepted program on the full data.
-        #[arg(long)]
-        run: bool,
-        /// A TOML file with an [assistant] table (xpud's config works).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// The chat-completions API base, e.g. http://127.0.0.1:8080/v1 ($XPU_ASK_ENDPOINT).
-        #[arg(long)]
-        endpoint: Option<String>,
-        /// The model name ($XPU_ASK_MODEL).
-        #[arg(long)]
-        model: Option<String>,
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// Send MiniLang's grammar: auto (unless the endpoint refuses it), always, never.
-        #[arg(long, value_parser = ask_cmd::parse_grammar_mode)]
-        grammar: Option<xpu_assistant::GrammarMode>,
-        /// Also write the whole answer (every attempt) as JSON to this file.
-        #[arg(long)]
-        save: Option<PathBuf>,
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-    },
+    Ask(ask_cmd::AskArgs),
     /// MiniLang's grammar and language reference, as tools and models get them.
     #[command(subcommand)]
     Minilang(ask_cmd::MinilangCommand),
@@ -711,31 +680,7 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             }
         },
         Command::Repl => repl::repl(),
-        Command::Ask {
-            question,
-            data,
-            policy,
-            run,
-            config,
-            endpoint,
-            model,
-            max_attempts,
-            grammar,
-            save,
-            format,
-        } => ask_cmd::ask(ask_cmd::AskArgs {
-            question,
-            data,
-            policy,
-            run,
-            format,
-            config,
-            endpoint,
-            model,
-            max_attempts,
-            grammar,
-            save,
-        }),
+        Command::Ask(args) => ask_cmd::ask(args),
         Command::Minilang(cmd) => ask_cmd::minilang(cmd),
         Command::Submit { program, on_server, inputs, policy, labels, wait, format } => {
             client::submit(

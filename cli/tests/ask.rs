@@ -161,10 +161,7 @@ fn diagnostics_go_back_until_the_program_runs() {
     let dir = workdir();
     let server = StandIn::start(vec![
         reply("print load_csv(\"people.csv\") |> filter(Agee > 30)"),
-        // Prose and a fence, as an endpoint without the grammar answers.
-        reply(
-            "Here it is:\n```minilang\nprint load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n```\n",
-        ),
+        reply("print load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n"),
     ]);
     let (code, v, err) =
         ask_json(dir.path(), &server, &["people over 30", "--data", "people.csv", "--run"]);
@@ -327,10 +324,13 @@ fn protocol_edge_cases_are_named() {
             400,
             "{\"error\": {\"message\": \"Unrecognized request argument supplied: grammar\"}}",
         ),
-        reply("print 3"),
+        // Prose and a fence, as endpoints without the grammar answer.
+        reply("Here it is:\n```minilang\nprint 3\n```\nIt prints 3."),
     ]);
     let (code, v, _) = ask_json(dir.path(), &server, &["q"]);
     assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["program"], "print 3\n");
+    assert!(v["notes"][0].as_str().unwrap().contains("refused the grammar"), "{v:#}");
     assert_eq!(v["grammar_used"], false);
     let reqs = server.requests();
     assert!(reqs[0].1.get("grammar").is_some() && reqs[1].1.get("grammar").is_none());
@@ -371,9 +371,11 @@ fn the_api_key_is_sent_and_never_written() {
             "answer.json",
         ])
         .env("XPU_TEST_ASK_KEY", "sk-very-secret")
+        .env_remove("XPU_ASK_API_KEY_ENV")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("sk-very-secret"));
     let headers = &server.requests()[0].0;
     assert!(
         headers.iter().any(|h| h.eq_ignore_ascii_case("authorization: Bearer sk-very-secret")),
@@ -389,6 +391,7 @@ fn the_api_key_is_sent_and_never_written() {
         .current_dir(dir.path())
         .args(["ask", "q", "--config", "ask.toml", "--endpoint", &server.url, "--model", "m"])
         .env_remove("XPU_TEST_ASK_KEY")
+        .env_remove("XPU_ASK_API_KEY_ENV")
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("XPU_TEST_ASK_KEY is not set"));
@@ -409,7 +412,7 @@ fn bad_configuration_names_the_field() {
             dir.path(),
             &["q", "--config", "ask.toml", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m"],
         );
-        assert!(code != 0 && err.contains(want), "{toml}: {err}");
+        assert!(code == 2 && err.contains(want), "{toml}: {code} {err}");
     }
 }
 
@@ -463,4 +466,78 @@ fn repl_ask_uses_the_sessions_files_and_runs_the_answer() {
     assert!(text.lines().any(|l| l.trim_end().ends_with(" 2")), "and run in the session: {text}");
     let system = server.requests()[0].1["messages"][0]["content"].as_str().unwrap().to_string();
     assert!(system.contains("\"people.csv\" (table) columns: Name"), "{system}");
+}
+
+#[test]
+fn the_time_budget_ends_the_ask() {
+    let dir = workdir();
+    std::fs::write(
+        dir.path().join("ask.toml"),
+        "[assistant]\ntime_budget_s = 1.0\nmax_attempts = 20\n",
+    )
+    .unwrap();
+    let mut slow = reply("print nosuch");
+    slow.delay = Duration::from_millis(300);
+    let server = StandIn::start(vec![slow]);
+    let started = std::time::Instant::now();
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--config", "ask.toml"]);
+    assert_eq!((code, v["outcome"].as_str()), (1, Some("out_of_time")), "{v:#}");
+    assert!(v["error"].as_str().unwrap().contains("time_budget_s"), "{v:#}");
+    let n = v["attempts"].as_array().unwrap().len();
+    assert!((1..20).contains(&n), "{n} attempts");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[test]
+fn data_paths_stay_inside_the_working_directory() {
+    let dir = workdir();
+    let before = std::fs::read(dir.path().join("people.csv")).unwrap();
+    // An absolute path inside the working directory is named relative to it, and the file
+    // itself is never touched by the dry run's sample.
+    let abs = dir.path().join("people.csv").canonicalize().unwrap();
+    let server = StandIn::start(vec![reply("print load_csv(\"people.csv\") |> head(n=1)")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--data", abs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    let system = server.requests()[0].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("- \"people.csv\" (table)"), "{system}");
+    assert_eq!(std::fs::read(dir.path().join("people.csv")).unwrap(), before);
+    // Outside it: a usage error naming the path.
+    let (code, _, err) = ask(
+        dir.path(),
+        &["q", "--data", "/etc/passwd", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/etc/passwd"), "{err}");
+}
+
+#[test]
+fn a_sample_keeps_quoted_newlines_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("Name,Note\n");
+    for i in 0..300 {
+        csv.push_str(&format!("p{i},\"line one\nline two\"\n"));
+    }
+    std::fs::write(dir.path().join("notes.csv"), csv).unwrap();
+    let server = StandIn::start(vec![reply("print load_csv(\"notes.csv\") |> agg(n = count())")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--data", "notes.csv"]);
+    assert_eq!(code, 0, "{v:#}");
+    // dry_run_rows (200) records, each with its quoted newline.
+    assert!(v["attempts"][0]["verdict"]["dry_run"].as_str().unwrap().contains("200"), "{v:#}");
+}
+
+#[test]
+fn run_writes_files_only_when_allowed() {
+    let dir = workdir();
+    let program = "load_csv(\"people.csv\") |> head(n=1) |> write_csv(\"people.csv\")";
+    let server = StandIn::start(vec![reply(program)]);
+    let before = std::fs::read(dir.path().join("people.csv")).unwrap();
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--data", "people.csv", "--run"]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(v["run"]["refused"].as_str().unwrap().contains("write_csv"), "{v:#}");
+    assert_eq!(std::fs::read(dir.path().join("people.csv")).unwrap(), before);
+    let server = StandIn::start(vec![reply(program)]);
+    let (code, v, _) =
+        ask_json(dir.path(), &server, &["q", "--data", "people.csv", "--run", "--allow-writes"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("people.csv")).unwrap().lines().count(), 2);
 }

@@ -83,7 +83,7 @@ fn llama_server_takes_the_grammar_and_every_finished_reply_parses() {
     // Sampled replies (temperature 1) of at most 200 tokens, four attempts.
     std::fs::write(
         dir.path().join("ask.toml"),
-        "[assistant]\ntemperature = 1.0\nmax_tokens = 200\nmax_attempts = 4\ntoken_budget = 100000\n",
+        "[assistant]\ntemperature = 1.0\nseed = 7\nmax_tokens = 200\nmax_attempts = 4\ntoken_budget = 100000\n",
     )
     .unwrap();
     let (_server, url) = start_server(&model);
@@ -112,6 +112,7 @@ fn llama_server_takes_the_grammar_and_every_finished_reply_parses() {
     assert!(["accepted", "out_of_attempts"].contains(&outcome), "{v:#}");
     assert_eq!(out.status.code(), Some(if outcome == "accepted" { 0 } else { 1 }));
     let mut finished = 0;
+    let mut programs = 0;
     for (i, a) in attempts.iter().enumerate() {
         assert!(a["grammar_sent"].as_bool().unwrap());
         assert!(a["prompt_tokens"].as_u64().unwrap() > 1000, "the prompt reached the model: {a:#}");
@@ -121,6 +122,7 @@ fn llama_server_takes_the_grammar_and_every_finished_reply_parses() {
             // Under the grammar a finished reply is MiniLang: nothing fails to parse (an
             // empty reply — the model may end at once — is the one "parse" finding allowed).
             let program = a["program"].as_str().unwrap();
+            programs += usize::from(!program.trim().is_empty());
             assert!(
                 findings.iter().all(|f| f["stage"] != "parse" || f["code"] == "empty"),
                 "attempt {i} does not parse:\n{program}\n{a:#}"
@@ -138,6 +140,9 @@ fn llama_server_takes_the_grammar_and_every_finished_reply_parses() {
             );
         }
     }
+    // The seed makes the replies the same on every run: at least one is a finished,
+    // non-empty program, so the grammar's effect was seen.
+    assert!(programs >= 1, "no finished program to check: {v:#}");
     assert_eq!(v["tokens"].as_u64().unwrap(), attempts.iter().map(|a| a["prompt_tokens"].as_u64().unwrap() + a["completion_tokens"].as_u64().unwrap()).sum::<u64>());
     eprintln!(
         "tiny model: {} attempt(s), {finished} finished, outcome {outcome}, {:.1} s, {} tokens",

@@ -36,12 +36,13 @@ impl Family {
 }
 
 /// One parameter: its name (usable as `name = value`), its type as the reference writes
-/// it, and its default when it may be left out.
+/// it, its default when it may be left out, and whether it is taken only by name.
 #[derive(Copy, Clone, Debug)]
 pub struct Param {
     pub name: &'static str,
     pub ty: &'static str,
     pub default: Option<&'static str>,
+    pub named_only: bool,
 }
 
 /// One builtin function.
@@ -59,16 +60,19 @@ pub struct Builtin {
 }
 
 impl Builtin {
-    /// `name(p: type, q: type = default, …) -> returns`
+    /// `name(p: type, q: type = default, *, r: type = default, …) -> returns`: the
+    /// parameters after `*` are taken by name only (as in Python).
     pub fn signature(&self) -> String {
-        let mut params: Vec<String> = self
-            .params
-            .iter()
-            .map(|p| match p.default {
+        let mut params: Vec<String> = Vec::new();
+        for (i, p) in self.params.iter().enumerate() {
+            if p.named_only && (i == 0 || !self.params[i - 1].named_only) {
+                params.push("*".into());
+            }
+            params.push(match p.default {
                 Some(d) => format!("{}: {} = {d}", p.name, p.ty),
                 None => format!("{}: {}", p.name, p.ty),
-            })
-            .collect();
+            });
+        }
         if self.variadic {
             params.push("…".into());
         }
@@ -77,11 +81,16 @@ impl Builtin {
 }
 
 const fn req(name: &'static str, ty: &'static str) -> Param {
-    Param { name, ty, default: None }
+    Param { name, ty, default: None, named_only: false }
 }
 
 const fn opt(name: &'static str, ty: &'static str, default: &'static str) -> Param {
-    Param { name, ty, default: Some(default) }
+    Param { name, ty, default: Some(default), named_only: false }
+}
+
+/// A parameter taken only as `name = value`.
+const fn kw(name: &'static str, ty: &'static str, default: Option<&'static str>) -> Param {
+    Param { name, ty, default, named_only: true }
 }
 
 const fn tensor_fn(
@@ -108,7 +117,7 @@ const fn aggregate(name: &'static str, summary: &'static str, example: &'static 
     Builtin {
         name,
         family: Family::Aggregate,
-        params: &[Param { name: "column", ty: "column", default: None }],
+        params: COLUMN,
         variadic: false,
         returns: "value",
         summary,
@@ -127,8 +136,12 @@ const fn row_fn(
 }
 
 const X: &[Param] = &[req("x", "tensor")];
-const REDUCE: &[Param] =
-    &[req("x", "tensor"), opt("axis", "int | list[int]", "null"), opt("keepdims", "bool", "false")];
+const COLUMN: &[Param] = &[req("column", "column")];
+const REDUCE: &[Param] = &[
+    req("x", "tensor"),
+    opt("axis", "int | list[int]", "null"),
+    kw("keepdims", "bool", Some("false")),
+];
 const SHAPE: &[Param] = &[req("shape", "list[int]")];
 const TABLE: &[Param] = &[req("table", "table")];
 const ROW_X: &[Param] = &[req("x", "row value")];
@@ -287,8 +300,8 @@ pub const BUILTINS: &[Builtin] = &[
         &[
             req("path", "string"),
             opt("sep", "string", "\",\""),
-            opt("header", "bool", "true"),
-            opt("na_values", "list[string]", "pandas' markers"),
+            kw("header", "bool", Some("true")),
+            kw("na_values", "list[string]", Some("pandas' markers")),
         ],
         "table",
         "a CSV file inside the data roots; column types sniffed",
@@ -375,7 +388,7 @@ pub const BUILTINS: &[Builtin] = &[
     ),
     table_fn(
         "sort",
-        &[req("table", "table"), req("columns", "list[string]"), opt("desc", "bool", "false")],
+        &[req("table", "table"), req("columns", "list[string]"), kw("desc", "bool", Some("false"))],
         "table",
         "rows sorted by columns, stable, missing last",
         "print load_csv(\"people.csv\") |> sort([\"age\"], desc=true)",
@@ -419,11 +432,11 @@ pub const BUILTINS: &[Builtin] = &[
         "plot",
         &[
             req("table", "table"),
-            req("x", "string"),
-            opt("y", "string | list[string]", "every numeric column but x"),
-            opt("kind", "string", "\"line\" (or \"bar\", \"scatter\", \"hist\")"),
-            req("out", "string"),
-            opt("title", "string", "none"),
+            kw("x", "string", None),
+            kw("y", "string | list[string]", Some("every numeric column but x")),
+            kw("kind", "string", Some("\"line\" (or \"bar\", \"scatter\", \"hist\")")),
+            kw("out", "string", None),
+            kw("title", "string", Some("none")),
         ],
         "null",
         "a chart written to out (.png or .svg)",

@@ -329,10 +329,17 @@ pub struct Rule {
 
 /// The grammar, start rule first.
 pub fn rules() -> Vec<Rule> {
-    let rule = |name, body| Rule { name, body };
-    let binary = |ops: Vec<G>, operand: &'static str| {
-        seq(vec![r(operand), many(seq(vec![alt(ops), r(operand)]))])
-    };
+    let mut rules = statement_rules();
+    rules.extend(expression_rules());
+    rules
+}
+
+fn rule(name: &'static str, body: G) -> Rule {
+    Rule { name, body }
+}
+
+/// Programs, statements, functions and blocks.
+fn statement_rules() -> Vec<Rule> {
     vec![
         rule(
             "program",
@@ -388,6 +395,15 @@ pub fn rules() -> Vec<Rule> {
                 t("}"),
             ]))),
         ),
+    ]
+}
+
+/// Expressions, lowest precedence first, down to primaries.
+fn expression_rules() -> Vec<Rule> {
+    let binary = |ops: Vec<G>, operand: &'static str| {
+        seq(vec![r(operand), many(seq(vec![alt(ops), r(operand)]))])
+    };
+    vec![
         rule("expr", seq(vec![r("or"), CONT, many(seq(vec![t("|>"), r("callee")]))])),
         rule(
             "callee",

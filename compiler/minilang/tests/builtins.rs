@@ -88,7 +88,7 @@ fn signatures_name_types_and_defaults() {
     let load = lookup("load_csv").next().unwrap();
     assert_eq!(
         load.signature(),
-        "load_csv(path: string, sep: string = \",\", header: bool = true, na_values: list[string] = pandas' markers) -> table"
+        "load_csv(path: string, sep: string = \",\", *, header: bool = true, na_values: list[string] = pandas' markers) -> table"
     );
     let agg = lookup("agg").next().unwrap();
     assert!(agg.signature().ends_with(", …) -> table"), "{}", agg.signature());

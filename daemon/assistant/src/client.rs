@@ -51,42 +51,48 @@ pub struct Reply {
 pub struct ChatClient {
     agent: ureq::Agent,
     url: String,
+    /// `url` without user info and query, for records and messages.
+    shown: String,
+    timeout: Duration,
     model: String,
     key: Option<String>,
     max_tokens: u32,
     temperature: f64,
+    seed: Option<u64>,
     retries: u32,
 }
 
 impl ChatClient {
     pub fn new(cfg: &AssistantConfig) -> Result<ChatClient, AskError> {
         let (endpoint, model) = cfg.target()?;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(cfg.timeout()))
-            .build()
-            .into();
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let url = format!("{endpoint}/chat/completions");
         Ok(ChatClient {
             agent,
-            url: format!("{endpoint}/chat/completions"),
+            shown: redact(&url),
+            url,
+            timeout: cfg.timeout(),
             model: model.to_string(),
             key: cfg.api_key()?,
             max_tokens: cfg.max_tokens,
             temperature: cfg.temperature,
+            seed: cfg.seed,
             retries: cfg.retries,
         })
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The endpoint's URL without the credentials it may carry.
+    pub fn shown_url(&self) -> &str {
+        &self.shown
     }
 
     pub fn model(&self) -> &str {
         &self.model
     }
 
-    /// Asks for the next message; `grammar` is sent as llama.cpp's `grammar` field.
-    /// `deadline` bounds the waits between retries.
+    /// Asks for the next message; `grammar` is sent as llama.cpp's `grammar` field. Each
+    /// request may take `timeout_s`, and no request or wait goes past `deadline`.
     pub fn complete(
         &self,
         messages: &[Message],
@@ -103,18 +109,21 @@ impl ChatClient {
         if let Some(g) = grammar {
             body["grammar"] = json!(g);
         }
+        if let Some(seed) = self.seed {
+            body["seed"] = json!(seed);
+        }
         let payload = serde_json::to_vec(&body).expect("a JSON value serialises");
         let start = Instant::now();
         let mut requests = 0;
         loop {
             requests += 1;
-            let (status, retry_after, bytes) = self.post(&payload)?;
+            let (status, retry_after, bytes) = self.post(&payload, deadline)?;
             if status == 429 || status >= 500 {
                 let wait = retry_after.unwrap_or(Duration::from_millis(500 * u64::from(requests)));
                 if requests > self.retries || Instant::now() + wait > deadline {
                     return Err(AskError::Endpoint(format!(
                         "{}: {status} {} after {requests} request(s)",
-                        self.url,
+                        self.shown,
                         excerpt(&bytes)
                     )));
                 }
@@ -123,10 +132,12 @@ impl ChatClient {
             }
             if status >= 400 {
                 let text = excerpt(&bytes);
-                if status == 400 && grammar.is_some() && text.to_lowercase().contains("grammar") {
+                // 400 from OpenAI-style servers, 422 from FastAPI-style ones.
+                let refused = matches!(status, 400 | 422) && grammar.is_some();
+                if refused && String::from_utf8_lossy(&bytes).to_lowercase().contains("grammar") {
                     return Err(AskError::GrammarRefused(format!("{status} {text}")));
                 }
-                return Err(AskError::Endpoint(format!("{}: {status} {text}", self.url)));
+                return Err(AskError::Endpoint(format!("{}: {status} {text}", self.shown)));
             }
             let mut reply = self.parse(&bytes)?;
             reply.latency = start.elapsed();
@@ -136,14 +147,36 @@ impl ChatClient {
         }
     }
 
-    fn post(&self, payload: &[u8]) -> Result<(u16, Option<Duration>, Vec<u8>), AskError> {
-        let mut req = self.agent.post(&self.url).header("Content-Type", "application/json");
+    fn post(
+        &self,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(u16, Option<Duration>, Vec<u8>), AskError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(AskError::OutOfTime);
+        }
+        // The ask's deadline cuts a request short when it comes before the request's own
+        // timeout: then running out is the ask's, not the endpoint's.
+        let by_deadline = left < self.timeout;
+        let mut req = self
+            .agent
+            .post(&self.url)
+            .config()
+            .timeout_global(Some(self.timeout.min(left)))
+            .build()
+            .header("Content-Type", "application/json");
         if let Some(k) = &self.key {
             req = req.header("Authorization", &format!("Bearer {k}"));
         }
         let mut resp = req.send(payload).map_err(|e| match e {
-            ureq::Error::Timeout(_) => AskError::Endpoint(format!("{}: timed out", self.url)),
-            other => AskError::Endpoint(format!("{}: {other}", self.url)),
+            ureq::Error::Timeout(_) if by_deadline => AskError::OutOfTime,
+            ureq::Error::Timeout(_) => AskError::Endpoint(format!(
+                "{}: timed out after {:.1} s (timeout_s)",
+                self.shown,
+                self.timeout.as_secs_f64()
+            )),
+            other => AskError::Endpoint(format!("{}: {}", self.shown, redact(&other.to_string()))),
         })?;
         let status = resp.status().as_u16();
         let retry_after = resp
@@ -153,12 +186,10 @@ impl ChatClient {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| Duration::from_secs_f64(s.min(600.0)));
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(16 << 20)
-            .read_to_vec()
-            .map_err(|e| AskError::Endpoint(format!("{}: reading the reply: {e}", self.url)))?;
+        let bytes =
+            resp.body_mut().with_config().limit(16 << 20).read_to_vec().map_err(|e| {
+                AskError::Endpoint(format!("{}: reading the reply: {e}", self.shown))
+            })?;
         Ok((status, retry_after, bytes))
     }
 
@@ -166,14 +197,14 @@ impl ChatClient {
         let text = std::str::from_utf8(bytes).map_err(|e| {
             AskError::Endpoint(format!(
                 "{}: the reply is not UTF-8 (invalid byte at {})",
-                self.url,
+                self.shown,
                 e.valid_up_to()
             ))
         })?;
         let v: Value = serde_json::from_str(text).map_err(|e| {
             AskError::Endpoint(format!(
                 "{}: the reply is not JSON ({e}): {}",
-                self.url,
+                self.shown,
                 excerpt(bytes)
             ))
         })?;
@@ -181,7 +212,7 @@ impl ChatClient {
         let Some(content) = choice["message"]["content"].as_str() else {
             return Err(AskError::Endpoint(format!(
                 "{}: the reply has no choices[0].message.content: {}",
-                self.url,
+                self.shown,
                 excerpt(bytes)
             )));
         };
@@ -197,6 +228,27 @@ impl ChatClient {
     }
 }
 
+/// A URL (or a message holding one) without user info and query, which can carry
+/// credentials: `https://user:key@host/v1?key=…` shows as `https://host/v1`.
+fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        out.push_str(&rest[..i + 3]);
+        rest = &rest[i + 3..];
+        let end = rest.find(|c: char| c.is_whitespace() || c == '"').unwrap_or(rest.len());
+        let (url, after) = rest.split_at(end);
+        let authority_end = url.find('/').unwrap_or(url.len());
+        let host = url[..authority_end].rsplit('@').next().unwrap_or("");
+        let path = url[authority_end..].split(['?', '#']).next().unwrap_or("");
+        out.push_str(host);
+        out.push_str(path);
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The start of a body, for messages: the server's `error.message` when it has one.
 fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
@@ -206,4 +258,23 @@ fn excerpt(bytes: &[u8]) -> String {
         return m.chars().take(300).collect();
     }
     text.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn credentials_in_urls_are_not_shown() {
+        assert_eq!(redact("https://user:sk-1@api.example/v1?key=sk-2#x"), "https://api.example/v1");
+        assert_eq!(
+            redact("http://127.0.0.1:8080/v1/chat/completions"),
+            "http://127.0.0.1:8080/v1/chat/completions"
+        );
+        assert_eq!(
+            redact("error sending to http://u:p@h:1/v1?k=s: refused"),
+            "error sending to http://h:1/v1 refused"
+        );
+        assert_eq!(redact("no url here"), "no url here");
+    }
 }

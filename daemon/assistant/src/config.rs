@@ -1,7 +1,7 @@
 //! `[assistant]`: which endpoint and model, where the API key comes from, and the limits of
-//! one ask. The same table is read from xpud's config and from `xpuctl ask --config`;
-//! flags and `XPU_ASK_*` variables override it. The key itself is never in the table (only
-//! the variable or file that holds it), never logged and never stored.
+//! one ask, read from the file given to `xpuctl ask --config`; flags and `XPU_ASK_*`
+//! variables override it. The key itself is never in the table (only the variable or file
+//! that holds it), never logged and never stored.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +21,19 @@ pub enum GrammarMode {
     Auto,
     Always,
     Never,
+}
+
+impl std::str::FromStr for GrammarMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<GrammarMode, String> {
+        match s {
+            "auto" => Ok(GrammarMode::Auto),
+            "always" => Ok(GrammarMode::Always),
+            "never" => Ok(GrammarMode::Never),
+            other => Err(format!("expected auto, always or never, found {other:?}")),
+        }
+    }
 }
 
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -49,6 +62,8 @@ pub struct AssistantConfig {
     pub retries: u32,
     pub grammar: GrammarMode,
     pub temperature: f64,
+    /// Sent as the request's `seed` (servers that take one sample reproducibly).
+    pub seed: Option<u64>,
     /// Rows of each data file the dry run reads.
     pub dry_run_rows: usize,
     /// Seconds one dry run may take.
@@ -71,6 +86,7 @@ impl Default for AssistantConfig {
             retries: 2,
             grammar: GrammarMode::Auto,
             temperature: 0.0,
+            seed: None,
             dry_run_rows: 200,
             dry_run_s: 30.0,
         }
@@ -96,7 +112,7 @@ pub const HOW_TO_CONFIGURE: &str = "no LLM endpoint is configured for `ask`. Giv
      xpuctl ask \"QUESTION\" --endpoint http://127.0.0.1:8080/v1 --model NAME\n\
      or set XPU_ASK_ENDPOINT and XPU_ASK_MODEL (and XPU_ASK_API_KEY_ENV=VAR naming the \
      variable that holds the key, if the endpoint needs one), or write an [assistant] table \
-     (endpoint, model, api_key_env …) in the file given to --config or in xpud's config. Any \
+     (endpoint, model, api_key_env …) in a file given to --config. Any \
      OpenAI-compatible chat-completions server works: llama.cpp's llama-server, vLLM, \
      Ollama, a hosted API (docs/ask.md)";
 
@@ -188,7 +204,7 @@ impl AssistantConfig {
         }
     }
 
-    /// The API key, read when a request is made; `None` when no source is configured.
+    /// The API key, read when the ask starts; `None` when no source is configured.
     pub(crate) fn api_key(&self) -> Result<Option<String>, AskError> {
         if let Some(var) = &self.api_key_env {
             return std::env::var(var).map(Some).map_err(|_| {

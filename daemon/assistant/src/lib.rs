@@ -4,8 +4,8 @@
 //! replies are constrained by MiniLang's GBNF grammar where the endpoint takes it, and each
 //! program is parsed, checked, lowered and dry-run on a sample of the data; whatever fails
 //! goes back to the model as the next message, within the configured attempts, tokens and
-//! time ([`session::ask`]). Running the program, storing asks and serving them are the
-//! callers' (xpuctl, xpud).
+//! time ([`session::ask`]). Lowering, dry-running and running the programs are the
+//! caller's (xpuctl's `ask` and REPL `:ask`, through a [`Judge`]).
 
 pub mod client;
 pub mod config;
@@ -30,4 +30,7 @@ pub enum AskError {
     /// The endpoint refused the `grammar` field.
     #[error("the endpoint refused the grammar: {0}")]
     GrammarRefused(String),
+    /// The ask's time budget ran out before or during a request.
+    #[error("the ask's time budget ran out")]
+    OutOfTime,
 }

@@ -37,7 +37,7 @@ Statements, one per line:
 Expressions: numbers, \"strings\", true/false/null, [lists], + - * / % ** @, == != < <= > >=,
 and or not, `if c { a } else { b }` (c known at compile time), `x |> f(y)` meaning f(x, y),
 t.column or t[\"column\"], t[0:5, 1] slices. Named arguments come after positional ones:
-f(x, axis=1). Inside filter(…) / with_column(…) / agg(…) bare names are the table's columns:
+f(x, axis=1); parameters after `*` in a signature are taken by name only. Inside filter(…) / with_column(…) / agg(…) bare names are the table's columns:
   load_csv(\"people.csv\") |> filter(age >= 18 and city == \"Oslo\")
 A comment starts with #. Keywords are followed by a space (`print x`, `not x`).";
 

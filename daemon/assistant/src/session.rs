@@ -3,7 +3,7 @@
 //! as the next message — until a program passes or a limit (attempts, tokens, time) ends
 //! the ask. Every attempt is kept, with what it cost and why it failed.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,19 @@ pub struct Finding {
     pub line: Option<usize>,
     pub col: Option<usize>,
     pub help: Option<String>,
+}
+
+impl Finding {
+    pub fn new(stage: Stage, code: &str, message: impl Into<String>) -> Finding {
+        Finding {
+            stage,
+            code: code.into(),
+            message: message.into(),
+            line: None,
+            col: None,
+            help: None,
+        }
+    }
 }
 
 /// What the judge found; `feedback` is the text the model gets when it is not clean.
@@ -93,17 +106,21 @@ pub enum Outcome {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Answer {
     pub question: String,
+    /// The endpoint, without credentials a URL may carry (user info, query).
     pub endpoint: String,
     pub model: String,
     pub prompt_digest: String,
     pub outcome: Outcome,
     pub program: Option<String>,
-    /// Why the ask ended without a program (endpoint errors, limits).
+    /// Why the ask ended without a program: the endpoint's failure or the limit reached.
     pub error: Option<String>,
+    /// What happened on the way that is not an error (an endpoint refused the grammar).
+    pub notes: Vec<String>,
     pub attempts: Vec<Attempt>,
     pub tokens: u64,
     pub elapsed_ms: u64,
-    /// Whether MiniLang's grammar constrained the replies (false when not sent or refused).
+    /// Whether MiniLang's grammar was sent with the last request (false when off or
+    /// refused; an endpoint that ignores the field silently cannot be told apart).
     pub grammar_used: bool,
 }
 
@@ -123,12 +140,13 @@ pub fn ask(cfg: &AssistantConfig, req: &Request, judge: &dyn Judge) -> Result<An
     let deadline = start + cfg.time_budget();
     let mut answer = Answer {
         question: req.question.to_string(),
-        endpoint: client.url().to_string(),
+        endpoint: client.shown_url().to_string(),
         model: client.model().to_string(),
         prompt_digest: digest(&system),
         outcome: Outcome::OutOfAttempts,
         program: None,
         error: None,
+        notes: Vec::new(),
         attempts: Vec::new(),
         tokens: 0,
         elapsed_ms: 0,
@@ -141,33 +159,20 @@ pub fn ask(cfg: &AssistantConfig, req: &Request, judge: &dyn Judge) -> Result<An
             answer.outcome = stop;
             break;
         }
-        let grammar = answer.grammar_used.then_some(gbnf.as_str());
-        let reply = match client.complete(&messages, grammar, deadline) {
-            Err(AskError::GrammarRefused(why)) if cfg.grammar == GrammarMode::Auto => {
-                // The endpoint does not take `grammar`: ask the same again without it.
-                answer.grammar_used = false;
-                answer.error =
-                    Some(format!("the endpoint refused the grammar ({why}); asked without it"));
-                client.complete(&messages, None, deadline)
-            }
-            other => other,
-        };
-        let reply = match reply {
+        let reply = match request(&client, cfg, &mut answer, &messages, &gbnf, deadline) {
             Ok(r) => r,
+            Err(AskError::OutOfTime) => {
+                answer.outcome = Outcome::OutOfTime;
+                break;
+            }
             Err(e) => {
                 answer.outcome = Outcome::EndpointFailed;
                 answer.error = Some(e.to_string());
                 break;
             }
         };
-        let attempt = judge_reply(
-            n,
-            messages.last().expect("a user message").content.clone(),
-            reply,
-            cfg,
-            judge,
-            deadline,
-        );
+        let asked = messages.last().expect("a user message").content.clone();
+        let attempt = judge_reply(n, asked, reply, cfg, judge, deadline);
         answer.tokens += attempt.prompt_tokens + attempt.completion_tokens;
         let accepted = attempt.verdict.ok();
         messages.push(Message::assistant(attempt.reply.clone()));
@@ -176,28 +181,72 @@ pub fn ask(cfg: &AssistantConfig, req: &Request, judge: &dyn Judge) -> Result<An
             answer.program = Some(attempt.program.clone());
             answer.outcome = Outcome::Accepted;
         }
+        let no_time = attempt.verdict.findings.iter().any(|f| f.code == "out_of_time");
         answer.attempts.push(attempt);
         if accepted {
             break;
         }
-        if Instant::now() >= deadline {
+        if no_time || Instant::now() >= deadline {
             answer.outcome = Outcome::OutOfTime;
             break;
         }
     }
-    if answer.outcome == Outcome::OutOfAttempts && answer.program.is_none() {
-        answer
-            .error
-            .get_or_insert_with(|| format!("no program passed in {} attempt(s)", cfg.max_attempts));
-    }
+    answer.error = answer.error.take().or_else(|| limit_reached(cfg, &answer));
     answer.elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(answer)
 }
 
-/// Whether another request would break a limit.
+/// The limit an ask without a program ended at, in words.
+fn limit_reached(cfg: &AssistantConfig, answer: &Answer) -> Option<String> {
+    match answer.outcome {
+        Outcome::Accepted | Outcome::EndpointFailed => None,
+        Outcome::OutOfAttempts => {
+            Some(format!("no program passed in {} attempt(s)", cfg.max_attempts))
+        }
+        Outcome::OutOfTokens => Some(format!(
+            "another attempt would pass token_budget ({} of {} tokens spent)",
+            answer.tokens, cfg.token_budget
+        )),
+        Outcome::OutOfTime => Some(format!("time_budget_s ({} s) ran out", cfg.time_budget_s)),
+    }
+}
+
+/// One reply, with the grammar while the endpoint takes it: under `auto`, a refusal is
+/// noted and the same is asked again without it.
+fn request(
+    client: &ChatClient,
+    cfg: &AssistantConfig,
+    answer: &mut Answer,
+    messages: &[Message],
+    gbnf: &str,
+    deadline: Instant,
+) -> Result<Reply, AskError> {
+    let grammar = answer.grammar_used.then_some(gbnf);
+    match client.complete(messages, grammar, deadline) {
+        Err(AskError::GrammarRefused(why)) if cfg.grammar == GrammarMode::Auto => {
+            answer.grammar_used = false;
+            answer
+                .notes
+                .push(format!("the endpoint refused the grammar ({why}); asked without it"));
+            let mut reply = client.complete(messages, None, deadline)?;
+            reply.requests += 1;
+            Ok(reply)
+        }
+        other => other,
+    }
+}
+
+/// Whether another request would break a limit. Each request sends the whole
+/// conversation again, so the next one costs about the last prompt, the last reply, the
+/// feedback (a token per 3 bytes) and a whole reply.
 fn out_of_budget(cfg: &AssistantConfig, answer: &Answer, deadline: Instant) -> Option<Outcome> {
-    if answer.tokens + u64::from(cfg.max_tokens) > cfg.token_budget && !answer.attempts.is_empty() {
-        return Some(Outcome::OutOfTokens);
+    if let Some(last) = answer.attempts.last() {
+        let feedback = (last.verdict.feedback.len() / 3) as u64;
+        let next =
+            last.prompt_tokens + last.completion_tokens + feedback + u64::from(cfg.max_tokens);
+        if answer.tokens + next > cfg.token_budget {
+            return Some(Outcome::OutOfTokens);
+        }
     }
     (Instant::now() >= deadline).then_some(Outcome::OutOfTime)
 }
@@ -210,26 +259,21 @@ fn judge_reply(
     judge: &dyn Judge,
     deadline: Instant,
 ) -> Attempt {
-    let program = extract_program(&reply.text);
+    let program = extract_program(&reply.text, reply.grammar_sent);
     let mut verdict = static_verdict(&program);
     if reply.finish_reason == "length" {
-        verdict.findings.insert(
-            0,
-            Finding {
-                stage: Stage::Parse,
-                code: "cut_off".into(),
-                message: format!("the reply was cut off at max_tokens ({})", cfg.max_tokens),
-                line: None,
-                col: None,
-                help: Some("write a shorter program".into()),
-            },
-        );
+        let message = format!("the reply was cut off at max_tokens ({})", cfg.max_tokens);
+        verdict.findings.insert(0, Finding::new(Stage::Parse, "cut_off", message));
         verdict.feedback = format!(
             "Your reply was cut off at {} tokens: write a shorter program.\n{}",
             cfg.max_tokens, verdict.feedback
         );
     }
-    if verdict.ok() {
+    if verdict.ok() && Instant::now() >= deadline {
+        // The program is not to blame: no time is left to judge it.
+        let message = "the ask's time ran out before the dry run";
+        verdict.findings.push(Finding::new(Stage::DryRun, "out_of_time", message));
+    } else if verdict.ok() {
         verdict = judge.judge(&program, deadline);
     }
     Attempt {
@@ -251,14 +295,7 @@ fn judge_reply(
 pub fn static_verdict(program: &str) -> Verdict {
     if program.trim().is_empty() {
         return Verdict {
-            findings: vec![Finding {
-                stage: Stage::Parse,
-                code: "empty".into(),
-                message: "the reply holds no program".into(),
-                line: None,
-                col: None,
-                help: None,
-            }],
+            findings: vec![Finding::new(Stage::Parse, "empty", "the reply holds no program")],
             feedback: "Your reply held no program. Answer with a MiniLang program only.".into(),
             dry_run: None,
         };
@@ -276,11 +313,16 @@ pub fn static_verdict(program: &str) -> Verdict {
     }
 }
 
-/// A MiniLang diagnostic as a finding (syntax codes are below E0100).
+/// The stage a MiniLang diagnostic code belongs to: syntax codes are below E0100.
+pub fn stage_of(code: &str) -> Stage {
+    if code < "E0100" { Stage::Parse } else { Stage::Check }
+}
+
+/// A MiniLang diagnostic as a finding.
 pub fn finding(program: &str, d: &xpu_minilang::Diagnostic) -> Finding {
     let (line, col) = d.line_col(program);
     Finding {
-        stage: if d.code < "E0100" { Stage::Parse } else { Stage::Check },
+        stage: stage_of(d.code),
         code: d.code.to_string(),
         message: d.message.clone(),
         line: Some(line),
@@ -300,21 +342,45 @@ fn feedback_message(v: &Verdict) -> String {
     )
 }
 
-/// The program in a reply: the first fenced block when there is one (endpoints that do not
-/// take the grammar often add prose), else the whole reply.
-pub fn extract_program(reply: &str) -> String {
-    if let Some(start) = reply.find("```") {
-        let after = &reply[start + 3..];
-        // Skip the fence's language tag line.
-        let body = after.split_once('\n').map_or("", |(_, rest)| rest);
-        let end = body.find("```").unwrap_or(body.len());
-        return body[..end].trim_end().to_string() + "\n";
+/// The program in a reply. Under the grammar the reply is the program. Otherwise the
+/// first fenced block when there is one (endpoints without the grammar often add prose
+/// around it; fences open and close at the start of a line), else the whole reply.
+pub fn extract_program(reply: &str, grammar_sent: bool) -> String {
+    if !grammar_sent && let Some(body) = fenced(reply) {
+        return body.trim_end().to_string() + "\n";
     }
     let trimmed = reply.trim();
     if trimmed.is_empty() { String::new() } else { format!("{trimmed}\n") }
 }
 
-/// Milliseconds in a duration, for records.
-pub fn millis(d: Duration) -> u64 {
-    d.as_millis() as u64
+/// The body of the first ``` block whose fences start lines.
+fn fenced(text: &str) -> Option<&str> {
+    let at_line_start = |t: &str, i: usize| i == 0 || t[..i].ends_with('\n');
+    let open = text.match_indices("```").find(|(i, _)| at_line_start(text, *i))?.0;
+    // Past the fence's language tag line.
+    let start = open + 3 + text[open + 3..].find('\n')? + 1;
+    let body = &text[start..];
+    let close = body
+        .match_indices("```")
+        .find(|(i, _)| at_line_start(body, *i))
+        .map_or(body.len(), |m| m.0);
+    Some(&body[..close])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::extract_program;
+
+    #[test]
+    fn programs_come_out_of_replies() {
+        let prose = "Sure:\n```minilang\nprint 1\n```\nDone.";
+        assert_eq!(extract_program(prose, false), "print 1\n");
+        // Under the grammar the reply is the program, fences or not.
+        let s = "print \"a ``` b\"";
+        assert_eq!(extract_program(s, true), "print \"a ``` b\"\n");
+        // A fence inside a line is not a fence.
+        assert_eq!(extract_program(s, false), "print \"a ``` b\"\n");
+        assert_eq!(extract_program("  \n ", false), "");
+        assert_eq!(extract_program("```\nprint 2", false), "print 2\n");
+    }
 }

@@ -57,6 +57,29 @@ pub(super) fn edge_ws(g: &G, first: bool) -> bool {
     }
 }
 
+/// The elements of a sequence, each with the whitespace lexeme that goes before it: none
+/// first, none next to a whitespace lexeme, else what the `Space` marker before it says
+/// (optional by default). The writer and the sampler both lay sequences out by this.
+pub(super) fn spaced(v: &[G], mode: Mode) -> Vec<(&G, Option<Lex>)> {
+    let mut out = Vec::new();
+    let mut prev: Option<&G> = None;
+    let mut pending = Space::Opt;
+    for e in v {
+        if let G::Space(s) = e {
+            debug_assert!(prev.is_some(), "a space marker stands between two elements");
+            pending = *s;
+            continue;
+        }
+        let ws = prev
+            .is_some_and(|p| !edge_ws(p, false) && !edge_ws(e, true))
+            .then(|| space_lex(pending, mode));
+        out.push((e, ws));
+        pending = Space::Opt;
+        prev = Some(e);
+    }
+    out
+}
+
 struct Writer {
     dialect: Dialect,
     /// (rule, mode) pairs referenced and not yet written.
@@ -119,20 +142,8 @@ impl Writer {
 
     fn seq(&mut self, v: &[G], mode: Mode) -> String {
         let mut out: Vec<String> = Vec::new();
-        let mut prev: Option<&G> = None;
-        let mut pending = Space::Opt;
-        for e in v {
-            if let G::Space(s) = e {
-                debug_assert!(prev.is_some(), "a space marker stands between two elements");
-                pending = *s;
-                continue;
-            }
-            let ws = match prev {
-                Some(p) if !edge_ws(p, false) && !edge_ws(e, true) => {
-                    Some(self.lexeme(space_lex(pending, mode)))
-                }
-                _ => None,
-            };
+        for (e, ws) in spaced(v, mode) {
+            let ws = ws.map(|l| self.lexeme(l));
             // A repeated or optional group takes its leading whitespace inside, so every
             // repetition has it and an absent group leaves none behind.
             let item = match (e, ws) {
@@ -142,8 +153,6 @@ impl Writer {
                 (_, None) => self.expr(e, mode),
             };
             out.push(item);
-            pending = Space::Opt;
-            prev = Some(e);
         }
         out.join(" ")
     }

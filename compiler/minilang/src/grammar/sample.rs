@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::emit::{Mode, edge_ws, space_lex};
-use super::{G, Rule, Rx, Space, rules};
+use super::emit::{Mode, space_lex, spaced};
+use super::{G, Rule, Rx, rules};
 
 /// A small deterministic generator (xorshift64*): the same seed, the same program.
 struct Rng(u64);
@@ -130,25 +130,17 @@ impl Sampler {
 
     /// As the writer does: whitespace between elements, inside a group that follows one.
     fn seq(&mut self, v: &[G], mode: Mode, depth: u32) {
-        let mut prev: Option<&G> = None;
-        let mut pending = Space::Opt;
-        for e in v {
-            if let G::Space(s) = e {
-                debug_assert!(prev.is_some(), "a space marker stands between two elements");
-                pending = *s;
-                continue;
-            }
-            let ws = prev.is_some_and(|p| !edge_ws(p, false) && !edge_ws(e, true));
-            let ws = ws.then(|| space_lex(pending, mode).rx());
+        for (e, ws) in spaced(v, mode) {
+            let ws = ws.map(|l| l.rx());
             match (e, ws) {
-                (G::Opt(inner), Some(ws)) if self.grow(depth) => {
-                    self.rx(&ws);
-                    self.expr(inner, mode, depth);
+                (G::Opt(inner), Some(ws)) => {
+                    if self.grow(depth) {
+                        self.rx(&ws);
+                        self.expr(inner, mode, depth);
+                    }
                 }
-                (G::Opt(_), Some(_)) => {}
                 (G::Star(inner), Some(ws)) => {
-                    let n = self.repeats(depth);
-                    for _ in 0..n {
+                    for _ in 0..self.repeats(depth) {
                         self.rx(&ws);
                         self.expr(inner, mode, depth);
                     }
@@ -160,8 +152,6 @@ impl Sampler {
                     self.expr(e, mode, depth);
                 }
             }
-            pending = Space::Opt;
-            prev = Some(e);
         }
     }
 

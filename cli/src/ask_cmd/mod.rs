@@ -1,0 +1,327 @@
+//! `xpuctl ask "QUESTION" --data FILE …`: the assistant loop run locally, and `:ask` in the
+//! REPL. The data files' schemas come from the table engine's own reader; each program the
+//! model writes is checked and dry-run on a sample of the data ([`judge`]). With `--run`
+//! the accepted program runs on the real data — unless it writes files, which takes
+//! `--allow-writes` (the dry run wrote only into its scratch directory).
+
+mod judge;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use xpu_assistant::{AskError, AssistantConfig, DataFile, GrammarMode, Outcome};
+
+use crate::{Format, Reported, UsageError};
+use judge::DryRun;
+
+/// What `xpuctl ask` was given.
+#[derive(clap::Args)]
+pub struct AskArgs {
+    pub question: String,
+    /// A data file the question is about (CSV, XLSX, Parquet; inside the working
+    /// directory): its columns and first rows go into the prompt.
+    #[arg(long = "data", short = 'd')]
+    pub data: Vec<PathBuf>,
+    /// The policy the dry run and `--run` use.
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Run the accepted program on the full data.
+    #[arg(long)]
+    pub run: bool,
+    /// With --run, let the program write files (write_csv, write_parquet, write_npy, plot)
+    /// into the working directory.
+    #[arg(long, requires = "run")]
+    pub allow_writes: bool,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// A TOML file with an [assistant] table.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The chat-completions API base, e.g. http://127.0.0.1:8080/v1 ($XPU_ASK_ENDPOINT).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// The model name ($XPU_ASK_MODEL).
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Send MiniLang's grammar: auto (unless the endpoint refuses it), always, never.
+    #[arg(long)]
+    pub grammar: Option<GrammarMode>,
+    /// Also write the whole answer (every attempt) as JSON to this file.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+}
+
+/// The configuration: `--config`'s `[assistant]`, then `XPU_ASK_*`, then flags. Every
+/// problem with it is a usage error (exit 2).
+fn config(args: &AskArgs) -> Result<AssistantConfig> {
+    let usage = |e: AskError| anyhow!(UsageError(e.to_string()));
+    let mut cfg = match &args.config {
+        Some(p) => AssistantConfig::from_toml_file(p).map_err(usage)?,
+        None => AssistantConfig::default(),
+    }
+    .with_env();
+    if let Some(e) = &args.endpoint {
+        cfg.endpoint = Some(e.clone());
+    }
+    if let Some(m) = &args.model {
+        cfg.model = Some(m.clone());
+    }
+    if let Some(n) = args.max_attempts {
+        cfg.max_attempts = n;
+    }
+    if let Some(g) = args.grammar {
+        cfg.grammar = g;
+    }
+    cfg.validate().map_err(|e| anyhow!(UsageError(e)))?;
+    cfg.target().map_err(usage)?;
+    Ok(cfg)
+}
+
+fn judge_for(
+    cfg: &AssistantConfig,
+    cwd: PathBuf,
+    data: Vec<PathBuf>,
+    policy: Option<String>,
+) -> Result<DryRun> {
+    Ok(DryRun {
+        exe: std::env::current_exe().context("finding xpuctl itself")?,
+        cwd,
+        data,
+        policy,
+        rows: cfg.dry_run_rows,
+        limit: Duration::from_secs_f64(cfg.dry_run_s),
+    })
+}
+
+pub fn ask(args: AskArgs) -> Result<()> {
+    let cfg = config(&args)?;
+    let cwd = std::env::current_dir().context("the working directory")?;
+    let data = args.data.iter().map(|p| data_path(&cwd, p)).collect::<Result<Vec<_>>>()?;
+    let files =
+        data.iter().map(|p| describe(&cwd, p, cfg.send_rows)).collect::<Result<Vec<_>>>()?;
+    let judge = judge_for(&cfg, cwd, data, args.policy.clone())?;
+    let request = xpu_assistant::Request { question: &args.question, data: &files, examples: &[] };
+    let answer = xpu_assistant::ask(&cfg, &request, &judge).map_err(|e| match e {
+        AskError::NotConfigured(_) | AskError::Config(_) => anyhow!(UsageError(e.to_string())),
+        other => anyhow!(other),
+    })?;
+    let run = match (&answer.program, args.run) {
+        (Some(program), true) => Some(run_answer(&judge, program, args.format, args.allow_writes)?),
+        _ => None,
+    };
+    let mut record = serde_json::to_value(&answer)?;
+    if let Some(r) = &run {
+        record["run"] = r.clone();
+    }
+    if let Some(path) = &args.save {
+        std::fs::write(path, serde_json::to_vec_pretty(&record)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&record)?),
+        Format::Text => report::print_answer(&answer, run.as_ref()),
+    }
+    let ran = run.as_ref().is_none_or(|r| r["exit_code"] == 0);
+    if answer.outcome == Outcome::Accepted && ran { Ok(()) } else { Err(Reported.into()) }
+}
+
+/// A `--data` path as the program must name it: inside the working directory (the data
+/// root), relative to it, without `..` — so the dry run's sample lands inside its scratch
+/// directory and the model is told the path that resolves there.
+fn data_path(cwd: &Path, path: &Path) -> Result<PathBuf> {
+    let text = path.to_str().ok_or_else(|| anyhow!("{}: not UTF-8", path.display()))?;
+    let roots = xpu_minilang::paths::DataRoots::new([cwd.to_path_buf()]);
+    let resolved =
+        roots.resolve_read(text).map_err(|m| anyhow!(UsageError(format!("--data {text}: {m}"))))?;
+    let root = cwd.canonicalize().context("the working directory")?;
+    let rel = resolved.strip_prefix(&root).map_err(|_| {
+        anyhow!(UsageError(format!("--data {text}: not inside {}", root.display())))
+    })?;
+    anyhow::ensure!(resolved.is_file(), UsageError(format!("--data {text}: not a file")));
+    Ok(rel.to_path_buf())
+}
+
+/// The table reader for a file, by extension.
+fn table_op(path: &Path) -> Option<xpu_ir::Op> {
+    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+        "csv" => Some(xpu_ir::Op::ReadCsv),
+        "xlsx" => Some(xpu_ir::Op::ReadXlsx),
+        "parquet" => Some(xpu_ir::Op::ReadParquet),
+        _ => None,
+    }
+}
+
+fn is_csv(path: &Path) -> bool {
+    table_op(path) == Some(xpu_ir::Op::ReadCsv)
+}
+
+/// A data file as the model sees it: its path, the table engine's schema, and the first
+/// `rows` rows of a CSV file. `rel` is relative to `cwd` (`data_path`).
+fn describe(cwd: &Path, rel: &Path, rows: usize) -> Result<DataFile> {
+    let path = rel.to_string_lossy().into_owned();
+    let Some(op) = table_op(rel) else {
+        return Ok(DataFile { path, kind: "file".into(), columns: vec![], rows: vec![] });
+    };
+    let abs = cwd.join(rel).to_string_lossy().into_owned();
+    let attrs = xpu_ir::Attrs::new().with("path", xpu_ir::Attr::Str(abs));
+    let engine = xpu_engine_table::TableEngine::new(vec![cwd.to_path_buf()]);
+    let columns = engine
+        .source_schema(op, &attrs)
+        .map_err(|m| anyhow!("--data {path}: {m}"))?
+        .into_iter()
+        .map(|(n, d)| (n, d.name().to_string()))
+        .collect();
+    let rows = if is_csv(rel) { first_rows(&cwd.join(rel), rows)? } else { vec![] };
+    Ok(DataFile { path, kind: "table".into(), columns, rows })
+}
+
+fn first_rows(path: &Path, n: usize) -> Result<Vec<Vec<String>>> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_path(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for record in reader.records().take(n) {
+        let record = record.with_context(|| format!("reading {}", path.display()))?;
+        out.push(record.iter().map(|c| c.chars().take(80).collect()).collect());
+    }
+    Ok(out)
+}
+
+/// The builtins that write files, called in `program` (a call by name, or piped into).
+fn writes_files(program: &str) -> Vec<String> {
+    use xpu_minilang::lexer::{Tok, lex};
+    let toks = lex(program);
+    let mut out: Vec<String> = Vec::new();
+    for w in toks.windows(2) {
+        if let (Tok::Ident(name), Tok::LParen | Tok::Newline | Tok::Eof | Tok::RParen) =
+            (&w[0].0, &w[1].0)
+            && ["write_csv", "write_parquet", "write_npy", "plot"].contains(&name.as_str())
+            && !out.contains(name)
+        {
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
+/// Runs the accepted program on the real data: its outputs go to the terminal (text) or
+/// into the answer (`run`: exit code, stdout, stderr). A program that writes files runs
+/// only with `--allow-writes`.
+fn run_answer(
+    judge: &DryRun,
+    program: &str,
+    format: Format,
+    allow_writes: bool,
+) -> Result<serde_json::Value> {
+    let writes = writes_files(program);
+    if !writes.is_empty() && !allow_writes {
+        let why = format!(
+            "the program writes files ({}); --allow-writes lets it write into {}",
+            writes.join(", "),
+            judge.cwd.display()
+        );
+        return Ok(serde_json::json!({ "exit_code": null, "refused": why }));
+    }
+    let dir = tempfile::tempdir()?;
+    let prog = dir.path().join("answer.ml");
+    std::fs::write(&prog, program)?;
+    let mut cmd = Command::new(&judge.exe);
+    cmd.current_dir(&judge.cwd).arg("run").arg(&prog);
+    if let Some(p) = &judge.policy {
+        cmd.arg("--policy").arg(p);
+    }
+    if format == Format::Json {
+        cmd.args(["--format", "json"]);
+    }
+    let out = cmd.stdin(Stdio::null()).output().context("running the answer")?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let parsed: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or(serde_json::Value::String(stdout));
+    Ok(serde_json::json!({
+        "exit_code": out.status.code(),
+        "stdout": parsed,
+        "stderr": String::from_utf8_lossy(&out.stderr),
+    }))
+}
+
+/// `:ask QUESTION` in the REPL: the table files the session's program names (inside the
+/// working directory) go into the prompt; the endpoint comes from `XPU_ASK_*`. Writes the
+/// attempts to `out` and answers the accepted program, which the REPL then runs as input.
+pub fn ask_in_repl(
+    question: &str,
+    session: &str,
+    out: &mut impl std::io::Write,
+) -> Result<Option<String>> {
+    let cfg = AssistantConfig::default().with_env();
+    if let Err(e) = cfg.target() {
+        writeln!(out, "{e}")?;
+        return Ok(None);
+    }
+    let cwd = std::env::current_dir().context("the working directory")?;
+    let data: Vec<PathBuf> =
+        files_named(session).iter().filter_map(|p| data_path(&cwd, p).ok()).collect();
+    let files =
+        data.iter().map(|p| describe(&cwd, p, cfg.send_rows)).collect::<Result<Vec<_>>>()?;
+    let judge = judge_for(&cfg, cwd, data, None)?;
+    let request = xpu_assistant::Request { question, data: &files, examples: &[] };
+    let answer = xpu_assistant::ask(&cfg, &request, &judge)?;
+    for line in report::attempt_lines(&answer) {
+        writeln!(out, "{line}")?;
+    }
+    if answer.program.is_none() {
+        writeln!(out, "no program: {}", answer.error.as_deref().unwrap_or(""))?;
+    }
+    Ok(answer.program)
+}
+
+/// The string literals of a program that name table files, in order, each once.
+fn files_named(src: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (tok, _) in xpu_minilang::lexer::lex(src) {
+        let xpu_minilang::lexer::Tok::Str(raw) = tok else { continue };
+        let p = PathBuf::from(raw.trim_matches('"'));
+        if table_op(&p).is_some() && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `xpuctl minilang grammar|reference`.
+pub fn minilang(cmd: MinilangCommand) -> Result<()> {
+    match cmd {
+        MinilangCommand::Grammar { format } => {
+            let dialect = match format {
+                GrammarFormat::Gbnf => xpu_minilang::grammar::Dialect::Gbnf,
+                GrammarFormat::Lark => xpu_minilang::grammar::Dialect::Lark,
+            };
+            print!("{}", xpu_minilang::grammar::write(dialect));
+        }
+        MinilangCommand::Reference => println!("{}", xpu_assistant::prompt::language_reference()),
+    }
+    Ok(())
+}
+
+#[derive(clap::Subcommand)]
+pub enum MinilangCommand {
+    /// MiniLang's grammar for constrained decoding: GBNF (llama.cpp's `grammar`) or Lark
+    /// (Outlines, llguidance, Python's lark; start rule `program`).
+    Grammar {
+        #[arg(long, value_enum, default_value_t = GrammarFormat::Gbnf)]
+        format: GrammarFormat,
+    },
+    /// The language reference `ask` gives a model, rendered from the builtin table.
+    Reference,
+}
+
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+pub enum GrammarFormat {
+    Gbnf,
+    Lark,
+}
