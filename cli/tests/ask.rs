@@ -541,3 +541,19 @@ fn run_writes_files_only_when_allowed() {
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(std::fs::read_to_string(dir.path().join("people.csv")).unwrap().lines().count(), 2);
 }
+
+#[test]
+fn a_workbook_is_described_with_its_sheets() {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    std::fs::copy(examples.join("sales.xlsx"), dir.path().join("sales.xlsx")).unwrap();
+    let server =
+        StandIn::start(vec![reply("print load_xlsx(\"sales.xlsx\", sheet=\"*\") |> head(n=2)")]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--data", "sales.xlsx"]);
+    assert_eq!(code, 0, "{v:#}");
+    let system = server.requests()[0].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(
+        system.contains("\"sales.xlsx\" (table; sheets \"Q1\", \"Q2\", \"Q3\", \"Q4\", load_xlsx reads the first"),
+        "{system}"
+    );
+}

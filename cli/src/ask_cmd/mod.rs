@@ -165,10 +165,11 @@ fn is_csv(path: &Path) -> bool {
 fn describe(cwd: &Path, rel: &Path, rows: usize) -> Result<DataFile> {
     let path = rel.to_string_lossy().into_owned();
     let Some(op) = table_op(rel) else {
-        return Ok(DataFile { path, kind: "file".into(), columns: vec![], rows: vec![] });
+        let kind = "file".into();
+        return Ok(DataFile { path, kind, columns: vec![], rows: vec![], sheets: vec![] });
     };
     let abs = cwd.join(rel).to_string_lossy().into_owned();
-    let attrs = xpu_ir::Attrs::new().with("path", xpu_ir::Attr::Str(abs));
+    let attrs = xpu_ir::Attrs::new().with("path", xpu_ir::Attr::Str(abs.clone()));
     let engine = xpu_engine_table::TableEngine::new(vec![cwd.to_path_buf()]);
     let columns = engine
         .source_schema(op, &attrs)
@@ -177,7 +178,13 @@ fn describe(cwd: &Path, rel: &Path, rows: usize) -> Result<DataFile> {
         .map(|(n, d)| (n, d.name().to_string()))
         .collect();
     let rows = if is_csv(rel) { first_rows(&cwd.join(rel), rows)? } else { vec![] };
-    Ok(DataFile { path, kind: "table".into(), columns, rows })
+    let sheets = match op {
+        xpu_ir::Op::ReadXlsx => {
+            engine.workbook_sheets(&abs).map_err(|m| anyhow!("--data {path}: {m}"))?
+        }
+        _ => vec![],
+    };
+    Ok(DataFile { path, kind: "table".into(), columns, rows, sheets })
 }
 
 fn first_rows(path: &Path, n: usize) -> Result<Vec<Vec<String>>> {

@@ -17,6 +17,9 @@ pub struct DataFile {
     pub columns: Vec<(String, String)>,
     /// The first rows as text (at most `send_rows`).
     pub rows: Vec<Vec<String>>,
+    /// An Excel workbook's sheets, in order (the columns are the first sheet's).
+    #[serde(default)]
+    pub sheets: Vec<String>,
 }
 
 /// A question and its accepted program, shown to the model as an example.
@@ -67,7 +70,21 @@ fn describe_data(files: &[DataFile]) -> String {
             continue;
         }
         let cols: Vec<String> = f.columns.iter().map(|(n, t)| format!("{n}: {t}")).collect();
-        out.push_str(&format!("\n- {} ({}) columns: {}", quote(&f.path), f.kind, cols.join(", ")));
+        let sheets = if f.sheets.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = f.sheets.iter().map(|s| quote(s)).collect();
+            format!(
+                "; sheets {}, load_xlsx reads the first unless sheet= names one",
+                names.join(", ")
+            )
+        };
+        out.push_str(&format!(
+            "\n- {} ({}{sheets}) columns: {}",
+            quote(&f.path),
+            f.kind,
+            cols.join(", ")
+        ));
         if !f.rows.is_empty() {
             out.push_str("\n  first rows:");
             for row in &f.rows {

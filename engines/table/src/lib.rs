@@ -148,6 +148,11 @@ impl TableEngine {
         Ok(c)
     }
 
+    /// The sheets of an Excel workbook inside the roots, in order.
+    pub fn workbook_sheets(&self, path: &str) -> Result<Vec<String>, String> {
+        xlsx::sheet_names(path, &self.roots)
+    }
+
     /// The columns (name, dtype) a read node (`read_csv`, `read_xlsx`, `read_parquet`) will
     /// produce, found by the same reader that runs it. Used by MiniLang at compile time.
     /// Answers are remembered for the engine's life (one compile, one REPL session), keyed

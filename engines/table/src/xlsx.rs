@@ -39,6 +39,14 @@ pub fn read(attrs: &Attrs, roots: &[PathBuf]) -> Result<Table, String> {
     Ok(stack(parts))
 }
 
+/// The sheets of a workbook, in order.
+pub fn sheet_names(path: &str, roots: &[PathBuf]) -> Result<Vec<String>, String> {
+    let path = crate::confined(path, "workbook", roots)?;
+    let book = open_workbook_auto(&path)
+        .map_err(|e| format!("{}: not a readable workbook: {e}", path.display()))?;
+    Ok(book.sheet_names())
+}
+
 /// The column names and types [`read`] will produce.
 pub fn schema(attrs: &Attrs, roots: &[PathBuf]) -> Result<Vec<(String, DType)>, String> {
     let t = read(attrs, roots)?;
