@@ -110,6 +110,7 @@ test: setup lint target-owner
 	$(XPUCTL) policy check policies/examples
 	$(XPUCTL) policy test policies/examples
 	$(MAKE) --no-print-directory python-test
+	$(PY) tools/ask_eval.py --xpuctl $(XPUCTL) --self-check
 	fuzz/run.sh $(FUZZ_CI_SECONDS)
 	mkdir -p .cache
 	$(PY) tools/soak/soak.py --minutes 0.5 --warmup 10 --kill-every 10 --hup-every 5 \

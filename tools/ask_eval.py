@@ -27,10 +27,10 @@ What it does:
      reference's by value (below).
 
 Equal by value. `xpuctl run --format json` lists the run's outputs, one per `print` of a
-tensor or a table, in program order: a tensor as a .npy file, a table as a CSV file (header
-row, missing cells empty). Prints of compile-time values (strings, numbers, lists such as
-`columns(t)`) are not in that list, so they are not compared; a program whose only prints
-are compile-time values has nothing to compare (the references all print tensors or tables).
+tensor or a table: a tensor as a .npy file, a table as a CSV file (header row, missing cells
+empty); its `prints` give every print in program order, an output by name or the text of a
+value computed at compile time (a number, a string, a list such as `columns(t)`), which is
+compared as its JSON value (or as text).
 Two runs are equal when:
   * they have the same number of outputs, and the outputs pair up in order; except that
     when every output on both sides is a scalar or a vector (below: a 1x1 or one-row or
@@ -249,6 +249,21 @@ def load_run(run_json, base: str) -> list[dict]:
     """The outputs of a `xpuctl run --format json`, in print order."""
     if not isinstance(run_json, dict) or not isinstance(run_json.get("outputs"), list):
         raise ValueError("the run printed no JSON with `outputs`")
+    if isinstance(run_json.get("prints"), list):
+        # Print order as the run reports it: outputs by name, and the text of values
+        # computed at compile time (numbers, strings, lists), read as JSON where it is.
+        by_name = {o.get("name"): o for o in run_json["outputs"]}
+        items = []
+        for p in run_json["prints"]:
+            if "output" in p and p["output"] in by_name:
+                items.append(load_output(by_name[p["output"]], base))
+            elif "text" in p:
+                try:
+                    value = json.loads(p["text"])
+                except ValueError:
+                    value = p["text"]
+                items.append(load_output({"name": None, "value": value}, base))
+        return items
     outs = list(run_json["outputs"])
     def key(o):
         m = re.fullmatch(r"print_(\d+)", str(o.get("name", "")))

@@ -1013,6 +1013,20 @@ fn run(
                 .map(|t| serde_json::json!({"node": t.node.0, "op": plan.graph.node(t.node).op.name(), "engine": t.engine, "kernel": t.kernel, "nanos": t.nanos}))
                 .collect();
             let mut doc = serde_json::json!({"program": program, "engine": engines, "policy": policy_name, "outputs": outputs, "wall_ms": wall.as_secs_f64() * 1e3, "timings": timings});
+            // MiniLang: what each `print` shows, in order — an output by name, or the text
+            // of a value computed at compile time (which has no output).
+            if let Some(prints) = &prints {
+                let items: Vec<_> = prints
+                    .iter()
+                    .map(|item| match item {
+                        xpu_minilang::lower::PrintItem::Text(t) => serde_json::json!({"text": t}),
+                        xpu_minilang::lower::PrintItem::Output(name) => {
+                            serde_json::json!({"output": name})
+                        }
+                    })
+                    .collect();
+                doc["prints"] = serde_json::json!(items);
+            }
             if explain {
                 doc["explanation"] = serde_json::to_value(&explanation)?;
             }

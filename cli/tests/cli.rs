@@ -48,6 +48,25 @@ fn runs_the_example_and_writes_npy_outputs() {
     assert_eq!(v["timings"].as_array().unwrap().len(), 10);
 }
 
+/// A MiniLang run's JSON lists every print in order: outputs by name, and the text of
+/// values computed at compile time, which have no output.
+#[test]
+fn minilang_prints_are_listed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("p.ml");
+    std::fs::write(&prog, "print \"hello\"\nprint arange(3)\nprint len([1, 2])\n").unwrap();
+    let out = dir.path().join("out").display().to_string();
+    let (code, stdout, stderr) =
+        xpuctl(&["run", &prog.display().to_string(), "--out", &out, "--format", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        v["prints"],
+        serde_json::json!([{"text": "hello"}, {"output": "print_1"}, {"text": "2"}])
+    );
+    assert_eq!(v["outputs"][0]["name"], "print_1");
+}
+
 /// `--explain` shows the plan's memory (peak live, arena) beside what the cpu engine
 /// measured running it (memory facts), and the measured peak stays within the arena.
 #[test]

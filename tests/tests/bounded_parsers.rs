@@ -230,3 +230,40 @@ fn policy_and_inventory_toml() {
         });
     }
 }
+
+#[test]
+fn assistant_config_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "nested arrays",
+            format!("[assistant]\nmodel = {}1{}\n", "[".repeat(DEEP), "]".repeat(DEEP)),
+            "",
+        ),
+        (
+            "nested tables",
+            format!("[assistant]\nmodel = {}1{}\n", "{a = ".repeat(DEEP), "}".repeat(DEEP)),
+            "",
+        ),
+        ("long key", format!("[assistant]\n{} = 1\n", "k".repeat(LONG)), "unknown field"),
+        ("garbage", (0..LONG).map(|i| ["[", "=", "\"", "assistant", "\n"][i % 5]).collect(), ""),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.path().join(format!("{}.toml", name.replace(' ', "_")));
+        std::fs::write(&path, text).unwrap();
+        expect_err(&format!("assistant config {name}"), want, move || {
+            xpu_assistant::AssistantConfig::from_toml_file(&path)
+                .map(|c| format!("{c:?}"))
+                .map_err(|e| e.to_string())
+        });
+    }
+    // A 4 MB model name is valid: it loads, linearly.
+    let path = dir.path().join("long.toml");
+    std::fs::write(&path, format!("[assistant]\nmodel = \"{}\"\n", "m".repeat(LONG))).unwrap();
+    let loaded = check("assistant config long value", move || {
+        xpu_assistant::AssistantConfig::from_toml_file(&path)
+            .map(|c| c.model.unwrap_or_default().len().to_string())
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(loaded, Ok(LONG.to_string()));
+}
