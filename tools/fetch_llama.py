@@ -6,7 +6,8 @@ binaries on the package registries, so its source comes from the `llama-cpp-pyth
 PyPI (pinned, sha256-checked), which vendors a llama.cpp tree; two targets are built from it
 with Debian's cmake: `llama-server` and `test-gbnf-validator` (llama.cpp's own grammar parser
 and matcher, which the grammar tests run MiniLang programs through). CPU only, no network
-features, portable code (GGML_NATIVE off), static libraries: about 8 CPU-minutes.
+features, portable code (GGML_NATIVE off), static libraries, -O1: about 4.5 CPU-minutes
+(2.5 minutes on two idle cores).
 
 The binaries land in DEST/bin; a stamp records the source they were built from, so a second
 run does nothing. The build directory is removed afterwards (it is ~300 MB).
@@ -29,6 +30,7 @@ URL = (
 )
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 TARGETS = ["llama-server", "test-gbnf-validator"]
+OPT = "-O1 -DNDEBUG"
 
 
 def download(dest):
@@ -44,6 +46,10 @@ def download(dest):
 def build(src, build_dir, jobs):
     flags = [
         "-DCMAKE_BUILD_TYPE=Release",
+        # -O1: a third less compile time than -O3 (4.4 against 7.1 CPU-minutes here); the
+        # tests' tiny model answers an ask in 2.9 s instead of 2.1.
+        f"-DCMAKE_C_FLAGS_RELEASE={OPT}",
+        f"-DCMAKE_CXX_FLAGS_RELEASE={OPT}",
         "-DBUILD_SHARED_LIBS=OFF",
         "-DGGML_NATIVE=OFF",
         "-DLLAMA_BUILD_TESTS=ON",
@@ -61,7 +67,7 @@ def build(src, build_dir, jobs):
 
 def main(dest):
     stamp = os.path.join(dest, ".stamp")
-    want = f"{PACKAGE}=={VERSION} {' '.join(TARGETS)}"
+    want = f"{PACKAGE}=={VERSION} {' '.join(TARGETS)} {OPT}"
     bins = [os.path.join(dest, "bin", t) for t in TARGETS]
     if all(os.path.exists(b) for b in bins) and os.path.exists(stamp) and open(stamp).read().strip() == want:
         print(f"llama.cpp: up to date in {dest}")
