@@ -345,7 +345,8 @@ def ask(xpuctl: str, q: Question, data_dir: str, args, extra: list[str]) -> dict
     cmd = [xpuctl, "ask", q.question]
     for f in q.data:
         cmd += ["--data", f]
-    cmd += ["--endpoint", args.endpoint, "--model", args.model, "--format", "json", "--run"]
+    cmd += ["--endpoint", args.endpoint, "--model", args.model, "--format", "json", "--run",
+            "--out", os.path.join(data_dir, "out")]
     cmd += extra
     try:
         r = subprocess.run(cmd, cwd=data_dir, capture_output=True, text=True,

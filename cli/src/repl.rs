@@ -104,6 +104,16 @@ impl Session {
             match crate::ask_cmd::ask_in_repl(question, &self.accepted, out) {
                 Ok(Some(program)) => {
                     writeln!(out, "{}", program.trim_end())?;
+                    // A program that writes files is shown, not run: the user decides.
+                    let writes = crate::ask_cmd::writes_files(&program);
+                    if !writes.is_empty() {
+                        writeln!(
+                            out,
+                            "not run: it writes files ({}); enter it yourself to run it",
+                            writes.join(", ")
+                        )?;
+                        return Ok(());
+                    }
                     return self.input(&program, out);
                 }
                 Ok(None) => return Ok(()),

@@ -163,8 +163,11 @@ fn diagnostics_go_back_until_the_program_runs() {
         reply("print load_csv(\"people.csv\") |> filter(Agee > 30)"),
         reply("print load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n"),
     ]);
-    let (code, v, err) =
-        ask_json(dir.path(), &server, &["people over 30", "--data", "people.csv", "--run"]);
+    let (code, v, err) = ask_json(
+        dir.path(),
+        &server,
+        &["people over 30", "--data", "people.csv", "--run", "--out", "results"],
+    );
     assert_eq!(code, 0, "{v:#}\n{err}");
     assert_eq!(v["outcome"], "accepted");
     let attempts = v["attempts"].as_array().unwrap();
@@ -179,7 +182,7 @@ fn diagnostics_go_back_until_the_program_runs() {
     assert!(v["program"].as_str().unwrap().starts_with("print load_csv"));
     // The accepted program ran on the full data (its table printed to out/, as `run` does).
     assert_eq!(v["run"]["exit_code"], 0, "{v:#}");
-    let printed = std::fs::read_to_string(dir.path().join("out/print_0.csv")).unwrap();
+    let printed = std::fs::read_to_string(dir.path().join("results/print_0.csv")).unwrap();
     assert_eq!(printed.lines().collect::<Vec<_>>(), ["Name", "Anna", "Cleo", "Dag"], "{printed}");
 
     let reqs = server.requests();
@@ -439,6 +442,34 @@ fn grammar_and_reference_come_from_the_language() {
 }
 
 #[test]
+fn repl_ask_shows_but_does_not_run_a_program_that_writes() {
+    let dir = workdir();
+    let before = std::fs::read(dir.path().join("people.csv")).unwrap();
+    let server = StandIn::start(vec![reply(
+        "load_csv(\"people.csv\") |> head(n=1) |> write_csv(\"people.csv\")",
+    )]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir.path())
+        .arg("repl")
+        .env("XPU_ASK_ENDPOINT", &server.url)
+        .env("XPU_ASK_MODEL", "stand-in")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"let t = load_csv(\"people.csv\")\n:ask keep the first row\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("not run: it writes files (write_csv)"), "{text}");
+    assert_eq!(std::fs::read(dir.path().join("people.csv")).unwrap(), before);
+}
+
+#[test]
 fn repl_ask_uses_the_sessions_files_and_runs_the_answer() {
     let dir = workdir();
     let server = StandIn::start(vec![reply(
@@ -473,7 +504,7 @@ fn the_time_budget_ends_the_ask() {
     let dir = workdir();
     std::fs::write(
         dir.path().join("ask.toml"),
-        "[assistant]\ntime_budget_s = 1.0\nmax_attempts = 20\n",
+        "[assistant]\ntime_budget_s = 2.0\nmax_attempts = 20\n",
     )
     .unwrap();
     let mut slow = reply("print nosuch");
@@ -511,6 +542,24 @@ fn data_paths_stay_inside_the_working_directory() {
 }
 
 #[test]
+fn a_sample_is_the_files_own_prefix() {
+    // Another separator and quoting survive: the sample is the file's first records, byte
+    // for byte, so the program that reads the file reads the sample the same way.
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("\"Name\";\"Note\"\n");
+    for i in 0..300 {
+        csv.push_str(&format!("\"p{i}\";\"a;b\"\n"));
+    }
+    std::fs::write(dir.path().join("semi.csv"), csv).unwrap();
+    let program =
+        "print load_csv(\"semi.csv\", sep=\";\") |> filter(Note == \"a;b\") |> agg(n = count())";
+    let server = StandIn::start(vec![reply(program)]);
+    let (code, v, _) = ask_json(dir.path(), &server, &["q", "--data", "semi.csv"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert!(v["attempts"][0]["verdict"]["dry_run"].as_str().unwrap().contains("200"), "{v:#}");
+}
+
+#[test]
 fn a_sample_keeps_quoted_newlines_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut csv = String::from("Name,Note\n");
@@ -540,6 +589,8 @@ fn run_writes_files_only_when_allowed() {
         ask_json(dir.path(), &server, &["q", "--data", "people.csv", "--run", "--allow-writes"]);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(std::fs::read_to_string(dir.path().join("people.csv")).unwrap().lines().count(), 2);
+    // Without --out the run's own outputs go to a scratch directory, not ./out.
+    assert!(!dir.path().join("out").exists());
 }
 
 #[test]

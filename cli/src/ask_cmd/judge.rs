@@ -64,7 +64,14 @@ impl DryRun {
             .spawn()
             .context("starting xpuctl for the dry run")?;
         let Some(status) = wait_until(&mut child, deadline)? else { return Ok(None) };
-        Ok(Some(Finished { status, stdout: read_capped(&out), stderr: read_capped(&err) }))
+        // `check`'s report holds every diagnostic (a wide table's did-you-mean is long);
+        // `run`'s output is only echoed.
+        let cap = if args.first() == Some(&"check") { 1 << 20 } else { 8192 };
+        Ok(Some(Finished {
+            status,
+            stdout: read_capped(&out, cap),
+            stderr: read_capped(&err, 8192),
+        }))
     }
 
     /// `xpuctl check --format json`: parse, names, and lowering against the sample.
@@ -81,6 +88,11 @@ impl DryRun {
         let diags = report["diagnostics"].as_array().cloned().unwrap_or_default();
         let errors: Vec<&serde_json::Value> =
             diags.iter().filter(|d| d["severity"] == "error").collect();
+        if errors.is_empty() {
+            // It failed without saying why in its report: not the program's diagnostics.
+            let why = format!("xpuctl check failed: {}", done.stderr.trim());
+            return Ok(failed(why, "check_failed"));
+        }
         let findings = errors.iter().map(|d| diagnostic_finding(d)).collect();
         let feedback = errors.iter().map(|d| render(program, d)).collect::<Vec<_>>().join("\n");
         Ok(Verdict { findings, feedback, dry_run: None })
@@ -119,20 +131,29 @@ impl xpu_assistant::Judge for DryRun {
     }
 }
 
-/// The header and the first `n` records of a CSV file, records whole (quoted newlines
-/// included), read as a stream.
+/// The header and the first `n` records of a CSV file, copied byte for byte: the records'
+/// ends are found by the csv reader (so a quoted newline stays inside its record) and the
+/// file's prefix up to there is copied, so the sample keeps the file's own separator and
+/// quoting. Read as a stream: a large file is not read past the sample.
 fn first_records(from: &Path, to: &Path, n: usize) -> Result<()> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .from_path(from)
         .with_context(|| format!("reading {}", from.display()))?;
-    let mut writer = csv::WriterBuilder::new().flexible(true).from_path(to)?;
-    for record in reader.byte_records().take(n + 1) {
-        let record = record.with_context(|| format!("reading {}", from.display()))?;
-        writer.write_byte_record(&record)?;
+    let mut record = csv::ByteRecord::new();
+    for _ in 0..=n {
+        let more = reader
+            .read_byte_record(&mut record)
+            .with_context(|| format!("reading {}", from.display()))?;
+        if !more {
+            break;
+        }
     }
-    writer.flush()?;
+    let end = reader.position().byte();
+    let mut file = std::fs::File::open(from)?;
+    let mut sample = std::fs::File::create(to)?;
+    std::io::copy(&mut std::io::Read::take(&mut file, end), &mut sample)?;
     Ok(())
 }
 
@@ -199,7 +220,7 @@ fn wait_until(child: &mut std::process::Child, deadline: Instant) -> Result<Opti
     }
 }
 
-fn read_capped(path: &Path) -> String {
+fn read_capped(path: &Path, cap: usize) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
-    String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned()
+    String::from_utf8_lossy(&bytes[..bytes.len().min(cap)]).into_owned()
 }

@@ -35,6 +35,10 @@ pub struct AskArgs {
     /// into the working directory.
     #[arg(long, requires = "run")]
     pub allow_writes: bool,
+    /// With --run, where the run's outputs go (as `xpuctl run --out`); by default a
+    /// temporary directory, removed afterwards.
+    #[arg(long, requires = "run")]
+    pub out: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// A TOML file with an [assistant] table.
@@ -111,7 +115,7 @@ pub fn ask(args: AskArgs) -> Result<()> {
         other => anyhow!(other),
     })?;
     let run = match (&answer.program, args.run) {
-        (Some(program), true) => Some(run_answer(&judge, program, args.format, args.allow_writes)?),
+        (Some(program), true) => Some(run_answer(&judge, program, &args)?),
         _ => None,
     };
     let mut record = serde_json::to_value(&answer)?;
@@ -134,6 +138,10 @@ pub fn ask(args: AskArgs) -> Result<()> {
 /// root), relative to it, without `..` — so the dry run's sample lands inside its scratch
 /// directory and the model is told the path that resolves there.
 fn data_path(cwd: &Path, path: &Path) -> Result<PathBuf> {
+    // An absolute path through a symlinked working directory names the same file as its
+    // canonical form; `resolve_read` checks containment again either way.
+    let canonical = path.is_absolute().then(|| path.canonicalize().ok()).flatten();
+    let path = canonical.as_deref().unwrap_or(path);
     let text = path.to_str().ok_or_else(|| anyhow!("{}: not UTF-8", path.display()))?;
     let roots = xpu_minilang::paths::DataRoots::new([cwd.to_path_buf()]);
     let resolved =
@@ -201,7 +209,7 @@ fn first_rows(path: &Path, n: usize) -> Result<Vec<Vec<String>>> {
 }
 
 /// The builtins that write files, called in `program` (a call by name, or piped into).
-fn writes_files(program: &str) -> Vec<String> {
+pub(crate) fn writes_files(program: &str) -> Vec<String> {
     use xpu_minilang::lexer::{Tok, lex};
     let toks = lex(program);
     let mut out: Vec<String> = Vec::new();
@@ -217,17 +225,12 @@ fn writes_files(program: &str) -> Vec<String> {
     out
 }
 
-/// Runs the accepted program on the real data: its outputs go to the terminal (text) or
-/// into the answer (`run`: exit code, stdout, stderr). A program that writes files runs
-/// only with `--allow-writes`.
-fn run_answer(
-    judge: &DryRun,
-    program: &str,
-    format: Format,
-    allow_writes: bool,
-) -> Result<serde_json::Value> {
+/// Runs the accepted program on the real data: what it prints goes to the terminal (text)
+/// or into the answer (`run`: exit code, stdout, stderr), its output files into `--out`.
+/// A program that writes files runs only with `--allow-writes`.
+fn run_answer(judge: &DryRun, program: &str, args: &AskArgs) -> Result<serde_json::Value> {
     let writes = writes_files(program);
-    if !writes.is_empty() && !allow_writes {
+    if !writes.is_empty() && !args.allow_writes {
         let why = format!(
             "the program writes files ({}); --allow-writes lets it write into {}",
             writes.join(", "),
@@ -238,12 +241,15 @@ fn run_answer(
     let dir = tempfile::tempdir()?;
     let prog = dir.path().join("answer.ml");
     std::fs::write(&prog, program)?;
+    // The run's outputs go where --out says, else into the scratch directory: `run`'s
+    // default `out/` would write into the working directory.
+    let out_dir = args.out.clone().unwrap_or_else(|| dir.path().join("out"));
     let mut cmd = Command::new(&judge.exe);
-    cmd.current_dir(&judge.cwd).arg("run").arg(&prog);
+    cmd.current_dir(&judge.cwd).arg("run").arg(&prog).arg("--out").arg(&out_dir);
     if let Some(p) = &judge.policy {
         cmd.arg("--policy").arg(p);
     }
-    if format == Format::Json {
+    if args.format == Format::Json {
         cmd.args(["--format", "json"]);
     }
     let out = cmd.stdin(Stdio::null()).output().context("running the answer")?;
@@ -266,7 +272,7 @@ pub fn ask_in_repl(
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>> {
     let cfg = AssistantConfig::default().with_env();
-    if let Err(e) = cfg.target() {
+    if let Err(e) = cfg.validate().map_err(AskError::Config).and_then(|()| cfg.target().map(drop)) {
         writeln!(out, "{e}")?;
         return Ok(None);
     }

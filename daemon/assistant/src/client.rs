@@ -134,7 +134,7 @@ impl ChatClient {
                 let text = excerpt(&bytes);
                 // 400 from OpenAI-style servers, 422 from FastAPI-style ones.
                 let refused = matches!(status, 400 | 422) && grammar.is_some();
-                if refused && String::from_utf8_lossy(&bytes).to_lowercase().contains("grammar") {
+                if refused && names_grammar(&bytes) {
                     return Err(AskError::GrammarRefused(format!("{status} {text}")));
                 }
                 return Err(AskError::Endpoint(format!("{}: {status} {text}", self.shown)));
@@ -187,8 +187,9 @@ impl ChatClient {
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(|s| Duration::from_secs_f64(s.min(600.0)));
         let bytes =
-            resp.body_mut().with_config().limit(16 << 20).read_to_vec().map_err(|e| {
-                AskError::Endpoint(format!("{}: reading the reply: {e}", self.shown))
+            resp.body_mut().with_config().limit(16 << 20).read_to_vec().map_err(|e| match e {
+                ureq::Error::Timeout(_) if by_deadline => AskError::OutOfTime,
+                e => AskError::Endpoint(format!("{}: reading the reply: {e}", self.shown)),
             })?;
         Ok((status, retry_after, bytes))
     }
@@ -228,6 +229,20 @@ impl ChatClient {
     }
 }
 
+/// Whether an error body blames the `grammar` field: OpenAI-style `error.message`, or a
+/// FastAPI-style `detail[].loc` naming it (the whole body would match any 422 that echoes
+/// the request, grammar included).
+fn names_grammar(bytes: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return String::from_utf8_lossy(bytes).to_lowercase().contains("grammar");
+    };
+    let message = v["error"]["message"].as_str().or(v["error"].as_str()).unwrap_or("");
+    let in_detail = v["detail"].as_array().is_some_and(|d| {
+        d.iter().any(|e| e["loc"].as_array().is_some_and(|l| l.iter().any(|p| p == "grammar")))
+    });
+    message.to_lowercase().contains("grammar") || in_detail
+}
+
 /// A URL (or a message holding one) without user info and query, which can carry
 /// credentials: `https://user:key@host/v1?key=…` shows as `https://host/v1`.
 fn redact(text: &str) -> String {
@@ -238,11 +253,11 @@ fn redact(text: &str) -> String {
         rest = &rest[i + 3..];
         let end = rest.find(|c: char| c.is_whitespace() || c == '"').unwrap_or(rest.len());
         let (url, after) = rest.split_at(end);
-        let authority_end = url.find('/').unwrap_or(url.len());
-        let host = url[..authority_end].rsplit('@').next().unwrap_or("");
-        let path = url[authority_end..].split(['?', '#']).next().unwrap_or("");
-        out.push_str(host);
-        out.push_str(path);
+        // User info ends at the last `@` before the query (a `/` typed inside a key must
+        // not end it early); the host and path run from there to the query.
+        let before_query = &url[..url.find(['?', '#']).unwrap_or(url.len())];
+        let host_and_path = before_query.rsplit_once('@').map_or(before_query, |(_, h)| h);
+        out.push_str(host_and_path);
         rest = after;
     }
     out.push_str(rest);
@@ -276,5 +291,6 @@ mod tests {
             "error sending to http://h:1/v1 refused"
         );
         assert_eq!(redact("no url here"), "no url here");
+        assert_eq!(redact("https://u:ab/cd@host/v1"), "https://host/v1");
     }
 }
