@@ -151,6 +151,9 @@ pub fn sql_of_dtype(dtype: DType) -> &'static str {
 pub use xpu_ir::table::PANDAS_NA_VALUES;
 
 /// The `read_csv` table function call for a file.
+/// The column types DuckDB's CSV sniffer may choose: MiniLang's (bool, i64, f64, string).
+const AUTO_TYPES: &[&str] = &["'BOOLEAN'", "'BIGINT'", "'DOUBLE'", "'VARCHAR'"];
+
 pub fn read_csv(path: &str, sep: &str, header: bool, na_values: &[String]) -> String {
     let mut opts = vec![format!("header = {header}")];
     if !sep.is_empty() {
@@ -162,6 +165,10 @@ pub fn read_csv(path: &str, sep: &str, header: bool, na_values: &[String]) -> St
         na_values.iter().map(|s| lit(s)).collect()
     };
     opts.push(format!("nullstr = [{}]", na.join(", ")));
+    // MiniLang has no date or time type: such columns are strings at compile time, so they
+    // must be strings when the SQL runs too (as pandas' read_csv keeps them), not DuckDB's
+    // DATE, TIME or TIMESTAMP — else `starts_with(date, "2024-03")` checks and then fails.
+    opts.push(format!("auto_type_candidates = [{}]", AUTO_TYPES.join(", ")));
     format!("read_csv({}, {})", lit(path), opts.join(", "))
 }
 
