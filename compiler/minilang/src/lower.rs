@@ -556,6 +556,10 @@ impl<'p> Lowerer<'p> {
                     )),
                 };
             }
+            // Lists that hold text (column names) join with `+`; numeric lists are tensors.
+            (List(x), List(y)) if op == BinOp::Add && (holds_text(x) || holds_text(y)) => {
+                return Ok(List(x.iter().chain(y).cloned().collect()));
+            }
             (Str(x), Str(y)) => {
                 return match op {
                     BinOp::Add => Ok(Str(format!("{x}{y}"))),
@@ -804,6 +808,24 @@ impl<'p> Lowerer<'p> {
                     format!("index a table by a column name, not {}", kind(&other)),
                 )),
             };
+        }
+        // A slice of a list that holds text (`columns(t)[0:3]`) is a list; a numeric list is
+        // a tensor, sliced below.
+        if let Val::List(list) = &target
+            && holds_text(list)
+            && let [IndexItem::Slice { start, end }] = items
+        {
+            let n = list.len() as i64;
+            let clamp = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n) as usize;
+            let from = match start {
+                Some(e) => clamp(self.int(e)?),
+                None => 0,
+            };
+            let to = match end {
+                Some(e) => clamp(self.int(e)?),
+                None => n as usize,
+            };
+            return Ok(Val::List(list[from.min(to)..to].to_vec()));
         }
         if let Val::List(list) = &target
             && let [IndexItem::At(e)] = items
@@ -1282,6 +1304,11 @@ impl Builtin<'_, '_> {
             n => Err(err("E0100", span, format!("unknown function `{n}`"))),
         }
     }
+}
+
+/// Whether a compile-time list holds text (column names), so it cannot be a tensor.
+fn holds_text(items: &[Val]) -> bool {
+    items.iter().any(|v| matches!(v, Val::Str(_)))
 }
 
 fn kind(v: &Val) -> &'static str {

@@ -262,6 +262,25 @@ fn table_programs_lower_to_table_nodes() {
 }
 
 #[test]
+fn lists_of_column_names_slice_and_join() {
+    let g = lower_tables(
+        "let t = load_csv(\"t.csv\")\nlet cols = columns(t)\nprint select(t, cols[1:3] + [cols[0]])\nprint select(t, cols[-1:])",
+    )
+    .unwrap();
+    let selects: Vec<Vec<String>> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op.name() == "select_columns")
+        .map(|n| n.attrs.strs("columns").unwrap().to_vec())
+        .collect();
+    assert_eq!(selects, [vec!["Sex", "Age", "Name"], vec!["Pclass"]]);
+    // Numeric lists stay tensors: `+` adds them elementwise.
+    let (program, _) = xpu_minilang::analyze("print [1, 2] + [3, 4]");
+    let l = xpu_minilang::lower::lower_with(&program, "t", None, &Default::default()).unwrap();
+    assert!(l.graph.nodes.iter().any(|n| n.op.name() == "add"));
+}
+
+#[test]
 fn table_errors_are_located() {
     let e = lower_tables("let t = load_csv(\"t.csv\")\nprint filter(t, age > 3)").unwrap_err();
     assert_eq!(e, "2:17 E0208 unknown column `age` | did you mean `Age`?");
