@@ -441,15 +441,10 @@ fn grammar_and_reference_come_from_the_language() {
     }
 }
 
-#[test]
-fn repl_ask_shows_but_does_not_run_a_program_that_writes() {
-    let dir = workdir();
-    let before = std::fs::read(dir.path().join("people.csv")).unwrap();
-    let server = StandIn::start(vec![reply(
-        "load_csv(\"people.csv\") |> head(n=1) |> write_csv(\"people.csv\")",
-    )]);
+/// `xpuctl repl` in `dir` fed `input`, its endpoint the stand-in: what it printed.
+fn repl(dir: &Path, server: &StandIn, input: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .current_dir(dir.path())
+        .current_dir(dir)
         .arg("repl")
         .env("XPU_ASK_ENDPOINT", &server.url)
         .env("XPU_ASK_MODEL", "stand-in")
@@ -457,14 +452,20 @@ fn repl_ask_shows_but_does_not_run_a_program_that_writes() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"let t = load_csv(\"people.csv\")\n:ask keep the first row\n")
-        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn repl_ask_shows_but_does_not_run_a_program_that_writes() {
+    let dir = workdir();
+    let before = std::fs::read(dir.path().join("people.csv")).unwrap();
+    let server = StandIn::start(vec![reply(
+        "load_csv(\"people.csv\") |> head(n=1) |> write_csv(\"people.csv\")",
+    )]);
+    let text =
+        repl(dir.path(), &server, "let t = load_csv(\"people.csv\")\n:ask keep the first row\n");
     assert!(text.contains("not run: it writes files (write_csv)"), "{text}");
     assert_eq!(std::fs::read(dir.path().join("people.csv")).unwrap(), before);
 }
@@ -475,23 +476,11 @@ fn repl_ask_uses_the_sessions_files_and_runs_the_answer() {
     let server = StandIn::start(vec![reply(
         "print load_csv(\"people.csv\") |> filter(City == \"Oslo\") |> agg(n = count())",
     )]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
-        .current_dir(dir.path())
-        .arg("repl")
-        .env("XPU_ASK_ENDPOINT", &server.url)
-        .env("XPU_ASK_MODEL", "stand-in")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"let t = load_csv(\"people.csv\")\n:ask how many people live in Oslo?\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = repl(
+        dir.path(),
+        &server,
+        "let t = load_csv(\"people.csv\")\n:ask how many people live in Oslo?\n",
+    );
     assert!(text.contains("attempt 1: passed"), "{text}");
     assert!(text.contains("filter(City == \"Oslo\")"), "the program is shown: {text}");
     assert!(text.lines().any(|l| l.trim_end().ends_with(" 2")), "and run in the session: {text}");

@@ -18,6 +18,7 @@ pub(super) struct DryRun {
     pub cwd: PathBuf,
     /// The data files, relative to `cwd` without `..` (see `super::data_path`).
     pub data: Vec<PathBuf>,
+    /// The job's policy: a name, or a path resolved against `cwd` (`policy_path`).
     pub policy: Option<String>,
     pub rows: usize,
     pub limit: Duration,
@@ -101,8 +102,7 @@ impl DryRun {
     /// `xpuctl run` on the sample, under the job's policy.
     fn run(&self, dir: &Path, deadline: Instant) -> Result<Verdict> {
         let mut args = vec!["run", "answer.ml", "--out", ".out"];
-        let policy = self.policy.as_deref().map(|p| policy_path(&self.cwd, p));
-        if let Some(p) = &policy {
+        if let Some(p) = &self.policy {
             args.extend(["--policy", p]);
         }
         let Some(done) = self.child(dir, &args, deadline)? else {

@@ -86,29 +86,33 @@ fn config(args: &AskArgs) -> Result<AssistantConfig> {
     Ok(cfg)
 }
 
-fn judge_for(
+/// What an ask is given: the data files as the model sees them (one table engine reads
+/// every schema) and the judge of its programs, with the policy's path resolved once.
+fn prepare(
     cfg: &AssistantConfig,
     cwd: PathBuf,
     data: Vec<PathBuf>,
     policy: Option<String>,
-) -> Result<DryRun> {
-    Ok(DryRun {
+) -> Result<(Vec<DataFile>, DryRun)> {
+    let engine = xpu_engine_table::TableEngine::new(vec![cwd.clone()]);
+    let files =
+        data.iter().map(|p| describe(&engine, &cwd, p, cfg.send_rows)).collect::<Result<_>>()?;
+    let judge = DryRun {
         exe: std::env::current_exe().context("finding xpuctl itself")?,
+        policy: policy.map(|p| judge::policy_path(&cwd, &p)),
         cwd,
         data,
-        policy,
         rows: cfg.dry_run_rows,
         limit: Duration::from_secs_f64(cfg.dry_run_s),
-    })
+    };
+    Ok((files, judge))
 }
 
 pub fn ask(args: AskArgs) -> Result<()> {
     let cfg = config(&args)?;
     let cwd = std::env::current_dir().context("the working directory")?;
     let data = args.data.iter().map(|p| data_path(&cwd, p)).collect::<Result<Vec<_>>>()?;
-    let files =
-        data.iter().map(|p| describe(&cwd, p, cfg.send_rows)).collect::<Result<Vec<_>>>()?;
-    let judge = judge_for(&cfg, cwd, data, args.policy.clone())?;
+    let (files, judge) = prepare(&cfg, cwd, data, args.policy.clone())?;
     let request = xpu_assistant::Request { question: &args.question, data: &files, examples: &[] };
     let answer = xpu_assistant::ask(&cfg, &request, &judge).map_err(|e| match e {
         AskError::NotConfigured(_) | AskError::Config(_) => anyhow!(UsageError(e.to_string())),
@@ -170,7 +174,12 @@ fn is_csv(path: &Path) -> bool {
 
 /// A data file as the model sees it: its path, the table engine's schema, and the first
 /// `rows` rows of a CSV file. `rel` is relative to `cwd` (`data_path`).
-fn describe(cwd: &Path, rel: &Path, rows: usize) -> Result<DataFile> {
+fn describe(
+    engine: &xpu_engine_table::TableEngine,
+    cwd: &Path,
+    rel: &Path,
+    rows: usize,
+) -> Result<DataFile> {
     let path = rel.to_string_lossy().into_owned();
     let Some(op) = table_op(rel) else {
         let kind = "file".into();
@@ -178,7 +187,6 @@ fn describe(cwd: &Path, rel: &Path, rows: usize) -> Result<DataFile> {
     };
     let abs = cwd.join(rel).to_string_lossy().into_owned();
     let attrs = xpu_ir::Attrs::new().with("path", xpu_ir::Attr::Str(abs.clone()));
-    let engine = xpu_engine_table::TableEngine::new(vec![cwd.to_path_buf()]);
     let columns = engine
         .source_schema(op, &attrs)
         .map_err(|m| anyhow!("--data {path}: {m}"))?
@@ -279,9 +287,7 @@ pub fn ask_in_repl(
     let cwd = std::env::current_dir().context("the working directory")?;
     let data: Vec<PathBuf> =
         files_named(session).iter().filter_map(|p| data_path(&cwd, p).ok()).collect();
-    let files =
-        data.iter().map(|p| describe(&cwd, p, cfg.send_rows)).collect::<Result<Vec<_>>>()?;
-    let judge = judge_for(&cfg, cwd, data, None)?;
+    let (files, judge) = prepare(&cfg, cwd, data, None)?;
     let request = xpu_assistant::Request { question, data: &files, examples: &[] };
     let answer = xpu_assistant::ask(&cfg, &request, &judge)?;
     for line in report::attempt_lines(&answer) {

@@ -61,11 +61,6 @@ impl Verdict {
     pub fn ok(&self) -> bool {
         self.findings.is_empty()
     }
-
-    /// The first stage that failed.
-    pub fn failed_at(&self) -> Option<Stage> {
-        self.findings.first().map(|f| f.stage)
-    }
 }
 
 /// Lowers and dry-runs a program that parsed and checked clean: the caller owns the data,
