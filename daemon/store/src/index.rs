@@ -1,8 +1,8 @@
-//! The tantivy index over runs. It is derived data: documents are built from the database
-//! rows (never from what the daemon had in memory), added in commit-sequence order, and each
-//! tantivy commit carries `{"last_seq": N}` as its payload, so a restart resumes after the
-//! last run the index really holds. A missing or unreadable index is rebuilt from the
-//! database.
+//! The tantivy index over runs and asks. It is derived data: documents are built from the
+//! database rows (never from what the daemon had in memory), added in commit-sequence order,
+//! and each tantivy commit carries `{"last_seq": N, "last_ask": M}` as its payload, so a
+//! restart resumes after the last run and ask the index really holds. A missing or
+//! unreadable index (or one of an older schema) is rebuilt from the database.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -20,9 +20,28 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use crate::StoreError;
 
+/// What a search result is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HitKind {
+    Run,
+    Ask,
+}
+
+impl HitKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            HitKind::Run => "run",
+            HitKind::Ask => "ask",
+        }
+    }
+}
+
 /// One search result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SearchHit {
+    pub kind: HitKind,
+    /// The run's id, or the ask's (`ask-…`).
     pub run_id: String,
     pub seq: u64,
     pub score: f32,
@@ -45,7 +64,27 @@ pub(crate) struct RunDoc {
     text: String,
 }
 
+/// An ask as the index sees it.
+pub(crate) struct AskDoc {
+    pub(crate) seq: u64,
+    pub(crate) ask_id: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) accepted: bool,
+    /// The question and the data's columns: what a later question is compared with.
+    pub(crate) topic: String,
+    pub(crate) text: String,
+}
+
+/// A stored accepted ask similar to a question.
+pub(crate) struct Similar {
+    pub(crate) ask_id: String,
+    pub(crate) score: f32,
+}
+
 struct Fields {
+    kind: Field,
+    accepted: Field,
+    topic: Field,
     seq: Field,
     run_id: Field,
     tenant: Field,
@@ -59,6 +98,9 @@ struct Fields {
     text: Field,
 }
 
+/// How every ask's id starts (a run's id is a bare ULID).
+pub const ASK_ID_PREFIX: &str = "ask-";
+
 /// The tenant term of runs that have none (no real tenant name starts with a NUL).
 const NO_TENANT: &str = "\u{0}none";
 
@@ -68,16 +110,22 @@ pub(crate) struct SearchIndex {
     writer: Mutex<IndexWriter>,
     reader: IndexReader,
     last_seq: AtomicU64,
+    last_ask: AtomicU64,
 }
 
 #[derive(Serialize, Deserialize)]
 struct Payload {
     last_seq: u64,
+    #[serde(default)]
+    last_ask: u64,
 }
 
 fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let fields = Fields {
+        kind: b.add_text_field("kind", STRING),
+        accepted: b.add_text_field("accepted", STRING),
+        topic: b.add_text_field("topic", TEXT),
         seq: b.add_u64_field("seq", INDEXED | STORED | FAST),
         run_id: b.add_text_field("run", STRING | STORED),
         tenant: b.add_text_field("tenant", STRING),
@@ -115,11 +163,11 @@ impl SearchIndex {
                 Index::create_in_dir(dir, schema)?
             }
         };
-        let last_seq = index
+        let payload = index
             .load_metas()?
             .payload
             .and_then(|p| serde_json::from_str::<Payload>(&p).ok())
-            .map_or(0, |p| p.last_seq);
+            .unwrap_or(Payload { last_seq: 0, last_ask: 0 });
         // tantivy's indexing and merge threads are spawned here and inherit this thread's
         // scheduling class: made from a background thread, they stay in the background.
         let writer = std::thread::scope(|scope| {
@@ -137,7 +185,8 @@ impl SearchIndex {
             fields,
             writer: Mutex::new(writer),
             reader,
-            last_seq: AtomicU64::new(last_seq),
+            last_seq: AtomicU64::new(payload.last_seq),
+            last_ask: AtomicU64::new(payload.last_ask),
         })
     }
 
@@ -145,14 +194,35 @@ impl SearchIndex {
         self.last_seq.load(Ordering::Acquire)
     }
 
+    pub(crate) fn last_ask(&self) -> u64 {
+        self.last_ask.load(Ordering::Acquire)
+    }
+
+    fn lock_writer(&self) -> Result<std::sync::MutexGuard<'_, IndexWriter>, StoreError> {
+        self.writer.lock().map_err(|_| StoreError::Index("writer poisoned".into()))
+    }
+
+    /// Commits what the writer holds with the given high-water marks as payload.
+    fn commit(&self, w: &mut IndexWriter, last_seq: u64, last_ask: u64) -> Result<(), StoreError> {
+        let mut commit = w.prepare_commit()?;
+        let payload = Payload { last_seq, last_ask };
+        commit.set_payload(&serde_json::to_string(&payload).unwrap_or_default());
+        commit.commit()?;
+        self.last_seq.store(last_seq, Ordering::Release);
+        self.last_ask.store(last_ask, Ordering::Release);
+        self.reader.reload()?;
+        Ok(())
+    }
+
     /// Adds runs (in sequence order, all after `last_seq`) and commits them with the new
     /// last sequence as payload.
     pub(crate) fn add(&self, docs: &[RunDoc]) -> Result<(), StoreError> {
         let Some(last) = docs.last().map(|d| d.seq) else { return Ok(()) };
         let f = &self.fields;
-        let mut w = self.writer.lock().map_err(|_| StoreError::Index("writer poisoned".into()))?;
+        let mut w = self.lock_writer()?;
         for d in docs {
             let mut doc = doc!(
+                f.kind => HitKind::Run.name(),
                 f.seq => d.seq,
                 f.run_id => d.run_id.clone(),
                 f.tenant => d.tenant.clone().unwrap_or_else(|| NO_TENANT.to_string()),
@@ -170,24 +240,89 @@ impl SearchIndex {
             }
             w.add_document(doc)?;
         }
-        let mut commit = w.prepare_commit()?;
-        commit.set_payload(&serde_json::to_string(&Payload { last_seq: last }).unwrap_or_default());
-        commit.commit()?;
-        self.last_seq.store(last, Ordering::Release);
-        self.reader.reload()?;
-        Ok(())
+        self.commit(&mut w, last, self.last_ask())
+    }
+
+    /// Adds asks or replaces them (an ask accepted since it was indexed): each ask's
+    /// earlier document goes first. The payload's last ask is the highest sequence seen.
+    pub(crate) fn put_asks(&self, docs: &[AskDoc]) -> Result<(), StoreError> {
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let f = &self.fields;
+        let mut w = self.lock_writer()?;
+        let mut last = self.last_ask();
+        for d in docs {
+            w.delete_term(Term::from_field_text(f.run_id, &d.ask_id));
+            w.add_document(doc!(
+                f.kind => HitKind::Ask.name(),
+                f.seq => d.seq,
+                f.run_id => d.ask_id.clone(),
+                f.tenant => d.tenant.clone().unwrap_or_else(|| NO_TENANT.to_string()),
+                f.accepted => if d.accepted { "yes" } else { "no" },
+                f.topic => d.topic.clone(),
+                f.text => d.text.clone(),
+            ))?;
+            last = last.max(d.seq);
+        }
+        self.commit(&mut w, self.last_seq(), last)
     }
 
     /// Removes every document (and commits the empty index with sequence 0).
     pub(crate) fn clear(&self) -> Result<(), StoreError> {
-        let mut w = self.writer.lock().map_err(|_| StoreError::Index("writer poisoned".into()))?;
+        let mut w = self.lock_writer()?;
         w.delete_all_documents()?;
-        let mut commit = w.prepare_commit()?;
-        commit.set_payload(&serde_json::to_string(&Payload { last_seq: 0 }).unwrap_or_default());
-        commit.commit()?;
-        self.last_seq.store(0, Ordering::Release);
-        self.reader.reload()?;
-        Ok(())
+        self.commit(&mut w, 0, 0)
+    }
+
+    /// The accepted asks visible to `tenant` whose question and columns share the most
+    /// words with `topic` (BM25), best first. The words are taken as terms, never parsed
+    /// as a query: a question is not query syntax.
+    pub(crate) fn similar_asks(
+        &self,
+        topic: &str,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Similar>, StoreError> {
+        let f = &self.fields;
+        let mut words: Vec<String> = topic
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty() && w.len() <= 40)
+            .map(str::to_lowercase)
+            .collect();
+        words.sort();
+        words.dedup();
+        words.truncate(200);
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let term = |field: Field, text: &str| -> Box<dyn tantivy::query::Query> {
+            Box::new(TermQuery::new(
+                Term::from_field_text(field, text),
+                IndexRecordOption::WithFreqs,
+            ))
+        };
+        let any_word: Vec<(Occur, Box<dyn tantivy::query::Query>)> =
+            words.iter().map(|w| (Occur::Should, term(f.topic, w))).collect();
+        let mut must = vec![
+            (Occur::Must, Box::new(BooleanQuery::new(any_word)) as Box<dyn tantivy::query::Query>),
+            (Occur::Must, term(f.kind, HitKind::Ask.name())),
+            (Occur::Must, term(f.accepted, "yes")),
+        ];
+        if let Some(t) = tenant {
+            must.push((Occur::Must, term(f.tenant, t)));
+        }
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&BooleanQuery::new(must), &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let ask_id =
+                doc.get_first(f.run_id).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            out.push(Similar { ask_id, score });
+        }
+        Ok(out)
     }
 
     pub(crate) fn search(
@@ -221,6 +356,10 @@ impl SearchIndex {
         let mut hits = Vec::with_capacity(top.len());
         for (score, address) in top {
             let doc: TantivyDocument = searcher.doc(address)?;
+            let kind = match doc.get_first(f.run_id).and_then(|v| v.as_str()) {
+                Some(id) if id.starts_with(ASK_ID_PREFIX) => HitKind::Ask,
+                _ => HitKind::Run,
+            };
             let run_id =
                 doc.get_first(f.run_id).and_then(|v| v.as_str()).unwrap_or_default().to_string();
             let seq = doc.get_first(f.seq).and_then(|v| v.as_u64()).unwrap_or(0);
@@ -236,7 +375,7 @@ impl SearchIndex {
                 at = range.end;
             }
             text.push_str(&fragment[at..]);
-            hits.push(SearchHit { run_id, seq, score, snippet: text });
+            hits.push(SearchHit { kind, run_id, seq, score, snippet: text });
         }
         Ok(hits)
     }

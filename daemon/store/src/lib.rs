@@ -7,6 +7,7 @@
 //! duplicates. One process owns a store at a time (`store.lock`); `xpud` and `xpuctl admin`
 //! both open it through this crate.
 
+mod asks;
 mod files;
 mod index;
 pub mod schema;
@@ -23,8 +24,9 @@ use duckdb::{Config, Connection, params};
 use serde::{Deserialize, Serialize};
 use xpu_plan::Explanation;
 
+pub use asks::{Accepted, AskAttemptRecord, AskExample, AskRecord, AskStatsRow, StoredAsk};
 pub use files::KeptFile;
-pub use index::SearchHit;
+pub use index::{ASK_ID_PREFIX, HitKind, SearchHit};
 pub use xpu_journal::Durability;
 use xpu_journal::{EntryRef, Journal};
 
@@ -779,8 +781,9 @@ impl Store {
         })
     }
 
-    /// Full-text search over runs visible to `scope` (tantivy query syntax: words, "phrases",
-    /// `field:value` for policy, status, label, engine, op, code, program).
+    /// Full-text search over runs and asks visible to `scope` (tantivy query syntax: words,
+    /// "phrases", `field:value` for policy, status, label, engine, op, code, program, and
+    /// `kind:run` / `kind:ask`).
     pub fn search(
         &self,
         query: &str,
@@ -790,10 +793,11 @@ impl Store {
         self.shared.index.search(query, scope_tenant(scope), limit.clamp(1, 1000))
     }
 
-    /// Indexes every committed run the search index does not hold yet; returns how many.
-    /// The daemon calls this at most a second apart; it is also run at open.
+    /// Indexes every committed run (and stored ask) the search index does not hold yet;
+    /// returns how many. The daemon calls this at most a second apart; it is also run at
+    /// open.
     pub fn index_pending(&self) -> Result<usize, StoreError> {
-        let mut total = 0;
+        let mut total = self.index_pending_asks()?;
         loop {
             let after = self.shared.index.last_seq();
             let batch = self.with_reader(|c| index::load_docs(c, after, 2000))?;

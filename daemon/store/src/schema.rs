@@ -118,6 +118,49 @@ WHERE r.status = 'succeeded' AND r.machine IS NOT NULL AND t.signature IS NOT NU
 GROUP BY r.machine, t.signature, t.engine, t.kernel;
 "#,
     ),
+    (
+        3,
+        "asks: each question put to a model, its attempts, and the examples users accepted",
+        r#"
+CREATE TABLE asks (
+    seq               BIGINT PRIMARY KEY,  -- commit order; the search index follows it
+    ask_id            VARCHAR NOT NULL UNIQUE,
+    tenant            VARCHAR,
+    question          VARCHAR NOT NULL,
+    model             VARCHAR NOT NULL,
+    endpoint          VARCHAR NOT NULL,    -- without credentials (user info, query)
+    policy_name       VARCHAR,
+    data              VARCHAR NOT NULL,    -- JSON list of the data files' paths
+    schema_text       VARCHAR NOT NULL,    -- the data's columns, as the prompt gave them
+    prompt_digest     VARCHAR NOT NULL,
+    outcome           VARCHAR NOT NULL,    -- accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed
+    program           VARCHAR,             -- the accepted program
+    error             VARCHAR,
+    attempts          BIGINT NOT NULL,
+    prompt_tokens     BIGINT NOT NULL,
+    completion_tokens BIGINT NOT NULL,
+    elapsed_ms        BIGINT NOT NULL,
+    run_id            VARCHAR,             -- the run `--run` started
+    created_at        TIMESTAMP NOT NULL,
+    finished_at       TIMESTAMP NOT NULL,
+    accepted          BOOLEAN NOT NULL DEFAULT false, -- an example for later prompts
+    accepted_at       TIMESTAMP,
+    answer            VARCHAR NOT NULL     -- the whole conversation, JSON
+);
+CREATE TABLE ask_attempts (
+    ask_id            VARCHAR NOT NULL,
+    n                 BIGINT NOT NULL,     -- 1, 2, …
+    model             VARCHAR NOT NULL,
+    prompt_digest     VARCHAR NOT NULL,
+    prompt_tokens     BIGINT NOT NULL,
+    completion_tokens BIGINT NOT NULL,
+    latency_ms        BIGINT NOT NULL,
+    failed_at         VARCHAR,             -- parse | check | dry_run; NULL: it passed
+    codes             VARCHAR NOT NULL,    -- the findings' codes, comma-separated
+    finish_reason     VARCHAR NOT NULL
+);
+"#,
+    ),
 ];
 
 /// The newest schema version this build writes.
