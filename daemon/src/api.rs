@@ -23,7 +23,7 @@ use crate::dto::*;
 use crate::error::{ApiError, ErrorBody};
 use crate::jobs::{Here, Job, JobSpec, Phase, SubmitError};
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// JSON bodies with the API's error format for every way they can be wrong.
 pub struct ApiJson<T>(pub T);
@@ -73,7 +73,7 @@ impl FromRequestParts<Arc<App>> for Caller {
 }
 
 impl Caller {
-    fn require(&self, app: &App, scope: Scope) -> ApiResult<()> {
+    pub(crate) fn require(&self, app: &App, scope: Scope) -> ApiResult<()> {
         if self.0.has(scope) {
             Ok(())
         } else {
@@ -87,7 +87,7 @@ impl Caller {
     }
 }
 
-fn run_dto(s: &RunSummary) -> RunDto {
+pub(crate) fn run_dto(s: &RunSummary) -> RunDto {
     RunDto {
         run_id: s.run_id.clone(),
         status: s.status.name().to_string(),
@@ -145,7 +145,7 @@ fn live_dto(job: &Job) -> RunDto {
     }
 }
 
-fn visible(p: &Principal, tenant: Option<&str>) -> bool {
+pub(crate) fn visible(p: &Principal, tenant: Option<&str>) -> bool {
     p.tenant.is_none() || p.tenant.as_deref() == tenant
 }
 
@@ -153,7 +153,7 @@ fn visible(p: &Principal, tenant: Option<&str>) -> bool {
 /// (`Store::list` waits for the feeder, up to 30 s), and an async thread that waits stalls
 /// every request it would serve next, `/healthz` and `/metrics` included. `f` gets the
 /// app and the caller's store scope.
-async fn off_async<T: Send + 'static>(
+pub(crate) async fn off_async<T: Send + 'static>(
     app: &Arc<App>,
     caller: &Caller,
     f: impl FnOnce(&App, xpu_store::Scope<'_>) -> ApiResult<T> + Send + 'static,
@@ -412,7 +412,7 @@ fn prepare(
 }
 
 /// [`prepare`], compiling the program when it is not compiled yet.
-fn prepare_compiled(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
+pub(crate) fn prepare_compiled(app: &App, caller: &Caller, req: &SubmitJob) -> ApiResult<JobSpec> {
     prepare(app, caller, req, Compile::Always)?
         .ok_or_else(|| ApiError::internal("the program was not compiled"))
 }
@@ -979,7 +979,12 @@ pub async fn search(
     .await?;
     Ok(Json(
         hits.into_iter()
-            .map(|h| SearchHitDto { run_id: h.run_id, score: h.score, snippet: h.snippet })
+            .map(|h| SearchHitDto {
+                kind: h.kind.name().into(),
+                run_id: h.run_id,
+                score: h.score,
+                snippet: h.snippet,
+            })
             .collect(),
     ))
 }
@@ -1169,10 +1174,11 @@ impl utoipa::Modify for ErrorResponses {
 #[openapi(
     info(title = "xpud", description = "The xpu daemon: jobs planned under policies, run, stored and explained."),
     paths(submit, list_runs, get_run, explain, output, cancel, replay, dry_run, list_policies,
-        get_policy, validate_policy, engines, search, evidence, sql, healthz, readyz, metrics),
+        get_policy, validate_policy, engines, search, evidence, sql, healthz, readyz, metrics,
+        crate::asks::post_ask, crate::asks::get_ask, crate::asks::accept_ask, crate::asks::ask_stats),
     modifiers(&BearerAuth, &ErrorResponses),
     tags((name = "jobs"), (name = "runs"), (name = "plans"), (name = "policies"), (name = "engines"),
-        (name = "admin"), (name = "health"))
+        (name = "asks"), (name = "admin"), (name = "health"))
 )]
 pub struct ApiDoc;
 
@@ -1200,6 +1206,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/search", get(search))
         .route("/v1/evidence", get(evidence))
         .route("/v1/sql", post(sql))
+        .route("/v1/asks", post(crate::asks::post_ask))
+        .route("/v1/asks/stats", get(crate::asks::ask_stats))
+        .route("/v1/asks/{id}", get(crate::asks::get_ask))
+        .route("/v1/asks/{id}/accept", post(crate::asks::accept_ask))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -36,6 +36,10 @@ pub struct Config {
     /// Online tuning: plans of policies that choose by measurement read the store's
     /// evidence, and a share of runs explores.
     pub tuning: TuningSettings,
+    /// `[assistant]`: the OpenAI-compatible endpoint and model `POST /v1/asks` asks, where
+    /// its API key comes from, and the limits of one ask (docs/ask.md). Without an
+    /// endpoint and a model, asks are answered 503 saying how to configure them.
+    pub assistant: xpu_assistant::AssistantConfig,
     /// The keys whose built-in default was replaced by a data-dir path at load (no checkout
     /// in the working directory); not a setting.
     #[serde(skip)]
@@ -122,6 +126,9 @@ pub struct Limits {
     /// Bytes of weights the kept prepared executables may hold, all together; the least
     /// recently used plan's go first.
     pub prepared_bytes: u64,
+    /// Asks (`POST /v1/asks`) running at once; one more is answered 429. Each holds a
+    /// blocking thread while the model writes.
+    pub asks_at_once: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -330,6 +337,7 @@ impl Default for Config {
             engines: Engines::default(),
             isolation: IsolationSettings::default(),
             tuning: TuningSettings::default(),
+            assistant: xpu_assistant::AssistantConfig::default(),
             settled: Vec::new(),
         }
     }
@@ -349,6 +357,7 @@ impl Default for Limits {
             inline_run_us: 250,
             prepared_plans: xpu_plan::prepared::DEFAULT_MAX_PLANS,
             prepared_bytes: xpu_plan::prepared::DEFAULT_MAX_BYTES,
+            asks_at_once: 2,
         }
     }
 }
@@ -368,6 +377,7 @@ const KEYS: &[&str] = &[
     "store",
     "engines",
     "isolation",
+    "assistant",
 ];
 
 /// Settings given on the command line (highest layer).
@@ -405,6 +415,10 @@ pub enum ConfigError {
     Prepare(String),
     #[error("tuning.{key}: {message}")]
     Tuning { key: &'static str, message: String },
+    #[error("{0}")]
+    Assistant(String),
+    #[error("limits.asks_at_once = {0}: must be 1 to 64")]
+    AsksAtOnce(usize),
 }
 
 impl Config {
@@ -513,6 +527,12 @@ impl Config {
                 lib(&libs.ort, "XPU_ORT_LIBRARY", ".deps/onnxruntime/libonnxruntime.so")
             ),
             format!("openvino: {}", lib(&libs.openvino_dir, "XPU_OPENVINO_DIR", ".deps/openvino")),
+            match self.assistant.target() {
+                Ok((endpoint, model)) => {
+                    format!("assistant: {model} at {}", xpu_assistant::client::redact(endpoint))
+                }
+                Err(_) => "assistant: not configured (POST /v1/asks answers 503)".into(),
+            },
         ]
     }
 
@@ -540,6 +560,10 @@ impl Config {
         if self.tuning.refresh_s == 0 || self.tuning.refresh_s > 86_400 {
             let message = format!("{} must be 1 to 86400 seconds", self.tuning.refresh_s);
             return Err(ConfigError::Tuning { key: "refresh_s", message });
+        }
+        self.assistant.validate().map_err(ConfigError::Assistant)?;
+        if !(1..=64).contains(&self.limits.asks_at_once) {
+            return Err(ConfigError::AsksAtOnce(self.limits.asks_at_once));
         }
         for (engine, &limit) in &self.limits.engine_concurrency {
             let bad =

@@ -293,6 +293,12 @@ impl Jobs {
         registry(&self.engines, &self.data_roots)
     }
 
+    /// [`registry`](Jobs::registry) with a table engine confined to other roots (an ask's
+    /// dry run reads its sample).
+    pub fn registry_in(&self, roots: &DataRoots) -> xpu_engine::Registry {
+        registry(&self.engines, roots)
+    }
+
     /// What the planner sees of [`registry`](Jobs::registry)'s engines.
     pub fn inventory(&self) -> &Inventory {
         &self.inventory

@@ -5,6 +5,7 @@
 //! bearer-token auth with scopes and tenants (`auth`); figment configuration (`config`).
 
 pub mod api;
+pub mod asks;
 pub mod auth;
 mod blobs;
 pub mod compiled;
@@ -32,6 +33,8 @@ pub struct App {
     pub jobs: Arc<jobs::Jobs>,
     pub metrics: Arc<metrics::Metrics>,
     pub draining: AtomicBool,
+    /// The asks running now.
+    pub asks: asks::Asks,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +109,15 @@ impl App {
                 .with_label_values(&[&e.engine])
                 .set(e.availability.is_available() as i64);
         }
-        Ok(Arc::new(App { config, tokens, jobs, metrics, draining: AtomicBool::new(false) }))
+        asks::clear_scratch(&config.data_dir);
+        Ok(Arc::new(App {
+            config,
+            tokens,
+            jobs,
+            metrics,
+            draining: AtomicBool::new(false),
+            asks: asks::Asks::default(),
+        }))
     }
 
     /// Reloads the policy set; the old one stays when the new one is invalid.

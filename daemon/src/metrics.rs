@@ -35,6 +35,7 @@ pub struct Metrics {
     pub server_overhead: Histogram,
     pub index_lag: IntGauge,
     pub store_errors: IntCounterVec,
+    pub asks: IntCounterVec,
     pub worker_restarts: IntCounterVec,
     pub worker_starts: IntCounterVec,
     pub workers_alive: IntGaugeVec,
@@ -208,6 +209,13 @@ impl Metrics {
                     "Store writes that failed, by stage: journal (the run is reported failed, not stored) or database (retried; the runs stay in the journal)."
                 ),
                 &["stage"]
+            )),
+            asks: reg!(IntCounterVec::new(
+                Opts::new(
+                    "xpu_asks_total",
+                    "Asks (POST /v1/asks) by event: started, then how each ended (accepted, out_of_attempts, out_of_tokens, out_of_time, endpoint_failed; not_stored when the store refused it)."
+                ),
+                &["outcome"]
             )),
             worker_restarts: reg!(IntCounterVec::new(
                 Opts::new(

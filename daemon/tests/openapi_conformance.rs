@@ -38,6 +38,9 @@ fn schemathesis_finds_no_failure() {
             .env("XPU_POLICY_DIRS", format!("[\"{}\"]", repo().join("policies/examples").display()))
             .env("XPU_DATA_ROOTS", format!("[\"{}\"]", repo().join("examples").display()))
             .env("XPU_MODEL_ROOTS", format!("[\"{}\"]", repo().join("examples").display()))
+            // Asks reach a port nothing listens on: each ends at once, endpoint_failed.
+            .env("XPU_ASSISTANT__ENDPOINT", "http://127.0.0.1:9/v1")
+            .env("XPU_ASSISTANT__MODEL", "none")
             .env("XPU_LOG", "error")
             .stdout(Stdio::null())
             .stderr(Stdio::null())

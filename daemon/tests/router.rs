@@ -400,9 +400,18 @@ fn committed_openapi_is_current() {
     );
     let doc: Value = serde_json::from_str(&served).unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
-    for path in
-        ["/v1/jobs", "/v1/runs", "/v1/runs/{id}/explain", "/v1/search", "/v1/sql", "/metrics"]
-    {
+    for path in [
+        "/v1/jobs",
+        "/v1/runs",
+        "/v1/runs/{id}/explain",
+        "/v1/search",
+        "/v1/sql",
+        "/metrics",
+        "/v1/asks",
+        "/v1/asks/{id}",
+        "/v1/asks/{id}/accept",
+        "/v1/asks/stats",
+    ] {
         assert!(doc["paths"].get(path).is_some(), "{path} is documented");
     }
 }
@@ -889,4 +898,144 @@ async fn evidence_is_for_tokens_that_see_every_tenant() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["machine"].as_str().map(str::len), Some(16), "{body}");
     assert_eq!(body["rows"], json!([]), "{body}");
+}
+
+/// Polls an ask until it ends (or a minute passes).
+async fn ask_ended(s: &Server, id: &str, token: &str) -> Value {
+    for _ in 0..600 {
+        let (status, body) = s.send("GET", &format!("/v1/asks/{id}"), Some(token), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["status"] != "running" {
+            return body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("ask {id} did not end in a minute");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_are_judged_stored_run_searched_and_learned_from() {
+    use xpu_assistant::stand_in::{StandIn, reply};
+    let none = server(false, |_| {});
+    let (status, body) =
+        none.send("POST", "/v1/asks", Some(ACME), Some(json!({"question": "q"}))).await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "assistant_not_configured");
+    assert!(body["message"].as_str().unwrap().contains("[assistant]"), "{body}");
+
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("people.csv"),
+        "Name,City,Age,Fare\nAnna,Oslo,34,71.5\nBo,Lund,19,8.0\nCleo,Oslo,52,30.25\nDag,Bergen,41,12.0\n",
+    )
+    .unwrap();
+    let over_30 = "print load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n";
+    let stand = StandIn::start(vec![
+        reply("print load_csv(\"people.csv\") |> filter(Agee > 30)"),
+        reply(over_30),
+        reply("print load_csv(\"people.csv\") |> filter(Age > 40) |> select([\"Name\"])\n"),
+        reply("load_csv(\"people.csv\") |> write_csv(\"copy.csv\")\n"),
+    ]);
+    let root = data.path().to_path_buf();
+    let s = server(false, |c| {
+        c.assistant.endpoint = Some(stand.url.clone());
+        c.assistant.model = Some("tiny".into());
+        c.data_roots = vec![root];
+    });
+    // Bad requests name the field.
+    for (body, want, code) in [
+        (json!({"question": " "}), StatusCode::BAD_REQUEST, "invalid_question"),
+        (
+            json!({"question": "q", "data": ["../etc/passwd"]}),
+            StatusCode::BAD_REQUEST,
+            "invalid_data",
+        ),
+        (json!({"question": "q", "data": ["nope.csv"]}), StatusCode::BAD_REQUEST, "invalid_data"),
+        (
+            json!({"question": "q", "max_attempts": 99}),
+            StatusCode::BAD_REQUEST,
+            "invalid_max_attempts",
+        ),
+        (json!({"question": "q", "policy": "nope"}), StatusCode::NOT_FOUND, "not_found"),
+        (json!({"question": "q", "extra": 1}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_json"),
+    ] {
+        let (status, got) = s.send("POST", "/v1/asks", Some(ACME), Some(body.clone())).await;
+        assert_error(status, &got, want, code);
+    }
+    assert_eq!(stand.requests().len(), 0, "nothing bad reached the model");
+
+    // The first reply names a column that does not exist; the diagnostics go back and the
+    // second passes the dry run on the sample, then runs as the caller's job.
+    let ask = json!({"question": "people over 30", "data": ["people.csv"], "run": true});
+    let (status, body) = s.send("POST", "/v1/asks", Some(ACME), Some(ask)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["ask_id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("ask-") && body["status"] == "running", "{body}");
+    let done = ask_ended(&s, &id, ACME).await;
+    assert_eq!(done["status"], "accepted", "{done:#}");
+    assert_eq!(done["program"], over_30);
+    let attempts = done["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{done:#}");
+    assert_eq!(attempts[0]["failed_at"], "check");
+    assert_eq!(attempts[0]["findings"][0]["code"], "E0208");
+    assert!(attempts[1]["dry_run"].as_str().unwrap().contains("Cleo"), "{done:#}");
+    assert_eq!((done["model"].as_str(), done["tokens"].as_u64()), (Some("tiny"), Some(240)));
+    let run = &done["run"];
+    assert_eq!(run["status"], "succeeded", "{done:#}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (_, stored_run) = s.send("GET", &format!("/v1/runs/{run_id}"), Some(ACME), None).await;
+    assert_eq!(stored_run["labels"]["ask"], id.as_str(), "{stored_run}");
+    let system = stand.requests()[0].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("Name: string, City: string, Age: i64"), "{system}");
+    // Another tenant sees nothing of it.
+    let (status, _) = s.send("GET", &format!("/v1/asks/{id}"), Some(GLOBEX_READ), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Searchable; accepted (by the run it started), it is an example for a similar question.
+    let (_, hits) = s.send("GET", "/v1/search?q=kind:ask%20over", Some(ACME), None).await;
+    assert_eq!(
+        (hits[0]["kind"].as_str(), hits[0]["run_id"].as_str()),
+        (Some("ask"), Some(id.as_str()))
+    );
+    let (status, accepted) =
+        s.send("POST", &format!("/v1/asks/{run_id}/accept"), Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK, "{accepted}");
+    assert_eq!(
+        (accepted["ask_id"].as_str(), accepted["newly"].as_bool()),
+        (Some(id.as_str()), Some(true))
+    );
+    let ask = json!({"question": "people over 40", "data": ["people.csv"]});
+    let (_, body) = s.send("POST", "/v1/asks", Some(ACME), Some(ask)).await;
+    let second = ask_ended(&s, body["ask_id"].as_str().unwrap(), ACME).await;
+    assert_eq!(
+        (second["status"].as_str(), second["examples"][0].as_str()),
+        (Some("accepted"), Some(id.as_str()))
+    );
+    let system = stand.requests()[2].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("people over 30") && system.contains("filter(Age > 30)"), "{system}");
+    assert!(second["run"].is_null(), "not asked to run: {second}");
+
+    // A program that writes files is answered, not run, without allow_writes.
+    let ask = json!({"question": "copy the table", "data": ["people.csv"], "run": true});
+    let (_, body) = s.send("POST", "/v1/asks", Some(ACME), Some(ask)).await;
+    let third = ask_ended(&s, body["ask_id"].as_str().unwrap(), ACME).await;
+    assert_eq!(third["status"], "accepted", "{third:#}");
+    let refused = third["run"]["refused"].as_str().unwrap();
+    assert!(refused.contains("copy.csv") && refused.contains("allow_writes"), "{refused}");
+    assert!(!data.path().join("copy.csv").exists(), "the dry run wrote only into its sample");
+    let (status, _) =
+        s.send("POST", &format!("/v1/asks/{}/accept", "ask-nope"), Some(ACME), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // The loop's figures: three asks, two first replies passed, every ask answered.
+    let (status, stats) = s.send("GET", "/v1/asks/stats", Some(ACME), None).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    let row = &stats[0];
+    assert_eq!((row["model"].as_str(), row["asks"].as_u64()), (Some("tiny"), Some(3)), "{stats}");
+    assert!((row["first_check"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{stats}");
+    assert_eq!(row["answered"].as_f64(), Some(1.0));
+    let metrics = s.send("GET", "/metrics", None, None).await.1;
+    assert!(
+        metrics.as_str().unwrap().contains("xpu_asks_total{outcome=\"accepted\"} 3"),
+        "{metrics}"
+    );
 }

@@ -27,6 +27,7 @@ const LIBRARIES: &[&str] = &[
     "xpu-store",
     "xpu-api",
     "xpu-assistant",
+    "xpu-ask-data",
 ];
 
 /// Crate -> the workspace crates it may depend on (normal and build dependencies).
@@ -82,6 +83,8 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // The ask loop knows MiniLang and an HTTP endpoint; lowering and running the
         // programs it judges are its callers' (a `Judge`).
         ("xpu-assistant", &["xpu-minilang"][..]),
+        // An ask's data: the table engine reads the schemas the prompt shows.
+        ("xpu-ask-data", &["xpu-assistant", "xpu-engine-table", "xpu-ir"][..]),
         // The Python package's native module binds the runtime, as xpuctl does; it adds no
         // engine or planning of its own.
         (

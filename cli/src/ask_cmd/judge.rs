@@ -35,21 +35,9 @@ impl DryRun {
     /// A scratch directory holding the sample, each file at its relative path.
     fn sample(&self) -> Result<tempfile::TempDir> {
         let dir = tempfile::tempdir().context("a scratch directory for the dry run")?;
-        for rel in &self.data {
-            let to = dir.path().join(rel);
-            // `data_path` made `rel` relative and free of `..`; never write elsewhere.
-            anyhow::ensure!(to.starts_with(dir.path()), "{}: not a relative path", rel.display());
-            if let Some(parent) = to.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            let from = self.cwd.join(rel);
-            if super::is_csv(rel) {
-                first_records(&from, &to, self.rows)?;
-            } else {
-                std::fs::copy(&from, &to)
-                    .with_context(|| format!("copying {} for the dry run", rel.display()))?;
-            }
-        }
+        let rels: Vec<&Path> = self.data.iter().map(PathBuf::as_path).collect();
+        xpu_ask_data::write_sample(&self.cwd, &rels, dir.path(), self.rows)
+            .map_err(|m| anyhow::anyhow!(m))?;
         Ok(dir)
     }
 
@@ -129,32 +117,6 @@ impl xpu_assistant::Judge for DryRun {
         })();
         verdict.unwrap_or_else(|e: anyhow::Error| failed(format!("{e:#}"), "dry_run"))
     }
-}
-
-/// The header and the first `n` records of a CSV file, copied byte for byte: the records'
-/// ends are found by the csv reader (so a quoted newline stays inside its record) and the
-/// file's prefix up to there is copied, so the sample keeps the file's own separator and
-/// quoting. Read as a stream: a large file is not read past the sample.
-fn first_records(from: &Path, to: &Path, n: usize) -> Result<()> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_path(from)
-        .with_context(|| format!("reading {}", from.display()))?;
-    let mut record = csv::ByteRecord::new();
-    for _ in 0..=n {
-        let more = reader
-            .read_byte_record(&mut record)
-            .with_context(|| format!("reading {}", from.display()))?;
-        if !more {
-            break;
-        }
-    }
-    let end = reader.position().byte();
-    let mut file = std::fs::File::open(from)?;
-    let mut sample = std::fs::File::create(to)?;
-    std::io::copy(&mut std::io::Read::take(&mut file, end), &mut sample)?;
-    Ok(())
 }
 
 fn diagnostic_finding(d: &serde_json::Value) -> Finding {

@@ -95,8 +95,11 @@ fn prepare(
     policy: Option<String>,
 ) -> Result<(Vec<DataFile>, DryRun)> {
     let engine = xpu_engine_table::TableEngine::new(vec![cwd.clone()]);
-    let files =
-        data.iter().map(|p| describe(&engine, &cwd, p, cfg.send_rows)).collect::<Result<_>>()?;
+    let files = data
+        .iter()
+        .map(|p| xpu_ask_data::describe(&engine, &cwd, p, cfg.send_rows))
+        .collect::<Result<_, String>>()
+        .map_err(|m| anyhow!("--data {m}"))?;
     let judge = DryRun {
         exe: std::env::current_exe().context("finding xpuctl itself")?,
         policy: policy.map(|p| judge::policy_path(&cwd, &p)),
@@ -156,64 +159,6 @@ fn data_path(cwd: &Path, path: &Path) -> Result<PathBuf> {
     })?;
     anyhow::ensure!(resolved.is_file(), UsageError(format!("--data {text}: not a file")));
     Ok(rel.to_path_buf())
-}
-
-/// The table reader for a file, by extension.
-fn table_op(path: &Path) -> Option<xpu_ir::Op> {
-    match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
-        "csv" => Some(xpu_ir::Op::ReadCsv),
-        "xlsx" => Some(xpu_ir::Op::ReadXlsx),
-        "parquet" => Some(xpu_ir::Op::ReadParquet),
-        _ => None,
-    }
-}
-
-fn is_csv(path: &Path) -> bool {
-    table_op(path) == Some(xpu_ir::Op::ReadCsv)
-}
-
-/// A data file as the model sees it: its path, the table engine's schema, and the first
-/// `rows` rows of a CSV file. `rel` is relative to `cwd` (`data_path`).
-fn describe(
-    engine: &xpu_engine_table::TableEngine,
-    cwd: &Path,
-    rel: &Path,
-    rows: usize,
-) -> Result<DataFile> {
-    let path = rel.to_string_lossy().into_owned();
-    let Some(op) = table_op(rel) else {
-        let kind = "file".into();
-        return Ok(DataFile { path, kind, columns: vec![], rows: vec![], sheets: vec![] });
-    };
-    let abs = cwd.join(rel).to_string_lossy().into_owned();
-    let attrs = xpu_ir::Attrs::new().with("path", xpu_ir::Attr::Str(abs.clone()));
-    let columns = engine
-        .source_schema(op, &attrs)
-        .map_err(|m| anyhow!("--data {path}: {m}"))?
-        .into_iter()
-        .map(|(n, d)| (n, d.name().to_string()))
-        .collect();
-    let rows = if is_csv(rel) { first_rows(&cwd.join(rel), rows)? } else { vec![] };
-    let sheets = match op {
-        xpu_ir::Op::ReadXlsx => {
-            engine.workbook_sheets(&abs).map_err(|m| anyhow!("--data {path}: {m}"))?
-        }
-        _ => vec![],
-    };
-    Ok(DataFile { path, kind: "table".into(), columns, rows, sheets })
-}
-
-fn first_rows(path: &Path, n: usize) -> Result<Vec<Vec<String>>> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    for record in reader.records().take(n) {
-        let record = record.with_context(|| format!("reading {}", path.display()))?;
-        out.push(record.iter().map(|c| c.chars().take(80).collect()).collect());
-    }
-    Ok(out)
 }
 
 /// The builtins that write files, called in `program` (a call by name, or piped into).
@@ -305,7 +250,7 @@ fn files_named(src: &str) -> Vec<PathBuf> {
     for (tok, _) in xpu_minilang::lexer::lex(src) {
         let xpu_minilang::lexer::Tok::Str(raw) = tok else { continue };
         let p = PathBuf::from(raw.trim_matches('"'));
-        if table_op(&p).is_some() && !out.contains(&p) {
+        if xpu_ask_data::table_op(&p).is_some() && !out.contains(&p) {
             out.push(p);
         }
     }

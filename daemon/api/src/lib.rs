@@ -167,6 +167,9 @@ pub struct EvidenceRowDto {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SearchHitDto {
+    /// run | ask
+    pub kind: String,
+    /// The run's id, or the ask's (`ask-…`).
     pub run_id: String,
     pub score: f32,
     pub snippet: String,
@@ -261,4 +264,139 @@ pub struct ValidateResponse {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: String,
+}
+
+/// A question for the model xpud is configured with (`[assistant]`): it writes a MiniLang
+/// program over the data files, which xpud checks and dry-runs on a sample of them,
+/// feeding every problem back, up to `max_attempts`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskRequest {
+    /// The question, in plain language (1 to 4,000 characters).
+    pub question: String,
+    /// Data files the question is about, relative to one of the server's data roots (at
+    /// most 16): their columns and first rows go into the prompt.
+    #[serde(default)]
+    pub data: Vec<String>,
+    /// The policy the dry run and the run use (a name known to the server); default: the
+    /// server's default policy.
+    pub policy: Option<String>,
+    /// Run the accepted program on the full data as a job of this caller.
+    #[serde(default)]
+    pub run: bool,
+    /// With `run`, let a program that writes files (write_csv, write_parquet, write_npy,
+    /// plot) run; without it such a program is answered but not run.
+    #[serde(default)]
+    pub allow_writes: bool,
+    /// Fewer attempts than the server's `[assistant] max_attempts` (never more).
+    pub max_attempts: Option<u32>,
+    /// Labels of the run `run` starts (`ask` = the ask's id is added).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One problem with an attempt's program.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FindingDto {
+    /// parse | check | dry_run
+    pub stage: String,
+    pub code: String,
+    pub message: String,
+    pub line: Option<usize>,
+    pub col: Option<usize>,
+    pub help: Option<String>,
+}
+
+/// One reply of the model and what became of it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AskAttemptDto {
+    pub n: u32,
+    /// The message this reply answers: the question, or the previous attempt's diagnostics.
+    pub asked: String,
+    pub reply: String,
+    pub program: String,
+    /// Where it failed (parse | check | dry_run); absent when it passed.
+    pub failed_at: Option<String>,
+    pub findings: Vec<FindingDto>,
+    /// What the dry run printed, when it ran.
+    pub dry_run: Option<String>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub latency_ms: u64,
+    pub finish_reason: String,
+    pub grammar_sent: bool,
+}
+
+/// The run an ask started.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AskRunDto {
+    /// Absent when the program was not run (`refused` says why).
+    pub run_id: Option<String>,
+    /// queued | running | succeeded | failed | cancelled | timed_out
+    pub status: Option<String>,
+    pub error: Option<String>,
+    pub outputs: Vec<OutputDto>,
+    pub refused: Option<String>,
+}
+
+/// An ask: running, or ended with its outcome, every attempt and the program if one passed.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AskDto {
+    pub ask_id: String,
+    /// running | accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed
+    pub status: String,
+    pub question: String,
+    pub data: Vec<String>,
+    pub policy: Option<String>,
+    pub model: String,
+    /// The endpoint, without credentials.
+    pub endpoint: String,
+    pub program: Option<String>,
+    pub error: Option<String>,
+    pub notes: Vec<String>,
+    pub attempts: Vec<AskAttemptDto>,
+    /// Accepted asks shown to the model as examples (their ids).
+    pub examples: Vec<String>,
+    pub tokens: u64,
+    pub elapsed_ms: u64,
+    pub grammar_used: bool,
+    pub run: Option<AskRunDto>,
+    /// An example for later prompts (`POST /v1/asks/{id}/accept`).
+    pub accepted: bool,
+    /// Microseconds since the Unix epoch.
+    pub created_us: i64,
+    pub finished_us: Option<i64>,
+}
+
+/// `POST /v1/asks/{id}/accept`: the ask is an example for later prompts.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AcceptedDto {
+    pub ask_id: String,
+    /// False when it was one already.
+    pub newly: bool,
+}
+
+/// The loop's figures for one model on one day (UTC).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AskStatsDto {
+    pub model: String,
+    /// YYYY-MM-DD
+    pub day: String,
+    pub asks: u64,
+    /// Shares of asks whose first reply parsed, checked, and passed the dry run.
+    pub first_parse: Option<f64>,
+    pub first_check: Option<f64>,
+    pub first_run: Option<f64>,
+    /// Share of asks that ended with a program (after feedback).
+    pub answered: f64,
+    pub attempts_per_answer: Option<f64>,
+    pub tokens_per_answer: Option<f64>,
+}
+
+/// `GET /v1/asks/stats`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AskStatsQuery {
+    /// Only asks created at or after this time (microseconds since the Unix epoch).
+    pub since_us: Option<i64>,
 }

@@ -245,7 +245,7 @@ fn names_grammar(bytes: &[u8]) -> bool {
 
 /// A URL (or a message holding one) without user info and query, which can carry
 /// credentials: `https://user:key@host/v1?key=…` shows as `https://host/v1`.
-fn redact(text: &str) -> String {
+pub fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("://") {

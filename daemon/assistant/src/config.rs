@@ -68,6 +68,9 @@ pub struct AssistantConfig {
     pub dry_run_rows: usize,
     /// Seconds one dry run may take.
     pub dry_run_s: f64,
+    /// Accepted asks most like the question shown to the model as examples (xpud, whose
+    /// store keeps asks; a local `xpuctl ask` has none to show).
+    pub examples: usize,
 }
 
 impl Default for AssistantConfig {
@@ -89,6 +92,7 @@ impl Default for AssistantConfig {
             seed: None,
             dry_run_rows: 200,
             dry_run_s: 30.0,
+            examples: 3,
         }
     }
 }
@@ -175,6 +179,9 @@ impl AssistantConfig {
         }
         if !(self.dry_run_s > 0.0 && self.dry_run_s <= 3600.0) {
             return bad("dry_run_s", "must be in (0, 3600]");
+        }
+        if self.examples > 10 {
+            return bad("examples", "must be at most 10");
         }
         Ok(())
     }

@@ -11,6 +11,8 @@ pub mod client;
 pub mod config;
 pub mod prompt;
 pub mod session;
+#[cfg(feature = "stand-in")]
+pub mod stand_in;
 
 pub use config::{AssistantConfig, GrammarMode, HOW_TO_CONFIGURE};
 pub use prompt::{DataFile, Example};
