@@ -131,11 +131,11 @@ impl Client {
     }
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-fn table(header: &[&str]) -> Table {
+pub(crate) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_style(NOTHING).set_header(header.iter().map(|h| h.to_uppercase()));
     t
@@ -428,6 +428,20 @@ pub fn explain(
         Some(d) => Some(xpu_store::Store::open(d)?),
         None => None,
     };
+    if run.starts_with(xpu_store::ASK_ID_PREFIX) {
+        return match (client, &store) {
+            (Some(c), _) => crate::ask_cmd::remote::explain(c, run, format),
+            (None, Some(store)) => {
+                // Offline: the stored record as it is (the conversation is its `answer`).
+                let ask = store
+                    .ask(run, xpu_store::Scope::All)?
+                    .ok_or_else(|| anyhow!("no ask {run} in {}", store.dir().display()))?;
+                print_json(&serde_json::to_value(&ask)?);
+                Ok(())
+            }
+            (None, None) => bail!("no store to read {run} from"),
+        };
+    }
     let mut ex = explanation(client, store.as_ref(), run)?;
     if let Some(n) = node {
         ex.decisions.retain(|d| d.node.to_string() == n || d.name.as_deref() == Some(n));
@@ -496,9 +510,10 @@ pub fn search(client: &Client, query: &str, limit: usize, format: Format) -> Res
         print_json(&v);
         return Ok(());
     }
-    let mut t = table(&["run", "score", "snippet"]);
+    let mut t = table(&["kind", "id", "score", "snippet"]);
     for h in v.as_array().into_iter().flatten() {
         t.add_row(vec![
+            h["kind"].as_str().unwrap_or("run").to_string(),
             h["run_id"].as_str().unwrap_or("").to_string(),
             format!("{:.2}", h["score"].as_f64().unwrap_or(0.0)),
             h["snippet"].as_str().unwrap_or("").replace('\n', " "),

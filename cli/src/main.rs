@@ -680,7 +680,7 @@ fn dispatch(cmd: Command, server: Option<String>) -> Result<()> {
             }
         },
         Command::Repl => repl::repl(),
-        Command::Ask(args) => ask_cmd::ask(args),
+        Command::Ask(args) => ask_cmd::ask(args, server.as_deref()),
         Command::Minilang(cmd) => ask_cmd::minilang(cmd),
         Command::Submit { program, on_server, inputs, policy, labels, wait, format } => {
             client::submit(

@@ -790,3 +790,48 @@ fn killing_the_ort_worker_mid_model_costs_that_job_only() {
     let (s, last) = post(&a, &format!("{url}/v1/jobs"), &body(true)).unwrap();
     assert_eq!((s, last["status"].as_str()), (200, Some("succeeded")), "{last}");
 }
+
+#[test]
+fn xpuctl_asks_through_the_daemon_and_explains_accepts_and_counts() {
+    use xpu_assistant::stand_in::{StandIn, reply};
+    let dir = tempfile::tempdir().unwrap();
+    let stand = StandIn::start(vec![
+        reply("print load_csv(\"titanic.csv\") |> filter(Agee > 60)"),
+        reply("print load_csv(\"titanic.csv\") |> filter(Age > 70) |> select([\"Name\"])\n"),
+    ]);
+    let d = Daemon::start(
+        &dir.path().join("var"),
+        &repo().join("policies/examples"),
+        &[("XPU_ASSISTANT__ENDPOINT", stand.url.as_str()), ("XPU_ASSISTANT__MODEL", "tiny")],
+    );
+    let (ok, out) = xpuctl(
+        &d.url,
+        &["ask", "passengers over 70", "--from-server", "--data", "titanic.csv", "--run"],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("attempt 1: check failed: E0208") && out.contains("attempt 2: passed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Asplund, Mr. Lewis") && out.contains("Andersson"),
+        "the run's printed table: {out}"
+    );
+    let (ok, out) = xpuctl(&d.url, &["search", "kind:ask passengers", "--format", "json"]);
+    assert!(ok, "{out}");
+    let hits: Value = serde_json::from_str(&out).unwrap();
+    let id = hits[0]["run_id"].as_str().unwrap().to_string();
+    assert_eq!(hits[0]["kind"], "ask", "{hits}");
+    let (ok, out) = xpuctl(&d.url, &["explain", &id]);
+    assert!(ok, "{out}");
+    assert!(out.contains("asked:") && out.contains("Agee") && out.contains("E0208"), "{out}");
+    let (ok, out) = xpuctl(&d.url, &["ask", "--accept", &id]);
+    assert!(ok && out.contains("accepted"), "{out}");
+    let (ok, out) = xpuctl(&d.url, &["ask", "stats", "--format", "json"]);
+    assert!(ok, "{out}");
+    let stats: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((stats[0]["asks"].as_u64(), stats[0]["first_check"].as_f64()), (Some(1), Some(0.0)));
+    // Flags of a local ask are refused with --from-server (usage error).
+    let (ok, out) = xpuctl(&d.url, &["ask", "q", "--from-server", "--endpoint", "http://x/v1"]);
+    assert!(!ok && out.contains("--endpoint is for a local ask"), "{out}");
+}

@@ -5,6 +5,7 @@
 //! `--allow-writes` (the dry run wrote only into its scratch directory).
 
 mod judge;
+pub mod remote;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -19,10 +20,23 @@ use judge::DryRun;
 
 /// What `xpuctl ask` was given.
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct AskArgs {
-    pub question: String,
+    #[command(subcommand)]
+    pub command: Option<AskCommand>,
+    #[arg(required_unless_present = "accept")]
+    pub question: Option<String>,
+    /// Ask xpud (--server / $XPU_SERVER) instead: the model its [assistant] names, the data
+    /// files under its data roots; the ask is stored there (`xpuctl explain ASK_ID`).
+    #[arg(long)]
+    pub from_server: bool,
+    /// Make a stored ask (by its id, or the id of the run it started) an example that later
+    /// prompts of xpud may show.
+    #[arg(long, value_name = "ID", conflicts_with = "question")]
+    pub accept: Option<String>,
     /// A data file the question is about (CSV, XLSX, Parquet; inside the working
-    /// directory): its columns and first rows go into the prompt.
+    /// directory, or with --from-server under the daemon's data roots): its columns and
+    /// first rows go into the prompt.
     #[arg(long = "data", short = 'd')]
     pub data: Vec<PathBuf>,
     /// The policy the dry run and `--run` use.
@@ -111,12 +125,39 @@ fn prepare(
     Ok((files, judge))
 }
 
-pub fn ask(args: AskArgs) -> Result<()> {
+/// `xpuctl ask stats`.
+#[derive(clap::Subcommand)]
+pub enum AskCommand {
+    /// The loop's figures from xpud's store, per model and day: first replies that parsed,
+    /// checked and ran, answers after feedback, attempts and tokens per answer.
+    Stats {
+        /// Only the last N days.
+        #[arg(long)]
+        days: Option<u32>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+pub fn ask(args: AskArgs, server: Option<&str>) -> Result<()> {
+    let connect = || -> Result<crate::client::Client> {
+        Ok(crate::client::Client::new(crate::client::server_url(server)?))
+    };
+    if let Some(AskCommand::Stats { days, format }) = args.command {
+        return remote::stats(&connect()?, days, format);
+    }
+    if let Some(id) = &args.accept {
+        return remote::accept(&connect()?, id, args.format);
+    }
+    let question = args.question.clone().unwrap_or_default();
+    if args.from_server {
+        return remote::ask(&connect()?, &args, &question);
+    }
     let cfg = config(&args)?;
     let cwd = std::env::current_dir().context("the working directory")?;
     let data = args.data.iter().map(|p| data_path(&cwd, p)).collect::<Result<Vec<_>>>()?;
     let (files, judge) = prepare(&cfg, cwd, data, args.policy.clone())?;
-    let request = xpu_assistant::Request { question: &args.question, data: &files, examples: &[] };
+    let request = xpu_assistant::Request { question: &question, data: &files, examples: &[] };
     let answer = xpu_assistant::ask(&cfg, &request, &judge).map_err(|e| match e {
         AskError::NotConfigured(_) | AskError::Config(_) => anyhow!(UsageError(e.to_string())),
         other => anyhow!(other),

@@ -2,31 +2,52 @@
 
 use xpu_assistant::{Answer, Outcome, Stage};
 
-/// One line per attempt: what became of it and what it cost.
+/// An attempt as a line shows it, from a local answer or from xpud's.
+pub(super) struct AttemptView {
+    pub n: u64,
+    /// Stage, code, message and line of the first finding.
+    pub failed: Option<(String, String, String, Option<u64>)>,
+    pub tokens: u64,
+    pub latency_ms: u64,
+    pub grammar: bool,
+}
+
+/// What became of an attempt and what it cost.
+pub(super) fn attempt_line(a: &AttemptView) -> String {
+    let what = match &a.failed {
+        None => "passed (parse, check, dry run)".to_string(),
+        Some((stage, code, message, line)) => format!(
+            "{stage} failed: {code} {}{}",
+            message.lines().next().unwrap_or(""),
+            line.map(|l| format!(" (line {l})")).unwrap_or_default()
+        ),
+    };
+    format!(
+        "attempt {}: {what} — {} tokens, {:.1} s{}",
+        a.n,
+        a.tokens,
+        a.latency_ms as f64 / 1e3,
+        if a.grammar { ", grammar" } else { "" }
+    )
+}
+
+/// One line per attempt of a local answer.
 pub(super) fn attempt_lines(answer: &Answer) -> Vec<String> {
-    answer
-        .attempts
-        .iter()
-        .map(|a| {
-            let what = match a.verdict.findings.first() {
-                None => "passed (parse, check, dry run)".to_string(),
-                Some(f) => format!(
-                    "{} failed: {} {}{}",
-                    stage_name(f.stage),
-                    f.code,
-                    f.message.lines().next().unwrap_or(""),
-                    f.line.map(|l| format!(" (line {l})")).unwrap_or_default()
-                ),
-            };
-            format!(
-                "attempt {}: {what} — {} tokens, {:.1} s{}",
-                a.n,
-                a.prompt_tokens + a.completion_tokens,
-                a.latency_ms as f64 / 1e3,
-                if a.grammar_sent { ", grammar" } else { "" }
+    let view = |a: &xpu_assistant::Attempt| AttemptView {
+        n: u64::from(a.n),
+        failed: a.verdict.findings.first().map(|f| {
+            (
+                stage_name(f.stage).to_string(),
+                f.code.clone(),
+                f.message.clone(),
+                f.line.map(|l| l as u64),
             )
-        })
-        .collect()
+        }),
+        tokens: a.prompt_tokens + a.completion_tokens,
+        latency_ms: a.latency_ms,
+        grammar: a.grammar_sent,
+    };
+    answer.attempts.iter().map(|a| attempt_line(&view(a))).collect()
 }
 
 pub(super) fn print_answer(answer: &Answer, run: Option<&serde_json::Value>) {
