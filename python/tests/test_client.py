@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -99,3 +99,78 @@ def test_a_server_that_is_down_is_reported_not_hung() -> None:
 def test_a_missing_program_file_is_named_not_sent_as_source() -> None:
     with pytest.raises(FileNotFoundError, match="nope.ml"):
         xpu.Client("http://127.0.0.1:9").submit("nope.ml")
+
+
+class _StandIn:
+    """A chat-completions endpoint answering scripted replies in order (the last repeats)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[dict[str, Any]] = []
+        stand = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand.requests.append(body)
+                content = replies[min(len(stand.requests), len(replies)) - 1]
+                raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                               "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 50, "completion_tokens": 10}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_ask_through_the_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stand = _StandIn([
+        'print load_csv("titanic.csv") |> filter(Agee > 70)',
+        'print load_csv("titanic.csv") |> filter(Age > 70) |> select(["Name"])\n',
+    ])
+    binary = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "xpud"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, XPU_ASSISTANT__ENDPOINT=stand.url, XPU_ASSISTANT__MODEL="tiny")
+    proc = subprocess.Popen([str(binary), "--dev", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/readyz", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "xpud did not become ready"
+                time.sleep(0.2)
+        monkeypatch.setenv("XPU_SERVER", url)
+        answer = xpu.ask("passengers over 70", ["titanic.csv"], run=True)
+        assert answer.status == "accepted", answer
+        assert [a["failed_at"] for a in answer.attempts] == ["check", None]
+        assert answer.attempts[0]["findings"][0]["code"] == "E0208"
+        assert answer.run is not None and answer.run.status == "succeeded"
+        (printed,) = answer.run.outputs.values()
+        assert "Asplund, Mr. Lewis" in str(printed)
+        assert answer.accept() is True and answer.accept() is False
+        assert xpu.Client(url).get_ask(answer.ask_id).accepted
+        stats = xpu.Client(url).ask_stats()
+        assert stats[0]["asks"] == 1 and stats[0]["answered"] == 1.0
+        assert stand.requests[1]["messages"][-1]["content"].count("E0208") >= 1
+        monkeypatch.delenv("XPU_SERVER")
+        with pytest.raises(xpu.ApiError, match="needs a daemon"):
+            xpu.ask("q")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -12,10 +12,11 @@ them (docs/python.md)."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from . import minilang
-from .client import ApiError, Client, Run
+from .client import ApiError, Ask, Client, Run
 from .errors import (
     EngineUnavailable,
     InputError,
@@ -39,6 +40,18 @@ def from_dlpack(x: Any) -> Any:
     return np.from_dlpack(x)
 
 
+def ask(question: str, data: list[str] | tuple[str, ...] = (), *, server: str | None = None,
+        token: str | None = None, **options: Any) -> Ask:
+    """Asks the model xpud is configured with (``[assistant]``) for a MiniLang program over
+    ``data`` (files under the daemon's data roots), checked and dry-run there, every attempt
+    stored: ``xpu.ask("total fare per class", ["titanic.csv"], run=True).program``. The
+    daemon is ``server`` or ``$XPU_SERVER``; ``options`` are :meth:`Client.ask`'s."""
+    url = server or os.environ.get("XPU_SERVER")
+    if not url:
+        raise ApiError("xpu.ask needs a daemon: pass server=URL or set XPU_SERVER (docs/ask.md)", 0, "no_server")
+    return Client(url, token=token).ask(question, data, **options)
+
+
 def inventory() -> dict[str, Any]:
     """This machine's engines as xpu sees them: each engine, whether it is available (and
     why not), its kernels, devices and facts (the BLAS core, ONNX Runtime's providers)."""
@@ -60,6 +73,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "__version__",
     "ApiError",
+    "Ask",
+    "ask",
     "Client",
     "Run",
     "EngineUnavailable",

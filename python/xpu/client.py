@@ -1,5 +1,6 @@
 """The xpud client: submit jobs, wait for them, fetch outputs as numpy arrays or
-DataFrames, explain, search, list and cancel runs — over the REST API (docs/daemon.md),
+DataFrames, explain, search, list and cancel runs, ask the daemon's model for MiniLang
+programs (docs/ask.md) — over the REST API (docs/daemon.md),
 with the standard library's HTTP client. Request and response fields are the OpenAPI
 document's (`schemas/openapi.json`); python/tests checks them against it."""
 
@@ -9,6 +10,7 @@ import base64
 import io
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,12 +25,17 @@ SENT: dict[str, tuple[str, ...]] = {
     "SubmitJob": ("program", "inputs", "policy", "policy_toml", "labels", "wait"),
     "ProgramSpec": ("name", "source", "source_base64", "path"),
     "InputSpec": ("npy_base64", "csv_base64"),
+    "AskRequest": ("question", "data", "policy", "run", "allow_writes", "max_attempts", "labels"),
 }
 READ: dict[str, tuple[str, ...]] = {
     "RunDto": ("run_id", "status", "policy", "program", "outputs", "error", "run_us", "queue_us", "labels"),
     "OutputDto": ("name", "dtype", "shape", "url"),
     "ErrorBody": ("code", "message", "details"),
-    "SearchHitDto": ("run_id", "score", "snippet"),
+    "SearchHitDto": ("kind", "run_id", "score", "snippet"),
+    "AskDto": ("ask_id", "status", "question", "program", "error", "attempts", "examples", "tokens",
+               "elapsed_ms", "run", "model", "accepted"),
+    "AskRunDto": ("run_id", "status", "refused"),
+    "AcceptedDto": ("ask_id", "newly"),
     "RunList": ("runs", "next_cursor"),
 }
 
@@ -72,6 +79,33 @@ class Run:
 
     def explain(self) -> dict[str, Any]:
         return self.client.explain(self.run_id)
+
+
+@dataclass
+class Ask:
+    """An ask as the server reports it: ``status`` is ``running`` or how it ended
+    (``accepted``, ``out_of_attempts``, ``out_of_tokens``, ``out_of_time``,
+    ``endpoint_failed``); ``program`` is the MiniLang program that passed the check and the
+    dry run; ``attempts`` every reply with its findings; ``run`` the run it started."""
+
+    client: "Client" = field(repr=False)
+    ask_id: str
+    status: str
+    question: str
+    program: str | None
+    error: str | None
+    attempts: list[dict[str, Any]] = field(repr=False)
+    examples: list[str]
+    tokens: int
+    elapsed_ms: int
+    model: str
+    accepted: bool
+    run: Run | None
+    refused: str | None
+
+    def accept(self) -> bool:
+        """Makes this ask an example for the server's later prompts; False when it was."""
+        return self.client.accept(self.ask_id)
 
 
 class Client:
@@ -182,6 +216,61 @@ class Client:
         """Stored runs, newest first (one page)."""
         page = self._json("GET", "/v1/runs", query={"status": status, "policy": policy, "label": label, "limit": limit, "cursor": cursor})
         return [self._run(r) for r in page["runs"]]
+
+    def ask(
+        self,
+        question: str,
+        data: list[str] | tuple[str, ...] = (),
+        policy: str | None = None,
+        run: bool = False,
+        allow_writes: bool = False,
+        max_attempts: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        wait: bool = True,
+        wait_timeout: float = 3600.0,
+    ) -> Ask:
+        """Asks the model the server's ``[assistant]`` names for a MiniLang program over
+        ``data`` (files under the server's data roots). The server checks and dry-runs every
+        program on a sample and feeds the problems back; with ``run`` the accepted program
+        runs as a job (one that writes files only with ``allow_writes``). ``wait``: until
+        the ask ends (polled; at most ``wait_timeout`` seconds)."""
+        body: dict[str, Any] = {"question": question, "data": list(data), "run": run, "allow_writes": allow_writes}
+        if policy is not None:
+            body["policy"] = policy
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        if labels:
+            body["labels"] = dict(labels)
+        dto = self._json("POST", "/v1/asks", body)
+        deadline = time.monotonic() + wait_timeout
+        while wait and dto["status"] == "running":
+            if time.monotonic() > deadline:
+                raise ApiError(f"ask {dto['ask_id']} still running after {wait_timeout} s", 0, "timeout")
+            time.sleep(0.25)
+            dto = self._json("GET", f"/v1/asks/{_quote(dto['ask_id'])}")
+        return self._ask(dto)
+
+    def get_ask(self, ask_id: str) -> Ask:
+        return self._ask(self._json("GET", f"/v1/asks/{_quote(ask_id)}"))
+
+    def accept(self, ask_or_run_id: str) -> bool:
+        """Makes a stored ask (or the ask that started a run) an example for later prompts;
+        False when it was one already."""
+        return bool(self._json("POST", f"/v1/asks/{_quote(ask_or_run_id)}/accept", {})["newly"])
+
+    def ask_stats(self, since_us: int | None = None) -> list[dict[str, Any]]:
+        """Per model and day: first replies that parsed, checked and ran, answers after
+        feedback, attempts and tokens per answer."""
+        rows: list[dict[str, Any]] = self._json("GET", "/v1/asks/stats", query={"since_us": since_us})
+        return rows
+
+    def _ask(self, dto: Mapping[str, Any]) -> Ask:
+        run_dto = dto.get("run") or {}
+        run = self.run(run_dto["run_id"]) if run_dto.get("run_id") else None
+        return Ask(self, dto["ask_id"], dto["status"], dto["question"], dto.get("program"), dto.get("error"),
+                   list(dto.get("attempts") or []), list(dto.get("examples") or []), int(dto.get("tokens") or 0),
+                   int(dto.get("elapsed_ms") or 0), dto.get("model", ""), bool(dto.get("accepted")), run,
+                   run_dto.get("refused"))
 
     def cancel(self, run_id: str) -> Run:
         return self._run(self._json("POST", f"/v1/runs/{_quote(run_id)}/cancel"))
