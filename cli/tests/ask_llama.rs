@@ -150,4 +150,85 @@ fn llama_server_takes_the_grammar_and_every_finished_reply_parses() {
         elapsed.as_secs_f64(),
         v["tokens"]
     );
+    through_the_daemon(dir.path(), &url);
+}
+
+/// The same model asked by xpud (`--from-server`): every attempt is stored with its
+/// figures, `explain` shows the conversation, `ask stats` counts the ask.
+fn through_the_daemon(data: &Path, url: &str) {
+    let xpud = PathBuf::from(env!("CARGO_BIN_EXE_xpuctl")).with_file_name("xpud");
+    assert!(xpud.exists(), "{} is built with the workspace", xpud.display());
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let var = tempfile::tempdir().unwrap();
+    let child = Command::new(xpud)
+        .args(["--dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(var.path())
+        .env("XPU_DATA_ROOTS", format!("[\"{}\"]", data.display()))
+        .env("XPU_POLICY_DIRS", format!("[\"{}\"]", root().join("policies/examples").display()))
+        .envs([
+            ("XPU_ASSISTANT__ENDPOINT", url),
+            ("XPU_ASSISTANT__MODEL", "tiny"),
+            ("XPU_ASSISTANT__TEMPERATURE", "1.0"),
+            ("XPU_ASSISTANT__SEED", "7"),
+            ("XPU_ASSISTANT__MAX_TOKENS", "200"),
+            ("XPU_ASSISTANT__MAX_ATTEMPTS", "3"),
+            ("XPU_ASSISTANT__TOKEN_BUDGET", "100000"),
+            ("XPU_LOG", "warn"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _daemon = Server(child);
+    let server = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    while ureq::get(&format!("{server}/readyz")).call().is_err() {
+        assert!(start.elapsed() < Duration::from_secs(60), "xpud did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let xpuctl = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+            .args(["--server", &server])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let started = Instant::now();
+    let (code, text) = xpuctl(&[
+        "ask",
+        "How many people live in Oslo?",
+        "--from-server",
+        "--data",
+        "people.csv",
+        "--format",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let status = v["status"].as_str().unwrap();
+    assert!(["accepted", "out_of_attempts"].contains(&status), "{v:#}");
+    assert_eq!(code, Some(if status == "accepted" { 0 } else { 1 }));
+    assert!(v["grammar_used"].as_bool().unwrap(), "{v:#}");
+    let attempts = v["attempts"].as_array().unwrap();
+    assert!(!attempts.is_empty() && attempts.len() <= 3, "{v:#}");
+    for a in attempts {
+        let parse_failed = a["findings"].as_array().unwrap().iter().any(|f| {
+            f["stage"] == "parse" && !["empty", "cut_off"].contains(&f["code"].as_str().unwrap())
+        });
+        assert!(!parse_failed, "under the grammar every finished reply parses: {a:#}");
+    }
+    // Stored: explain reads the conversation back; stats count it.
+    let id = v["ask_id"].as_str().unwrap();
+    let (code, explained) = xpuctl(&["explain", id]);
+    assert_eq!(code, Some(0), "{explained}");
+    assert!(explained.contains("asked:") && explained.contains("How many people"), "{explained}");
+    let (_, stats) = xpuctl(&["ask", "stats", "--format", "json"]);
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats[0]["asks"], 1, "{stats}");
+    eprintln!(
+        "tiny model through xpud: {} attempt(s), status {status}, {:.1} s, {} tokens",
+        attempts.len(),
+        started.elapsed().as_secs_f64(),
+        v["tokens"]
+    );
 }

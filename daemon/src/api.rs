@@ -120,7 +120,7 @@ pub(crate) fn run_dto(s: &RunSummary) -> RunDto {
     }
 }
 
-fn live_dto(job: &Job) -> RunDto {
+pub(crate) fn live_dto(job: &Job) -> RunDto {
     match job.phase() {
         Phase::Done(s) => run_dto(&s),
         phase => RunDto {

@@ -82,7 +82,7 @@ struct DataPath {
         (status = 404, description = "Unknown policy", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
         (status = 429, description = "`limits.asks_at_once` asks are running; see Retry-After", body = ErrorBody),
-        (status = 503, description = "No `[assistant]` endpoint is configured", body = ErrorBody)),
+        (status = 503, description = "No `[assistant]` endpoint, model or readable key; or xpud is stopping", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn post_ask(
     State(app): State<Arc<App>>,
@@ -90,6 +90,10 @@ pub async fn post_ask(
     ApiJson(req): ApiJson<AskRequest>,
 ) -> ApiResult<Response> {
     caller.require(&app, Scope::Submit)?;
+    if app.draining.load(std::sync::atomic::Ordering::Acquire) {
+        let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "draining", "xpud is stopping");
+        return Ok(with_retry_after(e.into_response(), 5));
+    }
     let cfg = configured(&app)?;
     let cfg = limited(cfg, &req)?;
     let question = req.question.trim();
@@ -147,17 +151,10 @@ pub async fn post_ask(
         let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_ask(&app2, &caller, &id, &live, &cfg, &req, &data, &policy)
         }));
-        let outcome = match ended {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => {
-                tracing::warn!("ask {id}: not stored: {e}");
-                "not_stored".into()
-            }
-            Err(_) => {
-                tracing::error!("ask {id}: the ask panicked");
-                "panicked".into()
-            }
-        };
+        let outcome = ended.unwrap_or_else(|_| {
+            tracing::error!("ask {id}: the ask panicked");
+            store_ask(&app2, &failed_record(&id, &live, "the ask broke (logged)".into()))
+        });
         app2.metrics.asks.with_label_values(&[&outcome]).inc();
         app2.asks.lock().remove(&id);
     });
@@ -184,6 +181,10 @@ fn not_configured() -> ApiError {
 fn configured(app: &App) -> ApiResult<AssistantConfig> {
     let cfg = app.config.assistant.clone();
     cfg.target().map_err(|_| not_configured())?;
+    // A key that cannot be read fails every ask: say so now, not in each stored ask.
+    cfg.check_key().map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "assistant_not_configured", e.to_string())
+    })?;
     Ok(cfg)
 }
 
@@ -231,7 +232,18 @@ fn ask_policy(app: &App, name: Option<&str>) -> ApiResult<Arc<Policy>> {
     }
 }
 
-/// Runs one ask to its end and stores it; answers its outcome (for the metric).
+/// What the loop left: the answer, the data as the model saw it, the files the accepted
+/// program writes (an error when lowering it again failed), the examples shown.
+struct Asked {
+    answer: Answer,
+    files: Vec<DataFile>,
+    writes: Result<Vec<String>, String>,
+    examples: Vec<String>,
+}
+
+/// Runs one ask to its end and stores it — also when it ends before the model answered
+/// (unreadable data, a missing key), as `failed` with the reason; answers its outcome
+/// (for the metric).
 #[allow(clippy::too_many_arguments)]
 fn run_ask(
     app: &Arc<App>,
@@ -242,60 +254,69 @@ fn run_ask(
     req: &AskRequest,
     data: &[DataPath],
     policy: &Arc<Policy>,
-) -> Result<String, String> {
-    let scope = caller.0.visibility();
-    let files = describe(data, cfg.send_rows);
-    let (answer, examples) = match files {
-        Ok(files) => {
-            let topic = format!("{}\n{}", live.question, xpu_ask_data::schema_text(&files));
-            let found =
-                app.jobs.store.ask_examples(&topic, scope, cfg.examples).unwrap_or_else(|e| {
-                    tracing::warn!("ask {id}: no examples: {e}");
-                    Vec::new()
-                });
-            let examples: Vec<Example> = found
-                .iter()
-                .map(|e| Example { question: e.question.clone(), program: e.program.clone() })
-                .collect();
-            let judge = InProcess::new(app, data, policy.clone(), cfg)?;
-            let request = xpu_assistant::Request {
-                question: &live.question,
-                data: &files,
-                examples: &examples,
+) -> String {
+    let record = match ask_model(app, caller, id, live, cfg, data, policy) {
+        Ok(asked) => {
+            let run = match (&asked.answer.program, req.run) {
+                (Some(program), true) => {
+                    Some(run_program(app, caller, id, program, req, &asked.writes))
+                }
+                _ => None,
             };
-            let answer = xpu_assistant::ask(cfg, &request, &judge).map_err(|e| e.to_string())?;
-            let writes = answer.program.as_deref().map(|p| judge.writes(p)).unwrap_or_default();
-            (Ok((answer, files, writes)), found.into_iter().map(|e| e.ask_id).collect())
+            answered_record(id, live, asked, run)
         }
-        Err(e) => (Err(e), Vec::new()),
+        Err(e) => failed_record(id, live, e),
     };
-    let created_us = live.created_us;
-    let (answer, files, writes) = match answer {
-        Ok(a) => a,
+    store_ask(app, &record)
+}
+
+/// Stores an ended ask; its outcome, or `not_stored`.
+fn store_ask(app: &App, record: &AskRecord) -> String {
+    match app.jobs.store.record_ask(record) {
+        Ok(_) => record.outcome.clone(),
         Err(e) => {
-            // The data could not be read: an ask that ended before the model was asked.
-            let answer = Answer {
-                question: live.question.clone(),
-                endpoint: live.endpoint.clone(),
-                model: live.model.clone(),
-                prompt_digest: String::new(),
-                outcome: xpu_assistant::Outcome::EndpointFailed,
-                program: None,
-                error: Some(format!("reading the data: {e}")),
-                notes: vec![],
-                attempts: vec![],
-                tokens: 0,
-                elapsed_ms: 0,
-                grammar_used: false,
-            };
-            (answer, Vec::new(), Vec::new())
+            tracing::warn!("ask {}: not stored: {e}", record.ask_id);
+            "not_stored".into()
         }
+    }
+}
+
+/// The loop itself: the data described, the examples found, the model asked, every
+/// program judged on the sample.
+fn ask_model(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    live: &Live,
+    cfg: &AssistantConfig,
+    data: &[DataPath],
+    policy: &Arc<Policy>,
+) -> Result<Asked, String> {
+    let files = describe(data, cfg.send_rows).map_err(|e| format!("reading the data: {e}"))?;
+    let topic = format!("{}\n{}", live.question, xpu_ask_data::schema_text(&files));
+    let scope = caller.0.visibility();
+    let found = app.jobs.store.ask_examples(&topic, scope, cfg.examples).unwrap_or_else(|e| {
+        tracing::warn!("ask {id}: no examples: {e}");
+        Vec::new()
+    });
+    let examples: Vec<Example> = found
+        .iter()
+        .map(|e| Example { question: e.question.clone(), program: e.program.clone() })
+        .collect();
+    let judge = InProcess::new(app, data, policy.clone(), cfg)?;
+    let request =
+        xpu_assistant::Request { question: &live.question, data: &files, examples: &examples };
+    let answer = xpu_assistant::ask(cfg, &request, &judge).map_err(|e| e.to_string())?;
+    let writes = match answer.program.as_deref() {
+        Some(p) => judge.writes(p),
+        None => Ok(Vec::new()),
     };
-    let run = match (&answer.program, req.run) {
-        (Some(program), true) => Some(run_program(app, caller, id, program, req, &writes)),
-        _ => None,
-    };
-    let record = AskRecord {
+    Ok(Asked { answer, files, writes, examples: found.into_iter().map(|e| e.ask_id).collect() })
+}
+
+fn answered_record(id: &str, live: &Live, asked: Asked, run: Option<AskRunDto>) -> AskRecord {
+    let Asked { answer, files, examples, .. } = asked;
+    AskRecord {
         ask_id: id.to_string(),
         tenant: live.tenant.clone(),
         question: live.question.clone(),
@@ -311,16 +332,39 @@ fn run_ask(
         attempts: attempt_records(&answer),
         elapsed_ms: answer.elapsed_ms,
         run_id: run.as_ref().and_then(|r| r.run_id.clone()),
-        created_us,
+        created_us: live.created_us,
         finished_us: now_us(),
         answer: serde_json::json!({
             "answer": answer,
             "examples": examples,
             "refused": run.as_ref().and_then(|r| r.refused.clone()),
         }),
-    };
-    app.jobs.store.record_ask(&record).map_err(|e| e.to_string())?;
-    Ok(record.outcome)
+    }
+}
+
+/// An ask that ended before the model answered, or broke: `failed`, with the reason.
+fn failed_record(id: &str, live: &Live, error: String) -> AskRecord {
+    let now = now_us();
+    AskRecord {
+        ask_id: id.to_string(),
+        tenant: live.tenant.clone(),
+        question: live.question.clone(),
+        model: live.model.clone(),
+        endpoint: live.endpoint.clone(),
+        policy_name: live.policy.clone(),
+        data: live.data.clone(),
+        schema_text: String::new(),
+        prompt_digest: String::new(),
+        outcome: "failed".into(),
+        program: None,
+        error: Some(error),
+        attempts: vec![],
+        elapsed_ms: ((now - live.created_us).max(0) / 1000) as u64,
+        run_id: None,
+        created_us: live.created_us,
+        finished_us: now,
+        answer: serde_json::json!({}),
+    }
 }
 
 fn describe(data: &[DataPath], rows: usize) -> Result<Vec<DataFile>, String> {
@@ -386,7 +430,7 @@ fn run_program(
     id: &str,
     program: &str,
     req: &AskRequest,
-    writes: &[String],
+    writes: &Result<Vec<String>, String>,
 ) -> AskRunDto {
     let refused = |why: String| AskRunDto {
         run_id: None,
@@ -395,11 +439,15 @@ fn run_program(
         outputs: vec![],
         refused: Some(why),
     };
-    if !writes.is_empty() && !req.allow_writes {
-        return refused(format!(
-            "the program writes files ({}); `allow_writes` lets it write into the data roots",
-            writes.join(", ")
-        ));
+    match writes {
+        Err(e) => return refused(format!("what the program writes is unknown: {e}")),
+        Ok(w) if !w.is_empty() && !req.allow_writes => {
+            return refused(format!(
+                "the program writes files ({}); `allow_writes` lets it write into the data roots",
+                w.join(", ")
+            ));
+        }
+        Ok(_) => {}
     }
     let mut labels = req.labels.clone();
     labels.insert("ask".into(), id.to_string());
@@ -490,8 +538,10 @@ impl<'a> InProcess<'a> {
 
     /// The files the program writes (tables, plots, `.npy`), relative to the data root, as
     /// lowering found them.
-    fn writes(&self, program: &str) -> Vec<String> {
-        let Ok(lowered) = self.lower(program) else { return Vec::new() };
+    fn writes(&self, program: &str) -> Result<Vec<String>, String> {
+        let lowered = self.lower(program).map_err(|d| {
+            d.first().map_or_else(|| "it does not lower".into(), |d| d.message.clone())
+        })?;
         let g = &lowered.graph;
         let tables =
             g.nodes.iter().filter(|n| matches!(n.op, xpu_ir::Op::WriteTable | xpu_ir::Op::Plot));
@@ -504,7 +554,7 @@ impl<'a> InProcess<'a> {
             .collect();
         out.sort();
         out.dedup();
-        out
+        Ok(out)
     }
 
     fn dry_run(&self, lowered: xpu_minilang::lower::Lowered, deadline: Instant) -> Verdict {
@@ -626,7 +676,11 @@ fn stored_dto(app: &App, s: StoredAsk, scope: xpu_store::Scope<'_>) -> AskDto {
     let refused = stored["refused"].as_str().map(str::to_string);
     let run = match (&r.run_id, refused) {
         (Some(run_id), _) => {
-            let summary = app.jobs.store.run(run_id, scope).ok().flatten().map(|s| run_dto(&s));
+            // Still queued or running (past the ask's wait): as the job stands now.
+            let summary = match app.jobs.live(run_id) {
+                Some(job) => Some(crate::api::live_dto(&job)),
+                None => app.jobs.store.run(run_id, scope).ok().flatten().map(|s| run_dto(&s)),
+            };
             Some(AskRunDto {
                 run_id: Some(run_id.clone()),
                 status: summary.as_ref().map(|s| s.status.clone()),

@@ -1039,3 +1039,41 @@ async fn asks_are_judged_stored_run_searched_and_learned_from() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_that_cannot_reach_the_model_are_refused_or_stored_as_failed() {
+    use xpu_assistant::stand_in::{StandIn, reply};
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("broken.xlsx"), "not a workbook").unwrap();
+    let stand = StandIn::start(vec![reply("print 1\n")]);
+    let root = data.path().to_path_buf();
+    let url = stand.url.clone();
+    // A key variable that is not set fails every ask: refused at once, naming it.
+    let s = server(false, |c| {
+        c.assistant.endpoint = Some(url.clone());
+        c.assistant.model = Some("tiny".into());
+        c.assistant.api_key_env = Some("XPU_TEST_NO_SUCH_KEY_VARIABLE".into());
+    });
+    let (status, body) =
+        s.send("POST", "/v1/asks", Some(ACME), Some(json!({"question": "q"}))).await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "assistant_not_configured");
+    assert!(body["message"].as_str().unwrap().contains("XPU_TEST_NO_SUCH_KEY_VARIABLE"), "{body}");
+    // Data that cannot be read ends the ask before the model is asked: stored as failed.
+    let s = server(false, |c| {
+        c.assistant.endpoint = Some(url.clone());
+        c.assistant.model = Some("tiny".into());
+        c.data_roots = vec![root];
+    });
+    let ask = json!({"question": "q", "data": ["broken.xlsx"]});
+    let (status, body) = s.send("POST", "/v1/asks", Some(ACME), Some(ask)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let done = ask_ended(&s, body["ask_id"].as_str().unwrap(), ACME).await;
+    assert_eq!(done["status"], "failed", "{done:#}");
+    assert!(done["error"].as_str().unwrap().contains("broken.xlsx"), "{done:#}");
+    assert_eq!(stand.requests().len(), 0);
+    // While draining, no new ask starts.
+    s.app.draining.store(true, std::sync::atomic::Ordering::Release);
+    let (status, body) =
+        s.send("POST", "/v1/asks", Some(ACME), Some(json!({"question": "q"}))).await;
+    assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "draining");
+}

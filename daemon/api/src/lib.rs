@@ -343,7 +343,8 @@ pub struct AskRunDto {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AskDto {
     pub ask_id: String,
-    /// running | accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed
+    /// running | accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed |
+    /// failed (ended before the model answered: unreadable data, or it broke; see `error`)
     pub status: String,
     pub question: String,
     pub data: Vec<String>,

@@ -79,8 +79,14 @@ pub fn schema_text(files: &[DataFile]) -> String {
         .join("\n")
 }
 
+/// Largest file (not CSV) a sample copies whole: a dry run of a larger Parquet or XLSX
+/// file is refused rather than copied for every ask.
+pub const MAX_SAMPLE_COPY_BYTES: u64 = 256 << 20;
+
 /// Writes the sample of each file in `rels` (relative to `root`) to the same relative
-/// path under `dir`: CSV files cut to their first `rows` records, other files copied.
+/// path under `dir`: CSV files cut to their first `rows` records, other files copied (at
+/// most [`MAX_SAMPLE_COPY_BYTES`]; never linked: a dry run that writes the same path must
+/// not touch the original).
 pub fn write_sample(root: &Path, rels: &[&Path], dir: &Path, rows: usize) -> Result<(), String> {
     for rel in rels {
         let to = dir.join(rel);
@@ -98,6 +104,17 @@ pub fn write_sample(root: &Path, rels: &[&Path], dir: &Path, rows: usize) -> Res
         if is_csv(rel) {
             first_records(&from, &to, rows)?;
         } else {
+            let size =
+                std::fs::metadata(&from).map_err(|e| format!("{}: {e}", rel.display()))?.len();
+            if size > MAX_SAMPLE_COPY_BYTES {
+                return Err(format!(
+                    "{}: {} MiB is too large to copy for a dry run (at most {} MiB; a CSV file \
+                     is cut to its first rows instead)",
+                    rel.display(),
+                    size >> 20,
+                    MAX_SAMPLE_COPY_BYTES >> 20
+                ));
+            }
             std::fs::copy(&from, &to)
                 .map_err(|e| format!("copying {} for the dry run: {e}", rel.display()))?;
         }

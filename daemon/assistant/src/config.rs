@@ -212,6 +212,11 @@ impl AssistantConfig {
     }
 
     /// The API key, read when the ask starts; `None` when no source is configured.
+    /// Whether the key `api_key_env` / `api_key_file` names can be read (not the key).
+    pub fn check_key(&self) -> Result<(), AskError> {
+        self.api_key().map(drop)
+    }
+
     pub(crate) fn api_key(&self) -> Result<Option<String>, AskError> {
         if let Some(var) = &self.api_key_env {
             return std::env::var(var).map(Some).map_err(|_| {

@@ -9,7 +9,7 @@ use duckdb::types::Value as DuckValue;
 use duckdb::{Connection, params};
 use serde::{Deserialize, Serialize};
 
-use crate::index::{ASK_ID_PREFIX, AskDoc};
+use crate::index::{ASK_ID_PREFIX, AskDoc, Put};
 use crate::{Scope, Store, StoreError, micros, opt_text, poisoned, scope_tenant};
 
 /// An ask as the daemon hands it to the store when it ends.
@@ -194,14 +194,21 @@ impl Store {
         }
         {
             let conn = self.shared.writer.lock().map_err(|_| poisoned("writer"))?;
+            // The time from here, in UTC like every other stored time (DuckDB's
+            // current_timestamp would be cast to a TIMESTAMP in the host's zone).
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64);
             conn.execute(
-                "UPDATE asks SET accepted = true, accepted_at = current_timestamp \
-                 WHERE ask_id = ?",
-                params![ask_id],
+                "UPDATE asks SET accepted = true, accepted_at = ? WHERE ask_id = ?",
+                params![micros(now), ask_id],
             )?;
         }
+        // Indexed first (as it stands now, accepted), so an indexer that loaded it before
+        // cannot put the stale copy back; then replaced, in case it was indexed before.
+        self.index_pending_asks()?;
         let docs = self.with_reader(|c| load_ask_docs(c, "ask_id = ?", &ask_id))?;
-        self.shared.index.put_asks(&docs)?;
+        self.shared.index.put_asks(&docs, Put::Replace)?;
         Ok(Accepted::Now { ask_id, newly: true })
     }
 
@@ -261,7 +268,7 @@ impl Store {
     pub(crate) fn index_pending_asks(&self) -> Result<usize, StoreError> {
         let after = self.shared.index.last_ask();
         let docs = self.with_reader(|c| load_ask_docs(c, "seq > ?", &(after as i64)))?;
-        self.shared.index.put_asks(&docs)?;
+        self.shared.index.put_asks(&docs, Put::New)?;
         Ok(docs.len())
     }
 }

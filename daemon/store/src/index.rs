@@ -75,6 +75,13 @@ pub(crate) struct AskDoc {
     pub(crate) text: String,
 }
 
+/// How [`SearchIndex::put_asks`] takes its documents.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    New,
+    Replace,
+}
+
 /// A stored accepted ask similar to a question.
 pub(crate) struct Similar {
     pub(crate) ask_id: String,
@@ -243,15 +250,21 @@ impl SearchIndex {
         self.commit(&mut w, last, self.last_ask())
     }
 
-    /// Adds asks or replaces them (an ask accepted since it was indexed): each ask's
-    /// earlier document goes first. The payload's last ask is the highest sequence seen.
-    pub(crate) fn put_asks(&self, docs: &[AskDoc]) -> Result<(), StoreError> {
-        if docs.is_empty() {
-            return Ok(());
-        }
+    /// Adds new asks (`Put::New`: those after the last indexed one; documents loaded
+    /// before another caller indexed them are dropped, so a stale copy never replaces a
+    /// newer one) or replaces indexed ones (`Put::Replace`: an ask accepted since, its
+    /// earlier document removed first; the last indexed ask stays where it is).
+    pub(crate) fn put_asks(&self, docs: &[AskDoc], put: Put) -> Result<(), StoreError> {
         let f = &self.fields;
         let mut w = self.lock_writer()?;
         let mut last = self.last_ask();
+        let docs: Vec<&AskDoc> = match put {
+            Put::New => docs.iter().filter(|d| d.seq > last).collect(),
+            Put::Replace => docs.iter().collect(),
+        };
+        if docs.is_empty() {
+            return Ok(());
+        }
         for d in docs {
             w.delete_term(Term::from_field_text(f.run_id, &d.ask_id));
             w.add_document(doc!(
@@ -263,7 +276,9 @@ impl SearchIndex {
                 f.topic => d.topic.clone(),
                 f.text => d.text.clone(),
             ))?;
-            last = last.max(d.seq);
+            if put == Put::New {
+                last = last.max(d.seq);
+            }
         }
         self.commit(&mut w, self.last_seq(), last)
     }
@@ -293,7 +308,7 @@ impl SearchIndex {
         words.sort();
         words.dedup();
         words.truncate(200);
-        if words.is_empty() {
+        if words.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         let term = |field: Field, text: &str| -> Box<dyn tantivy::query::Query> {

@@ -157,7 +157,8 @@ CREATE TABLE ask_attempts (
     latency_ms        BIGINT NOT NULL,
     failed_at         VARCHAR,             -- parse | check | dry_run; NULL: it passed
     codes             VARCHAR NOT NULL,    -- the findings' codes, comma-separated
-    finish_reason     VARCHAR NOT NULL
+    finish_reason     VARCHAR NOT NULL,
+    PRIMARY KEY (ask_id, n)
 );
 "#,
     ),

@@ -114,6 +114,12 @@ fn asks_are_stored_searched_accepted_and_counted() {
     assert!(examples[0].program.contains("read_csv"));
     assert!(store.ask_examples(topic, Scope::Tenant("other"), 3).unwrap().is_empty());
     assert!(store.ask_examples("", Scope::All, 3).unwrap().is_empty());
+    assert!(store.ask_examples(topic, Scope::All, 0).unwrap().is_empty(), "examples = 0");
+    let accepted_us = store.ask("ask-1", Scope::All).unwrap().unwrap().accepted_us.unwrap();
+    let now_us =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros()
+            as i64;
+    assert!((now_us - accepted_us).abs() < 60_000_000, "accepted_at is UTC: {accepted_us}");
     // Query syntax in a question is only words.
     assert!(store.ask_examples("region:( \"amount AND", Scope::All, 3).is_ok());
 
