@@ -25,8 +25,9 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
     // A program that parses is also lowered: compile-time type, shape and path errors are
     // diagnostics too (nothing runs).
     let roots = xpu_runtime::program::data_roots_of(path);
-    if diags.is_empty()
-        && let Err(more) = xpu_minilang::lower::lower_with(
+    let mut writes = Vec::new();
+    if diags.is_empty() {
+        match xpu_minilang::lower::lower_with(
             &program,
             "check",
             Some(&roots),
@@ -36,9 +37,10 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
                 tables: Some(xpu_runtime::program::table_loader(roots.roots())),
                 ..Default::default()
             },
-        )
-    {
-        diags = more;
+        ) {
+            Ok(lowered) => writes = lowered.written_files(),
+            Err(more) => diags = more,
+        }
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let name = path.display().to_string();
@@ -57,7 +59,7 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({"program": name, "ok": errors == 0, "statements": program.stmts.len(), "diagnostics": list})
+                &serde_json::json!({"program": name, "ok": errors == 0, "statements": program.stmts.len(), "diagnostics": list, "writes": writes})
             )?
         );
     } else {

@@ -102,16 +102,19 @@ impl Session {
                 return Ok(());
             }
             match crate::ask_cmd::ask_in_repl(question, &self.accepted, out) {
-                Ok(Some(program)) => {
+                Ok(Some((program, writes))) => {
                     writeln!(out, "{}", program.trim_end())?;
-                    // A program that writes files is shown, not run: the user decides.
-                    let writes = crate::ask_cmd::writes_files(&program);
-                    if !writes.is_empty() {
-                        writeln!(
-                            out,
-                            "not run: it writes files ({}); enter it yourself to run it",
-                            writes.join(", ")
-                        )?;
+                    // A program that writes files (or whose writes are unknown) is shown,
+                    // not run: the user decides.
+                    let why = match &writes {
+                        None => Some("what it writes is unknown".to_string()),
+                        Some(w) if !w.is_empty() => {
+                            Some(format!("it writes files ({})", w.join(", ")))
+                        }
+                        Some(_) => None,
+                    };
+                    if let Some(why) = why {
+                        writeln!(out, "not run: {why}; enter it yourself to run it")?;
                         return Ok(());
                     }
                     return self.input(&program, out);

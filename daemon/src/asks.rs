@@ -494,11 +494,18 @@ fn run_program(
 /// lowered graph on it under the ask's policy, stopped at `dry_run_s`.
 struct InProcess<'a> {
     app: &'a App,
-    /// The scratch directory: the sample, the dry run's only data root. Removed on drop.
-    dir: tempfile::TempDir,
-    roots: DataRoots,
+    /// The sample as written once: each attempt runs on a copy of it, so a program that
+    /// overwrites a file it reads cannot change what the next attempt sees. Removed on drop.
+    pristine: tempfile::TempDir,
+    scratch: PathBuf,
     policy: Arc<Policy>,
     limit: Duration,
+}
+
+/// One attempt's copy of the sample: its only data root. Removed on drop.
+struct Attempt {
+    dir: tempfile::TempDir,
+    roots: DataRoots,
 }
 
 impl<'a> InProcess<'a> {
@@ -510,54 +517,62 @@ impl<'a> InProcess<'a> {
     ) -> Result<InProcess<'a>, String> {
         let scratch = app.config.data_dir.join("asks-scratch");
         std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
-        let dir =
+        let pristine =
             tempfile::tempdir_in(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
         for d in data {
-            xpu_ask_data::write_sample(&d.root, &[d.rel.as_path()], dir.path(), cfg.dry_run_rows)?;
+            let rel = [d.rel.as_path()];
+            xpu_ask_data::write_sample(&d.root, &rel, pristine.path(), cfg.dry_run_rows)?;
         }
+        let limit = Duration::from_secs_f64(cfg.dry_run_s);
+        Ok(InProcess { app, pristine, scratch, policy, limit })
+    }
+
+    fn attempt(&self) -> Result<Attempt, String> {
+        let dir = tempfile::tempdir_in(&self.scratch)
+            .map_err(|e| format!("{}: {e}", self.scratch.display()))?;
+        xpu_ask_data::copy_tree(self.pristine.path(), dir.path())?;
         let roots = DataRoots::new([dir.path().to_path_buf()]);
-        Ok(InProcess { app, dir, roots, policy, limit: Duration::from_secs_f64(cfg.dry_run_s) })
+        Ok(Attempt { dir, roots })
     }
 
     fn lower(
         &self,
         program: &str,
+        roots: &DataRoots,
     ) -> Result<xpu_minilang::lower::Lowered, Vec<xpu_minilang::Diagnostic>> {
         let (parsed, diags) = xpu_minilang::analyze(program);
         if diags.iter().any(|d| d.is_error()) {
             return Err(diags);
         }
-        let roots = self.roots.roots();
         let inputs = xpu_minilang::lower::Inputs {
             models: Some(xpu_runtime::program::model_loader()),
-            tables: Some(xpu_runtime::program::table_loader(roots)),
+            tables: Some(xpu_runtime::program::table_loader(roots.roots())),
             ..Default::default()
         };
-        xpu_minilang::lower::lower_with(&parsed, "answer", Some(&self.roots), &inputs)
+        xpu_minilang::lower::lower_with(&parsed, "answer", Some(roots), &inputs)
     }
 
     /// The files the program writes (tables, plots, `.npy`), relative to the data root, as
     /// lowering found them.
     fn writes(&self, program: &str) -> Result<Vec<String>, String> {
-        let lowered = self.lower(program).map_err(|d| {
+        let attempt = self.attempt()?;
+        let lowered = self.lower(program, &attempt.roots).map_err(|d| {
             d.first().map_or_else(|| "it does not lower".into(), |d| d.message.clone())
         })?;
-        let g = &lowered.graph;
-        let tables =
-            g.nodes.iter().filter(|n| matches!(n.op, xpu_ir::Op::WriteTable | xpu_ir::Op::Plot));
-        let paths = tables
-            .map(|n| PathBuf::from(n.attrs.str("path", "")))
-            .chain(lowered.writes.iter().map(|(_, p)| p.clone()));
-        let root = self.dir.path().canonicalize().unwrap_or_else(|_| self.dir.path().to_path_buf());
-        let mut out: Vec<String> = paths
-            .map(|p| p.strip_prefix(&root).unwrap_or(&p).to_string_lossy().into_owned())
-            .collect();
-        out.sort();
-        out.dedup();
-        Ok(out)
+        let root = attempt.dir.path().canonicalize().map_err(|e| e.to_string())?;
+        Ok(lowered
+            .written_files()
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned())
+            .collect())
     }
 
-    fn dry_run(&self, lowered: xpu_minilang::lower::Lowered, deadline: Instant) -> Verdict {
+    fn dry_run(
+        &self,
+        lowered: xpu_minilang::lower::Lowered,
+        roots: &DataRoots,
+        deadline: Instant,
+    ) -> Verdict {
         let graph = Arc::new(lowered.graph);
         if let Err(errs) = xpu_ir::verify(&graph) {
             return failed(format!("the lowered graph is invalid: {}", errs[0]), "dry_run");
@@ -568,7 +583,7 @@ impl<'a> InProcess<'a> {
                 Ok(p) => p,
                 Err(e) => return failed(format!("no plan under the policy: {e}"), "no_plan"),
             };
-        let registry = jobs.registry_in(&self.roots);
+        let registry = jobs.registry_in(roots);
         let stop = xpu_engine::StopToken::new();
         let (done, watch) = std::sync::mpsc::channel::<()>();
         let watchdog = {
@@ -598,7 +613,11 @@ impl<'a> InProcess<'a> {
 impl xpu_assistant::Judge for InProcess<'_> {
     fn judge(&self, program: &str, deadline: Instant) -> Verdict {
         let deadline = deadline.min(Instant::now() + self.limit);
-        match self.lower(program) {
+        let attempt = match self.attempt() {
+            Ok(a) => a,
+            Err(e) => return failed(format!("copying the sample: {e}"), "dry_run"),
+        };
+        match self.lower(program, &attempt.roots) {
             Err(diags) => {
                 let errors: Vec<_> = diags.iter().filter(|d| d.is_error()).collect();
                 Verdict {
@@ -607,7 +626,7 @@ impl xpu_assistant::Judge for InProcess<'_> {
                     dry_run: None,
                 }
             }
-            Ok(lowered) => self.dry_run(lowered, deadline),
+            Ok(lowered) => self.dry_run(lowered, &attempt.roots, deadline),
         }
     }
 }

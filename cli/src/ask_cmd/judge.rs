@@ -22,6 +22,11 @@ pub(super) struct DryRun {
     pub policy: Option<String>,
     pub rows: usize,
     pub limit: Duration,
+    /// The sample as written once; each attempt runs on a copy of it (a program that
+    /// overwrites a file it reads cannot change what the next attempt sees).
+    pub pristine: std::cell::OnceCell<tempfile::TempDir>,
+    /// The files the last program that checked clean writes, as `check` lowered it.
+    pub checked_writes: std::cell::RefCell<Option<(String, Vec<String>)>>,
 }
 
 /// What a finished child process left.
@@ -32,13 +37,27 @@ struct Finished {
 }
 
 impl DryRun {
-    /// A scratch directory holding the sample, each file at its relative path.
+    /// A scratch directory holding a copy of the sample, each file at its relative path.
     fn sample(&self) -> Result<tempfile::TempDir> {
+        let pristine = match self.pristine.get() {
+            Some(p) => p,
+            None => {
+                let dir = tempfile::tempdir().context("a scratch directory for the sample")?;
+                let rels: Vec<&Path> = self.data.iter().map(PathBuf::as_path).collect();
+                xpu_ask_data::write_sample(&self.cwd, &rels, dir.path(), self.rows)
+                    .map_err(|m| anyhow::anyhow!(m))?;
+                self.pristine.get_or_init(|| dir)
+            }
+        };
         let dir = tempfile::tempdir().context("a scratch directory for the dry run")?;
-        let rels: Vec<&Path> = self.data.iter().map(PathBuf::as_path).collect();
-        xpu_ask_data::write_sample(&self.cwd, &rels, dir.path(), self.rows)
-            .map_err(|m| anyhow::anyhow!(m))?;
+        xpu_ask_data::copy_tree(pristine.path(), dir.path()).map_err(|m| anyhow::anyhow!(m))?;
         Ok(dir)
+    }
+
+    /// The files `program` writes (relative to the data root), if it checked clean.
+    pub fn writes_of(&self, program: &str) -> Option<Vec<String>> {
+        let last = self.checked_writes.borrow();
+        last.as_ref().filter(|(p, _)| p == program).map(|(_, w)| w.clone())
     }
 
     /// Runs `xpuctl ARGS` in `dir` until it ends or `deadline`; `None` when it was killed.
@@ -69,11 +88,20 @@ impl DryRun {
         else {
             return Ok(timed_out("checking", self.limit));
         };
-        if done.status.success() {
-            return Ok(Verdict::default());
-        }
         let report: serde_json::Value = serde_json::from_str(&done.stdout)
             .with_context(|| format!("xpuctl check answered no report: {}", done.stderr.trim()))?;
+        if done.status.success() {
+            let root = dir.canonicalize()?;
+            let writes =
+                report["writes"].as_array().into_iter().flatten().filter_map(|w| w.as_str());
+            let writes = writes
+                .map(|w| {
+                    Path::new(w).strip_prefix(&root).unwrap_or(Path::new(w)).display().to_string()
+                })
+                .collect();
+            *self.checked_writes.borrow_mut() = Some((program.to_string(), writes));
+            return Ok(Verdict::default());
+        }
         let diags = report["diagnostics"].as_array().cloned().unwrap_or_default();
         let errors: Vec<&serde_json::Value> =
             diags.iter().filter(|d| d["severity"] == "error").collect();

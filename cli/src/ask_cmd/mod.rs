@@ -121,6 +121,8 @@ fn prepare(
         data,
         rows: cfg.dry_run_rows,
         limit: Duration::from_secs_f64(cfg.dry_run_s),
+        pristine: Default::default(),
+        checked_writes: Default::default(),
     };
     Ok((files, judge))
 }
@@ -202,28 +204,15 @@ fn data_path(cwd: &Path, path: &Path) -> Result<PathBuf> {
     Ok(rel.to_path_buf())
 }
 
-/// The builtins that write files, called in `program` (a call by name, or piped into).
-pub(crate) fn writes_files(program: &str) -> Vec<String> {
-    use xpu_minilang::lexer::{Tok, lex};
-    let toks = lex(program);
-    let mut out: Vec<String> = Vec::new();
-    for w in toks.windows(2) {
-        if let (Tok::Ident(name), Tok::LParen | Tok::Newline | Tok::Eof | Tok::RParen) =
-            (&w[0].0, &w[1].0)
-            && ["write_csv", "write_parquet", "write_npy", "plot"].contains(&name.as_str())
-            && !out.contains(name)
-        {
-            out.push(name.clone());
-        }
-    }
-    out
-}
-
 /// Runs the accepted program on the real data: what it prints goes to the terminal (text)
 /// or into the answer (`run`: exit code, stdout, stderr), its output files into `--out`.
 /// A program that writes files runs only with `--allow-writes`.
 fn run_answer(judge: &DryRun, program: &str, args: &AskArgs) -> Result<serde_json::Value> {
-    let writes = writes_files(program);
+    // What `check` lowered: an accepted program checked clean on the sample.
+    let Some(writes) = judge.writes_of(program) else {
+        let why = "what the program writes is unknown (it was not checked)".to_string();
+        return Ok(serde_json::json!({ "exit_code": null, "refused": why }));
+    };
     if !writes.is_empty() && !args.allow_writes {
         let why = format!(
             "the program writes files ({}); --allow-writes lets it write into {}",
@@ -259,12 +248,14 @@ fn run_answer(judge: &DryRun, program: &str, args: &AskArgs) -> Result<serde_jso
 
 /// `:ask QUESTION` in the REPL: the table files the session's program names (inside the
 /// working directory) go into the prompt; the endpoint comes from `XPU_ASK_*`. Writes the
-/// attempts to `out` and answers the accepted program, which the REPL then runs as input.
+/// attempts to `out` and answers the accepted program with the files it writes (as
+/// lowering found them: unknown is `None`), which the REPL then runs as input — unless it
+/// writes.
 pub fn ask_in_repl(
     question: &str,
     session: &str,
     out: &mut impl std::io::Write,
-) -> Result<Option<String>> {
+) -> Result<Option<(String, Option<Vec<String>>)>> {
     let cfg = AssistantConfig::default().with_env();
     if let Err(e) = cfg.validate().map_err(AskError::Config).and_then(|()| cfg.target().map(drop)) {
         writeln!(out, "{e}")?;
@@ -282,7 +273,10 @@ pub fn ask_in_repl(
     if answer.program.is_none() {
         writeln!(out, "no program: {}", answer.error.as_deref().unwrap_or(""))?;
     }
-    Ok(answer.program)
+    Ok(answer.program.map(|p| {
+        let writes = judge.writes_of(&p);
+        (p, writes)
+    }))
 }
 
 /// The string literals of a program that name table files, in order, each once.

@@ -46,6 +46,21 @@ pub struct Lowered {
     pub files: Vec<std::path::PathBuf>,
 }
 
+impl Lowered {
+    /// Every file the program writes (tables, plots, `.npy` files), resolved, sorted, each
+    /// once: what a caller asks about before running a program someone else wrote.
+    pub fn written_files(&self) -> Vec<std::path::PathBuf> {
+        let tables = self.graph.nodes.iter().filter(|n| matches!(n.op, Op::WriteTable | Op::Plot));
+        let mut out: Vec<std::path::PathBuf> = tables
+            .map(|n| std::path::PathBuf::from(n.attrs.str("path", "")))
+            .chain(self.writes.iter().map(|(_, p)| p.clone()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Val {
     Int(i64),

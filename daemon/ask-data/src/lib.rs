@@ -122,6 +122,25 @@ pub fn write_sample(root: &Path, rels: &[&Path], dir: &Path, rows: usize) -> Res
     Ok(())
 }
 
+/// Copies the directory tree `from` into `to` (files and directories; a link is not
+/// followed): one attempt's copy of a sample.
+pub fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", from.display()))?;
+        let kind = entry.file_type().map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)
+                .map_err(|e| format!("{}: {e}", target.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// The header and the first `n` records of a CSV file, copied byte for byte: the records'
 /// ends are found by the csv reader (so a quoted newline stays inside its record) and the
 /// file's prefix up to there is copied, so the sample keeps the file's own separator and
@@ -183,6 +202,12 @@ mod tests {
         let out = dir.path().join("out");
         let rels = [Path::new("sub/t.csv"), Path::new("notes.txt")];
         write_sample(&root, &rels, &out, 2).unwrap();
+        let copy = dir.path().join("copy");
+        copy_tree(&out, &copy).unwrap();
+        assert_eq!(
+            std::fs::read(copy.join("sub/t.csv")).unwrap(),
+            std::fs::read(out.join("sub/t.csv")).unwrap()
+        );
         assert_eq!(
             std::fs::read_to_string(out.join("sub/t.csv")).unwrap(),
             "a;b\n1;\"x\ny\"\n2;z\n"
