@@ -429,6 +429,9 @@ pub fn explain(
         None => None,
     };
     if run.starts_with(xpu_store::ASK_ID_PREFIX) {
+        if node.is_some() || diff.is_some() {
+            bail!("{run} is an ask: --node and --diff are for runs");
+        }
         return match (client, &store) {
             (Some(c), _) => crate::ask_cmd::remote::explain(c, run, format),
             (None, Some(store)) => {

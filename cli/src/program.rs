@@ -25,8 +25,9 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
     // A program that parses is also lowered: compile-time type, shape and path errors are
     // diagnostics too (nothing runs).
     let roots = xpu_runtime::program::data_roots_of(path);
-    let mut writes = Vec::new();
-    if diags.is_empty() {
+    // Lowered when nothing is wrong: what it writes is then known (null otherwise).
+    let mut writes = None;
+    if !diags.iter().any(|d| d.is_error()) {
         match xpu_minilang::lower::lower_with(
             &program,
             "check",
@@ -38,8 +39,8 @@ pub fn check_minilang(path: &Path, json: bool) -> Result<bool> {
                 ..Default::default()
             },
         ) {
-            Ok(lowered) => writes = lowered.written_files(),
-            Err(more) => diags = more,
+            Ok(lowered) => writes = Some(lowered.written_files()),
+            Err(more) => diags.extend(more),
         }
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();

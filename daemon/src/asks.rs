@@ -183,7 +183,13 @@ fn configured(app: &App) -> ApiResult<AssistantConfig> {
     cfg.target().map_err(|_| not_configured())?;
     // A key that cannot be read fails every ask: say so now, not in each stored ask.
     cfg.check_key().map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "assistant_not_configured", e.to_string())
+        // Which variable or file is the operator's business: logged, not answered.
+        tracing::warn!("asks refused: {e}");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "assistant_not_configured",
+            "this xpud cannot read the API key its [assistant] table names (logged)",
+        )
     })?;
     Ok(cfg)
 }

@@ -174,8 +174,17 @@ async fn serve(config: Config) -> Result<()> {
         })
         .await?;
     let jobs = app.jobs.clone();
+    let asking = app.clone();
     let left = tokio::task::spawn_blocking(move || {
-        let left = jobs.drain(drain);
+        // Asks first (one may be waiting for the run it started), within the same bound.
+        let until = std::time::Instant::now() + drain;
+        while asking.asks.running() > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if asking.asks.running() > 0 {
+            tracing::warn!("{} ask(s) still running are dropped", asking.asks.running());
+        }
+        let left = jobs.drain(until.saturating_duration_since(std::time::Instant::now()));
         // The database takes in every journaled run, so the next start replays nothing.
         jobs.store.close();
         left

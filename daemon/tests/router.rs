@@ -1057,7 +1057,8 @@ async fn asks_that_cannot_reach_the_model_are_refused_or_stored_as_failed() {
     let (status, body) =
         s.send("POST", "/v1/asks", Some(ACME), Some(json!({"question": "q"}))).await;
     assert_error(status, &body, StatusCode::SERVICE_UNAVAILABLE, "assistant_not_configured");
-    assert!(body["message"].as_str().unwrap().contains("XPU_TEST_NO_SUCH_KEY_VARIABLE"), "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("API key") && !message.contains("XPU_TEST_NO_SUCH"), "{body}");
     // Data that cannot be read ends the ask before the model is asked: stored as failed.
     let s = server(false, |c| {
         c.assistant.endpoint = Some(url.clone());

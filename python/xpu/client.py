@@ -85,7 +85,8 @@ class Run:
 class Ask:
     """An ask as the server reports it: ``status`` is ``running`` or how it ended
     (``accepted``, ``out_of_attempts``, ``out_of_tokens``, ``out_of_time``,
-    ``endpoint_failed``); ``program`` is the MiniLang program that passed the check and the
+    ``endpoint_failed``, ``failed``: ended before the model answered, see ``error``);
+    ``program`` is the MiniLang program that passed the check and the
     dry run; ``attempts`` every reply with its findings; ``run`` the run it started."""
 
     client: "Client" = field(repr=False)
@@ -248,7 +249,14 @@ class Client:
                 raise ApiError(f"ask {dto['ask_id']} still running after {wait_timeout} s", 0, "timeout")
             time.sleep(0.25)
             dto = self._json("GET", f"/v1/asks/{_quote(dto['ask_id'])}")
-        return self._ask(dto)
+        ask = self._ask(dto)
+        # The run it started may outlast the daemon's own wait: waited for here too.
+        while wait and ask.run is not None and ask.run.status in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise ApiError(f"run {ask.run.run_id} still running after {wait_timeout} s", 0, "timeout")
+            time.sleep(0.25)
+            ask.run = self.run(ask.run.run_id)
+        return ask
 
     def get_ask(self, ask_id: str) -> Ask:
         return self._ask(self._json("GET", f"/v1/asks/{_quote(ask_id)}"))

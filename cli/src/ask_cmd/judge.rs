@@ -25,8 +25,9 @@ pub(super) struct DryRun {
     /// The sample as written once; each attempt runs on a copy of it (a program that
     /// overwrites a file it reads cannot change what the next attempt sees).
     pub pristine: std::cell::OnceCell<tempfile::TempDir>,
-    /// The files the last program that checked clean writes, as `check` lowered it.
-    pub checked_writes: std::cell::RefCell<Option<(String, Vec<String>)>>,
+    /// The files the last program that checked clean writes, as `check` lowered it
+    /// (`None`: check did not say, so what it writes is unknown).
+    pub checked_writes: std::cell::RefCell<Option<(String, Option<Vec<String>>)>>,
 }
 
 /// What a finished child process left.
@@ -37,18 +38,21 @@ struct Finished {
 }
 
 impl DryRun {
+    /// The sample, written once (on the first call): each file at its relative path.
+    pub fn pristine(&self) -> Result<&tempfile::TempDir> {
+        if let Some(p) = self.pristine.get() {
+            return Ok(p);
+        }
+        let dir = tempfile::tempdir().context("a scratch directory for the sample")?;
+        let rels: Vec<&Path> = self.data.iter().map(PathBuf::as_path).collect();
+        xpu_ask_data::write_sample(&self.cwd, &rels, dir.path(), self.rows)
+            .map_err(|m| anyhow::anyhow!(m))?;
+        Ok(self.pristine.get_or_init(|| dir))
+    }
+
     /// A scratch directory holding a copy of the sample, each file at its relative path.
     fn sample(&self) -> Result<tempfile::TempDir> {
-        let pristine = match self.pristine.get() {
-            Some(p) => p,
-            None => {
-                let dir = tempfile::tempdir().context("a scratch directory for the sample")?;
-                let rels: Vec<&Path> = self.data.iter().map(PathBuf::as_path).collect();
-                xpu_ask_data::write_sample(&self.cwd, &rels, dir.path(), self.rows)
-                    .map_err(|m| anyhow::anyhow!(m))?;
-                self.pristine.get_or_init(|| dir)
-            }
-        };
+        let pristine = self.pristine()?;
         let dir = tempfile::tempdir().context("a scratch directory for the dry run")?;
         xpu_ask_data::copy_tree(pristine.path(), dir.path()).map_err(|m| anyhow::anyhow!(m))?;
         Ok(dir)
@@ -57,7 +61,7 @@ impl DryRun {
     /// The files `program` writes (relative to the data root), if it checked clean.
     pub fn writes_of(&self, program: &str) -> Option<Vec<String>> {
         let last = self.checked_writes.borrow();
-        last.as_ref().filter(|(p, _)| p == program).map(|(_, w)| w.clone())
+        last.as_ref().filter(|(p, _)| p == program).and_then(|(_, w)| w.clone())
     }
 
     /// Runs `xpuctl ARGS` in `dir` until it ends or `deadline`; `None` when it was killed.
@@ -92,13 +96,16 @@ impl DryRun {
             .with_context(|| format!("xpuctl check answered no report: {}", done.stderr.trim()))?;
         if done.status.success() {
             let root = dir.canonicalize()?;
-            let writes =
-                report["writes"].as_array().into_iter().flatten().filter_map(|w| w.as_str());
-            let writes = writes
-                .map(|w| {
-                    Path::new(w).strip_prefix(&root).unwrap_or(Path::new(w)).display().to_string()
-                })
-                .collect();
+            // `writes` is null when check did not lower the program: unknown, not none.
+            let writes = report["writes"].as_array().map(|list| {
+                list.iter()
+                    .filter_map(|w| w.as_str())
+                    .map(|w| {
+                        let p = Path::new(w);
+                        p.strip_prefix(&root).unwrap_or(p).display().to_string()
+                    })
+                    .collect()
+            });
             *self.checked_writes.borrow_mut() = Some((program.to_string(), writes));
             return Ok(Verdict::default());
         }

@@ -32,7 +32,7 @@ pub struct AskArgs {
     pub from_server: bool,
     /// Make a stored ask (by its id, or the id of the run it started) an example that later
     /// prompts of xpud may show.
-    #[arg(long, value_name = "ID", conflicts_with = "question")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["question", "data", "run", "policy", "from_server"])]
     pub accept: Option<String>,
     /// A data file the question is about (CSV, XLSX, Parquet; inside the working
     /// directory, or with --from-server under the daemon's data roots): its columns and
@@ -124,6 +124,8 @@ fn prepare(
         pristine: Default::default(),
         checked_writes: Default::default(),
     };
+    // Written now: a file that cannot be sampled is the user's to fix, not the model's.
+    judge.pristine().map_err(|e| anyhow!(UsageError(format!("--data: {e:#}"))))?;
     Ok((files, judge))
 }
 
@@ -133,8 +135,8 @@ pub enum AskCommand {
     /// The loop's figures from xpud's store, per model and day: first replies that parsed,
     /// checked and ran, answers after feedback, attempts and tokens per answer.
     Stats {
-        /// Only the last N days.
-        #[arg(long)]
+        /// Only the last N days (1–36500).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
         days: Option<u32>,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,

@@ -53,6 +53,8 @@ pub(super) fn ask(client: &Client, args: &AskArgs, question: &str) -> Result<()>
         anyhow::ensure!(Instant::now() < until, "ask {id} is still running after an hour");
         std::thread::sleep(Duration::from_millis(250));
     };
+    let mut done = done;
+    wait_for_run(client, &mut done, until)?;
     if let Some(path) = &args.save {
         std::fs::write(path, serde_json::to_vec_pretty(&done)?)?;
     }
@@ -62,6 +64,21 @@ pub(super) fn ask(client: &Client, args: &AskArgs, question: &str) -> Result<()>
     }
     let ran = done["run"].is_null() || done["run"]["status"] == "succeeded";
     if done["status"] == "accepted" && ran { Ok(()) } else { Err(Reported.into()) }
+}
+
+/// The run an ask started may outlast the daemon's wait (`limits.wait_timeout_s`): waits
+/// for it (up to `until`) and puts its final status and outputs into the answer.
+fn wait_for_run(client: &Client, done: &mut Value, until: Instant) -> Result<()> {
+    let Some(run_id) = done["run"]["run_id"].as_str().map(str::to_string) else { return Ok(()) };
+    while matches!(done["run"]["status"].as_str(), Some("queued" | "running")) {
+        anyhow::ensure!(Instant::now() < until, "run {run_id} is still running after an hour");
+        std::thread::sleep(Duration::from_millis(250));
+        let run = client.get(&format!("/v1/runs/{run_id}"))?;
+        done["run"]["status"] = run["status"].clone();
+        done["run"]["error"] = run["error"].clone();
+        done["run"]["outputs"] = run["outputs"].clone();
+    }
+    Ok(())
 }
 
 /// `xpuctl ask --accept ID`.

@@ -1301,7 +1301,8 @@ impl Builtin<'_, '_> {
                     return Err(err("E0201", pspan, "`write_npy` takes the path as a string"));
                 };
                 let target = self.resolve(&path, pspan, true)?;
-                let name = format!("write_{}", self.l.writes.len());
+                // Numbered like the table writes and plots (by outputs so far): unique.
+                let name = format!("write_{}", self.l.g.outputs.len());
                 self.l.g.add_output(name.clone(), x);
                 self.l.writes.push((name, target));
                 Ok(Val::Null)

@@ -301,3 +301,33 @@ fn table_errors_are_located() {
     let e = lower_tables("let t = load_csv(\"t.csv\")\nprint select(t, [\"Nme\"])").unwrap_err();
     assert!(e.contains("E0208 unknown column `Nme`") && e.contains("did you mean `Name`?"), "{e}");
 }
+
+#[test]
+fn every_write_is_its_own_output_and_listed() {
+    use std::collections::BTreeSet;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.csv"), "unused").unwrap();
+    let roots = xpu_minilang::paths::DataRoots::new([dir.path().to_path_buf()]);
+    let inputs = xpu_minilang::lower::Inputs {
+        tables: Some(std::sync::Arc::new(|_, _| Ok(vec![("Age".into(), xpu_ir::DType::F64)]))),
+        ..Default::default()
+    };
+    // A table write, a plot and tensor writes (one in a loop): the tensor write used to be
+    // numbered apart from the others, so `write_csv` then `write_npy` were both `write_0`.
+    let src = "let t = load_csv(\"t.csv\")\nwrite_csv(t, \"b.csv\")\nwrite_npy([1.0], \"a.npy\")\n\
+               plot(t, x=\"Age\", out=\"p.png\")\nfor i in 0..2 {\n  write_npy([2.0], \"c.npy\")\n}\n\
+               write_parquet(t, \"d.parquet\")";
+    let (program, diags) = xpu_minilang::analyze(src);
+    assert!(diags.is_empty(), "{}", xpu_minilang::render("t.ml", src, &diags));
+    let lowered = xpu_minilang::lower::lower_with(&program, "t", Some(&roots), &inputs)
+        .unwrap_or_else(|d| panic!("{}", xpu_minilang::render("t.ml", src, &d)));
+    let names: Vec<String> = lowered.graph.outputs.iter().map(|o| o.name.clone()).collect();
+    let unique: BTreeSet<&String> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    let written: Vec<String> = lowered
+        .written_files()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(written, ["a.npy", "b.csv", "c.npy", "d.parquet", "p.png"]);
+}

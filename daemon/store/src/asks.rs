@@ -128,7 +128,10 @@ impl Store {
             let mut conn = self.shared.writer.lock().map_err(|_| poisoned("writer"))?;
             write_ask(&mut conn, ask)?
         };
-        self.index_pending_asks()?;
+        // Stored: an index that fails now catches up at the next `index_pending`.
+        if let Err(e) = self.index_pending_asks() {
+            tracing::warn!("ask {}: stored, not indexed yet: {e}", ask.ask_id);
+        }
         Ok(seq)
     }
 
@@ -190,6 +193,9 @@ impl Store {
             return Ok(Accepted::NoProgram { ask_id, outcome });
         }
         if accepted {
+            // Indexed again: an earlier accept may have failed after its update.
+            let docs = self.with_reader(|c| load_ask_docs(c, "ask_id = ?", &ask_id))?;
+            self.shared.index.put_asks(&docs, Put::Replace)?;
             return Ok(Accepted::Now { ask_id, newly: false });
         }
         {
@@ -273,7 +279,8 @@ impl Store {
     }
 }
 
-/// Per model and day: the first attempt's stage (`failed_at` NULL: it passed; no first
+/// Per model and day, over the asks that reached the model (a `failed` ask ended before
+/// it: unreadable data, a broken ask): the first attempt's stage (`failed_at` NULL: it passed; no first
 /// attempt: the endpoint failed before replying, counted in none of the first-attempt
 /// shares) and the means over answered asks.
 const STATS_SQL: &str = "
@@ -289,6 +296,7 @@ SELECT a.model,
        avg((a.prompt_tokens + a.completion_tokens)::DOUBLE) FILTER (WHERE a.program IS NOT NULL)
 FROM asks a LEFT JOIN ask_attempts f ON f.ask_id = a.ask_id AND f.n = 1
 WHERE (? IS NULL OR a.tenant = ?) AND (? IS NULL OR a.created_at >= ?)
+  AND a.outcome <> 'failed'
 GROUP BY a.model, day
 ORDER BY day, a.model";
 

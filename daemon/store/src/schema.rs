@@ -133,7 +133,7 @@ CREATE TABLE asks (
     data              VARCHAR NOT NULL,    -- JSON list of the data files' paths
     schema_text       VARCHAR NOT NULL,    -- the data's columns, as the prompt gave them
     prompt_digest     VARCHAR NOT NULL,
-    outcome           VARCHAR NOT NULL,    -- accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed
+    outcome           VARCHAR NOT NULL,    -- accepted | out_of_attempts | out_of_tokens | out_of_time | endpoint_failed | failed
     program           VARCHAR,             -- the accepted program
     error             VARCHAR,
     attempts          BIGINT NOT NULL,
