@@ -505,3 +505,50 @@ fn a_workbook_is_described_with_its_sheets() {
         "{system}"
     );
 }
+
+#[test]
+fn a_local_store_keeps_asks_and_learns_from_accepted_ones() {
+    let dir = workdir();
+    let over_30 = "print load_csv(\"people.csv\") |> filter(Age > 30) |> select([\"Name\"])\n";
+    let server = StandIn::start(vec![
+        reply("print load_csv(\"people.csv\") |> filter(Agee > 30)"),
+        reply(over_30),
+        reply("print load_csv(\"people.csv\") |> filter(Age > 40) |> select([\"Name\"])\n"),
+    ]);
+    let (code, v, err) = ask_json(
+        dir.path(),
+        &server,
+        &["people over 30", "--data", "people.csv", "--store", "asks"],
+    );
+    assert_eq!(code, 0, "{v:#}\n{err}");
+    let id = v["ask_id"].as_str().expect("stored").to_string();
+    assert!(id.starts_with("ask-"), "{id}");
+    // Not an example until accepted; then a similar question's prompt shows it.
+    let (code, out, err) = ask(dir.path(), &["--accept", &id, "--store", "asks"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("accepted"), "{out}");
+    let (code, v, _) = ask_json(
+        dir.path(),
+        &server,
+        &["people over 40", "--data", "people.csv", "--store", "asks"],
+    );
+    assert_eq!((code, v["examples"][0].as_str()), (0, Some(id.as_str())), "{v:#}");
+    let system = server.requests()[2].1["messages"][0]["content"].as_str().unwrap().to_string();
+    assert!(system.contains("people over 30") && system.contains("filter(Age > 30)"), "{system}");
+    // The loop's figures and the conversation come from the same directory.
+    let (code, out, err) = ask(dir.path(), &["stats", "--store", "asks", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let stats: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((stats[0]["asks"].as_u64(), stats[0]["first_check"].as_f64()), (Some(2), Some(0.5)));
+    let out = Command::new(env!("CARGO_BIN_EXE_xpuctl"))
+        .current_dir(dir.path())
+        .args(["explain", &id, "--store", "asks"])
+        .output()
+        .unwrap();
+    let kept: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(kept["record"]["attempts"][0]["failed_at"], "check", "{kept:#}");
+    assert_eq!(kept["accepted"], true);
+    // Asking xpud and keeping a local store do not mix.
+    let (code, _, err) = ask(dir.path(), &["q", "--from-server", "--store", "asks"]);
+    assert_eq!(code, 2, "{err}");
+}

@@ -21,11 +21,12 @@ use xpu_api::{
     AcceptedDto, AskAttemptDto, AskDto, AskRequest, AskRunDto, AskStatsDto, AskStatsQuery,
     FindingDto, ProgramSpec, SubmitJob,
 };
+use xpu_ask_data::record::{self, AskMeta};
 use xpu_assistant::session::{Finding, Stage, Verdict, finding};
 use xpu_assistant::{Answer, AssistantConfig, DataFile, Example};
 use xpu_minilang::paths::DataRoots;
 use xpu_policy::Policy;
-use xpu_store::{AskAttemptRecord, AskRecord, StoredAsk};
+use xpu_store::{AskRecord, StoredAsk};
 
 use crate::App;
 use crate::api::{
@@ -47,16 +48,7 @@ pub struct Asks {
 }
 
 /// A running ask: what `GET /v1/asks/{id}` shows until it is stored.
-#[derive(Clone)]
-struct Live {
-    tenant: Option<String>,
-    question: String,
-    data: Vec<String>,
-    policy: Option<String>,
-    model: String,
-    endpoint: String,
-    created_us: i64,
-}
+type Live = AskMeta;
 
 impl Asks {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
@@ -121,9 +113,9 @@ pub async fn post_ask(
         }
         Err(_) => return Err(not_configured()),
     };
-    let id =
-        format!("{}{}", xpu_store::ASK_ID_PREFIX, ulid::Ulid::new().to_string().to_lowercase());
+    let id = xpu_ask_data::record::new_ask_id();
     let live = Live {
+        ask_id: id.clone(),
         tenant: caller.0.tenant.clone(),
         question: question.to_string(),
         data: data.iter().map(|d| d.rel.to_string_lossy().into_owned()).collect(),
@@ -153,7 +145,7 @@ pub async fn post_ask(
         }));
         let outcome = ended.unwrap_or_else(|_| {
             tracing::error!("ask {id}: the ask panicked");
-            store_ask(&app2, &failed_record(&id, &live, "the ask broke (logged)".into()))
+            store_ask(&app2, &record::failed(&live, "the ask broke (logged)".into()))
         });
         app2.metrics.asks.with_label_values(&[&outcome]).inc();
         app2.asks.lock().remove(&id);
@@ -269,9 +261,12 @@ fn run_ask(
                 }
                 _ => None,
             };
-            answered_record(id, live, asked, run)
+            let run_id = run.as_ref().and_then(|r| r.run_id.clone());
+            let refused = run.and_then(|r| r.refused);
+            let Asked { answer, files, examples, .. } = asked;
+            record::answered(live, &answer, &files, &examples, run_id, refused)
         }
-        Err(e) => failed_record(id, live, e),
+        Err(e) => record::failed(live, e),
     };
     store_ask(app, &record)
 }
@@ -320,59 +315,6 @@ fn ask_model(
     Ok(Asked { answer, files, writes, examples: found.into_iter().map(|e| e.ask_id).collect() })
 }
 
-fn answered_record(id: &str, live: &Live, asked: Asked, run: Option<AskRunDto>) -> AskRecord {
-    let Asked { answer, files, examples, .. } = asked;
-    AskRecord {
-        ask_id: id.to_string(),
-        tenant: live.tenant.clone(),
-        question: live.question.clone(),
-        model: answer.model.clone(),
-        endpoint: answer.endpoint.clone(),
-        policy_name: live.policy.clone(),
-        data: live.data.clone(),
-        schema_text: xpu_ask_data::schema_text(&files),
-        prompt_digest: answer.prompt_digest.clone(),
-        outcome: outcome_name(answer.outcome).into(),
-        program: answer.program.clone(),
-        error: answer.error.clone(),
-        attempts: attempt_records(&answer),
-        elapsed_ms: answer.elapsed_ms,
-        run_id: run.as_ref().and_then(|r| r.run_id.clone()),
-        created_us: live.created_us,
-        finished_us: now_us(),
-        answer: serde_json::json!({
-            "answer": answer,
-            "examples": examples,
-            "refused": run.as_ref().and_then(|r| r.refused.clone()),
-        }),
-    }
-}
-
-/// An ask that ended before the model answered, or broke: `failed`, with the reason.
-fn failed_record(id: &str, live: &Live, error: String) -> AskRecord {
-    let now = now_us();
-    AskRecord {
-        ask_id: id.to_string(),
-        tenant: live.tenant.clone(),
-        question: live.question.clone(),
-        model: live.model.clone(),
-        endpoint: live.endpoint.clone(),
-        policy_name: live.policy.clone(),
-        data: live.data.clone(),
-        schema_text: String::new(),
-        prompt_digest: String::new(),
-        outcome: "failed".into(),
-        program: None,
-        error: Some(error),
-        attempts: vec![],
-        elapsed_ms: ((now - live.created_us).max(0) / 1000) as u64,
-        run_id: None,
-        created_us: live.created_us,
-        finished_us: now,
-        answer: serde_json::json!({}),
-    }
-}
-
 fn describe(data: &[DataPath], rows: usize) -> Result<Vec<DataFile>, String> {
     let mut out = Vec::with_capacity(data.len());
     for d in data {
@@ -380,52 +322,6 @@ fn describe(data: &[DataPath], rows: usize) -> Result<Vec<DataFile>, String> {
         out.push(xpu_ask_data::describe(&engine, &d.root, &d.rel, rows)?);
     }
     Ok(out)
-}
-
-fn outcome_name(o: xpu_assistant::Outcome) -> &'static str {
-    use xpu_assistant::Outcome::*;
-    match o {
-        Accepted => "accepted",
-        OutOfAttempts => "out_of_attempts",
-        OutOfTokens => "out_of_tokens",
-        OutOfTime => "out_of_time",
-        EndpointFailed => "endpoint_failed",
-    }
-}
-
-fn stage_name(s: Stage) -> &'static str {
-    match s {
-        Stage::Parse => "parse",
-        Stage::Check => "check",
-        Stage::DryRun => "dry_run",
-    }
-}
-
-/// Where an attempt failed: the earliest stage among its findings.
-fn failed_at(v: &Verdict) -> Option<&'static str> {
-    let rank = |s: Stage| match s {
-        Stage::Parse => 0,
-        Stage::Check => 1,
-        Stage::DryRun => 2,
-    };
-    v.findings.iter().map(|f| f.stage).min_by_key(|&s| rank(s)).map(stage_name)
-}
-
-fn attempt_records(a: &Answer) -> Vec<AskAttemptRecord> {
-    a.attempts
-        .iter()
-        .map(|t| AskAttemptRecord {
-            n: t.n,
-            model: a.model.clone(),
-            prompt_digest: a.prompt_digest.clone(),
-            prompt_tokens: t.prompt_tokens,
-            completion_tokens: t.completion_tokens,
-            latency_ms: t.latency_ms,
-            failed_at: failed_at(&t.verdict).map(str::to_string),
-            codes: t.verdict.findings.iter().map(|f| f.code.clone()).collect(),
-            finish_reason: t.finish_reason.clone(),
-        })
-        .collect()
 }
 
 /// Runs the accepted program as a job of the caller (labelled with the ask), waiting for
@@ -755,13 +651,13 @@ fn attempt_dtos(a: &Answer) -> Vec<AskAttemptDto> {
             asked: t.asked.clone(),
             reply: t.reply.clone(),
             program: t.program.clone(),
-            failed_at: failed_at(&t.verdict).map(str::to_string),
+            failed_at: record::failed_at(&t.verdict).map(str::to_string),
             findings: t
                 .verdict
                 .findings
                 .iter()
                 .map(|f| FindingDto {
-                    stage: stage_name(f.stage).into(),
+                    stage: record::stage_name(f.stage).into(),
                     code: f.code.clone(),
                     message: f.message.clone(),
                     line: f.line,

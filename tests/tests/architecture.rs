@@ -84,7 +84,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // programs it judges are its callers' (a `Judge`).
         ("xpu-assistant", &["xpu-minilang"][..]),
         // An ask's data: the table engine reads the schemas the prompt shows.
-        ("xpu-ask-data", &["xpu-assistant", "xpu-engine-table", "xpu-ir"][..]),
+        ("xpu-ask-data", &["xpu-assistant", "xpu-engine-table", "xpu-ir", "xpu-store"][..]),
         // The Python package's native module binds the runtime, as xpuctl does; it adds no
         // engine or planning of its own.
         (

@@ -30,8 +30,13 @@ pub struct AskArgs {
     /// files under its data roots; the ask is stored there (`xpuctl explain ASK_ID`).
     #[arg(long)]
     pub from_server: bool,
+    /// Keep the ask in this store directory (created if missing; xpud must not hold it):
+    /// its accepted asks are the prompt's examples, and `--accept`, `ask stats` and
+    /// `explain ASK_ID --store DIR` read it.
+    #[arg(long, value_name = "DIR", conflicts_with = "from_server")]
+    pub store: Option<PathBuf>,
     /// Make a stored ask (by its id, or the id of the run it started) an example that later
-    /// prompts of xpud may show.
+    /// prompts may show (xpud's, or with --store a local store's).
     #[arg(long, value_name = "ID", conflicts_with_all = ["question", "data", "run", "policy", "from_server"])]
     pub accept: Option<String>,
     /// A data file the question is about (CSV, XLSX, Parquet; inside the working
@@ -135,6 +140,9 @@ pub enum AskCommand {
     /// The loop's figures from xpud's store, per model and day: first replies that parsed,
     /// checked and ran, answers after feedback, attempts and tokens per answer.
     Stats {
+        /// Read this store directory instead of asking xpud.
+        #[arg(long, value_name = "DIR")]
+        store: Option<PathBuf>,
         /// Only the last N days (1–36500).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
         days: Option<u32>,
@@ -147,21 +155,34 @@ pub fn ask(args: AskArgs, server: Option<&str>) -> Result<()> {
     let connect = || -> Result<crate::client::Client> {
         Ok(crate::client::Client::new(crate::client::server_url(server)?))
     };
-    if let Some(AskCommand::Stats { days, format }) = args.command {
-        return remote::stats(&connect()?, days, format);
+    let open = |dir: &Path| xpu_store::Store::open(dir).map_err(anyhow::Error::from);
+    if let Some(AskCommand::Stats { store, days, format }) = &args.command {
+        return match store {
+            Some(dir) => remote::stats(remote::Keeper::Store(&open(dir)?), *days, *format),
+            None => remote::stats(remote::Keeper::Server(&connect()?), *days, *format),
+        };
     }
     if let Some(id) = &args.accept {
-        return remote::accept(&connect()?, id, args.format);
+        return match &args.store {
+            Some(dir) => remote::accept(remote::Keeper::Store(&open(dir)?), id, args.format),
+            None => remote::accept(remote::Keeper::Server(&connect()?), id, args.format),
+        };
     }
     let question = args.question.clone().unwrap_or_default();
     if args.from_server {
         return remote::ask(&connect()?, &args, &question);
     }
     let cfg = config(&args)?;
+    let store = args.store.as_deref().map(open).transpose()?;
     let cwd = std::env::current_dir().context("the working directory")?;
     let data = args.data.iter().map(|p| data_path(&cwd, p)).collect::<Result<Vec<_>>>()?;
-    let (files, judge) = prepare(&cfg, cwd, data, args.policy.clone())?;
-    let request = xpu_assistant::Request { question: &question, data: &files, examples: &[] };
+    let (files, judge) = prepare(&cfg, cwd, data.clone(), args.policy.clone())?;
+    let (examples, example_ids) = match &store {
+        Some(s) => examples(s, &question, &files, cfg.examples)?,
+        None => (Vec::new(), Vec::new()),
+    };
+    let started_us = xpu_ask_data::record::now_us();
+    let request = xpu_assistant::Request { question: &question, data: &files, examples: &examples };
     let answer = xpu_assistant::ask(&cfg, &request, &judge).map_err(|e| match e {
         AskError::NotConfigured(_) | AskError::Config(_) => anyhow!(UsageError(e.to_string())),
         other => anyhow!(other),
@@ -174,16 +195,57 @@ pub fn ask(args: AskArgs, server: Option<&str>) -> Result<()> {
     if let Some(r) = &run {
         record["run"] = r.clone();
     }
+    if let Some(store) = &store {
+        let meta = xpu_ask_data::record::AskMeta {
+            ask_id: xpu_ask_data::record::new_ask_id(),
+            tenant: None,
+            question: question.clone(),
+            data: data.iter().map(|p| p.to_string_lossy().into_owned()).collect(),
+            policy: args.policy.clone(),
+            model: answer.model.clone(),
+            endpoint: answer.endpoint.clone(),
+            created_us: started_us,
+        };
+        let refused = run.as_ref().and_then(|r| r["refused"].as_str()).map(str::to_string);
+        let kept =
+            xpu_ask_data::record::answered(&meta, &answer, &files, &example_ids, None, refused);
+        store.record_ask(&kept)?;
+        record["ask_id"] = serde_json::json!(meta.ask_id);
+        record["examples"] = serde_json::json!(example_ids);
+    }
     if let Some(path) = &args.save {
         std::fs::write(path, serde_json::to_vec_pretty(&record)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&record)?),
-        Format::Text => report::print_answer(&answer, run.as_ref()),
+        Format::Text => {
+            report::print_answer(&answer, run.as_ref());
+            if let Some(id) = record["ask_id"].as_str() {
+                println!("\nstored as {id} (xpuctl explain {id} --store DIR)");
+            }
+        }
     }
     let ran = run.as_ref().is_none_or(|r| r["exit_code"] == 0);
     if answer.outcome == Outcome::Accepted && ran { Ok(()) } else { Err(Reported.into()) }
+}
+
+/// The accepted asks of `store` most like this question over these files, as the prompt's
+/// examples, and their ids.
+fn examples(
+    store: &xpu_store::Store,
+    question: &str,
+    files: &[DataFile],
+    n: usize,
+) -> Result<(Vec<xpu_assistant::Example>, Vec<String>)> {
+    let topic = format!("{question}\n{}", xpu_ask_data::schema_text(files));
+    let found = store.ask_examples(&topic, xpu_store::Scope::All, n)?;
+    let ids = found.iter().map(|e| e.ask_id.clone()).collect();
+    let examples = found
+        .into_iter()
+        .map(|e| xpu_assistant::Example { question: e.question, program: e.program })
+        .collect();
+    Ok((examples, ids))
 }
 
 /// A `--data` path as the program must name it: inside the working directory (the data

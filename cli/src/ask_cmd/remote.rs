@@ -81,9 +81,29 @@ fn wait_for_run(client: &Client, done: &mut Value, until: Instant) -> Result<()>
     Ok(())
 }
 
+/// Where stored asks are: xpud's store, or a store directory read here (`--store DIR`).
+pub(super) enum Keeper<'a> {
+    Server(&'a Client),
+    Store(&'a xpu_store::Store),
+}
+
 /// `xpuctl ask --accept ID`.
-pub(super) fn accept(client: &Client, id: &str, format: Format) -> Result<()> {
-    let (_, v) = client.post(&format!("/v1/asks/{id}/accept"), &json!({}))?;
+pub(super) fn accept(keeper: Keeper<'_>, id: &str, format: Format) -> Result<()> {
+    let v = match keeper {
+        Keeper::Server(client) => client.post(&format!("/v1/asks/{id}/accept"), &json!({}))?.1,
+        Keeper::Store(store) => {
+            use xpu_store::Accepted;
+            match store.accept_ask(id, xpu_store::Scope::All)? {
+                Accepted::Now { ask_id, newly } => json!({"ask_id": ask_id, "newly": newly}),
+                Accepted::NotFound => anyhow::bail!("no ask (or run of an ask) {id} in the store"),
+                Accepted::NoProgram { ask_id, outcome } => {
+                    anyhow::bail!(
+                        "ask {ask_id} ended without a program ({outcome}): nothing to accept"
+                    )
+                }
+            }
+        }
+    };
     match format {
         Format::Json => print_json(&v),
         Format::Text if v["newly"] == true => {
@@ -99,14 +119,24 @@ pub(super) fn accept(client: &Client, id: &str, format: Format) -> Result<()> {
 
 /// `xpuctl ask stats`: per model and day, the share of first replies that parsed, checked
 /// and ran, the share answered after feedback, attempts and tokens per answer.
-pub(super) fn stats(client: &Client, days: Option<u32>, format: Format) -> Result<()> {
-    let mut query = Vec::new();
-    if let Some(d) = days {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-        let since = now.as_micros() as i64 - i64::from(d) * 86_400_000_000;
-        query.push(("since_us", since.to_string()));
-    }
-    let v = client.get_query("/v1/asks/stats", &query)?;
+pub(super) fn stats(keeper: Keeper<'_>, days: Option<u32>, format: Format) -> Result<()> {
+    let since = match days {
+        Some(d) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+            Some(now.as_micros() as i64 - i64::from(d) * 86_400_000_000)
+        }
+        None => None,
+    };
+    let v = match keeper {
+        Keeper::Server(client) => {
+            let query: Vec<(&str, String)> =
+                since.iter().map(|s| ("since_us", s.to_string())).collect();
+            client.get_query("/v1/asks/stats", &query)?
+        }
+        Keeper::Store(store) => {
+            serde_json::to_value(store.ask_stats(xpu_store::Scope::All, since)?)?
+        }
+    };
     if format == Format::Json {
         print_json(&v);
         return Ok(());

@@ -3,7 +3,9 @@
 //! sheets of a workbook, and the first rows of a CSV file), and the sample a dry run reads
 //! (CSV files cut to their header and first records byte for byte, other files copied).
 //! Paths given here are relative to one data root and free of `..`; callers check that
-//! (`DataRoots::resolve_read`) before.
+//! (`DataRoots::resolve_read`) before. [`record`] makes the store's record of an ask.
+
+pub mod record;
 
 use std::path::Path;
 
