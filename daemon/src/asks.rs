@@ -497,8 +497,13 @@ impl<'a> InProcess<'a> {
                 }
             })
         };
-        let ran = xpu_runtime::run_planned(&graph, planned, &[], &registry, &stop, None);
+        let ran = jobs.in_slot(deadline, || {
+            xpu_runtime::run_planned(&graph, planned, &[], &registry, &stop, None)
+        });
         drop(done);
+        let Some(ran) = ran else {
+            return failed("no execution slot came free in time (xpud is busy)".into(), "busy");
+        };
         let _ = watchdog.join();
         match ran {
             Ok(_) if stop.is_cancelled() => timed_out(self.limit),

@@ -293,6 +293,26 @@ impl Jobs {
         registry(&self.engines, &self.data_roots)
     }
 
+    /// Runs `f` holding one of the `limits.workers` execution slots, as a job does (an ask's
+    /// dry run, so asks do not run beside the jobs uncounted); waits for a free slot until
+    /// `deadline` and answers `None` if none came.
+    pub fn in_slot<R>(&self, deadline: std::time::Instant, f: impl FnOnce() -> R) -> Option<R> {
+        while !self.gate.try_take_slot() {
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        struct Release<'a>(&'a crate::gate::Gate<Admitted>);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.release_slot();
+            }
+        }
+        let _slot = Release(&self.gate);
+        Some(f())
+    }
+
     /// [`registry`](Jobs::registry) with a table engine confined to other roots (an ask's
     /// dry run reads its sample).
     pub fn registry_in(&self, roots: &DataRoots) -> xpu_engine::Registry {
