@@ -19,6 +19,21 @@ pub struct Client {
     agent: ureq::Agent,
 }
 
+/// A 429 answer: the server is busy; `retry_after` seconds (its `Retry-After`, else 5).
+#[derive(Debug)]
+pub struct Busy {
+    pub retry_after: u64,
+    message: String,
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Busy {}
+
 /// The server's address: `--server`, else `XPU_SERVER`.
 pub fn server_url(flag: Option<&str>) -> Result<String> {
     let url = flag
@@ -57,6 +72,11 @@ impl Client {
         let mut r =
             r.map_err(|e| anyhow!("{}: {e}", self.base)).with_context(|| what.to_string())?;
         let status = r.status().as_u16();
+        let retry_after = r
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let body = r
             .body_mut()
             .with_config()
@@ -74,6 +94,9 @@ impl Client {
             if let Some(d) = v["details"]["diagnostics"].as_str() {
                 text.push('\n');
                 text.push_str(d);
+            }
+            if status == 429 {
+                return Err(Busy { retry_after: retry_after.unwrap_or(5), message: text }.into());
             }
             bail!(text);
         }

@@ -835,3 +835,31 @@ fn xpuctl_asks_through_the_daemon_and_explains_accepts_and_counts() {
     let (ok, out) = xpuctl(&d.url, &["ask", "q", "--from-server", "--endpoint", "http://x/v1"]);
     assert!(!ok && out.contains("--endpoint is for a local ask"), "{out}");
 }
+
+#[test]
+fn an_ask_refused_while_the_daemons_asks_are_busy_is_sent_again() {
+    use xpu_assistant::stand_in::{StandIn, reply};
+    let dir = tempfile::tempdir().unwrap();
+    let mut slow = reply("print 1\n");
+    slow.delay = Duration::from_millis(1500);
+    let stand = StandIn::start(vec![slow]);
+    let d = Daemon::start(
+        &dir.path().join("var"),
+        &repo().join("policies/examples"),
+        &[
+            ("XPU_ASSISTANT__ENDPOINT", stand.url.as_str()),
+            ("XPU_ASSISTANT__MODEL", "tiny"),
+            ("XPU_LIMITS__ASKS_AT_ONCE", "1"),
+        ],
+    );
+    let url = d.url.clone();
+    let first = std::thread::spawn(move || xpuctl(&url, &["ask", "one", "--from-server"]));
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let (ok, out) = xpuctl(&d.url, &["ask", "two", "--from-server"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("too_many_asks") && out.contains("asking again"), "{out}");
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited for the first");
+    let (ok, out) = first.join().unwrap();
+    assert!(ok, "{out}");
+}

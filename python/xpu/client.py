@@ -242,8 +242,16 @@ class Client:
             body["max_attempts"] = max_attempts
         if labels:
             body["labels"] = dict(labels)
-        dto = self._json("POST", "/v1/asks", body)
         deadline = time.monotonic() + wait_timeout
+        while True:
+            try:
+                dto = self._json("POST", "/v1/asks", body)
+                break
+            except ApiError as e:
+                # The daemon's asks are all busy (limits.asks_at_once): wait and ask again.
+                if e.status != 429 or time.monotonic() + 5 > deadline:
+                    raise
+                time.sleep(5)
         while wait and dto["status"] == "running":
             if time.monotonic() > deadline:
                 raise ApiError(f"ask {dto['ask_id']} still running after {wait_timeout} s", 0, "timeout")

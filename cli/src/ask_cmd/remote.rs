@@ -18,6 +18,9 @@ use crate::{Format, Reported, UsageError};
 /// ends an ask well before).
 const WAIT_LIMIT: Duration = Duration::from_secs(3600);
 
+/// How often an ask refused 429 (the daemon's asks all busy) is sent again.
+const BUSY_TRIES: u32 = 12;
+
 /// Asks xpud and waits for the ask to end; exit 1 without a program (or when its run
 /// failed).
 pub(super) fn ask(client: &Client, args: &AskArgs, question: &str) -> Result<()> {
@@ -42,7 +45,21 @@ pub(super) fn ask(client: &Client, args: &AskArgs, question: &str) -> Result<()>
         "allow_writes": args.allow_writes,
         "max_attempts": args.max_attempts,
     });
-    let (_, started) = client.post("/v1/asks", &body)?;
+    // `limits.asks_at_once` asks are running: wait as the daemon says, a few times.
+    let mut tries = 0;
+    let (_, started) = loop {
+        match client.post("/v1/asks", &body) {
+            Err(e) if tries < BUSY_TRIES => match e.downcast_ref::<crate::client::Busy>() {
+                Some(busy) => {
+                    tries += 1;
+                    eprintln!("{busy}; asking again in {} s", busy.retry_after.clamp(1, 60));
+                    std::thread::sleep(Duration::from_secs(busy.retry_after.clamp(1, 60)));
+                }
+                None => return Err(e),
+            },
+            other => break other?,
+        }
+    };
     let id = started["ask_id"].as_str().ok_or_else(|| anyhow!("the daemon answered no ask id"))?;
     let until = Instant::now() + WAIT_LIMIT;
     let done = loop {
