@@ -48,7 +48,7 @@ NODE_CASES := .cache/onnx-node
 # g++ builds the cuda engine's generated kernels for the host (its GPU-free emulation).
 # cmake builds llama.cpp's server for `xpuctl ask`'s tests (tools/fetch_llama.py).
 APT_PACKAGES := libopenblas-dev fonts-dejavu-core prometheus llvm-19-dev libpolly-19-dev \
-  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++ cmake
+  libzstd-dev gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user g++ cmake clang-19
 
 .PHONY: ask-eval wheel python-test release run-deps soak gpu-check gpu-check-binary setup setup-llama setup-apt setup-duckdb setup-python setup-cases setup-engines setup-fuzz test target-owner lint build run install example bench bless fuzz clean-cache prune
 

@@ -1,0 +1,90 @@
+"""The tinygrad frontend: small tinygrad graphs imported as SGR-ML, run by xpu, equal to
+tinygrad's own results (its CPU backend, compiled by clang)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("DEV", "CPU")
+os.environ.setdefault("CC", "clang-19")
+
+# `make setup` installs the pinned tinygrad (requirements.txt) and clang-19 (its CPU backend).
+from tinygrad.dtype import dtypes  # noqa: E402
+from tinygrad.tensor import Tensor  # noqa: E402
+
+import xpu  # noqa: E402
+from xpu.frontends import tinygrad as tg  # noqa: E402
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((2, 3)).astype(np.float32)
+W = RNG.standard_normal((3, 4)).astype(np.float32)
+
+
+def run(sgr: str, tmp_path: Path, feed: dict[str, np.ndarray]) -> list[Any]:
+    path = tmp_path / "g.sgr"
+    path.write_text(sgr)
+    out: list[Any] = xpu.InferenceSession(path).run(None, feed)
+    return out
+
+
+CASES: dict[str, Callable[[Tensor], Tensor]] = {
+    "add_const": lambda x: x + 1.5,
+    "mul_sub_div": lambda x: (x * x - 2) / 3,
+    "max_relu": lambda x: x.relu(),
+    "exp2_log2": lambda x: x.abs().add(1).log2().exp2(),
+    "sin_sqrt_reciprocal": lambda x: x.sin() + x.abs().sqrt() + (x.abs() + 1).reciprocal(),
+    "neg": lambda x: -x,
+    "where_cmplt": lambda x: (x < 0).where(x * 2, x),
+    "cmpne": lambda x: (x != x.max()).cast(dtypes.float32),
+    "sum_axis1": lambda x: x.sum(axis=1),
+    "sum_keepdim0": lambda x: x.sum(axis=0, keepdim=True),
+    "max_all": lambda x: x.max(),
+    "prod_axis0": lambda x: x.prod(axis=0),
+    "mean_std": lambda x: x.mean(axis=1) + x.std(axis=1),
+    "permute": lambda x: x.permute(1, 0) * 2,
+    "reshape_expand": lambda x: x.reshape(1, 2, 3).expand(4, 2, 3) + 0,
+    "pad": lambda x: x.pad(((1, 0), (0, 2))) + 0,
+    "shrink": lambda x: x.shrink(((0, 1), (1, 3))) + 0,
+    "flip": lambda x: x.flip(1) + 0,
+    "cast_int": lambda x: (x * 10).cast(dtypes.int32),
+    "softmax": lambda x: x.softmax(axis=-1),
+    "matmul_realised_weight": lambda x: x @ Tensor(W).realize(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_op_matches_tinygrad(case: str, tmp_path: Path) -> None:
+    x = Tensor(X).realize()
+    y = CASES[case](x)
+    sgr = tg.to_sgr(y, inputs={"x": x})
+    want = y.numpy()
+    (got,) = run(sgr, tmp_path, {"x": X})
+    assert got.shape == want.shape, sgr
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=sgr)
+
+
+def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
+    w1 = Tensor(RNG.standard_normal((3, 8)).astype(np.float32)).realize()
+    w2 = Tensor(RNG.standard_normal((8, 2)).astype(np.float32)).realize()
+    x = Tensor(X).realize()
+    y = ((x @ w1).relu() @ w2).softmax()
+    sgr = tg.to_sgr(y, inputs={"x": x}, name="mlp")
+    assert sgr.startswith('graph "mlp"') and "input \"x\"" in sgr
+    (got,) = run(sgr, tmp_path, {"x": X})
+    np.testing.assert_allclose(got, y.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = Tensor(X).realize()
+    with pytest.raises(tg.TinygradImportError, match=r"tinygrad op \w+ is not imported yet .*tinygrad 0\.14"):
+        tg.to_sgr(x.cast(dtypes.int32) << 1, inputs={"x": x})
+    with pytest.raises(tg.TinygradImportError, match="needs at least one output"):
+        tg.to_sgr()
+    monkeypatch.setattr(tg, "tinygrad_version", lambda: "0.9.2")
+    with pytest.raises(tg.TinygradImportError, match=r"tinygrad 0\.9\.2 is not supported.*0\.14\.x"):
+        tg.to_sgr(x + 1, inputs={"x": x})

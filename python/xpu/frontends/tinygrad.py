@@ -1,0 +1,292 @@
+"""tinygrad frontend: a tinygrad computation as an SGR-ML program.
+
+``to_sgr(y, inputs={"x": x})`` walks the UOp graph of the given tensors *before
+scheduling* (``Tensor.uop``) and writes the SGR-ML text form, which every xpu tool loads
+(``xpu.InferenceSession(path)``, ``xpuctl run``, ``xpud``). Tensors named in ``inputs``
+become the program's inputs; every other realised buffer becomes a constant (a weight).
+Only the tinygrad versions in :data:`SUPPORTED` are read: its UOp graph changes between
+releases, and a graph read wrongly would be a silent wrong program. An op this importer
+does not map is refused with its name and the tinygrad version (docs/frontends.md).
+
+First slice (2026-11-29): constants, buffers, the elementwise ops, REDUCE (add, max, mul),
+RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP, CAST, CONTIGUOUS; products stay a broadcast
+multiply and a sum (not yet raised to ``matmul``)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ProgramError
+
+#: tinygrad releases whose UOp graph this importer reads (major.minor).
+SUPPORTED = ("0.14",)
+
+# tinygrad dtype names -> SGR-ML dtypes.
+_DTYPES = {
+    "float": "f32", "half": "f16", "bfloat16": "bf16", "double": "f64",
+    "char": "i8", "short": "i16", "int": "i32", "long": "i64",
+    "uchar": "u8", "ushort": "u16", "uint": "u32", "ulong": "u64", "bool": "bool",
+}
+_NUMPY = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.int8, "i16": np.int16,
+          "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
+          "u64": np.uint64, "bool": np.bool_}
+
+_UNARY = {"SIN": "sin", "SQRT": "sqrt", "RECIPROCAL": "reciprocal", "NEG": "neg"}
+_BINARY = {"ADD": "add", "MUL": "mul", "SUB": "sub", "FDIV": "div", "MAX": "max", "POW": "pow"}
+_COMPARE = {"CMPLT": "less", "CMPEQ": "equal"}
+_REDUCE = {"ADD": "reduce_sum", "MAX": "reduce_max", "MUL": "reduce_prod"}
+# Ops that pass their input through unchanged in a graph that is not scheduled yet.
+_IDENTITY = {"CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "NOOP"}
+
+
+class TinygradImportError(ProgramError):
+    """A tinygrad graph xpu cannot import: ``op`` names the UOp, ``version`` tinygrad's."""
+
+    def __init__(self, message: str, op: str = "", version: str = "") -> None:
+        super().__init__(message)
+        self.op, self.version = op, version
+
+
+def tinygrad_version() -> str:
+    try:
+        return importlib.metadata.version("tinygrad")
+    except importlib.metadata.PackageNotFoundError:
+        raise TinygradImportError("tinygrad is not installed (pip install 'xpu[tinygrad]')") from None
+
+
+def check_version() -> str:
+    """The installed tinygrad's version, if it is one this importer reads."""
+    version = tinygrad_version()
+    if ".".join(version.split(".")[:2]) not in SUPPORTED:
+        raise TinygradImportError(
+            f"tinygrad {version} is not supported: xpu reads the UOp graph of tinygrad "
+            f"{', '.join(s + '.x' for s in SUPPORTED)} (pip install 'tinygrad~={SUPPORTED[-1]}.0')",
+            version=version,
+        )
+    return version
+
+
+def _sgr_dtype(dtype: Any, version: str) -> str:
+    name = getattr(dtype, "name", str(dtype))
+    if name in _DTYPES:
+        return _DTYPES[name]
+    # A weakly typed constant that no operand typed: tinygrad's defaults.
+    if name in ("weakfloat", "weakint"):
+        return "f32" if name == "weakfloat" else "i32"
+    raise TinygradImportError(f"tinygrad dtype {name} has no SGR-ML equivalent (tinygrad {version})",
+                              version=version)
+
+
+def _ty(dtype: str, shape: tuple[int, ...]) -> str:
+    return f"{dtype}[{','.join(str(d) for d in shape)}]"
+
+
+def _literal(values: np.ndarray, dtype: str) -> str:
+    flat = values.reshape(-1)
+    if flat.size > 16:
+        import base64
+
+        return 'b64"' + base64.b64encode(np.ascontiguousarray(flat).astype(_NUMPY[dtype]).tobytes()).decode() + '"'
+
+    def one(v: Any) -> str:
+        if dtype == "bool":
+            return "true" if v else "false"
+        if dtype.startswith(("f", "bf")):
+            f = float(v)
+            return "nan" if math.isnan(f) else ("inf" if f == math.inf else "-inf" if f == -math.inf else repr(f))
+        return str(int(v))
+
+    return "[" + ", ".join(one(v) for v in flat) + "]"
+
+
+class _Writer:
+    """SGR-ML text, one value per line, each UOp emitted once."""
+
+    def __init__(self, inputs: Mapping[Any, str], version: str) -> None:
+        self.inputs = inputs
+        self.version = version
+        self.lines: list[str] = []
+        self.names: dict[Any, tuple[str, str, tuple[int, ...]]] = {}
+        self.count = 0
+
+    def new(self, dtype: str, shape: tuple[int, ...], rhs: str) -> str:
+        name = f"%{self.count}"
+        self.count += 1
+        self.lines.append(f"  {name}: {_ty(dtype, shape)} = {rhs}")
+        return name
+
+    def const(self, values: Any, dtype: str, shape: tuple[int, ...] = ()) -> str:
+        array: np.ndarray = np.broadcast_to(np.asarray(values, dtype=_NUMPY.get(dtype, np.float32)), shape)
+        return self.new(dtype, shape, f"constant {{value = tensor<{_ty(dtype, shape)}> {_literal(array, dtype)}}}")
+
+    def ints(self, values: list[int]) -> str:
+        return self.const(np.asarray(values, dtype=np.int64), "i64", (len(values),))
+
+    def refuse(self, u: Any, why: str = "") -> TinygradImportError:
+        op = u.op.name
+        where = f" ({why})" if why else ""
+        return TinygradImportError(
+            f"tinygrad op {op} is not imported yet{where} (tinygrad {self.version}); docs/frontends.md lists the mapped ops",
+            op=op, version=self.version)
+
+    def value(self, u: Any, like: str | None = None) -> tuple[str, str, tuple[int, ...]]:
+        """(name, dtype, shape) of the SGR-ML value computing UOp ``u``; ``like`` types a
+        weakly typed constant after its consumer."""
+        key = (u, like) if u.op.name == "CONST" else u
+        if key in self.names:
+            return self.names[key]
+        # Iterative over long chains: recursion on sources one level at a time is bounded by
+        # Python's limit, so deep graphs are walked in topological order first.
+        self._prepare(u)
+        out = self._emit(u, like)
+        self.names[key] = out
+        return out
+
+    def _prepare(self, root: Any) -> None:
+        order: list[Any] = []
+        seen: set[Any] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                order.append(u)
+                continue
+            if u in seen or u in self.names:
+                continue
+            seen.add(u)
+            stack.append((u, True))
+            if u not in self.inputs and u.op.name not in ("CONST", "STACK", "BUFFER"):
+                stack.extend((s, False) for s in u.src)
+        for u in order[:-1]:
+            if u.op.name not in ("CONST", "STACK") and u not in self.names:
+                self.names[u] = self._emit(u, None)
+
+    def _emit(self, u: Any, like: str | None) -> tuple[str, str, tuple[int, ...]]:
+        op = u.op.name
+        shape = tuple(int(d) for d in u.shape)
+        if u in self.inputs:
+            dtype = _sgr_dtype(u.dtype, self.version)
+            return self.new(dtype, shape, f'input "{self.inputs[u]}"'), dtype, shape
+        if op == "CONST":
+            dtype = like or _sgr_dtype(u.dtype, self.version)
+            return self.const(u.arg, dtype, shape), dtype, shape
+        if op == "BUFFER":
+            return self._buffer(u)
+        if op in _IDENTITY:
+            return self.value(u.src[0])
+        if op == "RESHAPE":
+            x, dtype, _ = self.value(u.src[0])
+            return self.new(dtype, shape, f"reshape({x}, {self.ints(list(shape))})"), dtype, shape
+        if op == "EXPAND":
+            x, dtype, _ = self.value(u.src[0])
+            return self.new(dtype, shape, f"expand({x}, {self.ints(list(shape))})"), dtype, shape
+        if op == "PERMUTE":
+            x, dtype, _ = self.value(u.src[0])
+            perm = ", ".join(str(int(p)) for p in u.arg)
+            return self.new(dtype, shape, f"transpose({x}) {{perm = [{perm}]}}"), dtype, shape
+        if op in ("PAD", "SHRINK"):
+            return self._window(u, shape)
+        if op == "FLIP":
+            x, dtype, xs = self.value(u.src[0])
+            axes = [i for i, f in enumerate(u.arg) if f]
+            big = -(2**63)
+            starts, ends, ax, steps = (self.ints([-1] * len(axes)), self.ints([big] * len(axes)),
+                                       self.ints(axes), self.ints([-1] * len(axes)))
+            return self.new(dtype, shape, f"slice({x}, {starts}, {ends}, {ax}, {steps})"), dtype, shape
+        if op == "CAST":
+            x, _, _ = self.value(u.src[0])
+            dtype = _sgr_dtype(u.dtype, self.version)
+            return self.new(dtype, shape, f"cast({x}) {{to = dtype<{dtype}>}}"), dtype, shape
+        if op == "REDUCE":
+            return self._reduce(u, shape)
+        return self._elementwise(u, op, shape)
+
+    def _buffer(self, u: Any) -> tuple[str, str, tuple[int, ...]]:
+        dtype = _sgr_dtype(u.dtype, self.version)
+        buf = getattr(u, "buffer", None)
+        if buf is None or not buf.is_allocated():
+            raise TinygradImportError(
+                f"a tinygrad buffer of {tuple(u.shape)} that is neither realised nor an input: name it in "
+                f"inputs=, or realize() it (tinygrad {self.version})", op="BUFFER", version=self.version)
+        data: np.ndarray = np.asarray(buf.numpy()).astype(_NUMPY[dtype]).reshape(tuple(int(d) for d in u.shape))
+        shape: tuple[int, ...] = tuple(int(d) for d in data.shape)
+        return self.const(data, dtype, shape), dtype, shape
+
+    def _window(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        x, dtype, xs = self.value(u.src[0])
+        first = [int(c.arg) for c in u.src[1].src]
+        second = [int(c.arg) for c in u.src[2].src]
+        if u.op.name == "SHRINK":
+            # The window starts at the first source's offsets and spans the result's shape.
+            starts, ends = self.ints(first), self.ints([b + o for b, o in zip(first, shape)])
+            axes = self.ints(list(range(len(first))))
+            return self.new(dtype, shape, f"slice({x}, {starts}, {ends}, {axes})"), dtype, shape
+        # PAD's sources: the padding before each axis, and the padded shape.
+        after = [o - i - b for o, i, b in zip(second, xs, first)]
+        pads = self.ints(first + after)
+        return self.new(dtype, shape, f"pad({x}, {pads})"), dtype, shape
+
+    def _reduce(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        # REDUCE (op, n) reduces the first n axes of its source (tinygrad 0.14).
+        kind, n = u.arg
+        if kind.name not in _REDUCE:
+            raise self.refuse(u, f"reduce with {kind.name}")
+        x, dtype, _ = self.value(u.src[0])
+        axes = self.ints(list(range(int(n))))
+        return self.new(dtype, shape, f"{_REDUCE[kind.name]}({x}, {axes}) {{keepdims = 0}}"), dtype, shape
+
+    def _operands(self, u: Any) -> tuple[list[str], str]:
+        """The operands' names, constants typed after the first operand that is not one."""
+        typed = next((self.value(s)[1] for s in u.src if s.op.name != "CONST"), None)
+        names = [self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src]
+        return names, typed or _sgr_dtype(u.dtype, self.version)
+
+    def _elementwise(self, u: Any, op: str, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        if op in _UNARY or op in ("EXP2", "LOG2"):
+            (x,), dtype = self._operands(u)
+            if op == "EXP2":  # 2^x = e^(x·ln 2)
+                scaled = self.new(dtype, shape, f"mul({x}, {self.const(math.log(2), dtype)})")
+                return self.new(dtype, shape, f"exp({scaled})"), dtype, shape
+            if op == "LOG2":  # log2 x = ln x / ln 2
+                ln = self.new(dtype, shape, f"log({x})")
+                return self.new(dtype, shape, f"mul({ln}, {self.const(1 / math.log(2), dtype)})"), dtype, shape
+            return self.new(dtype, shape, f"{_UNARY[op]}({x})"), dtype, shape
+        if op in _BINARY:
+            (a, b), dtype = self._operands(u)
+            return self.new(dtype, shape, f"{_BINARY[op]}({a}, {b})"), dtype, shape
+        if op in _COMPARE or op == "CMPNE":
+            (a, b), _ = self._operands(u)
+            if op == "CMPNE":
+                eq = self.new("bool", shape, f"equal({a}, {b})")
+                return self.new("bool", shape, f"not({eq})"), "bool", shape
+            return self.new("bool", shape, f"{_COMPARE[op]}({a}, {b})"), "bool", shape
+        if op == "WHERE":
+            cond = self.value(u.src[0])[0]
+            typed = next((self.value(s)[1] for s in u.src[1:] if s.op.name != "CONST"), None)
+            typed = typed or _sgr_dtype(u.dtype, self.version)
+            a, b = (self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src[1:])
+            return self.new(typed, shape, f"where({cond}, {a}, {b})"), typed, shape
+        raise self.refuse(u)
+
+
+def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> str:
+    """The SGR-ML text of the computation of ``outputs`` (tinygrad tensors), with the tensors
+    of ``inputs`` as the program's inputs by name; outputs are named ``output_0``, …"""
+    version = check_version()
+    if not outputs:
+        raise TinygradImportError("to_sgr needs at least one output tensor", version=version)
+    by_uop = {t.uop: n for n, t in (inputs or {}).items()}
+    w = _Writer(by_uop, version)
+    # SGR-ML declares every input before the first node.
+    for u in by_uop:
+        w.names[u] = w._emit(u, None)
+    returned = []
+    for i, t in enumerate(outputs):
+        value, _, _ = w.value(t.uop)
+        returned.append(f'"output_{i}" = {value}')
+    body = "\n".join(w.lines)
+    return f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
