@@ -75,6 +75,7 @@ def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
     y = ((x @ w1).relu() @ w2).softmax()
     sgr = tg.to_sgr(y, inputs={"x": x}, name="mlp")
     assert sgr.startswith('graph "mlp"') and "input \"x\"" in sgr
+    assert tg.import_graph(y, inputs={"x": x}).raised == {"matmul": 2}
     (got,) = run(sgr, tmp_path, {"x": X})
     np.testing.assert_allclose(got, y.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -88,3 +89,19 @@ def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.Monkey
     monkeypatch.setattr(tg, "tinygrad_version", lambda: "0.9.2")
     with pytest.raises(tg.TinygradImportError, match=r"tinygrad 0\.9\.2 is not supported.*0\.14\.x"):
         tg.to_sgr(x + 1, inputs={"x": x})
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3, 4)), ((5, 2, 3), (5, 3, 4)), ((5, 2, 3), (3, 4)), ((1, 7), (7, 1))])
+def test_products_are_raised_to_matmul(shapes: tuple[tuple[int, ...], tuple[int, ...]], tmp_path: Path) -> None:
+    a_np = RNG.standard_normal(shapes[0]).astype(np.float32)
+    b_np = RNG.standard_normal(shapes[1]).astype(np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    y = a @ b
+    imported = tg.import_graph(y, inputs={"a": a, "b": b})
+    assert imported.raised == {"matmul": 1}, imported.sgr
+    assert "= mul(" not in imported.sgr and "reduce_sum" not in imported.sgr, imported.sgr
+    (got,) = run(imported.sgr, tmp_path, {"a": a_np, "b": b_np})
+    np.testing.assert_allclose(got, y.numpy(), rtol=1e-5, atol=1e-5)
+    # Not a product: an elementwise multiply and a sum over another axis stay as they are.
+    z = (a * 2).sum(axis=0)
+    assert tg.import_graph(z, inputs={"a": a}).raised == {}

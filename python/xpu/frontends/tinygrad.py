@@ -8,9 +8,11 @@ Only the tinygrad versions in :data:`SUPPORTED` are read: its UOp graph changes 
 releases, and a graph read wrongly would be a silent wrong program. An op this importer
 does not map is refused with its name and the tinygrad version (docs/frontends.md).
 
-First slice (2026-11-29): constants, buffers, the elementwise ops, REDUCE (add, max, mul),
-RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP, CAST, CONTIGUOUS; products stay a broadcast
-multiply and a sum (not yet raised to ``matmul``)."""
+Mapped: constants, buffers, the elementwise ops, REDUCE (add, max, mul), RESHAPE,
+PERMUTE, EXPAND, PAD, SHRINK, FLIP, CAST, CONTIGUOUS. A matrix product — tinygrad's
+broadcast multiply and sum over the shared axis — is raised to ``matmul`` (so it runs on
+``cpu.blas``, ``llvm.gemm`` or ``cuda.cublaslt`` under the same policy keys as an ONNX
+model's); :func:`import_graph` reports how many ops were raised."""
 
 from __future__ import annotations
 
@@ -112,6 +114,8 @@ class _Writer:
         self.lines: list[str] = []
         self.names: dict[Any, tuple[str, str, tuple[int, ...]]] = {}
         self.count = 0
+        #: Patterns raised to one SGR-ML op, by that op.
+        self.raised: dict[str, int] = {}
 
     def new(self, dtype: str, shape: tuple[int, ...], rhs: str) -> str:
         name = f"%{self.count}"
@@ -160,7 +164,8 @@ class _Writer:
             seen.add(u)
             stack.append((u, True))
             if u not in self.inputs and u.op.name not in ("CONST", "STACK", "BUFFER"):
-                stack.extend((s, False) for s in u.src)
+                # A product raised to matmul reads its operands, not the multiply under it.
+                stack.extend((s, False) for s in (self._product(u) or u.src))
         for u in order[:-1]:
             if u.op.name not in ("CONST", "STACK") and u not in self.names:
                 self.names[u] = self._emit(u, None)
@@ -235,9 +240,58 @@ class _Writer:
         kind, n = u.arg
         if kind.name not in _REDUCE:
             raise self.refuse(u, f"reduce with {kind.name}")
+        product = self._matmul(u, shape)
+        if product is not None:
+            return product
         x, dtype, _ = self.value(u.src[0])
         axes = self.ints(list(range(int(n))))
         return self.new(dtype, shape, f"{_REDUCE[kind.name]}({x}, {axes}) {{keepdims = 0}}"), dtype, shape
+
+    @staticmethod
+    def _product(u: Any) -> tuple[Any, Any] | None:
+        """tinygrad's matrix product: REDUCE(ADD, 1) of the shared axis moved to the front
+        (PERMUTE (r-1, 0, …, r-2)) of MUL(a, b), where a is (…, M, 1, K) and b is
+        (…, 1, N, K) (either way round). Its (a, b), or None."""
+        if u.op.name != "REDUCE":
+            return None
+        kind, n = u.arg
+        p = u.src[0]
+        if kind.name != "ADD" or int(n) != 1 or p.op.name != "PERMUTE":
+            return None
+        mul = p.src[0]
+        r = len(mul.shape)
+        if r < 3 or tuple(p.arg) != (r - 1, *range(r - 1)) or mul.op.name != "MUL":
+            return None
+        a, b = mul.src
+        for a, b in ((a, b), (b, a)):
+            # Shapes broadcast numpy-style: a missing leading axis is a 1.
+            sa, sb = tuple(a.shape), tuple(b.shape)
+            if (
+                len(sa) >= 2 and len(sb) >= 2 and max(len(sa), len(sb)) == r
+                and sa[-2] == 1 and (len(sb) < 3 or sb[-3] == 1) and sa[-1] == sb[-1]
+            ):
+                return a, b
+        return None
+
+    def _matmul(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]] | None:
+        """The product of :meth:`_product`, raised: matmul(a as (…, M, K), b as (…, K, N))."""
+        found = self._product(u)
+        if found is None:
+            return None
+        a, b = found
+        x, dtype, sa = self.value(a)
+        y, ydtype, sb = self.value(b)
+        if ydtype != dtype or dtype == "bool":
+            raise self.refuse(u, f"a product of {dtype} and {ydtype}")
+        left_shape = sa[:-2] + sa[-1:]
+        left = self.new(dtype, left_shape, f"reshape({x}, {self.ints(list(left_shape))})")
+        nk = sb[:-3] + sb[-2:]
+        right_nk = self.new(dtype, nk, f"reshape({y}, {self.ints(list(nk))})")
+        perm = list(range(len(nk) - 2)) + [len(nk) - 1, len(nk) - 2]
+        kn = nk[:-2] + (nk[-1], nk[-2])
+        right = self.new(dtype, kn, f"transpose({right_nk}) {{perm = [{', '.join(map(str, perm))}]}}")
+        self.raised["matmul"] = self.raised.get("matmul", 0) + 1
+        return self.new(dtype, shape, f"matmul({left}, {right})"), dtype, shape
 
     def _operands(self, u: Any) -> tuple[list[str], str]:
         """The operands' names, constants typed after the first operand that is not one."""
@@ -276,6 +330,23 @@ class _Writer:
 def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> str:
     """The SGR-ML text of the computation of ``outputs`` (tinygrad tensors), with the tensors
     of ``inputs`` as the program's inputs by name; outputs are named ``output_0``, …"""
+    return import_graph(*outputs, inputs=inputs, name=name).sgr
+
+
+class Imported:
+    """What :func:`import_graph` made: the SGR-ML text, the patterns raised to one op (by
+    op), and how many SGR-ML values the rest became."""
+
+    def __init__(self, sgr: str, raised: dict[str, int], values: int) -> None:
+        self.sgr, self.raised, self.values = sgr, raised, values
+
+    def __repr__(self) -> str:
+        return f"Imported(values={self.values}, raised={self.raised})"
+
+
+def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> Imported:
+    """:func:`to_sgr` with what the import did: ``raised`` counts the tinygrad patterns
+    written as one SGR-ML op (``{"matmul": 2}``)."""
     version = check_version()
     if not outputs:
         raise TinygradImportError("to_sgr needs at least one output tensor", version=version)
@@ -289,4 +360,5 @@ def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "
         value, _, _ = w.value(t.uop)
         returned.append(f'"output_{i}" = {value}')
     body = "\n".join(w.lines)
-    return f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
+    sgr = f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
+    return Imported(sgr, dict(w.raised), w.count)
