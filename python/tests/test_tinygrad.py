@@ -105,3 +105,39 @@ def test_products_are_raised_to_matmul(shapes: tuple[tuple[int, ...], tuple[int,
     # Not a product: an elementwise multiply and a sum over another axis stay as they are.
     z = (a * 2).sum(axis=0)
     assert tg.import_graph(z, inputs={"a": a}).raised == {}
+
+
+def _weight(*shape: int) -> Tensor:
+    return Tensor((RNG.standard_normal(shape) * 0.2).astype(np.float32)).realize()
+
+
+def test_a_lenet_style_cnn(tmp_path: Path) -> None:
+    w1, w2, fc = _weight(4, 1, 3, 3), _weight(8, 4, 3, 3), _weight(32, 10)
+    x_np = RNG.standard_normal((2, 1, 16, 16)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    h = x.conv2d(w1).relu().max_pool2d()
+    h = h.conv2d(w2).relu().max_pool2d()
+    y = (h.flatten(1) @ fc).log_softmax()
+    imported = tg.import_graph(y, inputs={"x": x}, name="lenet")
+    # The dense layer is raised; the convolutions stay tinygrad's windows and products.
+    assert imported.raised == {"matmul": 1}, imported
+    (got,) = run(imported.sgr, tmp_path, {"x": x_np})
+    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
+    d, heads, t = 16, 2, 5
+    wq, wk, wv, wo = (_weight(d, d) for _ in range(4))
+    w1, w2, g, b = _weight(d, 4 * d), _weight(4 * d, d), _weight(d), _weight(d)
+    x_np = RNG.standard_normal((1, t, d)).astype(np.float32)
+    x = Tensor(x_np).realize()
+    h = x.layernorm() * g + b
+    q, k, v = ((h @ w).reshape(1, t, heads, d // heads).permute(0, 2, 1, 3) for w in (wq, wk, wv))
+    a = q.scaled_dot_product_attention(k, v, is_causal=True).permute(0, 2, 1, 3).reshape(1, t, d)
+    x2 = x + a @ wo
+    y = x2 + (x2.layernorm() @ w1).gelu() @ w2
+    imported = tg.import_graph(y, inputs={"x": x}, name="block")
+    # Six dense products and the two of attention (scores, weighted values).
+    assert imported.raised == {"matmul": 8}, imported
+    (got,) = run(imported.sgr, tmp_path, {"x": x_np})
+    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)

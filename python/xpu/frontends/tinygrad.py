@@ -223,8 +223,7 @@ class _Writer:
 
     def _window(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
         x, dtype, xs = self.value(u.src[0])
-        first = [int(c.arg) for c in u.src[1].src]
-        second = [int(c.arg) for c in u.src[2].src]
+        first, second = _ints(u.src[1], self), _ints(u.src[2], self)
         if u.op.name == "SHRINK":
             # The window starts at the first source's offsets and spans the result's shape.
             starts, ends = self.ints(first), self.ints([b + o for b, o in zip(first, shape)])
@@ -325,6 +324,16 @@ class _Writer:
             a, b = (self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src[1:])
             return self.new(typed, shape, f"where({cond}, {a}, {b})"), typed, shape
         raise self.refuse(u)
+
+
+def _ints(u: Any, w: _Writer) -> list[int]:
+    """The integers a movement op's argument holds: a STACK of constants, or one constant
+    (a single axis)."""
+    if u.op.name == "CONST":
+        return [int(u.arg)]
+    if u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src):
+        return [int(c.arg) for c in u.src]
+    raise w.refuse(u, "a movement argument that is not constant (a symbolic shape)")
 
 
 def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> str:
