@@ -141,3 +141,42 @@ def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
     assert imported.raised == {"matmul": 8}, imported
     (got,) = run(imported.sgr, tmp_path, {"x": x_np})
     np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
+    # Two layers of RMSNorm, attention with RoPE (rotate-half, cos/sin tables as weights),
+    # SwiGLU; token ids as a one-hot input, the embedding as a product.
+    vocab, d, heads, t = 64, 32, 4, 6
+    hd = d // heads
+    emb, final, head = _weight(vocab, d), _weight(d), _weight(d, vocab)
+    layers = [{k: _weight(*s) for k, s in (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
+                                            ("g1", (d,)), ("g2", (d,)), ("w1", (d, 2 * d)), ("w3", (d, 2 * d)),
+                                            ("w2", (2 * d, d)))} for _ in range(2)]
+    angles = np.arange(t)[:, None] * (10000 ** (-np.arange(0, hd, 2) / hd))[None, :]
+    cos, sin = Tensor(np.cos(angles).astype(np.float32)).realize(), Tensor(np.sin(angles).astype(np.float32)).realize()
+
+    def rms(x: Tensor, g: Tensor) -> Tensor:
+        out: Tensor = x * (x.square().mean(-1, keepdim=True) + 1e-5).rsqrt() * g
+        return out
+
+    def rope(x: Tensor) -> Tensor:
+        x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+        out: Tensor = (x1 * cos - x2 * sin).cat(x1 * sin + x2 * cos, dim=-1)
+        return out
+
+    onehot = np.eye(vocab, dtype=np.float32)[RNG.integers(0, vocab, t)][None]
+    ids = Tensor(onehot).realize()
+    x = ids @ emb
+    for layer in layers:
+        h = rms(x, layer["g1"])
+        q, k, v = ((h @ layer[w]).reshape(1, t, heads, hd).permute(0, 2, 1, 3) for w in ("wq", "wk", "wv"))
+        a = rope(q).scaled_dot_product_attention(rope(k), v, is_causal=True).permute(0, 2, 1, 3).reshape(1, t, d)
+        x = x + a @ layer["wo"]
+        h = rms(x, layer["g2"])
+        x = x + ((h @ layer["w1"]).silu() * (h @ layer["w3"])) @ layer["w2"]
+    y = rms(x, final) @ head
+    imported = tg.import_graph(y, inputs={"ids": ids}, name="decoder")
+    # Per layer 7 dense products and 2 of attention; the embedding and the head.
+    assert imported.raised == {"matmul": 20}, imported
+    (got,) = run(imported.sgr, tmp_path, {"ids": onehot})
+    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)

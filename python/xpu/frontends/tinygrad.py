@@ -163,11 +163,17 @@ class _Writer:
                 continue
             seen.add(u)
             stack.append((u, True))
-            if u not in self.inputs and u.op.name not in ("CONST", "STACK", "BUFFER"):
+            leaf = u.op.name in ("CONST", "BUFFER") or (
+                u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
+            )
+            if u not in self.inputs and not leaf:
                 # A product raised to matmul reads its operands, not the multiply under it.
                 stack.extend((s, False) for s in (self._product(u) or u.src))
         for u in order[:-1]:
-            if u.op.name not in ("CONST", "STACK") and u not in self.names:
+            constant = u.op.name == "CONST" or (
+                u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
+            )
+            if not constant and u not in self.names:
                 self.names[u] = self._emit(u, None)
 
     def _emit(self, u: Any, like: str | None) -> tuple[str, str, tuple[int, ...]]:
@@ -181,6 +187,13 @@ class _Writer:
             return self.const(u.arg, dtype, shape), dtype, shape
         if op == "BUFFER":
             return self._buffer(u)
+        if op == "STACK" and not all(c.op.name == "CONST" for c in u.src):
+            return self._stack(u, shape)
+        if op == "STACK":
+            # A vector of constants used as a value (an index or shape computed in the graph).
+            dtype = like or _sgr_dtype(u.dtype, self.version)
+            values: np.ndarray = np.asarray([c.arg for c in u.src], dtype=_NUMPY.get(dtype, np.float32))
+            return self.const(values.reshape(shape), dtype, shape), dtype, shape
         if op in _IDENTITY:
             return self.value(u.src[0])
         if op == "RESHAPE":
@@ -209,6 +222,16 @@ class _Writer:
         if op == "REDUCE":
             return self._reduce(u, shape)
         return self._elementwise(u, op, shape)
+
+    def _stack(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """STACK of tensors (``cat``, ``stack``): each given a leading axis of 1, joined."""
+        parts = []
+        dtype = _sgr_dtype(u.dtype, self.version)
+        for s in u.src:
+            x, _, xs = self.value(s, like=dtype if s.op.name == "CONST" else None)
+            one = (1, *xs)
+            parts.append(self.new(dtype, one, f"reshape({x}, {self.ints(list(one))})"))
+        return self.new(dtype, shape, f"concat({', '.join(parts)}) {{axis = 0}}"), dtype, shape
 
     def _buffer(self, u: Any) -> tuple[str, str, tuple[int, ...]]:
         dtype = _sgr_dtype(u.dtype, self.version)
