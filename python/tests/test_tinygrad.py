@@ -180,3 +180,38 @@ def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
     assert imported.raised == {"matmul": 20}, imported
     (got,) = run(imported.sgr, tmp_path, {"ids": onehot})
     np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("policy,engine", [("cpu-only", "cpu"), ("llvm-host", "llvm"), ("ort-cpu", "ort")])
+def test_compile_runs_under_each_engine_policy(policy: str, engine: str) -> None:
+    w1, w2 = _weight(3, 8), _weight(8, 2)
+
+    def mlp(x: Tensor) -> Tensor:
+        out: Tensor = ((x @ w1).relu() @ w2).softmax()
+        return out
+
+    session = tg.compile(mlp, X, names=["x"], policy=ROOT / "policies" / "examples" / f"{policy}.toml")
+    (got,) = session.run(None, {"x": X})
+    want = mlp(Tensor(X)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    engines = {d["chosen"]["engine"] for d in session.explain()["decisions"] if d.get("chosen")}
+    assert engine in engines, engines
+
+
+def test_the_command_line_writes_a_program(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    model = tmp_path / "model.py"
+    model.write_text("def double(x):\n    return (x * 2).sum(axis=1)\n")
+    out = tmp_path / "model.sgr"
+    done = subprocess.run([sys.executable, "-m", "xpu.frontends.tinygrad", f"{model}:double", "--input", "x=2,3",
+                           "-o", str(out)], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert "values" in done.stdout and out.read_text().startswith('graph "double"')
+    bad = subprocess.run([sys.executable, "-m", "xpu.frontends.tinygrad", f"{model}:nope", "-o", str(out)],
+                         capture_output=True, text=True, env=dict(os.environ))
+    assert bad.returncode == 2 and "no function nope" in bad.stderr

@@ -394,3 +394,73 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
     body = "\n".join(w.lines)
     sgr = f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
     return Imported(sgr, dict(w.raised), w.count)
+
+
+def compile(fn: Any, *example_inputs: Any, names: list[str] | None = None, **session: Any) -> Any:
+    """Traces ``fn`` — a Python function of tinygrad tensors returning one or more tensors —
+    on ``example_inputs`` (numpy arrays; their shapes are the program's) into an
+    :class:`xpu.InferenceSession`; ``session`` takes its keyword arguments (``policy=``,
+    ``engine=``, …). Inputs are named ``names`` or ``input_0``, ``input_1``, …"""
+    import os
+    import tempfile
+
+    from ..session import InferenceSession
+    from tinygrad.tensor import Tensor
+
+    tensors = [Tensor(np.ascontiguousarray(x)).realize() for x in example_inputs]
+    names = names or [f"input_{i}" for i in range(len(tensors))]
+    if len(names) != len(tensors):
+        raise TinygradImportError(f"{len(names)} names for {len(tensors)} inputs", version=tinygrad_version())
+    out = fn(*tensors)
+    outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    sgr = to_sgr(*outputs, inputs=dict(zip(names, tensors)), name=getattr(fn, "__name__", "tinygrad"))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "program.sgr")
+        with open(path, "w") as f:
+            f.write(sgr)
+        return InferenceSession(path, **session)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m xpu.frontends.tinygrad FILE.py:FN --input NAME=D0,D1 … -o OUT.sgr``: calls
+    FN on realised tensors of the given shapes (zeros) and writes the SGR-ML program."""
+    import argparse
+    import importlib.util
+
+    p = argparse.ArgumentParser(prog="python -m xpu.frontends.tinygrad", description=main.__doc__)
+    p.add_argument("target", help="FILE.py:FUNCTION")
+    p.add_argument("--input", action="append", default=[], help="NAME=D0,D1,… (f32)")
+    p.add_argument("-o", "--output", required=True)
+    args = p.parse_args(argv)
+    file, _, fn_name = args.target.rpartition(":")
+    if not file or not fn_name:
+        p.error(f"{args.target}: expected FILE.py:FUNCTION")
+    spec = importlib.util.spec_from_file_location("xpu_tinygrad_model", file)
+    if spec is None or spec.loader is None:
+        p.error(f"{file}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        p.error(f"{file} has no function {fn_name}")
+    from tinygrad.tensor import Tensor
+
+    inputs = {}
+    for item in args.input:
+        name, _, dims = item.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError:
+            p.error(f"--input {item}: expected NAME=D0,D1,…")
+        inputs[name] = Tensor(np.zeros(shape, np.float32)).realize()
+    out = fn(*inputs.values())
+    outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    imported = import_graph(*outputs, inputs=inputs, name=fn_name)
+    with open(args.output, "w") as f:
+        f.write(imported.sgr)
+    print(f"{args.output}: {imported.values} values, raised {imported.raised or 'nothing'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
