@@ -22,6 +22,9 @@ from xpu.frontends import tinygrad as tg  # noqa: E402
 
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((2, 3)).astype(np.float32)
+# Fed to the imported programs: not the data the graph was built from, so a value read as a
+# constant instead of from its input shows.
+X2 = RNG.standard_normal((2, 3)).astype(np.float32)
 W = RNG.standard_normal((3, 4)).astype(np.float32)
 
 
@@ -60,10 +63,9 @@ CASES: dict[str, Callable[[Tensor], Tensor]] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_op_matches_tinygrad(case: str, tmp_path: Path) -> None:
     x = Tensor(X).realize()
-    y = CASES[case](x)
-    sgr = tg.to_sgr(y, inputs={"x": x})
-    want = y.numpy()
-    (got,) = run(sgr, tmp_path, {"x": X})
+    sgr = tg.to_sgr(CASES[case](x), inputs={"x": x})
+    want = CASES[case](Tensor(X2).realize()).numpy()
+    (got,) = run(sgr, tmp_path, {"x": X2})
     assert got.shape == want.shape, sgr
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=sgr)
 
@@ -73,11 +75,12 @@ def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
     w2 = Tensor(RNG.standard_normal((8, 2)).astype(np.float32)).realize()
     x = Tensor(X).realize()
     y = ((x @ w1).relu() @ w2).softmax()
+    y2 = ((Tensor(X2) @ w1).relu() @ w2).softmax()
     sgr = tg.to_sgr(y, inputs={"x": x}, name="mlp")
     assert sgr.startswith('graph "mlp"') and "input \"x\"" in sgr
     assert tg.import_graph(y, inputs={"x": x}).raised == {"matmul": 2}
-    (got,) = run(sgr, tmp_path, {"x": X})
-    np.testing.assert_allclose(got, y.numpy(), rtol=1e-5, atol=1e-6)
+    (got,) = run(sgr, tmp_path, {"x": X2})
+    np.testing.assert_allclose(got, y2.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,8 +103,9 @@ def test_products_are_raised_to_matmul(shapes: tuple[tuple[int, ...], tuple[int,
     imported = tg.import_graph(y, inputs={"a": a, "b": b})
     assert imported.raised == {"matmul": 1}, imported.sgr
     assert "= mul(" not in imported.sgr and "reduce_sum" not in imported.sgr, imported.sgr
-    (got,) = run(imported.sgr, tmp_path, {"a": a_np, "b": b_np})
-    np.testing.assert_allclose(got, y.numpy(), rtol=1e-5, atol=1e-5)
+    a2, b2 = a_np + 1, b_np - 1
+    (got,) = run(imported.sgr, tmp_path, {"a": a2, "b": b2})
+    np.testing.assert_allclose(got, (Tensor(a2) @ Tensor(b2)).numpy(), rtol=1e-5, atol=1e-5)
     # Not a product: an elementwise multiply and a sum over another axis stay as they are.
     z = (a * 2).sum(axis=0)
     assert tg.import_graph(z, inputs={"a": a}).raised == {}
@@ -114,15 +118,20 @@ def _weight(*shape: int) -> Tensor:
 def test_a_lenet_style_cnn(tmp_path: Path) -> None:
     w1, w2, fc = _weight(4, 1, 3, 3), _weight(8, 4, 3, 3), _weight(32, 10)
     x_np = RNG.standard_normal((2, 1, 16, 16)).astype(np.float32)
+    fresh = RNG.standard_normal((2, 1, 16, 16)).astype(np.float32)
+
+    def lenet(x: Tensor) -> Tensor:
+        h = x.conv2d(w1).relu().max_pool2d()
+        h = h.conv2d(w2).relu().max_pool2d()
+        out: Tensor = (h.flatten(1) @ fc).log_softmax()
+        return out
+
     x = Tensor(x_np).realize()
-    h = x.conv2d(w1).relu().max_pool2d()
-    h = h.conv2d(w2).relu().max_pool2d()
-    y = (h.flatten(1) @ fc).log_softmax()
-    imported = tg.import_graph(y, inputs={"x": x}, name="lenet")
+    imported = tg.import_graph(lenet(x), inputs={"x": x}, name="lenet")
     # The dense layer is raised; the convolutions stay tinygrad's windows and products.
     assert imported.raised == {"matmul": 1}, imported
-    (got,) = run(imported.sgr, tmp_path, {"x": x_np})
-    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-4)
+    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
+    np.testing.assert_allclose(got, lenet(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
@@ -130,17 +139,22 @@ def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
     wq, wk, wv, wo = (_weight(d, d) for _ in range(4))
     w1, w2, g, b = _weight(d, 4 * d), _weight(4 * d, d), _weight(d), _weight(d)
     x_np = RNG.standard_normal((1, t, d)).astype(np.float32)
+    fresh = RNG.standard_normal((1, t, d)).astype(np.float32)
+
+    def block(x: Tensor) -> Tensor:
+        h = x.layernorm() * g + b
+        q, k, v = ((h @ w).reshape(1, t, heads, d // heads).permute(0, 2, 1, 3) for w in (wq, wk, wv))
+        a = q.scaled_dot_product_attention(k, v, is_causal=True).permute(0, 2, 1, 3).reshape(1, t, d)
+        x2 = x + a @ wo
+        out: Tensor = x2 + (x2.layernorm() @ w1).gelu() @ w2
+        return out
+
     x = Tensor(x_np).realize()
-    h = x.layernorm() * g + b
-    q, k, v = ((h @ w).reshape(1, t, heads, d // heads).permute(0, 2, 1, 3) for w in (wq, wk, wv))
-    a = q.scaled_dot_product_attention(k, v, is_causal=True).permute(0, 2, 1, 3).reshape(1, t, d)
-    x2 = x + a @ wo
-    y = x2 + (x2.layernorm() @ w1).gelu() @ w2
-    imported = tg.import_graph(y, inputs={"x": x}, name="block")
+    imported = tg.import_graph(block(x), inputs={"x": x}, name="block")
     # Six dense products and the two of attention (scores, weighted values).
     assert imported.raised == {"matmul": 8}, imported
-    (got,) = run(imported.sgr, tmp_path, {"x": x_np})
-    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)
+    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
+    np.testing.assert_allclose(got, block(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
@@ -165,21 +179,26 @@ def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
         return out
 
     onehot = np.eye(vocab, dtype=np.float32)[RNG.integers(0, vocab, t)][None]
+    fresh = np.eye(vocab, dtype=np.float32)[RNG.integers(0, vocab, t)][None]
+
+    def decoder(ids: Tensor) -> Tensor:
+        x = ids @ emb
+        for layer in layers:
+            h = rms(x, layer["g1"])
+            q, k, v = ((h @ layer[w]).reshape(1, t, heads, hd).permute(0, 2, 1, 3) for w in ("wq", "wk", "wv"))
+            a = rope(q).scaled_dot_product_attention(rope(k), v, is_causal=True)
+            x = x + a.permute(0, 2, 1, 3).reshape(1, t, d) @ layer["wo"]
+            h = rms(x, layer["g2"])
+            x = x + ((h @ layer["w1"]).silu() * (h @ layer["w3"])) @ layer["w2"]
+        out: Tensor = rms(x, final) @ head
+        return out
+
     ids = Tensor(onehot).realize()
-    x = ids @ emb
-    for layer in layers:
-        h = rms(x, layer["g1"])
-        q, k, v = ((h @ layer[w]).reshape(1, t, heads, hd).permute(0, 2, 1, 3) for w in ("wq", "wk", "wv"))
-        a = rope(q).scaled_dot_product_attention(rope(k), v, is_causal=True).permute(0, 2, 1, 3).reshape(1, t, d)
-        x = x + a @ layer["wo"]
-        h = rms(x, layer["g2"])
-        x = x + ((h @ layer["w1"]).silu() * (h @ layer["w3"])) @ layer["w2"]
-    y = rms(x, final) @ head
-    imported = tg.import_graph(y, inputs={"ids": ids}, name="decoder")
+    imported = tg.import_graph(decoder(ids), inputs={"ids": ids}, name="decoder")
     # Per layer 7 dense products and 2 of attention; the embedding and the head.
     assert imported.raised == {"matmul": 20}, imported
-    (got,) = run(imported.sgr, tmp_path, {"ids": onehot})
-    np.testing.assert_allclose(got, y.numpy(), rtol=1e-4, atol=1e-5)
+    (got,) = run(imported.sgr, tmp_path, {"ids": fresh})
+    np.testing.assert_allclose(got, decoder(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-5)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,8 +213,8 @@ def test_compile_runs_under_each_engine_policy(policy: str, engine: str) -> None
         return out
 
     session = tg.compile(mlp, X, names=["x"], policy=ROOT / "policies" / "examples" / f"{policy}.toml")
-    (got,) = session.run(None, {"x": X})
-    want = mlp(Tensor(X)).numpy()
+    (got,) = session.run(None, {"x": X2})
+    want = mlp(Tensor(X2)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     engines = {d["chosen"]["engine"] for d in session.explain()["decisions"] if d.get("chosen")}
     assert engine in engines, engines
@@ -215,3 +234,31 @@ def test_the_command_line_writes_a_program(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "xpu.frontends.tinygrad", f"{model}:nope", "-o", str(out)],
                          capture_output=True, text=True, env=dict(os.environ))
     assert bad.returncode == 2 and "no function nope" in bad.stderr
+    for args in ([f"{tmp_path}/missing.py:f"], [f"{model}:double", "--input", "x"], [f"{model}:double", "--input", "=2"]):
+        refused = subprocess.run([sys.executable, "-m", "xpu.frontends.tinygrad", *args, "-o", str(out)],
+                                 capture_output=True, text=True, env=dict(os.environ))
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+
+
+def test_inputs_that_would_be_read_wrongly_are_refused() -> None:
+    x = Tensor(X).realize()
+    # A value computed from the input and realised on the way cuts the input off.
+    cut = (x + 1).realize() * 3
+    with pytest.raises(tg.TinygradImportError, match="'x' does not reach the outputs"):
+        tg.to_sgr(cut, inputs={"x": x})
+    # A 0-d tensor is a shared constant in tinygrad, not a buffer.
+    scalar = Tensor(np.array(0.5, np.float32)).realize()
+    with pytest.raises(tg.TinygradImportError, match="not a realised buffer"):
+        tg.to_sgr(x * scalar, inputs={"x": x, "s": scalar})
+    with pytest.raises(tg.TinygradImportError, match="are the same tensor"):
+        tg.to_sgr(x + 1, inputs={"x": x, "y": x})
+    with pytest.raises(tg.TinygradImportError, match="input name"):
+        tg.to_sgr(x + 1, inputs={'a"b': x})
+
+
+@pytest.mark.parametrize("dtype,sgr", [(dtypes.int8, "i8"), (dtypes.uint8, "u8"), (dtypes.uint32, "u32"),
+                                       (dtypes.float16, "f16"), (dtypes.int64, "i64")])
+def test_every_integer_and_float_dtype_is_named(dtype: Any, sgr: str, tmp_path: Path) -> None:
+    x = Tensor(X).realize()
+    text = tg.to_sgr((x * 4).cast(dtype), inputs={"x": x})
+    assert f": {sgr}[2,3] = cast(" in text, text

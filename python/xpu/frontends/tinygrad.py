@@ -28,12 +28,14 @@ from ..errors import ProgramError
 SUPPORTED = ("0.14",)
 
 # tinygrad dtype names -> SGR-ML dtypes.
+# tinygrad 0.14's dtype names (its C type names) -> SGR-ML dtypes.
 _DTYPES = {
-    "float": "f32", "half": "f16", "bfloat16": "bf16", "double": "f64",
-    "char": "i8", "short": "i16", "int": "i32", "long": "i64",
-    "uchar": "u8", "ushort": "u16", "uint": "u32", "ulong": "u64", "bool": "bool",
+    "float": "f32", "half": "f16", "__bf16": "bf16", "double": "f64",
+    "signed char": "i8", "short": "i16", "int": "i32", "long": "i64",
+    "unsigned char": "u8", "unsigned short": "u16", "unsigned int": "u32", "unsigned long": "u64",
+    "bool": "bool",
 }
-_NUMPY = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.int8, "i16": np.int16,
+_NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16,
           "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
           "u64": np.uint64, "bool": np.bool_}
 
@@ -140,7 +142,7 @@ class _Writer:
     def value(self, u: Any, like: str | None = None) -> tuple[str, str, tuple[int, ...]]:
         """(name, dtype, shape) of the SGR-ML value computing UOp ``u``; ``like`` types a
         weakly typed constant after its consumer."""
-        key = (u, like) if u.op.name == "CONST" else u
+        key = (u, like) if u.op.name == "CONST" and u not in self.inputs else u
         if key in self.names:
             return self.names[key]
         # Iterative over long chains: recursion on sources one level at a time is bounded by
@@ -262,6 +264,8 @@ class _Writer:
         kind, n = u.arg
         if kind.name not in _REDUCE:
             raise self.refuse(u, f"reduce with {kind.name}")
+        if int(n) == 0:
+            return self.value(u.src[0])
         product = self._matmul(u, shape)
         if product is not None:
             return product
@@ -289,7 +293,7 @@ class _Writer:
             # Shapes broadcast numpy-style: a missing leading axis is a 1.
             sa, sb = tuple(a.shape), tuple(b.shape)
             if (
-                len(sa) >= 2 and len(sb) >= 2 and max(len(sa), len(sb)) == r
+                len(sa) >= 3 and len(sb) >= 2 and max(len(sa), len(sb)) == r
                 and sa[-2] == 1 and (len(sb) < 3 or sb[-3] == 1) and sa[-1] == sb[-1]
             ):
                 return a, b
@@ -349,6 +353,18 @@ class _Writer:
         raise self.refuse(u)
 
 
+def _reached(roots: list[Any]) -> set[Any]:
+    """Every UOp the roots read, iteratively."""
+    seen: set[Any] = set()
+    stack = list(roots)
+    while stack:
+        u = stack.pop()
+        if u not in seen:
+            seen.add(u)
+            stack.extend(u.src)
+    return seen
+
+
 def _ints(u: Any, w: _Writer) -> list[int]:
     """The integers a movement op's argument holds: a STACK of constants, or one constant
     (a single axis)."""
@@ -382,7 +398,19 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
     version = check_version()
     if not outputs:
         raise TinygradImportError("to_sgr needs at least one output tensor", version=version)
-    by_uop = {t.uop: n for n, t in (inputs or {}).items()}
+    by_uop: dict[Any, str] = {}
+    for n, t in (inputs or {}).items():
+        if not n or any(c in n for c in ('"', "\\", "\n")):
+            raise TinygradImportError(f"input name {n!r}: not empty, no quotes, backslashes or newlines",
+                                      version=version)
+        # A 0-d tensor realises as a CONST, shared with every equal constant: not an input.
+        if getattr(t.uop.base, "op", None) is None or t.uop.base.op.name != "BUFFER":
+            raise TinygradImportError(
+                f"input {n!r} is not a realised buffer (a {t.uop.base.op.name}; 0-d tensors are constants "
+                f"in tinygrad: give it shape (1,))", version=version)
+        if t.uop in by_uop:
+            raise TinygradImportError(f"inputs {by_uop[t.uop]!r} and {n!r} are the same tensor", version=version)
+        by_uop[t.uop] = n
     w = _Writer(by_uop, version)
     # SGR-ML declares every input before the first node.
     for u in by_uop:
@@ -391,7 +419,14 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
     for i, t in enumerate(outputs):
         value, _, _ = w.value(t.uop)
         returned.append(f'"output_{i}" = {value}')
+    reached = _reached([t.uop for t in outputs])
+    for u, n in by_uop.items():
+        if u not in reached:
+            raise TinygradImportError(
+                f"input {n!r} does not reach the outputs: was a value computed from it realised "
+                f"(.realize(), .numpy()) on the way? It would be read as a constant", version=version)
     body = "\n".join(w.lines)
+    name = name.replace("\\", "_").replace('"', "_")
     sgr = f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
     return Imported(sgr, dict(w.raised), w.count)
 
@@ -407,7 +442,7 @@ def compile(fn: Any, *example_inputs: Any, names: list[str] | None = None, **ses
     from ..session import InferenceSession
     from tinygrad.tensor import Tensor
 
-    tensors = [Tensor(np.ascontiguousarray(x)).realize() for x in example_inputs]
+    tensors = [_input_tensor(np.asarray(x)) for x in example_inputs]
     names = names or [f"input_{i}" for i in range(len(tensors))]
     if len(names) != len(tensors):
         raise TinygradImportError(f"{len(names)} names for {len(tensors)} inputs", version=tinygrad_version())
@@ -421,11 +456,23 @@ def compile(fn: Any, *example_inputs: Any, names: list[str] | None = None, **ses
         return InferenceSession(path, **session)
 
 
+def _input_tensor(array: np.ndarray) -> Any:
+    """A realised tensor of ``array`` backed by a buffer (a 0-d tensor would be a CONST)."""
+    from tinygrad.tensor import Tensor
+
+    if array.ndim == 0:
+        raise TinygradImportError("0-d inputs are constants in tinygrad: give the input shape (1,)",
+                                  version=tinygrad_version())
+    return Tensor(np.ascontiguousarray(array)).realize()
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m xpu.frontends.tinygrad FILE.py:FN --input NAME=D0,D1 … -o OUT.sgr``: calls
     FN on realised tensors of the given shapes (zeros) and writes the SGR-ML program."""
     import argparse
     import importlib.util
+    import os
+    import sys
 
     p = argparse.ArgumentParser(prog="python -m xpu.frontends.tinygrad", description=main.__doc__)
     p.add_argument("target", help="FILE.py:FUNCTION")
@@ -435,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     file, _, fn_name = args.target.rpartition(":")
     if not file or not fn_name:
         p.error(f"{args.target}: expected FILE.py:FUNCTION")
+    if not os.path.isfile(file):
+        p.error(f"{file}: no such file")
     spec = importlib.util.spec_from_file_location("xpu_tinygrad_model", file)
     if spec is None or spec.loader is None:
         p.error(f"{file}: not a Python file")
@@ -443,19 +492,23 @@ def main(argv: list[str] | None = None) -> int:
     fn = getattr(module, fn_name, None)
     if fn is None:
         p.error(f"{file} has no function {fn_name}")
-    from tinygrad.tensor import Tensor
-
-    inputs = {}
+    inputs: dict[str, Any] = {}
     for item in args.input:
-        name, _, dims = item.partition("=")
+        name, eq, dims = item.partition("=")
         try:
-            shape = tuple(int(d) for d in dims.split(",") if d)
+            shape = tuple(int(d) for d in dims.split(","))
         except ValueError:
-            p.error(f"--input {item}: expected NAME=D0,D1,…")
-        inputs[name] = Tensor(np.zeros(shape, np.float32)).realize()
-    out = fn(*inputs.values())
-    outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    imported = import_graph(*outputs, inputs=inputs, name=fn_name)
+            shape = ()
+        if not eq or not name or not shape or min(shape) < 1 or name in inputs:
+            p.error(f"--input {item}: expected NAME=D0,D1,… (dims ≥ 1, each name once)")
+        inputs[name] = _input_tensor(np.zeros(shape, np.float32))
+    try:
+        out = fn(*inputs.values())
+        outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        imported = import_graph(*outputs, inputs=inputs, name=fn_name)
+    except TinygradImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     with open(args.output, "w") as f:
         f.write(imported.sgr)
     print(f"{args.output}: {imported.values} values, raised {imported.raised or 'nothing'}")
