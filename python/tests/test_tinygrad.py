@@ -111,6 +111,17 @@ def test_products_are_raised_to_matmul(shapes: tuple[tuple[int, ...], tuple[int,
     assert tg.import_graph(z, inputs={"a": a}).raised == {}
 
 
+def check_model(model: Callable[[Tensor], Tensor], example: np.ndarray, fresh: np.ndarray, name: str,
+                raised: dict[str, int], tmp_path: Path, atol: float) -> None:
+    """Imports ``model`` traced on ``example`` (input ``name``), checks the raised products,
+    runs the program on ``fresh`` data and compares with tinygrad's result on it."""
+    x = Tensor(example).realize()
+    imported = tg.import_graph(model(x), inputs={name: x}, name=model.__name__)
+    assert imported.raised == raised, imported
+    (got,) = run(imported.sgr, tmp_path, {name: fresh})
+    np.testing.assert_allclose(got, model(Tensor(fresh)).numpy(), rtol=1e-4, atol=atol)
+
+
 def _weight(*shape: int) -> Tensor:
     return Tensor((RNG.standard_normal(shape) * 0.2).astype(np.float32)).realize()
 
@@ -126,12 +137,8 @@ def test_a_lenet_style_cnn(tmp_path: Path) -> None:
         out: Tensor = (h.flatten(1) @ fc).log_softmax()
         return out
 
-    x = Tensor(x_np).realize()
-    imported = tg.import_graph(lenet(x), inputs={"x": x}, name="lenet")
     # The dense layer is raised; the convolutions stay tinygrad's windows and products.
-    assert imported.raised == {"matmul": 1}, imported
-    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
-    np.testing.assert_allclose(got, lenet(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-4)
+    check_model(lenet, x_np, fresh, "x", {"matmul": 1}, tmp_path, atol=1e-4)
 
 
 def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
@@ -149,12 +156,8 @@ def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
         out: Tensor = x2 + (x2.layernorm() @ w1).gelu() @ w2
         return out
 
-    x = Tensor(x_np).realize()
-    imported = tg.import_graph(block(x), inputs={"x": x}, name="block")
     # Six dense products and the two of attention (scores, weighted values).
-    assert imported.raised == {"matmul": 8}, imported
-    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
-    np.testing.assert_allclose(got, block(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-5)
+    check_model(block, x_np, fresh, "x", {"matmul": 8}, tmp_path, atol=1e-5)
 
 
 def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
@@ -193,12 +196,8 @@ def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
         out: Tensor = rms(x, final) @ head
         return out
 
-    ids = Tensor(onehot).realize()
-    imported = tg.import_graph(decoder(ids), inputs={"ids": ids}, name="decoder")
     # Per layer 7 dense products and 2 of attention; the embedding and the head.
-    assert imported.raised == {"matmul": 20}, imported
-    (got,) = run(imported.sgr, tmp_path, {"ids": fresh})
-    np.testing.assert_allclose(got, decoder(Tensor(fresh)).numpy(), rtol=1e-4, atol=1e-5)
+    check_model(decoder, onehot, fresh, "ids", {"matmul": 20}, tmp_path, atol=1e-5)
 
 
 ROOT = Path(__file__).resolve().parents[2]
