@@ -55,6 +55,8 @@ CASES: dict[str, Callable[[Tensor], Tensor]] = {
     "shrink": lambda x: x.shrink(((0, 1), (1, 3))) + 0,
     "flip": lambda x: x.flip(1) + 0,
     "cast_int": lambda x: (x * 10).cast(dtypes.int32),
+    "sqrt_of_ints": lambda x: (x.abs() * 10).cast(dtypes.int32).sqrt(),
+    "bool_or_and": lambda x: (((x > 0) + (x < -1)) * (x > -2)).cast(dtypes.float32),
     "softmax": lambda x: x.softmax(axis=-1),
     "matmul_realised_weight": lambda x: x @ Tensor(W).realize(),
 }

@@ -42,6 +42,7 @@ _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "f64": np.fl
 _UNARY = {"SIN": "sin", "SQRT": "sqrt", "RECIPROCAL": "reciprocal", "NEG": "neg"}
 _BINARY = {"ADD": "add", "MUL": "mul", "SUB": "sub", "FDIV": "div", "MAX": "max", "POW": "pow"}
 _COMPARE = {"CMPLT": "less", "CMPEQ": "equal"}
+_BOOLEAN = {"ADD": "or", "MAX": "or", "MUL": "and"}
 _REDUCE = {"ADD": "reduce_sum", "MAX": "reduce_max", "MUL": "reduce_prod"}
 # Ops that pass their input through unchanged in a graph that is not scheduled yet.
 _IDENTITY = {"CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "NOOP"}
@@ -328,6 +329,11 @@ class _Writer:
     def _elementwise(self, u: Any, op: str, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
         if op in _UNARY or op in ("EXP2", "LOG2"):
             (x,), dtype = self._operands(u)
+            result = _sgr_dtype(u.dtype, self.version)
+            if result != dtype and not u.dtype.name.startswith("weak"):
+                # tinygrad computes a float op of an integer input in floats, without a cast
+                # node: the cast is written here.
+                x, dtype = self.new(result, shape, f"cast({x}) {{to = dtype<{result}>}}"), result
             if op == "EXP2":  # 2^x = e^(x·ln 2)
                 scaled = self.new(dtype, shape, f"mul({x}, {self.const(math.log(2), dtype)})")
                 return self.new(dtype, shape, f"exp({scaled})"), dtype, shape
@@ -337,6 +343,9 @@ class _Writer:
             return self.new(dtype, shape, f"{_UNARY[op]}({x})"), dtype, shape
         if op in _BINARY:
             (a, b), dtype = self._operands(u)
+            if dtype == "bool" and op in _BOOLEAN:
+                # On bools tinygrad's + and max are or, * is and.
+                return self.new("bool", shape, f"{_BOOLEAN[op]}({a}, {b})"), "bool", shape
             return self.new(dtype, shape, f"{_BINARY[op]}({a}, {b})"), dtype, shape
         if op in _COMPARE or op == "CMPNE":
             (a, b), _ = self._operands(u)
