@@ -358,9 +358,11 @@ async fn a_full_queue_answers_429_with_retry_after() {
         c.limits.queue_capacity = 2;
         c.limits.workers = 1;
     });
-    // A job slow enough to keep the worker busy while the queue fills.
+    // A job slow enough to keep the worker busy while the queue fills: seven 700³ products
+    // (a few hundred milliseconds on two cores; with 300³ the worker sometimes kept up
+    // with the submissions when other tests shared the cores).
     let slow =
-        "let x = randn([300, 300], seed=1)\nlet y = x @ x @ x @ x @ x @ x @ x @ x\nprint sum(y)\n";
+        "let x = randn([700, 700], seed=1)\nlet y = x @ x @ x @ x @ x @ x @ x @ x\nprint sum(y)\n";
     let mut statuses = Vec::new();
     let mut retry = None;
     for _ in 0..12 {
