@@ -402,6 +402,9 @@ struct InProcess<'a> {
     scratch: PathBuf,
     policy: Arc<Policy>,
     limit: Duration,
+    /// The files the last program that lowered writes, relative to the data root: what
+    /// `--run` asks about the accepted program, without lowering it again.
+    lowered_writes: std::cell::RefCell<Option<(String, Vec<String>)>>,
 }
 
 /// One attempt's copy of the sample: its only data root. Removed on drop.
@@ -426,7 +429,8 @@ impl<'a> InProcess<'a> {
             xpu_ask_data::write_sample(&d.root, &rel, pristine.path(), cfg.dry_run_rows)?;
         }
         let limit = Duration::from_secs_f64(cfg.dry_run_s);
-        Ok(InProcess { app, pristine, scratch, policy, limit })
+        let lowered_writes = Default::default();
+        Ok(InProcess { app, pristine, scratch, policy, limit, lowered_writes })
     }
 
     fn attempt(&self) -> Result<Attempt, String> {
@@ -455,18 +459,29 @@ impl<'a> InProcess<'a> {
     }
 
     /// The files the program writes (tables, plots, `.npy`), relative to the data root, as
-    /// lowering found them.
+    /// its judging lowered it.
     fn writes(&self, program: &str) -> Result<Vec<String>, String> {
-        let attempt = self.attempt()?;
-        let lowered = self.lower(program, &attempt.roots).map_err(|d| {
-            d.first().map_or_else(|| "it does not lower".into(), |d| d.message.clone())
-        })?;
-        let root = attempt.dir.path().canonicalize().map_err(|e| e.to_string())?;
-        Ok(lowered
+        let last = self.lowered_writes.borrow();
+        match last.as_ref() {
+            Some((p, writes)) if p == program => Ok(writes.clone()),
+            _ => Err("it was not lowered".into()),
+        }
+    }
+
+    /// Keeps what `lowered` (of `program`, in `attempt`) writes, for [`Self::writes`].
+    fn keep_writes(
+        &self,
+        program: &str,
+        lowered: &xpu_minilang::lower::Lowered,
+        attempt: &Attempt,
+    ) {
+        let root = attempt.dir.path().canonicalize().unwrap_or_else(|_| attempt.dir.path().into());
+        let writes = lowered
             .written_files()
             .iter()
             .map(|p| p.strip_prefix(&root).unwrap_or(p).to_string_lossy().into_owned())
-            .collect())
+            .collect();
+        *self.lowered_writes.borrow_mut() = Some((program.to_string(), writes));
     }
 
     fn dry_run(
@@ -533,7 +548,10 @@ impl xpu_assistant::Judge for InProcess<'_> {
                     dry_run: None,
                 }
             }
-            Ok(lowered) => self.dry_run(lowered, &attempt.roots, deadline),
+            Ok(lowered) => {
+                self.keep_writes(program, &lowered, &attempt);
+                self.dry_run(lowered, &attempt.roots, deadline)
+            }
         }
     }
 }
