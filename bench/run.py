@@ -35,6 +35,10 @@
   `Server-Timing` header) p50/p90/p99, and jobs/s. Bars: overhead p50 ≤ 100 µs and
   p99 ≤ 500 µs at concurrency 1; ≥ 2,000 jobs/s. Anchor (no peer run here): Triton's
   perf_analyzer quick start, ~1,408 infer/s with ~41 µs server overhead at concurrency 1.
+- The tinygrad frontend: a tinygrad MLP (784-512-512-10, batch 64) and transformer block
+  (d 256, 128 tokens) imported by `xpu.frontends.tinygrad` and run under the llvm-first
+  policy, in-process, against tinygrad's own CPU backend (DEV=CPU, clang, TinyJit) on the
+  same threads. Bar: ≥ 1.0× for both. Import time of a decoder-shaped model: reported.
 - xpud, the MLP (ONNX, batch 1) submitted again and again at concurrency 1: server
   overhead when its prepared executable is reused (the default) against a server that
   prepares every job afresh (`limits.prepared_plans = 0`); reported as afresh / reused.
@@ -260,6 +264,7 @@ def main():
     isolation_ok = bench_isolation(rows, mlp)
     bench_pool(rows, mlp)
     bench_python(rows, mlp)
+    tinygrad_ok = bench_tinygrad(rows)
     with open(os.path.join(OUT, "results.md"), "w") as f:
         f.write("| workload | size | xpu kernel | xpu | peer | ratio |\n|---|---|---|---|---|---|\n")
         for r in rows:
@@ -285,6 +290,8 @@ def main():
         sys.exit("xpud's overhead on a model job it knows (the MLP by path, batch 1) is over 150 µs")
     if not measured_ok:
         sys.exit("measured planning misses a bar (tuned plan ≤ 1.05× the best single-engine policy, better than each on the mixed model, planning with evidence ≤ 1.2× the static planner)")
+    if not tinygrad_ok:
+        sys.exit("a tinygrad model imported into xpu (llvm-first) is slower than tinygrad's own CPU backend")
     if not riscv_ok:
         sys.exit("riscv64 vector builds execute fewer than 3× fewer instructions than scalar ones")
     if not llvm_ok:
@@ -495,6 +502,33 @@ def bench_python(rows, mlp):
     for b in (1, 64):
         rows.append(("python sess.run cpu", str(b), "cpu", r[f"cpu_engine_b{b}_us"], r[f"onnxruntime_b{b}_us"], r[f"cpu_vs_onnxruntime_b{b}"]))
     return True
+
+
+def bench_tinygrad(rows):
+    """The tinygrad frontend (bench/tinygrad_side.py in a fresh interpreter, release build):
+    a tinygrad MLP (784-512-512-10, batch 64) and a transformer block (d 256, 128 tokens)
+    run by xpu under the llvm-first policy, in-process, against tinygrad's own CPU backend
+    (DEV=CPU: kernels compiled by clang, replayed by TinyJit), both on THREADS threads.
+    Bar: ≥ 1.0× tinygrad's speed for both. The decoder-shaped model's import time: reported."""
+    env = dict(os.environ, PYTHONPATH=python_package_dir(), DEV="CPU", CC="clang-19",
+               NUM_CPU_THREADS=str(THREADS))
+    side = os.path.join(ROOT, "bench", "tinygrad_side.py")
+    out = subprocess.run([sys.executable, side, str(THREADS), str(ROUNDS)], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"\ntinygrad frontend: failed\n{out.stderr[-2000:]}")
+        return False
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print("\ntinygrad frontend (llvm-first)      xpu         tinygrad CPU   ratio (bar ≥ 1.0)   raised")
+    ok = True
+    for name, label in (("mlp", "MLP 784-512-512-10, batch 64"), ("block", "transformer block d256 t128")):
+        m = r[name]
+        ok = ok and m["ratio"] >= 1.0
+        raised = ", ".join(f"{k} {v}" for k, v in sorted(m["raised"].items()))
+        print(f"{label:<34} {m['xpu_us'] / 1e3:7.2f} ms  {m['tinygrad_us'] / 1e3:7.2f} ms      {m['ratio']:5.2f}           {raised}")
+        rows.append(("tinygrad " + name, "", "llvm-first", m["xpu_us"] / 1e3, m["tinygrad_us"] / 1e3, m["ratio"]))
+    d = r["decoder_import"]
+    print(f"import of the decoder (4 layers, {d['values']} SGR-ML values): {d['ms']:.1f} ms")
+    return ok
 
 
 def bench_models(rows, mlp, conv, resnet):

@@ -25,6 +25,7 @@ fn _xpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<policy::PyPolicy>()?;
     m.add_class::<tables::ArrowTable>()?;
     m.add_function(wrap_pyfunction!(program::run_minilang, m)?)?;
+    m.add_function(wrap_pyfunction!(program::sgr_json, m)?)?;
     m.add_function(wrap_pyfunction!(engines::configure, m)?)?;
     m.add_function(wrap_pyfunction!(engines::inventory, m)?)?;
     m.add_function(wrap_pyfunction!(engines::kernels, m)?)?;

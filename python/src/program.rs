@@ -131,3 +131,16 @@ fn plot_paths(graph: &xpu_ir::Graph) -> Vec<(String, PathBuf)> {
         })
         .collect()
 }
+
+/// The SGR-ML JSON form (`schemas/sgr.schema.json`) of the program in text form `text`,
+/// parsed and verified first. Raises `ProgramError` naming the line and column of a parse
+/// error, or every verifier finding.
+#[pyfunction]
+pub fn sgr_json(py: Python<'_>, text: &str) -> PyResult<String> {
+    let graph = xpu_ir::text::parse(text).map_err(|e| errors::plain(py, "ProgramError", e.to_string()))?;
+    if let Err(findings) = xpu_ir::verify(&graph) {
+        let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
+        return Err(errors::plain(py, "ProgramError", lines.join("\n")));
+    }
+    Ok(xpu_ir::to_json(&graph))
+}

@@ -29,7 +29,8 @@ W = RNG.standard_normal((3, 4)).astype(np.float32)
 
 
 def run(sgr: str, tmp_path: Path, feed: dict[str, np.ndarray]) -> list[Any]:
-    path = tmp_path / "g.sgr"
+    """Runs a program in either form (``to_sgr`` writes JSON unless asked for text)."""
+    path = tmp_path / ("g.json" if sgr.startswith("{") else "g.sgr")
     path.write_text(sgr)
     out: list[Any] = xpu.InferenceSession(path).run(None, feed)
     return out
@@ -72,15 +73,46 @@ def test_each_op_matches_tinygrad(case: str, tmp_path: Path) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=sgr)
 
 
+I = np.array([[-7, -6, -5, -4, -1, 0], [1, 3, 4, 5, 6, 7]], np.int32)
+# Integer ops and rounding: negative operands tell floor from truncation.
+INT_CASES: dict[str, Callable[[Tensor], Tensor]] = {
+    "floordiv": lambda i: i // 3,
+    "floordiv_negative_divisor": lambda i: i // -4,
+    "floormod": lambda i: i % 3,
+    "floormod_negative_divisor": lambda i: i % -4,
+    "cdiv": lambda i: i.div(3, rounding_mode="trunc"),
+    "bitwise": lambda i: ((i & 5) | 8) ^ 3,
+    "shift_signed": lambda i: (i << 2) + (i >> 1),
+    "shift_unsigned": lambda i: (i.cast(dtypes.uint32) >> 1) + (i.cast(dtypes.uint32) << 3),
+    "logic_of_bools": lambda i: (((i < 3) & (i > -5)) ^ (i == 0)).cast(dtypes.int32),
+    "trunc_floor_ceil": lambda i: (i.cast(dtypes.float32) / 2.5).trunc() + (i.cast(dtypes.float32) / 3).floor()
+    + (i.cast(dtypes.float32) / 3).ceil(),
+    "float_floordiv_mod": lambda i: i.cast(dtypes.float32) // 2.5 + i.cast(dtypes.float32) % 2.5,
+    "round": lambda i: (i.cast(dtypes.float32) / 2).round(),
+    "copy_between_devices": lambda i: i.to("PYTHON").to("CPU") + 1,
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT_CASES))
+def test_integer_ops_match_tinygrad(case: str, tmp_path: Path) -> None:
+    i = Tensor(I).realize()
+    sgr = tg.to_sgr(INT_CASES[case](i), inputs={"i": i})
+    fresh = I[:, ::-1].copy() * 3
+    want = INT_CASES[case](Tensor(fresh).realize()).numpy()
+    (got,) = run(sgr, tmp_path, {"i": fresh})
+    assert got.dtype == want.dtype, sgr
+    np.testing.assert_array_equal(got, want, err_msg=sgr)
+
+
 def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
     w1 = Tensor(RNG.standard_normal((3, 8)).astype(np.float32)).realize()
     w2 = Tensor(RNG.standard_normal((8, 2)).astype(np.float32)).realize()
     x = Tensor(X).realize()
     y = ((x @ w1).relu() @ w2).softmax()
     y2 = ((Tensor(X2) @ w1).relu() @ w2).softmax()
-    sgr = tg.to_sgr(y, inputs={"x": x}, name="mlp")
+    sgr = tg.to_sgr(y, inputs={"x": x}, name="mlp", format="text")
     assert sgr.startswith('graph "mlp"') and "input \"x\"" in sgr
-    assert tg.import_graph(y, inputs={"x": x}).raised == {"matmul": 2}
+    assert tg.import_graph(y, inputs={"x": x}).raised == {"matmul": 2, "softmax": 1}
     (got,) = run(sgr, tmp_path, {"x": X2})
     np.testing.assert_allclose(got, y2.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -88,7 +120,12 @@ def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
 def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     x = Tensor(X).realize()
     with pytest.raises(tg.TinygradImportError, match=r"tinygrad op \w+ is not imported yet .*tinygrad 0\.14"):
-        tg.to_sgr(x.cast(dtypes.int32) << 1, inputs={"x": x})
+        tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
+    with pytest.raises(tg.TinygradImportError, match=r"BITCAST is not imported yet \(SGR-ML has no bitcast"):
+        tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
+    with pytest.raises(tg.TinygradImportError, match=r"SHL of i32 by a computed amount"):
+        i = Tensor(I).realize()
+        tg.to_sgr(i << (i & 3), inputs={"i": i})
     with pytest.raises(tg.TinygradImportError, match="needs at least one output"):
         tg.to_sgr()
     monkeypatch.setattr(tg, "tinygrad_version", lambda: "0.9.2")
@@ -111,6 +148,92 @@ def test_products_are_raised_to_matmul(shapes: tuple[tuple[int, ...], tuple[int,
     # Not a product: an elementwise multiply and a sum over another axis stay as they are.
     z = (a * 2).sum(axis=0)
     assert tg.import_graph(z, inputs={"a": a}).raised == {}
+
+
+X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+
+
+def _std1(x: Tensor) -> Tensor:
+    """x - mean over the last axis, over the sample standard deviation (1/(n-1)): not a
+    layer norm, though it looks like one."""
+    c = x - x.mean(-1, keepdim=True)
+    out: Tensor = c * ((c * c).sum(-1, keepdim=True) * (1 / 3) + 1e-5).sqrt().reciprocal()
+    return out
+
+
+def _shifted_by_another_axis(x: Tensor) -> Tensor:
+    e = (x - x.max(axis=0, keepdim=True)).exp()
+    out: Tensor = e / e.sum(-1, keepdim=True)
+    return out
+
+
+# Each: the function, what it raises. The near misses (another axis, another scale) stay
+# arithmetic, and every one is still equal to tinygrad's result.
+PATTERNS: dict[str, tuple[Callable[[Tensor], Tensor], dict[str, int]]] = {
+    "softmax_last": (lambda x: x.softmax(-1), {"softmax": 1}),
+    "softmax_axis0": (lambda x: x.softmax(0), {"softmax": 1}),
+    "softmax_middle": (lambda x: x.softmax(1), {"softmax": 1}),
+    "log_softmax_last": (lambda x: x.log_softmax(-1), {"log_softmax": 1}),
+    "log_softmax_axis0": (lambda x: x.log_softmax(0), {"log_softmax": 1}),
+    "layernorm": (lambda x: x.layernorm(), {"layer_normalization": 1}),
+    "layernorm_eps": (lambda x: x.layernorm(eps=1e-2) * 3 + 1, {"layer_normalization": 1}),
+    "two_softmaxes_of_one_input": (lambda x: x.softmax(-1) + x.softmax(0), {"softmax": 2}),
+    "softmax_then_product": (lambda x: x.softmax(-1) @ x.permute(0, 2, 1), {"softmax": 1, "matmul": 1}),
+    "not_layernorm_on_axis0": (lambda x: x.layernorm(axis=0), {}),
+    "not_layernorm_sample_std": (_std1, {}),
+    "not_softmax_without_max": (lambda x: x.exp() / x.exp().sum(-1, keepdim=True), {}),
+    "not_softmax_max_of_another_axis": (_shifted_by_another_axis, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATTERNS))
+def test_softmax_and_layer_norm_are_raised_exactly_when_they_are_one(case: str, tmp_path: Path) -> None:
+    fn, raised = PATTERNS[case]
+    x = Tensor(X3).realize()
+    imported = tg.import_graph(fn(x), inputs={"x": x})
+    assert imported.raised == raised, imported.sgr
+    fresh = X3[::-1].copy() * 2
+    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
+    np.testing.assert_allclose(got, fn(Tensor(fresh)).numpy(), rtol=1e-5, atol=1e-5, err_msg=imported.sgr)
+
+
+# Each: the input's shape, the convolution, the convolutions raised. Stride, dilation,
+# padding (even and not), groups, 1-d and 3-d; negative padding (a crop) stays arithmetic.
+CONVS: dict[str, tuple[tuple[int, ...], Callable[[Tensor, Tensor], Tensor], tuple[int, ...], int]] = {
+    "plain": ((2, 3, 8, 8), lambda x, w: x.conv2d(w), (4, 3, 3, 3), 1),
+    "one_channel": ((2, 1, 8, 8), lambda x, w: x.conv2d(w), (4, 1, 3, 3), 1),
+    "padded_strided": ((2, 3, 9, 9), lambda x, w: x.conv2d(w, stride=2, padding=1), (4, 3, 3, 3), 1),
+    "uneven_padding": ((1, 3, 7, 8), lambda x, w: x.conv2d(w, padding=(1, 2, 0, 1)), (4, 3, 3, 3), 1),
+    "dilated_grouped": ((2, 4, 11, 11), lambda x, w: x.conv2d(w, groups=2, dilation=2, padding=2), (6, 2, 3, 3), 1),
+    "depthwise": ((1, 4, 6, 6), lambda x, w: x.conv2d(w, groups=4, padding=1), (4, 1, 3, 3), 1),
+    "pointwise_with_bias": ((2, 4, 5, 5), lambda x, w: x.conv2d(w, Tensor.ones(8).contiguous().realize()), (8, 4, 1, 1), 1),
+    "rectangular_kernel": ((1, 2, 7, 9), lambda x, w: x.conv2d(w, stride=(2, 1), padding=(0, 1)), (3, 2, 2, 3), 1),
+    "conv1d": ((2, 3, 12), lambda x, w: x.conv2d(w, stride=3, padding=2), (5, 3, 4), 1),
+    "conv3d": ((1, 2, 5, 5, 5), lambda x, w: x.conv2d(w, padding=1), (3, 2, 3, 3, 3), 1),
+    "negative_padding": ((1, 2, 8, 8), lambda x, w: x.conv2d(w, padding=-1), (3, 2, 3, 3), 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_convolutions_are_raised_when_the_indices_prove_them(case: str, tmp_path: Path) -> None:
+    shape, fn, wshape, raised = CONVS[case]
+    w = _weight(*wshape)
+    x = Tensor(RNG.standard_normal(shape).astype(np.float32)).realize()
+    imported = tg.import_graph(fn(x, w), inputs={"x": x})
+    assert imported.raised.get("conv", 0) == raised, imported.raised
+    assert ("= conv(" in imported.sgr) == bool(raised)
+    fresh = RNG.standard_normal(shape).astype(np.float32)
+    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
+    np.testing.assert_allclose(got, fn(Tensor(fresh), w).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_tinygrad_cannot_shape_is_refused() -> None:
+    x = Tensor(X).realize()
+    bad = x.reshape(6) + 1
+    # A hand-made UOp whose operands do not broadcast: tinygrad raises asking its shape.
+    broken = Tensor(bad.uop.replace(src=(bad.uop.src[0], x.uop)))
+    with pytest.raises(tg.TinygradImportError, match="tinygrad could not describe its graph"):
+        tg.to_sgr(broken, inputs={"x": x}, format="text")
 
 
 def check_model(model: Callable[[Tensor], Tensor], example: np.ndarray, fresh: np.ndarray, name: str,
@@ -139,8 +262,9 @@ def test_a_lenet_style_cnn(tmp_path: Path) -> None:
         out: Tensor = (h.flatten(1) @ fc).log_softmax()
         return out
 
-    # The dense layer is raised; the convolutions stay tinygrad's windows and products.
-    check_model(lenet, x_np, fresh, "x", {"matmul": 1}, tmp_path, atol=1e-4)
+    # Both convolutions, the dense layer and the log-softmax are raised; max pooling stays
+    # tinygrad's windows and a max.
+    check_model(lenet, x_np, fresh, "x", {"conv": 2, "matmul": 1, "log_softmax": 1}, tmp_path, atol=1e-4)
 
 
 def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
@@ -158,8 +282,9 @@ def test_a_transformer_block_with_causal_attention(tmp_path: Path) -> None:
         out: Tensor = x2 + (x2.layernorm() @ w1).gelu() @ w2
         return out
 
-    # Six dense products and the two of attention (scores, weighted values).
-    check_model(block, x_np, fresh, "x", {"matmul": 8}, tmp_path, atol=1e-5)
+    # Six dense products and the two of attention (scores, weighted values), the
+    # attention's softmax and both layer norms.
+    check_model(block, x_np, fresh, "x", {"matmul": 8, "softmax": 1, "layer_normalization": 2}, tmp_path, atol=1e-5)
 
 
 def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
@@ -198,8 +323,9 @@ def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
         out: Tensor = rms(x, final) @ head
         return out
 
-    # Per layer 7 dense products and 2 of attention; the embedding and the head.
-    check_model(decoder, onehot, fresh, "ids", {"matmul": 20}, tmp_path, atol=1e-5)
+    # Per layer 7 dense products, 2 of attention and its softmax; the embedding and the
+    # head. RMSNorm stays arithmetic (the llvm engine fuses it).
+    check_model(decoder, onehot, fresh, "ids", {"matmul": 20, "softmax": 2}, tmp_path, atol=1e-5)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,5 +387,5 @@ def test_inputs_that_would_be_read_wrongly_are_refused() -> None:
                                        (dtypes.float16, "f16"), (dtypes.int64, "i64")])
 def test_every_integer_and_float_dtype_is_named(dtype: Any, sgr: str, tmp_path: Path) -> None:
     x = Tensor(X).realize()
-    text = tg.to_sgr((x * 4).cast(dtype), inputs={"x": x})
+    text = tg.to_sgr((x * 4).cast(dtype), inputs={"x": x}, format="text")
     assert f": {sgr}[2,3] = cast(" in text, text

@@ -59,6 +59,7 @@ def run_minilang(
     roots: list[str] = ...,
     name: str = ...,
 ) -> list[tuple[Any, ...]]: ...
+def sgr_json(text: str) -> str: ...
 def configure(
     *,
     blas: str | PathLike[str] | None = ...,

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import ProgramError
+from . import _tinygrad_conv as convolution
+from . import _tinygrad_patterns as patterns
 
 #: tinygrad releases whose UOp graph this importer reads (major.minor).
 SUPPORTED = ("0.14",)
@@ -39,13 +41,16 @@ _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "f64": np.fl
           "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
           "u64": np.uint64, "bool": np.bool_}
 
+_FLOATS = ("f32", "f16", "bf16", "f64")
 _UNARY = {"SIN": "sin", "SQRT": "sqrt", "RECIPROCAL": "reciprocal", "NEG": "neg"}
 _BINARY = {"ADD": "add", "MUL": "mul", "SUB": "sub", "FDIV": "div", "MAX": "max", "POW": "pow"}
 _COMPARE = {"CMPLT": "less", "CMPEQ": "equal"}
 _BOOLEAN = {"ADD": "or", "MAX": "or", "MUL": "and"}
 _REDUCE = {"ADD": "reduce_sum", "MAX": "reduce_max", "MUL": "reduce_prod"}
 # Ops that pass their input through unchanged in a graph that is not scheduled yet.
-_IDENTITY = {"CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "NOOP"}
+# COPY moves a value to another device: the same value.
+_IDENTITY = {"CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "NOOP", "COPY"}
+_INTEGER = ("AND", "OR", "XOR", "CDIV", "CMOD", "FLOORDIV", "FLOORMOD", "SHL", "SHR")
 
 
 class TinygradImportError(ProgramError):
@@ -119,6 +124,19 @@ class _Writer:
         self.count = 0
         #: Patterns raised to one SGR-ML op, by that op.
         self.raised: dict[str, int] = {}
+        self._matched: dict[Any, patterns.Raised | None] = {}
+
+    def pattern(self, u: Any) -> patterns.Raised | None:
+        """The raisable pattern UOp ``u`` ends (memoised: matchers look a few levels down)."""
+        if u not in self._matched:
+            found = patterns.match(u)
+            if found is None and u.op.name == "REDUCE":
+                conv = convolution.match(u, self.inputs)
+                found = None if conv is None else patterns.Raised("conv", (conv.x, conv.w), conv=conv)
+            if found is not None and found.op != "matmul" and _sgr_dtype(u.dtype, self.version) not in _FLOATS:
+                found = None
+            self._matched[u] = found
+        return self._matched[u]
 
     def new(self, dtype: str, shape: tuple[int, ...], rhs: str) -> str:
         name = f"%{self.count}"
@@ -170,8 +188,9 @@ class _Writer:
                 u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
             )
             if u not in self.inputs and not leaf:
-                # A product raised to matmul reads its operands, not the multiply under it.
-                stack.extend((s, False) for s in (self._product(u) or u.src))
+                # A raised pattern reads its operands, not the arithmetic under it.
+                raised = self.pattern(u)
+                stack.extend((s, False) for s in (raised.operands if raised else u.src))
         for u in order[:-1]:
             constant = u.op.name == "CONST" or (
                 u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
@@ -222,9 +241,46 @@ class _Writer:
             x, _, _ = self.value(u.src[0])
             dtype = _sgr_dtype(u.dtype, self.version)
             return self.new(dtype, shape, f"cast({x}) {{to = dtype<{dtype}>}}"), dtype, shape
+        raised = self.pattern(u)
+        if raised is not None and raised.op == "matmul":
+            return self._matmul(u, raised, shape)
+        if raised is not None and raised.op == "conv":
+            return self._conv(raised, shape)
+        if raised is not None:
+            return self._normalisation(raised, shape)
         if op == "REDUCE":
             return self._reduce(u, shape)
         return self._elementwise(u, op, shape)
+
+    def _conv(self, raised: patterns.Raised, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """A convolution, raised: ``conv(x, w)`` (n, cout, *o), reshaped to tinygrad's
+        (n, groups, cout/groups, *o)."""
+        c = raised.conv
+        x, dtype, xs = self.value(c.x)
+        w, wdtype, ws = self.value(c.w)
+        if wdtype != dtype:
+            raise self.refuse(c.x, f"a convolution of {dtype} and {wdtype}")
+        out = (xs[0], ws[0], *shape[3:1 + len(xs)])
+
+        def ints(v: tuple[int, ...]) -> str:
+            return "[" + ", ".join(map(str, v)) + "]"
+
+        attrs = (f"{{dilations = {ints(c.dilations)}, group = {c.group}, kernel_shape = {ints(ws[2:])}, "
+                 f"pads = {ints(c.pads)}, strides = {ints(c.strides)}}}")
+        conv = self.new(dtype, out, f"conv({x}, {w}) {attrs}")
+        self.raised["conv"] = self.raised.get("conv", 0) + 1
+        return self.new(dtype, shape, f"reshape({conv}, {self.ints(list(shape))})"), dtype, shape
+
+    def _normalisation(self, raised: patterns.Raised, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """softmax, log_softmax (along an axis) and layer_normalization (over the last axis,
+        scale 1: tinygrad's affine stays its multiply and add)."""
+        x, dtype, xs = self.value(raised.operands[0])
+        self.raised[raised.op] = self.raised.get(raised.op, 0) + 1
+        if raised.op == "layer_normalization":
+            ones = self.const(np.ones(xs[-1:]), dtype, xs[-1:])
+            attrs = f"{{axis = -1, epsilon = {raised.epsilon!r}}}"
+            return self.new(dtype, shape, f"layer_normalization({x}, {ones}) {attrs}"), dtype, shape
+        return self.new(dtype, shape, f"{raised.op}({x}) {{axis = {raised.axis}}}"), dtype, shape
 
     def _stack(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
         """STACK of tensors (``cat``, ``stack``): each given a leading axis of 1, joined."""
@@ -267,45 +323,13 @@ class _Writer:
             raise self.refuse(u, f"reduce with {kind.name}")
         if int(n) == 0:
             return self.value(u.src[0])
-        product = self._matmul(u, shape)
-        if product is not None:
-            return product
         x, dtype, _ = self.value(u.src[0])
         axes = self.ints(list(range(int(n))))
         return self.new(dtype, shape, f"{_REDUCE[kind.name]}({x}, {axes}) {{keepdims = 0}}"), dtype, shape
 
-    @staticmethod
-    def _product(u: Any) -> tuple[Any, Any] | None:
-        """tinygrad's matrix product: REDUCE(ADD, 1) of the shared axis moved to the front
-        (PERMUTE (r-1, 0, …, r-2)) of MUL(a, b), where a is (…, M, 1, K) and b is
-        (…, 1, N, K) (either way round). Its (a, b), or None."""
-        if u.op.name != "REDUCE":
-            return None
-        kind, n = u.arg
-        p = u.src[0]
-        if kind.name != "ADD" or int(n) != 1 or p.op.name != "PERMUTE":
-            return None
-        mul = p.src[0]
-        r = len(mul.shape)
-        if r < 3 or tuple(p.arg) != (r - 1, *range(r - 1)) or mul.op.name != "MUL":
-            return None
-        a, b = mul.src
-        for a, b in ((a, b), (b, a)):
-            # Shapes broadcast numpy-style: a missing leading axis is a 1.
-            sa, sb = tuple(a.shape), tuple(b.shape)
-            if (
-                len(sa) >= 3 and len(sb) >= 2 and max(len(sa), len(sb)) == r
-                and sa[-2] == 1 and (len(sb) < 3 or sb[-3] == 1) and sa[-1] == sb[-1]
-            ):
-                return a, b
-        return None
-
-    def _matmul(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]] | None:
-        """The product of :meth:`_product`, raised: matmul(a as (…, M, K), b as (…, K, N))."""
-        found = self._product(u)
-        if found is None:
-            return None
-        a, b = found
+    def _matmul(self, u: Any, raised: patterns.Raised, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """A product (:func:`patterns.product`) raised: matmul(a as (…, M, K), b as (…, K, N))."""
+        a, b = raised.operands
         x, dtype, sa = self.value(a)
         y, ydtype, sb = self.value(b)
         if ydtype != dtype or dtype == "bool":
@@ -353,13 +377,66 @@ class _Writer:
                 eq = self.new("bool", shape, f"equal({a}, {b})")
                 return self.new("bool", shape, f"not({eq})"), "bool", shape
             return self.new("bool", shape, f"{_COMPARE[op]}({a}, {b})"), "bool", shape
+        if op in _INTEGER:
+            return self._integer(u, op, shape)
+        if op == "TRUNC":
+            (x,), dtype = self._operands(u)
+            if dtype not in _FLOATS:
+                return x, dtype, shape
+            # Toward zero: ceil below zero, floor from zero up.
+            below = self.new("bool", shape, f"less({x}, {self.const(0, dtype)})")
+            up, down = self.new(dtype, shape, f"ceil({x})"), self.new(dtype, shape, f"floor({x})")
+            return self.new(dtype, shape, f"where({below}, {up}, {down})"), dtype, shape
+        if op == "MULACC":
+            (a, b, c), dtype = self._operands(u)
+            product = self.new(dtype, shape, f"mul({a}, {b})")
+            return self.new(dtype, shape, f"add({product}, {c})"), dtype, shape
         if op == "WHERE":
             cond = self.value(u.src[0])[0]
             typed = next((self.value(s)[1] for s in u.src[1:] if s.op.name != "CONST"), None)
             typed = typed or _sgr_dtype(u.dtype, self.version)
             a, b = (self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src[1:])
             return self.new(typed, shape, f"where({cond}, {a}, {b})"), typed, shape
+        if op == "BITCAST":
+            raise self.refuse(u, "SGR-ML has no bitcast (ONNX BitCast is not supported yet)")
+        if op == "THREEFRY":
+            raise self.refuse(u, "random numbers: draw them in tinygrad and pass them as an input")
         raise self.refuse(u)
+
+    def _integer(self, u: Any, op: str, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """Integer division, remainders, bitwise ops and shifts, with tinygrad's meaning:
+        FLOORDIV and FLOORMOD round toward −∞ (Python's // and %), CDIV and CMOD toward zero
+        (C's), AND/OR/XOR of bools are logical, shifts of signed ints are arithmetic."""
+        (a, b), dtype = self._operands(u)
+        if dtype == "bool" and op in ("AND", "OR", "XOR"):
+            return self.new("bool", shape, f"{op.lower()}({a}, {b})"), "bool", shape
+        if dtype in _FLOATS or dtype == "bool":
+            raise self.refuse(u, f"{op} of {dtype}")
+        if op in ("AND", "OR", "XOR"):
+            return self.new(dtype, shape, f"bitwise_{op.lower()}({a}, {b})"), dtype, shape
+        if op == "CDIV":
+            return self.new(dtype, shape, f"div({a}, {b})"), dtype, shape
+        if op in ("CMOD", "FLOORMOD"):
+            fmod = 1 if op == "CMOD" else 0
+            return self.new(dtype, shape, f"mod({a}, {b}) {{fmod = {fmod}}}"), dtype, shape
+        if op == "FLOORDIV":
+            # a − (a mod b) is a multiple of b, so the truncating division of it is exact.
+            rem = self.new(dtype, shape, f"mod({a}, {b}) {{fmod = 0}}")
+            whole = self.new(dtype, shape, f"sub({a}, {rem})")
+            return self.new(dtype, shape, f"div({whole}, {b})"), dtype, shape
+        # SHL / SHR: unsigned ints shift; signed ones multiply or floor-divide by 2^k.
+        if dtype.startswith("u"):
+            direction = "LEFT" if op == "SHL" else "RIGHT"
+            return self.new(dtype, shape, f'bit_shift({a}, {b}) {{direction = "{direction}"}}'), dtype, shape
+        k = u.src[1]
+        if k.op.name != "CONST":
+            raise self.refuse(u, f"{op} of {dtype} by a computed amount")
+        power = self.const(1 << int(k.arg), dtype)
+        if op == "SHL":
+            return self.new(dtype, shape, f"mul({a}, {power})"), dtype, shape
+        rem = self.new(dtype, shape, f"mod({a}, {power}) {{fmod = 0}}")
+        whole = self.new(dtype, shape, f"sub({a}, {rem})")
+        return self.new(dtype, shape, f"div({whole}, {power})"), dtype, shape
 
 
 def _reached(roots: list[Any]) -> set[Any]:
@@ -384,10 +461,18 @@ def _ints(u: Any, w: _Writer) -> list[int]:
     raise w.refuse(u, "a movement argument that is not constant (a symbolic shape)")
 
 
-def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> str:
-    """The SGR-ML text of the computation of ``outputs`` (tinygrad tensors), with the tensors
-    of ``inputs`` as the program's inputs by name; outputs are named ``output_0``, …"""
-    return import_graph(*outputs, inputs=inputs, name=name).sgr
+def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad",
+           format: str = "json") -> str:
+    """The SGR-ML program computing ``outputs`` (tinygrad tensors), with the tensors of
+    ``inputs`` as the program's inputs by name; outputs are named ``output_0``, … ``format``
+    is ``"json"`` (the JSON form, ``schemas/sgr.schema.json``, verified) or ``"text"``
+    (the text form); every xpu tool loads either (``.json`` / ``.sgr``)."""
+    imported = import_graph(*outputs, inputs=inputs, name=name)
+    if format == "text":
+        return imported.sgr
+    if format == "json":
+        return imported.json()
+    raise ValueError(f"format {format!r}: expected 'json' or 'text'")
 
 
 class Imported:
@@ -399,6 +484,14 @@ class Imported:
 
     def __repr__(self) -> str:
         return f"Imported(values={self.values}, raised={self.raised})"
+
+    def json(self) -> str:
+        """The program's JSON form, parsed and verified by xpu's own IR (a program the
+        importer wrote wrongly is refused here, naming the line)."""
+        from .._engines import native
+
+        text: str = native().sgr_json(self.sgr)
+        return text
 
 
 def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad") -> Imported:
@@ -426,7 +519,12 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
         w.names[u] = w._emit(u, None)
     returned = []
     for i, t in enumerate(outputs):
-        value, _, _ = w.value(t.uop)
+        try:
+            value, _, _ = w.value(t.uop)
+        except (IndexError, RuntimeError) as e:
+            # tinygrad itself cannot shape the graph (operands that do not broadcast, …).
+            raise TinygradImportError(f"output {i}: tinygrad could not describe its graph: {e} "
+                                      f"(tinygrad {version})", version=version) from None
         returned.append(f'"output_{i}" = {value}')
     reached = _reached([t.uop for t in outputs])
     for u, n in by_uop.items():
@@ -457,7 +555,7 @@ def compile(fn: Any, *example_inputs: Any, names: list[str] | None = None, **ses
         raise TinygradImportError(f"{len(names)} names for {len(tensors)} inputs", version=tinygrad_version())
     out = fn(*tensors)
     outputs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    sgr = to_sgr(*outputs, inputs=dict(zip(names, tensors)), name=getattr(fn, "__name__", "tinygrad"))
+    sgr = to_sgr(*outputs, inputs=dict(zip(names, tensors)), name=getattr(fn, "__name__", "tinygrad"), format="text")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "program.sgr")
         with open(path, "w") as f:
@@ -486,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m xpu.frontends.tinygrad", description=main.__doc__)
     p.add_argument("target", help="FILE.py:FUNCTION")
     p.add_argument("--input", action="append", default=[], help="NAME=D0,D1,… (f32)")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output", required=True, help="OUT.sgr (text form) or OUT.json (JSON form)")
     args = p.parse_args(argv)
     file, _, fn_name = args.target.rpartition(":")
     if not file or not fn_name:
@@ -518,8 +616,13 @@ def main(argv: list[str] | None = None) -> int:
     except TinygradImportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    try:
+        program = imported.json() if args.output.endswith(".json") else imported.sgr
+    except ProgramError as e:
+        print(f"error: the imported program does not verify: {e}", file=sys.stderr)
+        return 1
     with open(args.output, "w") as f:
-        f.write(imported.sgr)
+        f.write(program)
     print(f"{args.output}: {imported.values} values, raised {imported.raised or 'nothing'}")
     return 0
 
