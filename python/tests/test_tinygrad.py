@@ -60,6 +60,11 @@ CASES: dict[str, Callable[[Tensor], Tensor]] = {
     "bool_or_and": lambda x: (((x > 0) + (x < -1)) * (x > -2)).cast(dtypes.float32),
     "softmax": lambda x: x.softmax(axis=-1),
     "matmul_realised_weight": lambda x: x @ Tensor(W).realize(),
+    "filled_buffers": lambda x: x + Tensor.ones(2, 3) * Tensor.full((2, 3), 2.5),
+    "filled_int_buffer": lambda x: x * Tensor.full((2, 3), 3, dtype=dtypes.int32),
+    "arange": lambda x: x + Tensor.arange(3),
+    "list_constant_copied": lambda x: x * Tensor([1.0, -2.0, 3.0]),
+    "mulacc_by_hand": lambda x: x * x + x,
 }
 
 
@@ -83,6 +88,7 @@ INT_CASES: dict[str, Callable[[Tensor], Tensor]] = {
     "cdiv": lambda i: i.div(3, rounding_mode="trunc"),
     "bitwise": lambda i: ((i & 5) | 8) ^ 3,
     "shift_signed": lambda i: (i << 2) + (i >> 1),
+    "wrapping_constant": lambda i: i.cast(dtypes.uint32) + (2**32 - 1) + Tensor.full((2, 6), -1, dtype=dtypes.uint8),
     "shift_unsigned": lambda i: (i.cast(dtypes.uint32) >> 1) + (i.cast(dtypes.uint32) << 3),
     "logic_of_bools": lambda i: (((i < 3) & (i > -5)) ^ (i == 0)).cast(dtypes.int32),
     "trunc_floor_ceil": lambda i: (i.cast(dtypes.float32) / 2.5).trunc() + (i.cast(dtypes.float32) / 3).floor()
@@ -123,6 +129,8 @@ def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.Monkey
         tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
     with pytest.raises(tg.TinygradImportError, match=r"BITCAST is not imported yet \(SGR-ML has no bitcast"):
         tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
+    with pytest.raises(tg.TinygradImportError, match=r"THREEFRY .*random numbers: draw them in tinygrad"):
+        tg.to_sgr(x + Tensor.rand(2, 3), inputs={"x": x})
     with pytest.raises(tg.TinygradImportError, match=r"SHL of i32 by a computed amount"):
         i = Tensor(I).realize()
         tg.to_sgr(i << (i & 3), inputs={"i": i})
@@ -225,6 +233,25 @@ def test_convolutions_are_raised_when_the_indices_prove_them(case: str, tmp_path
     fresh = RNG.standard_normal(shape).astype(np.float32)
     (got,) = run(imported.sgr, tmp_path, {"x": fresh})
     np.testing.assert_allclose(got, fn(Tensor(fresh), w).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_shapes_and_fp8_are_refused_and_deep_or_wide_graphs_import() -> None:
+    from tinygrad import Variable
+
+    x = Tensor(X).realize()
+    n = Variable("n", 1, 2).bind(1)
+    with pytest.raises(tg.TinygradImportError, match=r"symbolic dimension \(n\)"):
+        tg.to_sgr(x.shrink(((0, n), None)) * 2, inputs={"x": x}, format="text")
+    with pytest.raises(tg.TinygradImportError, match=r"tinygrad dtype float8_e4m3 has no SGR-ML equivalent"):
+        tg.to_sgr(x.cast(dtypes.fp8e4m3) + 1, inputs={"x": x}, format="text")
+    deep = x
+    for _ in range(3000):
+        deep = deep * 1.0001 + 0.5
+    assert tg.import_graph(deep, inputs={"x": x}).values > 6000
+    wide = x * 0.0
+    for i in range(1, 1500):
+        wide = wide + x * float(i)
+    assert tg.import_graph(wide, inputs={"x": x}).values >= 4500
 
 
 def test_a_graph_tinygrad_cannot_shape_is_refused() -> None:

@@ -91,6 +91,19 @@ def _sgr_dtype(dtype: Any, version: str) -> str:
                               version=version)
 
 
+def _typed(values: Any, dtype: str) -> np.ndarray:
+    """Python numbers as an array of SGR-ML ``dtype`` as tinygrad's C code would hold them:
+    integers wrap (a -1 of u32 is 4294967295), floats out of range are ±inf."""
+    target = np.dtype(_NUMPY.get(dtype, np.float32))
+    if isinstance(values, np.ndarray) or target.kind not in "iu":
+        with np.errstate(over="ignore"):
+            return np.asarray(values, dtype=np.float64 if target.kind == "f" else None).astype(target)
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    mask = (1 << (8 * target.itemsize)) - 1
+    unsigned = np.array([int(v) & mask for v in flat], dtype=f"u{target.itemsize}")
+    return unsigned.view(target).reshape(np.shape(values))
+
+
 def _ty(dtype: str, shape: tuple[int, ...]) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
@@ -145,7 +158,7 @@ class _Writer:
         return name
 
     def const(self, values: Any, dtype: str, shape: tuple[int, ...] = ()) -> str:
-        array: np.ndarray = np.broadcast_to(np.asarray(values, dtype=_NUMPY.get(dtype, np.float32)), shape)
+        array: np.ndarray = np.broadcast_to(_typed(values, dtype), shape)
         return self.new(dtype, shape, f"constant {{value = tensor<{_ty(dtype, shape)}> {_literal(array, dtype)}}}")
 
     def ints(self, values: list[int]) -> str:
@@ -189,8 +202,7 @@ class _Writer:
             )
             if u not in self.inputs and not leaf:
                 # A raised pattern reads its operands, not the arithmetic under it.
-                raised = self.pattern(u)
-                stack.extend((s, False) for s in (raised.operands if raised else u.src))
+                stack.extend((s, False) for s in self._sources(u))
         for u in order[:-1]:
             constant = u.op.name == "CONST" or (
                 u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
@@ -198,9 +210,33 @@ class _Writer:
             if not constant and u not in self.names:
                 self.names[u] = self._emit(u, None)
 
+    def _sources(self, u: Any) -> tuple[Any, ...]:
+        """The UOps the SGR-ML for ``u`` reads: a raised pattern's operands, the value an
+        ``AFTER`` stores, or its sources."""
+        raised = self.pattern(u)
+        if raised is not None:
+            return tuple(raised.operands)
+        stored = _stored(u)
+        return (stored,) if stored is not None else tuple(u.src)
+
+    def shape(self, u: Any) -> tuple[int, ...]:
+        """``u``'s shape, which must be concrete: SGR-ML from tinygrad has no symbols."""
+        dims = []
+        for d in u.shape:
+            if not isinstance(d, int):
+                try:
+                    symbol = str(d.render())
+                except Exception:  # any rendering failure: the op's name says enough
+                    symbol = "a Variable"
+                raise TinygradImportError(
+                    f"tinygrad {u.op.name} has a symbolic dimension ({symbol[:80]}): import the graph with every "
+                    f"Variable replaced by a number (tinygrad {self.version})", op=u.op.name, version=self.version)
+            dims.append(int(d))
+        return tuple(dims)
+
     def _emit(self, u: Any, like: str | None) -> tuple[str, str, tuple[int, ...]]:
         op = u.op.name
-        shape = tuple(int(d) for d in u.shape)
+        shape = self.shape(u)
         if u in self.inputs:
             dtype = _sgr_dtype(u.dtype, self.version)
             return self.new(dtype, shape, f'input "{self.inputs[u]}"'), dtype, shape
@@ -214,10 +250,20 @@ class _Writer:
         if op == "STACK":
             # A vector of constants used as a value (an index or shape computed in the graph).
             dtype = like or _sgr_dtype(u.dtype, self.version)
-            values: np.ndarray = np.asarray([c.arg for c in u.src], dtype=_NUMPY.get(dtype, np.float32))
+            values = _typed([c.arg for c in u.src], dtype)
             return self.const(values.reshape(shape), dtype, shape), dtype, shape
         if op in _IDENTITY:
             return self.value(u.src[0])
+        if op == "AFTER":
+            # A buffer filled by a STORE (Tensor.full, ones, …): the value stored.
+            stored = _stored(u)
+            if stored is None:
+                raise self.refuse(u, "a buffer written in part or by something other than one STORE")
+            dtype = _sgr_dtype(u.dtype, self.version)
+            x, xdtype, _ = self.value(stored, like=dtype if stored.op.name == "CONST" else None)
+            if xdtype != dtype:
+                x = self.new(dtype, shape, f"cast({x}) {{to = dtype<{dtype}>}}")
+            return x, dtype, shape
         if op == "RESHAPE":
             x, dtype, _ = self.value(u.src[0])
             return self.new(dtype, shape, f"reshape({x}, {self.ints(list(shape))})"), dtype, shape
@@ -437,6 +483,20 @@ class _Writer:
         rem = self.new(dtype, shape, f"mod({a}, {power}) {{fmod = 0}}")
         whole = self.new(dtype, shape, f"sub({a}, {rem})")
         return self.new(dtype, shape, f"div({whole}, {power})"), dtype, shape
+
+
+def _stored(u: Any) -> Any | None:
+    """The value ``AFTER(target, STORE(target, value))`` holds when the store writes the
+    whole target, else None."""
+    if u.op.name != "AFTER" or len(u.src) != 2:
+        return None
+    target, store = u.src
+    if store.op.name != "STORE" or len(store.src) != 2 or store.src[0] is not target:
+        return None
+    value = store.src[1]
+    if tuple(value.shape) != tuple(target.shape):
+        return None
+    return value
 
 
 def _reached(roots: list[Any]) -> set[Any]:
