@@ -410,6 +410,24 @@ def test_inputs_that_would_be_read_wrongly_are_refused() -> None:
         tg.to_sgr(x + 1, inputs={'a"b': x})
 
 
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float64])
+@pytest.mark.parametrize("case", ["gelu", "tanh", "floor_round", "softmax", "layernorm", "mean_of_ints"])
+def test_weakly_typed_constants_take_the_graphs_precision(dtype: Any, case: str, tmp_path: Path) -> None:
+    fns: dict[str, Callable[[Tensor], Tensor]] = {
+        "gelu": lambda x: x.gelu(), "tanh": lambda x: x.tanh(), "floor_round": lambda x: (x * 3).floor() + x.round(),
+        "softmax": lambda x: x.softmax(-1), "layernorm": lambda x: x.layernorm(),
+        "mean_of_ints": lambda x: (x * 4).cast(dtypes.int32).float().mean(axis=1).cast(dtype),
+    }
+    x = Tensor(X.astype(np.float16 if dtype == dtypes.float16 else np.float64)).realize()
+    imported = tg.import_graph(fns[case](x), inputs={"x": x})
+    fresh = X2.astype(x.numpy().dtype)
+    want = fns[case](Tensor(fresh).realize()).numpy()
+    (got,) = run(imported.sgr, tmp_path, {"x": fresh})
+    assert got.dtype == want.dtype, imported.sgr
+    tol = 2e-2 if dtype == dtypes.float16 else 1e-9
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol, err_msg=imported.sgr)
+
+
 @pytest.mark.parametrize("dtype,sgr", [(dtypes.int8, "i8"), (dtypes.uint8, "u8"), (dtypes.uint32, "u32"),
                                        (dtypes.float16, "f16"), (dtypes.int64, "i64")])
 def test_every_integer_and_float_dtype_is_named(dtype: Any, sgr: str, tmp_path: Path) -> None:

@@ -138,6 +138,7 @@ class _Writer:
         #: Patterns raised to one SGR-ML op, by that op.
         self.raised: dict[str, int] = {}
         self._matched: dict[Any, patterns.Raised | None] = {}
+        self._folded: dict[Any, np.ndarray | None] = {}
 
     def pattern(self, u: Any) -> patterns.Raised | None:
         """The raisable pattern UOp ``u`` ends (memoised: matchers look a few levels down)."""
@@ -174,7 +175,7 @@ class _Writer:
     def value(self, u: Any, like: str | None = None) -> tuple[str, str, tuple[int, ...]]:
         """(name, dtype, shape) of the SGR-ML value computing UOp ``u``; ``like`` types a
         weakly typed constant after its consumer."""
-        key = (u, like) if u.op.name == "CONST" and u not in self.inputs else u
+        key = (u, like) if self.constant(u) else u
         if key in self.names:
             return self.names[key]
         # Iterative over long chains: recursion on sources one level at a time is bounded by
@@ -197,18 +198,28 @@ class _Writer:
                 continue
             seen.add(u)
             stack.append((u, True))
-            leaf = u.op.name in ("CONST", "BUFFER") or (
-                u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
-            )
-            if u not in self.inputs and not leaf:
+            if u not in self.inputs and u.op.name != "BUFFER" and not self.constant(u):
                 # A raised pattern reads its operands, not the arithmetic under it.
                 stack.extend((s, False) for s in self._sources(u))
         for u in order[:-1]:
-            constant = u.op.name == "CONST" or (
-                u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src)
-            )
-            if not constant and u not in self.names:
+            # Constants are written where they are read, typed like their consumer.
+            if not self.constant(u) and u not in self.names:
                 self.names[u] = self._emit(u, None)
+
+    def folded(self, u: Any) -> np.ndarray | None:
+        """The value of ``u`` when it is a constant: a ``CONST``, a ``STACK`` of them, or a
+        weakly typed expression of constants (tinygrad's Python numbers: ``1/n``, ``-1·c``),
+        computed here in f64 and typed later like the value it meets. None otherwise."""
+        if u in self._folded:
+            return self._folded[u]
+        found: np.ndarray | None = None
+        if u not in self.inputs:
+            found = _fold(u, self)
+        self._folded[u] = found
+        return found
+
+    def constant(self, u: Any) -> bool:
+        return self.folded(u) is not None
 
     def _sources(self, u: Any) -> tuple[Any, ...]:
         """The UOps the SGR-ML for ``u`` reads: a raised pattern's operands, the value an
@@ -240,18 +251,14 @@ class _Writer:
         if u in self.inputs:
             dtype = _sgr_dtype(u.dtype, self.version)
             return self.new(dtype, shape, f'input "{self.inputs[u]}"'), dtype, shape
-        if op == "CONST":
+        folded = self.folded(u)
+        if folded is not None:
             dtype = like or _sgr_dtype(u.dtype, self.version)
-            return self.const(u.arg, dtype, shape), dtype, shape
+            return self.const(_typed(folded, dtype).reshape(shape), dtype, shape), dtype, shape
         if op == "BUFFER":
             return self._buffer(u)
-        if op == "STACK" and not all(c.op.name == "CONST" for c in u.src):
-            return self._stack(u, shape)
         if op == "STACK":
-            # A vector of constants used as a value (an index or shape computed in the graph).
-            dtype = like or _sgr_dtype(u.dtype, self.version)
-            values = _typed([c.arg for c in u.src], dtype)
-            return self.const(values.reshape(shape), dtype, shape), dtype, shape
+            return self._stack(u, shape)
         if op in _IDENTITY:
             return self.value(u.src[0])
         if op == "AFTER":
@@ -260,7 +267,7 @@ class _Writer:
             if stored is None:
                 raise self.refuse(u, "a buffer written in part or by something other than one STORE")
             dtype = _sgr_dtype(u.dtype, self.version)
-            x, xdtype, _ = self.value(stored, like=dtype if stored.op.name == "CONST" else None)
+            x, xdtype, _ = self.value(stored, like=dtype if self.constant(stored) else None)
             if xdtype != dtype:
                 x = self.new(dtype, shape, f"cast({x}) {{to = dtype<{dtype}>}}")
             return x, dtype, shape
@@ -333,7 +340,7 @@ class _Writer:
         parts = []
         dtype = _sgr_dtype(u.dtype, self.version)
         for s in u.src:
-            x, _, xs = self.value(s, like=dtype if s.op.name == "CONST" else None)
+            x, _, xs = self.value(s, like=dtype if self.constant(s) else None)
             one = (1, *xs)
             parts.append(self.new(dtype, one, f"reshape({x}, {self.ints(list(one))})"))
         return self.new(dtype, shape, f"concat({', '.join(parts)}) {{axis = 0}}"), dtype, shape
@@ -392,8 +399,8 @@ class _Writer:
 
     def _operands(self, u: Any) -> tuple[list[str], str]:
         """The operands' names, constants typed after the first operand that is not one."""
-        typed = next((self.value(s)[1] for s in u.src if s.op.name != "CONST"), None)
-        names = [self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src]
+        typed = next((self.value(s)[1] for s in u.src if not self.constant(s)), None)
+        names = [self.value(s, like=typed if self.constant(s) else None)[0] for s in u.src]
         return names, typed or _sgr_dtype(u.dtype, self.version)
 
     def _elementwise(self, u: Any, op: str, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
@@ -439,9 +446,9 @@ class _Writer:
             return self.new(dtype, shape, f"add({product}, {c})"), dtype, shape
         if op == "WHERE":
             cond = self.value(u.src[0])[0]
-            typed = next((self.value(s)[1] for s in u.src[1:] if s.op.name != "CONST"), None)
+            typed = next((self.value(s)[1] for s in u.src[1:] if not self.constant(s)), None)
             typed = typed or _sgr_dtype(u.dtype, self.version)
-            a, b = (self.value(s, like=typed if s.op.name == "CONST" else None)[0] for s in u.src[1:])
+            a, b = (self.value(s, like=typed if self.constant(s) else None)[0] for s in u.src[1:])
             return self.new(typed, shape, f"where({cond}, {a}, {b})"), typed, shape
         if op == "BITCAST":
             raise self.refuse(u, "SGR-ML has no bitcast (ONNX BitCast is not supported yet)")
@@ -474,15 +481,52 @@ class _Writer:
         if dtype.startswith("u"):
             direction = "LEFT" if op == "SHL" else "RIGHT"
             return self.new(dtype, shape, f'bit_shift({a}, {b}) {{direction = "{direction}"}}'), dtype, shape
-        k = u.src[1]
-        if k.op.name != "CONST":
+        k = self.folded(u.src[1])
+        if k is None or k.size != 1:
             raise self.refuse(u, f"{op} of {dtype} by a computed amount")
-        power = self.const(1 << int(k.arg), dtype)
+        power = self.const(1 << int(k.reshape(-1)[0]), dtype)
         if op == "SHL":
             return self.new(dtype, shape, f"mul({a}, {power})"), dtype, shape
         rem = self.new(dtype, shape, f"mod({a}, {power}) {{fmod = 0}}")
         whole = self.new(dtype, shape, f"sub({a}, {rem})")
         return self.new(dtype, shape, f"div({whole}, {power})"), dtype, shape
+
+
+# Weakly typed constant expressions, computed in f64 (integers as Python ints would).
+_FOLD_UNARY = {"NEG": np.negative, "RECIPROCAL": np.reciprocal, "SQRT": np.sqrt, "EXP2": np.exp2,
+               "LOG2": np.log2, "SIN": np.sin, "TRUNC": np.trunc}
+_FOLD_BINARY = {"ADD": np.add, "MUL": np.multiply, "SUB": np.subtract, "FDIV": np.divide, "MAX": np.maximum,
+                "POW": np.power, "CMPLT": np.less, "CMPNE": np.not_equal, "CMPEQ": np.equal}
+
+
+def _fold(u: Any, w: _Writer) -> np.ndarray | None:
+    op = u.op.name
+    if op == "CONST":
+        return np.asarray(u.arg)
+    weak = getattr(u.dtype, "name", "").startswith("weak")
+    if op != "STACK" and not weak:
+        return None  # before reading the sources: a long chain of typed ops is not walked
+    srcs = [w.folded(s) for s in u.src]
+    if op == "STACK":
+        if any(v is None for v in srcs):
+            return None
+        if not srcs:  # the empty shape, an argument of RESHAPE to ()
+            return np.zeros(0, np.int64)
+        return np.asarray([v for v in srcs if v is not None]).reshape(w.shape(u))
+    if not srcs or srcs[0] is None:
+        return None
+    x: np.ndarray = srcs[0]
+    with np.errstate(all="ignore"):
+        if op in ("RESHAPE", "EXPAND"):
+            return np.broadcast_to(x.reshape(-1)[0] if x.size == 1 else x, w.shape(u)) if op == "EXPAND" \
+                else x.reshape(w.shape(u))
+        if op in _FOLD_UNARY:
+            result: np.ndarray = _FOLD_UNARY[op](x.astype(np.float64) if op != "NEG" else x)
+            return result
+        if op in _FOLD_BINARY and len(srcs) == 2 and srcs[1] is not None:
+            result = _FOLD_BINARY[op](x, srcs[1])
+            return result
+    return None
 
 
 def _stored(u: Any) -> Any | None:
