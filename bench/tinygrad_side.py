@@ -7,7 +7,9 @@ tinygrad itself (the forward pass under `TinyJit`, tinygrad's own fast path: ker
 compiled by clang once, replayed), and by xpu (`xpu.frontends.tinygrad.compile` under the
 llvm-first example policy, in-process, warm). Both take a numpy array in and give one out.
 The two sides alternate for ROUNDS rounds; each keeps its median per round, and the figure
-is the median over rounds. Also the import time of the decoder-shaped model (its UOp graph
+is the median over rounds. tinygrad's kernels alone (its input already on the device,
+the output left there, no numpy on either end) are timed too: a stricter reference that
+xpu, which takes and returns numpy, is also compared with. Also the import time of the decoder-shaped model (its UOp graph
 walked into SGR-ML, no run). Prints one JSON object."""
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def per_call_us(fn: Callable[[], Any], reps: int) -> float:
 
 
 def compare(model: Callable[[Any], Any], x: np.ndarray, threads: int, rounds: int, reps: int) -> dict[str, Any]:
+    from tinygrad import Device
     from tinygrad.engine.jit import TinyJit
     from tinygrad.tensor import Tensor
 
@@ -113,6 +116,13 @@ def compare(model: Callable[[Any], Any], x: np.ndarray, threads: int, rounds: in
     def tinygrad_run() -> np.ndarray:
         out: np.ndarray = jitted(Tensor(x).realize()).numpy()
         return out
+
+    # tinygrad's kernels alone: an input already on its device, the output left there.
+    resident = Tensor(x).realize()
+
+    def tinygrad_kernels() -> None:
+        jitted(resident)
+        Device["CPU"].synchronize()
 
     example = Tensor(x).realize()
     traced = model(example)
@@ -131,17 +141,19 @@ def compare(model: Callable[[Any], Any], x: np.ndarray, threads: int, rounds: in
         want = tinygrad_run()
     got = xpu_run()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
-    xs, ts = [], []
+    xs, ts, ks = [], [], []
     for _ in range(rounds):
         xs.append(per_call_us(xpu_run, reps))
         ts.append(per_call_us(tinygrad_run, reps))
+        ks.append(per_call_us(tinygrad_kernels, reps))
     engines: dict[str, int] = {}
     for d in session.explain()["decisions"]:
         if d.get("chosen"):
             kernel = d["chosen"].get("kernel") or d["chosen"]["engine"]
             engines[kernel] = engines.get(kernel, 0) + 1
-    x_us, t_us = statistics.median(xs), statistics.median(ts)
-    return {"xpu_us": x_us, "tinygrad_us": t_us, "ratio": t_us / x_us, "raised": imported.raised,
+    x_us, t_us, k_us = statistics.median(xs), statistics.median(ts), statistics.median(ks)
+    return {"xpu_us": x_us, "tinygrad_us": t_us, "ratio": t_us / x_us, "tinygrad_kernels_us": k_us,
+            "kernels_ratio": k_us / x_us, "raised": imported.raised,
             "values": imported.values, "import_ms": import_ms, "kernels": engines}
 
 

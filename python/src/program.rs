@@ -137,7 +137,8 @@ fn plot_paths(graph: &xpu_ir::Graph) -> Vec<(String, PathBuf)> {
 /// error, or every verifier finding.
 #[pyfunction]
 pub fn sgr_json(py: Python<'_>, text: &str) -> PyResult<String> {
-    let graph = xpu_ir::text::parse(text).map_err(|e| errors::plain(py, "ProgramError", e.to_string()))?;
+    let graph =
+        xpu_ir::text::parse(text).map_err(|e| errors::plain(py, "ProgramError", e.to_string()))?;
     if let Err(findings) = xpu_ir::verify(&graph) {
         let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
         return Err(errors::plain(py, "ProgramError", lines.join("\n")));

@@ -69,7 +69,7 @@ def _run(chain: list[Any], start: int) -> np.ndarray | None:
         elif name == "PERMUTE":
             idx = idx.transpose(tuple(int(p) for p in u.arg))
         elif name == "FLIP":
-            idx = np.flip(idx, [i for i, f in enumerate(u.arg) if f])
+            idx = np.flip(idx, tuple(i for i, f in enumerate(u.arg) if f))
         elif name in ("PAD", "SHRINK"):
             first, second = _ints(u.src[1]), _ints(u.src[2])
             if first is None or second is None:
@@ -209,7 +209,8 @@ def _prove(a_top: Any, b_top: Any, inputs: Any, n: int, group: int, rcout: int, 
     want_b = np.arange(int(np.prod(wshape))).reshape((1, group, rcout) + (1,) * spatial + (cin, *k))
     if not np.array_equal(b1, want_b):
         return None
-    first = a1[(0, 0, 0, *(slice(None),) * spatial, 0, *(slice(None),) * spatial)]
+    whole: tuple[Any, ...] = (slice(None),) * spatial
+    first = a1[(0, 0, 0) + whole + (0,) + whole]
     derived = _derive(first, size, spatial)
     if derived is None:
         return None

@@ -101,7 +101,8 @@ def _typed(values: Any, dtype: str) -> np.ndarray:
     flat = np.asarray(values, dtype=object).reshape(-1)
     mask = (1 << (8 * target.itemsize)) - 1
     unsigned = np.array([int(v) & mask for v in flat], dtype=f"u{target.itemsize}")
-    return unsigned.view(target).reshape(np.shape(values))
+    typed: np.ndarray = unsigned.view(target).reshape(np.shape(values))
+    return typed
 
 
 def _ty(dtype: str, shape: tuple[int, ...]) -> str:
@@ -139,6 +140,7 @@ class _Writer:
         self.raised: dict[str, int] = {}
         self._matched: dict[Any, patterns.Raised | None] = {}
         self._folded: dict[Any, np.ndarray | None] = {}
+        self._weights: dict[Any, np.ndarray | None] = {}
 
     def pattern(self, u: Any) -> patterns.Raised | None:
         """The raisable pattern UOp ``u`` ends (memoised: matchers look a few levels down)."""
@@ -221,10 +223,29 @@ class _Writer:
     def constant(self, u: Any) -> bool:
         return self.folded(u) is not None
 
+    def weight(self, u: Any) -> np.ndarray | None:
+        """The data of ``u`` when it is a realised buffer (not an input) seen through
+        movement ops only — a weight as a product reads it — else None."""
+        if u in self._weights:
+            return self._weights[u]
+        found: np.ndarray | None = None
+        chain = convolution._chain(u, self.inputs)
+        leaf = chain[-1]
+        buf = getattr(leaf, "buffer", None) if leaf.op.name == "BUFFER" and leaf not in self.inputs else None
+        if buf is not None and buf.is_allocated() and u.op.name in convolution._MOVEMENT:
+            idx = convolution._run(chain, len(chain) - 1)
+            if idx is not None:
+                data: np.ndarray = np.asarray(buf.numpy()).astype(_NUMPY[_sgr_dtype(leaf.dtype, self.version)]).reshape(-1)
+                found = np.where(idx >= 0, data[np.maximum(idx, 0)], 0).astype(data.dtype)
+        self._weights[u] = found
+        return found
+
     def _sources(self, u: Any) -> tuple[Any, ...]:
         """The UOps the SGR-ML for ``u`` reads: a raised pattern's operands, the value an
         ``AFTER`` stores, or its sources."""
         raised = self.pattern(u)
+        if raised is not None and raised.op == "matmul" and self.weight(raised.operands[1]) is not None:
+            return (raised.operands[0],)
         if raised is not None:
             return tuple(raised.operands)
         stored = _stored(u)
@@ -384,16 +405,24 @@ class _Writer:
         """A product (:func:`patterns.product`) raised: matmul(a as (…, M, K), b as (…, K, N))."""
         a, b = raised.operands
         x, dtype, sa = self.value(a)
-        y, ydtype, sb = self.value(b)
+        sb = self.shape(b)
+        nk = sb[:-3] + sb[-2:]
+        kn = nk[:-2] + (nk[-1], nk[-2])
+        weight = self.weight(b)
+        if weight is not None:
+            # A weight is written already laid out (…, K, N): nothing to transpose per run.
+            ydtype = _sgr_dtype(b.dtype, self.version)
+            right = self.const(np.swapaxes(weight.reshape(nk), -1, -2), ydtype, kn) if ydtype == dtype else ""
+        else:
+            y, ydtype, _ = self.value(b)
+            if ydtype == dtype:
+                right_nk = self.new(dtype, nk, f"reshape({y}, {self.ints(list(nk))})")
+                perm = list(range(len(nk) - 2)) + [len(nk) - 1, len(nk) - 2]
+                right = self.new(dtype, kn, f"transpose({right_nk}) {{perm = [{', '.join(map(str, perm))}]}}")
         if ydtype != dtype or dtype == "bool":
             raise self.refuse(u, f"a product of {dtype} and {ydtype}")
         left_shape = sa[:-2] + sa[-1:]
         left = self.new(dtype, left_shape, f"reshape({x}, {self.ints(list(left_shape))})")
-        nk = sb[:-3] + sb[-2:]
-        right_nk = self.new(dtype, nk, f"reshape({y}, {self.ints(list(nk))})")
-        perm = list(range(len(nk) - 2)) + [len(nk) - 1, len(nk) - 2]
-        kn = nk[:-2] + (nk[-1], nk[-2])
-        right = self.new(dtype, kn, f"transpose({right_nk}) {{perm = [{', '.join(map(str, perm))}]}}")
         self.raised["matmul"] = self.raised.get("matmul", 0) + 1
         return self.new(dtype, shape, f"matmul({left}, {right})"), dtype, shape
 
