@@ -516,8 +516,7 @@ def bench_tinygrad(rows):
     side = os.path.join(ROOT, "bench", "tinygrad_side.py")
     out = subprocess.run([sys.executable, side, str(THREADS), str(ROUNDS)], env=env, capture_output=True, text=True)
     if out.returncode != 0:
-        print(f"\ntinygrad frontend: failed\n{out.stderr[-2000:]}")
-        return False
+        sys.exit(f"the tinygrad frontend's benchmark failed (is `make setup` done?):\n{out.stderr[-2000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     print("\ntinygrad frontend (llvm-first)      xpu         tinygrad CPU   ratio (bar ≥ 1.0)   kernels only   ratio   raised")
     ok = True

@@ -142,10 +142,11 @@ def compare(model: Callable[[Any], Any], x: np.ndarray, threads: int, rounds: in
     got = xpu_run()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     xs, ts, ks = [], [], []
-    for _ in range(rounds):
-        xs.append(per_call_us(xpu_run, reps))
-        ts.append(per_call_us(tinygrad_run, reps))
-        ks.append(per_call_us(tinygrad_kernels, reps))
+    for r in range(rounds):
+        # Each side goes first every other round.
+        sides = [(xs, xpu_run), (ts, tinygrad_run), (ks, tinygrad_kernels)]
+        for samples, fn in (sides if r % 2 == 0 else sides[::-1]):
+            samples.append(per_call_us(fn, reps))
     engines: dict[str, int] = {}
     for d in session.explain()["decisions"]:
         if d.get("chosen"):

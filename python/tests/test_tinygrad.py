@@ -110,6 +110,51 @@ def test_integer_ops_match_tinygrad(case: str, tmp_path: Path) -> None:
     np.testing.assert_array_equal(got, want, err_msg=sgr)
 
 
+EDGES = np.array([[-(2**31), -(2**31) + 1, -7, -1, 0, 5, 2**31 - 2, 2**31 - 1]], np.int32)
+EDGE_CASES: dict[str, Callable[[Tensor], Tensor]] = {
+    "floordiv_at_the_ends": lambda i: (i // 3) + (i // -3),
+    "floormod_at_the_ends": lambda i: (i % 3) + (i % -7),
+    "shift_right_by_31": lambda i: i >> 31,
+    "shift_left_by_31": lambda i: i << 31,
+    "shift_right_by_30": lambda i: i >> 30,
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_integer_ops_at_the_ends_of_the_range(case: str, tmp_path: Path) -> None:
+    i = Tensor(EDGES).realize()
+    sgr = tg.to_sgr(EDGE_CASES[case](i), inputs={"i": i}, format="text")
+    want = EDGE_CASES[case](Tensor(EDGES[:, ::-1].copy()).realize()).numpy()
+    (got,) = run(sgr, tmp_path, {"i": EDGES[:, ::-1].copy()})
+    np.testing.assert_array_equal(got, want, err_msg=sgr)
+
+
+def test_shifts_by_amounts_out_of_range_and_huge_constants() -> None:
+    i = Tensor(I).realize()
+    for bad in (-1, 32, 40):
+        with pytest.raises(tg.TinygradImportError, match=rf"SHR of i32 by {bad}: the amount must be 0 to 31"):
+            tg.to_sgr(i >> bad, inputs={"i": i}, format="text")
+    # Python integers beyond 64 bits wrap as C would hold them, not OverflowError.
+    j = Tensor(I.astype(np.int64)).realize()
+    text = tg.to_sgr(j + 2**70 + 3, inputs={"j": j}, format="text")
+    assert "i64[] = constant" in text, text
+
+
+def test_filled_tensors_stay_one_number_and_bf16_constants_are_two_bytes(tmp_path: Path) -> None:
+    x = Tensor(np.ones((300, 400), np.float32)).realize()
+    imported = tg.import_graph(x + Tensor.full((300, 400), 2.5), inputs={"x": x})
+    assert len(imported.sgr) < 2000, len(imported.sgr)
+    (got,) = run(imported.sgr, tmp_path, {"x": np.zeros((300, 400), np.float32)})
+    assert got.shape == (300, 400) and (got == 2.5).all()
+    # A bf16 weight of 20 elements: written as bf16 (2 bytes each), read back equal.
+    y = Tensor(X[:1, :1].repeat(20, axis=1)).realize()
+    w = Tensor(np.linspace(-3, 3, 20, dtype=np.float32)).cast(dtypes.bfloat16).realize()
+    out = y.cast(dtypes.bfloat16) * w
+    imported = tg.import_graph(out, inputs={"y": y})
+    (got,) = run(imported.sgr, tmp_path, {"y": y.numpy()})
+    np.testing.assert_allclose(np.asarray(got, np.float32), out.float().numpy(), rtol=1e-2)
+
+
 def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
     w1 = Tensor(RNG.standard_normal((3, 8)).astype(np.float32)).realize()
     w2 = Tensor(RNG.standard_normal((8, 2)).astype(np.float32)).realize()
@@ -206,7 +251,7 @@ def test_softmax_and_layer_norm_are_raised_exactly_when_they_are_one(case: str, 
 
 
 # Each: the input's shape, the convolution, the convolutions raised. Stride, dilation,
-# padding (even and not), groups, 1-d and 3-d; negative padding (a crop) stays arithmetic.
+# padding (even and not), groups, 1-d and 3-d, inputs and weights seen through movement ops.
 CONVS: dict[str, tuple[tuple[int, ...], Callable[[Tensor, Tensor], Tensor], tuple[int, ...], int]] = {
     "plain": ((2, 3, 8, 8), lambda x, w: x.conv2d(w), (4, 3, 3, 3), 1),
     "one_channel": ((2, 1, 8, 8), lambda x, w: x.conv2d(w), (4, 1, 3, 3), 1),
@@ -218,7 +263,10 @@ CONVS: dict[str, tuple[tuple[int, ...], Callable[[Tensor, Tensor], Tensor], tupl
     "rectangular_kernel": ((1, 2, 7, 9), lambda x, w: x.conv2d(w, stride=(2, 1), padding=(0, 1)), (3, 2, 2, 3), 1),
     "conv1d": ((2, 3, 12), lambda x, w: x.conv2d(w, stride=3, padding=2), (5, 3, 4), 1),
     "conv3d": ((1, 2, 5, 5, 5), lambda x, w: x.conv2d(w, padding=1), (3, 2, 3, 3, 3), 1),
-    "negative_padding": ((1, 2, 8, 8), lambda x, w: x.conv2d(w, padding=-1), (3, 2, 3, 3), 0),
+    # Negative padding crops: proven as a convolution of the cropped input.
+    "negative_padding": ((1, 2, 8, 8), lambda x, w: x.conv2d(w, padding=-1), (3, 2, 3, 3), 1),
+    "permuted_input": ((1, 2, 6, 6), lambda x, w: x.permute(0, 1, 3, 2).conv2d(w), (3, 2, 3, 3), 1),
+    "flipped_weight": ((1, 2, 6, 6), lambda x, w: x.conv2d(w.flip(3)), (3, 2, 3, 3), 1),
 }
 
 
@@ -254,12 +302,28 @@ def test_symbolic_shapes_and_fp8_are_refused_and_deep_or_wide_graphs_import() ->
     assert tg.import_graph(wide, inputs={"x": x}).values >= 4500
 
 
+def test_a_convolution_too_large_to_prove_is_noted_and_a_symbolic_one_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinygrad import Variable
+
+    from xpu.frontends import _tinygrad_conv
+
+    w = _weight(3, 2, 3, 3)
+    x = Tensor(RNG.standard_normal((1, 2, 8, 8)).astype(np.float32)).realize()
+    monkeypatch.setattr(_tinygrad_conv, "LIMIT", 100)
+    imported = tg.import_graph(x.conv2d(w), inputs={"x": x})
+    assert "conv" not in imported.raised
+    assert any("stays arithmetic: proving it needs an index array" in n for n in imported.notes), imported.notes
+    n = Variable("n", 1, 8).bind(4)
+    with pytest.raises(tg.TinygradImportError, match="symbolic dimension"):
+        tg.to_sgr(x.expand(2, 2, 8, 8).shrink(((0, n), None, None, None)).conv2d(w), inputs={"x": x}, format="text")
+
+
 def test_a_graph_tinygrad_cannot_shape_is_refused() -> None:
     x = Tensor(X).realize()
     bad = x.reshape(6) + 1
     # A hand-made UOp whose operands do not broadcast: tinygrad raises asking its shape.
     broken = Tensor(bad.uop.replace(src=(bad.uop.src[0], x.uop)))
-    with pytest.raises(tg.TinygradImportError, match="tinygrad could not describe its graph"):
+    with pytest.raises(tg.TinygradImportError, match="tinygrad could not describe the graph at ADD: shape mismatch"):
         tg.to_sgr(broken, inputs={"x": x}, format="text")
 
 

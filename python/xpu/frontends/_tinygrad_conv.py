@@ -20,6 +20,8 @@ import numpy as np
 
 #: The most elements an index array may have while a chain is run on it (int32: 128 MiB).
 LIMIT = 1 << 25
+#: How many candidate operands (UOps of the right shape on a chain) are tried per side.
+TRIES = 3
 _MOVEMENT = ("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP")
 
 
@@ -56,13 +58,13 @@ def _run(chain: list[Any], start: int) -> np.ndarray | None:
     where padding is read; None when an argument is symbolic or an array is too big."""
     base = chain[start]
     if int(np.prod(base.shape)) > LIMIT:
-        return None
+        raise _TooLarge(int(np.prod(base.shape)))
     idx: np.ndarray = np.arange(int(np.prod(base.shape)), dtype=np.int32).reshape(tuple(base.shape))
     for u in reversed(chain[:start]):
         name, shape = u.op.name, tuple(int(d) for d in u.shape)
         if name == "RESHAPE":
             if idx.size > LIMIT:
-                return None
+                raise _TooLarge(idx.size)
             idx = idx.reshape(shape)
         elif name == "EXPAND":
             idx = np.broadcast_to(idx.reshape((1,) * (len(shape) - idx.ndim) + idx.shape), shape)
@@ -78,7 +80,7 @@ def _run(chain: list[Any], start: int) -> np.ndarray | None:
                 idx = idx[tuple(slice(b, b + n) for b, n in zip(first, shape))]
             else:
                 if int(np.prod(shape)) > LIMIT:
-                    return None
+                    raise _TooLarge(int(np.prod(shape)))
                 after = [o - i - b for o, i, b in zip(second, idx.shape, first)]
                 idx = np.pad(idx, list(zip(first, after)), constant_values=-1)
         if tuple(idx.shape) != shape:
@@ -86,12 +88,11 @@ def _run(chain: list[Any], start: int) -> np.ndarray | None:
     return idx
 
 
-def _operand(chain: list[Any], want: Any) -> int | None:
-    """The position in ``chain`` of the deepest UOp whose shape ``want`` accepts."""
-    for i in range(len(chain) - 1, -1, -1):
-        if want(tuple(int(d) for d in chain[i].shape)):
-            return i
-    return None
+def _operands(chain: list[Any], want: Any) -> list[int]:
+    """The positions in ``chain`` (below its top) of the UOps whose shape ``want`` accepts,
+    deepest first, at most :data:`TRIES`."""
+    found = [i for i in range(len(chain) - 1, 0, -1) if want(tuple(int(d) for d in chain[i].shape))]
+    return found[:TRIES]
 
 
 def _single(idx: np.ndarray, axes: list[int]) -> np.ndarray | None:
@@ -107,14 +108,14 @@ def _windows(n: int, c: int, size: tuple[int, ...], o: tuple[int, ...], k: tuple
     """What a convolution reads, as element numbers of x (n, c, *size) (−1: padding),
     shaped (n, group, 1, *o, cin, *k) like tinygrad's multiply."""
     spatial = len(size)
-    nn = np.arange(n).reshape((n,) + (1,) * (2 + 2 * spatial + 1))
-    gg = np.arange(group).reshape((1, group) + (1,) * (1 + 2 * spatial + 1))
-    cc = np.arange(cin).reshape((1, 1, 1) + (1,) * spatial + (cin,) + (1,) * spatial)
+    nn = np.arange(n, dtype=np.int32).reshape((n,) + (1,) * (2 + 2 * spatial + 1))
+    gg = np.arange(group, dtype=np.int32).reshape((1, group) + (1,) * (1 + 2 * spatial + 1))
+    cc = np.arange(cin, dtype=np.int32).reshape((1, 1, 1) + (1,) * spatial + (cin,) + (1,) * spatial)
     flat = (nn * c + gg * cin + cc)
     valid = np.ones((1,) * (4 + 2 * spatial), dtype=bool)
     for j in range(spatial):
-        oo = np.arange(o[j]).reshape((1,) * (3 + j) + (o[j],) + (1,) * (2 * spatial - j))
-        kk = np.arange(k[j]).reshape((1,) * (4 + spatial + j) + (k[j],) + (1,) * (spatial - 1 - j))
+        oo = np.arange(o[j], dtype=np.int32).reshape((1,) * (3 + j) + (o[j],) + (1,) * (2 * spatial - j))
+        kk = np.arange(k[j], dtype=np.int32).reshape((1,) * (4 + spatial + j) + (k[j],) + (1,) * (spatial - 1 - j))
         at = oo * s[j] + kk * d[j] - p[j]
         valid = valid & (at >= 0) & (at < size[j])
         flat = flat * size[j] + at
@@ -153,8 +154,9 @@ def _step(line: np.ndarray) -> int | None:
     return 1 if len(line) == 1 else None
 
 
-def match(u: Any, inputs: Any) -> Conv | None:
-    """The convolution REDUCE ``u`` ends, proven on indices, or None."""
+def match(u: Any, inputs: Any, notes: list[str]) -> Conv | None:
+    """The convolution REDUCE ``u`` ends, proven on indices, or None; ``notes`` gets a line
+    when one looked like a convolution but was too large to prove."""
     if u.op.name != "REDUCE" or u.arg[0].name != "ADD":
         return None
     n_reduced = int(u.arg[1])
@@ -168,6 +170,8 @@ def match(u: Any, inputs: Any) -> Conv | None:
         return None
     # The reduced axes moved to the front, the rest after them in order. tinygrad reduces
     # (channel, window) but skips those of size 1.
+    if not all(isinstance(dim, int) for dim in mul.shape):
+        return None
     shape = tuple(int(dim) for dim in mul.shape)
     perm = tuple(int(p) for p in perm_op.arg)
     reduced, kept = perm[:n_reduced], perm[n_reduced:]
@@ -180,20 +184,38 @@ def match(u: Any, inputs: Any) -> Conv | None:
     n, group, rcout = shape[:3]
     o, cin, k = shape[3:3 + spatial], shape[3 + spatial], shape[4 + spatial:]
     for a_top, b_top in ((mul.src[0], mul.src[1]), (mul.src[1], mul.src[0])):
-        found = _prove(a_top, b_top, inputs, n, group, rcout, o, cin, k, spatial)
+        try:
+            found = _prove(a_top, b_top, inputs, n, group, rcout, o, cin, k, spatial)
+        except _TooLarge as e:
+            notes.append(f"a convolution-shaped product {shape} stays arithmetic: proving it needs an index "
+                         f"array of {e.args[0]:,} elements (limit {LIMIT:,}); import it in smaller batches")
+            return None
         if found is not None:
             return found
     return None
 
 
+class _TooLarge(Exception):
+    """An index array over :data:`LIMIT` elements would be needed."""
+
+
 def _prove(a_top: Any, b_top: Any, inputs: Any, n: int, group: int, rcout: int, o: tuple[int, ...],
            cin: int, k: tuple[int, ...], spatial: int) -> Conv | None:
     a_chain, b_chain = _chain(a_top, inputs), _chain(b_top, inputs)
-    wshape = (group * rcout, cin, *k)
-    wi = _operand(b_chain, lambda s: s == wshape)
-    xi = _operand(a_chain, lambda s: len(s) == 2 + spatial and s[0] == n and s[1] == group * cin)
-    if wi is None or xi is None or wi == 0 or xi == 0:
+    if not all(isinstance(dim, int) for u in a_chain + b_chain for dim in u.shape):
         return None
+    wshape = (group * rcout, cin, *k)
+    for wi in _operands(b_chain, lambda s: s == wshape):
+        for xi in _operands(a_chain, lambda s: len(s) == 2 + spatial and s[0] == n and s[1] == group * cin):
+            found = _prove_at(a_chain, xi, b_chain, wi, wshape, n, group, rcout, o, cin, k, spatial)
+            if found is not None:
+                return found
+    return None
+
+
+def _prove_at(a_chain: list[Any], xi: int, b_chain: list[Any], wi: int, wshape: tuple[int, ...], n: int,
+              group: int, rcout: int, o: tuple[int, ...], cin: int, k: tuple[int, ...], spatial: int) -> Conv | None:
+    """The proof with x at ``a_chain[xi]`` and w at ``b_chain[wi]``."""
     x_uop, w_uop = a_chain[xi], b_chain[wi]
     size = tuple(int(dim) for dim in x_uop.shape[2:])
     a = _run(a_chain, xi)

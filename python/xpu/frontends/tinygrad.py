@@ -1,18 +1,22 @@
 """tinygrad frontend: a tinygrad computation as an SGR-ML program.
 
 ``to_sgr(y, inputs={"x": x})`` walks the UOp graph of the given tensors *before
-scheduling* (``Tensor.uop``) and writes the SGR-ML text form, which every xpu tool loads
+scheduling* (``Tensor.uop``) and returns the SGR-ML program — its JSON form, verified by
+xpu's IR, or the text form with ``format="text"`` — which every xpu tool loads
 (``xpu.InferenceSession(path)``, ``xpuctl run``, ``xpud``). Tensors named in ``inputs``
 become the program's inputs; every other realised buffer becomes a constant (a weight).
 Only the tinygrad versions in :data:`SUPPORTED` are read: its UOp graph changes between
 releases, and a graph read wrongly would be a silent wrong program. An op this importer
-does not map is refused with its name and the tinygrad version (docs/frontends.md).
+does not map is refused with its name, the reason and the tinygrad version.
 
-Mapped: constants, buffers, the elementwise ops, REDUCE (add, max, mul), RESHAPE,
-PERMUTE, EXPAND, PAD, SHRINK, FLIP, CAST, CONTIGUOUS. A matrix product — tinygrad's
-broadcast multiply and sum over the shared axis — is raised to ``matmul`` (so it runs on
-``cpu.blas``, ``llvm.gemm`` or ``cuda.cublaslt`` under the same policy keys as an ONNX
-model's); :func:`import_graph` reports how many ops were raised."""
+Mapped: constants (weakly typed expressions of them folded), buffers, every elementwise op
+but BITCAST and THREEFRY, integer division, remainders, bitwise ops and shifts with
+tinygrad's meaning, REDUCE (add, max, mul), the movement ops, CAST, CONTIGUOUS, COPY and
+filled buffers (AFTER of a STORE). Matrix products, convolutions, softmax, log-softmax and
+layer norm are raised to ``matmul``, ``conv``, ``softmax``, ``log_softmax`` and
+``layer_normalization`` (``_tinygrad_patterns``, ``_tinygrad_conv``), so they run where a
+policy places those ops; :func:`import_graph` reports what was raised. docs/frontends.md
+has the whole table."""
 
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ def _typed(values: Any, dtype: str) -> np.ndarray:
     """Python numbers as an array of SGR-ML ``dtype`` as tinygrad's C code would hold them:
     integers wrap (a -1 of u32 is 4294967295), floats out of range are ±inf."""
     target = np.dtype(_NUMPY.get(dtype, np.float32))
-    if isinstance(values, np.ndarray) or target.kind not in "iu":
+    if target.kind not in "iu" or (isinstance(values, np.ndarray) and values.dtype != object):
         with np.errstate(over="ignore"):
             return np.asarray(values, dtype=np.float64 if target.kind == "f" else None).astype(target)
     flat = np.asarray(values, dtype=object).reshape(-1)
@@ -109,12 +113,22 @@ def _ty(dtype: str, shape: tuple[int, ...]) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
+def _le_bytes(flat: np.ndarray, dtype: str) -> bytes:
+    """Little-endian element bytes; bf16 (held as f32 here) rounded to nearest even."""
+    if dtype != "bf16":
+        return np.ascontiguousarray(flat).astype(np.dtype(_NUMPY[dtype]).newbyteorder("<")).tobytes()
+    bits = np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.ascontiguousarray(flat, dtype=np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype("<u2").tobytes()
+
+
 def _literal(values: np.ndarray, dtype: str) -> str:
     flat = values.reshape(-1)
     if flat.size > 16:
         import base64
 
-        return 'b64"' + base64.b64encode(np.ascontiguousarray(flat).astype(_NUMPY[dtype]).tobytes()).decode() + '"'
+        return 'b64"' + base64.b64encode(_le_bytes(flat, dtype)).decode() + '"'
 
     def one(v: Any) -> str:
         if dtype == "bool":
@@ -141,13 +155,16 @@ class _Writer:
         self._matched: dict[Any, patterns.Raised | None] = {}
         self._folded: dict[Any, np.ndarray | None] = {}
         self._weights: dict[Any, np.ndarray | None] = {}
+        #: What the import left undone and why (a convolution too large to prove, …).
+        self.notes: list[str] = []
 
     def pattern(self, u: Any) -> patterns.Raised | None:
         """The raisable pattern UOp ``u`` ends (memoised: matchers look a few levels down)."""
         if u not in self._matched:
+            self.shape(u)  # a symbolic dimension is refused here, before any matcher reads it
             found = patterns.match(u)
             if found is None and u.op.name == "REDUCE":
-                conv = convolution.match(u, self.inputs)
+                conv = convolution.match(u, self.inputs, self.notes)
                 found = None if conv is None else patterns.Raised("conv", (conv.x, conv.w), conv=conv)
             if found is not None and found.op != "matmul" and _sgr_dtype(u.dtype, self.version) not in _FLOATS:
                 found = None
@@ -235,7 +252,7 @@ class _Writer:
         if buf is not None and buf.is_allocated() and u.op.name in convolution._MOVEMENT:
             idx = convolution._run(chain, len(chain) - 1)
             if idx is not None:
-                data: np.ndarray = np.asarray(buf.numpy()).astype(_NUMPY[_sgr_dtype(leaf.dtype, self.version)]).reshape(-1)
+                data = _buffer_data(buf, _sgr_dtype(leaf.dtype, self.version)).reshape(-1)
                 found = np.where(idx >= 0, data[np.maximum(idx, 0)], 0).astype(data.dtype)
         self._weights[u] = found
         return found
@@ -254,7 +271,13 @@ class _Writer:
     def shape(self, u: Any) -> tuple[int, ...]:
         """``u``'s shape, which must be concrete: SGR-ML from tinygrad has no symbols."""
         dims = []
-        for d in u.shape:
+        try:
+            described = u.shape
+        except (IndexError, RuntimeError, ValueError) as e:
+            # tinygrad itself cannot shape the graph (operands that do not broadcast, …).
+            raise TinygradImportError(f"tinygrad could not describe the graph at {u.op.name}: {e} "
+                                      f"(tinygrad {self.version})", op=u.op.name, version=self.version) from None
+        for d in described:
             if not isinstance(d, int):
                 try:
                     symbol = str(d.render())
@@ -275,7 +298,13 @@ class _Writer:
         folded = self.folded(u)
         if folded is not None:
             dtype = like or _sgr_dtype(u.dtype, self.version)
-            return self.const(_typed(folded, dtype).reshape(shape), dtype, shape), dtype, shape
+            values = _typed(folded, dtype).reshape(shape)
+            flat = values.reshape(-1)
+            if flat.size > 16 and (flat == flat[0]).all():
+                # A filled tensor (Tensor.full, ones): one number, expanded where it is read.
+                one = self.const(flat[0], dtype)
+                return self.new(dtype, shape, f"expand({one}, {self.ints(list(shape))})"), dtype, shape
+            return self.const(values, dtype, shape), dtype, shape
         if op == "BUFFER":
             return self._buffer(u)
         if op == "STACK":
@@ -373,9 +402,8 @@ class _Writer:
             raise TinygradImportError(
                 f"a tinygrad buffer of {tuple(u.shape)} that is neither realised nor an input: name it in "
                 f"inputs=, or realize() it (tinygrad {self.version})", op="BUFFER", version=self.version)
-        data: np.ndarray = np.asarray(buf.numpy()).astype(_NUMPY[dtype]).reshape(tuple(int(d) for d in u.shape))
-        shape: tuple[int, ...] = tuple(int(d) for d in data.shape)
-        return self.const(data, dtype, shape), dtype, shape
+        shape = self.shape(u)
+        return self.const(_buffer_data(buf, dtype).reshape(shape), dtype, shape), dtype, shape
 
     def _window(self, u: Any, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
         x, dtype, xs = self.value(u.src[0])
@@ -489,6 +517,8 @@ class _Writer:
         """Integer division, remainders, bitwise ops and shifts, with tinygrad's meaning:
         FLOORDIV and FLOORMOD round toward −∞ (Python's // and %), CDIV and CMOD toward zero
         (C's), AND/OR/XOR of bools are logical, shifts of signed ints are arithmetic."""
+        if op in ("SHL", "SHR") and not _sgr_dtype(u.dtype, self.version).startswith("u"):
+            return self._signed_shift(u, op, shape)
         (a, b), dtype = self._operands(u)
         if dtype == "bool" and op in ("AND", "OR", "XOR"):
             return self.new("bool", shape, f"{op.lower()}({a}, {b})"), "bool", shape
@@ -502,30 +532,51 @@ class _Writer:
             fmod = 1 if op == "CMOD" else 0
             return self.new(dtype, shape, f"mod({a}, {b}) {{fmod = {fmod}}}"), dtype, shape
         if op == "FLOORDIV":
-            # a − (a mod b) is a multiple of b, so the truncating division of it is exact.
-            rem = self.new(dtype, shape, f"mod({a}, {b}) {{fmod = 0}}")
-            whole = self.new(dtype, shape, f"sub({a}, {rem})")
-            return self.new(dtype, shape, f"div({whole}, {b})"), dtype, shape
-        # SHL / SHR: unsigned ints shift; signed ones multiply or floor-divide by 2^k.
+            return self._floor_div(a, b, dtype, shape, self.shape(u.src[1])), dtype, shape
+        direction = "LEFT" if op == "SHL" else "RIGHT"
+        return self.new(dtype, shape, f'bit_shift({a}, {b}) {{direction = "{direction}"}}'), dtype, shape
+
+    def _floor_div(self, a: str, b: str, dtype: str, shape: tuple[int, ...], b_shape: tuple[int, ...]) -> str:
+        """a // b rounded toward −∞ without overflow at the ends of the range: the truncating
+        quotient, less one where the remainder is not 0 and its sign differs from b's."""
+        q = self.new(dtype, shape, f"div({a}, {b})")
         if dtype.startswith("u"):
-            direction = "LEFT" if op == "SHL" else "RIGHT"
-            return self.new(dtype, shape, f'bit_shift({a}, {b}) {{direction = "{direction}"}}'), dtype, shape
+            return q
+        r = self.new(dtype, shape, f"mod({a}, {b}) {{fmod = 1}}")
+        zero = self.const(0, dtype)
+        signs = self.new("bool", shape, f"xor({self.new('bool', shape, f'less({r}, {zero})')}, "
+                                        f"{self.new('bool', b_shape, f'less({b}, {zero})')})")
+        inexact = self.new("bool", shape, f"not({self.new('bool', shape, f'equal({r}, {zero})')})")
+        down = self.new("bool", shape, f"and({inexact}, {signs})")
+        return self.new(dtype, shape, f"sub({q}, {self.new(dtype, shape, f'cast({down}) {{to = dtype<{dtype}>}}')})")
+
+    def _signed_shift(self, u: Any, op: str, shape: tuple[int, ...]) -> tuple[str, str, tuple[int, ...]]:
+        """A shift of a signed integer by a constant k: a multiply by 2^k (wrapping as C's
+        shift does) or a floor division by 2^k (an arithmetic shift right)."""
+        x, dtype, _ = self.value(u.src[0])
+        if dtype in _FLOATS or dtype == "bool":
+            raise self.refuse(u, f"{op} of {dtype}")
         k = self.folded(u.src[1])
         if k is None or k.size != 1:
             raise self.refuse(u, f"{op} of {dtype} by a computed amount")
-        power = self.const(1 << int(k.reshape(-1)[0]), dtype)
+        amount, width = int(k.reshape(-1)[0]), 8 * np.dtype(_NUMPY[dtype]).itemsize
+        if not 0 <= amount < width:
+            raise self.refuse(u, f"{op} of {dtype} by {amount}: the amount must be 0 to {width - 1}")
         if op == "SHL":
-            return self.new(dtype, shape, f"mul({a}, {power})"), dtype, shape
-        rem = self.new(dtype, shape, f"mod({a}, {power}) {{fmod = 0}}")
-        whole = self.new(dtype, shape, f"sub({a}, {rem})")
-        return self.new(dtype, shape, f"div({whole}, {power})"), dtype, shape
+            return self.new(dtype, shape, f"mul({x}, {self.const(1 << amount, dtype)})"), dtype, shape
+        if amount == width - 1:
+            # 2^(width−1) does not fit: the sign alone is left (−1 or 0).
+            negative = self.new("bool", shape, f"less({x}, {self.const(0, dtype)})")
+            sign = f"where({negative}, {self.const(-1, dtype)}, {self.const(0, dtype)})"
+            return self.new(dtype, shape, sign), dtype, shape
+        return self._floor_div(x, self.const(1 << amount, dtype), dtype, shape, ()), dtype, shape
 
 
 # Weakly typed constant expressions, computed in f64 (integers as Python ints would).
 _FOLD_UNARY = {"NEG": np.negative, "RECIPROCAL": np.reciprocal, "SQRT": np.sqrt, "EXP2": np.exp2,
                "LOG2": np.log2, "SIN": np.sin, "TRUNC": np.trunc}
 _FOLD_BINARY = {"ADD": np.add, "MUL": np.multiply, "SUB": np.subtract, "FDIV": np.divide, "MAX": np.maximum,
-                "POW": np.power, "CMPLT": np.less, "CMPNE": np.not_equal, "CMPEQ": np.equal}
+                "POW": np.power}
 
 
 def _fold(u: Any, w: _Writer) -> np.ndarray | None:
@@ -556,6 +607,18 @@ def _fold(u: Any, w: _Writer) -> np.ndarray | None:
             result = _FOLD_BINARY[op](x, srcs[1])
             return result
     return None
+
+
+def _buffer_data(buf: Any, dtype: str) -> np.ndarray:
+    """A realised tinygrad buffer's elements as numpy (bf16 as f32: tinygrad 0.14's
+    ``numpy()`` reads bf16 bytes as f32 words, so the bits are widened here)."""
+    raw = np.asarray(buf.numpy())
+    if dtype == "bf16":
+        bits = np.frombuffer(raw.tobytes(), dtype="<u2").astype(np.uint32) << 16
+        widened: np.ndarray = bits.view(np.float32)
+        return widened
+    typed: np.ndarray = raw.astype(_NUMPY[dtype])
+    return typed
 
 
 def _stored(u: Any) -> Any | None:
@@ -610,10 +673,12 @@ def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "
 
 class Imported:
     """What :func:`import_graph` made: the SGR-ML text, the patterns raised to one op (by
-    op), and how many SGR-ML values the rest became."""
+    op), how many SGR-ML values the rest became, and ``notes``: what was left undone and
+    why (a convolution too large to prove stays arithmetic)."""
 
-    def __init__(self, sgr: str, raised: dict[str, int], values: int) -> None:
+    def __init__(self, sgr: str, raised: dict[str, int], values: int, notes: list[str] | None = None) -> None:
         self.sgr, self.raised, self.values = sgr, raised, values
+        self.notes = notes or []
 
     def __repr__(self) -> str:
         return f"Imported(values={self.values}, raised={self.raised})"
@@ -654,10 +719,10 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
     for i, t in enumerate(outputs):
         try:
             value, _, _ = w.value(t.uop)
-        except (IndexError, RuntimeError) as e:
-            # tinygrad itself cannot shape the graph (operands that do not broadcast, …).
-            raise TinygradImportError(f"output {i}: tinygrad could not describe its graph: {e} "
-                                      f"(tinygrad {version})", version=version) from None
+        except RecursionError:
+            # Only a graph with a cycle (a tinygrad bug) recurses this deep: walks are iterative.
+            raise TinygradImportError(f"output {i}: the graph has a cycle (tinygrad {version})",
+                                      version=version) from None
         returned.append(f'"output_{i}" = {value}')
     reached = _reached([t.uop for t in outputs])
     for u, n in by_uop.items():
@@ -668,7 +733,7 @@ def import_graph(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: s
     body = "\n".join(w.lines)
     name = name.replace("\\", "_").replace('"', "_")
     sgr = f'graph "{name}" {{\n{body}\n  return {", ".join(returned)}\n}}\n'
-    return Imported(sgr, dict(w.raised), w.count)
+    return Imported(sgr, dict(w.raised), w.count, list(w.notes))
 
 
 def compile(fn: Any, *example_inputs: Any, names: list[str] | None = None, **session: Any) -> Any:
@@ -756,6 +821,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with open(args.output, "w") as f:
         f.write(program)
+    for note in imported.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"{args.output}: {imported.values} values, raised {imported.raised or 'nothing'}")
     return 0
 
