@@ -460,9 +460,12 @@ def python_package_dir():
     root = os.path.join(OUT, "python-pkg")
     pkg = os.path.join(root, "xpu")
     shutil.rmtree(root, ignore_errors=True)
+    # Not the test build's module, DuckDB link or worker that `make test` leaves in python/xpu.
     shutil.copytree(os.path.join(ROOT, "python", "xpu"), pkg,
-                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "xpu-worker"))
     shutil.copy(lib, os.path.join(pkg, "_xpu.abi3.so"))
+    # The llvm engine runs in the release build's worker program, as the wheel carries it.
+    os.symlink(os.path.join(os.path.dirname(BENCH_BIN), "xpu-worker"), os.path.join(pkg, "xpu-worker"))
     os.symlink(os.path.join(os.environ.get("DUCKDB_LIB_DIR", os.path.join(os.path.dirname(os.path.dirname(BENCH_BIN)), "duckdb")), "libduckdb.so"),
                os.path.join(pkg, "libduckdb.so"))
     return root

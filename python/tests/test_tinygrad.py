@@ -327,15 +327,29 @@ def test_a_graph_tinygrad_cannot_shape_is_refused() -> None:
         tg.to_sgr(broken, inputs={"x": x}, format="text")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+# Each example policy and the engine it must place part of the model on: cpu only, llvm
+# first (products on cpu.blas), ONNX Runtime first (the graph exported to ONNX).
+POLICIES = (("cpu-only", "cpu"), ("llvm-host", "llvm"), ("ort-cpu", "ort"))
+
+
 def check_model(model: Callable[[Tensor], Tensor], example: np.ndarray, fresh: np.ndarray, name: str,
                 raised: dict[str, int], tmp_path: Path, atol: float) -> None:
-    """Imports ``model`` traced on ``example`` (input ``name``), checks the raised products,
-    runs the program on ``fresh`` data and compares with tinygrad's result on it."""
+    """Imports ``model`` traced on ``example`` (input ``name``), checks the raised patterns,
+    runs the program (its JSON form) on ``fresh`` data under each of :data:`POLICIES` and
+    compares with tinygrad's result on it."""
     x = Tensor(example).realize()
     imported = tg.import_graph(model(x), inputs={name: x}, name=model.__name__)
     assert imported.raised == raised, imported
-    (got,) = run(imported.sgr, tmp_path, {name: fresh})
-    np.testing.assert_allclose(got, model(Tensor(fresh)).numpy(), rtol=1e-4, atol=atol)
+    path = tmp_path / "model.json"
+    path.write_text(imported.json())
+    want = model(Tensor(fresh)).numpy()
+    for policy, engine in POLICIES:
+        session = xpu.InferenceSession(path, policy=ROOT / "policies" / "examples" / f"{policy}.toml")
+        (got,) = session.run(None, {name: fresh})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol, err_msg=policy)
+        engines = {d["chosen"]["engine"] for d in session.explain()["decisions"] if d.get("chosen")}
+        assert engine in engines, (policy, engines)
 
 
 def _weight(*shape: int) -> Tensor:
@@ -417,9 +431,6 @@ def test_a_small_decoder_of_tinyllamas_shape(tmp_path: Path) -> None:
     # Per layer 7 dense products, 2 of attention and its softmax; the embedding and the
     # head. RMSNorm stays arithmetic (the llvm engine fuses it).
     check_model(decoder, onehot, fresh, "ids", {"matmul": 20, "softmax": 2}, tmp_path, atol=1e-5)
-
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("policy,engine", [("cpu-only", "cpu"), ("llvm-host", "llvm"), ("ort-cpu", "ort")])
