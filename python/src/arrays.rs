@@ -228,7 +228,45 @@ pub fn to_numpy<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyA
             Some(t) => Bound::new(py, crate::tables::ArrowTable::new(t)?)?.into_any(),
             None => PyDict::new(py).into_any(),
         },
+        TensorData::Lowp(l, codes) => lowp_array(py, l, codes, shape)?,
     })
+}
+
+/// Low-precision elements as `ml_dtypes`' type of the same name (one byte an element, as
+/// xpu holds them) when `ml_dtypes` is installed, else their values (f32; i8 for the
+/// sub-byte integers), as bfloat16's are widened.
+fn lowp_array<'py>(
+    py: Python<'py>,
+    l: xpu_ir::lowp::Lowp,
+    codes: Vec<u8>,
+    shape: Vec<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use xpu_ir::lowp::Lowp;
+    let name = match l {
+        Lowp::F8E4M3FN => "float8_e4m3fn",
+        Lowp::F8E4M3FNUZ => "float8_e4m3fnuz",
+        Lowp::F8E5M2 => "float8_e5m2",
+        Lowp::F8E5M2FNUZ => "float8_e5m2fnuz",
+        Lowp::F8E8M0 => "float8_e8m0fnu",
+        Lowp::F4E2M1 => "float4_e2m1fn",
+        Lowp::I4 => "int4",
+        Lowp::U4 => "uint4",
+        Lowp::I2 => "int2",
+        Lowp::U2 => "uint2",
+    };
+    if let Ok(ml) = py.import("ml_dtypes")
+        && let Ok(dtype) = ml.getattr(name)
+    {
+        let raw = numpy::PyArray1::from_vec(py, codes).reshape(shape)?;
+        return raw.call_method1("view", (dtype,));
+    }
+    if l.is_int() {
+        let v: Vec<i8> = codes.iter().map(|&c| l.to_f64(c) as i8).collect();
+        Ok(numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any())
+    } else {
+        let v: Vec<f32> = codes.iter().map(|&c| l.to_f64(c) as f32).collect();
+        Ok(numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any())
+    }
 }
 
 /// A table as `{column: array}` in column order: float64 with NaN for missing floats,

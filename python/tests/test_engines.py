@@ -96,3 +96,26 @@ def test_in_process_engines_are_available(engine: str) -> None:
     inventory = json.loads(xpu._engines.native().inventory())
     found = next(e for e in inventory["engines"] if e["engine"] == engine)
     assert found["availability"] == {"status": "available"}, found
+
+
+TENSOR_TYPES = {"f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool"}
+
+
+def test_the_ort_cpu_kernel_claims_exactly_the_types_the_installed_onnxruntime_runs() -> None:
+    # tools/ort_cpu_gaps.py builds a one-node model per op and type and asks ORT for a
+    # session; the engine's table (engines/ort/src/cpu_gaps.rs) must say the same.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "ort_cpu_gaps", Path(__file__).resolve().parents[2] / "tools" / "ort_cpu_gaps.py")
+    assert spec is not None and spec.loader is not None
+    ort_cpu_gaps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ort_cpu_gaps)
+    probed = ort_cpu_gaps.gaps()
+    engine = next(e for e in xpu.inventory()["engines"] if e["engine"] == "ort")
+    kernel = next(k for k in engine["kernels"] if k["name"] == "ort.cpu")
+    claimed = {entry["ops"][0]: set(entry["dtypes"]) & TENSOR_TYPES for entry in kernel.get("op_dtypes", [])}
+    assert "bool" not in claimed["where"] and "f32" in claimed["where"], claimed["where"]
+    for op in ort_cpu_gaps.OPS:
+        runs = TENSOR_TYPES - set(probed.get(op, []))
+        assert claimed.get(op, TENSOR_TYPES) == runs, (op, sorted(claimed.get(op, TENSOR_TYPES) ^ runs))

@@ -119,6 +119,18 @@ pub fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Resu
                 return Err(format!("element {i}: {:?} != expected {:?}", a[i], e[i]));
             }
         }
+        // Low precision: the codes bit for bit (a NaN's sign included).
+        (TensorData::Lowp(l, a), TensorData::Lowp(_, e)) => {
+            if let Some(i) = (0..a.len()).find(|&i| a[i] != e[i]) {
+                return Err(format!(
+                    "element {i}: {:#04x} ({}) != expected {:#04x} ({})",
+                    a[i],
+                    l.to_f64(a[i]),
+                    e[i],
+                    l.to_f64(e[i])
+                ));
+            }
+        }
         (a, e) => {
             let float = actual.dtype().is_float();
             let bf16 = actual.dtype() == xpu_ir::DType::BF16;

@@ -128,6 +128,21 @@ fn known(n: i64) -> Dim {
     Dim::Known(n.max(0) as u64)
 }
 
+/// The ops that take low-precision inputs ([`DType::is_low_precision`]).
+pub const LOW_PRECISION_OPS: &[Op] = &[
+    Op::Cast,
+    Op::CastLike,
+    Op::Identity,
+    Op::Reshape,
+    Op::Squeeze,
+    Op::Unsqueeze,
+    Op::Flatten,
+    Op::Shape,
+    Op::Size,
+    Op::QuantizeLinear,
+    Op::DequantizeLinear,
+];
+
 /// Infers the output types of one node.
 pub fn infer_types(
     op: Op,
@@ -154,6 +169,17 @@ pub fn infer_types(
     }
     let one = |t: TensorType| Ok(vec![t]);
     let same_as = |i: usize| -> Result<Vec<TensorType>, InferError> { Ok(vec![cx.ty(i)?.clone()]) };
+
+    // Low-precision values are stored, not computed with: they are cast, reshaped or passed
+    // through (quantization reads and writes them as well).
+    if let Some((t, _)) = inputs.iter().flatten().find(|(t, _)| t.dtype.is_low_precision())
+        && !LOW_PRECISION_OPS.contains(&op)
+    {
+        return cx.err(format!(
+            "takes no {} input: low-precision values are only cast, quantized, reshaped or passed through",
+            t.dtype
+        ));
+    }
 
     // Tables flow only through table ops, and table ops take only tables.
     let table_inputs = inputs.iter().flatten().filter(|(t, _)| t.dtype == DType::Table).count();

@@ -12,6 +12,7 @@ pub mod borrowed;
 pub mod dtype;
 pub mod graph;
 pub mod infer;
+pub mod lowp;
 pub mod memory;
 pub mod op;
 pub mod passes;

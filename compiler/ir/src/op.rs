@@ -266,8 +266,8 @@ define_ops! {
     Greater "greater" "Greater" Compare (2,2)->(1,1) [] "a > b.";
     GreaterOrEqual "greater_or_equal" "GreaterOrEqual" Compare (2,2)->(1,1) [] "a ≥ b.";
     Where "where" "Where" Select (3,3)->(1,1) [] "cond ? a : b with broadcasting.";
-    Cast "cast" "Cast" Select (1,1)->(1,1) ["to": DType, "saturate": Int] "Convert to dtype `to`.";
-    CastLike "cast_like" "CastLike" Select (2,2)->(1,1) ["saturate": Int] "Convert input 0 to the dtype of input 1.";
+    Cast "cast" "Cast" Select (1,1)->(1,1) ["to": DType, "saturate": Int, "round_mode": Str] "Convert to dtype `to` (8-bit float targets saturate unless `saturate = 0`; `f8e8m0` rounds by `round_mode`: up, down, nearest).";
+    CastLike "cast_like" "CastLike" Select (2,2)->(1,1) ["saturate": Int, "round_mode": Str] "Convert input 0 to the dtype of input 1.";
     // ---- linear algebra
     MatMul "matmul" "MatMul" MatMul (2,2)->(1,1) [] "numpy matmul: batched, broadcasting over leading dims.";
     Gemm "gemm" "Gemm" MatMul (2,3)->(1,1) ["alpha": Float, "beta": Float, "transA": Int, "transB": Int] "alpha·op(A)·op(B) + beta·C.";

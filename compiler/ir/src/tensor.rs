@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::lowp::Lowp;
 use crate::{DType, TensorType};
 
 /// Typed element storage, row-major.
@@ -30,6 +31,8 @@ pub enum TensorData {
     String(Vec<String>),
     /// Tables (dtype `table`): a table value is a tensor of shape `[]` holding one.
     Table(Vec<crate::Table>),
+    /// A low-precision type's elements, one code per byte (`crate::lowp`).
+    Lowp(Lowp, Vec<u8>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector inside a [`TensorData`].
@@ -52,6 +55,7 @@ macro_rules! with_data {
             $crate::TensorData::Bool($v) => $body,
             $crate::TensorData::String($v) => $body,
             $crate::TensorData::Table($v) => $body,
+            $crate::TensorData::Lowp(_, $v) => $body,
         }
     };
 }
@@ -120,6 +124,7 @@ impl TensorData {
             TensorData::Bool(_) => DType::Bool,
             TensorData::String(_) => DType::String,
             TensorData::Table(_) => DType::Table,
+            TensorData::Lowp(l, _) => l.dtype(),
         }
     }
 
@@ -158,6 +163,7 @@ impl TensorData {
             U32(v) => v.as_ptr().cast(),
             U64(v) => v.as_ptr().cast(),
             Bool(v) => v.as_ptr().cast(),
+            Lowp(_, v) => v.as_ptr(),
             String(_) | Table(_) => return None,
         })
     }
@@ -201,6 +207,11 @@ impl TensorData {
             DType::U64 => room(n, TensorData::U64, 0xff),
             DType::Bool => room(n, TensorData::Bool, 0x01),
             DType::String | DType::Table => return None,
+            d => {
+                let l = d.lowp().expect("every other dtype is listed");
+                let TensorData::U8(v) = room(n, TensorData::U8, 0xff) else { unreachable!() };
+                TensorData::Lowp(l, v)
+            }
         })
     }
 
@@ -227,6 +238,7 @@ impl TensorData {
                 U32(v) => v.set_len(n),
                 U64(v) => v.set_len(n),
                 Bool(v) => v.set_len(n),
+                Lowp(_, v) => v.set_len(n),
                 String(_) | Table(_) => {}
             }
         }
@@ -249,6 +261,7 @@ impl TensorData {
             DType::Bool => TensorData::Bool(vec![false; n]),
             DType::String => TensorData::String(vec![String::new(); n]),
             DType::Table => TensorData::Table(vec![crate::Table::default(); n]),
+            d => TensorData::Lowp(d.lowp().expect("every other dtype is listed"), vec![0; n]),
         }
     }
 
@@ -270,6 +283,7 @@ impl TensorData {
             TensorData::Bool(v) => v[i] as u8 as f64,
             TensorData::String(v) => v[i].parse().unwrap_or(f64::NAN),
             TensorData::Table(_) => f64::NAN,
+            TensorData::Lowp(l, v) => l.to_f64(v[i]),
         }
     }
 
@@ -297,6 +311,7 @@ impl TensorData {
             TensorData::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             TensorData::U64(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             TensorData::Bool(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::Lowp(_, v) => Cow::Borrowed(v),
             TensorData::String(_) | TensorData::Table(_) => Cow::Owned(self.to_le_bytes()),
         }
     }
@@ -322,6 +337,7 @@ impl TensorData {
             TensorData::U32(v) => le!(v),
             TensorData::U64(v) => le!(v),
             TensorData::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+            TensorData::Lowp(_, v) => v.clone(),
             TensorData::String(v) => {
                 let mut out = Vec::new();
                 for s in v {
@@ -393,6 +409,10 @@ impl TensorData {
             DType::U64 => aligned!(u64, U64),
             DType::Bool => Some(TensorData::Bool(bytes.iter().map(|&b| b != 0).collect())),
             DType::String | DType::Table => unreachable!("handled above"),
+            d => Some(TensorData::Lowp(
+                d.lowp().expect("every other dtype is listed"),
+                bytes.to_vec(),
+            )),
         };
         Ok(copied.unwrap_or_else(|| {
             let mut data = TensorData::zeros(dtype, bytes.len() / width);
@@ -435,6 +455,7 @@ impl TensorData {
             TensorData::U16(v) => copy!(v, u16),
             TensorData::U32(v) => copy!(v, u32),
             TensorData::U64(v) => copy!(v, u64),
+            TensorData::Lowp(_, v) => copy!(v, u8),
             TensorData::Bool(v) if v.len() == bytes.len() => {
                 for (x, &b) in v.iter_mut().zip(bytes) {
                     *x = b != 0;
@@ -774,6 +795,7 @@ impl Tensor {
             TensorData::U16(v) => Some(v.iter().map(|&x| x as i64).collect()),
             TensorData::U32(v) => Some(v.iter().map(|&x| x as i64).collect()),
             TensorData::U64(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            TensorData::Lowp(l, v) => l.sub_byte().map(|i| v.iter().map(|&c| i.value(c)).collect()),
             _ => None,
         }
     }

@@ -132,7 +132,8 @@ fn write_attr(f: &mut impl fmt::Write, a: &Attr) -> fmt::Result {
 
 fn write_tensor(f: &mut impl fmt::Write, t: &Tensor) -> fmt::Result {
     write!(f, "tensor<{}> ", t.ty())?;
-    if t.numel() > INLINE_LIMIT && t.dtype() != DType::String {
+    // Low-precision codes are written as they are (base64): a NaN's sign survives.
+    if (t.numel() > INLINE_LIMIT && t.dtype() != DType::String) || t.dtype().is_low_precision() {
         let b64 = base64::engine::general_purpose::STANDARD.encode(t.data().to_le_bytes());
         return write!(f, "b64\"{b64}\"");
     }
@@ -941,6 +942,24 @@ fn literal_data(dtype: DType, items: &[Tok]) -> Result<TensorData, String> {
                 })
                 .collect::<Result<_, _>>()?,
         ),
+        d => {
+            // Low precision written by hand: integers in range, floats rounded to nearest.
+            let l = d.lowp().ok_or_else(|| format!("{d} has no literal form"))?;
+            let codes = items.iter().map(|t| match l.sub_byte() {
+                Some(i) => int(t).and_then(|v| {
+                    let (lo, hi) = i.range();
+                    if (lo as i128..=hi as i128).contains(&v) {
+                        Ok(i.wrap(v as i64))
+                    } else {
+                        Err(format!("{v} does not fit {d}"))
+                    }
+                }),
+                None => {
+                    num(t).map(|x| l.from_f32(x as f32, false, crate::lowp::RoundMode::Nearest))
+                }
+            });
+            TensorData::Lowp(l, codes.collect::<Result<_, _>>()?)
+        }
     })
 }
 

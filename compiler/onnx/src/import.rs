@@ -568,6 +568,10 @@ fn scalar_of(dtype: DType, v: f64) -> Tensor {
         DType::String => D::String(vec![v.to_string()]),
         // ONNX types never map to tables; an empty one keeps this total.
         DType::Table => D::Table(vec![Default::default()]),
+        d => {
+            let l = d.lowp().expect("every other dtype is listed");
+            D::Lowp(l, vec![l.from_f32(v as f32, true, xpu_ir::lowp::RoundMode::Nearest)])
+        }
     };
     Tensor::new(vec![], data).expect("one element for a scalar")
 }

@@ -2,6 +2,7 @@
 
 use half::{bf16, f16};
 use prost::Message;
+use xpu_ir::lowp::Lowp;
 use xpu_ir::{DType, Tensor, TensorData};
 
 use crate::proto::{TensorProto, tensor_proto::DataType};
@@ -24,6 +25,16 @@ pub fn dtype_from_onnx(code: i32) -> Option<DType> {
         DataType::Uint64 => DType::U64,
         DataType::Bool => DType::Bool,
         DataType::String => DType::String,
+        DataType::Float8e4m3fn => DType::F8E4M3FN,
+        DataType::Float8e4m3fnuz => DType::F8E4M3FNUZ,
+        DataType::Float8e5m2 => DType::F8E5M2,
+        DataType::Float8e5m2fnuz => DType::F8E5M2FNUZ,
+        DataType::Float8e8m0 => DType::F8E8M0,
+        DataType::Float4e2m1 => DType::F4E2M1,
+        DataType::Int4 => DType::I4,
+        DataType::Uint4 => DType::U4,
+        DataType::Int2 => DType::I2,
+        DataType::Uint2 => DType::U2,
         _ => return None,
     })
 }
@@ -46,6 +57,16 @@ pub fn dtype_to_onnx(d: DType) -> i32 {
         DType::String => DataType::String,
         // Tables have no ONNX element type; graphs with table ops are not exported.
         DType::Table => DataType::Undefined,
+        DType::F8E4M3FN => DataType::Float8e4m3fn,
+        DType::F8E4M3FNUZ => DataType::Float8e4m3fnuz,
+        DType::F8E5M2 => DataType::Float8e5m2,
+        DType::F8E5M2FNUZ => DataType::Float8e5m2fnuz,
+        DType::F8E8M0 => DataType::Float8e8m0,
+        DType::F4E2M1 => DataType::Float4e2m1,
+        DType::I4 => DataType::Int4,
+        DType::U4 => DataType::Uint4,
+        DType::I2 => DataType::Int2,
+        DType::U2 => DataType::Uint2,
     }) as i32
 }
 
@@ -82,7 +103,15 @@ pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxE
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| invalid(context, "element count overflows"))?;
-    let data = if let Some(raw) = p.raw_data.as_ref().filter(|_| dtype != DType::String) {
+    let data = if let Some(l) = dtype.lowp() {
+        // Packed where narrower than a byte: raw bytes, or int32_data entries holding one
+        // byte's worth each (ONNX's TensorProto rules).
+        let bytes: Vec<u8> = match p.raw_data.as_ref() {
+            Some(raw) => raw.clone(),
+            None => p.int32_data.iter().map(|&x| x as u8).collect(),
+        };
+        TensorData::Lowp(l, unpack(l, &bytes, n).map_err(|e| invalid(context, e))?)
+    } else if let Some(raw) = p.raw_data.as_ref().filter(|_| dtype != DType::String) {
         TensorData::from_le_bytes(dtype, raw).map_err(|e| invalid(context, e))?
     } else {
         let ints = |what: &str| -> Result<&Vec<i32>, OnnxError> {
@@ -117,6 +146,7 @@ pub fn tensor_from_proto(p: &TensorProto, context: &str) -> Result<Tensor, OnnxE
                 p.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect(),
             ),
             DType::Table => return Err(invalid(context, "tables have no ONNX form")),
+            _ => unreachable!("low-precision types are read above"),
         }
     };
     Tensor::new(shape, data).map_err(|e| invalid(context, e.to_string()))
@@ -132,7 +162,36 @@ pub fn tensor_to_proto(t: &Tensor, name: &str) -> TensorProto {
     };
     match t.data() {
         TensorData::String(v) => p.string_data = v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        TensorData::Lowp(l, codes) => p.raw_data = Some(pack(*l, codes)),
         d => p.raw_data = Some(d.to_le_bytes()),
     }
     p
+}
+
+/// `n` elements of `l` from ONNX's packed bytes: 8-bit types one a byte, 4-bit two (low
+/// nibble first), 2-bit four (lowest bits first).
+fn unpack(l: Lowp, bytes: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    let per_byte = (8 / l.bits()) as usize;
+    let need = n.div_ceil(per_byte);
+    if bytes.len() != need {
+        return Err(format!(
+            "{} elements of {} take {need} bytes, found {}",
+            n,
+            l.dtype(),
+            bytes.len()
+        ));
+    }
+    let mask = ((1u16 << l.bits()) - 1) as u8;
+    Ok((0..n).map(|i| (bytes[i / per_byte] >> ((i % per_byte) as u32 * l.bits())) & mask).collect())
+}
+
+/// The inverse of [`unpack`].
+fn pack(l: Lowp, codes: &[u8]) -> Vec<u8> {
+    let per_byte = (8 / l.bits()) as usize;
+    let mask = ((1u16 << l.bits()) - 1) as u8;
+    let mut out = vec![0u8; codes.len().div_ceil(per_byte)];
+    for (i, &c) in codes.iter().enumerate() {
+        out[i / per_byte] |= (c & mask) << ((i % per_byte) as u32 * l.bits());
+    }
+    out
 }

@@ -1,8 +1,12 @@
 //! Cast between every pair of dtypes with numpy's `astype` semantics (ints wrap, floats
-//! truncate toward zero into ints, bool is `!= 0`, strings parse and print).
+//! truncate toward zero into ints, bool is `!= 0`, strings parse and print), and to and
+//! from the low-precision types as ONNX's `Cast` defines it (`xpu_ir::lowp`: 8-bit floats
+//! rounded to nearest even, saturating unless `saturate = 0`; `f8e8m0` by `round_mode`;
+//! 4- and 2-bit integers truncated and wrapped).
 
 use half::{bf16, f16};
-use xpu_ir::{DType, Tensor, TensorData};
+use xpu_ir::lowp::{Lowp, RoundMode};
+use xpu_ir::{Attrs, DType, Tensor, TensorData};
 
 use crate::util::KResult;
 
@@ -32,6 +36,10 @@ fn widen(d: &TensorData) -> Wide {
         TensorData::String(v) => Wide::S(v.clone()),
         // `cast` refuses tables before widening.
         TensorData::Table(_) => Wide::S(Vec::new()),
+        TensorData::Lowp(l, v) if l.is_int() => {
+            Wide::I(v.iter().map(|&c| l.to_f64(c) as i128).collect())
+        }
+        TensorData::Lowp(l, v) => Wide::F(v.iter().map(|&c| l.to_f64(c)).collect()),
     }
 }
 
@@ -54,7 +62,21 @@ fn format_float(x: f64, single: bool) -> String {
     if single { format!("{:?}", x as f32) } else { format!("{x:?}") }
 }
 
+/// A `cast` / `cast_like` node: its `saturate` (default 1) and `round_mode` (default
+/// `up`) apply to the low-precision float targets.
+pub fn cast_node(a: &Attrs, t: &Tensor, to: DType) -> KResult<Tensor> {
+    let saturate = a.int("saturate", 1) != 0;
+    let mode = a.str("round_mode", "up");
+    let mode = RoundMode::parse(mode)
+        .ok_or_else(|| format!("round_mode {mode:?}: expected up, down or nearest"))?;
+    cast_with(t, to, saturate, mode)
+}
+
 pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
+    cast_with(t, to, true, RoundMode::Up)
+}
+
+fn cast_with(t: &Tensor, to: DType, saturate: bool, mode: RoundMode) -> KResult<Tensor> {
     if t.dtype() == to {
         return Ok(t.clone());
     }
@@ -86,6 +108,10 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
                 }
             })
         };
+    }
+    if let Some(l) = to.lowp() {
+        let data = TensorData::Lowp(l, to_lowp(l, &src, t.dtype(), saturate, mode)?);
+        return Tensor::new(t.shape().to_vec(), data).map_err(|e| e.to_string());
     }
     let data = match to {
         DType::Table => unreachable!("refused above"),
@@ -135,6 +161,23 @@ pub fn cast(t: &Tensor, to: DType) -> KResult<Tensor> {
             }
             Wide::S(v) => v.clone(),
         }),
+        d => unreachable!("cast to {d} (low precision) returned above"),
     };
     Tensor::new(t.shape().to_vec(), data).map_err(|e| e.to_string())
+}
+
+/// The source's elements as codes of `l`. Floats are rounded from their f32 value (f16 and
+/// bf16 widen exactly; f64 rounds once to f32 first, as ONNX's reference does).
+fn to_lowp(l: Lowp, src: &Wide, from: DType, saturate: bool, mode: RoundMode) -> KResult<Vec<u8>> {
+    Ok(match src {
+        Wide::F(v) => v.iter().map(|&x| l.from_f32(x as f32, saturate, mode)).collect(),
+        // A low-precision float source is Wide::F above; integers (sub-byte ones too) wrap.
+        Wide::I(v) => v.iter().map(|&x| l.from_i128(x, saturate, mode)).collect(),
+        Wide::B(v) => v.iter().map(|&x| l.from_i128(i128::from(x), saturate, mode)).collect(),
+        Wide::S(v) => v
+            .iter()
+            .map(|s| parse_number(s).map(|x| l.from_f32(x as f32, saturate, mode)))
+            .collect::<KResult<_>>()
+            .map_err(|e| format!("cast from {from}: {e}"))?,
+    })
 }

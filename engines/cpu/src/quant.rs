@@ -77,7 +77,14 @@ pub fn quantize_linear(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Ten
     let (x, scale) = (req(inputs, 0)?, req(inputs, 1)?);
     let zp = opt(inputs, 2);
     let out = zp.map(|z| z.dtype()).or(attrs.dtype("output_dtype")).unwrap_or(DType::U8);
-    let (lo, hi) = range_of(out)?;
+    let lowp = out.lowp();
+    let (lo, hi) = match lowp.map(|l| (l, l.sub_byte())) {
+        Some((_, Some(i))) => (i.range().0 as f64, i.range().1 as f64),
+        // 8- and 4-bit floats saturate (or not) as they are encoded.
+        Some((_, None)) => (f64::NEG_INFINITY, f64::INFINITY),
+        None => range_of(out)?,
+    };
+    let float_target = lowp.is_some_and(|l| !l.is_int());
     let (axis, block) = (attrs.int("axis", 1), attrs.int("block_size", 0));
     let si = param_index(scale, x.shape(), axis, block)?;
     let zi = zp.map(|z| param_index(z, x.shape(), axis, block)).transpose()?;
@@ -91,9 +98,19 @@ pub fn quantize_linear(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Ten
             // x / scale in the input's precision, as the reference divides f32 by f32.
             let r = if single { (v as f32 / ss[si[i]] as f32) as f64 } else { v / ss[si[i]] };
             let z = zs.as_ref().map(|z| z[zi.as_ref().unwrap()[i]]).unwrap_or(0.0);
-            (r.round_ties_even() + z).clamp(lo, hi)
+            // A float target takes x / scale (+ zero point) as it is; integers round.
+            if float_target { r + z } else { (r.round_ties_even() + z).clamp(lo, hi) }
         })
         .collect();
+    if let Some(l) = lowp {
+        let saturate = attrs.int("saturate", 1) != 0;
+        let codes = q
+            .iter()
+            .map(|&v| l.from_f32(v as f32, saturate, xpu_ir::lowp::RoundMode::Nearest))
+            .collect();
+        return Tensor::new(x.shape().to_vec(), xpu_ir::TensorData::Lowp(l, codes))
+            .map_err(|e| e.to_string());
+    }
     from_f64(
         ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(x.shape()), q).map_err(|e| e.to_string())?,
         out,

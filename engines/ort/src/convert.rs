@@ -32,6 +32,9 @@ macro_rules! per_element_type {
                 .map(Into::into)
                 .map_err(|e| e.to_string()),
             TensorData::Table(_) => Err("a table is not a tensor ONNX Runtime can take".into()),
+            TensorData::Lowp(l, _) => {
+                Err(format!("the ort engine does not hand {} values to ONNX Runtime", l.dtype()))
+            }
         }
     };
 }
@@ -79,7 +82,7 @@ pub fn borrowed_value<'a>(b: &BorrowedTensor<'a>) -> Option<Result<SessionInputV
         DType::U16 => view!(u16),
         DType::U32 => view!(u32),
         DType::U64 => view!(u64),
-        DType::Bool | DType::String | DType::Table => None,
+        _ => None,
     }
 }
 

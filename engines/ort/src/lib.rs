@@ -9,6 +9,7 @@
 //! ORT's own per-node provider and time go into the explanation as facts.
 
 mod convert;
+mod cpu_gaps;
 pub mod options;
 mod profile;
 mod session;
@@ -149,7 +150,7 @@ impl Engine for OrtEngine {
         let Ok(rt) = &self.runtime else {
             return Capabilities::absent(ENGINE, self.availability());
         };
-        // ORT runs every ONNX op.
+        // ORT runs every ONNX op, at the types its CPU provider has kernels for.
         let classes = xpu_engine::dylib::onnx_classes();
         let mut kernels = Vec::new();
         let mut unavailable_kernels = std::collections::BTreeMap::new();
@@ -168,12 +169,22 @@ impl Engine for OrtEngine {
             kernels.push(KernelCaps {
                 device: None,
                 operand_dtypes: Vec::new(),
-                op_dtypes: Vec::new(),
+                // The CUDA provider's gaps are not measured (no GPU here): it claims all.
+                op_dtypes: if *kernel == options::CPU_KERNEL {
+                    cpu_gaps::cpu_op_dtypes()
+                } else {
+                    Vec::new()
+                },
                 name: (*kernel).into(),
                 ops: Vec::new(),
                 classes: classes.clone(),
                 // Every element type but tables, which are not tensors to ORT.
-                dtypes: DType::ALL.iter().copied().filter(|d| *d != DType::Table).collect(),
+                // Not the low-precision types: the engine does not hand them to ORT yet.
+                dtypes: DType::ALL
+                    .iter()
+                    .copied()
+                    .filter(|d| *d != DType::Table && !d.is_low_precision())
+                    .collect(),
                 deterministic: *kernel == options::CPU_KERNEL,
                 description: (*description).into(),
                 degraded: None,

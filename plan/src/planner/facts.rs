@@ -117,14 +117,19 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// The dtype that decides a node's precision and rule matches: its first float input, else
-/// its first input, else its first output.
+/// The dtype that decides a node's precision, rule matches and the kernels that take it: its
+/// first float value input, else its first value input (a `where`'s condition is not one),
+/// else its first output.
 fn primary_dtype(g: &Graph, id: NodeId) -> DType {
     let n = g.node(id);
+    // `where` computes at its values' type, not its condition's (bool): ORT's CPU provider
+    // has `where` of i32 but not of i16 or bool.
+    let skip = usize::from(n.op == Op::Where);
     n.input_values()
+        .skip(skip)
         .map(|v| g.ty(v).dtype)
         .find(|d| d.is_float())
-        .or_else(|| n.input_values().next().map(|v| g.ty(v).dtype))
+        .or_else(|| n.input_values().nth(skip).map(|v| g.ty(v).dtype))
         .or_else(|| n.outputs.first().map(|&o| g.ty(o).dtype))
         .unwrap_or(DType::F32)
 }

@@ -451,6 +451,15 @@ pub fn npy_bytes(t: &Tensor) -> Result<Vec<u8>> {
             wr.finish()?;
         }
         TensorData::Table(_) => bail!("a table has no .npy form; it is written as CSV"),
+        // numpy has no such types: their values, as bf16's are (f32; sub-byte ints as i8).
+        TensorData::Lowp(l, v) if l.is_int() => {
+            let wide: Vec<i8> = v.iter().map(|&c| l.to_f64(c) as i8).collect();
+            put!(wide)
+        }
+        TensorData::Lowp(l, v) => {
+            let wide: Vec<f32> = v.iter().map(|&c| l.to_f64(c) as f32).collect();
+            put!(wide)
+        }
     }
     Ok(w.into_inner())
 }
