@@ -96,6 +96,7 @@ INT_CASES: dict[str, Callable[[Tensor], Tensor]] = {
     "float_floordiv_mod": lambda i: i.cast(dtypes.float32) // 2.5 + i.cast(dtypes.float32) % 2.5,
     "round": lambda i: (i.cast(dtypes.float32) / 2).round(),
     "copy_between_devices": lambda i: i.to("PYTHON").to("CPU") + 1,
+    "bitcast": lambda i: (i.cast(dtypes.float32).bitcast(dtypes.int32) >> 23) + i.bitcast(dtypes.uint32).cast(dtypes.int32),
 }
 
 
@@ -171,9 +172,9 @@ def test_a_two_layer_mlp_with_weights_as_constants(tmp_path: Path) -> None:
 def test_unknown_ops_and_versions_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     x = Tensor(X).realize()
     with pytest.raises(tg.TinygradImportError, match=r"tinygrad op \w+ is not imported yet .*tinygrad 0\.14"):
-        tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
-    with pytest.raises(tg.TinygradImportError, match=r"BITCAST is not imported yet \(SGR-ML has no bitcast"):
-        tg.to_sgr(x.bitcast(dtypes.int32) + 1, inputs={"x": x})
+        tg.to_sgr(x.bitcast(dtypes.uint8) + 1, inputs={"x": x})
+    with pytest.raises(tg.TinygradImportError, match=r"BITCAST .*a bitcast of f32 to u8: only between types of one width"):
+        tg.to_sgr(x.bitcast(dtypes.uint8) + 1, inputs={"x": x})
     with pytest.raises(tg.TinygradImportError, match=r"THREEFRY .*random numbers: draw them in tinygrad"):
         tg.to_sgr(x + Tensor.rand(2, 3), inputs={"x": x})
     with pytest.raises(tg.TinygradImportError, match=r"SHL of i32 by a computed amount"):

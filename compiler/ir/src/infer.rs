@@ -141,6 +141,7 @@ pub const LOW_PRECISION_OPS: &[Op] = &[
     Op::Size,
     Op::QuantizeLinear,
     Op::DequantizeLinear,
+    Op::BitCast,
 ];
 
 /// Infers the output types of one node.
@@ -308,6 +309,23 @@ pub fn infer_types(
             None => cx.err("attribute `to` (a dtype) is required"),
         },
         Op::CastLike => one(TensorType { dtype: cx.ty(1)?.dtype, dims: cx.ty(0)?.dims.clone() }),
+        Op::BitCast => {
+            let (from, to) = (cx.ty(0)?.dtype, attrs.dtype("to"));
+            let Some(to) = to else { return cx.err("attribute `to` (a dtype) is required") };
+            let bits = |d: DType| match d.lowp() {
+                Some(l) => Some(l.bits() as usize),
+                None if matches!(d, DType::String | DType::Table) => None,
+                None => Some(d.size_bytes() * 8),
+            };
+            match (bits(from), bits(to)) {
+                (Some(a), Some(b)) if a == b => {}
+                _ => {
+                    return cx
+                        .err(format!("cannot reinterpret {from} as {to}: not the same width"));
+                }
+            }
+            one(TensorType { dtype: to, dims: cx.ty(0)?.dims.clone() })
+        }
         Op::MatMul => {
             let dtype = cx.same_dtype(&[0, 1])?;
             let dims = match (cx.dims(0)?, cx.dims(1)?) {
@@ -468,6 +486,25 @@ pub fn infer_types(
         Op::NonZero => {
             let r = cx.ty(0)?.rank().map(|r| Dim::Known(r as u64)).unwrap_or(Dim::Unknown);
             one(TensorType::new(DType::I64, vec![r, Dim::Unknown]))
+        }
+        Op::Unique => {
+            let t = cx.ty(0)?;
+            let (y, along) = match (attrs.get("axis"), &t.dims) {
+                (None, _) => {
+                    let n = t.numel().map_or(Dim::Unknown, |n| Dim::Known(n as u64));
+                    (TensorType::new(t.dtype, vec![Dim::Unknown]), n)
+                }
+                (Some(_), Some(dims)) => {
+                    let a = cx.axis(attrs.int("axis", 0), dims.len())?;
+                    let mut ydims = dims.clone();
+                    ydims[a] = Dim::Unknown;
+                    (TensorType::new(t.dtype, ydims), dims[a].clone())
+                }
+                (Some(_), None) => (TensorType { dtype: t.dtype, dims: None }, Dim::Unknown),
+            };
+            let ints = |d: Dim| TensorType::new(DType::I64, vec![d]);
+            let all = [y, ints(Dim::Unknown), ints(along), ints(Dim::Unknown)];
+            Ok(all.into_iter().take(n_outputs).collect())
         }
         Op::Reshape => {
             let t = cx.ty(0)?;

@@ -267,6 +267,7 @@ define_ops! {
     GreaterOrEqual "greater_or_equal" "GreaterOrEqual" Compare (2,2)->(1,1) [] "a ≥ b.";
     Where "where" "Where" Select (3,3)->(1,1) [] "cond ? a : b with broadcasting.";
     Cast "cast" "Cast" Select (1,1)->(1,1) ["to": DType, "saturate": Int, "round_mode": Str] "Convert to dtype `to` (8-bit float targets saturate unless `saturate = 0`; `f8e8m0` rounds by `round_mode`: up, down, nearest).";
+    BitCast "bit_cast" "BitCast" Select (1,1)->(1,1) ["to": DType] "Reinterpret each element's bits as dtype `to` (of the same width).";
     CastLike "cast_like" "CastLike" Select (2,2)->(1,1) ["saturate": Int, "round_mode": Str] "Convert input 0 to the dtype of input 1.";
     // ---- linear algebra
     MatMul "matmul" "MatMul" MatMul (2,2)->(1,1) [] "numpy matmul: batched, broadcasting over leading dims.";
@@ -312,6 +313,7 @@ define_ops! {
     CumProd "cum_prod" "CumProd" Index (2,2)->(1,1) ["exclusive": Int, "reverse": Int] "Running product along the axis given by input 1.";
     TopK "top_k" "TopK" Index (2,2)->(2,2) ["axis": Int, "largest": Int, "sorted": Int] "The k largest (or smallest) values and their indices along axis.";
     NonZero "non_zero" "NonZero" Index (1,1)->(1,1) [] "Indices of non-zero elements, shape [rank, count].";
+    Unique "unique" "Unique" Index (1,1)->(1,4) ["axis": Int, "sorted": Int] "The distinct elements (or slices along axis), sorted (default) or in order of first occurrence; their first indices, each input's index into them, and their counts.";
     // ---- shape and movement
     Reshape "reshape" "Reshape" Movement (2,2)->(1,1) ["allowzero": Int] "Same data, shape from input 1 (0 copies, −1 infers).";
     Transpose "transpose" "Transpose" Movement (1,1)->(1,1) ["perm": Ints] "Permute dims (default: reverse).";
@@ -327,7 +329,7 @@ define_ops! {
     Shape "shape" "Shape" Movement (1,1)->(1,1) ["end": Int, "start": Int] "The input's dims as i64, optionally sliced.";
     Size "size" "Size" Movement (1,1)->(1,1) [] "Element count as an i64 scalar.";
     DepthToSpace "depth_to_space" "DepthToSpace" Movement (1,1)->(1,1) ["blocksize": Int, "mode": Str] "Move channel blocks into spatial blocks (DCR or CRD).";
-    SpaceToDepth "space_to_depth" "SpaceToDepth" Movement (1,1)->(1,1) ["blocksize": Int] "Move spatial blocks into channels.";
+    SpaceToDepth "space_to_depth" "SpaceToDepth" Movement (1,1)->(1,1) ["blocksize": Int, "mode": Str] "Move spatial blocks into channels, ordered depth-column-row (DCR, default) or column-row-depth (CRD).";
     Trilu "trilu" "Trilu" Movement (1,2)->(1,1) ["upper": Int] "Keep the upper or lower triangle, offset by input 1.";
     OneHot "one_hot" "OneHot" Movement (3,3)->(1,1) ["axis": Int] "One-hot encode indices with depth and [off, on] values.";
     Compress "compress" "Compress" Movement (2,2)->(1,1) ["axis": Int] "Keep slices where the bool condition is true.";

@@ -25,7 +25,22 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
     let half = matches!(dtype, Some(xpu_ir::DType::F16 | xpu_ir::DType::BF16));
     let bf16 = dtype == Some(xpu_ir::DType::BF16);
     let signed = dtype.is_some_and(|d| d.is_signed_int());
-    match node.op {
+    // The opset that added each low-precision type to Cast, Q/DQ and the movement ops.
+    let types = node
+        .inputs
+        .iter()
+        .flatten()
+        .chain(&node.outputs)
+        .map(|&v| match g.ty(v).dtype {
+            xpu_ir::DType::F4E2M1 => 23,
+            xpu_ir::DType::F8E8M0 => 24,
+            xpu_ir::DType::I2 | xpu_ir::DType::U2 => 25,
+            _ => EXPORT_OPSET,
+        })
+        .max()
+        .unwrap_or(EXPORT_OPSET);
+    let attrs = if node.attrs.get("round_mode").is_some() { 24 } else { EXPORT_OPSET };
+    types.max(attrs).max(match node.op {
         // An opaque node keeps the default-domain opset its model had.
         Op::OnnxOp if node.attrs.str("domain", "").is_empty() => {
             node.attrs.int("opset", EXPORT_OPSET)
@@ -57,9 +72,10 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
         Op::Attention | Op::RmsNormalization | Op::RotaryEmbedding => 23,
         Op::QuantizeLinear if node.attrs.get("precision").is_some() => 23,
         Op::Swish => 24,
-        Op::CumProd => 26,
+        Op::CumProd | Op::BitCast => 26,
+        Op::SpaceToDepth if node.attrs.get("mode").is_some() => 28,
         _ => EXPORT_OPSET,
-    }
+    })
 }
 
 /// The other domains opaque nodes use (`ai.onnx.ml`, …), each at the highest opset a node

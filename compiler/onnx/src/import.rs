@@ -215,6 +215,9 @@ impl<'m> Importer<'m> {
         }
         let n_out = node.output.len();
 
+        if op_type == "SwiGLU" {
+            return self.swiglu(node, &attrs, &inputs, &name);
+        }
         if op_type == "Constant" {
             let t = constant_value(&attrs).map_err(node_err)?;
             let out = node.output.first().cloned().unwrap_or_default();
@@ -279,7 +282,7 @@ impl<'m> Importer<'m> {
         }
         attrs.0.remove("broadcast");
         match op {
-            Op::Cast => to_dtype(&mut attrs, "to")?,
+            Op::Cast | Op::BitCast => to_dtype(&mut attrs, "to")?,
             Op::EyeLike => to_dtype(&mut attrs, "dtype")?,
             Op::HannWindow | Op::HammingWindow | Op::BlackmanWindow => {
                 to_dtype(&mut attrs, "output_datatype")?
@@ -507,6 +510,42 @@ impl<'m> Importer<'m> {
             self.g.values[v.index()].name = Some(out_name.clone());
             self.env.insert(out_name.clone(), Binding::Value(v));
         }
+    }
+
+    /// SwiGLU-28 (`swish_alpha(a) · b`, same shapes) as the two ops it is made of.
+    fn swiglu(
+        &mut self,
+        node: &NodeProto,
+        attrs: &Attrs,
+        inputs: &[Option<ValueId>],
+        name: &str,
+    ) -> Result<(), OnnxError> {
+        let err = |m: String| OnnxError::Node {
+            node: name.to_string(),
+            op_type: "SwiGLU".into(),
+            message: m,
+        };
+        let (Some(Some(a)), Some(Some(b)), 2) = (inputs.first(), inputs.get(1), inputs.len())
+        else {
+            return Err(err("takes two inputs, a gate and a value".into()));
+        };
+        if let Some((k, _)) = attrs.iter().find(|(k, _)| k.as_str() != "alpha") {
+            return Err(err(format!("attribute `{k}` is not supported for SwiGLU")));
+        }
+        if self.g.ty(*a).dims.is_some()
+            && self.g.ty(*b).dims.is_some()
+            && self.g.ty(*a).dims != self.g.ty(*b).dims
+        {
+            return Err(err("the gate and the value must have the same shape".into()));
+        }
+        let alpha = Attrs::new().with("alpha", Attr::Float(attrs.float("alpha", 1.0)));
+        let gate = self.g.add_op(Op::Swish, &[*a], alpha).map_err(|e| err(e.message))?;
+        let id = self
+            .g
+            .add_inferred(Op::Mul, vec![Some(gate), Some(*b)], Attrs::new(), 1)
+            .map_err(|e| err(e.message))?;
+        self.finish_node(node, id, name);
+        Ok(())
     }
 
     /// Softmax-1/11 flatten to 2-D at `axis` (default 1): shape → flatten → op(axis=1) → reshape.

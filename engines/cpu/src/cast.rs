@@ -181,3 +181,12 @@ fn to_lowp(l: Lowp, src: &Wide, from: DType, saturate: bool, mode: RoundMode) ->
             .map_err(|e| format!("cast from {from}: {e}"))?,
     })
 }
+
+/// `bit_cast`: each element's bits read as `to` (inference checked the widths agree).
+pub fn bit_cast(t: &Tensor, to: DType) -> KResult<Tensor> {
+    let data = TensorData::from_le_bytes(to, &t.data().to_le_bytes())?;
+    if data.len() != t.numel() {
+        return Err(format!("cannot reinterpret {} as {to}: not the same width", t.dtype()));
+    }
+    Tensor::new(t.shape().to_vec(), data).map_err(|e| e.to_string())
+}

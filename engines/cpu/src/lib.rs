@@ -44,6 +44,7 @@ mod resize;
 mod rnn;
 mod scalar;
 mod team;
+mod unique;
 mod util;
 
 use xpu_engine::{
@@ -276,6 +277,8 @@ fn eval_native(
         CumSum | CumProd => one(reduce::cumulative(node.op, a, x()?, req(inputs, 1)?)),
         TopK => reduce::top_k(a, x()?, req(inputs, 1)?),
         NonZero => one(movement::non_zero(x()?)),
+        Unique => unique::unique(a, x()?, n_out),
+        BitCast => one(cast::bit_cast(x()?, a.dtype("to").ok_or("bit_cast needs `to`")?)),
         Reshape => one(movement::reshape(a, x()?, req(inputs, 1)?)),
         Transpose => one(movement::transpose(x()?, a.ints("perm"))),
         Squeeze => one(movement::squeeze(x()?, opt(inputs, 1))),

@@ -316,7 +316,13 @@ pub fn depth_space(op: Op, attrs: &Attrs, x: &Tensor) -> KResult<Tensor> {
         if h % b != 0 || w % b != 0 {
             return Err(format!("spatial dims {h}×{w} are not divisible by blocksize {b}"));
         }
-        (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4], vec![n, c * b * b, h / b, w / b])
+        // Channels ordered (block row, block column, channel), or with CRD (channel, …).
+        let perm = match attrs.str("mode", "DCR") {
+            "DCR" => vec![0, 3, 5, 1, 2, 4],
+            "CRD" => vec![0, 1, 3, 5, 2, 4],
+            m => return Err(format!("mode {m:?}: expected DCR or CRD")),
+        };
+        (vec![n, c, h / b, b, w / b, b], perm, vec![n, c * b * b, h / b, w / b])
     };
     let t = x.clone().reshaped(tmp).map_err(|e| e.to_string())?;
     let p: Vec<i64> = perm.iter().map(|&v| v as i64).collect();

@@ -508,7 +508,11 @@ class _Writer:
             a, b = (self.value(s, like=typed if self.constant(s) else None)[0] for s in u.src[1:])
             return self.new(typed, shape, f"where({cond}, {a}, {b})"), typed, shape
         if op == "BITCAST":
-            raise self.refuse(u, "SGR-ML has no bitcast (ONNX BitCast is not supported yet)")
+            x, xdtype, xs = self.value(u.src[0])
+            dtype = _sgr_dtype(u.dtype, self.version)
+            if np.dtype(_NUMPY[xdtype]).itemsize != np.dtype(_NUMPY[dtype]).itemsize or "bf16" in (xdtype, dtype):
+                raise self.refuse(u, f"a bitcast of {xdtype} to {dtype}: only between types of one width")
+            return self.new(dtype, shape, f"bit_cast({x}) {{to = dtype<{dtype}>}}"), dtype, shape
         if op == "THREEFRY":
             raise self.refuse(u, "random numbers: draw them in tinygrad and pass them as an input")
         raise self.refuse(u)
