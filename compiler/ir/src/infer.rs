@@ -151,6 +151,29 @@ pub fn infer_types(
     inputs: &[In<'_>],
     n_outputs: usize,
 ) -> Result<Vec<TensorType>, InferError> {
+    let out = infer_node(op, attrs, inputs, n_outputs)?;
+    // Only the ops that take low-precision values may make them (and constants).
+    if let Some(t) = out.iter().find(|t| t.dtype.is_low_precision())
+        && !LOW_PRECISION_OPS.contains(&op)
+        && op != Op::Constant
+    {
+        return Err(InferError {
+            op,
+            message: format!(
+                "cannot make {} values: low-precision values come only from casts, quantization and constants",
+                t.dtype
+            ),
+        });
+    }
+    Ok(out)
+}
+
+fn infer_node(
+    op: Op,
+    attrs: &Attrs,
+    inputs: &[In<'_>],
+    n_outputs: usize,
+) -> Result<Vec<TensorType>, InferError> {
     let cx = Cx { op, attrs, inputs };
     let info = op.info();
     let given = inputs.len();
@@ -361,6 +384,36 @@ pub fn infer_types(
         Op::Det => {
             let t = cx.ty(0)?;
             let dims = t.dims.as_ref().map(|d| d[..d.len().saturating_sub(2)].to_vec());
+            one(TensorType { dtype: t.dtype, dims })
+        }
+        Op::Col2Im => {
+            let t = cx.ty(0)?;
+            cx.require(t.rank().is_none_or(|r| r == 3), "input must be (N, C·∏block, L)")?;
+            let image = cx.const_ints(1);
+            let block = cx.const_ints(2);
+            let spatial = image.as_ref().map(Vec::len).or(block.as_ref().map(Vec::len));
+            let (n, cols) = match &t.dims {
+                Some(d) => (d[0].clone(), d[1].clone()),
+                None => (Dim::Unknown, Dim::Unknown),
+            };
+            let c = match (cols.known(), &block) {
+                (Some(cols), Some(b)) => {
+                    let k: i64 = b.iter().product();
+                    cx.require(
+                        k > 0 && cols as i64 % k == 0,
+                        "the columns are not a whole number of blocks",
+                    )?;
+                    known(cols as i64 / k)
+                }
+                _ => Dim::Unknown,
+            };
+            let dims = match (spatial, &image) {
+                (_, Some(img)) => {
+                    Some([n, c].into_iter().chain(img.iter().map(|&d| known(d))).collect())
+                }
+                (Some(s), None) => Some([n, c].into_iter().chain(vec![Dim::Unknown; s]).collect()),
+                (None, None) => None,
+            };
             one(TensorType { dtype: t.dtype, dims })
         }
         Op::Conv | Op::ConvTranspose => {
@@ -1068,6 +1121,7 @@ pub fn infer_types(
         }
         Op::DequantizeLinear => {
             let dtype = attrs.dtype("output_dtype").unwrap_or(cx.ty(1)?.dtype);
+            cx.require(dtype.is_float(), format!("dequantizes to a float type, not {dtype}"))?;
             one(TensorType { dtype, dims: cx.ty(0)?.dims.clone() })
         }
         Op::DynamicQuantizeLinear => {

@@ -276,6 +276,7 @@ define_ops! {
     Det "det" "Det" MatMul (1,1)->(1,1) [] "Determinant of the trailing square matrices.";
     // ---- convolution and pooling
     Conv "conv" "Conv" Conv (2,3)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "N-d convolution (cross-correlation) with optional bias.";
+    Col2Im "col2im" "Col2Im" Conv (3,3)->(1,1) ["dilations": Ints, "pads": Ints, "strides": Ints] "Sum column blocks (N, C·∏block, L) back into an image (N, C, image_shape): the inverse of im2col.";
     ConvTranspose "conv_transpose" "ConvTranspose" Conv (2,3)->(1,1) ["auto_pad": Str, "dilations": Ints, "group": Int, "kernel_shape": Ints, "output_padding": Ints, "output_shape": Ints, "pads": Ints, "strides": Ints] "Transposed convolution.";
     MaxPool "max_pool" "MaxPool" Pool (1,1)->(1,2) ["auto_pad": Str, "ceil_mode": Int, "dilations": Ints, "kernel_shape": Ints, "pads": Ints, "storage_order": Int, "strides": Ints] "Max over windows; optional flat indices output.";
     AveragePool "average_pool" "AveragePool" Pool (1,1)->(1,1) ["auto_pad": Str, "ceil_mode": Int, "count_include_pad": Int, "dilations": Ints, "kernel_shape": Ints, "pads": Ints, "strides": Ints] "Mean over windows.";

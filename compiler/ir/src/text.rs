@@ -954,9 +954,14 @@ fn literal_data(dtype: DType, items: &[Tok]) -> Result<TensorData, String> {
                         Err(format!("{v} does not fit {d}"))
                     }
                 }),
-                None => {
-                    num(t).map(|x| l.from_f32(x as f32, false, crate::lowp::RoundMode::Nearest))
-                }
+                None => num(t).and_then(|x| {
+                    let code = l.from_f32(x as f32, false, crate::lowp::RoundMode::Nearest);
+                    if x.is_finite() && !l.to_f64(code).is_finite() {
+                        Err(format!("{x} does not fit {d}"))
+                    } else {
+                        Ok(code)
+                    }
+                }),
             });
             TensorData::Lowp(l, codes.collect::<Result<_, _>>()?)
         }

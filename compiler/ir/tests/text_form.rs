@@ -218,3 +218,57 @@ fn attrs_fit_their_schema() {
     assert_eq!(a.int("axis", 0), -1);
     assert_eq!(a.int("missing", 7), 7);
 }
+
+#[test]
+fn low_precision_constants_round_trip_code_for_code() {
+    // Both NaN codes of f8e4m3fn (0x7f, 0xff), −0 (0x80) and a number (0x38 = 1.0): written
+    // as base64 so every code survives; i4 codes hold −8 and 7.
+    check(
+        r#"graph "lowp" {
+  %0: f8e4m3fn[4] = constant {value = tensor<f8e4m3fn[4]> b64"f/+AOA=="}
+  %1: f32[4] = cast(%0) {to = dtype<f32>}
+  %2: i4[2] = constant {value = tensor<i4[2]> b64"CAc="}
+  %3: i8[2] = cast(%2) {to = dtype<i8>}
+  %4: f8e5m2[4] = cast(%1) {round_mode = "up", saturate = 0, to = dtype<f8e5m2>}
+  return "y" = %1, "z" = %3, "w" = %4
+}"#,
+        "",
+    );
+    // Written by hand: numbers in range, others refused with their value.
+    let g = parse("graph \"g\" {\n  %0: i4[2] = constant {value = tensor<i4[2]> [-8, 7]}\n  return \"y\" = %0\n}").unwrap();
+    assert_eq!(g.ty(g.outputs[0].value).dtype, DType::I4);
+    check_err(
+        "graph \"g\" {\n  %0: i4[1] = constant {value = tensor<i4[1]> [8]}\n  return \"y\" = %0\n}",
+        2,
+        50,
+        "8 does not fit i4",
+    );
+    check_err(
+        "graph \"g\" {\n  %0: f8e4m3fn[1] = constant {value = tensor<f8e4m3fn[1]> [500.0]}\n  return \"y\" = %0\n}",
+        2,
+        66,
+        "500 does not fit f8e4m3fn",
+    );
+}
+
+#[test]
+fn low_precision_values_only_flow_through_casts_quantization_and_reshapes() {
+    let refused = |body: &str, contains: &str| {
+        let src = format!("graph \"g\" {{\n  %0: f32[2] = input \"a\"\n{body}\n}}");
+        let g = parse(&src).unwrap();
+        let msg = verify(&g).unwrap_err()[0].to_string();
+        assert!(msg.contains(contains), "{msg}");
+    };
+    refused(
+        "  %1: f8e4m3fn[2] = cast(%0) {to = dtype<f8e4m3fn>}\n  %2: f8e4m3fn[2] = add(%1, %1)\n  return \"y\" = %2",
+        "takes no f8e4m3fn input",
+    );
+    refused(
+        "  %1: i64[1] = constant {value = tensor<i64[1]> [2]}\n  %2: i4[2] = constant_of_shape(%1) {value = tensor<i4[1]> [1]}\n  return \"y\" = %2",
+        "cannot make i4 values",
+    );
+    refused(
+        "  %1: f32[2] = bit_cast(%0) {to = dtype<u4>}\n  return \"y\" = %1",
+        "cannot reinterpret f32 as u4",
+    );
+}

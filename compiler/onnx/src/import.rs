@@ -283,6 +283,10 @@ impl<'m> Importer<'m> {
         attrs.0.remove("broadcast");
         match op {
             Op::Cast | Op::BitCast => to_dtype(&mut attrs, "to")?,
+            // DCR is SpaceToDepth's only order before opset 28: drop it so exports stay older.
+            Op::SpaceToDepth if attrs.str("mode", "DCR") == "DCR" => {
+                attrs.0.remove("mode");
+            }
             Op::EyeLike => to_dtype(&mut attrs, "dtype")?,
             Op::HannWindow | Op::HammingWindow | Op::BlackmanWindow => {
                 to_dtype(&mut attrs, "output_datatype")?
@@ -532,11 +536,11 @@ impl<'m> Importer<'m> {
         if let Some((k, _)) = attrs.iter().find(|(k, _)| k.as_str() != "alpha") {
             return Err(err(format!("attribute `{k}` is not supported for SwiGLU")));
         }
-        if self.g.ty(*a).dims.is_some()
-            && self.g.ty(*b).dims.is_some()
-            && self.g.ty(*a).dims != self.g.ty(*b).dims
-        {
-            return Err(err("the gate and the value must have the same shape".into()));
+        if let (Some(da), Some(db)) = (&self.g.ty(*a).dims, &self.g.ty(*b).dims) {
+            let differ = |(x, y): (&xpu_ir::Dim, &xpu_ir::Dim)| matches!((x.known(), y.known()), (Some(p), Some(q)) if p != q);
+            if da.len() != db.len() || da.iter().zip(db).any(differ) {
+                return Err(err("the gate and the value must have the same shape".into()));
+            }
         }
         let alpha = Attrs::new().with("alpha", Attr::Float(attrs.float("alpha", 1.0)));
         let gate = self.g.add_op(Op::Swish, &[*a], alpha).map_err(|e| err(e.message))?;

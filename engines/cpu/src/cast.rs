@@ -170,7 +170,12 @@ fn cast_with(t: &Tensor, to: DType, saturate: bool, mode: RoundMode) -> KResult<
 /// bf16 widen exactly; f64 rounds once to f32 first, as ONNX's reference does).
 fn to_lowp(l: Lowp, src: &Wide, from: DType, saturate: bool, mode: RoundMode) -> KResult<Vec<u8>> {
     Ok(match src {
-        Wide::F(v) => v.iter().map(|&x| l.from_f32(x as f32, saturate, mode)).collect(),
+        // Integers truncate the value itself (an f64 rounded to f32 first could cross a
+        // whole number); floats round once from f32, as ONNX's reference does.
+        Wide::F(v) => match l.sub_byte() {
+            Some(i) => v.iter().map(|&x| i.from_f64(x)).collect(),
+            None => v.iter().map(|&x| l.from_f32(x as f32, saturate, mode)).collect(),
+        },
         // A low-precision float source is Wide::F above; integers (sub-byte ones too) wrap.
         Wide::I(v) => v.iter().map(|&x| l.from_i128(x, saturate, mode)).collect(),
         Wide::B(v) => v.iter().map(|&x| l.from_i128(i128::from(x), saturate, mode)).collect(),

@@ -935,3 +935,89 @@ fn pool_kernel(global: bool, xs: &[usize], attrs: &Attrs) -> Result<Vec<usize>, 
         .map(|&k| k as usize)
         .collect())
 }
+
+/// `col2im`: columns (N, C·∏block, L) summed back into an image (N, C, image_shape) — each
+/// column is one block position (row-major over the blocks that fit the padded image), each
+/// row one (channel, offset in the block). Overlapping blocks add up; padding is dropped.
+pub fn col2im(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
+    let x = req(inputs, 0)?;
+    let image = crate::util::ints(req(inputs, 1)?, "image_shape")?;
+    let block = crate::util::ints(req(inputs, 2)?, "block_shape")?;
+    let nsp = image.len();
+    if x.rank() != 3 || block.len() != nsp || nsp == 0 {
+        return Err(format!(
+            "needs input (N, C·∏block, L) and image and block shapes of one length, got {:?}, {image:?}, {block:?}",
+            x.shape()
+        ));
+    }
+    if image.iter().chain(&block).any(|&d| d <= 0) {
+        return Err(format!("image {image:?} and block {block:?} must be positive"));
+    }
+    let get = |key: &str, default: i64, len: usize| -> KResult<Vec<i64>> {
+        match attrs.ints(key) {
+            None => Ok(vec![default; len]),
+            Some(v) if v.len() == len => Ok(v.to_vec()),
+            Some(v) => Err(format!("{key} {v:?}: expected {len} values")),
+        }
+    };
+    let (strides_, dil, pads) =
+        (get("strides", 1, nsp)?, get("dilations", 1, nsp)?, get("pads", 0, 2 * nsp)?);
+    if strides_.iter().chain(&dil).any(|&v| v <= 0) || pads.iter().any(|&p| p < 0) {
+        return Err("strides and dilations must be positive, pads not negative".into());
+    }
+    // Blocks along each spatial dim of the padded image.
+    let mut blocks = Vec::with_capacity(nsp);
+    for j in 0..nsp {
+        let span = dil[j] * (block[j] - 1) + 1;
+        let padded = image[j] + pads[j] + pads[j + nsp];
+        blocks.push(if padded < span { 0 } else { (padded - span) / strides_[j] + 1 });
+    }
+    let k: i64 = block.iter().product();
+    let l: i64 = blocks.iter().product();
+    let (n, rows, cols) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    if rows as i64 % k != 0 || cols as i64 != l {
+        return Err(format!(
+            "input {:?} does not hold {k}-element blocks at {l} positions (blocks {blocks:?})",
+            x.shape()
+        ));
+    }
+    let c = rows / k as usize;
+    let xs = to_f64(x)?;
+    let xs = xs.as_slice().ok_or("input is not contiguous")?;
+    let mut shape = vec![n, c];
+    shape.extend(image.iter().map(|&d| d as usize));
+    let img = crate::util::checked_numel(&shape)? / (n * c).max(1);
+    let mut out = vec![0.0f64; n * c * img];
+    let unravel = |mut i: i64, dims: &[i64]| -> Vec<i64> {
+        let mut idx = vec![0; dims.len()];
+        for d in (0..dims.len()).rev() {
+            idx[d] = i % dims[d];
+            i /= dims[d];
+        }
+        idx
+    };
+    for ki in 0..k {
+        let off = unravel(ki, &block);
+        for li in 0..l {
+            let pos = unravel(li, &blocks);
+            // The image element this (offset, block) reads, if it is not padding.
+            let mut flat = 0i64;
+            let mut inside = true;
+            for j in 0..nsp {
+                let at = pos[j] * strides_[j] + off[j] * dil[j] - pads[j];
+                inside &= (0..image[j]).contains(&at);
+                flat = flat * image[j] + at;
+            }
+            if !inside {
+                continue;
+            }
+            for b in 0..n {
+                for ch in 0..c {
+                    let src = (b * rows + ch * k as usize + ki as usize) * cols + li as usize;
+                    out[(b * c + ch) * img + flat as usize] += xs[src];
+                }
+            }
+        }
+    }
+    from_f64(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?, x.dtype())
+}

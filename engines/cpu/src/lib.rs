@@ -258,6 +258,7 @@ fn eval_native(
         Det => one(linalg::det(x()?)),
         Conv => one(conv::conv(mk, a, inputs)),
         ConvTranspose => one(conv::conv_transpose(a, inputs)),
+        Col2Im => one(conv::col2im(a, inputs)),
         MaxPool | AveragePool | LpPool | GlobalAveragePool | GlobalMaxPool | GlobalLpPool => {
             conv::pool(node.op, a, x()?, n_out)
         }

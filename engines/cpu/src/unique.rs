@@ -9,10 +9,12 @@ use xpu_ir::{Attrs, DType, Tensor, TensorData};
 
 use crate::util::{KResult, norm_axis};
 
-/// One element as a key: numbers by value (−0 equal to 0), strings by text.
+/// One element as a key: integers exactly, floats by value (−0 equal to 0, every NaN one
+/// value, as numpy's `unique` treats them), strings by text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
-    Number(u64),
+    Int(i128),
+    Float(u64),
     Text(String),
 }
 
@@ -20,19 +22,35 @@ impl Key {
     fn of(data: &TensorData, i: usize) -> Key {
         match data {
             TensorData::String(v) => Key::Text(v[i].clone()),
+            TensorData::I8(v) => Key::Int(v[i].into()),
+            TensorData::I16(v) => Key::Int(v[i].into()),
+            TensorData::I32(v) => Key::Int(v[i].into()),
+            TensorData::I64(v) => Key::Int(v[i].into()),
+            TensorData::U8(v) => Key::Int(v[i].into()),
+            TensorData::U16(v) => Key::Int(v[i].into()),
+            TensorData::U32(v) => Key::Int(v[i].into()),
+            TensorData::U64(v) => Key::Int(v[i].into()),
+            TensorData::Bool(v) => Key::Int(v[i].into()),
             d => {
                 let x = d.get_f64(i);
-                Key::Number(if x == 0.0 { 0 } else { x.to_bits() })
+                Key::Float(if x == 0.0 {
+                    0
+                } else if x.is_nan() {
+                    f64::NAN.to_bits()
+                } else {
+                    x.to_bits()
+                })
             }
         }
     }
 
     fn cmp(&self, other: &Key) -> Ordering {
         match (self, other) {
-            (Key::Number(a), Key::Number(b)) => f64::from_bits(*a).total_cmp(&f64::from_bits(*b)),
+            (Key::Int(a), Key::Int(b)) => a.cmp(b),
+            (Key::Float(a), Key::Float(b)) => f64::from_bits(*a).total_cmp(&f64::from_bits(*b)),
             (Key::Text(a), Key::Text(b)) => a.cmp(b),
-            (Key::Number(_), Key::Text(_)) => Ordering::Less,
-            (Key::Text(_), Key::Number(_)) => Ordering::Greater,
+            // One tensor holds one kind of key.
+            _ => Ordering::Equal,
         }
     }
 }

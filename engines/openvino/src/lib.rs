@@ -250,7 +250,8 @@ impl Engine for OpenVinoEngine {
             }
             kernels.push(KernelCaps {
                 device: None,
-                operand_dtypes: Vec::new(),
+                // Every input and output too (a cast to f8 reads f32 but writes f8).
+                operand_dtypes: ffi::dtypes(),
                 op_dtypes: Vec::new(),
                 name: (*kernel).into(),
                 ops: Vec::new(),

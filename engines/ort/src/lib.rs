@@ -168,7 +168,9 @@ impl Engine for OrtEngine {
             }
             kernels.push(KernelCaps {
                 device: None,
-                operand_dtypes: Vec::new(),
+                // No node that reads or writes a low-precision value (a cast to f8, say):
+                // the engine does not hand those to ORT.
+                operand_dtypes: tensor_dtypes(),
                 // The CUDA provider's gaps are not measured (no GPU here): it claims all.
                 op_dtypes: if *kernel == options::CPU_KERNEL {
                     cpu_gaps::cpu_op_dtypes()
@@ -178,13 +180,8 @@ impl Engine for OrtEngine {
                 name: (*kernel).into(),
                 ops: Vec::new(),
                 classes: classes.clone(),
-                // Every element type but tables, which are not tensors to ORT.
-                // Not the low-precision types: the engine does not hand them to ORT yet.
-                dtypes: DType::ALL
-                    .iter()
-                    .copied()
-                    .filter(|d| *d != DType::Table && !d.is_low_precision())
-                    .collect(),
+                // Every element type but tables (not tensors to ORT) and low precision.
+                dtypes: tensor_dtypes(),
                 deterministic: *kernel == options::CPU_KERNEL,
                 description: (*description).into(),
                 degraded: None,
@@ -229,4 +226,9 @@ impl Engine for OrtEngine {
             self.profile,
         )))
     }
+}
+
+/// The element types the engine hands ORT: every tensor type but the low-precision ones.
+fn tensor_dtypes() -> Vec<DType> {
+    DType::ALL.iter().copied().filter(|d| *d != DType::Table && !d.is_low_precision()).collect()
 }
