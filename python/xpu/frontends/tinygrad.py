@@ -187,9 +187,10 @@ class _Writer:
     def refuse(self, u: Any, why: str = "") -> TinygradImportError:
         op = u.op.name
         where = f" ({why})" if why else ""
+        made = _made_by(u)
         return TinygradImportError(
-            f"tinygrad op {op} is not imported yet{where} (tinygrad {self.version}); docs/frontends.md lists the mapped ops",
-            op=op, version=self.version)
+            f"tinygrad op {op}{made} is not imported yet{where} (tinygrad {self.version}); docs/frontends.md "
+            "lists the mapped ops", op=op, version=self.version)
 
     def value(self, u: Any, like: str | None = None) -> tuple[str, str, tuple[int, ...]]:
         """(name, dtype, shape) of the SGR-ML value computing UOp ``u``; ``like`` types a
@@ -623,6 +624,17 @@ def _buffer_data(buf: Any, dtype: str) -> np.ndarray:
         return widened
     typed: np.ndarray = raw.astype(_NUMPY[dtype])
     return typed
+
+
+def _made_by(u: Any) -> str:
+    """Where in the user's code ``u`` comes from, as far as tinygrad records it: the Tensor
+    method that made it (tinygrad 0.14 keeps its name, not a file and line)."""
+    try:
+        from tinygrad.uop.ops import all_metadata
+    except ImportError:  # another layout: nothing recorded
+        return ""
+    names = [m.name for m in all_metadata.get(u, ()) if getattr(m, "name", "")]
+    return f" (made by Tensor.{names[0]})" if names else ""
 
 
 def _stored(u: Any) -> Any | None:
