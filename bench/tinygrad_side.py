@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from python_side import per_call_us  # bench/, this script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(11)
@@ -92,15 +93,6 @@ def decoder_model() -> tuple[Callable[[Any], Any], np.ndarray]:
         return rms(x, final) @ head
 
     return decoder, np.eye(vocab, dtype=np.float32)[RNG.integers(0, vocab, t)][None]
-
-
-def per_call_us(fn: Callable[[], Any], reps: int) -> float:
-    samples = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples) * 1e6
 
 
 def compare(model: Callable[[Any], Any], x: np.ndarray, threads: int, rounds: int, reps: int) -> dict[str, Any]:
