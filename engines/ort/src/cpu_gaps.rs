@@ -12,6 +12,8 @@ use xpu_ir::{DType, Op};
 /// Ops whose nodes ORT's CPU provider runs only at these element types (the dtype a node
 /// computes at: its first float input's, else its first value input's; strings as ONNX
 /// allows). Ops not listed run at every tensor type.
+// One line per set of ops: a data table, kept as measured rather than one type per line.
+#[rustfmt::skip]
 const RUNS: &[(&[Op], &[DType])] = &[
     (
         &[Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Mod, Op::Abs, Op::Less, Op::Greater, Op::LessOrEqual, Op::GreaterOrEqual],
