@@ -32,11 +32,14 @@ seed() {
 }
 shopt -s nullglob
 seed minilang examples/*.ml tests/minilang/*.ml
-seed sgr_text examples/*.sgr tests/programs/*.sgr tests/filetests/*.sgr
+seed sgr_text examples/*.sgr tests/programs/*.sgr tests/filetests/*.sgr fuzz/seeds/sgr_text/*
 seed lir_text tests/filetests/lir/*
 seed onnx_model examples/*.onnx $(ls .cache/onnx-node/*/model.onnx 2>/dev/null | head -200)
+# Low-precision types (packed 4- and 2-bit data, float8 casts), Unique and Col2Im.
+seed onnx_model $(ls .cache/onnx-node/test_{cast,castlike,bitcast,quantizelinear,dequantizelinear,unique,col2im}*/model.onnx 2>/dev/null)
 seed npy examples/*.npy
 seed tensor_pb $(ls .cache/onnx-node/*/0/*.pb 2>/dev/null | head -200)
+seed tensor_pb $(ls .cache/onnx-node/test_{cast,dequantizelinear}*/0/*.pb 2>/dev/null)
 seed csv_table examples/*.csv tests/minilang/*.csv
 seed policy policies/examples/*.toml policies/builtin/*.toml
 seed inventory policies/inventories/*.toml

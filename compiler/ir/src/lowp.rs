@@ -87,8 +87,12 @@ impl Minifloat {
                 let v = if man == 0 { f32::INFINITY } else { f32::NAN };
                 return if negative { -v } else { v };
             }
-            Special::FiniteNan if magnitude == (1 << (self.width() - 1)) - 1 => return f32::NAN,
-            Special::UnsignedZero if code == 0x80 => return f32::NAN,
+            // As ml_dtypes decodes them: the NaN keeps its code's sign; fnuz's one NaN
+            // (the negative-zero pattern) is negative.
+            Special::FiniteNan if magnitude == (1 << (self.width() - 1)) - 1 => {
+                return if negative { -f32::NAN } else { f32::NAN };
+            }
+            Special::UnsignedZero if code == 0x80 => return -f32::NAN,
             _ => {}
         }
         let value = if exp_field == 0 {
