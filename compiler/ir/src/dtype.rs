@@ -109,19 +109,8 @@ impl DType {
 
     /// The low-precision type this is, if it is one.
     pub fn lowp(self) -> Option<Lowp> {
-        Some(match self {
-            DType::F8E4M3FN => Lowp::F8E4M3FN,
-            DType::F8E4M3FNUZ => Lowp::F8E4M3FNUZ,
-            DType::F8E5M2 => Lowp::F8E5M2,
-            DType::F8E5M2FNUZ => Lowp::F8E5M2FNUZ,
-            DType::F8E8M0 => Lowp::F8E8M0,
-            DType::F4E2M1 => Lowp::F4E2M1,
-            DType::I4 => Lowp::I4,
-            DType::U4 => Lowp::U4,
-            DType::I2 => Lowp::I2,
-            DType::U2 => Lowp::U2,
-            _ => return None,
-        })
+        // `Lowp::dtype` is the one mapping between the two enums.
+        Lowp::ALL.into_iter().find(|l| l.dtype() == self)
     }
 
     pub fn is_low_precision(self) -> bool {

@@ -36,7 +36,8 @@ class Conv(NamedTuple):
     group: int
 
 
-def _ints(u: Any) -> list[int] | None:
+def const_ints(u: Any) -> list[int] | None:
+    """The integers a movement argument holds: a STACK of constants, or one constant."""
     if u.op.name == "CONST":
         return [int(u.arg)]
     if u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src):
@@ -73,7 +74,7 @@ def _run(chain: list[Any], start: int) -> np.ndarray | None:
         elif name == "FLIP":
             idx = np.flip(idx, tuple(i for i, f in enumerate(u.arg) if f))
         elif name in ("PAD", "SHRINK"):
-            first, second = _ints(u.src[1]), _ints(u.src[2])
+            first, second = const_ints(u.src[1]), const_ints(u.src[2])
             if first is None or second is None:
                 return None
             if name == "SHRINK":

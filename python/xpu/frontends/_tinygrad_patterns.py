@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-# The ops that pass a value through unchanged in a graph that is not scheduled yet.
-_PASS = ("DETACH", "CONTIGUOUS", "CONTIGUOUS_BACKWARD", "NOOP")
+#: The ops that pass a value through unchanged in a graph that is not scheduled yet.
+PASS = ("DETACH", "CONTIGUOUS", "CONTIGUOUS_BACKWARD", "NOOP")
 
 
 class Raised(NamedTuple):
@@ -29,7 +29,7 @@ class Raised(NamedTuple):
 
 
 def strip(u: Any) -> Any:
-    while u.op.name in _PASS:
+    while u.op.name in PASS:
         u = u.src[0]
     return u
 

@@ -53,7 +53,7 @@ _BOOLEAN = {"ADD": "or", "MAX": "or", "MUL": "and"}
 _REDUCE = {"ADD": "reduce_sum", "MAX": "reduce_max", "MUL": "reduce_prod"}
 # Ops that pass their input through unchanged in a graph that is not scheduled yet.
 # COPY moves a value to another device: the same value.
-_IDENTITY = {"CONTIGUOUS", "CONTIGUOUS_BACKWARD", "DETACH", "NOOP", "COPY"}
+_IDENTITY = {*patterns.PASS, "COPY"}
 _INTEGER = ("AND", "OR", "XOR", "CDIV", "CMOD", "FLOORDIV", "FLOORMOD", "SHL", "SHR")
 
 
@@ -664,13 +664,11 @@ def _reached(roots: list[Any]) -> set[Any]:
 
 
 def _ints(u: Any, w: _Writer) -> list[int]:
-    """The integers a movement op's argument holds: a STACK of constants, or one constant
-    (a single axis)."""
-    if u.op.name == "CONST":
-        return [int(u.arg)]
-    if u.op.name == "STACK" and all(c.op.name == "CONST" for c in u.src):
-        return [int(c.arg) for c in u.src]
-    raise w.refuse(u, "a movement argument that is not constant (a symbolic shape)")
+    """The integers a movement op's argument holds (``_tinygrad_conv.const_ints``), or refused."""
+    found = convolution.const_ints(u)
+    if found is None:
+        raise w.refuse(u, "a movement argument that is not constant (a symbolic shape)")
+    return found
 
 
 def to_sgr(*outputs: Any, inputs: Mapping[str, Any] | None = None, name: str = "tinygrad",
