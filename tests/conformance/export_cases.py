@@ -2,7 +2,8 @@
 
 Each case becomes DIR/<case>/model.onnx plus DIR/<case>/<k>/input_<i>.pb and
 output_<i>.pb (TensorProto, or SequenceProto / OptionalProto for non-tensor values),
-and DIR/manifest.json lists every case with its rtol/atol and the kind of each value.
+and DIR/manifest.json lists every case with its rtol/atol and the kind of each value, and
+the reason for each case whose expectation was replaced (ERRATA below).
 The export is keyed by the onnx version and the export format: a stale cache is rebuilt.
 """
 
@@ -18,7 +19,19 @@ from onnx.backend.test.case.node import collect_testcases
 
 
 # Bump when the export layout changes, so stale caches are rebuilt.
-FORMAT = f"onnx-{onnx.__version__}/2"
+FORMAT = f"onnx-{onnx.__version__}/3"
+
+# Cases whose stored expectation is further from the exact answer than the case's own
+# tolerance allows. Their expectation is replaced by the exact answer (ONNX's reference
+# evaluator run on a float64 copy of the model, rounded to the output type) — but only
+# after proving, at every export, that the stored one fails against it; an onnx release
+# that fixes the data makes the export fail here, naming the erratum to remove.
+ERRATA = {
+    "test_dft_inverse": "the reference computes the inverse DFT in float32; 10 outputs whose "
+    "exact value is 0 come out as ±1.9e-7, beyond the case's atol of 1e-7",
+    "test_dft_inverse_opset19": "the reference computes the inverse DFT in float32; 10 outputs "
+    "whose exact value is 0 come out as ±1.9e-7, beyond the case's atol of 1e-7",
+}
 
 
 def value_to_proto(value, vinfo):
@@ -42,6 +55,44 @@ def value_to_proto(value, vinfo):
     return kind or "unknown", b""
 
 
+def float64_copy(model):
+    """The model with every float32 value, initializer and cast target made float64."""
+    f32, f64 = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        if v.type.tensor_type.elem_type == f32:
+            v.type.tensor_type.elem_type = f64
+    for i, init in enumerate(g.initializer):
+        if init.data_type == f32:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float64), init.name))
+    for node in g.node:
+        for a in node.attribute:
+            if a.name == "to" and a.i == f32:
+                a.i = f64
+    return m
+
+
+def exact_outputs(case, inputs, outputs):
+    """The erratum's replacement expectation, after checking the stored one is wrong."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = case.model.graph
+    wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else x for x in inputs]
+    exact = ReferenceEvaluator(float64_copy(case.model)).run(None, {graph.input[i].name: x for i, x in enumerate(wide)})
+    replaced, wrong = [], 0
+    for stored, e in zip(outputs, exact):
+        stored = np.asarray(stored)
+        rounded = np.asarray(e).astype(stored.dtype)
+        tol = case.atol + case.rtol * np.abs(rounded.astype(np.float64))
+        wrong += int((np.abs(stored.astype(np.float64) - rounded.astype(np.float64)) > tol).sum())
+        replaced.append(rounded)
+    if wrong == 0:
+        raise SystemExit(f"erratum {case.name}: the stored expectation now agrees with the exact answer; remove it from ERRATA in {__file__}")
+    return replaced
+
+
 def main(out_dir):
     stamp_path = os.path.join(out_dir, "manifest.json")
     if os.path.exists(stamp_path):
@@ -61,6 +112,8 @@ def main(out_dir):
         graph = case.model.graph
         data_sets = []
         for k, (inputs, outputs) in enumerate(case.data_sets or []):
+            if case.name in ERRATA:
+                outputs = exact_outputs(case, inputs, outputs)
             ds_dir = os.path.join(case_dir, str(k))
             os.makedirs(ds_dir, exist_ok=True)
             kinds = {"inputs": [], "outputs": []}
@@ -82,6 +135,7 @@ def main(out_dir):
                 "atol": float(case.atol),
                 "data_sets": data_sets,
                 "ops": sorted({n.op_type for n in graph.node}),
+                "erratum": ERRATA.get(case.name),
             }
         )
     with open(stamp_path, "w") as f:

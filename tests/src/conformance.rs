@@ -21,6 +21,10 @@ pub struct CaseInfo {
     pub atol: f64,
     pub data_sets: Vec<DataSetKinds>,
     pub ops: Vec<String>,
+    /// Why the case's stored expectation was replaced by the exact answer (the exporter's
+    /// `ERRATA`, each proven wrong against its own tolerance at export).
+    #[serde(default)]
+    pub erratum: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -89,6 +93,9 @@ fn primary_op(case: &CaseInfo, by_name: &BTreeMap<&str, &CaseInfo>) -> String {
     "(multi-node)".into()
 }
 
+/// The relative tolerance ONNX's backend runner gives bfloat16 outputs: two bf16 ulps.
+const BF16_RTOL: f64 = 1.0 / 64.0;
+
 /// One unit in the last place of `y` rounded to bfloat16: bf16 keeps f32's exponent and 7
 /// of its mantissa bits.
 fn bf16_ulp(y: f64) -> f64 {
@@ -101,8 +108,11 @@ fn bf16_ulp(y: f64) -> f64 {
 }
 
 /// numpy's `assert_allclose` rule: |a − e| ≤ atol + rtol·|e|, NaNs equal, infinities equal
-/// only to the same infinity. bfloat16 results may also differ by one bf16 ulp: how an
-/// engine rounds f32 to bf16 depends on the CPU (OpenVINO rounds to nearest with
+/// only to the same infinity. bfloat16 results are compared as ONNX's own backend runner
+/// compares them (`onnx/backend/test/runner`, 1.20+): with `rtol` raised to 2⁻⁶, two bf16
+/// ulps, because a bf16 result computed in any order of operations other than the
+/// reference's lands an ulp or two away. They may also differ by one bf16 ulp near zero:
+/// how an engine rounds f32 to bf16 depends on the CPU (OpenVINO rounds to nearest with
 /// AVX512_BF16 and differently on AVX2-only CPUs: `test_cast_FLOAT_to_BFLOAT16` gives
 /// 0.46875 on one and 0.470703125 on the other), and a case must not pass on one machine
 /// and fail on the next (docs/conformance.md).
@@ -134,6 +144,7 @@ pub fn compare(actual: &Tensor, expected: &Tensor, rtol: f64, atol: f64) -> Resu
         (a, e) => {
             let float = actual.dtype().is_float();
             let bf16 = actual.dtype() == xpu_ir::DType::BF16;
+            let rtol = if bf16 { rtol.max(BF16_RTOL) } else { rtol };
             for i in 0..a.len() {
                 let (x, y) = (a.get_f64(i), e.get_f64(i));
                 // numpy's rule: infinities only match the same infinity (without this an
@@ -341,6 +352,13 @@ pub fn report(manifest: &Manifest, results: &[CaseResult], title: &str, route: &
             c[4]
         ));
     }
+    let errata: Vec<&CaseInfo> = manifest.cases.iter().filter(|c| c.erratum.is_some()).collect();
+    if !errata.is_empty() {
+        s.push_str("\n## Expectations replaced\n\nThese cases' stored expectations are further from the exact answer than their own tolerance allows; `tests/conformance/export_cases.py` proves that at every export and compares with the exact answer (ONNX's reference evaluator on a float64 copy of the model, rounded to the output type) instead.\n\n| case | why |\n|---|---|\n");
+        for c in errata {
+            s.push_str(&format!("| {} | {} |\n", c.name, c.erratum.as_deref().unwrap_or("")));
+        }
+    }
     s.push_str("\n## Cases that do not pass\n\n| case | status | detail |\n|---|---|---|\n");
     for r in results.iter().filter(|r| r.status != Status::Pass) {
         let mut d: String = r.detail.replace('|', "\\|").replace('\n', " ");
@@ -469,12 +487,16 @@ mod bf16_tests {
     }
 
     #[test]
-    fn bf16_results_may_differ_by_one_ulp_and_no_more() {
+    fn bf16_results_get_onnx_runners_two_ulps_and_no_more() {
         // The two roundings of f32 0.4702… seen on AVX2 and AVX-512 machines.
         assert_eq!(compare(&bf16(0.46875), &bf16(0.470703125), 1e-3, 1e-7), Ok(()));
         assert_eq!(compare(&bf16(-1.546875), &bf16(-1.5546875), 1e-3, 1e-7), Ok(()));
-        // Two ulps is a real difference.
-        assert!(compare(&bf16(0.466796875), &bf16(0.470703125), 1e-3, 1e-7).is_err());
+        // rtol 2⁻⁶ is two ulps at the bottom of a binade (ulp 2⁻⁸ at 0.5); three is a real
+        // difference.
+        assert_eq!(compare(&bf16(0.5078125), &bf16(0.5), 1e-3, 1e-7), Ok(()));
+        assert!(compare(&bf16(0.51171875), &bf16(0.5), 1e-3, 1e-7).is_err());
+        // Near zero only the one-ulp allowance and atol remain.
+        assert!(compare(&bf16(0.0), &bf16(1e-3), 1e-3, 1e-7).is_err());
         assert_eq!(bf16_ulp(1.5), 0.0078125);
         assert_eq!(bf16_ulp(0.47), 0.001953125);
     }

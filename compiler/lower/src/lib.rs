@@ -38,6 +38,12 @@ pub const REDUCE_OPS: &[Op] = &[
     Op::LogSoftmax,
 ];
 
+/// The dtypes softmax and log_softmax are lowered at. At f16/bf16 ONNX defines them by a
+/// function body that rounds every intermediate to the input's type (the cpu engine does
+/// so), and LIR-ML has no rounding to a storage type inside a kernel: computed in f32 they
+/// land an ulp or two from ONNX's answer, so engines leave them to the cpu engine.
+pub const SOFTMAX_DTYPES: [DType; 2] = [DType::F32, DType::F64];
+
 /// Where a kernel buffer's data comes from at run time.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Slot {

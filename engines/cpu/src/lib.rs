@@ -205,6 +205,13 @@ pub(crate) fn eval(
             | OpClass::Compare
             | OpClass::Logical
     ) && node.op != Op::Identity;
+    if let (Op::Softmax | Op::LogSoftmax, Some(Some(x))) = (node.op, inputs.first())
+        && is_half(x.dtype())
+    {
+        // The function body's intermediates are values of the graph's 16-bit type.
+        let y = reduce::softmax_with_values_of(node.op, &node.attrs, &widen(x), x.dtype())?;
+        return Ok(vec![narrow(y, out_dtypes.first().copied().unwrap_or(x.dtype()))]);
+    }
     if computes && inputs.iter().flatten().any(|t| is_half(t.dtype())) {
         let widened: Vec<Option<Tensor>> = inputs.iter().map(|t| t.map(widen)).collect();
         let refs: Vec<Option<&Tensor>> = widened.iter().map(Option::as_ref).collect();

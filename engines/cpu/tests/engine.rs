@@ -227,3 +227,38 @@ fn memory_limit_is_enforced_on_live_tensors() {
     let err = run(1000, 3200).unwrap_err();
     assert!(matches!(err, EngineError::MemoryLimit { needed: 32000, .. }), "a bigger input: {err}");
 }
+
+#[test]
+fn half_softmax_follows_onnx_function_body_bit_for_bit() {
+    // ONNX defines Softmax/LogSoftmax by a body whose every value has the input's type; the
+    // engine rounds those intermediates, so the fused op equals the body run op by op.
+    for ty in ["f16", "bf16"] {
+        let fused = parse(&format!(
+            "graph \"g\" {{\n  %0: {ty}[6,37] = input \"x\"\n  %1: {ty}[6,37] = softmax(%0) {{axis = 1}}\n  %2: {ty}[6,37] = log_softmax(%0) {{axis = 1}}\n  return \"s\" = %1\n  return \"l\" = %2\n}}"
+        ))
+        .unwrap();
+        let body = parse(&format!(
+            "graph \"g\" {{\n  %0: {ty}[6,37] = input \"x\"\n  %1: i64[1] = constant {{value = tensor<i64[1]> [1]}}\n  %2: {ty}[6,1] = reduce_max(%0, %1) {{keepdims = 1}}\n  %3: {ty}[6,37] = sub(%0, %2)\n  %4: {ty}[6,37] = exp(%3)\n  %5: {ty}[6,1] = reduce_sum(%4, %1) {{keepdims = 1}}\n  %6: {ty}[6,37] = div(%4, %5)\n  %7: {ty}[6,1] = log(%5)\n  %8: {ty}[6,37] = sub(%3, %7)\n  return \"s\" = %6\n  return \"l\" = %8\n}}"
+        ))
+        .unwrap();
+        let values: Vec<f32> = rand(6 * 37, 11).iter().map(|v| v * 6.0).collect();
+        let x = match ty {
+            "f16" => Tensor::from_vec(
+                vec![6, 37],
+                values.iter().map(|&v| half::f16::from_f32(v)).collect(),
+            ),
+            _ => Tensor::from_vec(
+                vec![6, 37],
+                values.iter().map(|&v| half::bf16::from_f32(v)).collect(),
+            ),
+        }
+        .unwrap();
+        let a = run_with(&fused, &[], std::slice::from_ref(&x)).unwrap();
+        let b = run_with(&body, &[], &[x]).unwrap();
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(p.dtype(), q.dtype());
+            let (p, q) = (p.le_bytes(), q.le_bytes());
+            assert_eq!(p, q, "{ty} output {i}");
+        }
+    }
+}

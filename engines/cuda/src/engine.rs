@@ -586,6 +586,10 @@ pub fn kernels(cublaslt: bool) -> Vec<KernelCaps> {
         .map(|(ops, dtypes)| xpu_engine::OpDtypes { ops, dtypes })
         .collect::<Vec<_>>();
     op_dtypes.push(xpu_engine::OpDtypes {
+        ops: vec![Op::Softmax, Op::LogSoftmax],
+        dtypes: lower::SOFTMAX_DTYPES.to_vec(),
+    });
+    op_dtypes.push(xpu_engine::OpDtypes {
         ops: lower::REDUCE_OPS.iter().copied().chain([Op::LayerNormalization]).collect(),
         dtypes: xpu_lower::FUSED_DTYPES.to_vec(),
     });

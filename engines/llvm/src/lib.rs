@@ -178,6 +178,12 @@ pub fn elementwise_dtypes(floats: &[DType]) -> Vec<OpDtypes> {
         .collect()
 }
 
+/// Softmax and LogSoftmax at the dtypes the lowering computes them as ONNX defines them
+/// ([`lower::SOFTMAX_DTYPES`]); at f16/bf16 they are left to the cpu engine.
+pub fn softmax_dtypes() -> OpDtypes {
+    OpDtypes { ops: vec![Op::Softmax, Op::LogSoftmax], dtypes: lower::SOFTMAX_DTYPES.to_vec() }
+}
+
 fn kernels() -> Vec<KernelCaps> {
     let mut ops = lower::ops::OPS.to_vec();
     ops.extend([Op::Transpose, Op::Constant]);
@@ -190,7 +196,7 @@ fn kernels() -> Vec<KernelCaps> {
         description: "reductions over any axes, softmax along an axis and layer normalisation over the trailing dims, elementwise producers computed inside; fixed 8-lane accumulators".into(),
         device: None,
         operand_dtypes: OPERAND_DTYPES.to_vec(),
-        op_dtypes: Vec::new(),
+        op_dtypes: vec![softmax_dtypes()],
         degraded: None,
     };
     let gemm = KernelCaps {
