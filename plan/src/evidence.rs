@@ -74,8 +74,9 @@ pub fn signature_bits(g: &Graph, id: NodeId, bindings: &BTreeMap<String, u64>) -
     h.0
 }
 
-/// An attribute's value: numbers by their bits, names by their text; a tensor or a row
-/// expression (rare outside constants and table ops) by its JSON form.
+/// An attribute's value: numbers by their bits, names by their text; a tensor, a row
+/// expression or a subgraph (rare outside constants, table ops and control flow) by its JSON
+/// form.
 fn attr_hash(h: &mut Fnv, a: &Attr) {
     match a {
         Attr::Int(i) => h.bytes(&i.to_le_bytes()),
@@ -85,7 +86,9 @@ fn attr_hash(h: &mut Fnv, a: &Attr) {
         Attr::Floats(v) => v.iter().for_each(|f| h.bytes(&f.to_bits().to_le_bytes())),
         Attr::Strs(v) => v.iter().for_each(|s| h.bytes(s.as_bytes())),
         Attr::DType(d) => h.bytes(d.name().as_bytes()),
-        Attr::Tensor(_) | Attr::Row(_) => h.bytes(&serde_json::to_vec(a).unwrap_or_default()),
+        Attr::Tensor(_) | Attr::Row(_) | Attr::Graph(_) => {
+            h.bytes(&serde_json::to_vec(a).unwrap_or_default())
+        }
     }
     h.byte(b';');
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{DType, RowExpr, Tensor};
+use crate::{DType, Graph, RowExpr, Tensor};
 
 /// One attribute value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -23,6 +23,9 @@ pub enum Attr {
     DType(DType),
     /// A typed row expression of a table op (`filter_rows.predicate`, `with_column.expr`).
     Row(RowExpr),
+    /// A subgraph of a control-flow op (`if.then_branch`, `loop.body`): a closed graph whose
+    /// inputs are the values the op hands it.
+    Graph(Box<Graph>),
 }
 
 /// The kinds an attribute schema can require.
@@ -37,6 +40,7 @@ pub enum AttrKind {
     Tensor,
     DType,
     Row,
+    Graph,
 }
 
 impl AttrKind {
@@ -51,6 +55,7 @@ impl AttrKind {
             AttrKind::Tensor => "tensor",
             AttrKind::DType => "dtype",
             AttrKind::Row => "a row expression",
+            AttrKind::Graph => "a graph",
         }
     }
 }
@@ -67,6 +72,7 @@ impl Attr {
             Attr::Tensor(_) => AttrKind::Tensor,
             Attr::DType(_) => AttrKind::DType,
             Attr::Row(_) => AttrKind::Row,
+            Attr::Graph(_) => AttrKind::Graph,
         }
     }
 
@@ -186,6 +192,21 @@ impl Attrs {
             Some(Attr::Row(e)) => Some(e),
             _ => None,
         }
+    }
+
+    pub fn graph(&self, name: &str) -> Option<&Graph> {
+        match self.0.get(name) {
+            Some(Attr::Graph(g)) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Every subgraph attribute, by name (the control-flow ops').
+    pub fn graphs(&self) -> impl Iterator<Item = (&str, &Graph)> {
+        self.0.iter().filter_map(|(k, a)| match a {
+            Attr::Graph(g) => Some((k.as_str(), &**g)),
+            _ => None,
+        })
     }
 
     pub fn dtype(&self, name: &str) -> Option<DType> {

@@ -183,6 +183,11 @@ fn infer_node(
     if n_outputs < info.outputs.0 || n_outputs > info.outputs.1 {
         return cx.err(format!("has {} outputs, got {n_outputs}", arity(info.outputs)));
     }
+    if op.class() == OpClass::Control {
+        let tys: Vec<Option<&TensorType>> = inputs.iter().map(|i| i.map(|(t, _)| t)).collect();
+        return crate::control::infer(op, attrs, &tys, n_outputs)
+            .map_err(|message| InferError { op, message });
+    }
     for i in 0..info.inputs.0 {
         cx.ty(i)?;
     }

@@ -9,6 +9,7 @@
 
 pub mod attr;
 pub mod borrowed;
+pub mod control;
 pub mod dtype;
 pub mod graph;
 pub mod infer;

@@ -52,12 +52,14 @@ pub enum OpClass {
     Quant,
     /// ONNX nodes xpu has no op for, kept as they are for engines that take ONNX.
     Opaque,
+    /// Control flow with subgraphs (if, loop, scan).
+    Control,
     /// Relational ops on tables (load, filter, group, join, …), run by the `table` engine.
     Table,
 }
 
 impl OpClass {
-    pub const ALL: [OpClass; 25] = [
+    pub const ALL: [OpClass; 26] = [
         OpClass::Unary,
         OpClass::Activation,
         OpClass::Binary,
@@ -82,6 +84,7 @@ impl OpClass {
         OpClass::Recurrent,
         OpClass::Quant,
         OpClass::Opaque,
+        OpClass::Control,
         OpClass::Table,
     ];
 
@@ -111,6 +114,7 @@ impl OpClass {
             OpClass::Recurrent => "recurrent",
             OpClass::Quant => "quant",
             OpClass::Opaque => "opaque",
+            OpClass::Control => "control",
             OpClass::Table => "table",
         }
     }
@@ -377,6 +381,11 @@ define_ops! {
     Plot "plot" "—" Table (1,1)->(1,1) ["kind": Str, "path": Str, "title": Str, "x": Str, "y": Strs] "Draw a bar, line, scatter or hist chart of the columns to a PNG or SVG file; yields the rows drawn (i64).";
     // ---- quantization
     QuantizeLinear "quantize_linear" "QuantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType, "precision": DType, "saturate": Int] "saturate(round(x / scale) + zero_point), scales per tensor, axis or block.";
+    // ---- control flow: subgraphs are closed (`docs/sgr-ml.md`, control flow): each takes the
+    // node's last `captures` inputs (outer values it reads) as its last inputs
+    If "if" "If" Control (1,MANY)->(1,MANY) ["else_branch": Graph, "then_branch": Graph] "Runs then_branch if the one-element bool input 0 is true, else else_branch; each branch takes the node's other inputs (its captures) and gives the node's outputs.";
+    Loop "loop" "Loop" Control (2,MANY)->(1,MANY) ["body": Graph, "captures": Int] "While the iteration count is below M (input 0, omitted: no limit) and the condition (input 1, omitted: true) holds, runs body(i, cond, carried…, captures…) → (cond, carried…, scan outputs…); outputs the final carried values and each scan output stacked along a new axis 0.";
+    Scan "scan" "Scan" Control (1,MANY)->(1,MANY) ["body": Graph, "captures": Int, "num_scan_inputs": Int, "scan_input_axes": Ints, "scan_input_directions": Ints, "scan_output_axes": Ints, "scan_output_directions": Ints] "Runs body(state…, slices…, captures…) → (state…, output slices…) once per slice of the scan inputs along their axes (forward or reverse); outputs the final state and the output slices stacked along their axes.";
     OnnxOp "onnx_op" "—" Opaque (0,64)->(1,64) ["op_type": Str, "domain": Str, "opset": Int] "An ONNX node xpu has no op for (`op_type` in `domain` at `opset`), kept as it is so engines that take ONNX (ort, openvino) can run it; its other attributes are the node's own and its output types are the ones the model declares.";
     DequantizeLinear "dequantize_linear" "DequantizeLinear" Quant (2,3)->(1,1) ["axis": Int, "block_size": Int, "output_dtype": DType] "(x − zero_point) · scale, scales per tensor, axis or block.";
     DynamicQuantizeLinear "dynamic_quantize_linear" "DynamicQuantizeLinear" Quant (1,1)->(3,3) [] "u8 quantization with scale and zero point computed from the input's range.";

@@ -37,13 +37,21 @@ impl fmt::Display for Graph {
 }
 
 fn write_graph(f: &mut impl fmt::Write, g: &Graph) -> fmt::Result {
+    write_graph_at(f, g, 0)?;
+    f.write_str("\n")
+}
+
+/// A graph whose statements are indented `depth + 1` levels (a subgraph attribute's body is
+/// nested in its node's line); the closing brace ends without a newline.
+fn write_graph_at(f: &mut impl fmt::Write, g: &Graph, depth: usize) -> fmt::Result {
+    let indent = "  ".repeat(depth + 1);
     writeln!(f, "graph {:?} {{", g.name)?;
     for &v in &g.inputs {
         let val = g.value(v);
-        writeln!(f, "  {v}: {} = input {:?}", val.ty, val.name.as_deref().unwrap_or(""))?;
+        writeln!(f, "{indent}{v}: {} = input {:?}", val.ty, val.name.as_deref().unwrap_or(""))?;
     }
     for n in &g.nodes {
-        f.write_str("  ")?;
+        f.write_str(&indent)?;
         for (i, &o) in n.outputs.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
@@ -64,7 +72,7 @@ fn write_graph(f: &mut impl fmt::Write, g: &Graph) -> fmt::Result {
             }
             f.write_str(")")?;
         }
-        write_attrs(f, &n.attrs)?;
+        write_attrs(f, &n.attrs, depth)?;
         if let Some(name) = &n.name {
             write!(f, " @name({name:?})")?;
         }
@@ -74,7 +82,7 @@ fn write_graph(f: &mut impl fmt::Write, g: &Graph) -> fmt::Result {
         f.write_str("\n")?;
     }
     if !g.outputs.is_empty() {
-        f.write_str("  return ")?;
+        write!(f, "{indent}return ")?;
         for (i, o) in g.outputs.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
@@ -83,10 +91,10 @@ fn write_graph(f: &mut impl fmt::Write, g: &Graph) -> fmt::Result {
         }
         f.write_str("\n")?;
     }
-    f.write_str("}\n")
+    write!(f, "{}}}", "  ".repeat(depth))
 }
 
-fn write_attrs(f: &mut impl fmt::Write, attrs: &Attrs) -> fmt::Result {
+fn write_attrs(f: &mut impl fmt::Write, attrs: &Attrs, depth: usize) -> fmt::Result {
     if attrs.is_empty() {
         return Ok(());
     }
@@ -96,7 +104,10 @@ fn write_attrs(f: &mut impl fmt::Write, attrs: &Attrs) -> fmt::Result {
             f.write_str(", ")?;
         }
         write!(f, "{k} = ")?;
-        write_attr(f, v)?;
+        match v {
+            Attr::Graph(g) => write_graph_at(f, g, depth + 1)?,
+            v => write_attr(f, v)?,
+        }
     }
     f.write_str("}")
 }
@@ -127,6 +138,7 @@ fn write_attr(f: &mut impl fmt::Write, a: &Attr) -> fmt::Result {
         Attr::DType(d) => write!(f, "dtype<{d}>"),
         Attr::Tensor(t) => write_tensor(f, t),
         Attr::Row(e) => write!(f, "row({e})"),
+        Attr::Graph(g) => write_graph_at(f, g, 0),
     }
 }
 
@@ -374,6 +386,8 @@ struct Parser<'a> {
     tok: Tok,
     line: usize,
     col: usize,
+    /// How many graphs enclose the one being parsed (subgraph attributes nest).
+    depth: usize,
 }
 
 /// Parses the text form into a graph. Types are taken as written; run the verifier to check them.
@@ -383,6 +397,7 @@ pub fn parse(src: &str) -> Result<Graph, ParseError> {
         tok: Tok::Eof,
         line: 1,
         col: 1,
+        depth: 0,
     };
     p.advance()?;
     let g = p.graph()?;
@@ -464,6 +479,12 @@ impl<'a> Parser<'a> {
     }
 
     fn graph(&mut self) -> Result<Graph, ParseError> {
+        if self.depth > crate::control::MAX_SUBGRAPH_DEPTH {
+            return Err(self.err(format!(
+                "subgraphs nested more than {} deep",
+                crate::control::MAX_SUBGRAPH_DEPTH
+            )));
+        }
         self.keyword("graph")?;
         let name = self.string()?;
         self.punct('{')?;
@@ -749,6 +770,12 @@ impl<'a> Parser<'a> {
             Tok::Ident(s) if s == "tensor" => {
                 self.advance()?;
                 Ok(Attr::Tensor(self.tensor()?))
+            }
+            Tok::Ident(s) if s == "graph" => {
+                self.depth += 1;
+                let g = self.graph();
+                self.depth -= 1;
+                Ok(Attr::Graph(Box::new(g?)))
             }
             Tok::Ident(s) if s == "row" => {
                 self.advance()?;

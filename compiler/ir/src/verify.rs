@@ -19,6 +19,8 @@ pub enum Rule {
     Types,
     /// Graph outputs must name existing values, with unique names.
     Outputs,
+    /// A subgraph of a control-flow node breaks a rule (or nests too deep).
+    Subgraph,
 }
 
 impl fmt::Display for Rule {
@@ -30,6 +32,7 @@ impl fmt::Display for Rule {
             Rule::Attribute => "attribute",
             Rule::Types => "types",
             Rule::Outputs => "outputs",
+            Rule::Subgraph => "subgraph",
         })
     }
 }
@@ -46,6 +49,11 @@ pub struct VerifyError {
 
 /// Checks every rule; returns all violations found (empty when the graph is valid).
 pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
+    verify_at(g, 0)
+}
+
+/// `verify` of a graph nested `depth` subgraphs deep.
+fn verify_at(g: &Graph, depth: usize) -> Result<(), Vec<VerifyError>> {
     let mut errs = Vec::new();
     let mut defined = vec![false; g.values.len()];
     let err = |errs: &mut Vec<VerifyError>, node: Option<NodeId>, rule, message: String| {
@@ -101,7 +109,9 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
             );
             ok = false;
         }
-        for i in 0..info.inputs.0.min(n.inputs.len()) {
+        // A loop's trip count and condition (its first two inputs) may be omitted.
+        let required = if n.op == crate::Op::Loop { 0 } else { info.inputs.0 };
+        for i in 0..required.min(n.inputs.len()) {
             if n.inputs[i].is_none() {
                 err(&mut errs, Some(id), Rule::Arity, format!("required input {i} is omitted"));
                 ok = false;
@@ -153,6 +163,30 @@ pub fn verify(g: &Graph) -> Result<(), Vec<VerifyError>> {
                 ok = false;
             }
             defined[o.index()] = true;
+        }
+        for (name, sub) in n.attrs.graphs() {
+            let nested = if depth >= crate::control::MAX_SUBGRAPH_DEPTH {
+                Err(vec![VerifyError {
+                    node: None,
+                    rule: Rule::Subgraph,
+                    message: format!(
+                        "subgraphs nest more than {} deep",
+                        crate::control::MAX_SUBGRAPH_DEPTH
+                    ),
+                }])
+            } else {
+                verify_at(sub, depth + 1)
+            };
+            for e in nested.err().into_iter().flatten() {
+                let inner = e.node.map(|l| format!("{l}: ")).unwrap_or_default();
+                err(
+                    &mut errs,
+                    Some(id),
+                    Rule::Subgraph,
+                    format!("in `{name}`: {inner}[{}] {}", e.rule, e.message),
+                );
+                ok = false;
+            }
         }
         // Nothing in xpu can infer an opaque node's types: they are the model's declaration.
         if !ok || n.op == crate::Op::OnnxOp {

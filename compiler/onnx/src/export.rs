@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use prost::Message;
-use xpu_ir::{Attr, Dim, Graph, Op, TensorType, ValueId};
+use xpu_ir::{Attr, Dim, Graph, Op, OpClass, TensorType, ValueId};
 
 use crate::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
@@ -142,7 +142,8 @@ fn value_info(name: &str, t: &TensorType) -> ValueInfoProto {
     }
 }
 
-fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
+/// An attribute; `subgraph` writes a subgraph attribute's graph (it needs its node's names).
+fn attr_proto(name: &str, a: &Attr, subgraph: &dyn Fn(&Graph) -> GraphProto) -> AttributeProto {
     let mut p = AttributeProto { name: Some(name.to_string()), ..Default::default() };
     let ty = match a {
         Attr::Int(v) => {
@@ -183,6 +184,10 @@ fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
             p.s = Some(e.to_string().into_bytes());
             AttributeType::String
         }
+        Attr::Graph(g) => {
+            p.g = Some(subgraph(g));
+            AttributeType::Graph
+        }
     };
     p.r#type = Some(ty as i32);
     p
@@ -191,87 +196,12 @@ fn attr_proto(name: &str, a: &Attr) -> AttributeProto {
 /// Serialises a graph as an ONNX model at [`EXPORT_OPSET`], or at the newer opset an op in
 /// it requires. Constants become initializers;
 /// graph outputs keep their names (an `Identity` is added when an output name cannot name
-/// the value itself: a graph input, a constant or a value exported twice).
+/// the value itself: a graph input, a constant or a value exported twice). Subgraphs of
+/// control-flow nodes are written as ONNX subgraphs: their captures become references to the
+/// outer values' names.
 pub fn export_model(g: &Graph) -> Vec<u8> {
-    let mut names: Vec<String> = (0..g.values.len()).map(|i| format!("v{i}")).collect();
-    let mut output_count: HashMap<ValueId, usize> = HashMap::new();
-    for o in &g.outputs {
-        *output_count.entry(o.value).or_default() += 1;
-    }
-    let mut renamed_outputs = std::collections::HashSet::new();
-    for o in &g.outputs {
-        // Node outputs and constants (initializers) can carry the output's name directly.
-        if g.producer(o.value).is_some() && output_count[&o.value] == 1 {
-            names[o.value.index()] = o.name.clone();
-            renamed_outputs.insert(o.value);
-        }
-    }
-    for &i in &g.inputs {
-        names[i.index()] = g.value(i).name.clone().unwrap_or_else(|| format!("v{}", i.0));
-    }
-    let mut graph = GraphProto { name: Some(g.name.clone()), ..Default::default() };
-    for &i in &g.inputs {
-        graph.input.push(value_info(&names[i.index()], g.ty(i)));
-    }
-    for n in &g.nodes {
-        if n.op == Op::Constant {
-            if let Some(t) = n.attrs.tensor("value") {
-                graph.initializer.push(tensor_to_proto(t, &names[n.outputs[0].index()]));
-            }
-            continue;
-        }
-        let opaque = n.op == Op::OnnxOp;
-        let mut attribute: Vec<AttributeProto> = n
-            .attrs
-            .iter()
-            .filter(|(k, _)| !(opaque && matches!(k.as_str(), "op_type" | "domain" | "opset")))
-            .map(|(k, a)| attr_proto(k, a))
-            .collect();
-        // Split-18+ needs `num_outputs` when no sizes are given (older Split implied it).
-        if n.op == Op::Split
-            && n.inputs.get(1).copied().flatten().is_none()
-            && n.attrs.get("num_outputs").is_none()
-        {
-            attribute.push(attr_proto("num_outputs", &Attr::Int(n.outputs.len() as i64)));
-        }
-        let (op_type, domain) = if opaque {
-            let domain = n.attrs.str("domain", "").to_string();
-            (n.attrs.str("op_type", "").to_string(), Some(domain))
-        } else {
-            (n.op.info().onnx.to_string(), None)
-        };
-        graph.node.push(NodeProto {
-            op_type: Some(op_type),
-            domain: domain.filter(|d| !d.is_empty()),
-            name: n.name.clone(),
-            input: n
-                .inputs
-                .iter()
-                .map(|v| v.map(|v| names[v.index()].clone()).unwrap_or_default())
-                .collect(),
-            output: n.outputs.iter().map(|v| names[v.index()].clone()).collect(),
-            attribute,
-            ..Default::default()
-        });
-    }
-    for o in &g.outputs {
-        if !renamed_outputs.contains(&o.value) {
-            graph.node.push(NodeProto {
-                op_type: Some("Identity".into()),
-                input: vec![names[o.value.index()].clone()],
-                output: vec![o.name.clone()],
-                ..Default::default()
-            });
-        }
-        graph.output.push(value_info(&o.name, g.ty(o.value)));
-    }
-    let opset = g
-        .nodes
-        .iter()
-        .map(|n| required_opset(g, n))
-        .max()
-        .unwrap_or(EXPORT_OPSET)
-        .max(EXPORT_OPSET);
+    let graph = graph_proto(g, "", &[]);
+    let opset = max_required_opset(g);
     let model = ModelProto {
         ir_version: Some(ir_version_for(opset)),
         producer_name: Some("xpu".into()),
@@ -287,4 +217,133 @@ pub fn export_model(g: &Graph) -> Vec<u8> {
         ..Default::default()
     };
     model.encode_to_vec()
+}
+
+/// The newest opset any node of `g` or of its subgraphs needs.
+fn max_required_opset(g: &Graph) -> i64 {
+    g.nodes
+        .iter()
+        .map(|n| {
+            let nested = n.attrs.graphs().map(|(_, sub)| max_required_opset(sub)).max();
+            required_opset(g, n).max(nested.unwrap_or(EXPORT_OPSET))
+        })
+        .max()
+        .unwrap_or(EXPORT_OPSET)
+        .max(EXPORT_OPSET)
+}
+
+/// The ONNX graph of `g`. Value names start with `prefix` (empty for the model's graph, so
+/// its names are as they always were); the last `captured.len()` inputs of a subgraph are
+/// the node's captures and are written as references to those outer names, not as inputs.
+fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
+    let mut names: Vec<String> = (0..g.values.len()).map(|i| format!("{prefix}v{i}")).collect();
+    let mut output_count: HashMap<ValueId, usize> = HashMap::new();
+    for o in &g.outputs {
+        *output_count.entry(o.value).or_default() += 1;
+    }
+    let mut renamed_outputs = std::collections::HashSet::new();
+    for o in &g.outputs {
+        // Node outputs and constants (initializers) can carry the output's name directly.
+        if g.producer(o.value).is_some() && output_count[&o.value] == 1 {
+            names[o.value.index()] = format!("{prefix}{}", o.name);
+            renamed_outputs.insert(o.value);
+        }
+    }
+    let formal = g.inputs.len().saturating_sub(captured.len());
+    for (k, &i) in g.inputs.iter().enumerate() {
+        names[i.index()] = match k.checked_sub(formal) {
+            Some(c) => captured[c].clone(),
+            None => format!(
+                "{prefix}{}",
+                g.value(i).name.clone().unwrap_or_else(|| format!("v{}", i.0))
+            ),
+        };
+    }
+    let mut graph = GraphProto { name: Some(g.name.clone()), ..Default::default() };
+    for &i in &g.inputs[..formal] {
+        graph.input.push(value_info(&names[i.index()], g.ty(i)));
+    }
+    for (index, n) in g.nodes.iter().enumerate() {
+        if n.op == Op::Constant {
+            if let Some(t) = n.attrs.tensor("value") {
+                graph.initializer.push(tensor_to_proto(t, &names[n.outputs[0].index()]));
+            }
+            continue;
+        }
+        graph.node.push(node_proto(n, &names, &format!("{prefix}n{index}.")));
+    }
+    for o in &g.outputs {
+        let out_name = format!("{prefix}{}", o.name);
+        if !renamed_outputs.contains(&o.value) {
+            graph.node.push(NodeProto {
+                op_type: Some("Identity".into()),
+                input: vec![names[o.value.index()].clone()],
+                output: vec![out_name.clone()],
+                ..Default::default()
+            });
+        }
+        graph.output.push(value_info(&out_name, g.ty(o.value)));
+    }
+    graph
+}
+
+/// One node; `prefix` names the values of its subgraphs.
+fn node_proto(n: &xpu_ir::Node, names: &[String], prefix: &str) -> NodeProto {
+    let opaque = n.op == Op::OnnxOp;
+    // A control-flow node's captures: every input after the condition (if), or its last
+    // `captures` inputs (loop, scan).
+    let captures: Vec<String> = match n.op {
+        Op::If => n.inputs[1..].iter().flatten().map(|v| names[v.index()].clone()).collect(),
+        Op::Loop | Op::Scan => {
+            let c = (n.attrs.int("captures", 0).max(0) as usize).min(n.inputs.len());
+            n.inputs[n.inputs.len() - c..]
+                .iter()
+                .flatten()
+                .map(|v| names[v.index()].clone())
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let subgraph = |attr: &str| {
+        let captures = &captures;
+        let prefix = format!("{prefix}{attr}.");
+        move |sub: &Graph| graph_proto(sub, &prefix, captures)
+    };
+    let mut attribute: Vec<AttributeProto> = n
+        .attrs
+        .iter()
+        .filter(|(k, _)| !(opaque && matches!(k.as_str(), "op_type" | "domain" | "opset")))
+        .filter(|(k, _)| !(n.op.class() == OpClass::Control && k.as_str() == "captures"))
+        .map(|(k, a)| attr_proto(k, a, &subgraph(k)))
+        .collect();
+    // Split-18+ needs `num_outputs` when no sizes are given (older Split implied it).
+    if n.op == Op::Split
+        && n.inputs.get(1).copied().flatten().is_none()
+        && n.attrs.get("num_outputs").is_none()
+    {
+        attribute.push(attr_proto("num_outputs", &Attr::Int(n.outputs.len() as i64), &|_| {
+            GraphProto::default()
+        }));
+    }
+    let (op_type, domain) = if opaque {
+        let domain = n.attrs.str("domain", "").to_string();
+        (n.attrs.str("op_type", "").to_string(), Some(domain))
+    } else {
+        (n.op.info().onnx.to_string(), None)
+    };
+    // The captures travel inside the subgraphs, by name, not as the node's inputs.
+    let own_inputs =
+        n.inputs.len() - if n.op == Op::If { n.inputs.len() - 1 } else { captures.len() };
+    NodeProto {
+        op_type: Some(op_type),
+        domain: domain.filter(|d| !d.is_empty()),
+        name: n.name.clone(),
+        input: n.inputs[..own_inputs]
+            .iter()
+            .map(|v| v.map(|v| names[v.index()].clone()).unwrap_or_default())
+            .collect(),
+        output: n.outputs.iter().map(|v| names[v.index()].clone()).collect(),
+        attribute,
+        ..Default::default()
+    }
 }

@@ -21,18 +21,20 @@ pub fn import_model(bytes: &[u8]) -> Result<Graph, OnnxError> {
 /// A value known by ONNX name: either materialised in the graph or a constant waiting for
 /// its first use (so constants appear in first-use order and round trips are stable).
 #[derive(Clone)]
-enum Binding {
+pub(crate) enum Binding {
     Value(ValueId),
     Pending(Tensor),
 }
 
-struct Importer<'m> {
-    g: Graph,
-    env: HashMap<String, Binding>,
-    opset: i64,
+pub(crate) struct Importer<'m> {
+    pub(crate) g: Graph,
+    pub(crate) env: HashMap<String, Binding>,
+    pub(crate) opset: i64,
     /// Every domain's opset version (`""` for the default domain).
-    opsets: HashMap<String, i64>,
-    declared: HashMap<&'m str, &'m TypeProto>,
+    pub(crate) opsets: HashMap<String, i64>,
+    pub(crate) declared: HashMap<&'m str, &'m TypeProto>,
+    /// How many subgraphs enclose the graph being imported.
+    pub(crate) depth: usize,
 }
 
 /// Imports a decoded model.
@@ -57,6 +59,7 @@ pub fn import_model_proto(model: &ModelProto) -> Result<Graph, OnnxError> {
             })
             .collect(),
         declared: HashMap::new(),
+        depth: 0,
     };
     for vi in graph.value_info.iter().chain(&graph.output) {
         if let (Some(name), Some(ty)) = (vi.name.as_deref(), vi.r#type.as_ref()) {
@@ -72,7 +75,7 @@ fn value_info_type(vi: &ValueInfoProto, context: &str) -> Result<TensorType, Onn
     tensor_type(ty, context)
 }
 
-fn tensor_type(ty: &TypeProto, context: &str) -> Result<TensorType, OnnxError> {
+pub(crate) fn tensor_type(ty: &TypeProto, context: &str) -> Result<TensorType, OnnxError> {
     match &ty.value {
         Some(type_proto::Value::TensorType(t)) => {
             let code = t.elem_type.unwrap_or(0);
@@ -162,7 +165,7 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
-    fn lookup(&mut self, name: &str) -> Result<ValueId, OnnxError> {
+    pub(crate) fn lookup(&mut self, name: &str) -> Result<ValueId, OnnxError> {
         match self.env.get(name).cloned() {
             Some(Binding::Value(v)) => Ok(v),
             Some(Binding::Pending(t)) => {
@@ -175,7 +178,7 @@ impl<'m> Importer<'m> {
         }
     }
 
-    fn node(&mut self, node: &'m NodeProto) -> Result<(), OnnxError> {
+    pub(crate) fn node(&mut self, node: &'m NodeProto) -> Result<(), OnnxError> {
         let op_type = node.op_type.clone().unwrap_or_default();
         let domain = node.domain.clone().unwrap_or_default();
         let name = node.name.clone().unwrap_or_default();
@@ -194,6 +197,15 @@ impl<'m> Importer<'m> {
             op_type: op_type.clone(),
             message,
         };
+        let control = match op_type.as_str() {
+            "If" => Some(Op::If),
+            "Loop" => Some(Op::Loop),
+            "Scan" => Some(Op::Scan),
+            _ => None,
+        };
+        if let Some(op) = control {
+            return self.control(node, op);
+        }
 
         let mut attrs = Attrs::new();
         for a in &node.attribute {
@@ -484,7 +496,7 @@ impl<'m> Importer<'m> {
     }
 
     /// Binds a node's outputs by name, refining inferred types with declared ones.
-    fn finish_node(&mut self, node: &NodeProto, id: xpu_ir::NodeId, name: &str) {
+    pub(crate) fn finish_node(&mut self, node: &NodeProto, id: xpu_ir::NodeId, name: &str) {
         if !name.is_empty() {
             self.g.nodes[id.index()].name = Some(name.to_string());
         }
@@ -646,7 +658,7 @@ fn constant_value(attrs: &Attrs) -> Result<Tensor, String> {
     Err("Constant needs one of value, value_float(s), value_int(s), value_string(s)".into())
 }
 
-fn convert_attr(a: &AttributeProto) -> Result<Attr, String> {
+pub(crate) fn convert_attr(a: &AttributeProto) -> Result<Attr, String> {
     let ty = a.r#type.and_then(|t| AttributeType::try_from(t).ok());
     let utf8 =
         |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| "string is not UTF-8".to_string());

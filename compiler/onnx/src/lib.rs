@@ -9,6 +9,7 @@
 
 mod export;
 mod import;
+mod import_control;
 mod tensor;
 
 pub use export::{EXPORT_IR_VERSION, EXPORT_OPSET, export_model};
@@ -81,9 +82,9 @@ Models of opset 7 and newer in the default domain import; older forms (attribute
 Upsample, …) are rewritten into the newest semantics. Element types: float, double, float16, bfloat16, int8/16/32/64, \
 uint8/16/32/64, bool, string. A node of an op not listed here (any domain, `ai.onnx.ml` included) imports as an opaque \
 `onnx_op` node when its attributes are plain values and the model declares its output types: xpu's cpu engine does not run it, \
-engines that take ONNX (ort, openvino) do, and export writes it back as it was. Not supported: control flow (If, Loop, Scan: \
-subgraph attributes), opaque nodes without declared output types, sequence/optional/map values, float8/int4/float4 types, \
-sparse and external-data tensors. Whether an engine can run an op is a separate question: see `xpuctl engines` and the \
+engines that take ONNX (ort, openvino) do, and export writes it back as it was. If, Loop and Scan import with their subgraphs \
+(outer values a subgraph reads become explicit captures). Not supported: opaque nodes without declared output types, \
+sequence/optional/map values, Scan-8, sparse and external-data tensors. Whether an engine can run an op is a separate question: see `xpuctl engines` and the \
 conformance reports `tests/conformance/onnx-node-report.md` and `engines-report.md`.\n\n\
 | ONNX op | SGR-ML op |\n|---|---|\n",
     );

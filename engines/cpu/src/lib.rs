@@ -28,6 +28,7 @@ pub unsafe fn quiet_blas_threads() {
 
 mod attention;
 mod cast;
+mod control;
 mod conv;
 mod elementwise;
 mod exec;
@@ -204,6 +205,7 @@ pub(crate) fn eval(
             | OpClass::Select
             | OpClass::Compare
             | OpClass::Logical
+            | OpClass::Control
     ) && node.op != Op::Identity;
     if let (Op::Softmax | Op::LogSoftmax, Some(Some(x))) = (node.op, inputs.first())
         && is_half(x.dtype())
@@ -250,6 +252,7 @@ fn eval_native(
         Constant => {
             one(a.tensor("value").cloned().ok_or_else(|| "constant without `value`".to_string()))
         }
+        If | Loop | Scan => control::eval(node, inputs, n_out),
         ConstantOfShape => one(movement::constant_of_shape(a, x()?)),
         Range => one(movement::range(inputs)),
         EyeLike => one(movement::eye_like(a, x()?)),

@@ -119,6 +119,22 @@ pub fn concat(attrs: &Attrs, inputs: &[&Tensor]) -> KResult<Tensor> {
     })
 }
 
+/// `inputs` joined along `axis` (their other dims equal).
+pub fn concat_tensors(inputs: &[&Tensor], axis: usize) -> KResult<Tensor> {
+    concat(&Attrs::new().with("axis", xpu_ir::Attr::Int(axis as i64)), inputs)
+}
+
+/// Slice `index` of `x` along `axis`, with that axis removed.
+pub fn index_axis(x: &Tensor, axis: usize, index: usize) -> KResult<Tensor> {
+    if axis >= x.rank() || index >= x.shape()[axis] {
+        return Err(format!("slice {index} along axis {axis} of shape {:?}", x.shape()));
+    }
+    any_dtype!(x.dtype(), T => {
+        let v = view::<T>(x)?;
+        Ok(tensor(v.index_axis(Axis(axis), index).to_owned()))
+    })
+}
+
 pub fn split(attrs: &Attrs, inputs: &[Option<&Tensor>], n_out: usize) -> KResult<Vec<Tensor>> {
     let x = req(inputs, 0)?;
     let axis = norm_axis(attrs.int("axis", 0), x.rank())?;

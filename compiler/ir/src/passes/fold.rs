@@ -24,9 +24,13 @@ pub(crate) fn fold_if_changed(g: &Graph, eval: &dyn Evaluator) -> Option<Graph> 
 /// (omitted optional inputs aside). Until a first node folds, these are exactly the nodes
 /// folding asks the evaluator about.
 fn foldable(g: &Graph, n: &Node) -> bool {
-    n.op != Op::Constant
-        && !n.inputs.is_empty()
-        && n.input_values().all(|v| g.const_value(v).is_some())
+    foldable_op(n) && n.input_values().all(|v| g.const_value(v).is_some())
+}
+
+/// Whether folding may evaluate `n` once its inputs are constants. Control flow runs when
+/// the job runs: folding it could run an unbounded loop at compile time.
+fn foldable_op(n: &Node) -> bool {
+    n.op != Op::Constant && n.op.class() != crate::OpClass::Control && !n.inputs.is_empty()
 }
 
 pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
@@ -46,7 +50,7 @@ pub fn fold_constants(g: &Graph, eval: &dyn Evaluator) -> Graph {
             })
             .collect();
         let folded = match consts {
-            Some(c) if n.op != Op::Constant && !n.inputs.is_empty() => {
+            Some(c) if foldable_op(n) => {
                 let c: Vec<Option<&Tensor>> = c;
                 let dtypes: Vec<_> = n.outputs.iter().map(|&o| g.ty(o).dtype).collect();
                 match eval.evaluate(n, &c, &dtypes) {

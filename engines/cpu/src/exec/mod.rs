@@ -220,7 +220,11 @@ fn hoist_constant_steps(
         let constant_inputs = !step.reads.is_empty()
             && step.reads.iter().all(|v| known[v.index()].is_some())
             && step.outputs.len() == 1;
-        if !matches!(step.work, Work::Node) || !constant_inputs {
+        // Control flow runs when the job runs (a loop over constants could be unbounded).
+        if !matches!(step.work, Work::Node)
+            || !constant_inputs
+            || node.op.class() == OpClass::Control
+        {
             continue;
         }
         let args: Vec<Option<&Tensor>> =

@@ -155,6 +155,7 @@ impl CpuExecutable {
         input_bytes: u64,
         stop: &StopToken,
     ) -> Result<Execution, EngineError> {
+        let _loops_stop_here = crate::control::StopScope::enter(stop);
         let g = &self.graph;
         let reuse = self.mode.reuse != Reuse::None;
         let mut values = Values {
