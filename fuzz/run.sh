@@ -37,6 +37,8 @@ seed lir_text tests/filetests/lir/*
 seed onnx_model examples/*.onnx $(ls .cache/onnx-node/*/model.onnx 2>/dev/null | head -200)
 # Low-precision types (packed 4- and 2-bit data, float8 casts), Unique and Col2Im.
 seed onnx_model $(ls .cache/onnx-node/test_{cast,castlike,bitcast,quantizelinear,dequantizelinear,unique,col2im}*/model.onnx 2>/dev/null)
+# Control flow: If, Loop and Scan with subgraphs (captures, nesting, carried values).
+seed onnx_model $(ls .cache/onnx-node/test_{if,loop,scan,range,affine_grid}*/model.onnx 2>/dev/null)
 seed npy examples/*.npy
 seed tensor_pb $(ls .cache/onnx-node/*/0/*.pb 2>/dev/null | head -200)
 seed tensor_pb $(ls .cache/onnx-node/test_{cast,dequantizelinear}*/0/*.pb 2>/dev/null)

@@ -206,3 +206,189 @@ fn unknown_ops_import_opaque_or_name_op_node_opset_and_doc() {
         "{err}"
     );
 }
+
+/// A model of one graph; `opset` for the default domain.
+fn model_of(graph: xpu_onnx::proto::GraphProto, opset: i64) -> Vec<u8> {
+    use prost::Message;
+    xpu_onnx::proto::ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![xpu_onnx::proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn malformed_subgraphs_are_named_errors_not_panics() {
+    use prost::Message;
+    use xpu_onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, attribute_proto};
+    let models = suite_models();
+    let model = |name: &str| {
+        let (_, b) = models.iter().find(|(n, _)| n == name).unwrap();
+        ModelProto::decode(b.as_slice()).unwrap()
+    };
+    let import = |m: &ModelProto| xpu_onnx::import_model(&m.encode_to_vec());
+    let branch = |m: &mut ModelProto, attr: &str| -> GraphProto {
+        let a = m.graph.as_mut().unwrap().node[0]
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some(attr));
+        a.unwrap().g.clone().unwrap()
+    };
+    let set_branch = |m: &mut ModelProto, attr: &str, g: GraphProto| {
+        let node = &mut m.graph.as_mut().unwrap().node[0];
+        node.attribute.iter_mut().find(|a| a.name.as_deref() == Some(attr)).unwrap().g = Some(g);
+    };
+
+    // An outer value no enclosing graph defines.
+    let mut m = model("test_if");
+    let mut then = branch(&mut m, "then_branch");
+    then.node[0].input = vec!["nowhere".into()];
+    then.node[0].op_type = Some("Identity".into());
+    then.node[0].attribute.clear();
+    set_branch(&mut m, "then_branch", then);
+    let e = import(&m).unwrap_err().to_string();
+    assert!(e.contains("a subgraph uses `nowhere`, which no enclosing graph defines"), "{e}");
+
+    // A loop body whose inputs do not match the loop.
+    let mut m = model("test_loop11");
+    let mut body = branch(&mut m, "body");
+    let mut extra = body.input[2].clone();
+    extra.name = Some("extra".into());
+    body.input.push(extra);
+    set_branch(&mut m, "body", body);
+    let e = import(&m).unwrap_err().to_string();
+    assert!(e.contains("declares 4 inputs; its node gives it 3"), "{e}");
+
+    // A body with too few outputs for the loop.
+    let mut m = model("test_loop11");
+    let mut body = branch(&mut m, "body");
+    body.output.truncate(1);
+    set_branch(&mut m, "body", body);
+    let e = import(&m).unwrap_err().to_string();
+    assert!(e.contains("`body` gives 1 outputs"), "{e}");
+
+    // Sequences inside a branch: refused by name.
+    let e = import(&model("test_if_seq")).unwrap_err().to_string();
+    assert!(e.contains("SequenceConstruct"), "{e}");
+
+    // Ifs nested 40 deep: refused, no stack overflow.
+    let constant = |out: &str, v: onnx_tensor::Value| NodeProto {
+        op_type: Some("Constant".into()),
+        output: vec![out.into()],
+        attribute: vec![AttributeProto {
+            name: Some("value".into()),
+            r#type: Some(attribute_proto::AttributeType::Tensor as i32),
+            t: Some(onnx_tensor::scalar(v)),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let output = |name: &str| xpu_onnx::proto::ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(onnx_tensor::float_type()),
+        ..Default::default()
+    };
+    let leaf = GraphProto {
+        name: Some("leaf".into()),
+        node: vec![constant("y0", onnx_tensor::Value::F(1.0))],
+        output: vec![output("y0")],
+        ..Default::default()
+    };
+    let mut g = leaf.clone();
+    for k in 1..=40 {
+        let graph_attr = |name: &str, g: GraphProto| AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(attribute_proto::AttributeType::Graph as i32),
+            g: Some(g),
+            ..Default::default()
+        };
+        let mut inner_leaf = leaf.clone();
+        inner_leaf.node[0].output = vec![format!("leaf{k}")];
+        inner_leaf.output = vec![output(&format!("leaf{k}"))];
+        g = GraphProto {
+            name: Some(format!("level{k}")),
+            node: vec![
+                constant(&format!("c{k}"), onnx_tensor::Value::B(true)),
+                NodeProto {
+                    op_type: Some("If".into()),
+                    input: vec![format!("c{k}")],
+                    output: vec![format!("y{k}")],
+                    attribute: vec![
+                        graph_attr("then_branch", g),
+                        graph_attr("else_branch", inner_leaf),
+                    ],
+                    ..Default::default()
+                },
+            ],
+            output: vec![output(&format!("y{k}"))],
+            ..Default::default()
+        };
+        let bytes = model_of(g.clone(), 21);
+        match xpu_onnx::import_model(&bytes) {
+            Ok(imported) if k <= 32 => xpu_ir::verify(&imported).unwrap(),
+            Ok(_) => panic!("{k} deep imported"),
+            // Past 32 levels protobuf's own decoder (its recursion limit) or the importer
+            // refuses it.
+            Err(e) => {
+                let e = e.to_string();
+                assert!(
+                    k > 32
+                        && (e.contains("nest more than 32 deep") || e.contains("recursion limit")),
+                    "{k}: {e}"
+                );
+            }
+        }
+    }
+
+    // Corrupted bytes of a loop model at every position: errors, never panics.
+    let (_, bytes) = models.iter().find(|(n, _)| n == "test_loop11").unwrap();
+    for i in 0..bytes.len() {
+        for b in [0x00, 0xFF, 0x12, 0x3A] {
+            let mut v = bytes.clone();
+            v[i] = b;
+            if let Ok(g) = xpu_onnx::import_model(&v) {
+                let _ = xpu_ir::verify(&g);
+            }
+        }
+    }
+}
+
+/// Small TensorProto builders for hand-made models.
+mod onnx_tensor {
+    use xpu_onnx::proto::{TensorProto, TypeProto, tensor_proto::DataType, type_proto};
+
+    pub enum Value {
+        F(f32),
+        B(bool),
+    }
+
+    pub fn scalar(v: Value) -> TensorProto {
+        match v {
+            Value::F(f) => TensorProto {
+                data_type: Some(DataType::Float as i32),
+                float_data: vec![f],
+                ..Default::default()
+            },
+            Value::B(b) => TensorProto {
+                data_type: Some(DataType::Bool as i32),
+                int32_data: vec![b as i32],
+                ..Default::default()
+            },
+        }
+    }
+
+    pub fn float_type() -> TypeProto {
+        TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(DataType::Float as i32),
+                shape: None,
+            })),
+            denotation: None,
+        }
+    }
+}

@@ -153,9 +153,11 @@ pub fn infer_types(
 ) -> Result<Vec<TensorType>, InferError> {
     let out = infer_node(op, attrs, inputs, n_outputs)?;
     // Only the ops that take low-precision values may make them (and constants).
+    // (Control flow passes on what its subgraphs made; they are checked on their own.)
     if let Some(t) = out.iter().find(|t| t.dtype.is_low_precision())
         && !LOW_PRECISION_OPS.contains(&op)
         && op != Op::Constant
+        && op.class() != OpClass::Control
     {
         return Err(InferError {
             op,

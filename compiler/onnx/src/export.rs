@@ -1,6 +1,6 @@
 //! SGR-ML graph -> ONNX ModelProto bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 use xpu_ir::{Attr, Dim, Graph, Op, OpClass, TensorType, ValueId};
@@ -83,6 +83,15 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
 /// of it had.
 fn other_domains(g: &Graph) -> Vec<(String, i64)> {
     let mut out: Vec<(String, i64)> = Vec::new();
+    other_domains_into(g, &mut out);
+    out
+}
+
+/// [`other_domains`] of `g` and its subgraphs, added to `out`.
+fn other_domains_into(g: &Graph, out: &mut Vec<(String, i64)>) {
+    for (_, sub) in g.nodes.iter().flat_map(|n| n.attrs.graphs()) {
+        other_domains_into(sub, out);
+    }
     for n in g.nodes.iter().filter(|n| n.op == Op::OnnxOp) {
         let domain = n.attrs.str("domain", "");
         if domain.is_empty() {
@@ -94,7 +103,6 @@ fn other_domains(g: &Graph) -> Vec<(String, i64)> {
             None => out.push((domain.to_string(), v)),
         }
     }
-    out
 }
 
 /// The ONNX IR version that an opset was released with (onnx.helper.VERSION_TABLE).
@@ -200,7 +208,7 @@ fn attr_proto(name: &str, a: &Attr, subgraph: &dyn Fn(&Graph) -> GraphProto) -> 
 /// control-flow nodes are written as ONNX subgraphs: their captures become references to the
 /// outer values' names.
 pub fn export_model(g: &Graph) -> Vec<u8> {
-    let graph = graph_proto(g, "", &[]);
+    let graph = graph_proto(g, "", &[], &mut HashSet::new(), true);
     let opset = max_required_opset(g);
     let model = ModelProto {
         ir_version: Some(ir_version_for(opset)),
@@ -235,7 +243,20 @@ fn max_required_opset(g: &Graph) -> i64 {
 /// The ONNX graph of `g`. Value names start with `prefix` (empty for the model's graph, so
 /// its names are as they always were); the last `captured.len()` inputs of a subgraph are
 /// the node's captures and are written as references to those outer names, not as inputs.
-fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
+///
+/// A subgraph's inputs and outputs keep their own names where no other value of the model
+/// has them yet (`used`), so import → export → import gives the same graph.
+///
+/// `shapes`: whether its inputs and outputs declare their shapes. The branches of an `if`
+/// declare element types only: ONNX infers a branch's shapes from the outer values it reads,
+/// and the branch not taken may compute shapes the taken one never would.
+fn graph_proto(
+    g: &Graph,
+    prefix: &str,
+    captured: &[String],
+    used: &mut HashSet<String>,
+    shapes: bool,
+) -> GraphProto {
     let mut names: Vec<String> = (0..g.values.len()).map(|i| format!("{prefix}v{i}")).collect();
     let mut output_count: HashMap<ValueId, usize> = HashMap::new();
     for o in &g.outputs {
@@ -245,7 +266,7 @@ fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
     for o in &g.outputs {
         // Node outputs and constants (initializers) can carry the output's name directly.
         if g.producer(o.value).is_some() && output_count[&o.value] == 1 {
-            names[o.value.index()] = format!("{prefix}{}", o.name);
+            names[o.value.index()] = claim_name(&o.name, prefix, used);
             renamed_outputs.insert(o.value);
         }
     }
@@ -253,15 +274,17 @@ fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
     for (k, &i) in g.inputs.iter().enumerate() {
         names[i.index()] = match k.checked_sub(formal) {
             Some(c) => captured[c].clone(),
-            None => format!(
-                "{prefix}{}",
-                g.value(i).name.clone().unwrap_or_else(|| format!("v{}", i.0))
-            ),
+            None => {
+                let own = g.value(i).name.clone().unwrap_or_else(|| format!("v{}", i.0));
+                claim_name(&own, prefix, used)
+            }
         };
     }
+    used.extend(names.iter().cloned());
     let mut graph = GraphProto { name: Some(g.name.clone()), ..Default::default() };
+    let declared = |t: &TensorType| if shapes { t.clone() } else { TensorType::unranked(t.dtype) };
     for &i in &g.inputs[..formal] {
-        graph.input.push(value_info(&names[i.index()], g.ty(i)));
+        graph.input.push(value_info(&names[i.index()], &declared(g.ty(i))));
     }
     for (index, n) in g.nodes.iter().enumerate() {
         if n.op == Op::Constant {
@@ -270,10 +293,14 @@ fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
             }
             continue;
         }
-        graph.node.push(node_proto(n, &names, &format!("{prefix}n{index}.")));
+        graph.node.push(node_proto(n, &names, &format!("{prefix}n{index}."), used));
     }
     for o in &g.outputs {
-        let out_name = format!("{prefix}{}", o.name);
+        let out_name = if renamed_outputs.contains(&o.value) {
+            names[o.value.index()].clone()
+        } else {
+            claim_name(&o.name, prefix, used)
+        };
         if !renamed_outputs.contains(&o.value) {
             graph.node.push(NodeProto {
                 op_type: Some("Identity".into()),
@@ -282,13 +309,34 @@ fn graph_proto(g: &Graph, prefix: &str, captured: &[String]) -> GraphProto {
                 ..Default::default()
             });
         }
-        graph.output.push(value_info(&out_name, g.ty(o.value)));
+        graph.output.push(value_info(&out_name, &declared(g.ty(o.value))));
     }
     graph
 }
 
+/// `name` for a value of the graph written with `prefix`: as it is in the model's own graph
+/// (empty prefix) or where no other value has it yet, else prefixed.
+fn claim_name(name: &str, prefix: &str, used: &mut HashSet<String>) -> String {
+    let mut claimed = name.to_string();
+    if !prefix.is_empty() {
+        let mut k = 0;
+        while used.contains(&claimed) {
+            claimed =
+                if k == 0 { format!("{prefix}{name}") } else { format!("{prefix}{name}.{k}") };
+            k += 1;
+        }
+    }
+    used.insert(claimed.clone());
+    claimed
+}
+
 /// One node; `prefix` names the values of its subgraphs.
-fn node_proto(n: &xpu_ir::Node, names: &[String], prefix: &str) -> NodeProto {
+fn node_proto(
+    n: &xpu_ir::Node,
+    names: &[String],
+    prefix: &str,
+    used: &mut HashSet<String>,
+) -> NodeProto {
     let opaque = n.op == Op::OnnxOp;
     // A control-flow node's captures: every input after the condition (if), or its last
     // `captures` inputs (loop, scan).
@@ -304,10 +352,12 @@ fn node_proto(n: &xpu_ir::Node, names: &[String], prefix: &str) -> NodeProto {
         }
         _ => Vec::new(),
     };
+    let used = std::cell::RefCell::new(used);
     let subgraph = |attr: &str| {
-        let captures = &captures;
+        let (captures, used) = (&captures, &used);
         let prefix = format!("{prefix}{attr}.");
-        move |sub: &Graph| graph_proto(sub, &prefix, captures)
+        let shapes = n.op != Op::If;
+        move |sub: &Graph| graph_proto(sub, &prefix, captures, &mut used.borrow_mut(), shapes)
     };
     let mut attribute: Vec<AttributeProto> = n
         .attrs

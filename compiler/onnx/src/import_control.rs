@@ -154,8 +154,10 @@ impl<'m> Importer<'m> {
             Op::Loop => {
                 let mut t =
                     vec![TensorType::new(DType::I64, vec![]), TensorType::new(DType::Bool, vec![])];
+                // A loop-carried value may change its shape from one iteration to the next:
+                // unless the model declares its shape, the body takes any.
                 for &v in &inputs[2..] {
-                    t.push(ty(v)?);
+                    t.push(TensorType::unranked(ty(v)?.dtype));
                 }
                 t
             }
@@ -222,13 +224,10 @@ impl<'m> Importer<'m> {
                 vi.r#type.as_ref().map(|t| tensor_type(t, &format!("{context} input {n:?}")));
             let ty = match declared {
                 Some(Ok(t)) if t.dtype == given.dtype => {
-                    // The model's dims where it declares them; a loop-carried value may
-                    // change shape, so a declared rank is kept only when it matches.
-                    if t.dims.as_ref().map(Vec::len) == given.dims.as_ref().map(Vec::len) {
-                        t
-                    } else {
-                        given.clone()
-                    }
+                    // The model's dims where it declares them: any declared shape for a
+                    // loop-carried value (given unranked), else where the rank matches.
+                    let rank = |t: &TensorType| t.dims.as_ref().map(Vec::len);
+                    if rank(&t) == rank(given) || given.dims.is_none() { t } else { given.clone() }
                 }
                 Some(Ok(t)) => {
                     return Err(invalid(format!(
@@ -241,8 +240,11 @@ impl<'m> Importer<'m> {
             let v = child.g.add_input(n.clone(), ty);
             child.env.insert(n, Binding::Value(v));
         }
-        for (n, outer) in captures {
-            let v = child.g.add_input(n.clone(), self.g.ty(*outer).clone());
+        // A capture is found by its ONNX name but labelled by its place: the outer value's
+        // name is not kept through an export (intermediate values are written `vN`), and a
+        // label that changed would make import → export → import differ.
+        for (k, (n, outer)) in captures.iter().enumerate() {
+            let v = child.g.add_input(format!("capture{k}"), self.g.ty(*outer).clone());
             child.env.insert(n.clone(), Binding::Value(v));
         }
         for init in &proto.initializer {

@@ -258,7 +258,10 @@ pub fn softmax_with_values_of(
             }
             _ => {
                 let exp = |v: f64| round(round(v - m).exp());
-                let sum = round(lane.iter().map(|&v| exp(v)).sum::<f64>());
+                // The sum rounded too, unless that overflows (70,000 equal f16 logits sum
+                // past 65,504): then it stays exact, as ORT and PyTorch keep it.
+                let exact: f64 = lane.iter().map(|&v| exp(v)).sum();
+                let sum = Some(round(exact)).filter(|s| s.is_finite()).unwrap_or(exact);
                 for v in lane.iter_mut() {
                     *v = if op == Op::Softmax {
                         exp(*v) / sum

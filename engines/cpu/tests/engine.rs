@@ -262,3 +262,19 @@ fn half_softmax_follows_onnx_function_body_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn half_softmax_over_a_long_flat_lane_does_not_overflow() {
+    // 70,000 equal f16 logits: the sum of the exponentials (70,000) is past f16's 65,504.
+    let n = 70_000;
+    let g = parse(&format!(
+        "graph \"g\" {{\n  %0: f16[{n}] = input \"x\"\n  %1: f16[{n}] = softmax(%0)\n  %2: f16[{n}] = log_softmax(%0)\n  return \"s\" = %1\n  return \"l\" = %2\n}}"
+    ))
+    .unwrap();
+    let x = Tensor::from_vec(vec![n], vec![half::f16::ZERO; n]).unwrap();
+    let out = run_with(&g, &[], &[x]).unwrap();
+    let s = out[0].as_slice::<half::f16>().unwrap();
+    let l = out[1].as_slice::<half::f16>().unwrap();
+    assert!((s[0].to_f64() - 1.0 / n as f64).abs() < 1e-7, "{}", s[0]);
+    assert!((l[0].to_f64() + (n as f64).ln()).abs() < 0.01, "{}", l[0]);
+}
