@@ -16,25 +16,25 @@ pub struct InferError {
 
 type In<'a> = Option<(&'a TensorType, Option<&'a Tensor>)>;
 
-struct Cx<'a> {
+pub(crate) struct Cx<'a> {
     op: Op,
     attrs: &'a Attrs,
     inputs: &'a [In<'a>],
 }
 
 impl<'a> Cx<'a> {
-    fn err<T>(&self, message: impl Into<String>) -> Result<T, InferError> {
+    pub(crate) fn err<T>(&self, message: impl Into<String>) -> Result<T, InferError> {
         Err(InferError { op: self.op, message: message.into() })
     }
 
-    fn ty(&self, i: usize) -> Result<&'a TensorType, InferError> {
+    pub(crate) fn ty(&self, i: usize) -> Result<&'a TensorType, InferError> {
         match self.inputs.get(i).copied().flatten() {
             Some((t, _)) => Ok(t),
             None => self.err(format!("input {i} is required")),
         }
     }
 
-    fn opt_ty(&self, i: usize) -> Option<&'a TensorType> {
+    pub(crate) fn opt_ty(&self, i: usize) -> Option<&'a TensorType> {
         self.inputs.get(i).copied().flatten().map(|(t, _)| t)
     }
 
@@ -46,11 +46,11 @@ impl<'a> Cx<'a> {
         self.inputs.get(i).copied().flatten()?.1
     }
 
-    fn dims(&self, i: usize) -> Result<Option<&'a Vec<Dim>>, InferError> {
+    pub(crate) fn dims(&self, i: usize) -> Result<Option<&'a Vec<Dim>>, InferError> {
         Ok(self.ty(i)?.dims.as_ref())
     }
 
-    fn require(&self, ok: bool, message: impl Into<String>) -> Result<(), InferError> {
+    pub(crate) fn require(&self, ok: bool, message: impl Into<String>) -> Result<(), InferError> {
         if ok { Ok(()) } else { self.err(message) }
     }
 
@@ -124,7 +124,7 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, String> {
     Ok(out)
 }
 
-fn known(n: i64) -> Dim {
+pub(crate) fn known(n: i64) -> Dim {
     Dim::Known(n.max(0) as u64)
 }
 
@@ -989,6 +989,8 @@ fn infer_node(
             cx.same_dtype(&[0, 2])?;
             same_as(0)
         }
+        Op::LinearAttention => crate::infer_state::linear_attention(&cx, attrs, n_outputs),
+        Op::CausalConvWithState => crate::infer_state::causal_conv(&cx, attrs, n_outputs),
         Op::Attention => {
             let q = cx.ty(0)?;
             let v = cx.ty(2)?;

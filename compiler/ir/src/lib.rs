@@ -13,6 +13,7 @@ pub mod control;
 pub mod dtype;
 pub mod graph;
 pub mod infer;
+mod infer_state;
 pub mod lowp;
 pub mod memory;
 pub mod op;

@@ -44,6 +44,7 @@ mod reduce;
 mod resize;
 mod rnn;
 mod scalar;
+mod state_space;
 mod team;
 mod unique;
 mod util;
@@ -329,6 +330,8 @@ fn eval_native(
             Ok(out)
         }
         Attention => attention::attention(a, inputs, n_out),
+        LinearAttention => state_space::linear_attention(a, inputs, n_out),
+        CausalConvWithState => state_space::causal_conv_with_state(a, inputs, n_out),
         Resize => one(resize::resize(a, inputs)),
         Rnn | Gru | Lstm => rnn::recurrent(node.op, a, inputs, n_out),
         HannWindow | HammingWindow | BlackmanWindow => one(misc::window(node.op, a, x()?)),

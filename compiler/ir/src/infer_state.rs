@@ -1,0 +1,102 @@
+//! Output types of the stateful sequence ops of linear-attention and state-space models
+//! (`linear_attention`, `causal_conv_with_state`, ONNX opset 27).
+
+use crate::infer::{Cx, known};
+use crate::{Attrs, Dim, InferError, TensorType};
+
+/// `d / by` when `d` is known and divisible.
+fn per_head(d: &Dim, by: i64) -> Dim {
+    match d {
+        Dim::Known(n) if by > 0 && *n as i64 % by == 0 => known(*n as i64 / by),
+        _ => Dim::Unknown,
+    }
+}
+
+fn rank3<'a>(cx: &Cx<'a>, i: usize, what: &str) -> Result<Option<&'a Vec<Dim>>, InferError> {
+    let dims = cx.dims(i)?;
+    cx.require(dims.is_none_or(|d| d.len() == 3), format!("{what} must be rank 3"))?;
+    Ok(dims)
+}
+
+pub(crate) fn linear_attention(
+    cx: &Cx<'_>,
+    attrs: &Attrs,
+    n_outputs: usize,
+) -> Result<Vec<TensorType>, InferError> {
+    let (hq, hkv) = (attrs.int("q_num_heads", 0), attrs.int("kv_num_heads", 0));
+    cx.require(
+        hq > 0 && hkv > 0 && hq % hkv == 0,
+        format!("q_num_heads ({hq}) must be a positive multiple of kv_num_heads ({hkv}); both are required"),
+    )?;
+    let rule = attrs.str("update_rule", "gated_delta");
+    let (gating, delta) = match rule {
+        "linear" => (false, false),
+        "gated" => (true, false),
+        "delta" => (false, true),
+        "gated_delta" => (true, true),
+        r => return cx.err(format!("update_rule {r:?}: one of linear, gated, delta, gated_delta")),
+    };
+    cx.require(
+        gating == cx.opt_ty(4).is_some(),
+        format!(
+            "update_rule {rule:?} {} the decay input (4)",
+            if gating { "needs" } else { "takes no" }
+        ),
+    )?;
+    cx.require(
+        delta == cx.opt_ty(5).is_some(),
+        format!(
+            "update_rule {rule:?} {} the beta input (5)",
+            if delta { "needs" } else { "takes no" }
+        ),
+    )?;
+    let q = cx.ty(0)?;
+    cx.require(q.dtype.is_float(), format!("query must be a float tensor, got {}", q.dtype))?;
+    for (i, what) in [(1, "key"), (2, "value")] {
+        cx.require(
+            cx.ty(i)?.dtype == q.dtype,
+            format!("{what} must be {} like the query", q.dtype),
+        )?;
+    }
+    let (qd, vd) = (rank3(cx, 0, "query")?, rank3(cx, 2, "value")?);
+    rank3(cx, 1, "key")?;
+    let dk = qd.map_or(Dim::Unknown, |d| per_head(&d[2], hq));
+    let dv = vd.map_or(Dim::Unknown, |d| per_head(&d[2], hkv));
+    let out_last = match &dv {
+        Dim::Known(n) => known(*n as i64 * hq),
+        _ => Dim::Unknown,
+    };
+    let (b, t) = qd.map_or((Dim::Unknown, Dim::Unknown), |d| (d[0].clone(), d[1].clone()));
+    let state_dtype = cx.opt_ty(3).map_or(q.dtype, |t| t.dtype);
+    let mut out = vec![
+        TensorType::new(q.dtype, vec![b.clone(), t, out_last]),
+        TensorType::new(state_dtype, vec![b, known(hkv), dk, dv]),
+    ];
+    out.truncate(n_outputs);
+    Ok(out)
+}
+
+pub(crate) fn causal_conv(
+    cx: &Cx<'_>,
+    attrs: &Attrs,
+    n_outputs: usize,
+) -> Result<Vec<TensorType>, InferError> {
+    let act = attrs.str("activation", "none");
+    cx.require(
+        matches!(act, "none" | "silu" | "swish"),
+        format!("activation {act:?}: one of none, silu, swish"),
+    )?;
+    let x = cx.ty(0)?;
+    cx.require(x.dtype.is_float(), format!("input must be a float tensor, got {}", x.dtype))?;
+    let xd = rank3(cx, 0, "input")?;
+    let wd = rank3(cx, 1, "weight")?;
+    let k = wd.map_or(Dim::Unknown, |d| match &d[2] {
+        Dim::Known(k) if *k >= 1 => known(*k as i64 - 1),
+        _ => Dim::Unknown,
+    });
+    let (b, c) = xd.map_or((Dim::Unknown, Dim::Unknown), |d| (d[0].clone(), d[1].clone()));
+    let y = TensorType { dtype: x.dtype, dims: xd.cloned() };
+    let mut out = vec![y, TensorType::new(x.dtype, vec![b, c, k])];
+    out.truncate(n_outputs);
+    Ok(out)
+}
