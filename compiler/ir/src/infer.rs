@@ -38,7 +38,7 @@ impl<'a> Cx<'a> {
         self.inputs.get(i).copied().flatten().map(|(t, _)| t)
     }
 
-    fn const_ints(&self, i: usize) -> Option<Vec<i64>> {
+    pub(crate) fn const_ints(&self, i: usize) -> Option<Vec<i64>> {
         self.inputs.get(i).copied().flatten()?.1?.to_i64_vec()
     }
 
@@ -54,7 +54,7 @@ impl<'a> Cx<'a> {
         if ok { Ok(()) } else { self.err(message) }
     }
 
-    fn same_dtype(&self, indices: &[usize]) -> Result<DType, InferError> {
+    pub(crate) fn same_dtype(&self, indices: &[usize]) -> Result<DType, InferError> {
         let d0 = self.ty(indices[0])?.dtype;
         for &i in &indices[1..] {
             if let Some(t) = self.opt_ty(i)
@@ -989,6 +989,12 @@ fn infer_node(
             cx.same_dtype(&[0, 2])?;
             same_as(0)
         }
+        Op::TensorScatter => {
+            cx.same_dtype(&[0, 1])?;
+            same_as(0)
+        }
+        Op::Stft => crate::infer_state::stft(&cx, attrs),
+        Op::RoiAlign => crate::infer_state::roi_align(&cx, attrs),
         Op::LinearAttention => crate::infer_state::linear_attention(&cx, attrs, n_outputs),
         Op::CausalConvWithState => crate::infer_state::causal_conv(&cx, attrs, n_outputs),
         Op::Attention => {

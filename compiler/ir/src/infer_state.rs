@@ -1,5 +1,6 @@
 //! Output types of the stateful sequence ops of linear-attention and state-space models
-//! (`linear_attention`, `causal_conv_with_state`, ONNX opset 27).
+//! (`linear_attention`, `causal_conv_with_state`, ONNX opset 27), and of the region ops
+//! `stft` and `roi_align`.
 
 use crate::infer::{Cx, known};
 use crate::{Attrs, Dim, InferError, TensorType};
@@ -99,4 +100,41 @@ pub(crate) fn causal_conv(
     let mut out = vec![y, TensorType::new(x.dtype, vec![b, c, k])];
     out.truncate(n_outputs);
     Ok(out)
+}
+
+pub(crate) fn stft(cx: &Cx<'_>, attrs: &Attrs) -> Result<Vec<TensorType>, InferError> {
+    let x = cx.ty(0)?;
+    cx.require(x.dtype.is_float(), format!("signal must be a float tensor, got {}", x.dtype))?;
+    let dims = rank3(cx, 0, "signal")?;
+    let step = cx.const_ints(1).and_then(|v| v.first().copied());
+    let frame = cx
+        .const_ints(3)
+        .and_then(|v| v.first().copied())
+        .or_else(|| cx.opt_ty(2).and_then(|w| w.dims.as_ref()?.first()?.known()).map(|n| n as i64));
+    let frames = match (dims.and_then(|d| d[1].known()), step, frame) {
+        (Some(len), Some(s), Some(f)) if s > 0 && f > 0 && f as u64 <= len => {
+            known(1 + (len as i64 - f) / s)
+        }
+        _ => Dim::Unknown,
+    };
+    let bins = match frame {
+        Some(f) if f > 0 && attrs.int("onesided", 1) != 0 => known(f / 2 + 1),
+        Some(f) if f > 0 => known(f),
+        _ => Dim::Unknown,
+    };
+    let b = dims.map_or(Dim::Unknown, |d| d[0].clone());
+    Ok(vec![TensorType::new(x.dtype, vec![b, frames, bins, known(2)])])
+}
+
+pub(crate) fn roi_align(cx: &Cx<'_>, attrs: &Attrs) -> Result<Vec<TensorType>, InferError> {
+    let x = cx.ty(0)?;
+    cx.require(x.dtype.is_float(), format!("X must be a float tensor, got {}", x.dtype))?;
+    let xd = cx.dims(0)?;
+    cx.require(xd.is_none_or(|d| d.len() == 4), "X must be [N, C, H, W]")?;
+    let rois = cx.dims(1)?;
+    let r = rois.and_then(|d| d.first().cloned()).unwrap_or(Dim::Unknown);
+    let c = xd.map_or(Dim::Unknown, |d| d[1].clone());
+    let (oh, ow) = (attrs.int("output_height", 1), attrs.int("output_width", 1));
+    cx.require(oh >= 1 && ow >= 1, "output_height and output_width must be ≥ 1")?;
+    Ok(vec![TensorType::new(x.dtype, vec![r, c, known(oh), known(ow)])])
 }

@@ -347,6 +347,7 @@ define_ops! {
     GatherElements "gather_elements" "GatherElements" Gather (2,2)->(1,1) ["axis": Int] "Take elements along axis, indices shaped like the output.";
     GatherNd "gather_nd" "GatherND" Gather (2,2)->(1,1) ["batch_dims": Int] "Take slices addressed by index tuples.";
     ScatterElements "scatter_elements" "ScatterElements" Scatter (3,3)->(1,1) ["axis": Int, "reduction": Str] "Write updates along axis at indices.";
+    TensorScatter "tensor_scatter" "TensorScatter" Scatter (2,3)->(1,1) ["axis": Int, "mode": Str] "Write update into a copy of past_cache along axis (default −2), from each batch entry's write index (input 2, default 0); mode circular wraps around the cache (ONNX opset 24, KV caches).";
     ScatterNd "scatter_nd" "ScatterND" Scatter (3,3)->(1,1) ["reduction": Str] "Write update slices at index tuples.";
     // ---- signal windows and small utilities
     HannWindow "hann_window" "HannWindow" Constant (1,1)->(1,1) ["output_datatype": DType, "periodic": Int] "Hann window of the given length.";
@@ -359,6 +360,8 @@ define_ops! {
     AffineGrid "affine_grid" "AffineGrid" Resize (2,2)->(1,1) ["align_corners": Int] "Sampling grid [N, H, W, 2] (or 3-D) from affine matrices theta.";
     GridSample "grid_sample" "GridSample" Resize (2,2)->(1,1) ["align_corners": Int, "mode": Str, "padding_mode": Str] "Sample X at normalised grid points (nearest, linear, cubic; zeros, border, reflection padding).";
     Dft "dft" "DFT" Resize (1,3)->(1,1) ["inverse": Int, "onesided": Int] "Discrete Fourier transform along an axis (input 2, default −2) of real [...,1] or complex [...,2] data.";
+    Stft "stft" "STFT" Resize (2,4)->(1,1) ["onesided": Int] "Short-time Fourier transform of a [B, L, 1|2] signal: frames of frame_length (input 3, or the window's length, input 2) every frame_step (input 1), windowed and transformed to [B, frames, bins, 2].";
+    RoiAlign "roi_align" "RoiAlign" Resize (3,3)->(1,1) ["coordinate_transformation_mode": Str, "mode": Str, "output_height": Int, "output_width": Int, "sampling_ratio": Int, "spatial_scale": Float] "Pool each region of interest (rois [R, 4], from batch_indices) of X [N, C, H, W] into [R, C, output_height, output_width] by averaging (or taking the max of) bilinear samples.";
     StringConcat "string_concat" "StringConcat" Binary (2,2)->(1,1) [] "Elementwise string concatenation with broadcasting.";
     // ---- tables (no ONNX counterpart). Row expressions (`predicate`, `expr`) are SQL
     // expressions over the input's columns, identifiers double-quoted.

@@ -74,6 +74,7 @@ fn required_opset(g: &Graph, node: &xpu_ir::Node) -> i64 {
         Op::Swish => 24,
         Op::CumProd | Op::BitCast => 26,
         Op::LinearAttention | Op::CausalConvWithState => 27,
+        Op::TensorScatter => 24,
         Op::SpaceToDepth if node.attrs.get("mode").is_some() => 28,
         Op::Unique if bf16 => 28,
         _ => EXPORT_OPSET,

@@ -41,6 +41,7 @@ mod movement;
 mod norm;
 mod quant;
 mod reduce;
+mod regions;
 mod resize;
 mod rnn;
 mod scalar;
@@ -330,6 +331,9 @@ fn eval_native(
             Ok(out)
         }
         Attention => attention::attention(a, inputs, n_out),
+        TensorScatter => one(regions::tensor_scatter(a, inputs)),
+        RoiAlign => one(regions::roi_align(a, inputs)),
+        Stft => one(regions::stft(a, inputs)),
         LinearAttention => state_space::linear_attention(a, inputs, n_out),
         CausalConvWithState => state_space::causal_conv_with_state(a, inputs, n_out),
         Resize => one(resize::resize(a, inputs)),

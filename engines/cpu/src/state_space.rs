@@ -120,10 +120,9 @@ pub fn linear_attention(
         }
         None => vec![0.0; d.batch * state_len],
     };
-    let scale = match attrs.float("scale", 0.0) {
-        s if s == 0.0 => 1.0 / (d.dk as f64).sqrt(),
-        s => s,
-    };
+    // 0 (the default) means 1/√d_k.
+    let scale = Some(attrs.float("scale", 0.0)).filter(|&s| s != 0.0);
+    let scale = scale.unwrap_or(1.0 / (d.dk as f64).sqrt());
     let (qv, kv, vv) = (flat(q)?, flat(k)?, flat(v)?);
     let group = d.hq / d.hkv;
     let mut out = vec![0.0; d.batch * d.tokens * d.hq * d.dv];

@@ -278,3 +278,22 @@ fn half_softmax_over_a_long_flat_lane_does_not_overflow() {
     assert!((s[0].to_f64() - 1.0 / n as f64).abs() < 1e-7, "{}", s[0]);
     assert!((l[0].to_f64() + (n as f64).ln()).abs() < 0.01, "{}", l[0]);
 }
+
+#[test]
+fn tensor_scatter_writes_cache_rows_and_refuses_writes_past_a_linear_cache() {
+    let src = |mode: &str| {
+        format!(
+            "graph \"g\" {{\n  %0: f32[2,4,1] = input \"cache\"\n  %1: f32[2,2,1] = input \"new\"\n  %2: i64[2] = input \"at\"\n  %3: f32[2,4,1] = tensor_scatter(%0, %1, %2) {{axis = 1, mode = \"{mode}\"}}\n  return \"y\" = %3\n}}"
+        )
+    };
+    let cache = Tensor::from_vec(vec![2, 4, 1], vec![0.0f32; 8]).unwrap();
+    let new = Tensor::from_vec(vec![2, 2, 1], vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let at = Tensor::from_vec(vec![2], vec![1i64, 3]).unwrap();
+    let g = parse(&src("circular")).unwrap();
+    let y = run_with(&g, &[], &[cache.clone(), new.clone(), at.clone()]).unwrap();
+    // Batch 0 writes rows 1, 2; batch 1 writes row 3 and wraps to row 0.
+    assert_eq!(y[0].as_slice::<f32>().unwrap(), [0.0, 1.0, 2.0, 0.0, 4.0, 0.0, 0.0, 3.0]);
+    let g = parse(&src("linear")).unwrap();
+    let e = run_with(&g, &[], &[cache, new, at]).unwrap_err().to_string();
+    assert!(e.contains("batch 1 writes position 4, outside the cache's 4"), "{e}");
+}
