@@ -990,7 +990,11 @@ fn infer_node(
             same_as(0)
         }
         Op::TensorScatter => {
-            cx.same_dtype(&[0, 1])?;
+            let d = cx.same_dtype(&[0, 1])?;
+            cx.require(
+                d != DType::String,
+                "takes no strings (rows are copied as fixed-size elements)",
+            )?;
             same_as(0)
         }
         Op::Stft => crate::infer_state::stft(&cx, attrs),

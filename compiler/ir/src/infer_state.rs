@@ -64,7 +64,7 @@ pub(crate) fn linear_attention(
     let dk = qd.map_or(Dim::Unknown, |d| per_head(&d[2], hq));
     let dv = vd.map_or(Dim::Unknown, |d| per_head(&d[2], hkv));
     let out_last = match &dv {
-        Dim::Known(n) => known(*n as i64 * hq),
+        Dim::Known(n) => (*n as i64).checked_mul(hq).map_or(Dim::Unknown, known),
         _ => Dim::Unknown,
     };
     let (b, t) = qd.map_or((Dim::Unknown, Dim::Unknown), |d| (d[0].clone(), d[1].clone()));
@@ -92,7 +92,7 @@ pub(crate) fn causal_conv(
     let xd = rank3(cx, 0, "input")?;
     let wd = rank3(cx, 1, "weight")?;
     let k = wd.map_or(Dim::Unknown, |d| match &d[2] {
-        Dim::Known(k) if *k >= 1 => known(*k as i64 - 1),
+        Dim::Known(k) if *k >= 1 => Dim::Known(*k - 1),
         _ => Dim::Unknown,
     });
     let (b, c) = xd.map_or((Dim::Unknown, Dim::Unknown), |d| (d[0].clone(), d[1].clone()));
@@ -107,10 +107,15 @@ pub(crate) fn stft(cx: &Cx<'_>, attrs: &Attrs) -> Result<Vec<TensorType>, InferE
     cx.require(x.dtype.is_float(), format!("signal must be a float tensor, got {}", x.dtype))?;
     let dims = rank3(cx, 0, "signal")?;
     let step = cx.const_ints(1).and_then(|v| v.first().copied());
+    // frame_length, else the window's length, else the whole signal.
     let frame = cx
         .const_ints(3)
         .and_then(|v| v.first().copied())
-        .or_else(|| cx.opt_ty(2).and_then(|w| w.dims.as_ref()?.first()?.known()).map(|n| n as i64));
+        .or_else(|| cx.opt_ty(2).and_then(|w| w.dims.as_ref()?.first()?.known()).map(|n| n as i64))
+        .or_else(|| {
+            let given = cx.opt_ty(2).is_some() || cx.opt_ty(3).is_some();
+            if given { None } else { dims.and_then(|d| d[1].known()).map(|n| n as i64) }
+        });
     let frames = match (dims.and_then(|d| d[1].known()), step, frame) {
         (Some(len), Some(s), Some(f)) if s > 0 && f > 0 && f as u64 <= len => {
             known(1 + (len as i64 - f) / s)

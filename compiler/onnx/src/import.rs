@@ -406,6 +406,10 @@ impl<'m> Importer<'m> {
             Op::Dropout => {
                 attrs.0.remove("ratio");
             }
+            // RoiAlign before opset 16 sampled without the half-pixel shift.
+            Op::RoiAlign if opset < 16 && attrs.get("coordinate_transformation_mode").is_none() => {
+                attrs.set("coordinate_transformation_mode", Attr::Str("output_half_pixel".into()));
+            }
             Op::Resize if op_type == "Upsample" || opset < 11 => {
                 // Upsample-7 (scales attribute), Upsample-9 and Resize-10 (scales input):
                 // asymmetric coordinates, nearest rounding down (what ONNX Runtime does for both).

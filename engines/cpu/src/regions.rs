@@ -6,10 +6,10 @@
 use std::f64::consts::PI;
 
 use ndarray::{ArrayD, IxDyn};
-use xpu_ir::{Attrs, Tensor, TensorData};
+use xpu_ir::{Attrs, DType, Tensor, TensorData};
 
 use crate::reduce::from_f64;
-use crate::util::{KResult, ints, opt, req};
+use crate::util::{KResult, checked_numel, ints, opt, req};
 
 /// `update` written into a copy of `past` along `axis`, starting at each batch entry's
 /// write index (0 when none is given); `circular` wraps positions around the cache.
@@ -33,15 +33,15 @@ pub fn tensor_scatter(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
         "circular" => true,
         m => return Err(format!("mode {m:?}: linear or circular")),
     };
-    let starts = match opt(inputs, 2) {
-        Some(t) => ints(t, "write_indices")?,
-        None => vec![0; ps[0]],
-    };
-    if starts.len() != ps[0] {
-        return Err(format!("write_indices has {} entries for batch {}", starts.len(), ps[0]));
+    let starts = opt(inputs, 2).map(|t| ints(t, "write_indices")).transpose()?;
+    if let Some(s) = starts.as_ref().filter(|s| s.len() != ps[0]) {
+        return Err(format!("write_indices has {} entries for batch {}", s.len(), ps[0]));
+    }
+    if past.numel() == 0 || update.numel() == 0 {
+        return Ok(past.clone());
     }
     let elem = past.dtype().size_bytes();
-    if elem == 0 {
+    if elem == 0 || matches!(past.dtype(), DType::String | DType::Table) {
         return Err(format!("{} values cannot be scattered", past.dtype()));
     }
     let inner: usize = ps[axis + 1..].iter().product::<usize>() * elem;
@@ -49,12 +49,16 @@ pub fn tensor_scatter(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tens
     let (cap, len) = (ps[axis], us[axis]);
     let mut out = past.le_bytes().into_owned();
     let src = update.le_bytes();
-    for (b, &start) in starts.iter().enumerate() {
+    for b in 0..ps[0] {
+        let start = starts.as_ref().map_or(0, |s| s[b]);
         for p in 0..per_batch {
             let row = b * per_batch + p;
             for s in 0..len {
-                let at = start + s as i64;
-                let at = if circular && cap > 0 { at.rem_euclid(cap as i64) } else { at };
+                let at = if circular {
+                    (start.rem_euclid(cap as i64) + s as i64) % cap as i64
+                } else {
+                    start.checked_add(s as i64).unwrap_or(i64::MAX)
+                };
                 if !(0..cap as i64).contains(&at) {
                     return Err(format!(
                         "batch {b} writes position {at}, outside the cache's {cap} (mode linear)"
@@ -117,7 +121,18 @@ pub fn roi_align(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     let (oh, ow) = (oh as usize, ow as usize);
     let ratio = attrs.int("sampling_ratio", 0);
     let scale = attrs.float("spatial_scale", 1.0);
-    let half_pixel = attrs.str("coordinate_transformation_mode", "half_pixel") == "half_pixel";
+    let half_pixel = match attrs.str("coordinate_transformation_mode", "half_pixel") {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        m => {
+            return Err(format!(
+                "coordinate_transformation_mode {m:?}: half_pixel or output_half_pixel"
+            ));
+        }
+    };
+    if checked_numel(&[batch.len(), c, oh, ow])? == 0 {
+        return Ok(Tensor::zeros(x.dtype(), vec![batch.len(), c, oh, ow]));
+    }
     let max = match attrs.str("mode", "avg") {
         "avg" => false,
         "max" => true,
@@ -139,7 +154,7 @@ pub fn roi_align(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
             if ratio > 0 { ratio as usize } else { (extent / bins as f64).ceil().max(0.0) as usize }
         };
         let (gh, gw) = (grid(rh, oh), grid(rw, ow));
-        if gh.saturating_mul(gw) > 1 << 20 {
+        if gh > 1 << 20 || gw > 1 << 20 || gh.saturating_mul(gw) > 1 << 20 {
             return Err(format!("region {r} samples a {gh}×{gw} grid per bin; at most 2^20"));
         }
         let count = (gh * gw).max(1) as f64;
@@ -188,10 +203,11 @@ pub fn stft(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
     }
     let step = ints(req(inputs, 1)?, "frame_step")?.first().copied().unwrap_or(0);
     let window = opt(inputs, 2).map(Tensor::to_f64_vec);
+    // frame_length, else the window's length, else the whole signal.
     let frame = match (opt(inputs, 3).map(|t| ints(t, "frame_length")).transpose()?, &window) {
         (Some(v), _) => v.first().copied().unwrap_or(0),
         (None, Some(w)) => w.len() as i64,
-        (None, None) => return Err("STFT needs a window or a frame_length".into()),
+        (None, None) => len as i64,
     };
     if step < 1 || frame < 1 || frame as usize > len {
         return Err(format!("frame_step {step} and frame_length {frame} for a signal of {len}"));
@@ -203,10 +219,8 @@ pub fn stft(attrs: &Attrs, inputs: &[Option<&Tensor>]) -> KResult<Tensor> {
             window.map_or(0, |w| w.len())
         ));
     }
+    // One-sided: the first frame/2 + 1 bins (of a complex signal too, as ONNX's reference).
     let onesided = attrs.int("onesided", 1) != 0;
-    if onesided && parts == 2 {
-        return Err("a one-sided STFT takes a real signal".into());
-    }
     let frames = 1 + (len - frame) / step;
     let bins = if onesided { frame / 2 + 1 } else { frame };
     if (b * frames).saturating_mul(bins).saturating_mul(frame) > 1 << 34 {

@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use xpu_ir::{Attrs, Tensor};
 
 use crate::reduce::{from_f64, to_f64};
-use crate::util::{KResult, opt, req};
+use crate::util::{KResult, checked_numel, opt, req};
 
 fn shape3(t: &Tensor, what: &str) -> KResult<[usize; 3]> {
     match t.shape() {
@@ -86,9 +86,15 @@ fn linear_attention_dims(attrs: &Attrs, q: &Tensor, k: &Tensor, v: &Tensor) -> K
         ));
     }
     let (dk, dv) = (qw / hq, vw / hkv);
+    if dk == 0 || dv == 0 {
+        return Err(format!("heads of {dk} query and {dv} value dims: each must be ≥ 1"));
+    }
     if kw != hkv * dk {
         return Err(format!("key's last dim is {kw}; {hkv} KV heads of {dk} need {}", hkv * dk));
     }
+    // The state and the output, allocated below: within the kernel limit.
+    checked_numel(&[b, hkv, dk, dv])?;
+    checked_numel(&[b, t, hq, dv])?;
     Ok(Dims { batch: b, tokens: t, hq, hkv, dk, dv })
 }
 
@@ -103,8 +109,14 @@ pub fn linear_attention(
     let bt = [d.batch, d.tokens];
     let decay = per_token(opt(inputs, 4), "decay", bt, &[d.hkv, d.hkv * d.dk])?;
     let beta = per_token(opt(inputs, 5), "beta", bt, &[d.hkv, 1])?;
+    let (gating, delta) = match attrs.str("update_rule", "gated_delta") {
+        "linear" => (false, false),
+        "gated" => (true, false),
+        "delta" => (false, true),
+        "gated_delta" => (true, true),
+        r => return Err(format!("update_rule {r:?}: one of linear, gated, delta, gated_delta")),
+    };
     let rule = attrs.str("update_rule", "gated_delta");
-    let (gating, delta) = (rule.starts_with("gated"), rule.ends_with("delta"));
     if gating != decay.is_some() || delta != beta.is_some() {
         return Err(format!("update_rule {rule:?} does not match the decay and beta inputs given"));
     }
@@ -198,6 +210,7 @@ pub fn causal_conv_with_state(
         }
         None => vec![0.0; b * c * (k - 1)],
     };
+    checked_numel(&[b, c, len + k])?;
     let silu = match attrs.str("activation", "none") {
         "none" => false,
         "silu" | "swish" => true,

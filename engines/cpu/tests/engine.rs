@@ -297,3 +297,56 @@ fn tensor_scatter_writes_cache_rows_and_refuses_writes_past_a_linear_cache() {
     let e = run_with(&g, &[], &[cache, new, at]).unwrap_err().to_string();
     assert!(e.contains("batch 1 writes position 4, outside the cache's 4"), "{e}");
 }
+
+#[test]
+fn region_and_state_ops_refuse_hostile_shapes_with_errors() {
+    // Each graph is well typed; its attributes or values would hang, overflow or
+    // allocate without bound if taken at face value.
+    let cases: &[(&str, Vec<Tensor>, &str)] = &[
+        (
+            // A region 1e15 tall sampled at the default ratio: a grid past 2^20.
+            "graph \"g\" {\n  %0: f32[1,1,2,2] = input \"x\"\n  %1: f32[1,4] = input \"rois\"\n  %2: i64[1] = input \"b\"\n  %3: f32[1,1,1,1] = roi_align(%0, %1, %2)\n  return \"y\" = %3\n}",
+            vec![
+                Tensor::from_vec(vec![1, 1, 2, 2], vec![1.0f32; 4]).unwrap(),
+                Tensor::from_vec(vec![1, 4], vec![0.0f32, 0.0, -1.0, 1e15]).unwrap(),
+                Tensor::from_vec(vec![1], vec![0i64]).unwrap(),
+            ],
+            "grid per bin",
+        ),
+        (
+            // Output bins 2^32 × 2^32.
+            "graph \"g\" {\n  %0: f32[1,1,2,2] = input \"x\"\n  %1: f32[1,4] = input \"rois\"\n  %2: i64[1] = input \"b\"\n  %3: f32[1,1,4294967296,4294967296] = roi_align(%0, %1, %2) {output_height = 4294967296, output_width = 4294967296}\n  return \"y\" = %3\n}",
+            vec![
+                Tensor::from_vec(vec![1, 1, 2, 2], vec![1.0f32; 4]).unwrap(),
+                Tensor::from_vec(vec![1, 4], vec![0.0f32, 0.0, 1.0, 1.0]).unwrap(),
+                Tensor::from_vec(vec![1], vec![0i64]).unwrap(),
+            ],
+            "too large to allocate",
+        ),
+        (
+            // Circular cache write from i64::MAX.
+            "graph \"g\" {\n  %0: f32[1,4,1] = input \"c\"\n  %1: f32[1,2,1] = input \"u\"\n  %2: i64[1] = input \"at\"\n  %3: f32[1,4,1] = tensor_scatter(%0, %1, %2) {axis = 1}\n  return \"y\" = %3\n}",
+            vec![
+                Tensor::from_vec(vec![1, 4, 1], vec![0.0f32; 4]).unwrap(),
+                Tensor::from_vec(vec![1, 2, 1], vec![1.0f32; 2]).unwrap(),
+                Tensor::from_vec(vec![1], vec![i64::MAX]).unwrap(),
+            ],
+            "outside the cache",
+        ),
+        (
+            // Value heads of 0 dims.
+            "graph \"g\" {\n  %0: f32[1,1,2] = input \"q\"\n  %1: f32[1,1,2] = input \"k\"\n  %2: f32[1,1,0] = input \"v\"\n  %3: f32[1,1,0] = linear_attention(%0, %1, %2) {kv_num_heads = 1, q_num_heads = 1, update_rule = \"linear\"}\n  return \"y\" = %3\n}",
+            vec![
+                Tensor::from_vec(vec![1, 1, 2], vec![1.0f32; 2]).unwrap(),
+                Tensor::from_vec(vec![1, 1, 2], vec![1.0f32; 2]).unwrap(),
+                Tensor::from_vec(vec![1, 1, 0], Vec::<f32>::new()).unwrap(),
+            ],
+            "each must be ≥ 1",
+        ),
+    ];
+    for (src, inputs, want) in cases {
+        let g = parse(src).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        let e = run_with(&g, &[], inputs).expect_err(want).to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
