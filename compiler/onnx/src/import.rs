@@ -149,6 +149,15 @@ impl<'m> Importer<'m> {
             let v = self.g.add_input(name.clone(), ty);
             self.env.insert(name, Binding::Value(v));
         }
+        self.nodes_and_outputs(graph, "graph ")
+    }
+
+    /// Imports `graph`'s nodes, then binds its outputs; `context` names the graph in errors.
+    pub(crate) fn nodes_and_outputs(
+        &mut self,
+        graph: &'m GraphProto,
+        context: &str,
+    ) -> Result<(), OnnxError> {
         for node in &graph.node {
             self.node(node)?;
         }
@@ -156,7 +165,7 @@ impl<'m> Importer<'m> {
             let name = vi.name.clone().unwrap_or_default();
             let v = self.lookup(&name).map_err(|_| {
                 invalid(
-                    format!("graph output {name:?}"),
+                    format!("{context}output {name:?}"),
                     "is not produced by any node, input or initializer",
                 )
             })?;

@@ -252,16 +252,7 @@ impl<'m> Importer<'m> {
             let t = tensor_from_proto(init, &format!("{context} initializer {n:?}"))?;
             child.env.insert(n, Binding::Pending(t));
         }
-        for node in &proto.node {
-            child.node(node)?;
-        }
-        for vi in &proto.output {
-            let n = vi.name.clone().unwrap_or_default();
-            let v = child.lookup(&n).map_err(|_| {
-                invalid(format!("output {n:?} is not produced by any node, input or initializer"))
-            })?;
-            child.g.add_output(n, v);
-        }
+        child.nodes_and_outputs(proto, &format!("{context} "))?;
         Ok(child.g)
     }
 }
