@@ -6,7 +6,7 @@
 //! subgraph receives the captures, in the same order, as its last inputs. ONNX subgraphs name
 //! outer values directly; the importer turns each such name into a capture.
 
-use crate::{Attrs, DType, Dim, Graph, Op, TensorType};
+use crate::{Attrs, DType, Dim, Graph, Node, Op, TensorType};
 
 /// How deep subgraphs may nest (a loop in a branch in a loop …): the parser, the importer and
 /// the verifier refuse deeper graphs rather than recurse without bound.
@@ -81,6 +81,44 @@ pub fn scan_axis(axis: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
     if (0..r).contains(&a) { Ok(a as usize) } else { Err(format!("axis {axis} for rank {rank}")) }
+}
+
+/// How many of `node`'s last inputs are captures: every input after the condition of an
+/// `if`, `captures` of a `loop` or `scan`, none for other ops.
+pub fn capture_count(node: &Node) -> usize {
+    match node.op {
+        Op::If => node.inputs.len().saturating_sub(1),
+        Op::Loop | Op::Scan => {
+            (node.attrs.int("captures", 0).max(0) as usize).min(node.inputs.len())
+        }
+        _ => 0,
+    }
+}
+
+/// The type of one slice of a scan input of type `t` along `axis`: that axis removed.
+pub fn slice_type(t: &TensorType, axis: i64) -> Result<TensorType, String> {
+    let dims = match &t.dims {
+        Some(dims) => {
+            let mut d = dims.clone();
+            d.remove(scan_axis(axis, dims.len())?);
+            Some(d)
+        }
+        None => None,
+    };
+    Ok(TensorType { dtype: t.dtype, dims })
+}
+
+/// The type of slices of type `slice` stacked along `axis` (of the result) into `length`.
+fn stacked_type(slice: &TensorType, axis: i64, length: Dim) -> Result<TensorType, String> {
+    let dims = match &slice.dims {
+        Some(d) => {
+            let mut dims = d.clone();
+            dims.insert(scan_axis(axis, d.len() + 1)?, length);
+            Some(dims)
+        }
+        None => None,
+    };
+    Ok(TensorType { dtype: slice.dtype, dims })
 }
 
 /// The type two branches' (or iterations') values share: the dtype must agree; dims that
@@ -225,12 +263,7 @@ fn infer_loop(
         types.push(merge(given[2 + k], &outs[1 + k], &format!("loop-carried value {k}"))?);
     }
     for slice in &outs[1 + p.carried..] {
-        let dims = slice.dims.as_ref().map(|d| {
-            let mut dims = vec![Dim::Unknown];
-            dims.extend(d.iter().cloned());
-            dims
-        });
-        types.push(TensorType { dtype: slice.dtype, dims });
+        types.push(stacked_type(slice, 0, Dim::Unknown)?);
     }
     Ok(types)
 }
@@ -252,21 +285,12 @@ fn infer_scan(
     }
     let mut slices = Vec::with_capacity(p.scan_inputs);
     let mut length = Dim::Unknown;
-    for (j, axis) in in_axes.iter().enumerate() {
+    for (j, &axis) in in_axes.iter().enumerate() {
         let t = given[p.states + j];
-        let dims = match &t.dims {
-            Some(dims) => {
-                let a = scan_axis(*axis, dims.len()).map_err(|m| format!("scan input {j}: {m}"))?;
-                if j == 0 {
-                    length = dims[a].clone();
-                }
-                let mut d = dims.clone();
-                d.remove(a);
-                Some(d)
-            }
-            None => None,
-        };
-        slices.push(TensorType { dtype: t.dtype, dims });
+        slices.push(slice_type(t, axis).map_err(|m| format!("scan input {j}: {m}"))?);
+        if let (0, Some(dims)) = (j, &t.dims) {
+            length = dims[scan_axis(axis, dims.len())?].clone();
+        }
     }
     let body = subgraph(attrs, "body")?;
     let body_given: Vec<&TensorType> = given[..p.states]
@@ -285,17 +309,9 @@ fn infer_scan(
         types.push(merge(given[k], out, &format!("state value {k}"))?);
     }
     for (k, slice) in outs[p.states..].iter().enumerate() {
-        let dims = match &slice.dims {
-            Some(d) => {
-                let a = scan_axis(out_axes[k], d.len() + 1)
-                    .map_err(|m| format!("scan output {k}: {m}"))?;
-                let mut dims = d.clone();
-                dims.insert(a, length.clone());
-                Some(dims)
-            }
-            None => None,
-        };
-        types.push(TensorType { dtype: slice.dtype, dims });
+        let t = stacked_type(slice, out_axes[k], length.clone())
+            .map_err(|m| format!("scan output {k}: {m}"))?;
+        types.push(t);
     }
     Ok(types)
 }

@@ -16,6 +16,8 @@ pub struct InferError {
 
 type In<'a> = Option<(&'a TensorType, Option<&'a Tensor>)>;
 
+pub use crate::infer_state::update_rule as linear_attention_update_rule;
+
 pub(crate) struct Cx<'a> {
     op: Op,
     attrs: &'a Attrs,

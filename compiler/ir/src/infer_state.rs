@@ -19,6 +19,18 @@ fn rank3<'a>(cx: &Cx<'a>, i: usize, what: &str) -> Result<Option<&'a Vec<Dim>>, 
     Ok(dims)
 }
 
+/// A linear-attention `update_rule`: whether it gates the state (reads the decay input)
+/// and whether it corrects by delta (reads the beta input).
+pub fn update_rule(rule: &str) -> Result<(bool, bool), String> {
+    match rule {
+        "linear" => Ok((false, false)),
+        "gated" => Ok((true, false)),
+        "delta" => Ok((false, true)),
+        "gated_delta" => Ok((true, true)),
+        r => Err(format!("update_rule {r:?}: one of linear, gated, delta, gated_delta")),
+    }
+}
+
 pub(crate) fn linear_attention(
     cx: &Cx<'_>,
     attrs: &Attrs,
@@ -30,12 +42,9 @@ pub(crate) fn linear_attention(
         format!("q_num_heads ({hq}) must be a positive multiple of kv_num_heads ({hkv}); both are required"),
     )?;
     let rule = attrs.str("update_rule", "gated_delta");
-    let (gating, delta) = match rule {
-        "linear" => (false, false),
-        "gated" => (true, false),
-        "delta" => (false, true),
-        "gated_delta" => (true, true),
-        r => return cx.err(format!("update_rule {r:?}: one of linear, gated, delta, gated_delta")),
+    let (gating, delta) = match update_rule(rule) {
+        Ok(r) => r,
+        Err(m) => return cx.err(m),
     };
     cx.require(
         gating == cx.opt_ty(4).is_some(),

@@ -153,7 +153,11 @@ fn value_info(name: &str, t: &TensorType) -> ValueInfoProto {
 }
 
 /// An attribute; `subgraph` writes a subgraph attribute's graph (it needs its node's names).
-fn attr_proto(name: &str, a: &Attr, subgraph: &dyn Fn(&Graph) -> GraphProto) -> AttributeProto {
+fn attr_proto(
+    name: &str,
+    a: &Attr,
+    subgraph: &mut dyn FnMut(&Graph) -> GraphProto,
+) -> AttributeProto {
     let mut p = AttributeProto { name: Some(name.to_string()), ..Default::default() };
     let ty = match a {
         Attr::Int(v) => {
@@ -340,42 +344,29 @@ fn node_proto(
     used: &mut HashSet<String>,
 ) -> NodeProto {
     let opaque = n.op == Op::OnnxOp;
-    // A control-flow node's captures: every input after the condition (if), or its last
-    // `captures` inputs (loop, scan).
-    let captures: Vec<String> = match n.op {
-        Op::If => n.inputs[1..].iter().flatten().map(|v| names[v.index()].clone()).collect(),
-        Op::Loop | Op::Scan => {
-            let c = (n.attrs.int("captures", 0).max(0) as usize).min(n.inputs.len());
-            n.inputs[n.inputs.len() - c..]
-                .iter()
-                .flatten()
-                .map(|v| names[v.index()].clone())
-                .collect()
+    // A control-flow node's captures travel inside its subgraphs, by name, not as inputs.
+    let own_inputs = n.inputs.len() - xpu_ir::control::capture_count(n);
+    let captures: Vec<String> =
+        n.inputs[own_inputs..].iter().flatten().map(|v| names[v.index()].clone()).collect();
+    let mut attribute = Vec::with_capacity(n.attrs.0.len());
+    for (k, a) in n.attrs.iter() {
+        let xpu_only = (opaque && matches!(k.as_str(), "op_type" | "domain" | "opset"))
+            || (n.op.class() == OpClass::Control && k == "captures");
+        if xpu_only {
+            continue;
         }
-        _ => Vec::new(),
-    };
-    let used = std::cell::RefCell::new(used);
-    let subgraph = |attr: &str| {
-        let (captures, used) = (&captures, &used);
-        let prefix = format!("{prefix}{attr}.");
         let shapes = n.op != Op::If;
-        move |sub: &Graph| graph_proto(sub, &prefix, captures, &mut used.borrow_mut(), shapes)
-    };
-    let mut attribute: Vec<AttributeProto> = n
-        .attrs
-        .iter()
-        .filter(|(k, _)| !(opaque && matches!(k.as_str(), "op_type" | "domain" | "opset")))
-        .filter(|(k, _)| !(n.op.class() == OpClass::Control && k.as_str() == "captures"))
-        .map(|(k, a)| attr_proto(k, a, &subgraph(k)))
-        .collect();
+        let prefix = format!("{prefix}{k}.");
+        let mut subgraph = |sub: &Graph| graph_proto(sub, &prefix, &captures, used, shapes);
+        attribute.push(attr_proto(k, a, &mut subgraph));
+    }
     // Split-18+ needs `num_outputs` when no sizes are given (older Split implied it).
     if n.op == Op::Split
         && n.inputs.get(1).copied().flatten().is_none()
         && n.attrs.get("num_outputs").is_none()
     {
-        attribute.push(attr_proto("num_outputs", &Attr::Int(n.outputs.len() as i64), &|_| {
-            GraphProto::default()
-        }));
+        let count = Attr::Int(n.outputs.len() as i64);
+        attribute.push(attr_proto("num_outputs", &count, &mut |_| GraphProto::default()));
     }
     let (op_type, domain) = if opaque {
         let domain = n.attrs.str("domain", "").to_string();
@@ -383,9 +374,6 @@ fn node_proto(
     } else {
         (n.op.info().onnx.to_string(), None)
     };
-    // The captures travel inside the subgraphs, by name, not as the node's inputs.
-    let own_inputs =
-        n.inputs.len() - if n.op == Op::If { n.inputs.len() - 1 } else { captures.len() };
     NodeProto {
         op_type: Some(op_type),
         domain: domain.filter(|d| !d.is_empty()),

@@ -174,6 +174,17 @@ impl<'m> Importer<'m> {
         Ok(())
     }
 
+    /// A node's inputs by name; an empty name is an omitted input.
+    pub(crate) fn node_inputs(
+        &mut self,
+        node: &NodeProto,
+    ) -> Result<Vec<Option<ValueId>>, OnnxError> {
+        node.input
+            .iter()
+            .map(|i| if i.is_empty() { Ok(None) } else { self.lookup(i).map(Some) })
+            .collect()
+    }
+
     pub(crate) fn lookup(&mut self, name: &str) -> Result<ValueId, OnnxError> {
         match self.env.get(name).cloned() {
             Some(Binding::Value(v)) => Ok(v),
@@ -222,14 +233,7 @@ impl<'m> Importer<'m> {
             let v = convert_attr(a).map_err(|m| node_err(format!("attribute `{aname}`: {m}")))?;
             attrs.set(&aname, v);
         }
-        let mut inputs: Vec<Option<ValueId>> = Vec::with_capacity(node.input.len());
-        for i in &node.input {
-            inputs.push(if i.is_empty() {
-                None
-            } else {
-                Some(self.lookup(i).map_err(|e| node_err(e.to_string()))?)
-            });
-        }
+        let mut inputs = self.node_inputs(node).map_err(|e| node_err(e.to_string()))?;
         // Trailing omitted inputs carry no meaning.
         while inputs.last() == Some(&None) {
             inputs.pop();
@@ -494,10 +498,7 @@ impl<'m> Importer<'m> {
         if types.is_empty() {
             return Err(unsupported());
         }
-        let mut inputs: Vec<Option<ValueId>> = Vec::with_capacity(node.input.len());
-        for i in &node.input {
-            inputs.push(if i.is_empty() { None } else { Some(self.lookup(i)?) });
-        }
+        let inputs = self.node_inputs(node)?;
         let opset = self.opsets.get(domain).copied().unwrap_or(self.opset);
         attrs.set("op_type", Attr::Str(op_type.to_string()));
         attrs.set("domain", Attr::Str(domain.to_string()));

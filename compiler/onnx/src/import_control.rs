@@ -88,14 +88,7 @@ impl<'m> Importer<'m> {
             let v = convert_attr(a).map_err(|m| node_err(format!("attribute `{aname}`: {m}")))?;
             attrs.set(aname, v);
         }
-        let mut inputs: Vec<Option<ValueId>> = Vec::with_capacity(node.input.len());
-        for i in &node.input {
-            inputs.push(if i.is_empty() {
-                None
-            } else {
-                Some(self.lookup(i).map_err(|e| node_err(e.to_string()))?)
-            });
-        }
+        let mut inputs = self.node_inputs(node).map_err(|e| node_err(e.to_string()))?;
         if op == Op::Loop {
             inputs.resize(inputs.len().max(2), None);
         }
@@ -170,15 +163,7 @@ impl<'m> Importer<'m> {
                     t.push(ty(v)?);
                 }
                 for (j, &v) in inputs[states..].iter().enumerate() {
-                    let full = ty(v)?;
-                    let dims = match full.dims {
-                        Some(mut d) => {
-                            d.remove(xpu_ir::control::scan_axis(axes[j], d.len())?);
-                            Some(d)
-                        }
-                        None => None,
-                    };
-                    t.push(TensorType { dtype: full.dtype, dims });
+                    t.push(xpu_ir::control::slice_type(&ty(v)?, axes[j])?);
                 }
                 t
             }

@@ -80,12 +80,17 @@ fn owned(inputs: &[Option<&Tensor>], what: &str) -> KResult<Vec<Tensor>> {
         .collect()
 }
 
-/// The truth of a one-element tensor (a condition).
-fn truth(t: &Tensor, what: &str) -> KResult<bool> {
+/// The value of a one-element tensor (a condition, a trip count).
+fn one_value(t: &Tensor, what: &str) -> KResult<f64> {
     if t.numel() != 1 {
         return Err(format!("{what} must have one element, has shape {:?}", t.shape()));
     }
-    Ok(t.data().get_f64(0) != 0.0)
+    Ok(t.data().get_f64(0))
+}
+
+/// The truth of a one-element tensor (a condition).
+fn truth(t: &Tensor, what: &str) -> KResult<bool> {
+    Ok(one_value(t, what)? != 0.0)
 }
 
 pub fn eval(node: &Node, inputs: &[Option<&Tensor>], n_out: usize) -> KResult<Vec<Tensor>> {
@@ -108,11 +113,7 @@ fn run_if(node: &Node, inputs: &[Option<&Tensor>], stop: &StopToken) -> KResult<
     let cond = inputs.first().copied().flatten().ok_or("the condition is omitted")?;
     let branch = if truth(cond, "the condition")? { "then_branch" } else { "else_branch" };
     let captures = owned(&inputs[1..], "capture")?;
-    Sub::new(
-        graph(node, branch)?,
-        if branch == "then_branch" { "then_branch" } else { "else_branch" },
-    )?
-    .run(&captures, stop)
+    Sub::new(graph(node, branch)?, branch)?.run(&captures, stop)
 }
 
 /// Stacks per-iteration slices along a new axis 0 (`empty_slice` gives the slice type when
@@ -161,15 +162,7 @@ fn run_loop(
     let body_graph = graph(node, "body")?;
     let mut body = Sub::new(body_graph, "body")?;
     let trip = match inputs[0] {
-        Some(m) => {
-            if m.numel() != 1 {
-                return Err(format!(
-                    "the trip count M must have one element, has shape {:?}",
-                    m.shape()
-                ));
-            }
-            Some(m.data().get_f64(0).max(0.0) as u64)
-        }
+        Some(m) => Some(one_value(m, "the trip count M")?.max(0.0) as u64),
         None => None,
     };
     let mut cond = match inputs[1] {

@@ -109,14 +109,8 @@ pub fn linear_attention(
     let bt = [d.batch, d.tokens];
     let decay = per_token(opt(inputs, 4), "decay", bt, &[d.hkv, d.hkv * d.dk])?;
     let beta = per_token(opt(inputs, 5), "beta", bt, &[d.hkv, 1])?;
-    let (gating, delta) = match attrs.str("update_rule", "gated_delta") {
-        "linear" => (false, false),
-        "gated" => (true, false),
-        "delta" => (false, true),
-        "gated_delta" => (true, true),
-        r => return Err(format!("update_rule {r:?}: one of linear, gated, delta, gated_delta")),
-    };
     let rule = attrs.str("update_rule", "gated_delta");
+    let (gating, delta) = xpu_ir::infer::linear_attention_update_rule(rule)?;
     if gating != decay.is_some() || delta != beta.is_some() {
         return Err(format!("update_rule {rule:?} does not match the decay and beta inputs given"));
     }

@@ -70,6 +70,9 @@ pub(crate) struct CpuExecutable {
     recaptures: u64,
     /// What every run reports the same: fused epilogues, nodes computed at prepare.
     prepared_facts: Vec<Fact>,
+    /// Whether a node runs subgraphs (if, loop, scan): only then does a run publish its
+    /// stop token for them.
+    has_control: bool,
 }
 
 pub(crate) fn prepare(
@@ -160,6 +163,7 @@ pub(crate) fn prepare(
         captured: None,
         recaptures: 0,
         prepared_facts,
+        has_control: partition.nodes.iter().any(|n| n.op.class() == OpClass::Control),
     }))
 }
 

@@ -155,7 +155,7 @@ impl CpuExecutable {
         input_bytes: u64,
         stop: &StopToken,
     ) -> Result<Execution, EngineError> {
-        let _loops_stop_here = crate::control::StopScope::enter(stop);
+        let _loops_stop_here = self.has_control.then(|| crate::control::StopScope::enter(stop));
         let g = &self.graph;
         let reuse = self.mode.reuse != Reuse::None;
         let mut values = Values {
